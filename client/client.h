@@ -1,0 +1,161 @@
+// The zerostate client library: how trainers reach the state service.
+//
+// A Client holds channels to every state server. A JobClient is a handle to
+// one job across all of them: it routes every element range to the servers
+// that own it (common/shard_map.h), splits it into chunks of about 1 MiB,
+// keeps several streams per server in flight under a cap on bytes in flight,
+// converts between fp32 and the job's wire dtypes with vectorised code, and
+// writes gathered weights straight into the caller's buffer.
+//
+// Every call has a deadline (ClientOptions::rpc_timeout). UNAVAILABLE and
+// DEADLINE_EXCEEDED are retried with exponential backoff up to
+// ClientOptions::max_attempts; this is safe because pushes and steps are
+// idempotent on the server. A server that stays down yields UNAVAILABLE
+// naming its address.
+//
+// Thread safety: Client and JobClient are thread-safe; any number of calls
+// may run at once. Buffers passed to an async call must stay valid until
+// its Ticket is waited on.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/job_spec.h"
+#include "common/shard_map.h"
+#include "zerostate/v1/state_service.pb.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace zerostate::client {
+
+namespace v1 = ::zerostate::v1;
+
+struct ClientOptions {
+  // State server addresses ("host:port"), in shard order. Required.
+  std::vector<std::string> servers;
+  // gRPC channels opened to each server; streams are spread over them
+  // (one TCP connection per channel).
+  int channels_per_server = 2;
+  // Concurrent push or gather streams per server for one call.
+  int streams_per_server = 4;
+  // Payload bytes per chunk message.
+  size_t chunk_bytes = 1 << 20;
+  // Cap on payload bytes in flight per JobClient (backpressure).
+  size_t max_bytes_in_flight = 256u << 20;
+  // Deadline of each RPC attempt.
+  std::chrono::milliseconds rpc_timeout{60000};
+  // Attempts per RPC for UNAVAILABLE / DEADLINE_EXCEEDED (1 = no retry).
+  int max_attempts = 5;
+  std::chrono::milliseconds initial_backoff{50};
+  std::chrono::milliseconds max_backoff{2000};
+  // Optional: where the library registers its metrics (bytes, latency, retries).
+  std::shared_ptr<prometheus::Registry> metrics;
+};
+
+// The result of an asynchronous call. Wait() blocks until it is done and
+// returns its status; it may be called more than once.
+class Ticket {
+ public:
+  class State;
+  Ticket() = default;  // an already-completed OK ticket
+  explicit Ticket(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  absl::Status Wait() const;
+  bool Done() const;
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+// Summed gradient statistics of one step over every server.
+struct GradStatsResult {
+  double sum_squares = 0;
+  uint64_t nonfinite_count = 0;
+};
+
+class JobClient;
+
+class Client {
+ public:
+  // Opens channels to every server (lazily connected). Errors:
+  // INVALID_ARGUMENT for empty server list or bad options.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
+  ~Client();
+
+  // Registers the job on every server (its shard of the layout), or attaches
+  // to it if it exists with the same spec. The spec is validated here first:
+  // a bad spec is refused before anything is sent.
+  absl::StatusOr<std::unique_ptr<JobClient>> RegisterJob(const v1::JobSpec& spec);
+
+  // Attaches to a job registered by someone else (reads its spec from the
+  // first server). Errors: NOT_FOUND.
+  absl::StatusOr<std::unique_ptr<JobClient>> AttachJob(const std::string& job_id);
+
+  // A keyed all-gather of small values among `world` ranks through the
+  // first server (NCCL unique ids, barriers). Blocks until all ranks called.
+  absl::StatusOr<std::vector<std::string>> Rendezvous(const std::string& ns,
+                                                      const std::string& key, uint32_t rank,
+                                                      uint32_t world, const std::string& value);
+
+  const ClientOptions& options() const;
+
+  class Impl;
+
+ private:
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class JobClient {
+ public:
+  ~JobClient();
+
+  const v1::JobSpec& spec() const;  // normalized
+  const Layout& layout() const;
+
+  // Pushes node `node`'s gradient for flat elements `elems` of step `step`.
+  // `data` holds elems.size() elements of `dtype`: either the job's
+  // grad_dtype (sent as is) or FP32 (converted to grad_dtype).
+  // Errors before sending: INVALID_ARGUMENT (range outside the layout, dtype
+  // neither FP32 nor grad_dtype, node out of range).
+  Ticket PushAsync(uint64_t step, uint32_t node, Range elems, const void* data, v1::DType dtype);
+  absl::Status Push(uint64_t step, uint32_t node, Range elems, const void* data, v1::DType dtype);
+
+  // Gradient statistics of `step`, summed over servers in shard order.
+  absl::StatusOr<GradStatsResult> GradStats(uint64_t step);
+
+  // Applies step `step` on every server (in parallel).
+  absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip);
+
+  // Gathers flat elements `elems` at version >= min_version into `out`,
+  // which holds elems.size() elements of `dtype`: FP32 (the wire carries the
+  // job's weight_dtype, decoded here; or FP32 masters when weight_dtype is
+  // FP32) or the job's weight_dtype (copied as is).
+  // Errors before sending: INVALID_ARGUMENT (range, dtype).
+  Ticket GatherAsync(uint64_t min_version, Range elems, void* out, v1::DType dtype);
+  absl::Status Gather(uint64_t min_version, Range elems, void* out, v1::DType dtype);
+
+  // Gathers the fp32 master weights (not the low-precision copy).
+  absl::Status GatherMaster(uint64_t min_version, Range elems, float* out);
+
+  // Streams initial fp32 weights (jobs registered with streamed_init).
+  absl::Status InitWeights(Range elems, const float* data);
+
+  // The lowest version over all servers' shards.
+  absl::StatusOr<uint64_t> Version();
+
+  class Impl;
+  explicit JobClient(std::unique_ptr<Impl> impl);
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace zerostate::client

@@ -1,0 +1,118 @@
+// Scalar reference conversions. The vectorised variants live in
+// convert_avx2.cc and convert_avx512.cc and must match these bit for bit.
+#include "common/convert.h"
+
+#include <cstring>
+
+namespace zerostate {
+
+uint16_t FloatToBf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40);  // quiet NaN
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float Bf16ToFloat(uint16_t h) {
+  uint32_t x = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+uint16_t FloatToFp16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t abs = x & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to Inf
+  if (abs < 0x38800000u) {  // result is subnormal or zero
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // below half the smallest
+    uint32_t exp = abs >> 23;
+    uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126 - exp;  // 14..24 bits to drop past the 10-bit field
+    uint32_t res = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (res & 1u))) ++res;
+    return static_cast<uint16_t>(sign | res);
+  }
+  uint32_t res = abs - 0x38000000u;  // rebias exponent 127 -> 15
+  res += 0xfffu + ((res >> 13) & 1u);
+  return static_cast<uint16_t>(sign | (res >> 13));
+}
+
+float Fp16ToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t x;
+  if (exp == 0x1f) {
+    x = sign | 0x7f800000u | (mant << 13);
+  } else if (exp != 0) {
+    x = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    x = sign;
+  } else {  // subnormal: normalise
+    int e = -1;
+    do { mant <<= 1; ++e; } while ((mant & 0x400u) == 0);
+    x = sign | ((112 - e) << 23) | ((mant & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
+void EncodeFloats(Isa, const float* src, size_t n, v1::DType dtype, void* dst) {
+  if (dtype == v1::DTYPE_FP32) {
+    std::memcpy(dst, src, n * 4);
+    return;
+  }
+  auto* out = static_cast<uint16_t*>(dst);
+  if (dtype == v1::DTYPE_BF16) {
+    for (size_t i = 0; i < n; ++i) out[i] = FloatToBf16(src[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) out[i] = FloatToFp16(src[i]);
+  }
+}
+
+void DecodeFloats(Isa, const void* src, size_t n, v1::DType dtype, float* dst) {
+  if (dtype == v1::DTYPE_FP32) {
+    std::memcpy(dst, src, n * 4);
+    return;
+  }
+  const auto* in = static_cast<const uint16_t*>(src);
+  if (dtype == v1::DTYPE_BF16) {
+    for (size_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(in[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) dst[i] = Fp16ToFloat(in[i]);
+  }
+}
+
+void AccumulateFloats(Isa, const void* src, size_t n, v1::DType dtype, float* dst) {
+  if (dtype == v1::DTYPE_FP32) {
+    const auto* in = static_cast<const float*>(src);
+    for (size_t i = 0; i < n; ++i) dst[i] += in[i];
+    return;
+  }
+  const auto* in = static_cast<const uint16_t*>(src);
+  if (dtype == v1::DTYPE_BF16) {
+    for (size_t i = 0; i < n; ++i) dst[i] += Bf16ToFloat(in[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) dst[i] += Fp16ToFloat(in[i]);
+  }
+}
+
+void EncodeFloats(const float* src, size_t n, v1::DType dtype, void* dst) {
+  EncodeFloats(BestIsa(), src, n, dtype, dst);
+}
+void DecodeFloats(const void* src, size_t n, v1::DType dtype, float* dst) {
+  DecodeFloats(BestIsa(), src, n, dtype, dst);
+}
+void AccumulateFloats(const void* src, size_t n, v1::DType dtype, float* dst) {
+  AccumulateFloats(BestIsa(), src, n, dtype, dst);
+}
+
+}  // namespace zerostate

@@ -1,0 +1,54 @@
+#include "common/cpu_features.h"
+
+#include <cstdlib>
+#include <string>
+
+namespace zerostate {
+namespace {
+
+Isa Detect() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
+    return Isa::kAvx512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c")) {
+    return Isa::kAvx2;
+  }
+  return Isa::kScalar;
+}
+
+Isa Narrowed(Isa hw) {
+  const char* env = std::getenv("ZEROSTATE_ISA");
+  if (env == nullptr) return hw;
+  std::string want(env);
+  Isa w = want == "scalar" ? Isa::kScalar : want == "avx2" ? Isa::kAvx2 : Isa::kAvx512;
+  return w < hw ? w : hw;
+}
+
+}  // namespace
+
+Isa BestIsa() {
+  static const Isa isa = Narrowed(Detect());
+  return isa;
+}
+
+std::vector<Isa> SupportedIsas() {
+  static const Isa hw = Detect();
+  std::vector<Isa> out;
+  for (Isa i : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (i <= hw) out.push_back(i);
+  }
+  return out;
+}
+
+std::string_view IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return "avx512";
+    case Isa::kAvx2: return "avx2";
+    default: return "scalar";
+  }
+}
+
+}  // namespace zerostate

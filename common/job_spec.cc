@@ -1,0 +1,177 @@
+#include "common/job_spec.h"
+
+#include <cmath>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "google/protobuf/util/field_comparator.h"
+
+namespace zerostate {
+namespace {
+
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+bool IsWireDType(v1::DType d) {
+  return d == v1::DTYPE_FP32 || d == v1::DTYPE_BF16 || d == v1::DTYPE_FP16;
+}
+
+absl::Status CheckFinite(absl::string_view field, float value) {
+  if (!std::isfinite(value)) return Invalid(field, "must be finite");
+  return absl::OkStatus();
+}
+
+absl::Status NormalizeOptimizer(v1::OptimizerConfig* opt) {
+  switch (opt->kind()) {
+    case v1::OPTIMIZER_ADAMW:
+    case v1::OPTIMIZER_ADAM:
+      if (opt->beta1() == 0) opt->set_beta1(0.9f);
+      if (opt->beta2() == 0) opt->set_beta2(0.999f);
+      if (opt->eps() == 0) opt->set_eps(1e-8f);
+      break;
+    case v1::OPTIMIZER_LION:
+      if (opt->beta1() == 0) opt->set_beta1(0.9f);
+      if (opt->beta2() == 0) opt->set_beta2(0.99f);
+      break;
+    case v1::OPTIMIZER_SGD_MOMENTUM:
+      if (opt->momentum() == 0) opt->set_momentum(0.9f);
+      break;
+    default:
+      return Invalid("optimizer.kind",
+                     absl::StrCat("unknown optimizer ", static_cast<int>(opt->kind()),
+                                  "; expected ADAMW, ADAM, SGD_MOMENTUM or LION"));
+  }
+  for (auto [name, v] : {std::pair{"optimizer.beta1", opt->beta1()},
+                         std::pair{"optimizer.beta2", opt->beta2()},
+                         std::pair{"optimizer.momentum", opt->momentum()}}) {
+    if (!(v >= 0.0f && v < 1.0f)) return Invalid(name, absl::StrCat(v, " is not in [0, 1)"));
+  }
+  if (auto s = CheckFinite("optimizer.eps", opt->eps()); !s.ok()) return s;
+  if (opt->eps() < 0) return Invalid("optimizer.eps", "must be >= 0");
+  if (!(opt->weight_decay() >= 0.0f && std::isfinite(opt->weight_decay()))) {
+    return Invalid("optimizer.weight_decay", "must be finite and >= 0");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckTensor(const v1::TensorSpec& t, size_t i, uint64_t* numel) {
+  std::string field = absl::StrCat("tensors[", i, "]");
+  if (t.name().empty()) return Invalid(absl::StrCat(field, ".name"), "must not be empty");
+  if (t.shape_size() == 0) return Invalid(absl::StrCat(field, ".shape"), "must have a dimension");
+  uint64_t n = 1;
+  for (int d = 0; d < t.shape_size(); ++d) {
+    int64_t dim = t.shape(d);
+    if (dim < 1) {
+      return Invalid(absl::StrCat(field, ".shape[", d, "]"), absl::StrCat(dim, " must be >= 1"));
+    }
+    if (static_cast<uint64_t>(dim) > kMaxTotalElems / n) {
+      return Invalid(absl::StrCat(field, ".shape"), "too many elements");
+    }
+    n *= static_cast<uint64_t>(dim);
+  }
+  if (!v1::InitKind_IsValid(t.init())) return Invalid(absl::StrCat(field, ".init"), "unknown");
+  if (!std::isfinite(t.init_scale()) || t.init_scale() < 0) {
+    return Invalid(absl::StrCat(field, ".init_scale"), "must be finite and >= 0");
+  }
+  *numel = n;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateJobId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return Invalid("job_id", "must be 1 to 128 characters");
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-';
+    if (!ok) return Invalid("job_id", absl::StrCat("character '", std::string(1, c),
+                                                   "' is not in [A-Za-z0-9._-]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& in) {
+  v1::JobSpec spec = in;
+  if (auto s = ValidateJobId(spec.job_id()); !s.ok()) return s;
+  if (spec.tensors_size() == 0) return Invalid("tensors", "a job needs at least one tensor");
+  if (static_cast<size_t>(spec.tensors_size()) > kMaxTensors) return Invalid("tensors", "too many");
+  uint64_t total = 0;
+  absl::flat_hash_set<std::string> names;
+  for (int i = 0; i < spec.tensors_size(); ++i) {
+    uint64_t numel = 0;
+    if (auto s = CheckTensor(spec.tensors(i), i, &numel); !s.ok()) return s;
+    if (!names.insert(spec.tensors(i).name()).second) {
+      return Invalid(absl::StrCat("tensors[", i, "].name"),
+                     absl::StrCat("duplicate name '", spec.tensors(i).name(), "'"));
+    }
+    total += numel + kTensorAlignElems;
+    if (total > kMaxTotalElems) return Invalid("tensors", "more than 2^40 elements in all");
+  }
+  if (spec.num_nodes() < 1) return Invalid("num_nodes", "must be >= 1");
+  if (spec.num_nodes() > 65536) return Invalid("num_nodes", "must be <= 65536");
+  if (!IsWireDType(spec.grad_dtype())) return Invalid("grad_dtype", "must be FP32, BF16 or FP16");
+  if (!IsWireDType(spec.weight_dtype())) {
+    return Invalid("weight_dtype", "must be FP32, BF16 or FP16");
+  }
+  if (spec.block_elems() == 0) spec.set_block_elems(kDefaultBlockElems);
+  if (spec.block_elems() % kTensorAlignElems != 0 || spec.block_elems() > kMaxBlockElems) {
+    return Invalid("block_elems", absl::StrCat(spec.block_elems(), " must be a multiple of ",
+                                               kTensorAlignElems, " and at most ", kMaxBlockElems));
+  }
+  if (auto s = NormalizeOptimizer(spec.mutable_optimizer()); !s.ok()) return s;
+  return spec;
+}
+
+Layout LayoutOf(const v1::JobSpec& spec) {
+  Layout layout;
+  layout.block_elems = spec.block_elems();
+  uint64_t pos = 0;
+  for (const auto& t : spec.tensors()) {
+    TensorSlot slot;
+    slot.name = t.name();
+    slot.shape.assign(t.shape().begin(), t.shape().end());
+    slot.numel = 1;
+    for (int64_t d : slot.shape) slot.numel *= static_cast<uint64_t>(d);
+    slot.offset = pos;
+    slot.init = t.init();
+    slot.init_scale = t.init_scale();
+    pos += (slot.numel + kTensorAlignElems - 1) / kTensorAlignElems * kTensorAlignElems;
+    layout.tensors.push_back(std::move(slot));
+  }
+  layout.used_elems = pos;
+  uint64_t b = layout.block_elems;
+  layout.total_elems = std::max<uint64_t>(1, (pos + b - 1) / b) * b;
+  return layout;
+}
+
+std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b) {
+  google::protobuf::util::MessageDifferencer diff;
+  std::string report;
+  diff.ReportDifferencesToString(&report);
+  if (diff.Compare(a, b)) return "";
+  // The report's first line starts with "modified: field: a -> b".
+  auto nl = report.find('\n');
+  return report.substr(0, nl);
+}
+
+size_t DTypeSize(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FP32: return 4;
+    case v1::DTYPE_BF16: return 2;
+    case v1::DTYPE_FP16: return 2;
+    default: return 0;
+  }
+}
+
+const char* DTypeName(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FP32: return "fp32";
+    case v1::DTYPE_BF16: return "bf16";
+    case v1::DTYPE_FP16: return "fp16";
+    default: return "unspecified";
+  }
+}
+
+}  // namespace zerostate

@@ -1,0 +1,65 @@
+// A job's spec, validated and with defaults filled in, and the flat layout it
+// implies. Shared by server (which enforces it) and client (which checks
+// before anything is sent), so both give the same error for the same spec.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "zerostate/v1/state_service.pb.h"
+
+namespace zerostate {
+
+namespace v1 = ::zerostate::v1;
+
+inline constexpr uint32_t kDefaultBlockElems = 262144;  // 1 MiB of fp32
+inline constexpr uint32_t kMaxBlockElems = 1u << 24;
+inline constexpr uint32_t kTensorAlignElems = 64;       // 256 bytes: a cache line pair
+inline constexpr size_t kMaxTensors = 1 << 20;
+inline constexpr uint64_t kMaxTotalElems = 1ull << 40;
+
+// Where one tensor lives in the job's flat fp32 space.
+struct TensorSlot {
+  std::string name;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0;  // multiple of kTensorAlignElems
+  uint64_t numel = 0;
+  v1::InitKind init = v1::INIT_DEFAULT;
+  float init_scale = 0;
+};
+
+// The flat space: tensors end to end, each aligned, the total padded to a
+// whole number of blocks. Padding elements are zero and never change
+// (their gradient is zero; every optimizer here maps 0 to 0 for them).
+struct Layout {
+  std::vector<TensorSlot> tensors;
+  uint32_t block_elems = 0;
+  uint64_t used_elems = 0;   // end of the last tensor
+  uint64_t total_elems = 0;  // padded to a multiple of block_elems
+  uint64_t num_blocks() const { return total_elems / block_elems; }
+};
+
+// Checks every field of `spec` and returns a copy with defaults filled in
+// (block size, optimizer hyper-parameters). Errors are INVALID_ARGUMENT and
+// name the field, e.g. "tensors[3].shape[1]: dimension 0 must be >= 1".
+absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec);
+
+// The layout of a normalized spec. REQUIRES: spec came from NormalizeJobSpec.
+Layout LayoutOf(const v1::JobSpec& spec);
+
+// Names the first field where two normalized specs differ, or "" if equal.
+std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b);
+
+// Checks a job id: [A-Za-z0-9._-]{1,128}.
+absl::Status ValidateJobId(const std::string& job_id);
+
+// Bytes of one element of `dtype`; 0 for DTYPE_UNSPECIFIED or unknown values.
+size_t DTypeSize(v1::DType dtype);
+
+// "fp32", "bf16", "fp16" or "unspecified".
+const char* DTypeName(v1::DType dtype);
+
+}  // namespace zerostate

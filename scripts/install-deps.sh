@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages zerostate builds and tests with.
+# Idempotent and quiet when everything is already there.
+set -euo pipefail
+pkgs=(
+  cmake ninja-build g++ pkg-config
+  libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
+  libabsl-dev prometheus-cpp-dev liburing-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3-numpy python3-grpcio
+)
+pkgs+=("$@")
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+(( ${#missing[@]} == 0 )) && exit 0
+echo "installing: ${missing[*]}"
+SUDO=""
+[[ $(id -u) -ne 0 ]] && SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q >/dev/null || true
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
