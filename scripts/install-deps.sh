@@ -8,6 +8,7 @@ pkgs=(
   libabsl-dev prometheus-cpp-dev liburing-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy python3-grpcio
+  prometheus python3-yaml
 )
 pkgs+=("$@")
 missing=()
