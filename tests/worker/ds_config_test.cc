@@ -1,0 +1,113 @@
+#include "worker/ds_config.h"
+
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace zerostate::worker {
+namespace {
+
+void ExpectRejected(const std::string& json, const std::string& key) {
+  auto r = ParseDeepSpeedConfig(json);
+  ASSERT_FALSE(r.ok()) << "accepted " << json;
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find(key), std::string::npos) << r.status();
+}
+
+bool HasWarning(const LoadedConfig& c, const std::string& key) {
+  for (const auto& w : c.warnings) {
+    if (w.find(key) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(DsConfigTest, ExampleFileMapsEveryKey) {
+  auto r = LoadConfigFile(ZEROSTATE_SOURCE_DIR "/configs/ds_config.json");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& t = r->config.train();
+  EXPECT_EQ(t.job_id(), "mlp-ds");
+  EXPECT_EQ(t.micro_batch_size(), 32u);
+  EXPECT_EQ(t.grad_accum_steps(), 2u);
+  EXPECT_EQ(t.global_batch_size(), 256u);
+  EXPECT_EQ(t.optimizer().kind(), v1::OPTIMIZER_ADAMW);
+  EXPECT_FLOAT_EQ(t.optimizer().beta2(), 0.999f);
+  EXPECT_FLOAT_EQ(t.optimizer().weight_decay(), 0.01f);
+  EXPECT_FLOAT_EQ(t.lr().lr(), 0.003f);
+  EXPECT_EQ(t.lr().warmup_steps(), 20u);
+  EXPECT_EQ(t.lr().decay(), v1::LR_DECAY_LINEAR);
+  EXPECT_EQ(t.lr().decay_steps(), 180u);
+  EXPECT_FLOAT_EQ(t.gradient_clipping(), 1.0f);
+  EXPECT_EQ(t.precision(), v1::PRECISION_BF16);
+  EXPECT_TRUE(HasWarning(*r, "steps_per_print"));
+  EXPECT_TRUE(HasWarning(*r, "zero_optimization.offload_optimizer.pin_memory"));
+  EXPECT_TRUE(NormalizeConfig(r->config, 4).ok());
+}
+
+TEST(DsConfigTest, Fp16LossScalingIsMapped) {
+  auto r = ParseDeepSpeedConfig(R"({"fp16": {"enabled": true, "initial_scale_power": 12,
+      "loss_scale_window": 500, "hysteresis": 3, "min_loss_scale": 2}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  const auto& ls = r->config.train().loss_scaling();
+  EXPECT_EQ(r->config.train().precision(), v1::PRECISION_FP16);
+  EXPECT_FLOAT_EQ(ls.initial_scale(), 4096.0f);
+  EXPECT_EQ(ls.growth_interval(), 500u);
+  EXPECT_EQ(ls.hysteresis(), 3u);
+  EXPECT_FLOAT_EQ(ls.min_scale(), 2.0f);
+  EXPECT_FALSE(ls.static_scale());
+  r = ParseDeepSpeedConfig(R"({"fp16": {"enabled": true, "loss_scale": 128}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->config.train().loss_scaling().static_scale());
+}
+
+TEST(DsConfigTest, AdamIsAdamWUnlessAdamWModeIsOff) {
+  auto r = ParseDeepSpeedConfig(R"({"optimizer": {"type": "Adam"}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.train().optimizer().kind(), v1::OPTIMIZER_ADAMW);
+  r = ParseDeepSpeedConfig(R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.train().optimizer().kind(), v1::OPTIMIZER_ADAM);
+}
+
+TEST(DsConfigTest, WarmupLrWithoutTypeWarnsAboutLinearWarmup) {
+  auto r = ParseDeepSpeedConfig(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 5}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(HasWarning(*r, "scheduler.params.warmup_type"));
+  EXPECT_EQ(r->config.train().lr().decay(), v1::LR_DECAY_NONE);
+}
+
+TEST(DsConfigTest, EachUnsupportedKeyOrValueIsNamed) {
+  ExpectRejected(R"({"bogus": 1})", "bogus");
+  ExpectRejected(R"({"fp16": {"enabled": true, "bogus_scale": 1}})", "fp16.bogus_scale");
+  ExpectRejected(R"({"zero_optimization": {"stage3_max_live_parameters": 1}})",
+                 "zero_optimization.stage3_max_live_parameters");
+  ExpectRejected(R"({"optimizer": {"type": "OneBitAdam"}})", "optimizer.type");
+  ExpectRejected(R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9]}}})", "optimizer.params.betas");
+  ExpectRejected(R"({"scheduler": {"type": "OneCycle"}})", "scheduler.type");
+  ExpectRejected(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "log"}}})",
+                 "scheduler.params.warmup_type");
+  ExpectRejected(R"({"scheduler": {"type": "WarmupDecayLR", "params": {"warmup_num_steps": 10,
+      "total_num_steps": 5, "warmup_type": "linear"}}})", "scheduler.params.total_num_steps");
+  ExpectRejected(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})", "fp16.enabled");
+  ExpectRejected(R"({"fp16": {"enabled": true, "loss_scale": -1}})", "fp16.loss_scale");
+  ExpectRejected(R"({"fp16": {"enabled": true, "initial_scale_power": 99}})", "fp16.initial_scale_power");
+  ExpectRejected(R"({"gradient_clipping": -1})", "gradient_clipping");
+  ExpectRejected(R"({"zero_optimization": {"stage": 3}})", "zero_optimization.stage");
+  ExpectRejected(R"({"zero_optimization": {"offload_param": {"device": "cpu"}}})",
+                 "zero_optimization.offload_param.device");
+  ExpectRejected(R"({"zero_optimization": {"offload_optimizer": {"device": "tape"}}})",
+                 "zero_optimization.offload_optimizer.device");
+  ExpectRejected(R"({"zerostate": {"train": {"nope": 1}}})", "zerostate.train.nope");
+  ExpectRejected(R"({"train_batch_size": "auto"})", "train_batch_size");
+  ExpectRejected("[1, 2]", "ds_config");
+  ExpectRejected("{not json", "ds_config");
+}
+
+TEST(DsConfigTest, NvmeOffloadIsAWarning) {
+  auto r = ParseDeepSpeedConfig(
+      R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(HasWarning(*r, "offload_optimizer"));
+}
+
+}  // namespace
+}  // namespace zerostate::worker

@@ -1,0 +1,43 @@
+// Loading and checking a worker's configuration (proto/zerostate/v1/config.proto).
+//
+// A config comes from protobuf text format (*.textproto, *.txtpb, *.pbtxt)
+// or from a DeepSpeed-style ds_config.json (*.json, see worker/ds_config.h).
+// NormalizeConfig then fills every default and checks every field against
+// the world size, so the rest of the worker reads a complete, valid config.
+// Thread-safe: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "zerostate/v1/config.pb.h"
+
+namespace zerostate::worker {
+
+namespace v1 = ::zerostate::v1;
+
+// A parsed config and the harmless things the parser chose to ignore
+// (each warning names the key).
+struct LoadedConfig {
+  v1::WorkerConfig config;
+  std::vector<std::string> warnings;
+};
+
+// Parses protobuf text format. Errors: INVALID_ARGUMENT naming the line,
+// column and field (an unknown field is an error).
+[[nodiscard]] absl::StatusOr<v1::WorkerConfig> ParseTextConfig(const std::string& text);
+
+// Reads `path` and parses it by extension: ".json" as a DeepSpeed config,
+// anything else as text format. Errors: NOT_FOUND (no such file), and the
+// parsers' INVALID_ARGUMENT, prefixed with the path.
+[[nodiscard]] absl::StatusOr<LoadedConfig> LoadConfigFile(const std::string& path);
+
+// Fills defaults (see config.proto) and checks every field for a job of
+// `world_size` ranks. Errors: INVALID_ARGUMENT naming the field, e.g.
+// "train.micro_batch_size: must be >= 1".
+[[nodiscard]] absl::StatusOr<v1::WorkerConfig> NormalizeConfig(const v1::WorkerConfig& config,
+                                                               uint32_t world_size);
+
+}  // namespace zerostate::worker
