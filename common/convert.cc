@@ -4,7 +4,12 @@
 
 #include <cstring>
 
+#include "common/convert_kernels.h"
+#include "common/simd_scalar.h"
+
 namespace zerostate {
+
+using convert_internal::ConvertKernels;
 
 uint16_t FloatToBf16(float f) {
   uint32_t x;
@@ -14,6 +19,7 @@ uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+// Widening is exact; a NaN keeps its payload bits (the usual definition).
 float Bf16ToFloat(uint16_t h) {
   uint32_t x = static_cast<uint32_t>(h) << 16;
   float f;
@@ -49,8 +55,8 @@ float Fp16ToFloat(uint16_t h) {
   uint32_t exp = (h >> 10) & 0x1fu;
   uint32_t mant = h & 0x3ffu;
   uint32_t x;
-  if (exp == 0x1f) {
-    x = sign | 0x7f800000u | (mant << 13);
+  if (exp == 0x1f) {  // Inf, or NaN: quieted as IEEE 754 (and F16C) convert it
+    x = sign | 0x7f800000u | (mant << 13) | (mant != 0 ? 0x400000u : 0u);
   } else if (exp != 0) {
     x = sign | ((exp + 112) << 23) | (mant << 13);
   } else if (mant == 0) {
@@ -65,43 +71,51 @@ float Fp16ToFloat(uint16_t h) {
   return f;
 }
 
-void EncodeFloats(Isa, const float* src, size_t n, v1::DType dtype, void* dst) {
-  if (dtype == v1::DTYPE_FP32) {
-    std::memcpy(dst, src, n * 4);
-    return;
+namespace convert_internal {
+
+const ConvertKernels& ScalarConvertKernels() {
+  static constexpr ConvertKernels kKernels = convert_internal::MakeConvertKernels<simd::ScalarOps>();
+  return kKernels;
+}
+
+}  // namespace convert_internal
+
+namespace {
+
+const ConvertKernels& KernelsFor(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx512: return convert_internal::Avx512ConvertKernels();
+    case Isa::kAvx2: return convert_internal::Avx2ConvertKernels();
+    default: return convert_internal::ScalarConvertKernels();
   }
+}
+
+}  // namespace
+
+void EncodeFloats(Isa isa, const float* src, size_t n, v1::DType dtype, void* dst) {
   auto* out = static_cast<uint16_t*>(dst);
-  if (dtype == v1::DTYPE_BF16) {
-    for (size_t i = 0; i < n; ++i) out[i] = FloatToBf16(src[i]);
-  } else {
-    for (size_t i = 0; i < n; ++i) out[i] = FloatToFp16(src[i]);
+  switch (dtype) {
+    case v1::DTYPE_BF16: return KernelsFor(isa).encode_bf16(src, n, out);
+    case v1::DTYPE_FP16: return KernelsFor(isa).encode_fp16(src, n, out);
+    default: std::memcpy(dst, src, n * 4);
   }
 }
 
-void DecodeFloats(Isa, const void* src, size_t n, v1::DType dtype, float* dst) {
-  if (dtype == v1::DTYPE_FP32) {
-    std::memcpy(dst, src, n * 4);
-    return;
-  }
+void DecodeFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst) {
   const auto* in = static_cast<const uint16_t*>(src);
-  if (dtype == v1::DTYPE_BF16) {
-    for (size_t i = 0; i < n; ++i) dst[i] = Bf16ToFloat(in[i]);
-  } else {
-    for (size_t i = 0; i < n; ++i) dst[i] = Fp16ToFloat(in[i]);
+  switch (dtype) {
+    case v1::DTYPE_BF16: return KernelsFor(isa).decode_bf16(in, n, dst);
+    case v1::DTYPE_FP16: return KernelsFor(isa).decode_fp16(in, n, dst);
+    default: std::memcpy(dst, src, n * 4);
   }
 }
 
-void AccumulateFloats(Isa, const void* src, size_t n, v1::DType dtype, float* dst) {
-  if (dtype == v1::DTYPE_FP32) {
-    const auto* in = static_cast<const float*>(src);
-    for (size_t i = 0; i < n; ++i) dst[i] += in[i];
-    return;
-  }
+void AccumulateFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst) {
   const auto* in = static_cast<const uint16_t*>(src);
-  if (dtype == v1::DTYPE_BF16) {
-    for (size_t i = 0; i < n; ++i) dst[i] += Bf16ToFloat(in[i]);
-  } else {
-    for (size_t i = 0; i < n; ++i) dst[i] += Fp16ToFloat(in[i]);
+  switch (dtype) {
+    case v1::DTYPE_BF16: return KernelsFor(isa).accumulate_bf16(in, n, dst);
+    case v1::DTYPE_FP16: return KernelsFor(isa).accumulate_fp16(in, n, dst);
+    default: return KernelsFor(isa).accumulate_fp32(static_cast<const float*>(src), n, dst);
   }
 }
 

@@ -6,16 +6,23 @@
 namespace zerostate {
 namespace {
 
+bool HasAvx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+}
+
+// The AVX-512 kernels are built with the AVX2 flags too (common/CMakeLists.txt).
+bool HasAvx512() {
+  return HasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+// libgcc's __builtin_cpu_supports also checks (XGETBV) that the OS saves the
+// AVX and AVX-512 register state.
 Isa Detect() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
-    return Isa::kAvx512;
-  }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-      __builtin_cpu_supports("f16c")) {
-    return Isa::kAvx2;
-  }
+  if (HasAvx512()) return Isa::kAvx512;
+  if (HasAvx2()) return Isa::kAvx2;
   return Isa::kScalar;
 }
 

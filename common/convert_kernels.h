@@ -1,0 +1,80 @@
+// Internal to common/convert*.cc: the conversion loops, written once as
+// templates over the vector traits of common/simd_*.h and instantiated once
+// per ISA (convert.cc: scalar, convert_avx2.cc, convert_avx512.cc).
+// Include only what the ISA files may include (see common/simd_avx2.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace zerostate::convert_internal {
+
+// One ISA's conversion loops over n elements; fp32 <-> fp32 copies need none.
+struct ConvertKernels {
+  void (*encode_bf16)(const float* src, size_t n, uint16_t* dst);
+  void (*encode_fp16)(const float* src, size_t n, uint16_t* dst);
+  void (*decode_bf16)(const uint16_t* src, size_t n, float* dst);
+  void (*decode_fp16)(const uint16_t* src, size_t n, float* dst);
+  void (*accumulate_fp32)(const float* src, size_t n, float* dst);
+  void (*accumulate_bf16)(const uint16_t* src, size_t n, float* dst);
+  void (*accumulate_fp16)(const uint16_t* src, size_t n, float* dst);
+};
+
+// Defined in convert.cc, convert_avx2.cc and convert_avx512.cc.
+// REQUIRES (to call what they return): the CPU supports the ISA.
+const ConvertKernels& ScalarConvertKernels();
+const ConvertKernels& Avx2ConvertKernels();
+const ConvertKernels& Avx512ConvertKernels();
+
+// Runs chunk(in + i, out + i) on every whole group of W elements, then once
+// on a zero-padded copy of the last partial group, so the tail takes the
+// same vector path (and rounding) as the body. `out` is read and written.
+template <size_t W, class In, class Out, class Chunk>
+void MapChunks(const In* in, Out* out, size_t n, Chunk chunk) {
+  size_t i = 0;
+  for (; i + W <= n; i += W) chunk(in + i, out + i);
+  if (i == n) return;
+  In tin[W] = {};
+  Out tout[W] = {};
+  std::memcpy(tin, in + i, (n - i) * sizeof(In));
+  std::memcpy(tout, out + i, (n - i) * sizeof(Out));
+  chunk(tin, tout);
+  std::memcpy(out + i, tout, (n - i) * sizeof(Out));
+}
+
+template <class Ops>
+constexpr ConvertKernels MakeConvertKernels() {
+  constexpr size_t W = Ops::kWidth;
+  return {
+      [](const float* s, size_t n, uint16_t* d) {
+        MapChunks<W>(s, d, n, [](const float* a, uint16_t* b) { Ops::StoreBf16(b, Ops::Load(a)); });
+      },
+      [](const float* s, size_t n, uint16_t* d) {
+        MapChunks<W>(s, d, n, [](const float* a, uint16_t* b) { Ops::StoreFp16(b, Ops::Load(a)); });
+      },
+      [](const uint16_t* s, size_t n, float* d) {
+        MapChunks<W>(s, d, n, [](const uint16_t* a, float* b) { Ops::Store(b, Ops::LoadBf16(a)); });
+      },
+      [](const uint16_t* s, size_t n, float* d) {
+        MapChunks<W>(s, d, n, [](const uint16_t* a, float* b) { Ops::Store(b, Ops::LoadFp16(a)); });
+      },
+      [](const float* s, size_t n, float* d) {
+        MapChunks<W>(s, d, n, [](const float* a, float* b) {
+          Ops::Store(b, Ops::Add(Ops::Load(b), Ops::Load(a)));
+        });
+      },
+      [](const uint16_t* s, size_t n, float* d) {
+        MapChunks<W>(s, d, n, [](const uint16_t* a, float* b) {
+          Ops::Store(b, Ops::Add(Ops::Load(b), Ops::LoadBf16(a)));
+        });
+      },
+      [](const uint16_t* s, size_t n, float* d) {
+        MapChunks<W>(s, d, n, [](const uint16_t* a, float* b) {
+          Ops::Store(b, Ops::Add(Ops::Load(b), Ops::LoadFp16(a)));
+        });
+      },
+  };
+}
+
+}  // namespace zerostate::convert_internal

@@ -1,0 +1,90 @@
+// The single pass of a step and of the gradient statistics, written once
+// over the vector traits of common/simd_*.h; kernels_<isa>.cc instantiate
+// them into a KernelTable. Include only what the ISA files may include.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "server/optimizer/kernel_table.h"
+#include "server/optimizer/rules.h"
+
+namespace zerostate::server::kernels {
+
+template <class Ops, class RuleT, Lowp kLowp>
+struct StepLoop {
+  using F = typename Ops::F;
+  static constexpr size_t W = Ops::kWidth;
+  static constexpr int kMoments = RuleT::kMoments;
+
+  // Reads and writes elements [i, i + W) of every buffer the rule uses, once.
+  static void Chunk(const RuleT& rule, const StepBuffers& b, size_t i) {
+    F m = Ops::Set1(0), v = Ops::Set1(0);
+    if constexpr (kMoments >= 1) m = Ops::Load(b.m + i);
+    if constexpr (kMoments >= 2) v = Ops::Load(b.v + i);
+    const F p = rule.Apply(Ops::Load(b.param + i), Ops::Load(b.grad + i), &m, &v);
+    Ops::Store(b.param + i, p);
+    if constexpr (kMoments >= 1) Ops::Store(b.m + i, m);
+    if constexpr (kMoments >= 2) Ops::Store(b.v + i, v);
+    if constexpr (kLowp == Lowp::kBf16) Ops::StoreBf16(b.lowp + i, p);
+    if constexpr (kLowp == Lowp::kFp16) Ops::StoreFp16(b.lowp + i, p);
+  }
+
+  // The last partial chunk [i, n), through zero-padded copies so it takes
+  // the vector path too.
+  static void Tail(const RuleT& rule, const StepBuffers& b, size_t i) {
+    alignas(64) float p[W] = {}, m[W] = {}, v[W] = {}, g[W] = {};
+    alignas(64) uint16_t lowp[W] = {};
+    const StepBuffers t{p, m, v, g, lowp, W};
+    const size_t k = b.n - i;
+    std::memcpy(p, b.param + i, k * sizeof(float));
+    std::memcpy(g, b.grad + i, k * sizeof(float));
+    if constexpr (kMoments >= 1) std::memcpy(m, b.m + i, k * sizeof(float));
+    if constexpr (kMoments >= 2) std::memcpy(v, b.v + i, k * sizeof(float));
+    Chunk(rule, t, 0);
+    std::memcpy(b.param + i, p, k * sizeof(float));
+    if constexpr (kMoments >= 1) std::memcpy(b.m + i, m, k * sizeof(float));
+    if constexpr (kMoments >= 2) std::memcpy(b.v + i, v, k * sizeof(float));
+    if constexpr (kLowp != Lowp::kNone) std::memcpy(b.lowp + i, lowp, k * sizeof(uint16_t));
+  }
+
+  static void Run(const StepConsts& c, const StepBuffers& b) {
+    const RuleT rule(c);
+    size_t i = 0;
+    for (; i + W <= b.n; i += W) Chunk(rule, b, i);
+    if (i < b.n) Tail(rule, b, i);
+  }
+};
+
+template <class Ops>
+uint64_t GradStatsLoop(const float* g, size_t n, double lanes[16]) {
+  typename Ops::SquareSums sums;
+  uint64_t nonfinite = 0;
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) nonfinite += Ops::AddSquares16(&sums, g + i);
+  if (i < n) {  // zero padding adds +0 to a lane: no change
+    float t[16] = {};
+    std::memcpy(t, g + i, (n - i) * sizeof(float));
+    nonfinite += Ops::AddSquares16(&sums, t);
+  }
+  Ops::SpillSquares(sums, lanes);
+  return nonfinite;
+}
+
+template <class Ops, class RuleT>
+constexpr KernelTable::Row RowOf() {
+  return {{&StepLoop<Ops, RuleT, Lowp::kNone>::Run, &StepLoop<Ops, RuleT, Lowp::kBf16>::Run,
+           &StepLoop<Ops, RuleT, Lowp::kFp16>::Run}};
+}
+
+// Rows in the order of enum Rule.
+template <class Ops>
+constexpr KernelTable MakeKernelTable() {
+  return {{RowOf<Ops, AdamRule<Ops, true>>(), RowOf<Ops, AdamRule<Ops, false>>(),
+           RowOf<Ops, SgdRule<Ops, false>>(), RowOf<Ops, SgdRule<Ops, true>>(),
+           RowOf<Ops, LionRule<Ops>>()},
+          &GradStatsLoop<Ops>};
+}
+
+}  // namespace zerostate::server::kernels
