@@ -1,0 +1,47 @@
+// One block of a job's shard: a contiguous run of the flat parameter space
+// with its master weights, optimizer moments, the low-precision copy that
+// Gather serves, and the gradient accumulator of the step in progress.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "server/aligned_buffer.h"
+#include "server/gradient_accumulator.h"
+#include "server/optimizer/optimizer.h"
+
+namespace zerostate::server {
+
+struct Block {
+  Block(uint64_t index, uint64_t flat_begin, uint32_t required, uint32_t block_elems,
+        uint32_t num_nodes, int moments, bool has_lowp)
+      : index(index),
+        flat_begin(flat_begin),
+        required(required),
+        acc(num_nodes, block_elems, required),
+        param(block_elems),
+        m(moments >= 1 ? block_elems : 0),
+        v(moments >= 2 ? block_elems : 0),
+        lowp(has_lowp ? block_elems : 0) {}
+
+  // Constant after construction.
+  const uint64_t index;       // global block index
+  const uint64_t flat_begin;  // first element in the flat space
+  const uint32_t required;    // elements before the layout's tail padding
+
+  mutable absl::Mutex mu;
+  // Number of optimizer steps applied (skipped steps count).
+  uint64_t version ABSL_GUARDED_BY(mu) = 0;
+  GradientAccumulator acc ABSL_GUARDED_BY(mu);
+  // Statistics of the summed gradient of step `stats_step`, once computed.
+  std::optional<GradStats> stats ABSL_GUARDED_BY(mu);
+  uint64_t stats_step ABSL_GUARDED_BY(mu) = 0;
+  AlignedBuffer<float> param ABSL_GUARDED_BY(mu);
+  AlignedBuffer<float> m ABSL_GUARDED_BY(mu);
+  AlignedBuffer<float> v ABSL_GUARDED_BY(mu);
+  AlignedBuffer<uint16_t> lowp ABSL_GUARDED_BY(mu);  // empty when weight dtype is FP32
+};
+
+}  // namespace zerostate::server

@@ -1,0 +1,114 @@
+#include "server/gradient_accumulator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/convert.h"
+
+namespace zerostate::server {
+
+GradientAccumulator::GradientAccumulator(uint32_t num_nodes, uint32_t block_elems,
+                                         uint32_t required)
+    : num_nodes_(num_nodes),
+      block_elems_(block_elems),
+      required_(required),
+      sum_(block_elems),
+      nodes_(num_nodes) {}
+
+bool GradientAccumulator::NodeState::Covers(uint32_t begin, uint32_t end) const {
+  if (begin >= end) return true;
+  for (const auto& [b, e] : received) {
+    if (b <= begin && end <= e) return true;
+  }
+  return false;
+}
+
+bool GradientAccumulator::Insert(NodeState& node, uint32_t begin, uint32_t end) {
+  auto& r = node.received;
+  for (const auto& [b, e] : r) {
+    if (b < end && begin < e) return false;
+  }
+  auto it = std::lower_bound(r.begin(), r.end(), std::make_pair(begin, end));
+  it = r.insert(it, {begin, end});
+  // Merge with the neighbours it touches, so Covers() sees one interval.
+  if (it + 1 != r.end() && it->second == (it + 1)->first) {
+    it->second = (it + 1)->second;
+    r.erase(it + 1);
+  }
+  if (it != r.begin() && (it - 1)->second == it->first) {
+    (it - 1)->second = it->second;
+    r.erase(it);
+  }
+  return true;
+}
+
+absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
+    uint32_t node, uint32_t offset, uint32_t count, const void* data, v1::DType dtype) {
+  // Elements past `required_` are layout padding: accepted, never folded.
+  uint32_t begin = offset;
+  uint32_t end = std::min(offset + count, required_);
+  NodeState& ns = nodes_[node];
+  if (ns.Covers(begin, end)) return Outcome::kDuplicate;
+  if (!Insert(ns, begin, end)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk [", offset, ", ", offset + count, ") of node ", node,
+        " overlaps a chunk received before only in part; resend the same chunks on retry"));
+  }
+  Fold(node, begin, end, data, dtype);
+  if (node == head_ && ns.Covers(0, required_)) AdvanceHead();
+  return Outcome::kApplied;
+}
+
+void GradientAccumulator::Fold(uint32_t node, uint32_t begin, uint32_t end, const void* data,
+                               v1::DType dtype) {
+  size_t n = end - begin;
+  if (node == head_) {
+    if (node == 0) {
+      DecodeFloats(data, n, dtype, sum_.data() + begin);
+    } else {
+      AccumulateFloats(data, n, dtype, sum_.data() + begin);
+    }
+    return;
+  }
+  NodeState& ns = nodes_[node];
+  if (ns.staging.empty()) ns.staging = AlignedBuffer<float>(block_elems_);
+  DecodeFloats(data, n, dtype, ns.staging.data() + begin);
+}
+
+void GradientAccumulator::AdvanceHead() {
+  while (head_ < num_nodes_ && nodes_[head_].Covers(0, required_)) {
+    ++head_;
+    if (head_ == num_nodes_) break;
+    // The new head's pieces all arrived early: fold them now, in order.
+    NodeState& next = nodes_[head_];
+    if (next.staging.empty()) continue;
+    for (const auto& [b, e] : next.received) {
+      AccumulateFloats(next.staging.data() + b, e - b, v1::DTYPE_FP32, sum_.data() + b);
+    }
+    next.staging = AlignedBuffer<float>();
+  }
+}
+
+std::vector<uint32_t> GradientAccumulator::MissingNodes() const {
+  std::vector<uint32_t> missing;
+  for (uint32_t k = head_; k < num_nodes_; ++k) {
+    if (!nodes_[k].Covers(0, required_)) missing.push_back(k);
+  }
+  return missing;
+}
+
+void GradientAccumulator::Reset() {
+  head_ = 0;
+  for (NodeState& ns : nodes_) {
+    ns.received.clear();
+    ns.staging = AlignedBuffer<float>();
+  }
+}
+
+size_t GradientAccumulator::bytes() const {
+  size_t b = sum_.size() * sizeof(float);
+  for (const NodeState& ns : nodes_) b += ns.staging.size() * sizeof(float);
+  return b;
+}
+
+}  // namespace zerostate::server

@@ -1,0 +1,77 @@
+// The gradient accumulator of one block for one step: sums every node's
+// pieces in fp32 in node-id order, whatever order they arrive in, and
+// recognises retries.
+//
+// Node k's pieces are folded straight into the sum once nodes 0..k-1 are
+// complete (the common, in-order case costs no extra memory); pieces of a
+// node that arrives early are decoded into a staging buffer and folded when
+// its turn comes. For each element the sum is therefore always
+// ((g0 + g1) + g2) + ..., bit-identical for any arrival order.
+//
+// Not thread-safe: the owning block's mutex guards it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "server/aligned_buffer.h"
+#include "zerostate/v1/state_service.pb.h"
+
+namespace zerostate::server {
+
+class GradientAccumulator {
+ public:
+  enum class Outcome { kApplied, kDuplicate };
+
+  // `required` elements at the start of the block must be covered by each
+  // node (the rest is layout padding, implicitly zero and never folded).
+  GradientAccumulator(uint32_t num_nodes, uint32_t block_elems, uint32_t required);
+
+  // Adds node `node`'s elements [offset, offset + count) from `data`
+  // (elements of `dtype`). A piece that lies entirely within pieces this
+  // node already sent is a retry: kDuplicate, nothing changes. A piece that
+  // overlaps earlier ones only in part is INVALID_ARGUMENT, nothing changes.
+  // REQUIRES: node < num_nodes, offset + count <= block_elems (checked by the caller).
+  absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count, const void* data,
+                              v1::DType dtype);
+
+  // True once every node has covered the required range and all are folded.
+  bool complete() const { return head_ == num_nodes_; }
+
+  // The summed gradient; valid in full once complete().
+  const float* sum() const { return sum_.data(); }
+  uint32_t required() const { return required_; }
+
+  // Node ids that have not yet covered the required range, for error messages.
+  std::vector<uint32_t> MissingNodes() const;
+
+  // Forgets every piece (the next step starts). Keeps the sum's memory.
+  void Reset();
+
+  // Bytes held, including staging buffers of early nodes.
+  size_t bytes() const;
+
+ private:
+  struct NodeState {
+    std::vector<std::pair<uint32_t, uint32_t>> received;  // sorted, merged [begin, end)
+    AlignedBuffer<float> staging;                          // early pieces, decoded
+    bool Covers(uint32_t begin, uint32_t end) const;
+  };
+
+  // Records [begin, end) as received; false if it overlaps part of an earlier piece.
+  static bool Insert(NodeState& node, uint32_t begin, uint32_t end);
+  void Fold(uint32_t node, uint32_t begin, uint32_t end, const void* data, v1::DType dtype);
+  void AdvanceHead();
+
+  const uint32_t num_nodes_;
+  const uint32_t block_elems_;
+  const uint32_t required_;
+  AlignedBuffer<float> sum_;
+  std::vector<NodeState> nodes_;
+  uint32_t head_ = 0;  // nodes [0, head_) are complete and folded
+};
+
+}  // namespace zerostate::server

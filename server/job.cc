@@ -1,0 +1,330 @@
+#include "server/job.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/convert.h"
+#include "common/init.h"
+
+namespace zerostate::server {
+namespace {
+
+bool HasLowp(const v1::JobSpec& spec) { return spec.weight_dtype() != v1::DTYPE_FP32; }
+
+uint64_t BytesPerElem(const v1::JobSpec& spec) {
+  return 4 /* master */ + 4 * MomentCount(spec.optimizer().kind()) + 4 /* gradient sum */ +
+         (HasLowp(spec) ? 2 : 0);
+}
+
+}  // namespace
+
+Job::Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index)
+    : spec_(std::move(spec)),
+      layout_(LayoutOf(spec_)),
+      servers_(std::move(servers)),
+      shard_index_(shard_index),
+      blocks_(ShardBlocks(layout_.num_blocks(), servers_.size(), shard_index)) {
+  const uint32_t be = layout_.block_elems;
+  for (uint64_t b = blocks_.begin; b < blocks_.end; ++b) {
+    uint64_t begin = b * be;
+    auto required = static_cast<uint32_t>(std::min<uint64_t>(be, layout_.used_elems - begin));
+    blocks_data_.push_back(std::make_unique<Block>(b, begin, required, be, spec_.num_nodes(),
+                                                   MomentCount(spec_.optimizer().kind()),
+                                                   HasLowp(spec_)));
+  }
+  InitializeWeights();
+}
+
+uint64_t Job::EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks) {
+  return shard_blocks * spec.block_elems() * BytesPerElem(spec);
+}
+
+uint64_t Job::shard_elems() const { return blocks_.size() * layout_.block_elems; }
+
+void Job::InitializeWeights() {
+  if (spec_.streamed_init()) return;  // zeros until InitWeights
+  for (auto& bp : blocks_data_) {
+    Block& b = *bp;
+    absl::MutexLock lock(&b.mu);
+    FillInitialWeights(layout_, spec_.seed(), Range{b.flat_begin, b.flat_begin + b.required},
+                       b.param.data());
+    if (!b.lowp.empty()) EncodeFloats(b.param.data(), b.required, spec_.weight_dtype(), b.lowp.data());
+  }
+}
+
+absl::StatusOr<Job::ChunkRef> Job::CheckChunk(const v1::Chunk& c, v1::DType dtype,
+                                              const char* dtype_field) const {
+  if (c.block() < blocks_.begin || c.block() >= blocks_.end) {
+    return absl::InvalidArgumentError(absl::StrCat("block: ", c.block(),
+                                                   " is not in this server's shard [",
+                                                   blocks_.begin, ", ", blocks_.end, ")"));
+  }
+  if (c.dtype() != dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype: chunk is ", DTypeName(c.dtype()), " but the job's ", dtype_field,
+                     " is ", DTypeName(dtype)));
+  }
+  size_t esize = DTypeSize(dtype);
+  if (c.data().empty() || c.data().size() % esize != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data: length ", c.data().size(), " is not a positive multiple of ", esize, " bytes"));
+  }
+  uint64_t count = c.data().size() / esize;
+  if (c.offset() + count > layout_.block_elems) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("offset: elements [", c.offset(), ", ", c.offset() + count,
+                     ") do not fit in a block of ", layout_.block_elems));
+  }
+  return ChunkRef{&block(c.block()), c.offset(), static_cast<uint32_t>(count)};
+}
+
+absl::StatusOr<Job::PushOutcome> Job::Push(const v1::Chunk& c) {
+  auto ref = CheckChunk(c, spec_.grad_dtype(), "grad_dtype");
+  if (!ref.ok()) return ref.status();
+  if (c.node() >= spec_.num_nodes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("node: ", c.node(), " is not below num_nodes ", spec_.num_nodes()));
+  }
+  Block& b = *ref->block;
+  absl::MutexLock lock(&b.mu);
+  if (c.step() < b.version) return PushOutcome::kDuplicate;  // that step is applied
+  if (c.step() > b.version) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step: ", c.step(), " is too far ahead; block ", b.index,
+                     " is at version ", b.version));
+  }
+  auto added = b.acc.Add(c.node(), ref->offset, ref->count, c.data().data(), c.dtype());
+  if (!added.ok()) return added.status();
+  return *added == GradientAccumulator::Outcome::kApplied ? PushOutcome::kApplied
+                                                          : PushOutcome::kDuplicate;
+}
+
+absl::Status Job::InitWeights(const v1::Chunk& c) {
+  if (!spec_.streamed_init()) {
+    return absl::FailedPreconditionError(
+        "job was registered with seeded weights (streamed_init is false)");
+  }
+  auto ref = CheckChunk(c, v1::DTYPE_FP32, "initial weights dtype");
+  if (!ref.ok()) return ref.status();
+  Block& b = *ref->block;
+  absl::MutexLock lock(&b.mu);
+  if (b.version != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "block ", b.index, " is at version ", b.version,
+        "; initial weights can be streamed only before the first step"));
+  }
+  std::memcpy(b.param.data() + ref->offset, c.data().data(), ref->count * sizeof(float));
+  if (!b.lowp.empty()) {
+    EncodeFloats(b.param.data() + ref->offset, ref->count, spec_.weight_dtype(),
+                 b.lowp.data() + ref->offset);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Job::AwaitBlock(Block& b, absl::Time deadline, const std::function<bool()>& pred,
+                             const std::function<std::string()>& what) const {
+  std::function<bool()> ready = [&] { return shutting_down_.load() || pred(); };
+  bool ok = b.mu.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  if (shutting_down_.load()) return absl::UnavailableError("server is shutting down");
+  if (!ok) return absl::DeadlineExceededError(what());
+  return absl::OkStatus();
+}
+
+absl::Status Job::CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const {
+  if (step > b.version) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step: ", step, " is too far ahead; block ", b.index, " is at version ",
+                     b.version, " and step ", b.version, " comes first"));
+  }
+  if (step + 1 < b.version || (for_stats && step + 1 == b.version &&
+                               (!b.stats.has_value() || b.stats_step != step))) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step: ", step, " is from the past; block ", b.index,
+                     " is already at version ", b.version));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GradStats> Job::Stats(uint64_t step, absl::Time deadline) {
+  GradStats total;
+  for (auto& bp : blocks_data_) {
+    Block& b = *bp;
+    absl::MutexLock lock(&b.mu);
+    if (auto s = CheckStepWindow(b, step, /*for_stats=*/true); !s.ok()) return s;
+    auto status = AwaitBlock(
+        b, deadline,
+        [&] { return b.version != step || b.acc.complete(); },
+        [&] {
+          return absl::StrCat("step ", step, ": block ", b.index,
+                              " is still missing gradients from nodes [",
+                              absl::StrJoin(b.acc.MissingNodes(), ", "), "]");
+        });
+    if (!status.ok()) return status;
+    if (b.version == step && (!b.stats.has_value() || b.stats_step != step)) {
+      b.stats = ComputeGradStats(b.acc.sum(), b.required);
+      b.stats_step = step;
+    }
+    if (auto s = CheckStepWindow(b, step, /*for_stats=*/true); !s.ok()) return s;
+    total.sum_squares += b.stats->sum_squares;
+    total.nonfinite += b.stats->nonfinite;
+  }
+  return total;
+}
+
+void Job::StepOneBlock(Block& b, const StepParams& params, bool skip) {
+  if (!skip) {
+    BlockRefs refs;
+    refs.param = b.param.data();
+    refs.m = b.m.data();
+    refs.v = b.v.data();
+    refs.grad = b.acc.sum();
+    refs.lowp = b.lowp.empty() ? nullptr : b.lowp.data();
+    refs.lowp_dtype = b.lowp.empty() ? v1::DTYPE_FP32 : spec_.weight_dtype();
+    refs.n = b.required;
+    StepBlock(params, refs);
+  }
+  ++b.version;
+  b.acc.Reset();
+}
+
+absl::StatusOr<Job::StepOutcome> Job::Step(const v1::StepRequest& req, absl::Time deadline,
+                                           ThreadPool& pool) {
+  if (!std::isfinite(req.lr()) || req.lr() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("lr: ", req.lr(), " must be finite and >= 0"));
+  }
+  if (!std::isfinite(req.grad_scale()) || req.grad_scale() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grad_scale: ", req.grad_scale(), " must be finite and >= 0"));
+  }
+  const uint64_t step = req.step();
+  // Phase 1: every block is in the window and complete, before anything changes.
+  for (auto& bp : blocks_data_) {
+    Block& b = *bp;
+    absl::MutexLock lock(&b.mu);
+    if (auto s = CheckStepWindow(b, step, /*for_stats=*/false); !s.ok()) return s;
+    auto status = AwaitBlock(
+        b, deadline, [&] { return b.version != step || b.acc.complete(); },
+        [&] {
+          return absl::StrCat("step ", step, ": block ", b.index,
+                              " is still missing gradients from nodes [",
+                              absl::StrJoin(b.acc.MissingNodes(), ", "), "]");
+        });
+    if (!status.ok()) return status;
+  }
+  // Phase 2: the fused optimizer pass, blocks spread over the pool.
+  StepParams params;
+  params.config = spec_.optimizer();
+  params.lr = req.lr();
+  params.grad_scale = req.grad_scale() == 0 ? 1.0f : req.grad_scale();
+  params.t = step + 1;
+  std::atomic<uint64_t> stepped{0};  // parameters
+  pool.ParallelFor(blocks_data_.size(), [&](size_t i) {
+    Block& b = *blocks_data_[i];
+    absl::MutexLock lock(&b.mu);
+    if (b.version != step) return;  // a concurrent retry got there first
+    StepOneBlock(b, params, req.skip());
+    stepped += b.required;
+  });
+  StepOutcome out;
+  out.version = step + 1;
+  out.already_applied = stepped.load() == 0;
+  out.params_stepped = req.skip() ? 0 : stepped.load();
+  return out;
+}
+
+absl::StatusOr<Range> Job::CheckGather(const v1::GatherRequest& req) const {
+  if (req.dtype() != v1::DTYPE_FP32 && req.dtype() != spec_.weight_dtype()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype: ", DTypeName(req.dtype()), " is neither fp32 nor the job's weight_dtype ",
+                     DTypeName(spec_.weight_dtype())));
+  }
+  Range shard{blocks_.begin * layout_.block_elems, blocks_.end * layout_.block_elems};
+  Range r{req.begin(), req.end() == 0 ? shard.end : req.end()};
+  if (r.begin >= r.end || r.begin < shard.begin || r.end > shard.end) {
+    return absl::InvalidArgumentError(absl::StrCat("range: [", r.begin, ", ", r.end,
+                                                   ") is empty or outside this server's shard [",
+                                                   shard.begin, ", ", shard.end, ")"));
+  }
+  return r;
+}
+
+absl::Status Job::Gather(Range range, uint64_t min_version, v1::DType dtype, uint32_t max_piece,
+                         absl::Time deadline,
+                         const std::function<bool(const v1::Chunk&)>& emit) {
+  v1::Chunk chunk;
+  chunk.set_job_id(spec_.job_id());
+  chunk.set_dtype(dtype);
+  const bool from_master = dtype == v1::DTYPE_FP32;
+  const size_t esize = DTypeSize(dtype);
+  for (const BlockPiece& p : SplitByBlock(range, layout_.block_elems, max_piece)) {
+    Block& b = block(p.block);
+    {
+      absl::MutexLock lock(&b.mu);
+      auto status = AwaitBlock(
+          b, deadline, [&] { return b.version >= min_version; },
+          [&] {
+            return absl::StrCat("block ", b.index, " is at version ", b.version,
+                                " and did not reach version ", min_version, " in time");
+          });
+      if (!status.ok()) return status;
+      const char* src = from_master ? reinterpret_cast<const char*>(b.param.data())
+                                    : reinterpret_cast<const char*>(b.lowp.data());
+      chunk.mutable_data()->assign(src + p.offset * esize, p.count * esize);
+      chunk.set_block(p.block);
+      chunk.set_offset(p.offset);
+      chunk.set_version(b.version);
+    }
+    if (!emit(chunk)) return absl::CancelledError("client went away");
+  }
+  return absl::OkStatus();
+}
+
+v1::JobInfo Job::Info() const {
+  v1::JobInfo info;
+  info.set_job_id(spec_.job_id());
+  info.set_total_elems(layout_.total_elems);
+  info.set_block_elems(layout_.block_elems);
+  info.set_num_blocks(layout_.num_blocks());
+  info.set_first_block(blocks_.begin);
+  info.set_shard_blocks(blocks_.size());
+  uint64_t version = UINT64_MAX;
+  for (const auto& bp : blocks_data_) {
+    absl::MutexLock lock(&bp->mu);
+    version = std::min(version, bp->version);
+  }
+  info.set_version(blocks_data_.empty() ? 0 : version);
+  for (const TensorSlot& t : layout_.tensors) {
+    auto* p = info.add_tensors();
+    p->set_name(t.name);
+    p->set_offset(t.offset);
+    p->set_numel(t.numel);
+  }
+  info.set_state_bytes(EstimateBytes(spec_, blocks_.size()));
+  return info;
+}
+
+void Job::FillStatus(v1::JobStatusResponse* out) const {
+  *out->mutable_info() = Info();
+  *out->mutable_spec() = spec_;
+  uint64_t lo = UINT64_MAX, hi = 0, waiting = 0;
+  for (const auto& bp : blocks_data_) {
+    absl::MutexLock lock(&bp->mu);
+    lo = std::min(lo, bp->version);
+    hi = std::max(hi, bp->version);
+    if (!bp->acc.complete()) ++waiting;
+  }
+  out->set_min_version(blocks_data_.empty() ? 0 : lo);
+  out->set_max_version(hi);
+  out->set_blocks_waiting(waiting);
+}
+
+void Job::Shutdown() {
+  shutting_down_ = true;
+  // Releasing each block's mutex makes absl re-evaluate its waiters' conditions.
+  for (auto& bp : blocks_data_) absl::MutexLock lock(&bp->mu);
+}
+
+}  // namespace zerostate::server

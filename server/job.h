@@ -1,0 +1,117 @@
+// One job's shard on this server: its blocks and the operations of a step.
+//
+// Every operation validates its input completely before it changes
+// anything, so a bad request leaves the job exactly as it was. Each block
+// has its own mutex (no job-wide lock on the data path); waits for a
+// block's progress use that mutex's conditions with a deadline.
+//
+// Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/job_spec.h"
+#include "common/shard_map.h"
+#include "server/block.h"
+#include "server/thread_pool.h"
+#include "zerostate/v1/state_service.pb.h"
+
+namespace zerostate::server {
+
+class Job {
+ public:
+  enum class PushOutcome { kApplied, kDuplicate };
+
+  struct StepOutcome {
+    uint64_t version = 0;
+    bool already_applied = false;
+    uint64_t params_stepped = 0;  // 0 when already applied or skipped
+  };
+
+  // Allocates the shard's blocks and initializes the weights (seeded, or
+  // zero awaiting InitWeights). REQUIRES: spec normalized, shard_index < servers.size().
+  Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index);
+
+  // RAM a job with this spec and shard would hold, before any staging.
+  static uint64_t EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks);
+
+  const v1::JobSpec& spec() const { return spec_; }
+  const Layout& layout() const { return layout_; }
+  const std::vector<std::string>& servers() const { return servers_; }
+  uint32_t shard_index() const { return shard_index_; }
+  Range blocks() const { return blocks_; }
+  uint64_t shard_elems() const;
+
+  // Adds a piece of node chunk.node()'s gradient for chunk.step().
+  // A retry, or a push for a step already applied, is kDuplicate.
+  // Errors: INVALID_ARGUMENT (block, range, length, node, dtype, partial
+  // overlap), FAILED_PRECONDITION (step too far ahead).
+  absl::StatusOr<PushOutcome> Push(const v1::Chunk& chunk);
+
+  // Writes initial fp32 weights. Errors: INVALID_ARGUMENT (block, range,
+  // length, dtype), FAILED_PRECONDITION (not streamed_init, already stepped).
+  absl::Status InitWeights(const v1::Chunk& chunk);
+
+  // Statistics of the summed gradient of `step` over the shard, once every
+  // block has every node's gradient. Errors: FAILED_PRECONDITION (step from
+  // the past or too far ahead), DEADLINE_EXCEEDED (names missing nodes),
+  // UNAVAILABLE (shutting down).
+  absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline);
+
+  // Applies optimizer step req.step() to every block, in parallel on `pool`,
+  // once all nodes contributed. Idempotent. Errors: INVALID_ARGUMENT (lr,
+  // grad_scale), FAILED_PRECONDITION, DEADLINE_EXCEEDED, UNAVAILABLE.
+  absl::StatusOr<StepOutcome> Step(const v1::StepRequest& req, absl::Time deadline,
+                                   ThreadPool& pool);
+
+  // Checks a gather request; returns the element range it covers.
+  absl::StatusOr<Range> CheckGather(const v1::GatherRequest& req) const;
+
+  // Serves `range` (from CheckGather) block piece by piece, each once its
+  // block reaches min_version, calling emit(chunk) in order; stops early
+  // when emit returns false (the client went away). At most `max_piece`
+  // elements per chunk. Errors: DEADLINE_EXCEEDED, UNAVAILABLE.
+  absl::Status Gather(Range range, uint64_t min_version, v1::DType dtype, uint32_t max_piece,
+                      absl::Time deadline, const std::function<bool(const v1::Chunk&)>& emit);
+
+  // The shard's placement, versions and progress.
+  v1::JobInfo Info() const;
+  void FillStatus(v1::JobStatusResponse* out) const;
+
+  // Wakes every waiter with UNAVAILABLE; later waits fail at once.
+  void Shutdown();
+
+ private:
+  struct ChunkRef {
+    Block* block;
+    uint32_t offset;
+    uint32_t count;
+  };
+  // Validates the placement and payload of a chunk of `dtype`.
+  absl::StatusOr<ChunkRef> CheckChunk(const v1::Chunk& c, v1::DType dtype,
+                                      const char* dtype_field) const;
+  Block& block(uint64_t global_index) const { return *blocks_data_[global_index - blocks_.begin]; }
+  // Waits under b.mu until pred() holds; the error names what was awaited.
+  absl::Status AwaitBlock(Block& b, absl::Time deadline, const std::function<bool()>& pred,
+                          const std::function<std::string()>& what) const;
+  absl::Status CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const;
+  void StepOneBlock(Block& b, const StepParams& params, bool skip);
+  void InitializeWeights();
+
+  const v1::JobSpec spec_;
+  const Layout layout_;
+  const std::vector<std::string> servers_;
+  const uint32_t shard_index_;
+  const Range blocks_;
+  std::vector<std::unique_ptr<Block>> blocks_data_;
+  std::atomic<bool> shutting_down_{false};
+};
+
+}  // namespace zerostate::server

@@ -1,0 +1,109 @@
+#include "server/job_registry.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
+
+namespace zerostate::server {
+namespace {
+
+absl::Status CheckServers(const v1::RegisterJobRequest& req) {
+  if (req.servers_size() == 0) {
+    return absl::InvalidArgumentError("servers: the job's server list is empty");
+  }
+  for (int i = 0; i < req.servers_size(); ++i) {
+    if (req.servers(i).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("servers[", i, "]: empty address"));
+    }
+  }
+  if (req.shard_index() >= static_cast<uint32_t>(req.servers_size())) {
+    return absl::InvalidArgumentError(absl::StrCat("shard_index: ", req.shard_index(),
+                                                   " is not below the number of servers ",
+                                                   req.servers_size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSameJob(const Job& job, const v1::JobSpec& spec,
+                          const v1::RegisterJobRequest& req) {
+  std::string diff = FirstDifference(job.spec(), spec);
+  if (!diff.empty()) {
+    return absl::AlreadyExistsError(absl::StrCat("job '", spec.job_id(),
+                                                 "' exists with a different spec: ", diff));
+  }
+  std::vector<std::string> servers(req.servers().begin(), req.servers().end());
+  if (servers != job.servers() || req.shard_index() != job.shard_index()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "job '", spec.job_id(), "' exists with a different server list or shard_index (",
+        job.shard_index(), " of ", job.servers().size(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::RegisterJobRequest& req) {
+  auto spec = NormalizeJobSpec(req.spec());
+  if (!spec.ok()) return spec.status();
+  if (auto s = CheckServers(req); !s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("server is shutting down");
+  if (auto it = jobs_.find(spec->job_id()); it != jobs_.end()) {
+    if (auto s = CheckSameJob(*it->second, *spec, req); !s.ok()) return s;
+    return Registered{it->second, false};
+  }
+  Layout layout = LayoutOf(*spec);
+  Range blocks = ShardBlocks(layout.num_blocks(), req.servers_size(), req.shard_index());
+  uint64_t bytes = Job::EstimateBytes(*spec, blocks.size());
+  if (bytes > ram_budget_ - ram_used_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job '", spec->job_id(), "' needs ", bytes, " bytes on this server but only ",
+                     ram_budget_ - ram_used_, " of the RAM budget ", ram_budget_, " are free"));
+  }
+  std::vector<std::string> servers(req.servers().begin(), req.servers().end());
+  auto job = std::make_shared<Job>(*std::move(spec), std::move(servers), req.shard_index());
+  ram_used_ += bytes;
+  jobs_[job->spec().job_id()] = job;
+  return Registered{job, true};
+}
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Get(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job '", job_id, "' is not registered here"));
+  }
+  return it->second;
+}
+
+bool JobRegistry::Delete(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return false;
+  ram_used_ -= Job::EstimateBytes(it->second->spec(), it->second->blocks().size());
+  jobs_.erase(it);
+  return true;
+}
+
+uint64_t JobRegistry::ram_used() const {
+  absl::MutexLock lock(&mu_);
+  return ram_used_;
+}
+
+size_t JobRegistry::size() const {
+  absl::MutexLock lock(&mu_);
+  return jobs_.size();
+}
+
+void JobRegistry::Shutdown() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+    for (auto& [id, job] : jobs_) jobs.push_back(job);
+  }
+  for (auto& job : jobs) job->Shutdown();
+}
+
+}  // namespace zerostate::server

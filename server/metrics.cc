@@ -1,0 +1,90 @@
+#include "server/metrics.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace zerostate::server {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+// 100 us .. ~200 s, factor 2.5 per bucket.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 1e-4; v < 250; v *= 2.5) b.push_back(v);
+  return b;
+}
+
+}  // namespace
+
+ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
+    : registry_(std::move(r)),
+      bytes_received_(BuildCounter().Name("zerostate_rpc_bytes_received_total")
+                          .Help("Payload bytes received, by method").Register(*registry_)),
+      bytes_sent_(BuildCounter().Name("zerostate_rpc_bytes_sent_total")
+                      .Help("Payload bytes sent, by method").Register(*registry_)),
+      rpc_duration_(BuildHistogram().Name("zerostate_rpc_duration_seconds")
+                        .Help("RPC latency on the server, by method").Register(*registry_)),
+      rejected_(BuildCounter().Name("zerostate_rpc_rejected_total")
+                    .Help("Calls answered with an error, by method and gRPC code")
+                    .Register(*registry_)),
+      step_duration_(BuildHistogram().Name("zerostate_step_duration_seconds")
+                         .Help("Optimizer pass of one Step over the shard").Register(*registry_)),
+      optimizer_params_(BuildCounter().Name("zerostate_optimizer_params_total")
+                            .Help("Parameters stepped by the optimizer").Register(*registry_)),
+      job_version_(BuildGauge().Name("zerostate_job_version")
+                       .Help("Lowest block version of the job's shard").Register(*registry_)),
+      job_steps_(BuildCounter().Name("zerostate_job_steps_total")
+                     .Help("Steps applied").Register(*registry_)),
+      job_skipped_(BuildCounter().Name("zerostate_job_steps_skipped_total")
+                       .Help("Steps skipped on the coordinator's word").Register(*registry_)),
+      job_state_bytes_(BuildGauge().Name("zerostate_job_state_bytes")
+                           .Help("RAM the job holds on this server").Register(*registry_)),
+      ram_used_(BuildGauge().Name("zerostate_ram_used_bytes").Help("RAM held by all jobs")
+                    .Register(*registry_).Add({})),
+      ram_budget_(BuildGauge().Name("zerostate_ram_budget_bytes").Help("The server's RAM budget")
+                      .Register(*registry_).Add({})),
+      jobs_(BuildGauge().Name("zerostate_jobs").Help("Jobs registered").Register(*registry_)
+                .Add({})) {}
+
+void ServerMetrics::RecordRpc(const std::string& method, const absl::Status& status,
+                              double seconds, uint64_t bytes_in, uint64_t bytes_out) {
+  rpc_duration_.Add({{"method", method}}, LatencyBuckets()).Observe(seconds);
+  if (bytes_in > 0) bytes_received_.Add({{"method", method}}).Increment(bytes_in);
+  if (bytes_out > 0) bytes_sent_.Add({{"method", method}}).Increment(bytes_out);
+  if (!status.ok()) {
+    std::string reason = absl::StatusCodeToString(status.code());
+    rejected_.Add({{"method", method}, {"reason", reason}}).Increment();
+  }
+}
+
+void ServerMetrics::RecordStep(const std::string& job, double seconds, uint64_t params,
+                               bool skipped, uint64_t version) {
+  step_duration_.Add({{"job", job}}, LatencyBuckets()).Observe(seconds);
+  optimizer_params_.Add({{"job", job}}).Increment(params);
+  (skipped ? job_skipped_ : job_steps_).Add({{"job", job}}).Increment();
+  job_version_.Add({{"job", job}}).Set(version);
+}
+
+void ServerMetrics::SetJob(const std::string& job, uint64_t state_bytes, uint64_t version) {
+  job_state_bytes_.Add({{"job", job}}).Set(state_bytes);
+  job_version_.Add({{"job", job}}).Set(version);
+  job_steps_.Add({{"job", job}});
+  job_skipped_.Add({{"job", job}});
+  optimizer_params_.Add({{"job", job}});
+}
+
+void ServerMetrics::ForgetJob(const std::string& job) {
+  job_state_bytes_.Remove(&job_state_bytes_.Add({{"job", job}}));
+  job_version_.Remove(&job_version_.Add({{"job", job}}));
+}
+
+void ServerMetrics::SetRam(uint64_t used, uint64_t budget, size_t jobs) {
+  ram_used_.Set(used);
+  ram_budget_.Set(budget);
+  jobs_.Set(jobs);
+}
+
+}  // namespace zerostate::server

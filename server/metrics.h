@@ -1,0 +1,54 @@
+// The server's Prometheus metrics (names in docs/metrics.md), registered
+// in a registry that main() exposes on the metrics port. Labels carry
+// method names, status codes and job ids, never secrets. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace zerostate::server {
+
+class ServerMetrics {
+ public:
+  explicit ServerMetrics(std::shared_ptr<prometheus::Registry> registry);
+
+  // One finished RPC: its latency, payload bytes each way, and its answer.
+  void RecordRpc(const std::string& method, const absl::Status& status, double seconds,
+                 uint64_t bytes_in, uint64_t bytes_out);
+
+  // One Step RPC that ran the optimizer (or skipped) on `job`'s shard.
+  void RecordStep(const std::string& job, double seconds, uint64_t params, bool skipped,
+                  uint64_t version);
+
+  void SetJob(const std::string& job, uint64_t state_bytes, uint64_t version);
+  void ForgetJob(const std::string& job);
+  void SetRam(uint64_t used, uint64_t budget, size_t jobs);
+
+  const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>& bytes_received_;
+  prometheus::Family<prometheus::Counter>& bytes_sent_;
+  prometheus::Family<prometheus::Histogram>& rpc_duration_;
+  prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Family<prometheus::Histogram>& step_duration_;
+  prometheus::Family<prometheus::Counter>& optimizer_params_;
+  prometheus::Family<prometheus::Gauge>& job_version_;
+  prometheus::Family<prometheus::Counter>& job_steps_;
+  prometheus::Family<prometheus::Counter>& job_skipped_;
+  prometheus::Family<prometheus::Gauge>& job_state_bytes_;
+  prometheus::Gauge& ram_used_;
+  prometheus::Gauge& ram_budget_;
+  prometheus::Gauge& jobs_;
+};
+
+}  // namespace zerostate::server

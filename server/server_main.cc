@@ -1,0 +1,58 @@
+// zerostate-server: one state server process. See README.md and
+// docs/operations.md. Stops cleanly on SIGTERM or SIGINT.
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "server/state_server.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "gRPC address host:port (port 0: any free port)");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
+          "Prometheus metrics address host:port (empty: no metrics endpoint)");
+ABSL_FLAG(uint64_t, ram_budget_bytes, 0, "RAM the server's jobs may hold (0: 80% of physical RAM)");
+ABSL_FLAG(int, threads, 0, "optimizer threads (0: one per core)");
+ABSL_FLAG(int, max_wait_seconds, 600, "longest wait of a call that set no deadline");
+ABSL_FLAG(int, grace_seconds, 10, "time in-flight calls get to finish on SIGTERM");
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("zerostate state server: holds sharded training state");
+  absl::ParseCommandLine(argc, argv);
+
+  // Every thread inherits this mask; one thread waits for the signals.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  zerostate::server::ServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  options.ram_budget_bytes = absl::GetFlag(FLAGS_ram_budget_bytes);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.service.max_wait = absl::Seconds(absl::GetFlag(FLAGS_max_wait_seconds));
+  auto server = zerostate::server::StateServer::Start(options);
+  if (!server.ok()) {
+    std::cerr << "zerostate-server: " << server.status() << std::endl;
+    return 1;
+  }
+  std::cout << "zerostate-server listening on " << (*server)->address() << " metrics on "
+            << ((*server)->metrics_address().empty() ? "(off)" : (*server)->metrics_address())
+            << std::endl;
+
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::cout << "zerostate-server: signal " << sig << ", shutting down" << std::endl;
+    (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_grace_seconds)));
+  });
+  (*server)->Wait();
+  waiter.join();
+  std::cout << "zerostate-server: stopped" << std::endl;
+  return 0;
+}

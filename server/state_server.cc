@@ -1,0 +1,104 @@
+#include "server/state_server.h"
+
+#include <unistd.h>
+
+#include <random>
+#include <thread>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "prometheus/exposer.h"
+
+namespace zerostate::server {
+namespace {
+
+constexpr int kMaxMessageBytes = 256 << 20;
+
+uint64_t DefaultRamBudget() {
+  uint64_t pages = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES));
+  uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return pages * page / 10 * 8;
+}
+
+uint64_t NewIncarnation() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ static_cast<uint64_t>(getpid());
+}
+
+std::string HostOf(const std::string& addr) { return addr.substr(0, addr.rfind(':')); }
+
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartExposer(
+    const std::string& addr, const std::shared_ptr<prometheus::Registry>& registry,
+    std::string* bound) {
+  try {
+    auto exposer = std::make_unique<prometheus::Exposer>(addr);
+    exposer->RegisterCollectable(registry);
+    auto ports = exposer->GetListeningPorts();
+    *bound = absl::StrCat(HostOf(addr), ":", ports.empty() ? 0 : ports.front());
+    return exposer;
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(
+        absl::StrCat("metrics_listen: cannot listen on ", addr, ": ", e.what()));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOptions& opt) {
+  if (opt.listen.rfind(':') == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("listen: '", opt.listen, "' is not host:port"));
+  }
+  std::unique_ptr<StateServer> s(new StateServer());
+  s->incarnation_ = NewIncarnation();
+  uint64_t budget = opt.ram_budget_bytes ? opt.ram_budget_bytes : DefaultRamBudget();
+  int threads = opt.threads > 0 ? opt.threads
+                                : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  s->jobs_ = std::make_unique<JobRegistry>(budget);
+  s->rendezvous_ = std::make_unique<RendezvousTable>();
+  s->pool_ = std::make_unique<ThreadPool>(threads);
+  s->metrics_ = std::make_unique<ServerMetrics>(std::make_shared<prometheus::Registry>());
+  s->metrics_->SetRam(0, budget, 0);
+  if (!opt.metrics_listen.empty()) {
+    auto exposer = StartExposer(opt.metrics_listen, s->metrics_->registry(), &s->metrics_address_);
+    if (!exposer.ok()) return exposer.status();
+    s->exposer_ = *std::move(exposer);
+  }
+  s->service_ = std::make_unique<StateServiceImpl>(opt.service, *s->jobs_, *s->rendezvous_,
+                                                   *s->pool_, *s->metrics_, s->incarnation_);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(opt.listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(s->service_.get());
+  builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  s->grpc_server_ = builder.BuildAndStart();
+  if (!s->grpc_server_ || port == 0) {
+    return absl::UnavailableError(absl::StrCat("listen: cannot listen on ", opt.listen));
+  }
+  s->address_ = absl::StrCat(HostOf(opt.listen), ":", port);
+  return s;
+}
+
+void StateServer::Shutdown(absl::Duration grace) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  jobs_->Shutdown();
+  rendezvous_->Shutdown();
+  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+}
+
+void StateServer::Wait() { grpc_server_->Wait(); }
+
+StateServer::~StateServer() {
+  if (grpc_server_) {
+    Shutdown(absl::ZeroDuration());
+    grpc_server_->Wait();
+  }
+}
+
+}  // namespace zerostate::server

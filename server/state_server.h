@@ -1,0 +1,65 @@
+// A whole state server: job registry, optimizer thread pool, rendezvous,
+// metrics exposer and the gRPC server with health checking and reflection.
+// main() builds one from flags; tests may build one in-process.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "server/state_service.h"
+
+namespace grpc {
+class Server;
+}
+namespace prometheus {
+class Exposer;
+}
+
+namespace zerostate::server {
+
+struct ServerOptions {
+  std::string listen = "0.0.0.0:7070";           // gRPC; port 0 picks a free one
+  std::string metrics_listen = "0.0.0.0:9464";   // Prometheus; "" disables
+  uint64_t ram_budget_bytes = 0;                 // 0: 80% of physical RAM
+  int threads = 0;                               // optimizer threads; 0: all cores
+  ServiceOptions service;
+};
+
+class StateServer {
+ public:
+  // Starts listening. Errors: INVALID_ARGUMENT (options), UNAVAILABLE
+  // (an address could not be bound; names it).
+  static absl::StatusOr<std::unique_ptr<StateServer>> Start(const ServerOptions& options);
+  ~StateServer();  // Shutdown(absl::ZeroDuration()) if still running
+
+  // The bound addresses, with the real ports.
+  const std::string& address() const { return address_; }
+  const std::string& metrics_address() const { return metrics_address_; }
+  uint64_t incarnation() const { return incarnation_; }
+
+  // Stops: waiting calls fail with UNAVAILABLE at once, other in-flight
+  // calls get `grace` to finish, then are cancelled. Idempotent.
+  void Shutdown(absl::Duration grace);
+  // Blocks until the gRPC server has stopped.
+  void Wait();
+
+ private:
+  StateServer() = default;
+
+  uint64_t incarnation_ = 0;
+  std::string address_;
+  std::string metrics_address_;
+  std::unique_ptr<JobRegistry> jobs_;
+  std::unique_ptr<RendezvousTable> rendezvous_;
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::unique_ptr<prometheus::Exposer> exposer_;
+  std::unique_ptr<StateServiceImpl> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  bool shut_down_ = false;
+};
+
+}  // namespace zerostate::server

@@ -1,0 +1,201 @@
+#include "server/state_service.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc_status.h"
+
+namespace zerostate::server {
+
+StateServiceImpl::StateServiceImpl(ServiceOptions options, JobRegistry& jobs,
+                                   RendezvousTable& rendezvous, ThreadPool& pool,
+                                   ServerMetrics& metrics, uint64_t incarnation)
+    : options_(options),
+      jobs_(jobs),
+      rendezvous_(rendezvous),
+      pool_(pool),
+      metrics_(metrics),
+      incarnation_(incarnation) {}
+
+template <typename Body>
+grpc::Status StateServiceImpl::Serve(const char* method, Body&& body) {
+  absl::Time start = absl::Now();
+  Traffic traffic;
+  absl::Status status = body(traffic);
+  metrics_.RecordRpc(method, status, absl::ToDoubleSeconds(absl::Now() - start), traffic.in,
+                     traffic.out);
+  return ToGrpcStatus(status);
+}
+
+absl::Time StateServiceImpl::DeadlineOf(const grpc::ServerContext* ctx) const {
+  absl::Time cap = absl::Now() + options_.max_wait;
+  auto d = ctx->deadline();
+  if (d == std::chrono::system_clock::time_point::max()) return cap;
+  return std::min(cap, absl::FromChrono(d));
+}
+
+void StateServiceImpl::PublishRam() {
+  metrics_.SetRam(jobs_.ram_used(), jobs_.ram_budget(), jobs_.size());
+}
+
+grpc::Status StateServiceImpl::RegisterJob(grpc::ServerContext*, const v1::RegisterJobRequest* req,
+                                           v1::RegisterJobResponse* resp) {
+  return Serve("RegisterJob", [&](Traffic& t) -> absl::Status {
+    t.in = req->ByteSizeLong();
+    auto reg = jobs_.Register(*req);
+    if (!reg.ok()) return reg.status();
+    *resp->mutable_info() = reg->job->Info();
+    resp->set_created(reg->created);
+    resp->set_incarnation(incarnation_);
+    metrics_.SetJob(reg->job->spec().job_id(), resp->info().state_bytes(), resp->info().version());
+    PublishRam();
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status StateServiceImpl::InitWeights(grpc::ServerContext*,
+                                           grpc::ServerReader<v1::Chunk>* reader,
+                                           v1::InitWeightsResponse* resp) {
+  return Serve("InitWeights", [&](Traffic& t) -> absl::Status {
+    v1::Chunk chunk;
+    std::shared_ptr<Job> job;
+    while (reader->Read(&chunk)) {
+      t.in += chunk.data().size();
+      if (!job || job->spec().job_id() != chunk.job_id()) {
+        auto j = jobs_.Get(chunk.job_id());
+        if (!j.ok()) return j.status();
+        job = *std::move(j);
+      }
+      if (auto s = job->InitWeights(chunk); !s.ok()) return s;
+      resp->set_chunks_applied(resp->chunks_applied() + 1);
+    }
+    resp->set_incarnation(incarnation_);
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status StateServiceImpl::PushGradients(grpc::ServerContext*,
+                                             grpc::ServerReader<v1::Chunk>* reader,
+                                             v1::PushResponse* resp) {
+  return Serve("PushGradients", [&](Traffic& t) -> absl::Status {
+    v1::Chunk chunk;
+    std::shared_ptr<Job> job;
+    while (reader->Read(&chunk)) {
+      t.in += chunk.data().size();
+      if (!job || job->spec().job_id() != chunk.job_id()) {
+        auto j = jobs_.Get(chunk.job_id());
+        if (!j.ok()) return j.status();
+        job = *std::move(j);
+      }
+      auto outcome = job->Push(chunk);
+      if (!outcome.ok()) return outcome.status();
+      if (*outcome == Job::PushOutcome::kApplied) {
+        resp->set_chunks_applied(resp->chunks_applied() + 1);
+      } else {
+        resp->set_chunks_duplicate(resp->chunks_duplicate() + 1);
+      }
+    }
+    resp->set_incarnation(incarnation_);
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status StateServiceImpl::GradStats(grpc::ServerContext* ctx, const v1::GradStatsRequest* req,
+                                         v1::GradStatsResponse* resp) {
+  return Serve("GradStats", [&](Traffic&) -> absl::Status {
+    auto job = jobs_.Get(req->job_id());
+    if (!job.ok()) return job.status();
+    auto stats = (*job)->Stats(req->step(), DeadlineOf(ctx));
+    if (!stats.ok()) return stats.status();
+    resp->set_sum_squares(stats->sum_squares);
+    resp->set_nonfinite_count(stats->nonfinite);
+    resp->set_incarnation(incarnation_);
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status StateServiceImpl::Step(grpc::ServerContext* ctx, const v1::StepRequest* req,
+                                    v1::StepResponse* resp) {
+  return Serve("Step", [&](Traffic&) -> absl::Status {
+    auto job = jobs_.Get(req->job_id());
+    if (!job.ok()) return job.status();
+    absl::Time start = absl::Now();
+    auto out = (*job)->Step(*req, DeadlineOf(ctx), pool_);
+    if (!out.ok()) return out.status();
+    if (!out->already_applied) {
+      metrics_.RecordStep(req->job_id(), absl::ToDoubleSeconds(absl::Now() - start),
+                          out->params_stepped, req->skip(), out->version);
+    }
+    resp->set_version(out->version);
+    resp->set_already_applied(out->already_applied);
+    resp->set_incarnation(incarnation_);
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status StateServiceImpl::Gather(grpc::ServerContext* ctx, const v1::GatherRequest* req,
+                                      grpc::ServerWriter<v1::Chunk>* writer) {
+  return Serve("Gather", [&](Traffic& t) -> absl::Status {
+    auto job = jobs_.Get(req->job_id());
+    if (!job.ok()) return job.status();
+    auto range = (*job)->CheckGather(*req);
+    if (!range.ok()) return range.status();
+    return (*job)->Gather(*range, req->min_version(), req->dtype(), options_.gather_piece_elems,
+                          DeadlineOf(ctx), [&](const v1::Chunk& chunk) {
+                            t.out += chunk.data().size();
+                            return writer->Write(chunk);
+                          });
+  });
+}
+
+grpc::Status StateServiceImpl::JobStatus(grpc::ServerContext*, const v1::JobStatusRequest* req,
+                                         v1::JobStatusResponse* resp) {
+  return Serve("JobStatus", [&](Traffic&) -> absl::Status {
+    auto job = jobs_.Get(req->job_id());
+    if (!job.ok()) return job.status();
+    (*job)->FillStatus(resp);
+    resp->set_incarnation(incarnation_);
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status StateServiceImpl::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* req,
+                                         v1::DeleteJobResponse* resp) {
+  return Serve("DeleteJob", [&](Traffic&) -> absl::Status {
+    bool deleted = jobs_.Delete(req->job_id());
+    if (deleted) metrics_.ForgetJob(req->job_id());
+    resp->set_deleted(deleted);
+    resp->set_incarnation(incarnation_);
+    PublishRam();
+    return absl::OkStatus();
+  });
+}
+
+grpc::Status StateServiceImpl::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest*,
+                                          v1::CheckpointResponse*) {
+  return Serve("Checkpoint", [&](Traffic&) {
+    return absl::UnimplementedError("Checkpoint: the checkpoint tier is not built yet");
+  });
+}
+
+grpc::Status StateServiceImpl::Restore(grpc::ServerContext*, const v1::RestoreRequest*,
+                                       v1::RestoreResponse*) {
+  return Serve("Restore", [&](Traffic&) {
+    return absl::UnimplementedError("Restore: the checkpoint tier is not built yet");
+  });
+}
+
+grpc::Status StateServiceImpl::Rendezvous(grpc::ServerContext* ctx,
+                                          const v1::RendezvousRequest* req,
+                                          v1::RendezvousResponse* resp) {
+  return Serve("Rendezvous", [&](Traffic&) -> absl::Status {
+    auto values = rendezvous_.Join(req->job_id(), req->key(), req->rank(), req->world(),
+                                   req->value(), DeadlineOf(ctx));
+    if (!values.ok()) return values.status();
+    for (auto& v : *values) resp->add_values(std::move(v));
+    resp->set_incarnation(incarnation_);
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace zerostate::server

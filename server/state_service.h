@@ -1,0 +1,74 @@
+// The gRPC edge of the state server: each handler decodes the request,
+// hands it to the JobRegistry / Job / Rendezvous, converts the answer to a
+// grpc::Status and records metrics. No math, no I/O, no contended lock here.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "server/job_registry.h"
+#include "server/metrics.h"
+#include "server/rendezvous.h"
+#include "server/thread_pool.h"
+#include "zerostate/v1/state_service.grpc.pb.h"
+
+namespace zerostate::server {
+
+struct ServiceOptions {
+  // Upper bound on any wait (gather, stats, step, rendezvous) when the
+  // caller set no deadline.
+  absl::Duration max_wait = absl::Minutes(10);
+  // Elements per gathered chunk message.
+  uint32_t gather_piece_elems = 256 * 1024;
+};
+
+class StateServiceImpl final : public v1::StateService::Service {
+ public:
+  // All references must outlive the service.
+  StateServiceImpl(ServiceOptions options, JobRegistry& jobs, RendezvousTable& rendezvous,
+                   ThreadPool& pool, ServerMetrics& metrics, uint64_t incarnation);
+
+  grpc::Status RegisterJob(grpc::ServerContext* ctx, const v1::RegisterJobRequest* req,
+                           v1::RegisterJobResponse* resp) override;
+  grpc::Status InitWeights(grpc::ServerContext* ctx, grpc::ServerReader<v1::Chunk>* reader,
+                           v1::InitWeightsResponse* resp) override;
+  grpc::Status PushGradients(grpc::ServerContext* ctx, grpc::ServerReader<v1::Chunk>* reader,
+                             v1::PushResponse* resp) override;
+  grpc::Status GradStats(grpc::ServerContext* ctx, const v1::GradStatsRequest* req,
+                         v1::GradStatsResponse* resp) override;
+  grpc::Status Step(grpc::ServerContext* ctx, const v1::StepRequest* req,
+                    v1::StepResponse* resp) override;
+  grpc::Status Gather(grpc::ServerContext* ctx, const v1::GatherRequest* req,
+                      grpc::ServerWriter<v1::Chunk>* writer) override;
+  grpc::Status JobStatus(grpc::ServerContext* ctx, const v1::JobStatusRequest* req,
+                         v1::JobStatusResponse* resp) override;
+  grpc::Status DeleteJob(grpc::ServerContext* ctx, const v1::DeleteJobRequest* req,
+                         v1::DeleteJobResponse* resp) override;
+  grpc::Status Checkpoint(grpc::ServerContext* ctx, const v1::CheckpointRequest* req,
+                          v1::CheckpointResponse* resp) override;
+  grpc::Status Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
+                       v1::RestoreResponse* resp) override;
+  grpc::Status Rendezvous(grpc::ServerContext* ctx, const v1::RendezvousRequest* req,
+                          v1::RendezvousResponse* resp) override;
+
+ private:
+  // Payload bytes of one call, for the byte counters.
+  struct Traffic {
+    uint64_t in = 0;
+    uint64_t out = 0;
+  };
+  // Runs `body`, records latency, traffic and the answer under `method`.
+  template <typename Body>
+  grpc::Status Serve(const char* method, Body&& body);
+  absl::Time DeadlineOf(const grpc::ServerContext* ctx) const;
+  void PublishRam();
+
+  const ServiceOptions options_;
+  JobRegistry& jobs_;
+  RendezvousTable& rendezvous_;
+  ThreadPool& pool_;
+  ServerMetrics& metrics_;
+  const uint64_t incarnation_;
+};
+
+}  // namespace zerostate::server

@@ -1,0 +1,41 @@
+// A fixed set of worker threads for the optimizer step. Several jobs'
+// steps may share it; each ParallelFor waits only for its own tasks.
+// Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace zerostate::server {
+
+class ThreadPool {
+ public:
+  // REQUIRES: threads >= 1.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();  // finishes queued tasks, then joins
+
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  // Runs fn(0) .. fn(n-1) on the pool and returns when all have finished.
+  // The calling thread takes part, so this never deadlocks on a busy pool.
+  void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
+
+  int size() const { return static_cast<int>(threads_.size()); }
+
+ private:
+  void Run();
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace zerostate::server

@@ -1,0 +1,311 @@
+// The state server's logic driven without a network: every semantic of a
+// step (order-independent sums, exactly once, versions) and every bad input,
+// each checked to leave the job exactly as it was.
+#include "server/job.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/init.h"
+#include "server/job_registry.h"
+
+namespace zerostate::server {
+namespace {
+
+constexpr uint32_t kBlock = 256;
+
+v1::RegisterJobRequest MakeRequest(uint32_t nodes = 2, v1::DType weight = v1::DTYPE_FP32) {
+  v1::RegisterJobRequest req;
+  v1::JobSpec* spec = req.mutable_spec();
+  spec->set_job_id("job");
+  auto* w = spec->add_tensors();
+  w->set_name("w");
+  w->add_shape(20);
+  w->add_shape(30);
+  auto* b = spec->add_tensors();
+  b->set_name("b");
+  b->add_shape(20);
+  spec->mutable_optimizer()->set_kind(v1::OPTIMIZER_ADAMW);
+  spec->mutable_optimizer()->set_weight_decay(0.01f);
+  spec->set_num_nodes(nodes);
+  spec->set_grad_dtype(v1::DTYPE_FP32);
+  spec->set_weight_dtype(weight);
+  spec->set_block_elems(kBlock);
+  spec->set_seed(5);
+  req.add_servers("a:1");
+  req.set_shard_index(0);
+  return req;
+}
+
+v1::Chunk GradChunk(uint64_t step, uint32_t node, uint64_t block, uint32_t offset,
+                    const std::vector<float>& g) {
+  v1::Chunk c;
+  c.set_job_id("job");
+  c.set_step(step);
+  c.set_node(node);
+  c.set_block(block);
+  c.set_offset(offset);
+  c.set_dtype(v1::DTYPE_FP32);
+  c.set_data(std::string(reinterpret_cast<const char*>(g.data()), g.size() * 4));
+  return c;
+}
+
+class JobTest : public ::testing::Test {
+ protected:
+  JobTest() : registry_(1 << 30), pool_(2) {
+    auto reg = registry_.Register(MakeRequest());
+    EXPECT_TRUE(reg.ok()) << reg.status();
+    job_ = reg->job;
+  }
+
+  std::vector<float> Grad(uint32_t node, uint64_t step) {
+    std::mt19937 rng(node * 1000 + step);
+    std::uniform_real_distribution<float> d(-1, 1);
+    std::vector<float> g(job_->layout().total_elems);
+    for (uint64_t i = 0; i < job_->layout().used_elems; ++i) g[i] = d(rng);
+    return g;
+  }
+
+  // Pushes a node's whole gradient block by block.
+  void PushAll(uint32_t node, uint64_t step, const std::vector<float>& g) {
+    for (uint64_t b = 0; b < job_->layout().num_blocks(); ++b) {
+      std::vector<float> piece(g.begin() + b * kBlock, g.begin() + (b + 1) * kBlock);
+      auto r = job_->Push(GradChunk(step, node, b, 0, piece));
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+  }
+
+  std::vector<float> Weights(uint64_t min_version = 0) {
+    std::vector<float> out;
+    v1::GatherRequest req;
+    req.set_dtype(v1::DTYPE_FP32);
+    auto s = job_->Gather(*job_->CheckGather(req), min_version, v1::DTYPE_FP32, 100,
+                          absl::Now() + absl::Seconds(5), [&](const v1::Chunk& c) {
+                            const float* f = reinterpret_cast<const float*>(c.data().data());
+                            out.insert(out.end(), f, f + c.data().size() / 4);
+                            return true;
+                          });
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  absl::StatusOr<Job::StepOutcome> DoStep(uint64_t step, absl::Duration wait = absl::Seconds(5)) {
+    v1::StepRequest req;
+    req.set_job_id("job");
+    req.set_step(step);
+    req.set_lr(1e-2f);
+    req.set_grad_scale(0.5f);
+    return job_->Step(req, absl::Now() + wait, pool_);
+  }
+
+  JobRegistry registry_;
+  ThreadPool pool_;
+  std::shared_ptr<Job> job_;
+};
+
+TEST_F(JobTest, StepMatchesTheKernelOnTheNodeOrderedSum) {
+  auto w0 = Weights();
+  std::vector<float> expected(job_->layout().total_elems);
+  FillInitialWeights(job_->layout(), 5, Range{0, expected.size()}, expected.data());
+  ASSERT_EQ(w0, expected);
+
+  auto g0 = Grad(0, 0), g1 = Grad(1, 0);
+  PushAll(1, 0, g1);  // node 1 first: the server must still sum g0 + g1
+  PushAll(0, 0, g0);
+  auto stats = job_->Stats(0, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  double ss = 0;
+  std::vector<float> sum(g0.size());
+  for (size_t i = 0; i < sum.size(); ++i) {
+    sum[i] = g0[i] + g1[i];
+    ss += static_cast<double>(sum[i]) * sum[i];
+  }
+  EXPECT_NEAR(stats->sum_squares, ss, 1e-9 * ss);
+  EXPECT_EQ(stats->nonfinite, 0u);
+
+  auto out = DoStep(0);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->version, 1u);
+  EXPECT_FALSE(out->already_applied);
+
+  std::vector<float> m(sum.size()), v(sum.size());
+  StepParams p;
+  p.config = job_->spec().optimizer();
+  p.lr = 1e-2f;
+  p.grad_scale = 0.5f;
+  p.t = 1;
+  for (uint64_t b = 0; b < job_->layout().num_blocks(); ++b) {
+    BlockRefs r;
+    r.param = expected.data() + b * kBlock;
+    r.m = m.data() + b * kBlock;
+    r.v = v.data() + b * kBlock;
+    r.grad = sum.data() + b * kBlock;
+    r.n = std::min<uint64_t>(kBlock, job_->layout().used_elems - b * kBlock);
+    StepBlock(p, r);
+  }
+  auto w1 = Weights(1);
+  ASSERT_EQ(w1.size(), expected.size());
+  EXPECT_EQ(std::memcmp(w1.data(), expected.data(), w1.size() * 4), 0);
+}
+
+TEST_F(JobTest, RetriedPushesAndStepsApplyOnce) {
+  auto g = Grad(0, 0);
+  PushAll(0, 0, g);
+  std::vector<float> piece(g.begin(), g.begin() + kBlock);
+  EXPECT_EQ(*job_->Push(GradChunk(0, 0, 0, 0, piece)), Job::PushOutcome::kDuplicate);
+  PushAll(1, 0, g);
+  ASSERT_TRUE(DoStep(0).ok());
+  auto w1 = Weights(1);
+  auto again = DoStep(0);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->already_applied);
+  // A late retry of a push for the applied step is acknowledged and ignored.
+  EXPECT_EQ(*job_->Push(GradChunk(0, 1, 0, 0, piece)), Job::PushOutcome::kDuplicate);
+  EXPECT_EQ(Weights(1), w1);
+  EXPECT_EQ(job_->Info().version(), 1u);
+}
+
+TEST_F(JobTest, SkippedStepAdvancesVersionOnly) {
+  auto g = Grad(0, 0);
+  PushAll(0, 0, g);
+  PushAll(1, 0, g);
+  auto w0 = Weights();
+  v1::StepRequest req;
+  req.set_step(0);
+  req.set_skip(true);
+  auto out = job_->Step(req, absl::Now() + absl::Seconds(5), pool_);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(Weights(1), w0);
+  EXPECT_EQ(job_->Info().version(), 1u);
+}
+
+void ExpectError(const absl::Status& s, absl::StatusCode code, const std::string& needle) {
+  EXPECT_EQ(s.code(), code) << s;
+  EXPECT_NE(s.message().find(needle), std::string::npos) << "'" << needle << "' not in: " << s;
+}
+
+TEST_F(JobTest, BadPushesAreRefusedAndChangeNothing) {
+  auto before = Weights();
+  std::vector<float> piece(kBlock, 1.0f);
+  uint64_t nb = job_->layout().num_blocks();
+  ExpectError(job_->Push(GradChunk(0, 0, nb, 0, piece)).status(),
+              absl::StatusCode::kInvalidArgument, "block");
+  ExpectError(job_->Push(GradChunk(0, 0, 0, 10, piece)).status(),
+              absl::StatusCode::kInvalidArgument, "offset");
+  ExpectError(job_->Push(GradChunk(0, 2, 0, 0, piece)).status(),
+              absl::StatusCode::kInvalidArgument, "node");
+  ExpectError(job_->Push(GradChunk(1, 0, 0, 0, piece)).status(),
+              absl::StatusCode::kFailedPrecondition, "too far ahead");
+  auto bad_len = GradChunk(0, 0, 0, 0, piece);
+  bad_len.mutable_data()->resize(7);
+  ExpectError(job_->Push(bad_len).status(), absl::StatusCode::kInvalidArgument, "length");
+  auto bf16 = GradChunk(0, 0, 0, 0, piece);
+  bf16.set_dtype(v1::DTYPE_BF16);
+  ExpectError(job_->Push(bf16).status(), absl::StatusCode::kInvalidArgument, "dtype");
+  v1::JobStatusResponse status;
+  job_->FillStatus(&status);
+  EXPECT_EQ(status.blocks_waiting(), nb);
+  EXPECT_EQ(status.max_version(), 0u);
+  EXPECT_EQ(Weights(), before);
+}
+
+TEST_F(JobTest, StepsOutsideTheWindowAreRefused) {
+  ExpectError(DoStep(1).status(), absl::StatusCode::kFailedPrecondition, "too far ahead");
+  ExpectError(DoStep(0, absl::Milliseconds(50)).status(), absl::StatusCode::kDeadlineExceeded,
+              "missing gradients from nodes [0, 1]");
+  auto g = Grad(0, 0);
+  PushAll(0, 0, g);
+  ExpectError(DoStep(0, absl::Milliseconds(50)).status(), absl::StatusCode::kDeadlineExceeded,
+              "nodes [1]");
+  PushAll(1, 0, g);
+  ASSERT_TRUE(DoStep(0).ok());
+  PushAll(0, 1, g);
+  PushAll(1, 1, g);
+  ASSERT_TRUE(DoStep(1).ok());
+  auto w2 = Weights(2);
+  ExpectError(DoStep(0).status(), absl::StatusCode::kFailedPrecondition, "from the past");
+  ExpectError(job_->Stats(0, absl::Now()).status(), absl::StatusCode::kFailedPrecondition,
+              "from the past");
+  v1::StepRequest bad_lr;
+  bad_lr.set_step(2);
+  bad_lr.set_lr(std::nanf(""));
+  ExpectError(job_->Step(bad_lr, absl::Now(), pool_).status(), absl::StatusCode::kInvalidArgument,
+              "lr");
+  EXPECT_EQ(Weights(2), w2);
+}
+
+TEST_F(JobTest, GatherOfAVersionThatNeverComesTimesOut) {
+  v1::GatherRequest req;
+  req.set_dtype(v1::DTYPE_FP32);
+  auto s = job_->Gather(*job_->CheckGather(req), 3, v1::DTYPE_FP32, 100,
+                        absl::Now() + absl::Milliseconds(50), [](const v1::Chunk&) { return true; });
+  ExpectError(s, absl::StatusCode::kDeadlineExceeded, "version 3");
+  req.set_dtype(v1::DTYPE_BF16);
+  ExpectError(job_->CheckGather(req).status(), absl::StatusCode::kInvalidArgument, "dtype");
+  req.set_dtype(v1::DTYPE_FP32);
+  req.set_begin(0);
+  req.set_end(job_->layout().total_elems + 1);
+  ExpectError(job_->CheckGather(req).status(), absl::StatusCode::kInvalidArgument, "range");
+}
+
+TEST_F(JobTest, ShutdownWakesWaitersWithUnavailable) {
+  std::thread t([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    job_->Shutdown();
+  });
+  ExpectError(DoStep(0, absl::Seconds(30)).status(), absl::StatusCode::kUnavailable,
+              "shutting down");
+  t.join();
+}
+
+TEST(JobRegistryTest, RegistrationIsIdempotentAndChecked) {
+  JobRegistry registry(1 << 30);
+  auto first = registry.Register(MakeRequest());
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->created);
+  auto again = registry.Register(MakeRequest());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE(again->created);
+  EXPECT_EQ(again->job, first->job);
+
+  auto other = MakeRequest();
+  other.mutable_spec()->mutable_tensors(0)->set_shape(1, 31);
+  ExpectError(registry.Register(other).status(), absl::StatusCode::kAlreadyExists, "shape");
+  auto other_shard = MakeRequest();
+  other_shard.add_servers("b:2");
+  ExpectError(registry.Register(other_shard).status(), absl::StatusCode::kAlreadyExists,
+              "server list");
+  auto malformed = MakeRequest();
+  malformed.mutable_spec()->set_num_nodes(0);
+  malformed.mutable_spec()->set_job_id("job2");
+  ExpectError(registry.Register(malformed).status(), absl::StatusCode::kInvalidArgument,
+              "num_nodes");
+  auto bad_shard = MakeRequest();
+  bad_shard.mutable_spec()->set_job_id("job3");
+  bad_shard.set_shard_index(1);
+  ExpectError(registry.Register(bad_shard).status(), absl::StatusCode::kInvalidArgument,
+              "shard_index");
+  ExpectError(registry.Get("nope").status(), absl::StatusCode::kNotFound, "nope");
+  EXPECT_EQ(registry.size(), 1u);
+}
+
+TEST(JobRegistryTest, RamBudgetIsEnforcedBeforeAllocation) {
+  auto req = MakeRequest();
+  auto spec = *NormalizeJobSpec(req.spec());
+  uint64_t need = Job::EstimateBytes(spec, LayoutOf(spec).num_blocks());
+  JobRegistry registry(need - 1);
+  ExpectError(registry.Register(req).status(), absl::StatusCode::kResourceExhausted, "RAM budget");
+  EXPECT_EQ(registry.ram_used(), 0u);
+  EXPECT_EQ(registry.size(), 0u);
+  JobRegistry roomy(need);
+  ASSERT_TRUE(roomy.Register(req).ok());
+  EXPECT_EQ(roomy.ram_used(), need);
+  EXPECT_TRUE(roomy.Delete("job"));
+  EXPECT_EQ(roomy.ram_used(), 0u);
+}
+
+}  // namespace
+}  // namespace zerostate::server
