@@ -1,0 +1,55 @@
+#include "worker/buckets.h"
+
+#include <gtest/gtest.h>
+
+namespace zerostate::worker {
+namespace {
+
+Layout MakeLayout(uint64_t used, uint32_t block) {
+  Layout l;
+  l.block_elems = block;
+  l.used_elems = used;
+  l.total_elems = (used + block - 1) / block * block;
+  return l;
+}
+
+TEST(BucketsTest, BlockAlignedDescendingAndCovering) {
+  Layout l = MakeLayout(1000, 128);
+  auto b = BackwardBuckets(l, {0, 300, 640, 700});
+  ASSERT_EQ(b.size(), 4u);
+  EXPECT_EQ(b[0], (Range{768, 1000}));  // 700 rounds up to 768
+  EXPECT_EQ(b[1], (Range{640, 768}));
+  EXPECT_EQ(b[2], (Range{384, 640}));   // 300 rounds up to 384
+  EXPECT_EQ(b[3], (Range{0, 384}));
+}
+
+TEST(BucketsTest, PointsInsideOneBlockGiveOneBucket) {
+  Layout l = MakeLayout(100, 128);
+  auto b = BackwardBuckets(l, {0, 10, 50});
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0], (Range{0, 100}));
+}
+
+TEST(BucketsTest, LocalSharesPartitionTheBucketInAlignedUnits) {
+  for (uint32_t ranks : {1u, 2u, 3u, 4u, 7u}) {
+    Range bucket{256, 256 + 64 * 10 + 5};
+    uint64_t pos = bucket.begin;
+    for (uint32_t r = 0; r < ranks; ++r) {
+      Range s = LocalShare(bucket, ranks, r);
+      EXPECT_EQ(s.begin, pos) << ranks << " ranks, rank " << r;
+      if (s.end != bucket.end) EXPECT_EQ(s.end % kTensorAlignElems, 0u);
+      pos = s.end;
+    }
+    EXPECT_EQ(pos, bucket.end);
+  }
+}
+
+TEST(BucketsTest, MoreRanksThanUnitsLeavesSomeEmpty) {
+  Range bucket{0, 64};
+  EXPECT_EQ(LocalShare(bucket, 3, 0), (Range{0, 64}));
+  EXPECT_TRUE(LocalShare(bucket, 3, 1).empty());
+  EXPECT_TRUE(LocalShare(bucket, 3, 2).empty());
+}
+
+}  // namespace
+}  // namespace zerostate::worker

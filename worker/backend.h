@@ -1,0 +1,56 @@
+// Where a worker's model lives and how local ranks exchange inside a node.
+//
+// A Backend owns one local rank's working parameters and gradient buffer
+// (flat, total_elems fp32 elements in the job's layout), runs the built-in
+// model on them, and implements the two intra-node collectives of a step.
+// Implementations: CPU (worker/cpu_backend.h: ranks as threads of one
+// process, or as processes sharing memory) and CUDA+NCCL (worker/cuda/).
+//
+// Collectives: every local rank of a node calls them with the same buckets
+// in the same order. The sum over local ranks is taken in local-rank order,
+// so a node's gradient is the same bits on every run.
+// Thread safety: one thread per Backend object.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/shard_map.h"
+#include "worker/mlp.h"
+
+namespace zerostate::worker {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual uint32_t local_rank() const = 0;
+  virtual uint32_t local_size() const = 0;
+
+  // Sets this rank's gradient buffer to zero (start of a step).
+  [[nodiscard]] virtual absl::Status ZeroGrads() = 0;
+
+  // One micro-batch of forward and backward on host inputs x[batch][in] and
+  // targets y[batch][out]; adds the gradient of loss * loss_scale to the
+  // gradient buffer and calls `ready` as layers finish (see GradsReadyFn).
+  // Returns the unscaled loss.
+  [[nodiscard]] virtual absl::StatusOr<float> ForwardBackward(const float* x, const float* y,
+                                                              uint32_t batch, float loss_scale,
+                                                              const GradsReadyFn& ready) = 0;
+
+  // Collective. On return host_out[0, share.size()) holds this rank's share
+  // (LocalShare(bucket, local_size, local_rank)) of the node's summed
+  // gradient over `bucket`.
+  [[nodiscard]] virtual absl::Status ReduceScatter(Range bucket, float* host_out) = 0;
+
+  // Collective. host_in[0, share.size()) holds new weights for this rank's
+  // share of `bucket`; on return every local rank's parameters hold the
+  // new weights of the whole bucket.
+  [[nodiscard]] virtual absl::Status AllGather(Range bucket, const float* host_in) = 0;
+
+  // Copies parameters `elems` of this rank to host memory.
+  [[nodiscard]] virtual absl::Status ReadParams(Range elems, float* host) = 0;
+};
+
+}  // namespace zerostate::worker

@@ -1,0 +1,31 @@
+#include "worker/buckets.h"
+
+#include <algorithm>
+
+namespace zerostate::worker {
+
+std::vector<Range> BackwardBuckets(const Layout& layout, std::vector<uint64_t> ready_points) {
+  const uint64_t b = layout.block_elems;
+  std::vector<uint64_t> cuts;
+  for (uint64_t p : ready_points) cuts.push_back(std::min((p + b - 1) / b * b, layout.used_elems));
+  cuts.push_back(0);
+  std::sort(cuts.begin(), cuts.end(), std::greater<>());
+  std::vector<Range> buckets;
+  uint64_t end = layout.used_elems;
+  for (uint64_t cut : cuts) {
+    if (cut < end) buckets.push_back(Range{cut, end});
+    end = std::min(end, cut);
+  }
+  return buckets;
+}
+
+Range LocalShare(Range bucket, uint32_t ranks, uint32_t rank) {
+  const uint64_t units = (bucket.size() + kTensorAlignElems - 1) / kTensorAlignElems;
+  auto edge = [&](uint32_t r) {
+    uint64_t u = units / ranks * r + std::min<uint64_t>(r, units % ranks);
+    return std::min(bucket.begin + u * kTensorAlignElems, bucket.end);
+  };
+  return Range{edge(rank), edge(rank + 1)};
+}
+
+}  // namespace zerostate::worker

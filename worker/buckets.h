@@ -1,0 +1,31 @@
+// How the flat gradient space is cut for overlap and split inside a node.
+//
+// Buckets are block-aligned ranges of the flat space in the order backward
+// finishes them (last layer first): bucket k becomes final when backward
+// reports everything from its begin on ready. Inside a node, each bucket is
+// split among the L local ranks (LocalShare): rank r reduces, pushes and
+// gathers only its share, and the all-gather gives every rank the rest.
+// Thread-safe: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "common/shard_map.h"
+
+namespace zerostate::worker {
+
+// Cuts [0, layout.used_elems) at the block boundaries at or after each of
+// `ready_points` (the flat offsets backward reports, any order). Returns
+// non-empty ranges in descending order of offset, covering the used space
+// (the padding after the last tensor is never pushed nor gathered: it is
+// zero on both sides).
+std::vector<Range> BackwardBuckets(const Layout& layout, std::vector<uint64_t> ready_points);
+
+// Local rank `rank`'s share of `bucket` among `ranks`: contiguous, balanced
+// in units of kTensorAlignElems, in rank order; possibly empty.
+// REQUIRES: ranks >= 1, rank < ranks.
+Range LocalShare(Range bucket, uint32_t ranks, uint32_t rank);
+
+}  // namespace zerostate::worker

@@ -1,0 +1,59 @@
+#include "worker/cpu_backend.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "worker/buckets.h"
+
+namespace zerostate::worker {
+
+CpuBackend::CpuBackend(LocalGroup* group, uint32_t local_rank, std::unique_ptr<Mlp> model)
+    : group_(group), rank_(local_rank), model_(std::move(model)) {}
+
+absl::Status CpuBackend::ZeroGrads() {
+  std::fill_n(group_->grads(rank_), group_->elems(), 0.0f);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> CpuBackend::ForwardBackward(const float* x, const float* y, uint32_t batch,
+                                                  float loss_scale, const GradsReadyFn& ready) {
+  return model_->ForwardBackward(group_->params(rank_), x, y, batch, loss_scale,
+                                 group_->grads(rank_), ready);
+}
+
+absl::Status CpuBackend::ReduceScatter(Range bucket, float* host_out) {
+  // Every rank's gradients of `bucket` are final once all have arrived;
+  // nobody writes them again before the next step's ZeroGrads, which comes
+  // after the AllGather barriers of this step.
+  group_->Barrier();
+  const Range share = LocalShare(bucket, group_->size(), rank_);
+  const size_t n = share.size();
+  std::memcpy(host_out, group_->grads(0) + share.begin, n * sizeof(float));
+  for (uint32_t r = 1; r < group_->size(); ++r) {
+    const float* g = group_->grads(r) + share.begin;
+    for (size_t i = 0; i < n; ++i) host_out[i] += g[i];
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::AllGather(Range bucket, const float* host_in) {
+  const Range mine = LocalShare(bucket, group_->size(), rank_);
+  std::memcpy(group_->params(rank_) + mine.begin, host_in, mine.size() * sizeof(float));
+  group_->Barrier();
+  for (uint32_t r = 0; r < group_->size(); ++r) {
+    if (r == rank_) continue;
+    const Range share = LocalShare(bucket, group_->size(), r);
+    std::memcpy(group_->params(rank_) + share.begin, group_->params(r) + share.begin,
+                share.size() * sizeof(float));
+  }
+  // Peers read our share above; we may overwrite it only after they are done.
+  group_->Barrier();
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::ReadParams(Range elems, float* host) {
+  std::memcpy(host, group_->params(rank_) + elems.begin, elems.size() * sizeof(float));
+  return absl::OkStatus();
+}
+
+}  // namespace zerostate::worker

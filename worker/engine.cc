@@ -1,0 +1,165 @@
+#include "worker/engine.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "worker/buckets.h"
+#include "worker/lr_schedule.h"
+
+namespace zerostate::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+Engine::Engine(client::Client* client, client::JobClient* job, Backend* backend,
+               const v1::TrainConfig& train, Topology topo, std::vector<uint64_t> ready_points)
+    : client_(client),
+      job_(job),
+      backend_(backend),
+      train_(train),
+      topo_(topo),
+      scaler_(train.loss_scaling(), train.precision() == v1::PRECISION_FP16) {
+  uint64_t staging = 0;
+  for (Range elems : BackwardBuckets(job->layout(), std::move(ready_points))) {
+    Range share = LocalShare(elems, topo.local_size, topo.local_rank);
+    buckets_.push_back(Bucket{elems, share, staging});
+    staging += share.size();
+  }
+  push_staging_.resize(staging);
+  gather_staging_.resize(staging);
+}
+
+void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].elems.begin >= ready_begin) {
+    const Bucket& b = buckets_[next_bucket_++];
+    if (!push_error_.ok()) continue;  // keep the collective going; report later
+    auto t0 = Clock::now();
+    float* out = push_staging_.data() + b.staging;
+    push_error_ = backend_->ReduceScatter(b.elems, out);
+    exchange_seconds_ += Since(t0);
+    if (push_error_.ok() && !b.share.empty()) {
+      push_tickets_.push_back(job_->PushAsync(step, topo_.node, b.share, out, v1::DTYPE_FP32));
+    }
+  }
+}
+
+absl::Status Engine::PushRemaining(uint64_t step) {
+  OnReady(step, 0);  // buckets the model did not report (none for the MLP)
+  absl::Status status = push_error_;
+  for (const client::Ticket& t : push_tickets_) {
+    absl::Status s = t.Wait();
+    if (status.ok() && !s.ok()) status = s;
+  }
+  return status;
+}
+
+std::vector<client::Ticket> Engine::StartGather(uint64_t version) {
+  std::vector<client::Ticket> tickets;
+  for (const Bucket& b : buckets_) {
+    if (b.share.empty()) continue;
+    tickets.push_back(job_->GatherAsync(version, b.share, gather_staging_.data() + b.staging,
+                                        v1::DTYPE_FP32));
+  }
+  return tickets;
+}
+
+absl::Status Engine::FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times) {
+  auto t0 = Clock::now();
+  absl::Status status;
+  for (const client::Ticket& t : tickets) {
+    absl::Status s = t.Wait();
+    if (status.ok() && !s.ok()) status = s;
+  }
+  times->gather += Since(t0);
+  // Every rank must take part in the all-gathers even after an error, or
+  // its peers would wait forever at the barrier; the error is kept.
+  t0 = Clock::now();
+  for (const Bucket& b : buckets_) {
+    absl::Status s = backend_->AllGather(b.elems, gather_staging_.data() + b.staging);
+    if (status.ok() && !s.ok()) status = s;
+  }
+  times->exchange += Since(t0);
+  return status;
+}
+
+absl::Status Engine::LoadWeights(uint64_t version) {
+  auto tickets = StartGather(version);
+  PhaseTimes ignored;
+  return FinishGather(tickets, &ignored);
+}
+
+absl::StatusOr<StepDecision> Engine::Coordinate(uint64_t step, float lr) {
+  auto stats = job_->GradStats(step);
+  if (!stats.ok()) return stats.status();
+  const double terms = double{topo_.world()} * train_.grad_accum_steps();
+  StepDecision d = DecideStep(stats->sum_squares, stats->nonfinite_count, scaler_.scale(), terms,
+                              train_.gradient_clipping());
+  if (auto s = job_->Step(step, lr, d.grad_scale, d.skip); !s.ok()) return s;
+  return d;
+}
+
+// Tells every rank whether the coordinator skipped `step` (fp16 only).
+absl::StatusOr<bool> Engine::ShareSkip(uint64_t step, bool skip) {
+  const bool coordinator = topo_.rank() == 0;
+  auto values = client_->Rendezvous(train_.job_id(), absl::StrCat("skip/", step), topo_.rank(),
+                                    topo_.world(), coordinator ? (skip ? "1" : "0") : "");
+  if (!values.ok()) return values.status();
+  if (values->empty() || ((*values)[0] != "0" && (*values)[0] != "1")) {
+    return absl::InternalError(absl::StrCat("step ", step, ": rendezvous gave no coordinator decision"));
+  }
+  return (*values)[0] == "1";
+}
+
+absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro_batch) {
+  const auto start = Clock::now();
+  StepReport report;
+  report.step = step;
+  report.lr = LearningRate(train_.lr(), step);
+  report.loss_scale = scaler_.scale();
+  next_bucket_ = 0;
+  push_tickets_.clear();
+  push_error_ = absl::OkStatus();
+  exchange_seconds_ = 0;
+  if (auto s = backend_->ZeroGrads(); !s.ok()) return s;
+  const uint32_t micros = train_.grad_accum_steps();
+  GradsReadyFn ready = [&](uint64_t begin) { OnReady(step, begin); };
+  for (uint32_t m = 0; m < micros; ++m) {
+    auto loss = micro_batch(m, scaler_.scale(), m + 1 == micros ? ready : GradsReadyFn());
+    if (!loss.ok()) return loss.status();
+    report.loss += *loss / static_cast<float>(micros);
+  }
+  report.times.compute = Since(start) - exchange_seconds_;
+  report.times.exchange = exchange_seconds_;
+  auto t0 = Clock::now();
+  if (auto s = PushRemaining(step); !s.ok()) return s;
+  report.times.push = Since(t0);
+
+  auto gather = StartGather(step + 1);
+  t0 = Clock::now();
+  bool skip = false;
+  if (topo_.rank() == 0) {
+    auto d = Coordinate(step, report.lr);
+    if (!d.ok()) return d.status();
+    skip = d->skip;
+    report.grad_norm = d->grad_norm;
+  }
+  if (train_.precision() == v1::PRECISION_FP16) {
+    auto shared = ShareSkip(step, skip);
+    if (!shared.ok()) return shared.status();
+    skip = *shared;
+  }
+  scaler_.Update(skip);
+  report.skipped = skip;
+  report.times.step = Since(t0);
+  if (auto s = FinishGather(gather, &report.times); !s.ok()) return s;
+  report.seconds = Since(start);
+  return report;
+}
+
+}  // namespace zerostate::worker

@@ -1,0 +1,119 @@
+// The worker engine: one training step of one rank, through the state
+// service.
+//
+//   compute   forward/backward of every micro-batch (gradient accumulation);
+//             during the last one, each bucket (worker/buckets.h) is handed
+//             on as soon as backward has finished it:
+//   exchange  reduce-scatter inside the node: this rank gets its share of
+//             the node's summed gradient;
+//   push      JobClient::PushAsync of the share (the push of early buckets
+//             overlaps backward of later layers);
+//   step      the coordinator (global rank 0) reads GradStats, decides the
+//             clip factor and the fp16 overflow skip, orders Step; in fp16
+//             mode it tells every rank the outcome through a Rendezvous so
+//             all loss scalers move together;
+//   gather    GatherAsync of this rank's shares at version step+1, issued
+//             before the step so blocks stream back as they are stepped;
+//   exchange  all-gather inside the node: every rank has the new weights.
+//
+// Gradient scaling: Step's grad_scale folds 1/loss_scale, the clip factor
+// and the average over world_size * grad_accum_steps terms (the model's
+// loss is already a mean over its micro-batch).
+//
+// Thread safety: one thread per Engine. Several Engines (local ranks) may
+// share a Client and JobClient.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/client.h"
+#include "worker/backend.h"
+#include "worker/step_policy.h"
+#include "zerostate/v1/config.pb.h"
+
+namespace zerostate::worker {
+
+// Where a rank sits in the job (torchrun's variables).
+struct Topology {
+  uint32_t node = 0;        // NODE_RANK
+  uint32_t num_nodes = 1;
+  uint32_t local_rank = 0;  // LOCAL_RANK
+  uint32_t local_size = 1;  // LOCAL_WORLD_SIZE
+  uint32_t rank() const { return node * local_size + local_rank; }  // RANK
+  uint32_t world() const { return num_nodes * local_size; }         // WORLD_SIZE
+};
+
+// Seconds spent in each phase of a step, as this rank saw them.
+struct PhaseTimes {
+  double compute = 0, exchange = 0, push = 0, step = 0, gather = 0;
+};
+
+struct StepReport {
+  uint64_t step = 0;
+  float loss = 0;         // this rank's mean over its micro-batches
+  float lr = 0;
+  float loss_scale = 1;   // the scale this step ran with
+  bool skipped = false;
+  double grad_norm = 0;   // coordinator only
+  double seconds = 0;
+  PhaseTimes times;
+};
+
+// Runs micro-batch `micro` of the current step: forward and backward on the
+// backend with `loss_scale`, passing `ready` on; returns the loss.
+using MicroBatchFn =
+    std::function<absl::StatusOr<float>(uint32_t micro, float loss_scale, const GradsReadyFn& ready)>;
+
+class Engine {
+ public:
+  // `client`, `job` and `backend` are not owned and must outlive the Engine.
+  // `ready_points` are the flat offsets the model reports during backward.
+  // REQUIRES: train normalized; topo.local_size == backend->local_size().
+  Engine(client::Client* client, client::JobClient* job, Backend* backend,
+         const v1::TrainConfig& train, Topology topo, std::vector<uint64_t> ready_points);
+
+  // Loads the weights at version >= `version` into every local rank
+  // (gather of this rank's shares, then all-gather). Collective.
+  [[nodiscard]] absl::Status LoadWeights(uint64_t version);
+
+  // Runs optimizer step `step` (0-based; the job must be at version `step`).
+  // Collective over every rank of the job. Errors: the first failing call's
+  // status (client, backend or model).
+  [[nodiscard]] absl::StatusOr<StepReport> Step(uint64_t step, const MicroBatchFn& micro_batch);
+
+  const Topology& topology() const { return topo_; }
+  float loss_scale() const { return scaler_.scale(); }
+
+ private:
+  struct Bucket {
+    Range elems;
+    Range share;         // this rank's part
+    uint64_t staging;    // offset of the share in the staging buffers
+  };
+  void OnReady(uint64_t step, uint64_t ready_begin);
+  absl::Status PushRemaining(uint64_t step);
+  std::vector<client::Ticket> StartGather(uint64_t version);
+  absl::Status FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times);
+  absl::StatusOr<StepDecision> Coordinate(uint64_t step, float lr);
+  absl::StatusOr<bool> ShareSkip(uint64_t step, bool skip);
+
+  client::Client* const client_;
+  client::JobClient* const job_;
+  Backend* const backend_;
+  const v1::TrainConfig train_;
+  const Topology topo_;
+  std::vector<Bucket> buckets_;  // in backward order
+  std::vector<float> push_staging_, gather_staging_;
+  LossScaler scaler_;
+
+  // Per-step state, reset by Step().
+  size_t next_bucket_ = 0;
+  std::vector<client::Ticket> push_tickets_;
+  absl::Status push_error_;
+  double exchange_seconds_ = 0;
+};
+
+}  // namespace zerostate::worker

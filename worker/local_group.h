@@ -1,0 +1,43 @@
+// The memory and barrier that the local ranks of one node share on the CPU:
+// every rank's parameter and gradient buffers, visible to all of them, and
+// a barrier. Two kinds: threads of one process (heap memory, std::barrier)
+// and processes of one node (POSIX shared memory and a process-shared
+// pthread barrier; no GPU needed).
+// Thread safety: buffers are raw memory, ordered by Barrier(); Barrier is
+// called by each rank's thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace zerostate::worker {
+
+class LocalGroup {
+ public:
+  virtual ~LocalGroup() = default;
+  virtual uint32_t size() const = 0;
+  virtual uint64_t elems() const = 0;
+  // Rank `rank`'s buffers, elems() floats each, 64-byte aligned, zeroed at
+  // creation. REQUIRES: rank < size().
+  virtual float* params(uint32_t rank) = 0;
+  virtual float* grads(uint32_t rank) = 0;
+  // Returns once every rank of the group has called it.
+  virtual void Barrier() = 0;
+};
+
+// A group for `ranks` threads of this process.
+std::unique_ptr<LocalGroup> MakeThreadGroup(uint32_t ranks, uint64_t elems);
+
+// A group for `ranks` processes of this node in the shared-memory object
+// `name` ("/zerostate-..."). Rank 0 creates it (replacing a stale one) and
+// must have returned before the others open it (the caller orders this,
+// e.g. with a rendezvous); the object is unlinked when rank 0's group is
+// destroyed. Errors: INTERNAL naming the system call and errno text,
+// INVALID_ARGUMENT for a size mismatch with an existing object.
+absl::StatusOr<std::unique_ptr<LocalGroup>> OpenShmGroup(const std::string& name, uint32_t ranks,
+                                                         uint32_t rank, uint64_t elems);
+
+}  // namespace zerostate::worker

@@ -1,0 +1,135 @@
+// zerostate-worker: trains the built-in MLP through the state service.
+// One process per rank (launcher variables as torchrun's, local ranks
+// exchanging through shared memory), or --local_threads=L ranks as threads
+// of one process. See worker/trainer.h and docs/architecture.md.
+#include <cstdio>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "prometheus/exposer.h"
+#include "prometheus/registry.h"
+#include "worker/config.h"
+#include "worker/launch_env.h"
+#include "worker/metrics.h"
+#include "worker/progress.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(std::string, config, "", "worker config: text format, or a DeepSpeed ds_config.json");
+ABSL_FLAG(std::string, servers, "", "state servers host:port,... (overrides the config)");
+ABSL_FLAG(uint64_t, steps, 0, "optimizer steps to run (0: from the config)");
+ABSL_FLAG(std::string, job_id, "", "job id (overrides the config)");
+ABSL_FLAG(uint32_t, local_threads, 0, "run this many local ranks as threads of this process");
+ABSL_FLAG(int32_t, metrics_port, -1, "Prometheus port of local rank 0 (-1: config; 0: off)");
+ABSL_FLAG(std::string, dump_weights, "", "rank 0 writes the final fp32 master weights here");
+
+namespace zerostate::worker {
+namespace {
+
+absl::StatusOr<v1::WorkerConfig> LoadConfig(const Topology& topo) {
+  v1::WorkerConfig config;
+  if (const std::string path = absl::GetFlag(FLAGS_config); !path.empty()) {
+    auto loaded = LoadConfigFile(path);
+    if (!loaded.ok()) return loaded.status();
+    for (const auto& w : loaded->warnings) {
+      if (topo.rank() == 0) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    }
+    config = loaded->config;
+  }
+  if (const std::string s = absl::GetFlag(FLAGS_servers); !s.empty()) {
+    config.mutable_cluster()->clear_servers();
+    for (auto addr : absl::StrSplit(s, ',', absl::SkipEmpty())) config.mutable_cluster()->add_servers(std::string(addr));
+  }
+  if (absl::GetFlag(FLAGS_steps) != 0) config.mutable_train()->set_steps(absl::GetFlag(FLAGS_steps));
+  if (!absl::GetFlag(FLAGS_job_id).empty()) config.mutable_train()->set_job_id(absl::GetFlag(FLAGS_job_id));
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    config.mutable_cluster()->set_metrics_port(absl::GetFlag(FLAGS_metrics_port));
+  }
+  const bool metrics_off = absl::GetFlag(FLAGS_metrics_port) == 0;
+  auto normalized = NormalizeConfig(config, topo.world());
+  if (normalized.ok() && metrics_off) normalized->mutable_cluster()->set_metrics_port(0);
+  if (normalized.ok() && normalized->cluster().servers_size() == 0) {
+    return absl::InvalidArgumentError("cluster.servers: no state servers (--servers or the config)");
+  }
+  return normalized;
+}
+
+// Runs the process's ranks (threads or this one) and reports the first error.
+absl::Status RunRanks(const v1::WorkerConfig& config, const Topology& first, client::Client* client,
+                      WorkerMetrics* metrics, uint32_t threads) {
+  std::unique_ptr<LocalGroup> group;
+  if (threads > 0) {
+    group = MakeThreadGroup(threads, FlatElems(config));
+  } else {
+    auto g = OpenNodeGroup(client, config, first);
+    if (!g.ok()) return g.status();
+    group = *std::move(g);
+  }
+  const uint32_t count = threads > 0 ? threads : 1;
+  std::vector<absl::StatusOr<RankResult>> results(count, absl::UnknownError("not run"));
+  std::vector<std::thread> workers;
+  for (uint32_t i = 0; i < count; ++i) {
+    workers.emplace_back([&, i] {
+      RankRun run{config, first, client, group.get(), nullptr, absl::GetFlag(FLAGS_dump_weights)};
+      run.topo.local_rank += i;
+      const uint64_t samples = uint64_t{config.train().micro_batch_size()} * config.train().grad_accum_steps();
+      const bool primary = i == 0, printer = run.topo.rank() == 0;
+      run.observe = [&, samples, primary, printer](const StepReport& r) {
+        if (metrics != nullptr) metrics->Record(r, samples, primary);
+        if (printer) std::printf("%s\n", FormatProgress(r, config.train().global_batch_size()).c_str());
+        if (printer) std::fflush(stdout);
+      };
+      results[i] = TrainRank(run);
+      if (!results[i].ok()) {
+        // Peers of a failed rank may wait at a barrier forever: fail the process now.
+        std::fprintf(stderr, "zerostate-worker rank %u: %s\n", run.topo.rank(),
+                     std::string(results[i].status().message()).c_str());
+        std::_Exit(1);
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  const auto& losses = results[0]->losses;
+  if (first.rank() == 0 && !losses.empty()) {
+    std::printf("loss: first %.5f last %.5f over %zu steps\n", losses.front(), losses.back(), losses.size());
+  }
+  return absl::OkStatus();
+}
+
+int Main() {
+  const uint32_t threads = absl::GetFlag(FLAGS_local_threads);
+  auto topo = TopologyFromEnv(GetEnv, threads);
+  if (!topo.ok()) return std::fprintf(stderr, "zerostate-worker: %s\n", topo.status().ToString().c_str()), 2;
+  auto config = LoadConfig(*topo);
+  if (!config.ok()) return std::fprintf(stderr, "zerostate-worker: %s\n", config.status().ToString().c_str()), 2;
+  auto registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<prometheus::Exposer> exposer;
+  if (const auto& c = config->cluster(); c.metrics_port() != 0) {
+    std::string addr = absl::StrCat(c.metrics_host(), ":", c.metrics_port() + topo->local_rank);
+    exposer = std::make_unique<prometheus::Exposer>(addr);
+    exposer->RegisterCollectable(registry);
+    std::printf("zerostate-worker rank %u: metrics on http://%s/metrics\n", topo->rank(), addr.c_str());
+  }
+  WorkerMetrics metrics(*registry);
+  client::ClientOptions options;
+  options.servers.assign(config->cluster().servers().begin(), config->cluster().servers().end());
+  options.rpc_timeout = std::chrono::milliseconds(config->cluster().rpc_timeout_ms());
+  options.metrics = registry;
+  auto client = client::Client::Connect(options);
+  if (!client.ok()) return std::fprintf(stderr, "zerostate-worker: %s\n", client.status().ToString().c_str()), 1;
+  absl::Status s = RunRanks(*config, *topo, client->get(), &metrics, threads);
+  if (!s.ok()) return std::fprintf(stderr, "zerostate-worker: %s\n", s.ToString().c_str()), 1;
+  return 0;
+}
+
+}  // namespace
+}  // namespace zerostate::worker
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return zerostate::worker::Main();
+}

@@ -1,0 +1,46 @@
+// What the coordinator decides from a step's gradient statistics, and how
+// the fp16 loss scale follows the outcomes. Every rank runs the same
+// LossScaler on the same outcomes, so all agree on the scale of the next
+// step without exchanging it.
+// Thread safety: DecideStep is pure; a LossScaler is not thread-safe.
+#pragma once
+
+#include <cstdint>
+
+#include "zerostate/v1/config.pb.h"
+
+namespace zerostate::worker {
+
+struct StepDecision {
+  bool skip = false;      // non-finite gradients: advance the version only
+  float grad_scale = 1;   // what Step multiplies the summed gradient by
+  double grad_norm = 0;   // global L2 norm of the averaged, unscaled gradient
+  double clip_factor = 1;
+};
+
+// `sum_squares` and `nonfinite` describe the summed (over ranks and
+// micro-batches) gradient of loss * loss_scale; `average_over` is the number
+// of (rank, micro-batch) terms in that sum. max_norm 0 disables clipping.
+StepDecision DecideStep(double sum_squares, uint64_t nonfinite, float loss_scale,
+                        double average_over, float max_norm);
+
+// Dynamic loss scaling with DeepSpeed's semantics (see LossScaling).
+class LossScaler {
+ public:
+  // `enabled` false: the scale stays 1 and Update never backs off.
+  LossScaler(const v1::LossScaling& config, bool enabled);
+
+  float scale() const { return scale_; }
+
+  // Records a step's outcome and adjusts the scale for the next one.
+  void Update(bool overflow);
+
+ private:
+  v1::LossScaling config_;
+  bool dynamic_;
+  float scale_;
+  uint32_t clean_steps_ = 0;
+  uint32_t hysteresis_left_;
+};
+
+}  // namespace zerostate::worker

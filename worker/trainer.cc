@@ -1,0 +1,92 @@
+#include "worker/trainer.h"
+
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "worker/cpu_backend.h"
+#include "worker/job.h"
+#include "worker/teacher_data.h"
+
+namespace zerostate::worker {
+namespace {
+
+absl::Status DumpMaster(client::JobClient* job, uint64_t version, const std::string& path) {
+  std::vector<float> master(job->layout().total_elems);
+  if (auto s = job->GatherMaster(version, Range{0, master.size()}, master.data()); !s.ok()) return s;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(master.data()), master.size() * sizeof(float));
+  if (!out) return absl::InternalError(absl::StrCat(path, ": cannot write the weights"));
+  return absl::OkStatus();
+}
+
+// Feeds micro-batches of the rank's samples to the backend.
+MicroBatchFn MakeMicroBatches(const v1::TrainConfig& train, const Topology& topo,
+                              const TeacherData* data, Backend* backend, const uint64_t* step,
+                              std::vector<float>* x, std::vector<float>* y) {
+  return [=](uint32_t micro, float scale, const GradsReadyFn& ready) -> absl::StatusOr<float> {
+    const uint32_t n = train.micro_batch_size();
+    data->Fill(SampleIndex(*step, micro, topo.rank(), 0, train.grad_accum_steps(), topo.world(), n), n,
+               x->data(), y->data());
+    return backend->ForwardBackward(x->data(), y->data(), n, scale, ready);
+  };
+}
+
+}  // namespace
+
+uint64_t FlatElems(const v1::WorkerConfig& config) {
+  Mlp model(config.train().model());
+  auto spec = NormalizeJobSpec(BuildJobSpec(config.train(), model, 1));
+  return spec.ok() ? LayoutOf(*spec).total_elems : 0;
+}
+
+absl::StatusOr<std::unique_ptr<LocalGroup>> OpenNodeGroup(client::Client* client,
+                                                          const v1::WorkerConfig& config,
+                                                          const Topology& topo) {
+  const std::string name = absl::StrCat("/zerostate-", config.train().job_id(), "-node", topo.node);
+  const std::string ns = config.train().job_id();
+  const std::string key = absl::StrCat("shm/node", topo.node);
+  std::unique_ptr<LocalGroup> group;
+  if (topo.local_rank == 0) {
+    auto g = OpenShmGroup(name, topo.local_size, 0, FlatElems(config));
+    if (!g.ok()) return g.status();
+    group = *std::move(g);
+  }
+  auto barrier = client->Rendezvous(ns, key, topo.local_rank, topo.local_size, "");
+  if (!barrier.ok()) return barrier.status();
+  if (topo.local_rank == 0) return group;
+  return OpenShmGroup(name, topo.local_size, topo.local_rank, FlatElems(config));
+}
+
+absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
+  const v1::TrainConfig& train = run.config.train();
+  auto model = std::make_unique<Mlp>(train.model());
+  auto opened = OpenJob(run.client, BuildJobSpec(train, *model, run.topo.num_nodes), run.topo);
+  if (!opened.ok()) return opened.status();
+  client::JobClient* job = opened->job.get();
+  model->Bind(job->layout());
+  std::vector<uint64_t> ready_points = model->ReadyPoints();
+  CpuBackend backend(run.group, run.topo.local_rank, std::move(model));
+  Engine engine(run.client, job, &backend, train, run.topo, ready_points);
+  RankResult result;
+  result.start_version = opened->start_version;
+  if (auto s = engine.LoadWeights(result.start_version); !s.ok()) return s;
+
+  TeacherData data(train.model());
+  std::vector<float> x(size_t{train.micro_batch_size()} * data.input_dim());
+  std::vector<float> y(size_t{train.micro_batch_size()} * data.output_dim());
+  uint64_t step = result.start_version;
+  MicroBatchFn micro = MakeMicroBatches(train, run.topo, &data, &backend, &step, &x, &y);
+  for (; step < train.steps(); ++step) {
+    auto report = engine.Step(step, micro);
+    if (!report.ok()) return report.status();
+    result.losses.push_back(report->loss);
+    if (run.observe) run.observe(*report);
+  }
+  result.end_version = step;
+  if (run.topo.rank() == 0 && !run.dump_path.empty()) {
+    if (auto s = DumpMaster(job, step, run.dump_path); !s.ok()) return s;
+  }
+  return result;
+}
+
+}  // namespace zerostate::worker

@@ -1,0 +1,53 @@
+// One rank's training run: builds the model, the data and the engine for a
+// rank on the CPU backend, and runs the configured number of steps.
+// Thread safety: TrainRank is called by each rank's own thread (or
+// process); the Client and LocalGroup are shared.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/client.h"
+#include "worker/engine.h"
+#include "worker/local_group.h"
+
+namespace zerostate::worker {
+
+struct RankResult {
+  uint64_t start_version = 0;
+  uint64_t end_version = 0;
+  std::vector<float> losses;  // this rank's loss per step
+};
+
+// Called after every step with its report (from the rank's thread).
+using StepObserver = std::function<void(const StepReport&)>;
+
+struct RankRun {
+  v1::WorkerConfig config;  // normalized for topo.world() ranks
+  Topology topo;
+  client::Client* client = nullptr;  // not owned
+  // The node's local group, not owned, required: one MakeThreadGroup for
+  // the threads of a process, or OpenNodeGroup for separate processes.
+  LocalGroup* group = nullptr;
+  StepObserver observe;
+  // If set, rank 0 writes the final fp32 master weights here (raw
+  // little-endian floats of the whole flat space, padding included).
+  std::string dump_path;
+};
+
+// Trains run.config.train().steps() steps (or fewer if the job is further
+// along). Collective over every rank of the job.
+[[nodiscard]] absl::StatusOr<RankResult> TrainRank(const RankRun& run);
+
+// The number of elements every rank's buffers hold for `config`'s model.
+uint64_t FlatElems(const v1::WorkerConfig& config);
+
+// The LocalGroup of a node whose local ranks are separate processes:
+// local rank 0 creates the shared memory, the others open it after a
+// rendezvous through the state service. Collective over the node's ranks.
+[[nodiscard]] absl::StatusOr<std::unique_ptr<LocalGroup>> OpenNodeGroup(
+    client::Client* client, const v1::WorkerConfig& config, const Topology& topo);
+
+}  // namespace zerostate::worker
