@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -58,6 +59,12 @@ struct ClientOptions {
   std::chrono::milliseconds max_backoff{2000};
   // Optional: where the library registers its metrics (bytes, latency, retries).
   std::shared_ptr<prometheus::Registry> metrics;
+  // Threads of the client's own pool, which runs every stream and fan-out
+  // of async calls. 0 = 2 * servers * streams_per_server (at least 4).
+  int threads = 0;
+  // Extra integer gRPC channel arguments, applied after the library's own
+  // (for tuning and benchmarks), e.g. {"grpc.http2.lookahead_bytes", 1 << 24}.
+  std::vector<std::pair<std::string, int>> channel_args;
 };
 
 // The result of an asynchronous call. Wait() blocks until it is done and
@@ -109,8 +116,8 @@ class Client {
   class Impl;
 
  private:
-  explicit Client(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit Client(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;  // shared with this client's JobClients
 };
 
 class JobClient {

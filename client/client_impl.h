@@ -1,0 +1,62 @@
+// What a Client holds: options, connections to every server, the retry
+// policy, metrics and the client's thread pool. JobClients share it (by
+// shared_ptr), so a Client may be destroyed before its JobClients.
+// Thread-safe; constant after construction.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/notification.h"
+#include "client/client.h"
+#include "client/metrics.h"
+#include "client/retry.h"
+#include "client/server_conn.h"
+#include "client/thread_pool.h"
+
+namespace zerostate::client {
+
+class Client::Impl {
+ public:
+  // REQUIRES: options passed ValidateOptions.
+  explicit Impl(ClientOptions options);
+  // Ends backoff waits, then finishes queued tasks and joins the pool.
+  ~Impl();
+
+  const ClientOptions& options() const { return options_; }
+  int num_servers() const { return static_cast<int>(servers_.size()); }
+  ServerConn& server(int shard) { return *servers_[shard]; }
+  ClientMetrics& metrics() { return metrics_; }
+  const Retrier& retrier() const { return retrier_; }
+  ThreadPool& pool() { return *pool_; }
+
+  // Runs fn(shard) for every server at once on the pool and waits for all.
+  // Returns the error of the lowest shard that failed.
+  // REQUIRES: not called from a pool thread.
+  absl::Status ForEachServer(absl::FunctionRef<absl::Status(int shard)> fn);
+
+  // One unary RPC to server `shard` through the retrier, e.g.
+  // Unary(Method::kStep, 0, &v1::StateService::Stub::Step, req, &resp).
+  template <class Request, class Response>
+  absl::Status Unary(Method method, int shard,
+                     grpc::Status (v1::StateService::Stub::*rpc)(grpc::ClientContext*,
+                                                                 const Request&, Response*),
+                     const Request& request, Response* response) {
+    ServerConn& conn = server(shard);
+    return retrier_.Run(method, conn, [&](grpc::ClientContext& ctx) {
+      return FromGrpc((conn.NextStub()->*rpc)(&ctx, request, response));
+    });
+  }
+
+ private:
+  const ClientOptions options_;
+  ClientMetrics metrics_;
+  std::vector<std::unique_ptr<ServerConn>> servers_;
+  absl::Notification shutdown_;
+  Retrier retrier_;
+  std::unique_ptr<ThreadPool> pool_;  // last: joined first
+};
+
+}  // namespace zerostate::client

@@ -1,0 +1,179 @@
+// JobClient: argument checks, then the fan-out of each call over servers
+// and streams on the client's pool.
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "client/job_client_impl.h"
+#include "client/validate.h"
+#include "common/job_spec.h"
+
+namespace zerostate::client {
+
+JobClient::Impl::Impl(std::shared_ptr<Client::Impl> client, v1::JobSpec spec,
+                      std::vector<uint64_t> incarnations)
+    : client_(std::move(client)),
+      spec_(std::move(spec)),
+      layout_(LayoutOf(spec_)),
+      budget_(client_->options().max_bytes_in_flight),
+      job_{client_.get(), spec_.job_id(), layout_.block_elems, std::move(incarnations), &budget_},
+      calls_(std::make_shared<Ticket::State>(1)) {}
+
+JobClient::Impl::~Impl() {
+  calls_->Done(absl::OkStatus());
+  (void)calls_->Wait();
+}
+
+std::shared_ptr<Ticket::State> JobClient::Impl::BeginCall(int parts) {
+  calls_->Add(1);
+  return std::make_shared<Ticket::State>(
+      parts, [calls = calls_] { calls->Done(absl::OkStatus()); });
+}
+
+Ticket JobClient::Impl::StartPush(const PushCall& call) {
+  const ClientOptions& o = client_->options();
+  uint32_t chunk = ChunkElems(o.chunk_bytes, DTypeSize(call.wire), layout_.block_elems);
+  std::vector<StreamPlan> plans =
+      PlanStreams(layout_, client_->num_servers(), call.elems, o.streams_per_server, chunk);
+  if (plans.empty()) return CompletedTicket(absl::OkStatus());
+  std::shared_ptr<Ticket::State> ticket = BeginCall(static_cast<int>(plans.size()));
+  for (const StreamPlan& plan : plans) {
+    client_->pool().Schedule([this, call, plan, ticket] {
+      ticket->Done(RunPushStream(job_, call, plan, ticket));
+    });
+  }
+  return Ticket(std::move(ticket));
+}
+
+Ticket JobClient::Impl::StartGather(const GatherCall& call) {
+  const ClientOptions& o = client_->options();
+  uint32_t chunk = ChunkElems(o.chunk_bytes, DTypeSize(call.wire), layout_.block_elems);
+  std::vector<StreamPlan> plans =
+      PlanStreams(layout_, client_->num_servers(), call.elems, o.streams_per_server, chunk);
+  if (plans.empty()) return CompletedTicket(absl::OkStatus());
+  std::shared_ptr<Ticket::State> ticket = BeginCall(static_cast<int>(plans.size()));
+  for (const StreamPlan& plan : plans) {
+    client_->pool().Schedule(
+        [this, call, plan, ticket] { ticket->Done(RunGatherStream(job_, call, plan)); });
+  }
+  return Ticket(std::move(ticket));
+}
+
+Ticket JobClient::Impl::PushAsync(uint64_t step, uint32_t node, Range elems, const void* data,
+                                  v1::DType dtype) {
+  if (absl::Status s = ValidatePush(spec_, layout_, node, elems, data, dtype); !s.ok()) {
+    return CompletedTicket(s);
+  }
+  return StartPush(
+      PushCall{Method::kPushGradients, step, node, elems, data, dtype, spec_.grad_dtype()});
+}
+
+absl::Status JobClient::Impl::InitWeights(Range elems, const float* data) {
+  if (absl::Status s = ValidateRange(layout_, elems); !s.ok()) return s;
+  if (data == nullptr && !elems.empty()) return absl::InvalidArgumentError("data: null buffer");
+  return StartPush(PushCall{Method::kInitWeights, 0, 0, elems, data, v1::DTYPE_FP32,
+                            v1::DTYPE_FP32})
+      .Wait();
+}
+
+Ticket JobClient::Impl::GatherAsync(uint64_t min_version, Range elems, void* out,
+                                    v1::DType dtype, bool master) {
+  absl::Status s = master ? ValidateGather(spec_, layout_, elems, out, v1::DTYPE_FP32)
+                          : ValidateGather(spec_, layout_, elems, out, dtype);
+  if (!s.ok()) return CompletedTicket(s);
+  v1::DType wire = master ? v1::DTYPE_FP32 : spec_.weight_dtype();
+  return StartGather(GatherCall{min_version, elems, out, wire, dtype});
+}
+
+absl::StatusOr<GradStatsResult> JobClient::Impl::GradStats(uint64_t step) {
+  std::vector<v1::GradStatsResponse> answers(client_->num_servers());
+  absl::Status s = client_->ForEachServer([&](int shard) {
+    v1::GradStatsRequest req;
+    req.set_job_id(spec_.job_id());
+    req.set_step(step);
+    absl::Status st = client_->Unary(Method::kGradStats, shard, &v1::StateService::Stub::GradStats,
+                                     req, &answers[shard]);
+    return st.ok() ? CheckIncarnation(job_, shard, answers[shard].incarnation()) : st;
+  });
+  if (!s.ok()) return s;
+  GradStatsResult total;
+  for (const v1::GradStatsResponse& a : answers) {  // shard order: deterministic sum
+    total.sum_squares += a.sum_squares();
+    total.nonfinite_count += a.nonfinite_count();
+  }
+  return total;
+}
+
+absl::Status JobClient::Impl::Step(uint64_t step, float lr, float grad_scale, bool skip) {
+  v1::StepRequest req;
+  req.set_job_id(spec_.job_id());
+  req.set_step(step);
+  req.set_lr(lr);
+  req.set_grad_scale(grad_scale);
+  req.set_skip(skip);
+  return client_->ForEachServer([&](int shard) {
+    v1::StepResponse resp;
+    absl::Status st =
+        client_->Unary(Method::kStep, shard, &v1::StateService::Stub::Step, req, &resp);
+    return st.ok() ? CheckIncarnation(job_, shard, resp.incarnation()) : st;
+  });
+}
+
+absl::StatusOr<uint64_t> JobClient::Impl::Version() {
+  std::vector<uint64_t> versions(client_->num_servers());
+  absl::Status s = client_->ForEachServer([&](int shard) {
+    v1::JobStatusRequest req;
+    req.set_job_id(spec_.job_id());
+    v1::JobStatusResponse resp;
+    absl::Status st =
+        client_->Unary(Method::kJobStatus, shard, &v1::StateService::Stub::JobStatus, req, &resp);
+    versions[shard] = resp.min_version();
+    return st.ok() ? CheckIncarnation(job_, shard, resp.incarnation()) : st;
+  });
+  if (!s.ok()) return s;
+  return *std::min_element(versions.begin(), versions.end());
+}
+
+// The public JobClient forwards to its Impl.
+JobClient::JobClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+JobClient::~JobClient() = default;
+const v1::JobSpec& JobClient::spec() const { return impl_->spec(); }
+const Layout& JobClient::layout() const { return impl_->layout(); }
+
+Ticket JobClient::PushAsync(uint64_t step, uint32_t node, Range elems, const void* data,
+                            v1::DType dtype) {
+  return impl_->PushAsync(step, node, elems, data, dtype);
+}
+
+absl::Status JobClient::Push(uint64_t step, uint32_t node, Range elems, const void* data,
+                             v1::DType dtype) {
+  return impl_->PushAsync(step, node, elems, data, dtype).Wait();
+}
+
+absl::StatusOr<GradStatsResult> JobClient::GradStats(uint64_t step) {
+  return impl_->GradStats(step);
+}
+
+absl::Status JobClient::Step(uint64_t step, float lr, float grad_scale, bool skip) {
+  return impl_->Step(step, lr, grad_scale, skip);
+}
+
+Ticket JobClient::GatherAsync(uint64_t min_version, Range elems, void* out, v1::DType dtype) {
+  return impl_->GatherAsync(min_version, elems, out, dtype, /*master=*/false);
+}
+
+absl::Status JobClient::Gather(uint64_t min_version, Range elems, void* out, v1::DType dtype) {
+  return GatherAsync(min_version, elems, out, dtype).Wait();
+}
+
+absl::Status JobClient::GatherMaster(uint64_t min_version, Range elems, float* out) {
+  return impl_->GatherAsync(min_version, elems, out, v1::DTYPE_FP32, /*master=*/true).Wait();
+}
+
+absl::Status JobClient::InitWeights(Range elems, const float* data) {
+  return impl_->InitWeights(elems, data);
+}
+
+absl::StatusOr<uint64_t> JobClient::Version() { return impl_->Version(); }
+
+}  // namespace zerostate::client

@@ -1,0 +1,58 @@
+// What a JobClient holds: the job's normalized spec and layout, the
+// servers' incarnations seen at register/attach, the byte budget, and a
+// count of calls in flight that its destructor waits for.
+// Thread-safe; constant after construction but for the budget and counts.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/byte_budget.h"
+#include "client/client_impl.h"
+#include "client/ticket_state.h"
+#include "client/transfer.h"
+
+namespace zerostate::client {
+
+class JobClient::Impl {
+ public:
+  // Registers a normalized spec on every server (client/job_setup.cc).
+  static absl::StatusOr<std::unique_ptr<JobClient>> Register(std::shared_ptr<Client::Impl> client,
+                                                             const v1::JobSpec& spec);
+  // Attaches to a registered job (client/job_setup.cc).
+  static absl::StatusOr<std::unique_ptr<JobClient>> Attach(std::shared_ptr<Client::Impl> client,
+                                                           const std::string& job_id);
+
+  Impl(std::shared_ptr<Client::Impl> client, v1::JobSpec spec,
+       std::vector<uint64_t> incarnations);
+  // Waits until every call started through this job has completed.
+  ~Impl();
+
+  const v1::JobSpec& spec() const { return spec_; }
+  const Layout& layout() const { return layout_; }
+
+  Ticket PushAsync(uint64_t step, uint32_t node, Range elems, const void* data, v1::DType dtype);
+  Ticket GatherAsync(uint64_t min_version, Range elems, void* out, v1::DType dtype,
+                     bool master);
+  absl::Status InitWeights(Range elems, const float* data);
+  absl::StatusOr<GradStatsResult> GradStats(uint64_t step);
+  absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip);
+  absl::StatusOr<uint64_t> Version();
+
+ private:
+  // A ticket of `parts` parts that also counts as one call in flight.
+  std::shared_ptr<Ticket::State> BeginCall(int parts);
+  Ticket StartPush(const PushCall& call);
+  Ticket StartGather(const GatherCall& call);
+
+  const std::shared_ptr<Client::Impl> client_;
+  const v1::JobSpec spec_;
+  const Layout layout_;
+  ByteBudget budget_;
+  const JobContext job_;
+  // One part per call in flight, plus one held by this object until ~Impl.
+  const std::shared_ptr<Ticket::State> calls_;
+};
+
+}  // namespace zerostate::client

@@ -1,0 +1,88 @@
+// JobClient::Impl::Register and Attach: bring a job up on every server (or
+// find it there), check that each server's shard matches the client's shard
+// map, and record each server's incarnation.
+#include "absl/strings/str_cat.h"
+#include "client/job_client_impl.h"
+
+namespace zerostate::client {
+namespace {
+
+// FAILED_PRECONDITION when server `shard` holds a different part of the
+// job than common/shard_map.h gives for this server list.
+absl::Status CheckShard(Client::Impl& client, const Layout& layout, int shard,
+                        const v1::JobInfo& info) {
+  Range want = ShardBlocks(layout.num_blocks(), client.num_servers(), shard);
+  if (info.total_elems() == layout.total_elems && info.block_elems() == layout.block_elems &&
+      info.first_block() == want.begin && info.shard_blocks() == want.size()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "server ", client.server(shard).address(), " holds blocks [", info.first_block(), ", ",
+      info.first_block() + info.shard_blocks(), ") of ", info.num_blocks(), " (",
+      info.total_elems(), " elements); the client expects blocks [", want.begin, ", ", want.end,
+      ") of ", layout.num_blocks(), " (", layout.total_elems,
+      " elements): is the server list the same, in the same order?"));
+}
+
+absl::StatusOr<v1::JobStatusResponse> JobStatus(Client::Impl& client, int shard,
+                                                const std::string& job_id) {
+  v1::JobStatusRequest req;
+  req.set_job_id(job_id);
+  v1::JobStatusResponse resp;
+  absl::Status s =
+      client.Unary(Method::kJobStatus, shard, &v1::StateService::Stub::JobStatus, req, &resp);
+  if (!s.ok()) return s;
+  return resp;
+}
+
+std::unique_ptr<JobClient> MakeJobClient(std::shared_ptr<Client::Impl> client, v1::JobSpec spec,
+                                         std::vector<uint64_t> incarnations) {
+  return std::make_unique<JobClient>(std::make_unique<JobClient::Impl>(
+      std::move(client), std::move(spec), std::move(incarnations)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Register(
+    std::shared_ptr<Client::Impl> client, const v1::JobSpec& spec) {
+  const Layout layout = LayoutOf(spec);
+  std::vector<uint64_t> incarnations(client->num_servers());
+  absl::Status s = client->ForEachServer([&](int shard) {
+    v1::RegisterJobRequest req;
+    *req.mutable_spec() = spec;
+    for (const std::string& addr : client->options().servers) req.add_servers(addr);
+    req.set_shard_index(shard);
+    v1::RegisterJobResponse resp;
+    absl::Status st = client->Unary(Method::kRegisterJob, shard,
+                                    &v1::StateService::Stub::RegisterJob, req, &resp);
+    if (!st.ok()) return st;
+    incarnations[shard] = resp.incarnation();
+    return CheckShard(*client, layout, shard, resp.info());
+  });
+  if (!s.ok()) return s;
+  return MakeJobClient(std::move(client), spec, std::move(incarnations));
+}
+
+absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Attach(
+    std::shared_ptr<Client::Impl> client, const std::string& job_id) {
+  absl::StatusOr<v1::JobStatusResponse> first = JobStatus(*client, 0, job_id);
+  if (!first.ok()) return first.status();
+  absl::StatusOr<v1::JobSpec> spec = NormalizeJobSpec(first->spec());
+  if (!spec.ok()) {
+    return absl::InternalError(absl::StrCat("server ", client->server(0).address(),
+                                            " returned a bad spec: ", spec.status().message()));
+  }
+  const Layout layout = LayoutOf(*spec);
+  std::vector<uint64_t> incarnations(client->num_servers());
+  absl::Status s = client->ForEachServer([&](int shard) {
+    absl::StatusOr<v1::JobStatusResponse> st =
+        shard == 0 ? first : JobStatus(*client, shard, job_id);
+    if (!st.ok()) return st.status();
+    incarnations[shard] = st->incarnation();
+    return CheckShard(*client, layout, shard, st->info());
+  });
+  if (!s.ok()) return s;
+  return MakeJobClient(std::move(client), *std::move(spec), std::move(incarnations));
+}
+
+}  // namespace zerostate::client

@@ -1,0 +1,59 @@
+#include "client/retry.h"
+
+#include <algorithm>
+
+#include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace zerostate::client {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+bool IsRetryable(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
+Retrier::Retrier(const ClientOptions& options, ClientMetrics* metrics,
+                 const absl::Notification* shutdown)
+    : options_(options), metrics_(metrics), shutdown_(shutdown) {}
+
+absl::Duration Retrier::Backoff(int retry) const {
+  absl::Duration base = absl::FromChrono(options_.initial_backoff) * (1 << std::min(retry, 20));
+  base = std::min(base, absl::FromChrono(options_.max_backoff));
+  // Full jitter in [base/2, base]: clients retrying together spread out.
+  absl::BitGen gen;
+  return base * absl::Uniform(gen, 0.5, 1.0);
+}
+
+absl::Status Retrier::Run(Method method, const ServerConn& server,
+                          absl::FunctionRef<absl::Status(grpc::ClientContext&)> attempt) const {
+  absl::Time start = absl::Now();
+  absl::Status status;
+  int attempts = 0;
+  while (true) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
+    status = attempt(ctx);
+    ++attempts;
+    if (status.ok() || !IsRetryable(status) || attempts >= options_.max_attempts) break;
+    metrics_->AddRetry(method);
+    if (shutdown_->WaitForNotificationWithTimeout(Backoff(attempts - 1))) {
+      status = absl::CancelledError(absl::StrCat("client shut down; last error: ",
+                                                 status.message()));
+      break;
+    }
+  }
+  metrics_->ObserveSeconds(method, absl::ToDoubleSeconds(absl::Now() - start));
+  if (status.ok()) return status;
+  std::string retried = attempts > 1 ? absl::StrCat(" (failed ", attempts, " attempts)") : "";
+  return absl::Status(status.code(), absl::StrCat(MethodName(method), " to ", server.address(),
+                                                  retried, ": ", status.message()));
+}
+
+}  // namespace zerostate::client

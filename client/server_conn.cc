@@ -1,0 +1,45 @@
+#include "client/server_conn.h"
+
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
+
+namespace zerostate::client {
+
+grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options, int server,
+                                            int channel) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  // A private subchannel pool plus an argument unique to the channel: gRPC
+  // would otherwise share one TCP connection among equal channels.
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt("zerostate.channel_index", server * 1024 + channel);
+  // Start with windows large enough for several chunks in flight instead of
+  // waiting for the BDP probe to grow them.
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 1);
+  args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 4 << 20);
+  args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, 1 << 20);
+  args.SetInt(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
+  for (const auto& [name, value] : options.channel_args) args.SetInt(name, value);
+  return args;
+}
+
+ServerConn::ServerConn(const ClientOptions& options, int index)
+    : address_(options.servers[index]), index_(index) {
+  for (int c = 0; c < options.channels_per_server; ++c) {
+    channels_.push_back(grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(),
+                                                  MakeChannelArguments(options, index, c)));
+    stubs_.push_back(v1::StateService::NewStub(channels_.back()));
+  }
+}
+
+grpc::Channel* ServerConn::NextChannel() {
+  return channels_[next_.fetch_add(1, std::memory_order_relaxed) % channels_.size()].get();
+}
+
+v1::StateService::Stub* ServerConn::NextStub() {
+  return stubs_[next_.fetch_add(1, std::memory_order_relaxed) % stubs_.size()].get();
+}
+
+}  // namespace zerostate::client

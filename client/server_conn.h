@@ -1,0 +1,46 @@
+// The channels and stubs to one state server. Channels get distinct
+// arguments and a local subchannel pool, so each is its own TCP
+// connection; calls are spread over them round robin.
+// Thread-safe; constant after construction but for the round-robin cursor.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/support/channel_arguments.h"
+#include "zerostate/v1/state_service.grpc.pb.h"
+
+namespace zerostate::client {
+
+// The arguments of channel `channel` to server `server`: unlimited message
+// sizes, large HTTP/2 windows and TCP read chunks, a local subchannel pool,
+// then options.channel_args.
+grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options, int server,
+                                            int channel);
+
+class ServerConn {
+ public:
+  // Opens options.channels_per_server channels (connected lazily) to
+  // options.servers[index]. REQUIRES: options passed ValidateOptions.
+  ServerConn(const ClientOptions& options, int index);
+
+  const std::string& address() const { return address_; }
+  int index() const { return index_; }
+
+  // The next channel / stub, round robin over the connections.
+  grpc::Channel* NextChannel();
+  v1::StateService::Stub* NextStub();
+
+ private:
+  const std::string address_;
+  const int index_;
+  std::vector<std::shared_ptr<grpc::Channel>> channels_;
+  std::vector<std::unique_ptr<v1::StateService::Stub>> stubs_;
+  std::atomic<uint32_t> next_{0};
+};
+
+}  // namespace zerostate::client

@@ -1,0 +1,66 @@
+// One stream of a push (or weight init) or a gather: the data plane. A
+// stream moves one StreamPlan's range to or from one server in chunks,
+// straight from and into the caller's buffer, and is retried whole after
+// UNAVAILABLE or DEADLINE_EXCEEDED (the server acknowledges pieces it
+// already has, and serves the same data again). Thread-safe: streams of
+// one call run at once on the client's pool.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/byte_budget.h"
+#include "client/client_impl.h"
+#include "client/plan.h"
+#include "client/ticket_state.h"
+
+namespace zerostate::client {
+
+// What every stream of a job shares; outlives every call.
+struct JobContext {
+  Client::Impl* client = nullptr;
+  std::string job_id;
+  uint32_t block_elems = 0;
+  std::vector<uint64_t> incarnations;  // per shard, seen at register/attach
+  ByteBudget* budget = nullptr;        // cap on pushed bytes in flight
+};
+
+// ABORTED naming the server when `incarnation` differs from the one seen
+// when the job was registered or attached: the server restarted and lost
+// the job's state, so nothing it says now can be trusted for this job.
+absl::Status CheckIncarnation(const JobContext& job, int shard, uint64_t incarnation);
+
+struct PushCall {
+  Method method = Method::kPushGradients;  // or kInitWeights
+  uint64_t step = 0;
+  uint32_t node = 0;
+  Range elems;                // the whole call's range
+  const void* data = nullptr;  // elems.size() elements of `src`
+  v1::DType src = v1::DTYPE_FP32;
+  v1::DType wire = v1::DTYPE_FP32;
+};
+
+// Sends plan.elems of `call` to server plan.shard. Each payload slice
+// holds a part of `ticket` and of the byte budget until gRPC releases it,
+// so the caller's buffer stays referenced only while the ticket is pending.
+absl::Status RunPushStream(const JobContext& job, const PushCall& call, const StreamPlan& plan,
+                           const std::shared_ptr<Ticket::State>& ticket);
+
+struct GatherCall {
+  uint64_t min_version = 0;
+  Range elems;          // the whole call's range
+  void* out = nullptr;  // elems.size() elements of `out_dtype`
+  v1::DType wire = v1::DTYPE_FP32;
+  v1::DType out_dtype = v1::DTYPE_FP32;
+};
+
+// Reads plan.elems of `call` from server plan.shard into the caller's
+// buffer. Errors: DATA_LOSS naming the server when a chunk lies outside
+// the asked range, has the wrong dtype or version, or data is missing.
+absl::Status RunGatherStream(const JobContext& job, const GatherCall& call,
+                             const StreamPlan& plan);
+
+}  // namespace zerostate::client

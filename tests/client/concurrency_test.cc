@@ -1,0 +1,80 @@
+// The client's small concurrency parts: ticket, thread pool, byte budget.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "client/byte_budget.h"
+#include "client/thread_pool.h"
+#include "client/ticket_state.h"
+
+namespace zerostate::client {
+namespace {
+
+TEST(TicketTest, DefaultTicketIsDoneAndOk) {
+  Ticket t;
+  EXPECT_TRUE(t.Done());
+  EXPECT_TRUE(t.Wait().ok());
+}
+
+TEST(TicketTest, KeepsFirstErrorAndRunsOnDoneOnce) {
+  int done_calls = 0;
+  auto state = std::make_shared<Ticket::State>(2, [&] { ++done_calls; });
+  Ticket t(state);
+  state->Add(1);
+  state->Done(absl::OkStatus());
+  state->Done(absl::UnavailableError("first"));
+  EXPECT_FALSE(t.Done());
+  state->Done(absl::InternalError("second"));
+  EXPECT_TRUE(t.Done());
+  EXPECT_EQ(t.Wait().message(), "first");
+  EXPECT_EQ(t.Wait().code(), absl::StatusCode::kUnavailable);  // may be waited twice
+  EXPECT_EQ(done_calls, 1);
+}
+
+TEST(TicketTest, CompletedTicketCarriesStatus) {
+  Ticket t = CompletedTicket(absl::InvalidArgumentError("x"));
+  EXPECT_TRUE(t.Done());
+  EXPECT_EQ(t.Wait().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ThreadPoolTest, RunsEveryTaskBeforeDestruction) {
+  std::atomic<int> ran{0};
+  {
+    ThreadPool pool(3);
+    for (int i = 0; i < 100; ++i) pool.Schedule([&] { ran.fetch_add(1); });
+  }
+  EXPECT_EQ(ran.load(), 100);
+}
+
+TEST(ThreadPoolTest, WaitsOnTicketFromOtherThreads) {
+  ThreadPool pool(4);
+  auto state = std::make_shared<Ticket::State>(4);
+  for (int i = 0; i < 4; ++i) pool.Schedule([state] { state->Done(absl::OkStatus()); });
+  EXPECT_TRUE(Ticket(state).Wait().ok());
+}
+
+TEST(ByteBudgetTest, BlocksUntilReleased) {
+  ByteBudget budget(100);
+  budget.Acquire(60);
+  std::atomic<bool> acquired{false};
+  std::thread t([&] {
+    budget.Acquire(60);  // waits: 120 > 100
+    acquired = true;
+  });
+  budget.Release(60);
+  t.join();
+  EXPECT_TRUE(acquired.load());
+  EXPECT_EQ(budget.held(), 60u);
+}
+
+TEST(ByteBudgetTest, OversizedAcquireGoesThroughWhenEmpty) {
+  ByteBudget budget(10);
+  budget.Acquire(1000);
+  EXPECT_EQ(budget.held(), 1000u);
+  budget.Release(1000);
+  EXPECT_EQ(budget.held(), 0u);
+}
+
+}  // namespace
+}  // namespace zerostate::client
