@@ -34,7 +34,7 @@ uint16_t FloatToFp16(float f) {
   uint32_t abs = x & 0x7fffffffu;
   if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to Inf
-  if (abs < 0x38800000u) {  // result is subnormal or zero
+  if (abs < 0x38800000u) {                                      // result is subnormal or zero
     if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // below half the smallest
     uint32_t exp = abs >> 23;
     uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
@@ -63,7 +63,10 @@ float Fp16ToFloat(uint16_t h) {
     x = sign;
   } else {  // subnormal: normalise
     int e = -1;
-    do { mant <<= 1; ++e; } while ((mant & 0x400u) == 0);
+    do {
+      mant <<= 1;
+      ++e;
+    } while ((mant & 0x400u) == 0);
     x = sign | ((112 - e) << 23) | ((mant & 0x3ffu) << 13);
   }
   float f;
@@ -74,7 +77,8 @@ float Fp16ToFloat(uint16_t h) {
 namespace convert_internal {
 
 const ConvertKernels& ScalarConvertKernels() {
-  static constexpr ConvertKernels kKernels = convert_internal::MakeConvertKernels<simd::ScalarOps>();
+  static constexpr ConvertKernels kKernels =
+      convert_internal::MakeConvertKernels<simd::ScalarOps>();
   return kKernels;
 }
 
@@ -84,9 +88,12 @@ namespace {
 
 const ConvertKernels& KernelsFor(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return convert_internal::Avx512ConvertKernels();
-    case Isa::kAvx2: return convert_internal::Avx2ConvertKernels();
-    default: return convert_internal::ScalarConvertKernels();
+    case Isa::kAvx512:
+      return convert_internal::Avx512ConvertKernels();
+    case Isa::kAvx2:
+      return convert_internal::Avx2ConvertKernels();
+    default:
+      return convert_internal::ScalarConvertKernels();
   }
 }
 
@@ -95,27 +102,36 @@ const ConvertKernels& KernelsFor(Isa isa) {
 void EncodeFloats(Isa isa, const float* src, size_t n, v1::DType dtype, void* dst) {
   auto* out = static_cast<uint16_t*>(dst);
   switch (dtype) {
-    case v1::DTYPE_BF16: return KernelsFor(isa).encode_bf16(src, n, out);
-    case v1::DTYPE_FP16: return KernelsFor(isa).encode_fp16(src, n, out);
-    default: std::memcpy(dst, src, n * 4);
+    case v1::DTYPE_BF16:
+      return KernelsFor(isa).encode_bf16(src, n, out);
+    case v1::DTYPE_FP16:
+      return KernelsFor(isa).encode_fp16(src, n, out);
+    default:
+      std::memcpy(dst, src, n * 4);
   }
 }
 
 void DecodeFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst) {
   const auto* in = static_cast<const uint16_t*>(src);
   switch (dtype) {
-    case v1::DTYPE_BF16: return KernelsFor(isa).decode_bf16(in, n, dst);
-    case v1::DTYPE_FP16: return KernelsFor(isa).decode_fp16(in, n, dst);
-    default: std::memcpy(dst, src, n * 4);
+    case v1::DTYPE_BF16:
+      return KernelsFor(isa).decode_bf16(in, n, dst);
+    case v1::DTYPE_FP16:
+      return KernelsFor(isa).decode_fp16(in, n, dst);
+    default:
+      std::memcpy(dst, src, n * 4);
   }
 }
 
 void AccumulateFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst) {
   const auto* in = static_cast<const uint16_t*>(src);
   switch (dtype) {
-    case v1::DTYPE_BF16: return KernelsFor(isa).accumulate_bf16(in, n, dst);
-    case v1::DTYPE_FP16: return KernelsFor(isa).accumulate_fp16(in, n, dst);
-    default: return KernelsFor(isa).accumulate_fp32(static_cast<const float*>(src), n, dst);
+    case v1::DTYPE_BF16:
+      return KernelsFor(isa).accumulate_bf16(in, n, dst);
+    case v1::DTYPE_FP16:
+      return KernelsFor(isa).accumulate_fp16(in, n, dst);
+    default:
+      return KernelsFor(isa).accumulate_fp32(static_cast<const float*>(src), n, dst);
   }
 }
 

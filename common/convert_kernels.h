@@ -48,16 +48,24 @@ constexpr ConvertKernels MakeConvertKernels() {
   constexpr size_t W = Ops::kWidth;
   return {
       [](const float* s, size_t n, uint16_t* d) {
-        MapChunks<W>(s, d, n, [](const float* a, uint16_t* b) { Ops::StoreBf16(b, Ops::Load(a)); });
+        MapChunks<W>(s, d, n, [](const float* a, uint16_t* b) {
+          Ops::StoreHalf(b, Ops::ToBf16(Ops::Load(a)));
+        });
       },
       [](const float* s, size_t n, uint16_t* d) {
-        MapChunks<W>(s, d, n, [](const float* a, uint16_t* b) { Ops::StoreFp16(b, Ops::Load(a)); });
+        MapChunks<W>(s, d, n, [](const float* a, uint16_t* b) {
+          Ops::StoreHalf(b, Ops::ToFp16(Ops::Load(a)));
+        });
       },
       [](const uint16_t* s, size_t n, float* d) {
-        MapChunks<W>(s, d, n, [](const uint16_t* a, float* b) { Ops::Store(b, Ops::LoadBf16(a)); });
+        MapChunks<W>(s, d, n, [](const uint16_t* a, float* b) {
+          Ops::Store(b, Ops::FromBf16(Ops::LoadHalf(a)));
+        });
       },
       [](const uint16_t* s, size_t n, float* d) {
-        MapChunks<W>(s, d, n, [](const uint16_t* a, float* b) { Ops::Store(b, Ops::LoadFp16(a)); });
+        MapChunks<W>(s, d, n, [](const uint16_t* a, float* b) {
+          Ops::Store(b, Ops::FromFp16(Ops::LoadHalf(a)));
+        });
       },
       [](const float* s, size_t n, float* d) {
         MapChunks<W>(s, d, n, [](const float* a, float* b) {
@@ -66,12 +74,12 @@ constexpr ConvertKernels MakeConvertKernels() {
       },
       [](const uint16_t* s, size_t n, float* d) {
         MapChunks<W>(s, d, n, [](const uint16_t* a, float* b) {
-          Ops::Store(b, Ops::Add(Ops::Load(b), Ops::LoadBf16(a)));
+          Ops::Store(b, Ops::Add(Ops::Load(b), Ops::FromBf16(Ops::LoadHalf(a))));
         });
       },
       [](const uint16_t* s, size_t n, float* d) {
         MapChunks<W>(s, d, n, [](const uint16_t* a, float* b) {
-          Ops::Store(b, Ops::Add(Ops::Load(b), Ops::LoadFp16(a)));
+          Ops::Store(b, Ops::Add(Ops::Load(b), Ops::FromFp16(Ops::LoadHalf(a))));
         });
       },
   };

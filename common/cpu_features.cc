@@ -52,9 +52,12 @@ std::vector<Isa> SupportedIsas() {
 
 std::string_view IsaName(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx2: return "avx2";
-    default: return "scalar";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    default:
+      return "scalar";
   }
 }
 

@@ -41,16 +41,24 @@ struct Avx2Ops {
     return _mm256_blendv_ps(r, Set1(-1.0f), _mm256_cmp_ps(a, zero, _CMP_LT_OQ));
   }
 
-  static F LoadBf16(const uint16_t* p) {
-    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  // kWidth 16-bit elements (bf16 or fp16 bits).
+  using H = __m128i;
+  static H LoadHalf(const uint16_t* p) {
+    return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   }
-  static F LoadFp16(const uint16_t* p) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  }
+  static void StoreHalf(uint16_t* p, H h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
+  // Non-temporal store. REQUIRES: p is sizeof(H)-aligned; Fence() before
+  // another thread reads what it wrote.
+  static void StreamHalf(uint16_t* p, H h) { _mm_stream_si128(reinterpret_cast<__m128i*>(p), h); }
+  static void Fence() { _mm_sfence(); }
 
+  static F FromBf16(H h) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static F FromFp16(H h) { return _mm256_cvtph_ps(h); }
+  static H ToFp16(F x) { return _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT); }
   // Integer round-to-nearest-even, NaN kept and quieted.
-  static void StoreBf16(uint16_t* p, F x) {
+  static H ToBf16(F x) {
     const __m256i b = _mm256_castps_si256(x);
     const __m256i hi = _mm256_srli_epi32(b, 16);
     const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
@@ -61,11 +69,7 @@ struct Avx2Ops {
     const __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
     const __m256i r = _mm256_blendv_epi8(rounded, quiet, nan);
     // Every lane is <= 0xffff, so the unsigned-saturating pack is exact.
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), packed);
-  }
-  static void StoreFp16(uint16_t* p, F x) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
   }
 
   // 16 double lanes of sums of squares; lane k takes element k of each chunk.

@@ -42,16 +42,26 @@ struct Avx512Ops {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, zero, _CMP_LT_OQ), r, Set1(-1.0f));
   }
 
-  static F LoadBf16(const uint16_t* p) {
-    __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  // kWidth 16-bit elements (bf16 or fp16 bits).
+  using H = __m256i;
+  static H LoadHalf(const uint16_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   }
-  static F LoadFp16(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  static void StoreHalf(uint16_t* p, H h) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h); }
+  // Non-temporal store. REQUIRES: p is sizeof(H)-aligned; Fence() before
+  // another thread reads what it wrote.
+  static void StreamHalf(uint16_t* p, H h) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), h);
   }
+  static void Fence() { _mm_sfence(); }
 
+  static F FromBf16(H h) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static F FromFp16(H h) { return _mm512_cvtph_ps(h); }
+  static H ToFp16(F x) { return _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT); }
   // Integer round-to-nearest-even (vcvtneps2bf16 would flush denormals).
-  static void StoreBf16(uint16_t* p, F x) {
+  static H ToBf16(F x) {
     const __m512i b = _mm512_castps_si512(x);
     const __m512i hi = _mm512_srli_epi32(b, 16);
     const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
@@ -60,12 +70,7 @@ struct Avx512Ops {
     const __m512i quiet = _mm512_or_si512(hi, _mm512_set1_epi32(0x40));
     const __m512i abs = _mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff));
     const __mmask16 nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7f800000));
-    const __m512i r = _mm512_mask_blend_epi32(nan, rounded, quiet);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
-  }
-  static void StoreFp16(uint16_t* p, F x) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                        _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT));
+    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
   }
 
   // 16 double lanes of sums of squares; lane k takes element k of each chunk.

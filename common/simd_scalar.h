@@ -29,10 +29,17 @@ struct ScalarOps {
   // +1 where a > 0, -1 where a < 0, `a` itself elsewhere (zeros, NaN).
   static F Sign(F a) { return a > 0 ? 1.0f : a < 0 ? -1.0f : a; }
 
-  static F LoadBf16(const uint16_t* p) { return Bf16ToFloat(*p); }
-  static F LoadFp16(const uint16_t* p) { return Fp16ToFloat(*p); }
-  static void StoreBf16(uint16_t* p, F x) { *p = FloatToBf16(x); }
-  static void StoreFp16(uint16_t* p, F x) { *p = FloatToFp16(x); }
+  // kWidth 16-bit elements (bf16 or fp16 bits).
+  using H = uint16_t;
+  static H LoadHalf(const uint16_t* p) { return *p; }
+  static void StoreHalf(uint16_t* p, H h) { *p = h; }
+  static void StreamHalf(uint16_t* p, H h) { *p = h; }
+  static void Fence() {}
+
+  static F FromBf16(H h) { return Bf16ToFloat(h); }
+  static F FromFp16(H h) { return Fp16ToFloat(h); }
+  static H ToBf16(F x) { return FloatToBf16(x); }
+  static H ToFp16(F x) { return FloatToFp16(x); }
 
   // 16 double lanes of sums of squares; lane k takes element k of each chunk.
   struct SquareSums {

@@ -4,9 +4,12 @@ namespace zerostate::server::kernels {
 
 const KernelTable& KernelsFor(Isa isa) {
   switch (isa) {
-    case Isa::kAvx512: return Avx512Kernels();
-    case Isa::kAvx2: return Avx2Kernels();
-    default: return ScalarKernels();
+    case Isa::kAvx512:
+      return Avx512Kernels();
+    case Isa::kAvx2:
+      return Avx2Kernels();
+    default:
+      return ScalarKernels();
   }
 }
 

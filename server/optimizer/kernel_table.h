@@ -15,15 +15,15 @@ namespace zerostate::server::kernels {
 struct StepConsts {
   float grad_scale = 1;
   float lr = 0;
-  float weight_decay = 0;     // L2 coefficient (Adam, SGD)
-  float decay = 1;            // 1 - lr * weight_decay (AdamW, Lion)
+  float weight_decay = 0;  // L2 coefficient (Adam, SGD)
+  float decay = 1;         // 1 - lr * weight_decay (AdamW, Lion)
   float beta1 = 0;
   float one_minus_beta1 = 1;
   float beta2 = 0;
   float one_minus_beta2 = 1;
   float eps = 0;
-  float step_size = 0;        // lr / (1 - beta1^t)
-  float inv_bc2_sqrt = 1;     // 1 / sqrt(1 - beta2^t)
+  float step_size = 0;     // lr / (1 - beta1^t)
+  float inv_bc2_sqrt = 1;  // 1 / sqrt(1 - beta2^t)
   float momentum = 0;
 };
 
@@ -38,8 +38,9 @@ struct StepBuffers {
   size_t n = 0;
 };
 
-enum class Rule { kAdamW, kAdam, kSgd, kSgdNesterov, kLion };
-inline constexpr int kRuleCount = 5;
+// kTraffic: the memory traffic of AdamW without its arithmetic (benchmarks).
+enum class Rule { kAdamW, kAdam, kSgd, kSgdNesterov, kLion, kTraffic };
+inline constexpr int kRuleCount = 6;
 enum class Lowp { kNone, kBf16, kFp16 };
 inline constexpr int kLowpCount = 3;
 

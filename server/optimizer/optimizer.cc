@@ -22,19 +22,27 @@ using kernels::Rule;
 
 Rule RuleOf(const v1::OptimizerConfig& c) {
   switch (c.kind()) {
-    case v1::OPTIMIZER_ADAMW: return Rule::kAdamW;
-    case v1::OPTIMIZER_ADAM: return Rule::kAdam;
-    case v1::OPTIMIZER_SGD_MOMENTUM: return c.nesterov() ? Rule::kSgdNesterov : Rule::kSgd;
-    case v1::OPTIMIZER_LION: return Rule::kLion;
-    default: DieUnknownOptimizer(c.kind());
+    case v1::OPTIMIZER_ADAMW:
+      return Rule::kAdamW;
+    case v1::OPTIMIZER_ADAM:
+      return Rule::kAdam;
+    case v1::OPTIMIZER_SGD_MOMENTUM:
+      return c.nesterov() ? Rule::kSgdNesterov : Rule::kSgd;
+    case v1::OPTIMIZER_LION:
+      return Rule::kLion;
+    default:
+      DieUnknownOptimizer(c.kind());
   }
 }
 
 Lowp LowpOf(v1::DType dtype) {
   switch (dtype) {
-    case v1::DTYPE_BF16: return Lowp::kBf16;
-    case v1::DTYPE_FP16: return Lowp::kFp16;
-    default: return Lowp::kNone;
+    case v1::DTYPE_BF16:
+      return Lowp::kBf16;
+    case v1::DTYPE_FP16:
+      return Lowp::kFp16;
+    default:
+      return Lowp::kNone;
   }
 }
 
@@ -60,26 +68,33 @@ kernels::StepConsts ConstsOf(const StepParams& p) {
   return k;
 }
 
+void RunRule(Isa isa, Rule rule, const kernels::StepConsts& c, const BlockRefs& b) {
+  const Lowp lowp = LowpOf(b.lowp_dtype);
+  auto* lowp_out = lowp == Lowp::kNone ? nullptr : static_cast<uint16_t*>(b.lowp);
+  const kernels::StepBuffers buffers{b.param, b.m, b.v, b.grad, lowp_out, b.n};
+  kernels::KernelsFor(isa).step[static_cast<int>(rule)].by_lowp[static_cast<int>(lowp)](c, buffers);
+}
+
 }  // namespace
 
 int MomentCount(v1::OptimizerKind kind) {
   switch (kind) {
     case v1::OPTIMIZER_ADAMW:
-    case v1::OPTIMIZER_ADAM: return 2;
+    case v1::OPTIMIZER_ADAM:
+      return 2;
     case v1::OPTIMIZER_SGD_MOMENTUM:
-    case v1::OPTIMIZER_LION: return 1;
-    default: return 0;
+    case v1::OPTIMIZER_LION:
+      return 1;
+    default:
+      return 0;
   }
 }
 
 void StepBlock(Isa isa, const StepParams& p, const BlockRefs& b) {
-  const Lowp lowp = LowpOf(b.lowp_dtype);
-  const kernels::StepBuffers buffers{b.param, b.m, b.v, b.grad,
-                                     lowp == Lowp::kNone ? nullptr : static_cast<uint16_t*>(b.lowp),
-                                     b.n};
-  const auto rule = static_cast<int>(RuleOf(p.config));
-  kernels::KernelsFor(isa).step[rule].by_lowp[static_cast<int>(lowp)](ConstsOf(p), buffers);
+  RunRule(isa, RuleOf(p.config), ConstsOf(p), b);
 }
+
+void TrafficPass(Isa isa, const BlockRefs& b) { RunRule(isa, Rule::kTraffic, {}, b); }
 
 void StepBlock(const StepParams& p, const BlockRefs& b) { StepBlock(BestIsa(), p, b); }
 

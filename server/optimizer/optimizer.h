@@ -46,6 +46,12 @@ int MomentCount(v1::OptimizerKind kind);
 void StepBlock(const StepParams& p, const BlockRefs& b);
 void StepBlock(Isa isa, const StepParams& p, const BlockRefs& b);
 
+// Moves exactly the bytes of an AdamW step on `b` (reads param, grad, m, v;
+// writes param, m, v and the low-precision copy) with no optimizer math:
+// param += grad, m and v rewritten unchanged. For benchmarks, as the memory
+// limit a step is measured against. Same REQUIRES as StepBlock; m and v set.
+void TrafficPass(Isa isa, const BlockRefs& b);
+
 // Statistics of a gradient block: sum of squares of the finite elements and
 // the number of non-finite ones. The summation order is fixed (16 double
 // lanes folded pairwise), identical in every ISA variant.

@@ -19,7 +19,9 @@ struct StepLoop {
   static constexpr int kMoments = RuleT::kMoments;
 
   // Reads and writes elements [i, i + W) of every buffer the rule uses, once.
-  static void Chunk(const RuleT& rule, const StepBuffers& b, size_t i) {
+  // `stream`: write the low-precision copy with non-temporal stores (it is
+  // not read again by this pass; saves reading its lines in first).
+  static void Chunk(const RuleT& rule, const StepBuffers& b, size_t i, bool stream) {
     F m = Ops::Set1(0), v = Ops::Set1(0);
     if constexpr (kMoments >= 1) m = Ops::Load(b.m + i);
     if constexpr (kMoments >= 2) v = Ops::Load(b.v + i);
@@ -27,8 +29,14 @@ struct StepLoop {
     Ops::Store(b.param + i, p);
     if constexpr (kMoments >= 1) Ops::Store(b.m + i, m);
     if constexpr (kMoments >= 2) Ops::Store(b.v + i, v);
-    if constexpr (kLowp == Lowp::kBf16) Ops::StoreBf16(b.lowp + i, p);
-    if constexpr (kLowp == Lowp::kFp16) Ops::StoreFp16(b.lowp + i, p);
+    if constexpr (kLowp != Lowp::kNone) {
+      const auto h = kLowp == Lowp::kBf16 ? Ops::ToBf16(p) : Ops::ToFp16(p);
+      if (stream) {
+        Ops::StreamHalf(b.lowp + i, h);
+      } else {
+        Ops::StoreHalf(b.lowp + i, h);
+      }
+    }
   }
 
   // The last partial chunk [i, n), through zero-padded copies so it takes
@@ -42,7 +50,7 @@ struct StepLoop {
     std::memcpy(g, b.grad + i, k * sizeof(float));
     if constexpr (kMoments >= 1) std::memcpy(m, b.m + i, k * sizeof(float));
     if constexpr (kMoments >= 2) std::memcpy(v, b.v + i, k * sizeof(float));
-    Chunk(rule, t, 0);
+    Chunk(rule, t, 0, /*stream=*/false);
     std::memcpy(b.param + i, p, k * sizeof(float));
     if constexpr (kMoments >= 1) std::memcpy(b.m + i, m, k * sizeof(float));
     if constexpr (kMoments >= 2) std::memcpy(b.v + i, v, k * sizeof(float));
@@ -51,9 +59,11 @@ struct StepLoop {
 
   static void Run(const StepConsts& c, const StepBuffers& b) {
     const RuleT rule(c);
+    const bool stream = reinterpret_cast<uintptr_t>(b.lowp) % sizeof(typename Ops::H) == 0;
     size_t i = 0;
-    for (; i + W <= b.n; i += W) Chunk(rule, b, i);
+    for (; i + W <= b.n; i += W) Chunk(rule, b, i, stream);
     if (i < b.n) Tail(rule, b, i);
+    if (stream) Ops::Fence();  // the copy is complete before the caller publishes it
   }
 };
 
@@ -83,7 +93,7 @@ template <class Ops>
 constexpr KernelTable MakeKernelTable() {
   return {{RowOf<Ops, AdamRule<Ops, true>>(), RowOf<Ops, AdamRule<Ops, false>>(),
            RowOf<Ops, SgdRule<Ops, false>>(), RowOf<Ops, SgdRule<Ops, true>>(),
-           RowOf<Ops, LionRule<Ops>>()},
+           RowOf<Ops, LionRule<Ops>>(), RowOf<Ops, TrafficRule<Ops>>()},
           &GradStatsLoop<Ops>};
 }
 

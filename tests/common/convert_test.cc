@@ -43,7 +43,8 @@ std::vector<float> EdgeFloats() {
 // EdgeFloats plus about a million bit patterns spread over all 2^32.
 std::vector<float> SweepFloats() {
   std::vector<float> out = EdgeFloats();
-  for (uint64_t x = 0; x < (1ull << 32); x += 4099) out.push_back(FromBits(static_cast<uint32_t>(x)));
+  for (uint64_t x = 0; x < (1ull << 32); x += 4099)
+    out.push_back(FromBits(static_cast<uint32_t>(x)));
   return out;
 }
 
@@ -98,10 +99,10 @@ TEST(ConvertTest, KnownValues) {
   EXPECT_EQ(FloatToFp16(65519.99f), 0x7bff);
   EXPECT_EQ(FloatToFp16(65520.0f), 0x7c00);  // tie above max rounds to inf
   EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -25)), 0x0000);     // tie, to even
-  EXPECT_EQ(FloatToFp16(std::ldexp(3.0f, -25)), 0x0002);     // tie, to even
-  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -14)), 0x0400);     // smallest normal
-  EXPECT_EQ(FloatToFp16(FromBits(0x7f800001)), 0x7e00);      // sNaN is quieted
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -25)), 0x0000);  // tie, to even
+  EXPECT_EQ(FloatToFp16(std::ldexp(3.0f, -25)), 0x0002);  // tie, to even
+  EXPECT_EQ(FloatToFp16(std::ldexp(1.0f, -14)), 0x0400);  // smallest normal
+  EXPECT_EQ(FloatToFp16(FromBits(0x7f800001)), 0x7e00);   // sNaN is quieted
   EXPECT_EQ(Fp16ToFloat(0x0001), std::ldexp(1.0f, -24));
   EXPECT_EQ(Fp16ToFloat(0x7bff), 65504.0f);
   EXPECT_EQ(Bits(Fp16ToFloat(0x7c01)), 0x7fc02000u);  // sNaN is quieted
@@ -194,7 +195,8 @@ TEST(ConvertTest, TailsAndOffsetsTouchOnlyTheirElements) {
           for (size_t i = 0; i < out.size(); ++i) {
             const bool inside = i >= off && i < off + n;
             const uint16_t want = inside ? ScalarEncode(dtype, edges[i]) : kGuard;
-            ASSERT_EQ(out[i], want) << Name(isa, dtype) << " n=" << n << " off=" << off << " i=" << i;
+            ASSERT_EQ(out[i], want)
+                << Name(isa, dtype) << " n=" << n << " off=" << off << " i=" << i;
           }
         }
       }

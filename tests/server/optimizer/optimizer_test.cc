@@ -20,10 +20,14 @@ struct Aligned64 {
   Aligned64() = default;
   template <class U>
   Aligned64(const Aligned64<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  T* allocate(size_t n) {
+    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64)));
+  }
   void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
   template <class U>
-  bool operator==(const Aligned64<U>&) const { return true; }
+  bool operator==(const Aligned64<U>&) const {
+    return true;
+  }
 };
 using Floats = std::vector<float, Aligned64<float>>;
 using Halves = std::vector<uint16_t, Aligned64<uint16_t>>;
@@ -35,7 +39,8 @@ struct Block {
   Halves lowp;
   v1::DType lowp_dtype = v1::DTYPE_FP32;
 
-  Block(size_t n, v1::DType dtype, std::mt19937* rng) : p(n), m(n), v(n), g(n), lowp(n), lowp_dtype(dtype) {
+  Block(size_t n, v1::DType dtype, std::mt19937* rng)
+      : p(n), m(n), v(n), g(n), lowp(n), lowp_dtype(dtype) {
     std::uniform_real_distribution<float> mag(0.5f, 1.5f);
     for (float& x : p) x = (*rng)() & 1 ? mag(*rng) : -mag(*rng);
   }
@@ -143,7 +148,8 @@ int CheckAgainstReference(const std::string& what, const Block& before, const Bl
     if (p_ok && m_ok && v_ok) continue;
     if (++bad <= 5) {
       ADD_FAILURE() << what << " t=" << sp.t << " [" << i << "] p " << after.p[i] << " vs " << r.p
-                    << ", m " << after.m[i] << " vs " << r.m << ", v " << after.v[i] << " vs " << r.v;
+                    << ", m " << after.m[i] << " vs " << r.m << ", v " << after.v[i] << " vs "
+                    << r.v;
     }
   }
   return bad;
@@ -187,12 +193,14 @@ TEST(OptimizerTest, AllIsasAreBitIdentical) {
           }
         }
         for (size_t k = 1; k < out.size(); ++k) {
-          const std::string what = c.name + " " + v1::DType_Name(dtype) + " n=" + std::to_string(n) +
-                                   " " + std::string(IsaName(SupportedIsas()[k])) + " vs scalar";
+          const std::string what = c.name + " " + v1::DType_Name(dtype) +
+                                   " n=" + std::to_string(n) + " " +
+                                   std::string(IsaName(SupportedIsas()[k])) + " vs scalar";
           EXPECT_EQ(std::memcmp(out[k].p.data(), out[0].p.data(), n * 4), 0) << what << ": p";
           EXPECT_EQ(std::memcmp(out[k].m.data(), out[0].m.data(), n * 4), 0) << what << ": m";
           EXPECT_EQ(std::memcmp(out[k].v.data(), out[0].v.data(), n * 4), 0) << what << ": v";
-          EXPECT_EQ(std::memcmp(out[k].lowp.data(), out[0].lowp.data(), n * 2), 0) << what << ": lowp";
+          EXPECT_EQ(std::memcmp(out[k].lowp.data(), out[0].lowp.data(), n * 2), 0)
+              << what << ": lowp";
         }
       }
     }
@@ -209,7 +217,8 @@ TEST(OptimizerTest, LowPrecisionCopyIsEncodeOfNewWeights) {
         StepBlock(isa, c.params, block.Refs(c.params.config.kind()));
         Halves want(kOddLength);
         EncodeFloats(Isa::kScalar, block.p.data(), kOddLength, dtype, want.data());
-        EXPECT_EQ(block.lowp, want) << c.name << " " << v1::DType_Name(dtype) << " " << IsaName(isa);
+        EXPECT_EQ(block.lowp, want)
+            << c.name << " " << v1::DType_Name(dtype) << " " << IsaName(isa);
       }
     }
   }
@@ -243,6 +252,25 @@ TEST(OptimizerTest, LionSignOfZeroIsZero) {
     const Floats p0 = block.p;
     StepBlock(isa, sp, block.Refs(v1::OPTIMIZER_LION));  // g = 0, m = 0: c = 0
     EXPECT_EQ(block.p, p0) << IsaName(isa);
+  }
+}
+
+TEST(OptimizerTest, TrafficPassAddsGradientAndRewritesMoments) {
+  for (Isa isa : SupportedIsas()) {
+    std::mt19937 rng(13);
+    Block block(kOddLength, v1::DTYPE_BF16, &rng);
+    block.NewGradients(&rng);
+    std::fill(block.m.begin(), block.m.end(), 0.25f);
+    const Block before = block;
+    TrafficPass(isa, block.Refs(v1::OPTIMIZER_ADAMW));
+    Halves want(kOddLength);
+    EncodeFloats(Isa::kScalar, block.p.data(), kOddLength, v1::DTYPE_BF16, want.data());
+    for (size_t i = 0; i < kOddLength; ++i) {
+      ASSERT_EQ(block.p[i], before.p[i] + before.g[i]) << IsaName(isa) << " [" << i << "]";
+    }
+    EXPECT_EQ(block.m, before.m) << IsaName(isa);
+    EXPECT_EQ(block.v, before.v) << IsaName(isa);
+    EXPECT_EQ(block.lowp, want) << IsaName(isa);
   }
 }
 

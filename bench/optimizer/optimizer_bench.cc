@@ -1,0 +1,235 @@
+// optimizer_bench: the fused AdamW step against the machine's memory limit,
+// both measured in the same run on the same memory.
+//
+// For N parameters (--params, default 64M) it times
+//   (a) the limit: TrafficPass, a plain vector load/store pass over exactly
+//       the bytes an AdamW step moves (reads p, g, m, v: 16 B; writes p, m, v
+//       and the bf16 copy, the copy with non-temporal stores: 14 B per
+//       parameter), with the widest ISA;
+//   (b) StepBlock(AdamW) for every ISA this CPU has,
+// each for 1..nproc threads, which take blocks of 262144 parameters from a
+// shared counter as the server's pool does. The passes of (a) and (b) take
+// turns; a figure is the best of --reps timed passes after a warm-up. It prints params/s, GB/s and
+// the ratio to the limit with the same number of threads; --json prints one object per line
+// instead:
+//   {"figure":..., "value":..., "unit":..., "limit":..., "ratio":...}
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "server/optimizer/optimizer.h"
+
+namespace zerostate::server {
+namespace {
+
+constexpr size_t kBlockElems = 262144;
+constexpr double kBytesPerParam = 16 + 14;  // read p, g, m, v; write p, m, v, bf16
+
+struct Options {
+  size_t params = size_t{64} << 20;
+  int reps = 5;
+  int max_threads = static_cast<int>(std::thread::hardware_concurrency());
+  bool json = false;
+};
+
+bool ParsePositive(const char* s, size_t* out) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s, &end, 10);
+  if (end == s || *end != '\0' || v == 0) return false;
+  *out = v;
+  return true;
+}
+
+// Returns false (after printing why) on a bad command line.
+bool ParseArgs(int argc, char** argv, Options* o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const bool has_value = i + 1 < argc;
+    size_t v = 0;
+    if (a == "--json") {
+      o->json = true;
+    } else if ((a == "--params" || a == "--reps" || a == "--threads") && has_value &&
+               ParsePositive(argv[++i], &v)) {
+      if (a == "--params") o->params = v;
+      if (a == "--reps") o->reps = static_cast<int>(v);
+      if (a == "--threads") o->max_threads = static_cast<int>(v);
+    } else {
+      std::fprintf(stderr,
+                   "optimizer_bench: bad argument '%s'\nusage: optimizer_bench [--params N] "
+                   "[--threads T] [--reps R] [--json]   (N, T, R positive integers)\n",
+                   a.c_str());
+      return false;
+    }
+  }
+  if (o->max_threads < 1) o->max_threads = 1;
+  return true;
+}
+
+// Runs work(block) for every block, on `threads` threads that take blocks
+// from a shared counter; returns the wall time in seconds.
+double RunBlocks(int threads, size_t num_blocks, const std::function<void(size_t)>& work) {
+  std::atomic<size_t> next{0};
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (size_t b; (b = next.fetch_add(1, std::memory_order_relaxed)) < num_blocks;) work(b);
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+template <class T>
+T* AllocAligned(size_t n) {
+  const size_t bytes = (n * sizeof(T) + 4095) / 4096 * 4096;
+  return static_cast<T*>(std::aligned_alloc(4096, bytes));
+}
+
+// The state of N parameters, laid out as the server's blocks would be.
+class State {
+ public:
+  explicit State(size_t n)
+      : n_(n),
+        p_(AllocAligned<float>(n)),
+        g_(AllocAligned<float>(n)),
+        m_(AllocAligned<float>(n)),
+        v_(AllocAligned<float>(n)),
+        lowp_(AllocAligned<uint16_t>(n)) {}
+  ~State() {
+    for (void* ptr : {static_cast<void*>(p_), static_cast<void*>(g_), static_cast<void*>(m_),
+                      static_cast<void*>(v_), static_cast<void*>(lowp_)}) {
+      std::free(ptr);
+    }
+  }
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+
+  bool ok() const { return p_ && g_ && m_ && v_ && lowp_; }
+  size_t params() const { return n_; }
+  size_t num_blocks() const { return (n_ + kBlockElems - 1) / kBlockElems; }
+
+  BlockRefs Block(size_t b) const {
+    const size_t begin = b * kBlockElems;
+    BlockRefs r;
+    r.param = p_ + begin;
+    r.m = m_ + begin;
+    r.v = v_ + begin;
+    r.grad = g_ + begin;
+    r.lowp = lowp_ + begin;
+    r.lowp_dtype = v1::DTYPE_BF16;
+    r.n = std::min(kBlockElems, n_ - begin);
+    return r;
+  }
+
+  // Normal, finite values (no denormals to slow the arithmetic), written by
+  // the threads that will use them.
+  void Fill(int threads) {
+    RunBlocks(threads, num_blocks(), [this](size_t b) {
+      const BlockRefs r = Block(b);
+      for (size_t i = 0; i < r.n; ++i) {
+        const float x = static_cast<float>(((b * kBlockElems + i) * 2654435761u) % 1000) * 1e-3f;
+        r.param[i] = 0.5f + x;
+        r.m[i] = 0;
+        r.v[i] = 0;
+        const_cast<float*>(r.grad)[i] = x - 0.5f;
+        static_cast<uint16_t*>(r.lowp)[i] = 0;
+      }
+    });
+  }
+
+ private:
+  size_t n_;
+  float* p_;
+  float* g_;
+  float* m_;
+  float* v_;
+  uint16_t* lowp_;
+};
+
+// One pass over every block with `threads` threads.
+double PassSeconds(int threads, const State& s, const std::function<void(const BlockRefs&)>& pass) {
+  return RunBlocks(threads, s.num_blocks(), [&](size_t b) { pass(s.Block(b)); });
+}
+
+StepParams AdamWParams() {
+  StepParams p;
+  p.config.set_kind(v1::OPTIMIZER_ADAMW);
+  p.config.set_beta1(0.9f);
+  p.config.set_beta2(0.999f);
+  p.config.set_eps(1e-8f);
+  p.config.set_weight_decay(0.01f);
+  p.lr = 1e-3f;
+  return p;
+}
+
+void Report(const Options& o, const std::string& figure, double params_per_s, double limit_pps) {
+  const double gbps = params_per_s * kBytesPerParam / 1e9;
+  const double ratio = params_per_s / limit_pps;
+  if (o.json) {
+    std::printf(
+        "{\"figure\":\"%s\",\"value\":%.6g,\"unit\":\"params/s\",\"limit\":%.6g,"
+        "\"ratio\":%.4f}\n",
+        figure.c_str(), params_per_s, limit_pps, ratio);
+  } else {
+    std::printf("%-34s %8.3f Gparam/s %8.2f GB/s %7.3f ns/param  ratio %.3f\n", figure.c_str(),
+                params_per_s / 1e9, gbps, 1e9 / params_per_s, ratio);
+  }
+}
+
+// The limit and the step of every ISA, with `threads` threads. Their passes
+// take turns, so a machine shared with other work slows them alike; each
+// figure is the best of o.reps timed passes after one warm-up pass.
+void MeasureThreads(const Options& o, int threads, const State& state) {
+  const std::vector<Isa> isas = SupportedIsas();
+  const Isa widest = isas.back();
+  StepParams adamw = AdamWParams();
+  double limit_s = 1e30;
+  std::vector<double> step_s(isas.size(), 1e30);
+  for (int r = 0; r <= o.reps; ++r) {
+    const double l =
+        PassSeconds(threads, state, [&](const BlockRefs& b) { TrafficPass(widest, b); });
+    if (r > 0) limit_s = std::min(limit_s, l);
+    for (size_t k = 0; k < isas.size(); ++k) {
+      const double s =
+          PassSeconds(threads, state, [&](const BlockRefs& b) { StepBlock(isas[k], adamw, b); });
+      if (r > 0) step_s[k] = std::min(step_s[k], s);
+      ++adamw.t;
+    }
+  }
+  const double n = static_cast<double>(state.params());
+  const std::string suffix = ".threads=" + std::to_string(threads);
+  Report(o, "memory_limit." + std::string(IsaName(widest)) + suffix, n / limit_s, n / limit_s);
+  for (size_t k = 0; k < isas.size(); ++k) {
+    Report(o, "adamw_step." + std::string(IsaName(isas[k])) + suffix, n / step_s[k], n / limit_s);
+  }
+}
+
+int Main(int argc, char** argv) {
+  Options o;
+  if (!ParseArgs(argc, argv, &o)) return 2;
+  State state(o.params);
+  if (!state.ok()) {
+    std::fprintf(stderr, "optimizer_bench: cannot allocate %zu params\n", o.params);
+    return 1;
+  }
+  state.Fill(o.max_threads);
+  if (!o.json) {
+    std::printf("optimizer_bench: %zu params in %zu blocks of %zu, %.0f bytes/param, best of %d\n",
+                o.params, state.num_blocks(), kBlockElems, kBytesPerParam, o.reps);
+  }
+  for (int t = 1; t <= o.max_threads; ++t) MeasureThreads(o, t, state);
+  return 0;
+}
+
+}  // namespace
+}  // namespace zerostate::server
+
+int main(int argc, char** argv) { return zerostate::server::Main(argc, argv); }
