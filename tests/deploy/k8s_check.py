@@ -1,0 +1,250 @@
+"""Checks of the fields that matter in zerostate's Kubernetes manifests.
+
+Debian has no schema-aware Kubernetes validator and CI reaches no network
+but Debian's archive, so these checks read the objects as plain YAML
+(python3-yaml) and check what a schema cannot: that ports, probes, volumes,
+the launcher variables, the server list and the monitoring objects agree
+with each other. Each check returns a list of problems, each naming the
+object and the field; an empty list means the objects are consistent.
+"""
+import re
+
+SERVER = ("StatefulSet", "zerostate")
+SERVICE = ("Service", "zerostate")
+JOB = ("Job", "zerostate-train")
+PDB = ("PodDisruptionBudget", "zerostate")
+CONFIG = ("ConfigMap", "zerostate-worker")
+LAUNCH_VARS = {"NNODES", "NPROC_PER_NODE", "NODE_RANK"}
+COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+UNITS = {"": 1, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+         "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity(q):
+    """Bytes (or units) of a Kubernetes quantity such as '36Gi' or '4e9'."""
+    m = re.fullmatch(r"([0-9.e+]+)([KMGT]i?|k)?", str(q))
+    if not m:
+        raise ValueError(f"not a quantity: {q!r}")
+    return float(m.group(1)) * UNITS[m.group(2) or ""]
+
+
+def index(objects):
+    return {(o["kind"], o["metadata"]["name"]): o for o in objects if o}
+
+
+def container(obj):
+    return obj["spec"]["template"]["spec"]["containers"][0]
+
+
+def env_of(c):
+    return {e["name"]: e for e in c.get("env", [])}
+
+
+def ports_of(c):
+    return {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+
+
+def flag(args, name):
+    for a in args:
+        if a.startswith(f"--{name}="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def textproto_values(text, field):
+    return re.findall(rf'^\s*{field}:\s*"?([^"\n]*)"?\s*$', text, re.M)
+
+
+def matches(selector, labels):
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def check_server_ports_and_probes(sts):
+    problems = []
+    c = container(sts)
+    ports = ports_of(c)
+    for name in ("grpc", "metrics"):
+        if name not in ports:
+            problems.append(f"StatefulSet/zerostate: container port '{name}' missing")
+    if problems:
+        return problems
+    listen, metrics = flag(c.get("args", []), "listen"), flag(c.get("args", []), "metrics")
+    if not listen or not listen.endswith(f":{ports['grpc']}"):
+        problems.append(f"StatefulSet/zerostate: --listen={listen} is not port grpc {ports['grpc']}")
+    if not metrics or not metrics.endswith(f":{ports['metrics']}"):
+        problems.append(f"StatefulSet/zerostate: --metrics={metrics} is not port metrics {ports['metrics']}")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        port = c.get(probe, {}).get("grpc", {}).get("port")
+        if port != ports["grpc"]:
+            problems.append(f"StatefulSet/zerostate: {probe} is not a grpc probe on port {ports['grpc']} (got {port})")
+    annotated = sts["spec"]["template"]["metadata"].get("annotations", {}).get("prometheus.io/port")
+    if annotated != str(ports["metrics"]):
+        problems.append(f"StatefulSet/zerostate: annotation prometheus.io/port={annotated}, metrics port is {ports['metrics']}")
+    return problems
+
+
+def check_server_resources(sts):
+    problems = []
+    c = container(sts)
+    res = c.get("resources", {})
+    req, lim = res.get("requests", {}), res.get("limits", {})
+    for key in ("cpu", "memory"):
+        if key not in req:
+            problems.append(f"StatefulSet/zerostate: resources.requests.{key} missing")
+    if "memory" not in lim or lim.get("memory") != req.get("memory"):
+        problems.append("StatefulSet/zerostate: memory limit must equal the request (state is not swappable)")
+    budget = env_of(c).get("ZEROSTATE_RAM_BUDGET", {}).get("value")
+    if budget is None or flag(c.get("args", []), "ram_budget") != "$(ZEROSTATE_RAM_BUDGET)":
+        problems.append("StatefulSet/zerostate: --ram_budget is not set from ZEROSTATE_RAM_BUDGET")
+    elif "memory" in lim and quantity(budget) >= quantity(lim["memory"]):
+        problems.append(f"StatefulSet/zerostate: RAM budget {budget} is not below the memory limit {lim['memory']}")
+    if not sts["spec"]["template"]["spec"].get("securityContext", {}).get("runAsNonRoot"):
+        problems.append("StatefulSet/zerostate: securityContext.runAsNonRoot is not true")
+    return problems
+
+
+def check_server_volumes(sts):
+    problems = []
+    templates = {t["metadata"]["name"]: t for t in sts["spec"].get("volumeClaimTemplates", [])}
+    mounts = {m["name"]: m["mountPath"] for m in container(sts).get("volumeMounts", [])}
+    if "state" not in templates:
+        problems.append("StatefulSet/zerostate: volumeClaimTemplates has no 'state' claim")
+    elif "storage" not in templates["state"]["spec"].get("resources", {}).get("requests", {}):
+        problems.append("StatefulSet/zerostate: claim 'state' requests no storage")
+    if mounts.get("state") != "/var/lib/zerostate":
+        problems.append(f"StatefulSet/zerostate: claim 'state' is mounted at {mounts.get('state')}, not /var/lib/zerostate")
+    return problems
+
+
+def check_service(sts, svc):
+    problems = []
+    if sts["spec"].get("serviceName") != svc["metadata"]["name"]:
+        problems.append(f"StatefulSet/zerostate: serviceName {sts['spec'].get('serviceName')} is not the headless Service")
+    if svc["spec"].get("clusterIP") != "None":
+        problems.append("Service/zerostate: clusterIP is not None (not headless: no per-pod DNS names)")
+    pod_labels = sts["spec"]["template"]["metadata"]["labels"]
+    if not matches(svc["spec"]["selector"], pod_labels):
+        problems.append("Service/zerostate: selector does not match the server pods")
+    ports = ports_of(container(sts))
+    for p in svc["spec"]["ports"]:
+        if p.get("targetPort") not in ports:
+            problems.append(f"Service/zerostate: port {p['name']} targets {p.get('targetPort')}, not a container port")
+    return problems
+
+
+def check_pdb(sts, pdb):
+    pod_labels = sts["spec"]["template"]["metadata"]["labels"]
+    if not matches(pdb["spec"]["selector"]["matchLabels"], pod_labels):
+        return ["PodDisruptionBudget/zerostate: selector does not match the server pods"]
+    return []
+
+
+def check_job_launch(job):
+    problems = []
+    spec = job["spec"]
+    c = container(job)
+    env = env_of(c)
+    if spec.get("completionMode") != "Indexed":
+        problems.append("Job/zerostate-train: completionMode is not Indexed (no NODE_RANK)")
+    for var in sorted(LAUNCH_VARS - set(env)):
+        problems.append(f"Job/zerostate-train: env {var} missing")
+    if problems:
+        return problems
+    nnodes = int(env["NNODES"]["value"])
+    for field in ("completions", "parallelism"):
+        if spec.get(field) != nnodes:
+            problems.append(f"Job/zerostate-train: {field}={spec.get(field)} but NNODES={nnodes}")
+    ref = env["NODE_RANK"].get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+    if ref != COMPLETION_INDEX:
+        problems.append(f"Job/zerostate-train: NODE_RANK comes from {ref}, not the completion index")
+    if not c.get("command", [""])[0].endswith("zerostate-launch"):
+        problems.append("Job/zerostate-train: command is not zerostate-launch (no RANK/LOCAL_RANK/WORLD_SIZE)")
+    return problems
+
+
+def check_job_gpus_and_ports(job, gpu_expected):
+    problems = []
+    c = container(job)
+    nproc = int(env_of(c)["NPROC_PER_NODE"]["value"])
+    gpus = c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+    if gpu_expected and gpus != nproc:
+        problems.append(f"Job/zerostate-train: nvidia.com/gpu limit {gpus} but NPROC_PER_NODE={nproc}")
+    if not gpu_expected and gpus is not None:
+        problems.append(f"Job/zerostate-train: CPU workers request nvidia.com/gpu {gpus}")
+    want = {f"metrics-{r}": 9470 + r for r in range(nproc)}
+    if ports_of(c) != want:
+        problems.append(f"Job/zerostate-train: metrics ports {sorted(ports_of(c).items())} "
+                        f"are not 9470 + local rank for {nproc} ranks")
+    return problems
+
+
+def check_worker_config(objs, job):
+    problems = []
+    sts, svc, cm = objs[SERVER], objs[SERVICE], objs[CONFIG]
+    text = cm["data"]["worker.textproto"]
+    grpc = ports_of(container(sts))["grpc"]
+    want = [f"zerostate-{i}.{svc['metadata']['name']}:{grpc}" for i in range(sts["spec"]["replicas"])]
+    got = textproto_values(text, "servers")
+    if got != want:
+        problems.append(f"ConfigMap/zerostate-worker: cluster.servers {got} is not the "
+                        f"{sts['spec']['replicas']} StatefulSet names in order {want}")
+    if textproto_values(text, "metrics_host") != ["0.0.0.0"]:
+        problems.append("ConfigMap/zerostate-worker: cluster.metrics_host must be 0.0.0.0 to be scraped")
+    if textproto_values(text, "metrics_port") != ["9470"]:
+        problems.append("ConfigMap/zerostate-worker: cluster.metrics_port is not 9470")
+    label = job["spec"]["template"]["metadata"]["labels"].get("zerostate.io/job")
+    if textproto_values(text, "job_id") != [label]:
+        problems.append(f"Job/zerostate-train: label zerostate.io/job={label} is not the config's job_id "
+                        f"{textproto_values(text, 'job_id')}")
+    config = flag(container(job).get("args", []), "config") or ""
+    mounts = {m["name"]: m["mountPath"] for m in container(job).get("volumeMounts", [])}
+    if config != mounts.get("config", "") + "/worker.textproto":
+        problems.append(f"Job/zerostate-train: --config={config} is not in the config volume")
+    return problems
+
+
+def check_monitoring(objs):
+    problems = []
+    sm, pm = objs.get(("ServiceMonitor", "zerostate-server")), objs.get(("PodMonitor", "zerostate-worker"))
+    if sm:
+        svc = objs[SERVICE]
+        if not matches(sm["spec"]["selector"]["matchLabels"], svc["metadata"]["labels"]):
+            problems.append("ServiceMonitor/zerostate-server: selector does not match Service/zerostate")
+        if svc["metadata"]["labels"].get(sm["spec"].get("jobLabel")) != "zerostate-server":
+            problems.append("ServiceMonitor/zerostate-server: jobLabel does not name the scrape job zerostate-server")
+        if [e["port"] for e in sm["spec"]["endpoints"]] != ["metrics"]:
+            problems.append("ServiceMonitor/zerostate-server: endpoint is not the Service's metrics port")
+        relabels = sm["spec"]["endpoints"][0].get("metricRelabelings", [])
+        if not any(r.get("targetLabel") == "zerostate_job" for r in relabels):
+            problems.append("ServiceMonitor/zerostate-server: exported_job is not moved to zerostate_job")
+    if pm:
+        job = objs[JOB]
+        labels = job["spec"]["template"]["metadata"]["labels"]
+        if labels.get(pm["spec"].get("jobLabel")) != "zerostate-worker":
+            problems.append("PodMonitor/zerostate-worker: jobLabel does not name the scrape job zerostate-worker")
+        scraped = {e["port"] for e in pm["spec"]["podMetricsEndpoints"]}
+        for port in sorted(set(ports_of(container(job))) - scraped):
+            problems.append(f"PodMonitor/zerostate-worker: port {port} is not scraped")
+    return problems
+
+
+def check_namespaced(objects, namespace):
+    cluster_scoped = {"Namespace", "StorageClass", "PersistentVolume"}
+    return [f"{o['kind']}/{o['metadata']['name']}: namespace is not {namespace}"
+            for o in objects if o["kind"] not in cluster_scoped
+            and o["metadata"].get("namespace") != namespace]
+
+
+def check_all(objects, gpu_expected=True):
+    """Every check over one rendered set of objects (base or an overlay)."""
+    objs = index(objects)
+    missing = [f"{k}/{n}: missing" for k, n in (SERVER, SERVICE, JOB, PDB, CONFIG) if (k, n) not in objs]
+    if missing:
+        return missing
+    sts, job = objs[SERVER], objs[JOB]
+    problems = (check_server_ports_and_probes(sts) + check_server_resources(sts)
+                + check_server_volumes(sts) + check_service(sts, objs[SERVICE])
+                + check_pdb(sts, objs[PDB]) + check_job_launch(job))
+    if not problems:
+        problems += check_job_gpus_and_ports(job, gpu_expected) + check_worker_config(objs, job)
+    return problems + check_monitoring(objs)

@@ -1,0 +1,194 @@
+"""zerostate's Kubernetes manifests parse and agree with each other.
+
+  k8s_manifests_test.py BaseTest ...   plain YAML only (python3-yaml)
+  k8s_manifests_test.py RenderTest     renders the overlays with
+                                       `kubectl kustomize`; exits 77 (skip)
+                                       when kubectl is absent
+"""
+import copy
+import glob
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+import yaml
+
+import deploylib as lib
+import k8s_check as k
+
+K8S = os.path.join(lib.ROOT, "deploy", "k8s")
+OVERLAYS = {"dev": False, "prod-nvme": True}  # overlay -> GPUs expected
+
+
+def load_all(path):
+    with open(path, encoding="utf-8") as f:
+        return [d for d in yaml.safe_load_all(f) if d]
+
+
+def kustomization(folder):
+    return load_all(os.path.join(folder, "kustomization.yaml"))[0]
+
+
+def base_objects():
+    base = os.path.join(K8S, "base")
+    objs = []
+    for r in kustomization(base)["resources"]:
+        objs += load_all(os.path.join(base, r))
+    return objs
+
+
+def with_monitoring(objs):
+    comp = os.path.join(K8S, "components", "monitoring")
+    for r in kustomization(comp)["resources"]:
+        objs = objs + load_all(os.path.join(comp, r))
+    return objs
+
+
+class ParseTest(unittest.TestCase):
+    def test_every_manifest_parses(self):
+        files = glob.glob(os.path.join(K8S, "**", "*.yaml"), recursive=True)
+        self.assertGreater(len(files), 10)
+        for f in files:
+            for doc in load_all(f):
+                self.assertIn("kind", doc, f)
+                self.assertIn("apiVersion", doc, f)
+
+    def test_kustomizations_name_existing_files(self):
+        for kfile in glob.glob(os.path.join(K8S, "**", "kustomization.yaml"), recursive=True):
+            folder, kz = os.path.dirname(kfile), load_all(kfile)[0]
+            paths = kz.get("resources", []) + kz.get("components", [])
+            paths += [p["path"] for p in kz.get("patches", []) if "path" in p]
+            for g in kz.get("configMapGenerator", []):
+                paths += g.get("files", [])
+            for p in paths:
+                self.assertTrue(os.path.exists(os.path.join(folder, p)), f"{kfile}: {p} missing")
+
+
+class BaseTest(unittest.TestCase):
+    def test_base_and_monitoring_are_consistent(self):
+        self.assertEqual(k.check_all(with_monitoring(base_objects())), [])
+
+    def test_images_are_set_by_kustomize(self):
+        names = {i["name"] for i in kustomization(os.path.join(K8S, "base"))["images"]}
+        objs = k.index(base_objects())
+        self.assertIn(k.container(objs[k.SERVER])["image"], names)
+        self.assertIn(k.container(objs[k.JOB])["image"], names)
+
+    def test_prometheusrule_wraps_every_rule_group(self):
+        script = os.path.join(K8S, "components", "monitoring", "prometheusrule.sh")
+        out = subprocess.run(["bash", script], check=True, capture_output=True, text=True).stdout
+        rule = yaml.safe_load(out)
+        self.assertEqual(rule["kind"], "PrometheusRule")
+        groups = {g["name"]: len(g["rules"]) for g in rule["spec"]["groups"]}
+        want = {}
+        for f in sorted(os.listdir(lib.RULES_DIR)):
+            for g in load_all(os.path.join(lib.RULES_DIR, f))[0]["groups"]:
+                want[g["name"]] = len(g["rules"])
+        self.assertEqual(groups, want)
+
+
+def mutated(path, value):
+    """Base + monitoring objects with one field (a key path) set to value."""
+    objs = k.index(copy.deepcopy(with_monitoring(base_objects())))
+    node = objs[path[0]]
+    for key in path[1:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return list(objs.values())
+
+
+class BadManifestTest(unittest.TestCase):
+    """Each inconsistency is reported, naming the object and the field."""
+
+    def assertReported(self, objs, *words):
+        problems = k.check_all(objs)
+        self.assertTrue(any(all(w in p for w in words) for p in problems), problems)
+
+    def test_probe_on_wrong_port(self):
+        c = ("StatefulSet", "zerostate"), "spec", "template", "spec", "containers", 0
+        objs = mutated(c + ("readinessProbe",), {"grpc": {"port": 9464}})
+        self.assertReported(objs, "StatefulSet/zerostate", "readinessProbe", "50051")
+
+    def test_server_list_shorter_than_replicas(self):
+        objs = mutated((k.SERVER, "spec", "replicas"), 5)
+        self.assertReported(objs, "ConfigMap/zerostate-worker", "cluster.servers", "5")
+
+    def test_nnodes_not_completions(self):
+        objs = mutated((k.JOB, "spec", "completions"), 3)
+        self.assertReported(objs, "Job/zerostate-train", "completions=3", "NNODES=2")
+
+    def test_ram_budget_above_memory_limit(self):
+        env = k.SERVER, "spec", "template", "spec", "containers", 0, "env", 0
+        objs = mutated(env, {"name": "ZEROSTATE_RAM_BUDGET", "value": "64Gi"})
+        self.assertReported(objs, "StatefulSet/zerostate", "RAM budget 64Gi", "36Gi")
+
+    def test_service_not_headless(self):
+        objs = mutated((k.SERVICE, "spec", "clusterIP"), "10.0.0.1")
+        self.assertReported(objs, "Service/zerostate", "clusterIP")
+
+    def test_node_rank_not_from_completion_index(self):
+        env = k.JOB, "spec", "template", "spec", "containers", 0, "env", 2
+        objs = mutated(env, {"name": "NODE_RANK", "value": "0"})
+        self.assertReported(objs, "Job/zerostate-train", "NODE_RANK", "completion index")
+
+    def test_gpus_not_processes(self):
+        lim = k.JOB, "spec", "template", "spec", "containers", 0, "resources", "limits"
+        objs = mutated(lim + ("nvidia.com/gpu",), 4)
+        self.assertReported(objs, "Job/zerostate-train", "nvidia.com/gpu limit 4", "NPROC_PER_NODE=2")
+
+    def test_worker_series_without_job_label(self):
+        labels = k.JOB, "spec", "template", "metadata", "labels"
+        objs = mutated(labels + ("zerostate.io/job",), "other")
+        self.assertReported(objs, "Job/zerostate-train", "zerostate.io/job=other")
+
+    def test_bad_quantity_is_named(self):
+        with self.assertRaisesRegex(ValueError, "36GB"):
+            k.quantity("36GB")
+
+
+def render(overlay):
+    out = subprocess.run([shutil.which("kubectl"), "kustomize", os.path.join(K8S, "overlays", overlay)],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise AssertionError(f"kubectl kustomize {overlay}: {out.stderr}")
+    return [d for d in yaml.safe_load_all(out.stdout) if d]
+
+
+class RenderTest(unittest.TestCase):
+    def test_overlays_render_consistent(self):
+        for overlay, gpus in OVERLAYS.items():
+            objs = render(overlay)
+            ns = kustomization(os.path.join(K8S, "overlays", overlay))["namespace"]
+            with self.subTest(overlay=overlay):
+                self.assertEqual(k.check_all(objs, gpu_expected=gpus) + k.check_namespaced(objs, ns), [])
+                for key in (k.SERVER, k.JOB):
+                    image = k.container(k.index(objs)[key])["image"]
+                    self.assertRegex(image, r"^registry\.example\.com/zerostate/\w+:")
+
+    def test_prod_nvme_has_a_local_volume_per_server(self):
+        objs = render("prod-nvme")
+        by = k.index(objs)
+        sc = by[("StorageClass", "local-nvme")]
+        self.assertEqual(sc["provisioner"], "kubernetes.io/no-provisioner")
+        self.assertEqual(sc["volumeBindingMode"], "WaitForFirstConsumer")
+        claim = by[k.SERVER]["spec"]["volumeClaimTemplates"][0]["spec"]
+        pvs = [o for o in objs if o["kind"] == "PersistentVolume"]
+        self.assertEqual(len(pvs), by[k.SERVER]["spec"]["replicas"])
+        for pv in pvs:
+            self.assertEqual(pv["spec"]["storageClassName"], claim["storageClassName"])
+            self.assertGreaterEqual(k.quantity(pv["spec"]["capacity"]["storage"]),
+                                    k.quantity(claim["resources"]["requests"]["storage"]))
+            self.assertIn("local", pv["spec"])
+
+    def test_dev_uses_the_default_storage_class(self):
+        sts = k.index(render("dev"))[k.SERVER]
+        self.assertNotIn("storageClassName", sts["spec"]["volumeClaimTemplates"][0]["spec"])
+
+
+if __name__ == "__main__":
+    if "RenderTest" in sys.argv[1:] and not shutil.which("kubectl"):
+        print("SKIP: kubectl (for `kubectl kustomize`) not installed")
+        sys.exit(lib.SKIP)
+    unittest.main(argv=[sys.argv[0], "-v"] + sys.argv[1:])
