@@ -1,6 +1,7 @@
 // One block of a job's shard: a contiguous run of the flat parameter space
-// with its master weights, optimizer moments, the low-precision copy that
-// Gather serves, and the gradient accumulator of the step in progress.
+// with its version, the low-precision copy of its weights that Gather
+// serves, and the gradient accumulator of the step in progress. The master
+// weights and moments live in the job's StateTier (server/tier/).
 #pragma once
 
 #include <cstdint>
@@ -15,19 +16,18 @@
 namespace zerostate::server {
 
 struct Block {
-  Block(uint64_t index, uint64_t flat_begin, uint32_t required, uint32_t block_elems,
-        uint32_t num_nodes, int moments, bool has_lowp)
+  Block(uint64_t index, uint64_t local, uint64_t flat_begin, uint32_t required,
+        uint32_t block_elems, uint32_t num_nodes, bool has_lowp)
       : index(index),
+        local(local),
         flat_begin(flat_begin),
         required(required),
         acc(num_nodes, block_elems, required),
-        param(block_elems),
-        m(moments >= 1 ? block_elems : 0),
-        v(moments >= 2 ? block_elems : 0),
         lowp(has_lowp ? block_elems : 0) {}
 
   // Constant after construction.
   const uint64_t index;       // global block index
+  const uint64_t local;       // index within the shard, as the StateTier knows it
   const uint64_t flat_begin;  // first element in the flat space
   const uint32_t required;    // elements before the layout's tail padding
 
@@ -38,10 +38,10 @@ struct Block {
   // Statistics of the summed gradient of step `stats_step`, once computed.
   std::optional<GradStats> stats ABSL_GUARDED_BY(mu);
   uint64_t stats_step ABSL_GUARDED_BY(mu) = 0;
-  AlignedBuffer<float> param ABSL_GUARDED_BY(mu);
-  AlignedBuffer<float> m ABSL_GUARDED_BY(mu);
-  AlignedBuffer<float> v ABSL_GUARDED_BY(mu);
   AlignedBuffer<uint16_t> lowp ABSL_GUARDED_BY(mu);  // empty when weight dtype is FP32
+  // The next low-precision copy, written by a step whose new state is not
+  // yet stored (tiers that do not update in place); swapped in on commit.
+  AlignedBuffer<uint16_t> next_lowp ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace zerostate::server

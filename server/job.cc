@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "common/convert.h"
 #include "common/init.h"
+#include "server/tier/ram_tier.h"
 
 namespace zerostate::server {
 namespace {
@@ -31,11 +32,19 @@ Job::Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_inde
   for (uint64_t b = blocks_.begin; b < blocks_.end; ++b) {
     uint64_t begin = b * be;
     auto required = static_cast<uint32_t>(std::min<uint64_t>(be, layout_.used_elems - begin));
-    blocks_data_.push_back(std::make_unique<Block>(b, begin, required, be, spec_.num_nodes(),
-                                                   MomentCount(spec_.optimizer().kind()),
-                                                   HasLowp(spec_)));
+    blocks_data_.push_back(std::make_unique<Block>(b, b - blocks_.begin, begin, required, be,
+                                                   spec_.num_nodes(), HasLowp(spec_)));
   }
-  InitializeWeights();
+  TierShape shape{blocks_.size(), be, 1 + MomentCount(spec_.optimizer().kind())};
+  tier_ = std::make_unique<RamTier>(shape);
+}
+
+absl::StatusOr<std::unique_ptr<Job>> Job::Create(v1::JobSpec spec,
+                                                 std::vector<std::string> servers,
+                                                 uint32_t shard_index) {
+  std::unique_ptr<Job> job(new Job(std::move(spec), std::move(servers), shard_index));
+  if (auto s = job->InitializeWeights(); !s.ok()) return s;
+  return job;
 }
 
 uint64_t Job::EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks) {
@@ -44,15 +53,20 @@ uint64_t Job::EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks) {
 
 uint64_t Job::shard_elems() const { return blocks_.size() * layout_.block_elems; }
 
-void Job::InitializeWeights() {
-  if (spec_.streamed_init()) return;  // zeros until InitWeights
+absl::Status Job::InitializeWeights() {
+  AlignedBuffer<float> state(tier_->shape().block_floats());
   for (auto& bp : blocks_data_) {
     Block& b = *bp;
     absl::MutexLock lock(&b.mu);
-    FillInitialWeights(layout_, spec_.seed(), Range{b.flat_begin, b.flat_begin + b.required},
-                       b.param.data());
-    if (!b.lowp.empty()) EncodeFloats(b.param.data(), b.required, spec_.weight_dtype(), b.lowp.data());
+    std::fill(state.data(), state.data() + state.size(), 0.0f);
+    if (!spec_.streamed_init()) {  // else zeros until InitWeights
+      FillInitialWeights(layout_, spec_.seed(), Range{b.flat_begin, b.flat_begin + b.required},
+                         state.data());
+    }
+    if (auto s = tier_->Store(b.local, state.data()); !s.ok()) return s;
+    if (!b.lowp.empty()) EncodeFloats(state.data(), b.required, spec_.weight_dtype(), b.lowp.data());
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Job::ChunkRef> Job::CheckChunk(const v1::Chunk& c, v1::DType dtype,
@@ -116,9 +130,12 @@ absl::Status Job::InitWeights(const v1::Chunk& c) {
         "block ", b.index, " is at version ", b.version,
         "; initial weights can be streamed only before the first step"));
   }
-  std::memcpy(b.param.data() + ref->offset, c.data().data(), ref->count * sizeof(float));
+  AlignedBuffer<float> state(tier_->shape().block_floats());
+  if (auto s = tier_->Load(b.local, state.data()); !s.ok()) return s;
+  std::memcpy(state.data() + ref->offset, c.data().data(), ref->count * sizeof(float));
+  if (auto s = tier_->Store(b.local, state.data()); !s.ok()) return s;
   if (!b.lowp.empty()) {
-    EncodeFloats(b.param.data() + ref->offset, ref->count, spec_.weight_dtype(),
+    EncodeFloats(state.data() + ref->offset, ref->count, spec_.weight_dtype(),
                  b.lowp.data() + ref->offset);
   }
   return absl::OkStatus();
@@ -174,20 +191,55 @@ absl::StatusOr<GradStats> Job::Stats(uint64_t step, absl::Time deadline) {
   return total;
 }
 
-void Job::StepOneBlock(Block& b, const StepParams& params, bool skip) {
-  if (!skip) {
-    BlockRefs refs;
-    refs.param = b.param.data();
-    refs.m = b.m.data();
-    refs.v = b.v.data();
-    refs.grad = b.acc.sum();
-    refs.lowp = b.lowp.empty() ? nullptr : b.lowp.data();
-    refs.lowp_dtype = b.lowp.empty() ? v1::DTYPE_FP32 : spec_.weight_dtype();
-    refs.n = b.required;
-    StepBlock(params, refs);
+void Job::ComputeBlock(Block& b, float* state, const StepParams& params) {
+  const uint32_t be = layout_.block_elems;
+  BlockRefs refs;
+  refs.param = state;
+  refs.m = tier_->shape().arrays > 1 ? state + be : nullptr;
+  refs.v = tier_->shape().arrays > 2 ? state + 2 * be : nullptr;
+  refs.grad = b.acc.sum();
+  refs.n = b.required;
+  if (!b.lowp.empty()) {
+    if (!tier_->in_place()) b.next_lowp = AlignedBuffer<uint16_t>(be);
+    refs.lowp = tier_->in_place() ? b.lowp.data() : b.next_lowp.data();
+    refs.lowp_dtype = spec_.weight_dtype();
+  }
+  StepBlock(params, refs);
+}
+
+void Job::CommitBlock(Block& b) {
+  if (!b.next_lowp.empty()) {
+    std::swap(b.lowp, b.next_lowp);
+    b.next_lowp = AlignedBuffer<uint16_t>();
   }
   ++b.version;
   b.acc.Reset();
+}
+
+absl::Status Job::RunStep(uint64_t step, const StepParams& params, ThreadPool& pool,
+                          uint64_t* stepped) {
+  std::vector<uint64_t> todo;
+  for (auto& bp : blocks_data_) {
+    absl::MutexLock lock(&bp->mu);
+    if (bp->version == step) todo.push_back(bp->local);
+  }
+  std::atomic<uint64_t> count{0};
+  auto compute = [&](uint64_t local, float* state) {
+    Block& b = *blocks_data_[local];
+    absl::MutexLock lock(&b.mu);
+    if (b.version != step) return false;
+    ComputeBlock(b, state, params);
+    return true;
+  };
+  auto commit = [&](uint64_t local) {
+    Block& b = *blocks_data_[local];
+    absl::MutexLock lock(&b.mu);
+    CommitBlock(b);
+    count += b.required;
+  };
+  absl::Status s = tier_->Update(todo, pool, compute, commit);
+  *stepped = count.load();
+  return s;
 }
 
 absl::StatusOr<Job::StepOutcome> Job::Step(const v1::StepRequest& req, absl::Time deadline,
@@ -215,24 +267,34 @@ absl::StatusOr<Job::StepOutcome> Job::Step(const v1::StepRequest& req, absl::Tim
     if (!status.ok()) return status;
   }
   // Phase 2: the fused optimizer pass, blocks spread over the pool.
-  StepParams params;
-  params.config = spec_.optimizer();
-  params.lr = req.lr();
-  params.grad_scale = req.grad_scale() == 0 ? 1.0f : req.grad_scale();
-  params.t = step + 1;
-  std::atomic<uint64_t> stepped{0};  // parameters
-  pool.ParallelFor(blocks_data_.size(), [&](size_t i) {
-    Block& b = *blocks_data_[i];
-    absl::MutexLock lock(&b.mu);
-    if (b.version != step) return;  // a concurrent retry got there first
-    StepOneBlock(b, params, req.skip());
-    stepped += b.required;
-  });
+  absl::MutexLock step_lock(&step_mu_);
+  uint64_t stepped = 0;
+  if (req.skip()) {
+    stepped = SkipStep(step);
+  } else {
+    StepParams params;
+    params.config = spec_.optimizer();
+    params.lr = req.lr();
+    params.grad_scale = req.grad_scale() == 0 ? 1.0f : req.grad_scale();
+    params.t = step + 1;
+    if (auto s = RunStep(step, params, pool, &stepped); !s.ok()) return s;
+  }
   StepOutcome out;
   out.version = step + 1;
-  out.already_applied = stepped.load() == 0;
-  out.params_stepped = req.skip() ? 0 : stepped.load();
+  out.already_applied = stepped == 0;
+  out.params_stepped = req.skip() ? 0 : stepped;
   return out;
+}
+
+uint64_t Job::SkipStep(uint64_t step) {
+  uint64_t skipped = 0;
+  for (auto& bp : blocks_data_) {
+    absl::MutexLock lock(&bp->mu);
+    if (bp->version != step) continue;
+    CommitBlock(*bp);
+    skipped += bp->required;
+  }
+  return skipped;
 }
 
 absl::StatusOr<Range> Job::CheckGather(const v1::GatherRequest& req) const {
@@ -259,6 +321,7 @@ absl::Status Job::Gather(Range range, uint64_t min_version, v1::DType dtype, uin
   chunk.set_dtype(dtype);
   const bool from_master = dtype == v1::DTYPE_FP32;
   const size_t esize = DTypeSize(dtype);
+  AlignedBuffer<float> state(from_master ? tier_->shape().block_floats() : 0);
   for (const BlockPiece& p : SplitByBlock(range, layout_.block_elems, max_piece)) {
     Block& b = block(p.block);
     {
@@ -270,7 +333,10 @@ absl::Status Job::Gather(Range range, uint64_t min_version, v1::DType dtype, uin
                                 " and did not reach version ", min_version, " in time");
           });
       if (!status.ok()) return status;
-      const char* src = from_master ? reinterpret_cast<const char*>(b.param.data())
+      if (from_master) {
+        if (auto s = tier_->Load(b.local, state.data()); !s.ok()) return s;
+      }
+      const char* src = from_master ? reinterpret_cast<const char*>(state.data())
                                     : reinterpret_cast<const char*>(b.lowp.data());
       chunk.mutable_data()->assign(src + p.offset * esize, p.count * esize);
       chunk.set_block(p.block);

@@ -20,6 +20,7 @@
 #include "common/job_spec.h"
 #include "common/shard_map.h"
 #include "server/block.h"
+#include "server/tier/state_tier.h"
 #include "server/thread_pool.h"
 #include "zerostate/v1/state_service.pb.h"
 
@@ -37,7 +38,9 @@ class Job {
 
   // Allocates the shard's blocks and initializes the weights (seeded, or
   // zero awaiting InitWeights). REQUIRES: spec normalized, shard_index < servers.size().
-  Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index);
+  static absl::StatusOr<std::unique_ptr<Job>> Create(v1::JobSpec spec,
+                                                     std::vector<std::string> servers,
+                                                     uint32_t shard_index);
 
   // RAM a job with this spec and shard would hold, before any staging.
   static uint64_t EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks);
@@ -102,8 +105,16 @@ class Job {
   absl::Status AwaitBlock(Block& b, absl::Time deadline, const std::function<bool()>& pred,
                           const std::function<std::string()>& what) const;
   absl::Status CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const;
-  void StepOneBlock(Block& b, const StepParams& params, bool skip);
-  void InitializeWeights();
+  Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index);
+  absl::Status InitializeWeights();
+  // Phase 2 of Step: the optimizer pass over blocks still at `step`.
+  absl::Status RunStep(uint64_t step, const StepParams& params, ThreadPool& pool,
+                       uint64_t* stepped);
+  uint64_t SkipStep(uint64_t step);
+  // Runs the fused kernel on one block's state; the low-precision copy goes
+  // to b.lowp (in-place tiers) or b.next_lowp.
+  void ComputeBlock(Block& b, float* state, const StepParams& params);
+  void CommitBlock(Block& b);
 
   const v1::JobSpec spec_;
   const Layout layout_;
@@ -111,6 +122,8 @@ class Job {
   const uint32_t shard_index_;
   const Range blocks_;
   std::vector<std::unique_ptr<Block>> blocks_data_;
+  std::unique_ptr<StateTier> tier_;
+  absl::Mutex step_mu_;  // one optimizer pass per job at a time
   std::atomic<bool> shutting_down_{false};
 };
 

@@ -62,7 +62,9 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
                      ram_budget_ - ram_used_, " of the RAM budget ", ram_budget_, " are free"));
   }
   std::vector<std::string> servers(req.servers().begin(), req.servers().end());
-  auto job = std::make_shared<Job>(*std::move(spec), std::move(servers), req.shard_index());
+  auto created = Job::Create(*std::move(spec), std::move(servers), req.shard_index());
+  if (!created.ok()) return created.status();
+  std::shared_ptr<Job> job = *std::move(created);
   ram_used_ += bytes;
   jobs_[job->spec().job_id()] = job;
   return Registered{job, true};
