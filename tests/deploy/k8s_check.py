@@ -68,11 +68,11 @@ def check_server_ports_and_probes(sts):
             problems.append(f"StatefulSet/zerostate: container port '{name}' missing")
     if problems:
         return problems
-    listen, metrics = flag(c.get("args", []), "listen"), flag(c.get("args", []), "metrics")
+    listen, metrics = flag(c.get("args", []), "listen"), flag(c.get("args", []), "metrics_listen")
     if not listen or not listen.endswith(f":{ports['grpc']}"):
         problems.append(f"StatefulSet/zerostate: --listen={listen} is not port grpc {ports['grpc']}")
     if not metrics or not metrics.endswith(f":{ports['metrics']}"):
-        problems.append(f"StatefulSet/zerostate: --metrics={metrics} is not port metrics {ports['metrics']}")
+        problems.append(f"StatefulSet/zerostate: --metrics_listen={metrics} is not port metrics {ports['metrics']}")
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         port = c.get(probe, {}).get("grpc", {}).get("port")
         if port != ports["grpc"]:
@@ -94,8 +94,10 @@ def check_server_resources(sts):
     if "memory" not in lim or lim.get("memory") != req.get("memory"):
         problems.append("StatefulSet/zerostate: memory limit must equal the request (state is not swappable)")
     budget = env_of(c).get("ZEROSTATE_RAM_BUDGET", {}).get("value")
-    if budget is None or flag(c.get("args", []), "ram_budget") != "$(ZEROSTATE_RAM_BUDGET)":
-        problems.append("StatefulSet/zerostate: --ram_budget is not set from ZEROSTATE_RAM_BUDGET")
+    if budget is None or flag(c.get("args", []), "ram_budget_bytes") != "$(ZEROSTATE_RAM_BUDGET)":
+        problems.append("StatefulSet/zerostate: --ram_budget_bytes is not set from ZEROSTATE_RAM_BUDGET")
+    elif not budget.isdigit():
+        problems.append(f"StatefulSet/zerostate: ZEROSTATE_RAM_BUDGET={budget} is not a byte count")
     elif "memory" in lim and quantity(budget) >= quantity(lim["memory"]):
         problems.append(f"StatefulSet/zerostate: RAM budget {budget} is not below the memory limit {lim['memory']}")
     if not sts["spec"]["template"]["spec"].get("securityContext", {}).get("runAsNonRoot"):
@@ -171,6 +173,9 @@ def check_job_gpus_and_ports(job, gpu_expected):
         problems.append(f"Job/zerostate-train: nvidia.com/gpu limit {gpus} but NPROC_PER_NODE={nproc}")
     if not gpu_expected and gpus is not None:
         problems.append(f"Job/zerostate-train: CPU workers request nvidia.com/gpu {gpus}")
+    backend = flag(c.get("args", []), "backend")
+    if backend != ("cuda" if gpu_expected else "cpu"):
+        problems.append(f"Job/zerostate-train: --backend={backend} with GPUs {'' if gpu_expected else 'not '}requested")
     want = {f"metrics-{r}": 9470 + r for r in range(nproc)}
     if ports_of(c) != want:
         problems.append(f"Job/zerostate-train: metrics ports {sorted(ports_of(c).items())} "

@@ -109,7 +109,7 @@ class BadManifestTest(unittest.TestCase):
     def test_probe_on_wrong_port(self):
         c = ("StatefulSet", "zerostate"), "spec", "template", "spec", "containers", 0
         objs = mutated(c + ("readinessProbe",), {"grpc": {"port": 9464}})
-        self.assertReported(objs, "StatefulSet/zerostate", "readinessProbe", "50051")
+        self.assertReported(objs, "StatefulSet/zerostate", "readinessProbe", "7070")
 
     def test_server_list_shorter_than_replicas(self):
         objs = mutated((k.SERVER, "spec", "replicas"), 5)
@@ -121,8 +121,13 @@ class BadManifestTest(unittest.TestCase):
 
     def test_ram_budget_above_memory_limit(self):
         env = k.SERVER, "spec", "template", "spec", "containers", 0, "env", 0
-        objs = mutated(env, {"name": "ZEROSTATE_RAM_BUDGET", "value": "64Gi"})
-        self.assertReported(objs, "StatefulSet/zerostate", "RAM budget 64Gi", "36Gi")
+        objs = mutated(env, {"name": "ZEROSTATE_RAM_BUDGET", "value": str(64 << 30)})
+        self.assertReported(objs, "StatefulSet/zerostate", f"RAM budget {64 << 30}", "36Gi")
+
+    def test_ram_budget_not_in_bytes(self):
+        env = k.SERVER, "spec", "template", "spec", "containers", 0, "env", 0
+        objs = mutated(env, {"name": "ZEROSTATE_RAM_BUDGET", "value": "32Gi"})
+        self.assertReported(objs, "StatefulSet/zerostate", "ZEROSTATE_RAM_BUDGET=32Gi", "byte count")
 
     def test_service_not_headless(self):
         objs = mutated((k.SERVICE, "spec", "clusterIP"), "10.0.0.1")

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Starts this node's share of a bare-metal training run: one zerostate-worker
+# per GPU, through the common launcher (torchrun's variables: RANK,
+# LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK). Run it on every GPU
+# node with that node's rank, e.g. on node 1 of 2:
+#   NODE_RANK=1 deploy/systemd/train-node.sh
+# torchrun works as well, with the same variables:
+#   torchrun --nnodes=2 --nproc-per-node=8 --node-rank=1 --no-python \
+#     zerostate-worker --config=/etc/zerostate/worker.textproto --backend=cuda
+set -euo pipefail
+: "${NODE_RANK:?set NODE_RANK to this node's index, 0..NNODES-1}"
+NNODES=${NNODES:-2}
+NPROC_PER_NODE=${NPROC_PER_NODE:-8}
+CONFIG=${CONFIG:-/etc/zerostate/worker.textproto}
+# The state servers in shard order (the config's cluster.servers, or this).
+SERVERS=${SERVERS:-state-0.example.internal:7070,state-1.example.internal:7070}
+exec zerostate-launch --nnodes "$NNODES" --nproc-per-node "$NPROC_PER_NODE" \
+  --node-rank "$NODE_RANK" -- \
+  zerostate-worker --config="$CONFIG" --servers="$SERVERS" --backend=cuda

@@ -1,0 +1,158 @@
+"""The container builds in deploy/docker, checked by reading them (there is
+no Docker engine on the build machines):
+
+  docker_test.py StaticTest               stages, base images, non-root
+                                          user, no build tools at run time
+  docker_test.py LddTest SERVER WORKER    every shared library the built
+                                          binaries load comes from a package
+                                          the runtime stage installs; exits
+                                          77 (skip) when a binary is absent
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import unittest
+
+import deploylib as lib
+
+DOCKER = os.path.join(lib.ROOT, "deploy", "docker")
+IMAGES = {"server": "zerostate-server", "worker": "zerostate-worker"}
+IN_SLIM = {"libc6", "libgcc-s1", "libstdc++6"}  # already in debian:12-slim
+BUILD_TOOL = re.compile(r"(-dev$|^g\+\+|^gcc|^clang|^cmake$|^ninja-build$|^make$|"
+                        r"^pkg-config$|^protobuf-compiler)")
+
+
+def parse(path):
+    """Returns (default ARGs, {stage: (base, [instructions])}, final stage)."""
+    with open(path, encoding="utf-8") as f:
+        text = re.sub(r"\\\n", " ", f.read())
+    args, stages, current = {}, {}, None
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        op, _, rest = line.partition(" ")
+        if op == "ARG" and current is None and "=" in rest:
+            k, v = rest.split("=", 1)
+            args[k] = v
+        elif op == "FROM":
+            m = re.fullmatch(r"(\S+)(?:\s+AS\s+(\S+))?", rest, re.I)
+            base = re.sub(r"\$\{(\w+)\}", lambda g: args.get(g.group(1), ""), m.group(1))
+            current = m.group(2) or f"stage{len(stages)}"
+            stages[current] = (base, [])
+        else:
+            stages[current][1].append((op, rest))
+    return args, stages, current
+
+
+def chain(stages, name):
+    """The stages `name` is built on, itself first, down to an image."""
+    out = [name]
+    while stages[out[-1]][0] in stages:
+        out.append(stages[out[-1]][0])
+    return out
+
+
+def apt_packages(instructions):
+    pkgs = []
+    for op, rest in instructions:
+        if op == "RUN":
+            for seg in re.findall(r"apt-get install ([^&;]*)", rest):
+                pkgs += [p for p in seg.split() if not p.startswith("-")]
+    return pkgs
+
+
+def runtime_packages(path):
+    _, stages, final = parse(path)
+    names = chain(stages, final)
+    return [p for n in names for p in apt_packages(stages[n][1])], stages[names[-1]][0]
+
+
+class StaticTest(unittest.TestCase):
+    def test_runtime_is_debian_slim_without_build_tools(self):
+        for image in IMAGES:
+            with self.subTest(image=image):
+                pkgs, base = runtime_packages(os.path.join(DOCKER, f"{image}.Dockerfile"))
+                self.assertEqual(base, "debian:12-slim")
+                self.assertGreater(len(pkgs), 5)
+                self.assertEqual([p for p in pkgs if BUILD_TOOL.search(p)], [])
+
+    def test_build_stage_compiles_from_debian_12(self):
+        for image, target in IMAGES.items():
+            with self.subTest(image=image):
+                _, stages, _ = parse(os.path.join(DOCKER, f"{image}.Dockerfile"))
+                build = chain(stages, "build")
+                self.assertEqual(stages[build[-1]][0], "debian:12")
+                runs = " ".join(r for n in build for op, r in stages[n][1] if op == "RUN")
+                self.assertIn(f"--target {target}", runs)
+                self.assertIn("libgrpc++-dev", apt_packages(stages[build[-1]][1]))
+
+    def test_final_stage_runs_as_non_root(self):
+        for image in IMAGES:
+            with self.subTest(image=image):
+                _, stages, final = parse(os.path.join(DOCKER, f"{image}.Dockerfile"))
+                users = [r for op, r in stages[final][1] if op == "USER"]
+                self.assertEqual(len(users), 1)
+                uid = users[0].split(":")[0]
+                self.assertTrue(uid.isdigit() and int(uid) > 0, users)
+
+    def test_entrypoint_is_copied_from_the_build(self):
+        for image, entry in {"server": "zerostate-server", "worker": "zerostate-launch"}.items():
+            with self.subTest(image=image):
+                _, stages, final = parse(os.path.join(DOCKER, f"{image}.Dockerfile"))
+                ops = dict((op, r) for op, r in stages[final][1])
+                self.assertIn(f"/usr/local/bin/{entry}", ops["ENTRYPOINT"])
+                self.assertIn("--from=build", ops["COPY"])
+                self.assertIn(entry, ops["COPY"])
+
+    def test_a_build_tool_in_the_runtime_is_caught(self):
+        self.assertTrue(BUILD_TOOL.search("libgrpc++-dev"))
+        self.assertTrue(BUILD_TOOL.search("g++"))
+        self.assertFalse(BUILD_TOOL.search("libgrpc++1.51"))
+
+
+def ldd_packages(binary):
+    """Debian packages of the shared libraries `binary` loads."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+    libs = re.findall(r"=> (/\S+)", out)
+    # Debian 12 is usr-merged: dpkg may know a library by either prefix.
+    names = {c: lib for lib in libs for c in (lib, os.path.realpath(lib),
+                                              re.sub(r"^/usr", "", lib), "/usr" + lib)}
+    q = subprocess.run(["dpkg", "-S"] + sorted(names), capture_output=True, text=True)
+    owned = {}
+    for line in q.stdout.splitlines():
+        pkg, _, path = line.partition(": ")
+        if path in names:
+            owned[names[path]] = pkg.split(":")[0]
+    return {owned.get(lib, f"(no package owns {lib})") for lib in libs}
+
+
+class LddTest(unittest.TestCase):
+    binaries = {}
+
+    def test_runtime_stage_installs_every_loaded_library(self):
+        for image, binary in self.binaries.items():
+            with self.subTest(image=image):
+                have = set(runtime_packages(os.path.join(DOCKER, f"{image}.Dockerfile"))[0])
+                missing = sorted(ldd_packages(binary) - have - IN_SLIM)
+                self.assertEqual(missing, [], f"{binary} loads libraries of these packages, "
+                                 f"not installed by {image}.Dockerfile's runtime stage")
+
+    def test_libraries_are_traced_to_packages(self):
+        pkgs = ldd_packages(self.binaries["server"])
+        self.assertIn("libgrpc++1.51", pkgs)
+        self.assertEqual([p for p in pkgs if p.startswith("(no package")], [])
+
+
+if __name__ == "__main__":
+    argv = sys.argv[1:]
+    if argv[:1] == ["LddTest"]:
+        bins = argv[1:3]
+        if len(bins) < 2 or not all(os.access(b, os.X_OK) for b in bins) or not shutil.which("dpkg"):
+            print(f"SKIP: binaries not built or no dpkg: {bins}")
+            sys.exit(lib.SKIP)
+        LddTest.binaries = dict(zip(IMAGES, bins))
+        argv = ["LddTest"]
+    unittest.main(argv=[sys.argv[0], "-v"] + argv)
