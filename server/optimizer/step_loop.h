@@ -57,10 +57,28 @@ struct StepLoop {
     if constexpr (kLowp != Lowp::kNone) std::memcpy(b.lowp + i, lowp, k * sizeof(uint16_t));
   }
 
+  // Software prefetch, one cache line per stream, this many elements ahead.
+  // The hardware prefetcher alone leaves the arithmetic-heavy rules short of
+  // the memory limit (measured: about 8% slower with optimizer_bench).
+  static constexpr size_t kLine = 16;  // floats per 64-byte cache line
+  static constexpr size_t kAhead = 256;
+  static_assert(kLine % W == 0);
+
+  static void Prefetch(const StepBuffers& b, size_t i) {
+    __builtin_prefetch(b.param + i);
+    __builtin_prefetch(b.grad + i);
+    if constexpr (kMoments >= 1) __builtin_prefetch(b.m + i);
+    if constexpr (kMoments >= 2) __builtin_prefetch(b.v + i);
+  }
+
   static void Run(const StepConsts& c, const StepBuffers& b) {
     const RuleT rule(c);
     const bool stream = reinterpret_cast<uintptr_t>(b.lowp) % sizeof(typename Ops::H) == 0;
     size_t i = 0;
+    for (; i + kLine <= b.n; i += kLine) {
+      if (i + kAhead < b.n) Prefetch(b, i + kAhead);
+      for (size_t j = 0; j < kLine; j += W) Chunk(rule, b, i + j, stream);
+    }
     for (; i + W <= b.n; i += W) Chunk(rule, b, i, stream);
     if (i < b.n) Tail(rule, b, i);
     if (stream) Ops::Fence();  // the copy is complete before the caller publishes it
