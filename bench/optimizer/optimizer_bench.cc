@@ -13,6 +13,8 @@
 // the ratio to the limit with the same number of threads; --json prints one object per line
 // instead:
 //   {"figure":..., "value":..., "unit":..., "limit":..., "ratio":...}
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -47,26 +49,29 @@ bool ParsePositive(const char* s, size_t* out) {
   return true;
 }
 
+bool Usage(const std::string& what) {
+  std::fprintf(stderr,
+               "optimizer_bench: %s\nusage: optimizer_bench [--params N] [--threads T] "
+               "[--reps R] [--json]   (N, T, R positive integers)\n",
+               what.c_str());
+  return false;
+}
+
 // Returns false (after printing why) on a bad command line.
 bool ParseArgs(int argc, char** argv, Options* o) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    const bool has_value = i + 1 < argc;
-    size_t v = 0;
     if (a == "--json") {
       o->json = true;
-    } else if ((a == "--params" || a == "--reps" || a == "--threads") && has_value &&
-               ParsePositive(argv[++i], &v)) {
-      if (a == "--params") o->params = v;
-      if (a == "--reps") o->reps = static_cast<int>(v);
-      if (a == "--threads") o->max_threads = static_cast<int>(v);
-    } else {
-      std::fprintf(stderr,
-                   "optimizer_bench: bad argument '%s'\nusage: optimizer_bench [--params N] "
-                   "[--threads T] [--reps R] [--json]   (N, T, R positive integers)\n",
-                   a.c_str());
-      return false;
+      continue;
     }
+    if (a != "--params" && a != "--reps" && a != "--threads") return Usage("unknown flag " + a);
+    size_t v = 0;
+    if (i + 1 == argc) return Usage(a + " needs a value");
+    if (!ParsePositive(argv[++i], &v)) return Usage(a + " " + argv[i] + ": not a positive integer");
+    if (a == "--params") o->params = v;
+    if (a == "--reps") o->reps = static_cast<int>(v);
+    if (a == "--threads") o->max_threads = static_cast<int>(v);
   }
   if (o->max_threads < 1) o->max_threads = 1;
   return true;
@@ -154,6 +159,14 @@ class State {
   uint16_t* lowp_;
 };
 
+// CPU seconds this process has used, user and system.
+double ProcessCpuSeconds() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return sec(ru.ru_utime) + sec(ru.ru_stime);
+}
+
 // One pass over every block with `threads` threads.
 double PassSeconds(int threads, const State& s, const std::function<void(const BlockRefs&)>& pass) {
   return RunBlocks(threads, s.num_blocks(), [&](size_t b) { pass(s.Block(b)); });
@@ -170,45 +183,74 @@ StepParams AdamWParams() {
   return p;
 }
 
-void Report(const Options& o, const std::string& figure, double params_per_s, double limit_pps) {
-  const double gbps = params_per_s * kBytesPerParam / 1e9;
-  const double ratio = params_per_s / limit_pps;
-  if (o.json) {
-    std::printf(
-        "{\"figure\":\"%s\",\"value\":%.6g,\"unit\":\"params/s\",\"limit\":%.6g,"
-        "\"ratio\":%.4f}\n",
-        figure.c_str(), params_per_s, limit_pps, ratio);
-  } else {
-    std::printf("%-34s %8.3f Gparam/s %8.2f GB/s %7.3f ns/param  ratio %.3f\n", figure.c_str(),
-                params_per_s / 1e9, gbps, 1e9 / params_per_s, ratio);
-  }
+void PrintJson(const std::string& figure, double value, const char* unit, double limit) {
+  std::printf(
+      "{\"figure\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"limit\":%.6g,"
+      "\"ratio\":%.4f}\n",
+      figure.c_str(), value, unit, limit, value / limit);
 }
 
-// The limit and the step of every ISA, with `threads` threads. Their passes
-// take turns, so a machine shared with other work slows them alike; each
-// figure is the best of o.reps timed passes after one warm-up pass.
-void MeasureThreads(const Options& o, int threads, const State& state) {
-  const std::vector<Isa> isas = SupportedIsas();
-  const Isa widest = isas.back();
-  StepParams adamw = AdamWParams();
+void Report(const Options& o, const std::string& figure, double params_per_s, double limit_pps) {
+  if (o.json) return PrintJson(figure, params_per_s, "params/s", limit_pps);
+  std::printf("%-34s %8.3f Gparam/s %8.2f GB/s %7.3f ns/param  ratio %.3f\n", figure.c_str(),
+              params_per_s / 1e9, params_per_s * kBytesPerParam / 1e9, 1e9 / params_per_s,
+              params_per_s / limit_pps);
+}
+
+// The share of `threads` cores the passes got: below 1 when other work on
+// the machine took some, and every figure of that thread count is low.
+void ReportCpuShare(const Options& o, int threads, double share) {
+  const std::string figure = "cpu_share.threads=" + std::to_string(threads);
+  if (o.json) return PrintJson(figure, share, "cores/thread", 1.0);
+  std::printf("%-34s %8.2f of %d core(s)%s\n", figure.c_str(), share * threads, threads,
+              share < 0.9 ? "  (machine busy: figures are low)" : "");
+}
+
+// Best seconds of the limit pass and of each ISA's AdamW step, with
+// `threads` threads. Their passes take turns, so a machine shared with other
+// work slows them alike; each is the best of o.reps timed passes after one
+// warm-up pass. Also the share of `threads` cores the passes got.
+struct Timings {
   double limit_s = 1e30;
-  std::vector<double> step_s(isas.size(), 1e30);
+  std::vector<double> step_s;
+  double cpu_share = 0;
+};
+
+Timings TimePasses(const Options& o, int threads, const State& state) {
+  const std::vector<Isa> isas = SupportedIsas();
+  StepParams adamw = AdamWParams();
+  Timings t;
+  t.step_s.assign(isas.size(), 1e30);
+  double wall_s = 0;
+  const double cpu_start = ProcessCpuSeconds();
   for (int r = 0; r <= o.reps; ++r) {
     const double l =
-        PassSeconds(threads, state, [&](const BlockRefs& b) { TrafficPass(widest, b); });
-    if (r > 0) limit_s = std::min(limit_s, l);
+        PassSeconds(threads, state, [&](const BlockRefs& b) { TrafficPass(isas.back(), b); });
+    if (r > 0) t.limit_s = std::min(t.limit_s, l);
+    wall_s += l;
     for (size_t k = 0; k < isas.size(); ++k) {
       const double s =
           PassSeconds(threads, state, [&](const BlockRefs& b) { StepBlock(isas[k], adamw, b); });
-      if (r > 0) step_s[k] = std::min(step_s[k], s);
+      if (r > 0) t.step_s[k] = std::min(t.step_s[k], s);
+      wall_s += s;
       ++adamw.t;
     }
   }
+  t.cpu_share = (ProcessCpuSeconds() - cpu_start) / (wall_s * threads);
+  return t;
+}
+
+void MeasureThreads(const Options& o, int threads, const State& state) {
+  const std::vector<Isa> isas = SupportedIsas();
+  const Timings t = TimePasses(o, threads, state);
   const double n = static_cast<double>(state.params());
   const std::string suffix = ".threads=" + std::to_string(threads);
-  Report(o, "memory_limit." + std::string(IsaName(widest)) + suffix, n / limit_s, n / limit_s);
+  ReportCpuShare(o, threads, t.cpu_share);
+  Report(o, "memory_limit." + std::string(IsaName(isas.back())) + suffix, n / t.limit_s,
+         n / t.limit_s);
   for (size_t k = 0; k < isas.size(); ++k) {
-    Report(o, "adamw_step." + std::string(IsaName(isas[k])) + suffix, n / step_s[k], n / limit_s);
+    Report(o, "adamw_step." + std::string(IsaName(isas[k])) + suffix, n / t.step_s[k],
+           n / t.limit_s);
   }
 }
 
