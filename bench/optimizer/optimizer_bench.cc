@@ -3,16 +3,17 @@
 //
 // For N parameters (--params, default 64M) it times
 //   (a) the limit: TrafficPass, a plain vector load/store pass over exactly
-//       the bytes an AdamW step moves (reads p, g, m, v: 16 B; writes p, m, v
-//       and the bf16 copy, the copy with non-temporal stores: 14 B per
+//       the bytes an AdamW step moves (reads p, g, m, v: 16 B; writes p, m,
+//       v and the bf16 copy, the copy with non-temporal stores: 14 B per
 //       parameter), with the widest ISA;
 //   (b) StepBlock(AdamW) for every ISA this CPU has,
-// each for 1..nproc threads, which take blocks of 262144 parameters from a
-// shared counter as the server's pool does. The passes of (a) and (b) take
-// turns; a figure is the best of --reps timed passes after a warm-up. It prints params/s, GB/s and
-// the ratio to the limit with the same number of threads; --json prints one object per line
-// instead:
-//   {"figure":..., "value":..., "unit":..., "limit":..., "ratio":...}
+// each with 1..nproc threads (--threads), which take blocks of 262144
+// parameters from a shared counter as the server's pool does. The passes of
+// (a) and (b) take turns; a figure is the best of --reps timed passes after
+// a warm-up. It prints params/s, GB/s and the ratio to the limit with the
+// same number of threads, and the share of the cores the passes got (other
+// work on the machine lowers every figure). --json prints one object per
+// figure instead: {"figure":..., "value":..., "unit":..., "limit":..., "ratio":...}
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -26,7 +27,14 @@
 #include <thread>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
 #include "server/optimizer/optimizer.h"
+
+ABSL_FLAG(int64_t, params, int64_t{64} << 20, "parameters of state to step");
+ABSL_FLAG(int, threads, 0, "measure 1..threads threads (0: one per core)");
+ABSL_FLAG(int, reps, 5, "timed passes per figure, after one warm-up pass; the best counts");
+ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 
 namespace zerostate::server {
 namespace {
@@ -35,45 +43,28 @@ constexpr size_t kBlockElems = 262144;
 constexpr double kBytesPerParam = 16 + 14;  // read p, g, m, v; write p, m, v, bf16
 
 struct Options {
-  size_t params = size_t{64} << 20;
-  int reps = 5;
-  int max_threads = static_cast<int>(std::thread::hardware_concurrency());
+  size_t params = 0;
+  int reps = 0;
+  int max_threads = 0;
   bool json = false;
 };
 
-bool ParsePositive(const char* s, size_t* out) {
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(s, &end, 10);
-  if (end == s || *end != '\0' || v == 0) return false;
-  *out = v;
-  return true;
-}
-
-bool Usage(const std::string& what) {
-  std::fprintf(stderr,
-               "optimizer_bench: %s\nusage: optimizer_bench [--params N] [--threads T] "
-               "[--reps R] [--json]   (N, T, R positive integers)\n",
-               what.c_str());
-  return false;
-}
-
-// Returns false (after printing why) on a bad command line.
-bool ParseArgs(int argc, char** argv, Options* o) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--json") {
-      o->json = true;
-      continue;
+// Reads the flags; returns false (after printing why) on a bad value.
+bool ReadFlags(Options* o) {
+  const int64_t params = absl::GetFlag(FLAGS_params);
+  o->reps = absl::GetFlag(FLAGS_reps);
+  o->max_threads = absl::GetFlag(FLAGS_threads);
+  o->json = absl::GetFlag(FLAGS_json);
+  if (o->max_threads == 0) o->max_threads = static_cast<int>(std::thread::hardware_concurrency());
+  for (auto [name, v] : {std::pair{"--params", params}, std::pair{"--reps", int64_t{o->reps}},
+                         std::pair{"--threads", int64_t{o->max_threads}}}) {
+    if (v < 1) {
+      std::fprintf(stderr, "optimizer_bench: %s %lld: must be >= 1\n", name,
+                   static_cast<long long>(v));
+      return false;
     }
-    if (a != "--params" && a != "--reps" && a != "--threads") return Usage("unknown flag " + a);
-    size_t v = 0;
-    if (i + 1 == argc) return Usage(a + " needs a value");
-    if (!ParsePositive(argv[++i], &v)) return Usage(a + " " + argv[i] + ": not a positive integer");
-    if (a == "--params") o->params = v;
-    if (a == "--reps") o->reps = static_cast<int>(v);
-    if (a == "--threads") o->max_threads = static_cast<int>(v);
   }
-  if (o->max_threads < 1) o->max_threads = 1;
+  o->params = static_cast<size_t>(params);
   return true;
 }
 
@@ -255,8 +246,9 @@ void MeasureThreads(const Options& o, int threads, const State& state) {
 }
 
 int Main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
   Options o;
-  if (!ParseArgs(argc, argv, &o)) return 2;
+  if (!ReadFlags(&o)) return 2;
   State state(o.params);
   if (!state.ok()) {
     std::fprintf(stderr, "optimizer_bench: cannot allocate %zu params\n", o.params);
