@@ -73,7 +73,8 @@ struct StepLoop {
 
   static void Run(const StepConsts& c, const StepBuffers& b) {
     const RuleT rule(c);
-    const bool stream = reinterpret_cast<uintptr_t>(b.lowp) % sizeof(typename Ops::H) == 0;
+    const bool stream =
+        kLowp != Lowp::kNone && reinterpret_cast<uintptr_t>(b.lowp) % sizeof(typename Ops::H) == 0;
     size_t i = 0;
     for (; i + kLine <= b.n; i += kLine) {
       if (i + kAhead < b.n) Prefetch(b, i + kAhead);
