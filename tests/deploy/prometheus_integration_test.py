@@ -217,6 +217,7 @@ def run(server_bin, worker_bin, prom_bin, tmp):
         deadline = time.monotonic() + DEADLINE_S
         checks(api, deadline)
         dashboard_checks(api, deadline)
+        print_figures(api)
         servers[1][2].popen.kill()
         wait_for("ZerostateServerDown pending or firing for the killed server",
                  lambda: server_down_alert(api, servers[1][1]), deadline)
@@ -246,6 +247,22 @@ def checks(api, deadline):
     wait_for("recording rule zerostate_job:zerostate_job_steps:rate1m > 0",
              lambda: total(api, f'zerostate_job:zerostate_job_steps:rate1m{{zerostate_job="{JOB}"}}') > 0,
              deadline)
+
+
+FIGURES = [  # (what, recording rule, unit): printed, never asserted
+    ("job steps/s", "zerostate_job:zerostate_job_steps:rate1m", ""),
+    ("optimizer params/s", "zerostate_job:zerostate_optimizer_params:rate1m", ""),
+    ("bytes in/s", "instance:zerostate_rpc_bytes_received:rate1m", "B"),
+    ("bytes out/s", "instance:zerostate_rpc_bytes_sent:rate1m", "B"),
+]
+
+
+def print_figures(api):
+    """What Prometheus measured of the run, through the recording rules."""
+    for what, rule, unit in FIGURES:
+        for labels, value in sorted(query(api, rule).items()):
+            where = ",".join(f"{k}={v}" for k, v in sorted(labels) if k != "__name__")
+            print(f"figure {what} [{where}]: {value:.4g}{unit}")
 
 
 # Panels that show only errors: empty while nothing goes wrong.
