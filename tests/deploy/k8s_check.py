@@ -159,6 +159,9 @@ def check_job_launch(job):
     ref = env["NODE_RANK"].get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
     if ref != COMPLETION_INDEX:
         problems.append(f"Job/zerostate-train: NODE_RANK comes from {ref}, not the completion index")
+    inits = [i["name"] for i in job["spec"]["template"]["spec"].get("initContainers", [])]
+    if "wait-for-servers" not in inits:
+        problems.append("Job/zerostate-train: no wait-for-servers init container")
     if not c.get("command", [""])[0].endswith("zerostate-launch"):
         problems.append("Job/zerostate-train: command is not zerostate-launch (no RANK/LOCAL_RANK/WORLD_SIZE)")
     return problems

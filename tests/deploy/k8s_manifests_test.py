@@ -9,8 +9,10 @@ import copy
 import glob
 import os
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import yaml
@@ -151,6 +153,39 @@ class BadManifestTest(unittest.TestCase):
     def test_bad_quantity_is_named(self):
         with self.assertRaisesRegex(ValueError, "36GB"):
             k.quantity("36GB")
+
+
+class WaitForServersTest(unittest.TestCase):
+    """The Job's init container waits for every server of the config."""
+
+    def run_script(self, servers, timeout_s):
+        job = k.index(base_objects())[k.JOB]
+        init = job["spec"]["template"]["spec"]["initContainers"][0]
+        self.assertEqual(init["name"], "wait-for-servers")
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(os.path.join(tmp, "worker.textproto"), "w") as f:
+                f.write("cluster {\n" + "".join(f'  servers: "{s}"\n' for s in servers) + "}\n")
+            script = init["args"][0].replace("/etc/zerostate", tmp)
+            script = script.replace("timeout 600", f"timeout {timeout_s}")
+            return subprocess.run([*init["command"], script], capture_output=True, text=True)
+
+    def test_passes_once_every_server_listens(self):
+        with socket.socket() as a, socket.socket() as b:
+            for s in (a, b):
+                s.bind(("127.0.0.1", 0))
+                s.listen()
+            servers = [f"127.0.0.1:{s.getsockname()[1]}" for s in (a, b)]
+            out = self.run_script(servers, 30)
+        self.assertEqual(out.returncode, 0, out.stdout + out.stderr)
+        self.assertEqual(out.stdout.count("is up"), 2)
+
+    def test_fails_naming_the_server_that_never_listens(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]  # bound, not listening: refused
+            out = self.run_script([f"127.0.0.1:{port}"], 3)
+        self.assertEqual(out.returncode, 1)
+        self.assertIn(f"state server 127.0.0.1:{port} not reachable", out.stdout)
 
 
 def render(overlay):
