@@ -34,8 +34,9 @@ uint16_t FloatToFp16(float f) {
   uint32_t abs = x & 0x7fffffffu;
   if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((abs >> 13) & 0x3ffu));
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to Inf
-  if (abs < 0x38800000u) {                                      // result is subnormal or zero
-    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // below half the smallest
+  if (abs < 0x38800000u) {
+    // The result is subnormal or zero; below half the smallest it is zero.
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);
     uint32_t exp = abs >> 23;
     uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126 - exp;  // 14..24 bits to drop past the 10-bit field
@@ -77,8 +78,7 @@ float Fp16ToFloat(uint16_t h) {
 namespace convert_internal {
 
 const ConvertKernels& ScalarConvertKernels() {
-  static constexpr ConvertKernels kKernels =
-      convert_internal::MakeConvertKernels<simd::ScalarOps>();
+  static constexpr ConvertKernels kKernels = MakeConvertKernels<simd::ScalarOps>();
   return kKernels;
 }
 

@@ -43,6 +43,10 @@ int MomentCount(v1::OptimizerKind kind);
 
 // Applies one step to a block in a single pass, with the best ISA or a given one.
 // REQUIRES: pointers 64-byte aligned, isa supported by this CPU.
+// The update rules (PyTorch's semantics) are spelled out in
+// server/optimizer/rules.h. The low-precision copy is written with
+// non-temporal stores and fenced before return. REQUIRES: p.t >= 1 and
+// p.config normalized (an unknown optimizer kind aborts: a programmer bug).
 void StepBlock(const StepParams& p, const BlockRefs& b);
 void StepBlock(Isa isa, const StepParams& p, const BlockRefs& b);
 
