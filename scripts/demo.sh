@@ -1,5 +1,82 @@
 #!/usr/bin/env bash
-# The main job: a local cluster that trains. See README.md.
+# The main job (README's `make demo`): on one machine, two zerostate-server
+# processes on loopback and a job of two simulated nodes with two workers
+# each (CPU backend, ranks as threads of one process per node) that trains
+# the built-in MLP (configs/mlp.textproto) until the loss has clearly
+# fallen. Prints the first and last loss and where the metrics are; stops
+# everything on exit, also on Ctrl-C or an error.
+#   scripts/demo.sh [BUILD_DIR] [STEPS]
 set -euo pipefail
 build=${1:-build}
-echo "demo: not yet wired"
+steps=${2:-0}
+cd "$(dirname "$0")/.."
+server_bin=$build/server/zerostate-server
+worker_bin=$build/worker/zerostate-worker
+for b in "$server_bin" "$worker_bin"; do
+  [[ -x $b ]] || { echo "demo: $b not built (run: make build)" >&2; exit 1; }
+done
+
+tmp=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A free TCP port on loopback (the kernel's choice).
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# Starts a server; waits for its "listening on HOST:PORT metrics on ADDR" line.
+start_server() {
+  local i=$1 log=$tmp/server$1.log
+  "$server_bin" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --threads=1 \
+    --ram_budget_bytes=$((256 << 20)) >"$log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do
+    if grep -q "listening on" "$log"; then return 0; fi
+    kill -0 "${pids[-1]}" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "demo: server $i did not start:" >&2; cat "$log" >&2; exit 1
+}
+
+start_server 0
+start_server 1
+servers=$(sed -n 's/.*listening on \([^ ]*\) .*/\1/p' "$tmp/server0.log" "$tmp/server1.log" | paste -sd, -)
+echo "demo: state servers at $servers"
+for i in 0 1; do
+  echo "demo: server $i metrics at http://$(sed -n 's/.*metrics on \([^ ]*\).*/\1/p' "$tmp/server$i.log")/metrics"
+done
+
+step_flag=()
+[[ $steps != 0 ]] && step_flag=(--steps="$steps")
+job="demo-$$"
+for node in 0 1; do
+  port=$(free_port)
+  echo "demo: node $node workers' metrics at http://127.0.0.1:$port/metrics"
+  WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 NODE_RANK=$node "$worker_bin" --config=configs/mlp.textproto \
+    --servers="$servers" --local_threads=2 --job_id="$job" --metrics_port="$port" "${step_flag[@]}" \
+    >"$tmp/node$node.log" 2>&1 &
+  pids+=($!)
+done
+worker_pids=("${pids[@]:2}")
+
+# Node 0 holds global rank 0, which prints a line per step.
+tail -n +1 -f "$tmp/node0.log" --pid="${worker_pids[0]}" | grep --line-buffered -v "^zerostate-worker rank" &
+status=0
+for pid in "${worker_pids[@]}"; do wait "$pid" || status=$?; done
+sleep 0.2
+if [[ $status != 0 ]]; then
+  echo "demo: a worker failed (exit $status):" >&2; cat "$tmp/node1.log" >&2; exit "$status"
+fi
+first=$(sed -n 's/^loss: first \([^ ]*\) last \([^ ]*\).*/\1/p' "$tmp/node0.log")
+last=$(sed -n 's/^loss: first \([^ ]*\) last \([^ ]*\).*/\2/p' "$tmp/node0.log")
+echo "demo: loss fell from $first to $last (rank 0's micro-batches)"
+python3 -c "import sys; f, l = float('$first'), float('$last'); sys.exit(0 if l < 0.5 * f else 1)" \
+  || { echo "demo: the loss did not fall clearly" >&2; exit 1; }
+echo "demo: done; stopping the servers"

@@ -19,13 +19,15 @@ std::vector<Range> BackwardBuckets(const Layout& layout, std::vector<uint64_t> r
   return buckets;
 }
 
-Range LocalShare(Range bucket, uint32_t ranks, uint32_t rank) {
+uint64_t LocalChunk(Range bucket, uint32_t ranks) {
   const uint64_t units = (bucket.size() + kTensorAlignElems - 1) / kTensorAlignElems;
-  auto edge = [&](uint32_t r) {
-    uint64_t u = units / ranks * r + std::min<uint64_t>(r, units % ranks);
-    return std::min(bucket.begin + u * kTensorAlignElems, bucket.end);
-  };
-  return Range{edge(rank), edge(rank + 1)};
+  return (units + ranks - 1) / ranks * kTensorAlignElems;
+}
+
+Range LocalShare(Range bucket, uint32_t ranks, uint32_t rank) {
+  const uint64_t chunk = LocalChunk(bucket, ranks);
+  return Range{std::min(bucket.begin + chunk * rank, bucket.end),
+               std::min(bucket.begin + chunk * (rank + 1), bucket.end)};
 }
 
 }  // namespace zerostate::worker

@@ -23,9 +23,15 @@ namespace zerostate::worker {
 // zero on both sides).
 std::vector<Range> BackwardBuckets(const Layout& layout, std::vector<uint64_t> ready_points);
 
-// Local rank `rank`'s share of `bucket` among `ranks`: contiguous, balanced
-// in units of kTensorAlignElems, in rank order; possibly empty.
+// Local rank `rank`'s share of `bucket` among `ranks`: in rank order,
+// contiguous chunks of LocalChunk(bucket, ranks) elements (the last ones
+// shorter or empty), so that NCCL's equal-count reduce-scatter and
+// all-gather map onto them with padding.
 // REQUIRES: ranks >= 1, rank < ranks.
 Range LocalShare(Range bucket, uint32_t ranks, uint32_t rank);
+
+// The chunk length of LocalShare: ceil(bucket / ranks) rounded up to
+// kTensorAlignElems.
+uint64_t LocalChunk(Range bucket, uint32_t ranks);
 
 }  // namespace zerostate::worker

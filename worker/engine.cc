@@ -94,16 +94,6 @@ absl::Status Engine::LoadWeights(uint64_t version) {
   return FinishGather(tickets, &ignored);
 }
 
-absl::StatusOr<StepDecision> Engine::Coordinate(uint64_t step, float lr) {
-  auto stats = job_->GradStats(step);
-  if (!stats.ok()) return stats.status();
-  const double terms = double{topo_.world()} * train_.grad_accum_steps();
-  StepDecision d = DecideStep(stats->sum_squares, stats->nonfinite_count, scaler_.scale(), terms,
-                              train_.gradient_clipping());
-  if (auto s = job_->Step(step, lr, d.grad_scale, d.skip); !s.ok()) return s;
-  return d;
-}
-
 // Tells every rank whether the coordinator skipped `step` (fp16 only).
 absl::StatusOr<bool> Engine::ShareSkip(uint64_t step, bool skip) {
   const bool coordinator = topo_.rank() == 0;
@@ -140,22 +130,29 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   if (auto s = PushRemaining(step); !s.ok()) return s;
   report.times.push = Since(t0);
 
-  auto gather = StartGather(step + 1);
   t0 = Clock::now();
-  bool skip = false;
+  StepDecision decision;
   if (topo_.rank() == 0) {
-    auto d = Coordinate(step, report.lr);
-    if (!d.ok()) return d.status();
-    skip = d->skip;
-    report.grad_norm = d->grad_norm;
+    auto stats = job_->GradStats(step);
+    if (!stats.ok()) return stats.status();
+    decision = DecideStep(stats->sum_squares, stats->nonfinite_count, scaler_.scale(),
+                          double{topo_.world()} * train_.grad_accum_steps(), train_.gradient_clipping());
+    report.grad_norm = decision.grad_norm;
   }
   if (train_.precision() == v1::PRECISION_FP16) {
-    auto shared = ShareSkip(step, skip);
+    auto shared = ShareSkip(step, decision.skip);
     if (!shared.ok()) return shared.status();
-    skip = *shared;
+    decision.skip = *shared;
   }
-  scaler_.Update(skip);
-  report.skipped = skip;
+  if (topo_.rank() == 0) {
+    if (auto s = job_->Step(step, report.lr, decision.grad_scale, decision.skip); !s.ok()) return s;
+  }
+  // Issued only now: a waiting gather stream holds a client pool thread,
+  // and the coordinator's Step fans out on that pool too. The other ranks
+  // get here early, so their gathers still stream blocks as they are stepped.
+  auto gather = StartGather(step + 1);
+  scaler_.Update(decision.skip);
+  report.skipped = decision.skip;
   report.times.step = Since(t0);
   if (auto s = FinishGather(gather, &report.times); !s.ok()) return s;
   report.seconds = Since(start);

@@ -12,16 +12,18 @@
 //             clip factor and the fp16 overflow skip, orders Step; in fp16
 //             mode it tells every rank the outcome through a Rendezvous so
 //             all loss scalers move together;
-//   gather    GatherAsync of this rank's shares at version step+1, issued
-//             before the step so blocks stream back as they are stepped;
+//   gather    GatherAsync of this rank's shares at version step+1 (the
+//             ranks other than the coordinator issue it while the servers
+//             step, so blocks stream back as they are stepped);
 //   exchange  all-gather inside the node: every rank has the new weights.
 //
 // Gradient scaling: Step's grad_scale folds 1/loss_scale, the clip factor
 // and the average over world_size * grad_accum_steps terms (the model's
 // loss is already a mean over its micro-batch).
 //
-// Thread safety: one thread per Engine. Several Engines (local ranks) may
-// share a Client and JobClient.
+// Thread safety: one thread per Engine. Give each Engine its own Client:
+// gathers waiting for the step hold threads of the client's pool, so ranks
+// sharing one Client could starve the coordinator's Step.
 #pragma once
 
 #include <cstdint>
@@ -97,7 +99,6 @@ class Engine {
   absl::Status PushRemaining(uint64_t step);
   std::vector<client::Ticket> StartGather(uint64_t version);
   absl::Status FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times);
-  absl::StatusOr<StepDecision> Coordinate(uint64_t step, float lr);
   absl::StatusOr<bool> ShareSkip(uint64_t step, bool skip);
 
   client::Client* const client_;

@@ -18,6 +18,9 @@
 #include "worker/metrics.h"
 #include "worker/progress.h"
 #include "worker/trainer.h"
+#ifdef ZEROSTATE_WITH_CUDA
+#include "worker/cuda/cuda_backend.h"
+#endif
 
 ABSL_FLAG(std::string, config, "", "worker config: text format, or a DeepSpeed ds_config.json");
 ABSL_FLAG(std::string, servers, "", "state servers host:port,... (overrides the config)");
@@ -25,6 +28,7 @@ ABSL_FLAG(uint64_t, steps, 0, "optimizer steps to run (0: from the config)");
 ABSL_FLAG(std::string, job_id, "", "job id (overrides the config)");
 ABSL_FLAG(uint32_t, local_threads, 0, "run this many local ranks as threads of this process");
 ABSL_FLAG(int32_t, metrics_port, -1, "Prometheus port of local rank 0 (-1: config; 0: off)");
+ABSL_FLAG(std::string, backend, "cpu", "cpu, or cuda (one GPU per local rank, NCCL inside the node)");
 ABSL_FLAG(std::string, dump_weights, "", "rank 0 writes the final fp32 master weights here");
 
 namespace zerostate::worker {
@@ -58,46 +62,111 @@ absl::StatusOr<v1::WorkerConfig> LoadConfig(const Topology& topo) {
   return normalized;
 }
 
-// Runs the process's ranks (threads or this one) and reports the first error.
-absl::Status RunRanks(const v1::WorkerConfig& config, const Topology& first, client::Client* client,
-                      WorkerMetrics* metrics, uint32_t threads) {
-  std::unique_ptr<LocalGroup> group;
-  if (threads > 0) {
-    group = MakeThreadGroup(threads, FlatElems(config));
-  } else {
-    auto g = OpenNodeGroup(client, config, first);
-    if (!g.ok()) return g.status();
-    group = *std::move(g);
+#ifdef ZEROSTATE_WITH_CUDA
+// The CUDA backend of one rank: local rank 0 makes the node's NCCL id and
+// shares it through a rendezvous on the state service.
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaRank(client::Client* client, const v1::WorkerConfig& config,
+                                                      const Topology& topo, const Layout& layout) {
+  std::string id;
+  if (topo.local_rank == 0) {
+    auto made = cuda::NewNcclId();
+    if (!made.ok()) return made.status();
+    id = *made;
   }
+  auto ids = client->Rendezvous(config.train().job_id(), absl::StrCat("nccl/node", topo.node), topo.local_rank,
+                                topo.local_size, id);
+  if (!ids.ok()) return ids.status();
+  cuda::CudaBackendOptions o;
+  o.model = config.train().model();
+  o.layout = layout;
+  o.local_rank = topo.local_rank;
+  o.local_size = topo.local_size;
+  o.max_batch = config.train().micro_batch_size();
+  o.nccl_id = (*ids)[0];
+  return cuda::MakeCudaBackend(o);
+}
+#endif
+
+// The backend factory for --backend; empty for the CPU backend.
+absl::StatusOr<std::function<absl::StatusOr<std::unique_ptr<Backend>>(const Layout&)>> BackendFactory(
+    client::Client* client, const v1::WorkerConfig& config, const Topology& topo) {
+  const std::string name = absl::GetFlag(FLAGS_backend);
+  if (name == "cpu") return nullptr;
+#ifdef ZEROSTATE_WITH_CUDA
+  if (name == "cuda") {
+    return [client, config, topo](const Layout& layout) { return MakeCudaRank(client, config, topo, layout); };
+  }
+#endif
+  return absl::InvalidArgumentError(absl::StrCat("--backend: '", name, "' is not built in (cpu",
+#ifdef ZEROSTATE_WITH_CUDA
+                                                 ", cuda",
+#endif
+                                                 ")"));
+}
+
+// What the ranks of this process share.
+struct ProcessRun {
+  v1::WorkerConfig config;
+  Topology first;  // of local rank index 0 in this process
+  client::ClientOptions client_options;
+  WorkerMetrics* metrics = nullptr;
+  LocalGroup* thread_group = nullptr;  // --local_threads with the CPU backend
+};
+
+// One rank, with its own Client (see worker/engine.h for why).
+absl::StatusOr<RankResult> RunRank(const ProcessRun& p, uint32_t index) {
+  auto client = client::Client::Connect(p.client_options);
+  if (!client.ok()) return client.status();
+  RankRun run;
+  run.config = p.config;
+  run.topo = p.first;
+  run.topo.local_rank += index;
+  run.client = client->get();
+  run.dump_path = absl::GetFlag(FLAGS_dump_weights);
+  run.group = p.thread_group;
+  std::unique_ptr<LocalGroup> shm_group;
+  if (run.group == nullptr && absl::GetFlag(FLAGS_backend) == "cpu") {
+    auto g = OpenNodeGroup(run.client, p.config, run.topo);
+    if (!g.ok()) return g.status();
+    shm_group = *std::move(g);
+    run.group = shm_group.get();
+  }
+  auto factory = BackendFactory(run.client, p.config, run.topo);
+  if (!factory.ok()) return factory.status();
+  run.make_backend = *factory;
+  const auto& train = p.config.train();
+  const uint64_t samples = uint64_t{train.micro_batch_size()} * train.grad_accum_steps();
+  const bool primary = index == 0, printer = run.topo.rank() == 0;
+  run.observe = [&p, samples, primary, printer](const StepReport& r) {
+    if (p.metrics != nullptr) p.metrics->Record(r, samples, primary);
+    if (!printer) return;
+    std::printf("%s\n", FormatProgress(r, p.config.train().global_batch_size()).c_str());
+    std::fflush(stdout);
+  };
+  return TrainRank(run);
+}
+
+// Runs the process's ranks (threads, or just this one).
+void RunRanks(const ProcessRun& p, uint32_t threads) {
   const uint32_t count = threads > 0 ? threads : 1;
   std::vector<absl::StatusOr<RankResult>> results(count, absl::UnknownError("not run"));
   std::vector<std::thread> workers;
   for (uint32_t i = 0; i < count; ++i) {
     workers.emplace_back([&, i] {
-      RankRun run{config, first, client, group.get(), nullptr, absl::GetFlag(FLAGS_dump_weights)};
-      run.topo.local_rank += i;
-      const uint64_t samples = uint64_t{config.train().micro_batch_size()} * config.train().grad_accum_steps();
-      const bool primary = i == 0, printer = run.topo.rank() == 0;
-      run.observe = [&, samples, primary, printer](const StepReport& r) {
-        if (metrics != nullptr) metrics->Record(r, samples, primary);
-        if (printer) std::printf("%s\n", FormatProgress(r, config.train().global_batch_size()).c_str());
-        if (printer) std::fflush(stdout);
-      };
-      results[i] = TrainRank(run);
+      results[i] = RunRank(p, i);
       if (!results[i].ok()) {
         // Peers of a failed rank may wait at a barrier forever: fail the process now.
-        std::fprintf(stderr, "zerostate-worker rank %u: %s\n", run.topo.rank(),
-                     std::string(results[i].status().message()).c_str());
+        std::fprintf(stderr, "zerostate-worker rank %u: %s\n", p.first.rank() + i,
+                     results[i].status().ToString().c_str());
         std::_Exit(1);
       }
     });
   }
   for (auto& w : workers) w.join();
   const auto& losses = results[0]->losses;
-  if (first.rank() == 0 && !losses.empty()) {
+  if (p.first.rank() == 0 && !losses.empty()) {
     std::printf("loss: first %.5f last %.5f over %zu steps\n", losses.front(), losses.back(), losses.size());
   }
-  return absl::OkStatus();
 }
 
 int Main() {
@@ -119,10 +188,13 @@ int Main() {
   options.servers.assign(config->cluster().servers().begin(), config->cluster().servers().end());
   options.rpc_timeout = std::chrono::milliseconds(config->cluster().rpc_timeout_ms());
   options.metrics = registry;
-  auto client = client::Client::Connect(options);
-  if (!client.ok()) return std::fprintf(stderr, "zerostate-worker: %s\n", client.status().ToString().c_str()), 1;
-  absl::Status s = RunRanks(*config, *topo, client->get(), &metrics, threads);
-  if (!s.ok()) return std::fprintf(stderr, "zerostate-worker: %s\n", s.ToString().c_str()), 1;
+  ProcessRun run{*config, *topo, options, &metrics, nullptr};
+  std::unique_ptr<LocalGroup> group;
+  if (threads > 0 && absl::GetFlag(FLAGS_backend) == "cpu") {
+    group = MakeThreadGroup(threads, FlatElems(*config));
+    run.thread_group = group.get();
+  }
+  RunRanks(run, threads);
   return 0;
 }
 

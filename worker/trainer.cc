@@ -65,8 +65,15 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
   client::JobClient* job = opened->job.get();
   model->Bind(job->layout());
   std::vector<uint64_t> ready_points = model->ReadyPoints();
-  CpuBackend backend(run.group, run.topo.local_rank, std::move(model));
-  Engine engine(run.client, job, &backend, train, run.topo, ready_points);
+  std::unique_ptr<Backend> backend;
+  if (run.make_backend) {
+    auto made = run.make_backend(job->layout());
+    if (!made.ok()) return made.status();
+    backend = *std::move(made);
+  } else {
+    backend = std::make_unique<CpuBackend>(run.group, run.topo.local_rank, std::move(model));
+  }
+  Engine engine(run.client, job, backend.get(), train, run.topo, ready_points);
   RankResult result;
   result.start_version = opened->start_version;
   if (auto s = engine.LoadWeights(result.start_version); !s.ok()) return s;
@@ -75,7 +82,7 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
   std::vector<float> x(size_t{train.micro_batch_size()} * data.input_dim());
   std::vector<float> y(size_t{train.micro_batch_size()} * data.output_dim());
   uint64_t step = result.start_version;
-  MicroBatchFn micro = MakeMicroBatches(train, run.topo, &data, &backend, &step, &x, &y);
+  MicroBatchFn micro = MakeMicroBatches(train, run.topo, &data, backend.get(), &step, &x, &y);
   for (; step < train.steps(); ++step) {
     auto report = engine.Step(step, micro);
     if (!report.ok()) return report.status();

@@ -32,6 +32,9 @@ struct RankRun {
   // the threads of a process, or OpenNodeGroup for separate processes.
   LocalGroup* group = nullptr;
   StepObserver observe;
+  // Builds this rank's backend once the job's layout is known. Empty: the
+  // CPU backend on `group`.
+  std::function<absl::StatusOr<std::unique_ptr<Backend>>(const Layout&)> make_backend;
   // If set, rank 0 writes the final fp32 master weights here (raw
   // little-endian floats of the whole flat space, padding included).
   std::string dump_path;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "common/init.h"
 #include "worker/teacher_data.h"
@@ -22,10 +23,9 @@ struct Fixture {
     config.set_output_dim(3);
     config.set_activation(act);
     config.set_data_seed(3);
-    Mlp model(config);
     v1::JobSpec spec;
     spec.set_job_id("t");
-    for (auto& t : model.Tensors()) *spec.add_tensors() = t;
+    for (auto& t : Mlp(config).Tensors()) *spec.add_tensors() = t;
     spec.set_block_elems(128);
     spec.mutable_optimizer()->set_kind(v1::OPTIMIZER_ADAMW);
     spec.set_num_nodes(1);
@@ -38,7 +38,19 @@ struct Fixture {
     for (const auto& t : layout.tensors) {
       if (t.shape.size() == 1) for (uint64_t i = 0; i < t.numel; ++i) params[t.offset + i] = 0.05f * (i % 3);
     }
+    model = std::make_unique<Mlp>(config);
+    model->Bind(layout);
   }
+  // Loads samples [first, first + n) into x and y.
+  void Load(uint64_t first, uint32_t n) {
+    TeacherData data(config);
+    x.resize(n * config.input_dim());
+    y.resize(n * config.output_dim());
+    data.Fill(first, n, x.data(), y.data());
+  }
+  std::vector<float> Zeros() const { return std::vector<float>(layout.total_elems, 0.0f); }
+  std::unique_ptr<Mlp> model;
+  std::vector<float> x, y;
 };
 
 class MlpGradTest : public ::testing::TestWithParam<v1::Activation> {};
@@ -47,12 +59,12 @@ class MlpGradTest : public ::testing::TestWithParam<v1::Activation> {};
 // float precision allows for these step sizes.
 TEST_P(MlpGradTest, MatchesFiniteDifferences) {
   Fixture f(GetParam());
-  Mlp model(f.config);
-  model.Bind(f.layout);
-  TeacherData data(f.config);
+  Mlp& model = *f.model;
   const uint32_t batch = 4;
-  std::vector<float> x(batch * 5), y(batch * 3), grads(f.layout.total_elems, 0.0f);
-  data.Fill(0, batch, x.data(), y.data());
+  f.Load(0, batch);
+  const auto& x = f.x;
+  const auto& y = f.y;
+  auto grads = f.Zeros();
   model.ForwardBackward(f.params.data(), x.data(), y.data(), batch, 1.0f, grads.data(), nullptr);
   int checked = 0;
   for (const auto& t : f.layout.tensors) {
@@ -80,34 +92,26 @@ INSTANTIATE_TEST_SUITE_P(Activations, MlpGradTest,
 
 TEST(MlpTest, DeterministicAndReportsLayersLastToFirst) {
   Fixture f(v1::ACTIVATION_GELU);
-  Mlp model(f.config);
-  model.Bind(f.layout);
-  TeacherData data(f.config);
-  std::vector<float> x(8 * 5), y(8 * 3);
-  data.Fill(100, 8, x.data(), y.data());
-  std::vector<float> g1(f.layout.total_elems, 0.0f), g2 = g1;
+  f.Load(100, 8);
+  auto g1 = f.Zeros(), g2 = f.Zeros();
   std::vector<uint64_t> ready;
-  float l1 = model.ForwardBackward(f.params.data(), x.data(), y.data(), 8, 4.0f, g1.data(),
-                                   [&](uint64_t r) { ready.push_back(r); });
-  float l2 = model.ForwardBackward(f.params.data(), x.data(), y.data(), 8, 4.0f, g2.data(), nullptr);
+  float l1 = f.model->ForwardBackward(f.params.data(), f.x.data(), f.y.data(), 8, 4.0f, g1.data(),
+                                      [&](uint64_t r) { ready.push_back(r); });
+  float l2 = f.model->ForwardBackward(f.params.data(), f.x.data(), f.y.data(), 8, 4.0f, g2.data(), nullptr);
   EXPECT_EQ(l1, l2);
   EXPECT_EQ(std::memcmp(g1.data(), g2.data(), g1.size() * sizeof(float)), 0);
   ASSERT_EQ(ready.size(), 3u);
   EXPECT_EQ(ready.back(), 0u);
   EXPECT_GT(ready[0], ready[1]);
-  EXPECT_EQ(ready, (std::vector<uint64_t>{model.ReadyPoints()[2], model.ReadyPoints()[1], 0}));
+  EXPECT_EQ(ready, (std::vector<uint64_t>{f.model->ReadyPoints()[2], f.model->ReadyPoints()[1], 0}));
 }
 
 TEST(MlpTest, LossScaleScalesGradientsOnly) {
   Fixture f(v1::ACTIVATION_RELU);
-  Mlp model(f.config);
-  model.Bind(f.layout);
-  TeacherData data(f.config);
-  std::vector<float> x(4 * 5), y(4 * 3);
-  data.Fill(0, 4, x.data(), y.data());
-  std::vector<float> g1(f.layout.total_elems, 0.0f), g8 = g1;
-  float l1 = model.ForwardBackward(f.params.data(), x.data(), y.data(), 4, 1.0f, g1.data(), nullptr);
-  float l8 = model.ForwardBackward(f.params.data(), x.data(), y.data(), 4, 8.0f, g8.data(), nullptr);
+  f.Load(0, 4);
+  auto g1 = f.Zeros(), g8 = f.Zeros();
+  float l1 = f.model->ForwardBackward(f.params.data(), f.x.data(), f.y.data(), 4, 1.0f, g1.data(), nullptr);
+  float l8 = f.model->ForwardBackward(f.params.data(), f.x.data(), f.y.data(), 4, 8.0f, g8.data(), nullptr);
   EXPECT_EQ(l1, l8);
   for (size_t i = 0; i < g1.size(); ++i) EXPECT_EQ(g8[i], 8.0f * g1[i]) << i;  // powers of two are exact
 }

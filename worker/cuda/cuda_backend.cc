@@ -1,0 +1,292 @@
+#include "worker/cuda/cuda_backend.h"
+
+#include <cstring>
+#include <vector>
+
+#include "worker/buckets.h"
+#include "worker/cuda/cuda_status.h"
+#include "worker/cuda/mlp_kernels.h"
+
+namespace zerostate::worker::cuda {
+namespace {
+
+struct DeviceFree {
+  void operator()(float* p) const { cudaFree(p); }
+};
+struct HostFree {
+  void operator()(float* p) const { cudaFreeHost(p); }
+};
+using DeviceBuffer = std::unique_ptr<float, DeviceFree>;
+using PinnedBuffer = std::unique_ptr<float, HostFree>;
+
+absl::Status AllocDevice(DeviceBuffer* b, uint64_t elems) {
+  float* p = nullptr;
+  ZS_CUDA_RETURN_IF_ERROR(cudaMalloc(&p, std::max<uint64_t>(elems, 1) * sizeof(float)));
+  b->reset(p);
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemset(p, 0, std::max<uint64_t>(elems, 1) * sizeof(float)));
+  return absl::OkStatus();
+}
+
+absl::Status AllocPinned(PinnedBuffer* b, uint64_t elems) {
+  float* p = nullptr;
+  ZS_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p, std::max<uint64_t>(elems, 1) * sizeof(float)));
+  b->reset(p);
+  return absl::OkStatus();
+}
+
+class CudaBackend : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& o) : opts_(o) {}
+  ~CudaBackend() override;
+  absl::Status Init();
+
+  uint32_t local_rank() const override { return opts_.local_rank; }
+  uint32_t local_size() const override { return opts_.local_size; }
+  absl::Status ZeroGrads() override;
+  absl::StatusOr<float> ForwardBackward(const float* x, const float* y, uint32_t batch,
+                                        float loss_scale, const GradsReadyFn& ready) override;
+  absl::Status ReduceScatter(Range bucket, float* host_out) override;
+  absl::Status AllGather(Range bucket, const float* host_in) override;
+  absl::Status ReadParams(Range elems, float* host) override;
+
+ private:
+  int num_layers() const { return static_cast<int>(dims_.size()) - 1; }
+  absl::Status InitContext();
+  absl::Status InitBuffers();
+  absl::Status Forward(uint32_t batch);
+  absl::Status BackwardLayer(int l, uint32_t batch);
+  absl::Status Gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* a,
+                    int lda, const float* b, int ldb, float beta, float* c, int ldc);
+
+  const CudaBackendOptions opts_;
+  std::vector<uint32_t> dims_;
+  int act_ = 1;
+  std::vector<uint64_t> w_off_, b_off_;
+  cudaStream_t compute_ = nullptr, comm_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  ncclComm_t nccl_ = nullptr;
+  DeviceBuffer params_, grads_, send_, recv_, y_, d_, dn_, sq_;
+  std::vector<DeviceBuffer> z_, a_;
+  PinnedBuffer hx_, hy_, hsq_, hshare_, hgather_;
+  std::vector<cudaEvent_t> layer_done_;
+  cudaEvent_t grads_done_ = nullptr, params_ready_ = nullptr;
+  cudaEvent_t pending_ = nullptr;  // what the next ReduceScatter waits for
+};
+
+CudaBackend::~CudaBackend() {
+  if (compute_) cudaStreamSynchronize(compute_);
+  if (comm_) cudaStreamSynchronize(comm_);
+  for (cudaEvent_t e : layer_done_) cudaEventDestroy(e);
+  if (grads_done_) cudaEventDestroy(grads_done_);
+  if (params_ready_) cudaEventDestroy(params_ready_);
+  if (nccl_) ncclCommDestroy(nccl_);
+  if (cublas_) cublasDestroy(cublas_);
+  if (compute_) cudaStreamDestroy(compute_);
+  if (comm_) cudaStreamDestroy(comm_);
+}
+
+absl::Status CudaBackend::InitContext() {
+  ZS_CUDA_RETURN_IF_ERROR(cudaSetDevice(opts_.device >= 0 ? opts_.device : static_cast<int>(opts_.local_rank)));
+  ZS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
+  ZS_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&comm_, cudaStreamNonBlocking));
+  ZS_CUDA_RETURN_IF_ERROR(cublasCreate(&cublas_));
+  ZS_CUDA_RETURN_IF_ERROR(cublasSetStream(cublas_, compute_));
+  ZS_CUDA_RETURN_IF_ERROR(cublasSetMathMode(cublas_, CUBLAS_PEDANTIC_MATH));  // no TF32
+  if (opts_.nccl_id.size() != sizeof(ncclUniqueId)) {
+    return absl::InvalidArgumentError(absl::StrCat("nccl_id: ", opts_.nccl_id.size(), " bytes, expected ",
+                                                   sizeof(ncclUniqueId)));
+  }
+  ncclUniqueId id;
+  std::memcpy(&id, opts_.nccl_id.data(), sizeof(id));
+  ZS_CUDA_RETURN_IF_ERROR(ncclCommInitRank(&nccl_, static_cast<int>(opts_.local_size), id,
+                                           static_cast<int>(opts_.local_rank)));
+  layer_done_.resize(num_layers());
+  for (cudaEvent_t& e : layer_done_) ZS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  ZS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&grads_done_, cudaEventDisableTiming));
+  ZS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&params_ready_, cudaEventDisableTiming));
+  ZS_CUDA_RETURN_IF_ERROR(cudaEventRecord(grads_done_, compute_));
+  ZS_CUDA_RETURN_IF_ERROR(cudaEventRecord(params_ready_, comm_));
+  pending_ = grads_done_;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::InitBuffers() {
+  const uint64_t total = opts_.layout.total_elems;
+  const uint64_t slack = uint64_t{opts_.local_size} * kTensorAlignElems;
+  const uint64_t batch = opts_.max_batch;
+  uint32_t widest = 0;
+  for (uint32_t d : dims_) widest = std::max(widest, d);
+  for (auto [buf, n] : {std::pair{&params_, total}, {&grads_, total}, {&send_, total + slack},
+                        {&recv_, total + slack}, {&y_, batch * dims_.back()}, {&d_, batch * widest},
+                        {&dn_, batch * widest}, {&sq_, batch * dims_.back()}}) {
+    if (auto s = AllocDevice(buf, n); !s.ok()) return s;
+  }
+  z_.resize(dims_.size());
+  a_.resize(dims_.size());
+  for (size_t k = 0; k < dims_.size(); ++k) {
+    if (auto s = AllocDevice(&z_[k], batch * dims_[k]); !s.ok()) return s;
+    if (auto s = AllocDevice(&a_[k], batch * dims_[k]); !s.ok()) return s;
+  }
+  for (auto [buf, n] : {std::pair{&hx_, batch * dims_.front()}, {&hy_, batch * dims_.back()},
+                        {&hsq_, batch * dims_.back()}, {&hshare_, total + slack}, {&hgather_, total}}) {
+    if (auto s = AllocPinned(buf, n); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Init() {
+  dims_.push_back(opts_.model.input_dim());
+  for (uint32_t h : opts_.model.hidden()) dims_.push_back(h);
+  dims_.push_back(opts_.model.output_dim());
+  act_ = opts_.model.activation() == v1::ACTIVATION_RELU ? 2 : 1;
+  for (int l = 0; l < num_layers(); ++l) {
+    w_off_.push_back(opts_.layout.tensors[2 * l].offset);
+    b_off_.push_back(opts_.layout.tensors[2 * l + 1].offset);
+  }
+  if (auto s = InitContext(); !s.ok()) return s;
+  return InitBuffers();
+}
+
+absl::Status CudaBackend::Gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                               const float* a, int lda, const float* b, int ldb, float beta, float* c,
+                               int ldc) {
+  const float one = 1.0f;
+  ZS_CUDA_RETURN_IF_ERROR(cublasSgemm(cublas_, ta, tb, m, n, k, &one, a, lda, b, ldb, &beta, c, ldc));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ZeroGrads() {
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(grads_.get(), 0, opts_.layout.total_elems * sizeof(float), compute_));
+  return absl::OkStatus();
+}
+
+// Row-major W[out][in] is column-major (in x out); activations [batch][dim]
+// are column-major (dim x batch). z' = W'^T a'.
+absl::Status CudaBackend::Forward(uint32_t batch) {
+  for (int l = 0; l < num_layers(); ++l) {
+    const int in = static_cast<int>(dims_[l]), out = static_cast<int>(dims_[l + 1]);
+    const float* w = params_.get() + w_off_[l];
+    if (auto s = Gemm(CUBLAS_OP_T, CUBLAS_OP_N, out, static_cast<int>(batch), in, w, in, a_[l].get(), in,
+                      0.0f, z_[l + 1].get(), out);
+        !s.ok()) {
+      return s;
+    }
+    const int act = l + 1 == num_layers() ? 0 : act_;
+    ZS_CUDA_RETURN_IF_ERROR(BiasActivation(z_[l + 1].get(), a_[l + 1].get(), params_.get() + b_off_[l],
+                                           batch, dims_[l + 1], act, compute_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::BackwardLayer(int l, uint32_t batch) {
+  const int in = static_cast<int>(dims_[l]), out = static_cast<int>(dims_[l + 1]), b = static_cast<int>(batch);
+  // dW' (in x out) += a' (in x batch) d'^T (batch x out).
+  if (auto s = Gemm(CUBLAS_OP_N, CUBLAS_OP_T, in, out, b, a_[l].get(), in, d_.get(), out, 1.0f,
+                    grads_.get() + w_off_[l], in);
+      !s.ok()) {
+    return s;
+  }
+  ZS_CUDA_RETURN_IF_ERROR(BiasGrad(grads_.get() + b_off_[l], d_.get(), batch, dims_[l + 1], compute_));
+  if (l > 0) {
+    // dx' (in x batch) = W' (in x out) d' (out x batch), then through the activation.
+    if (auto s = Gemm(CUBLAS_OP_N, CUBLAS_OP_N, in, b, out, params_.get() + w_off_[l], in, d_.get(), out,
+                      0.0f, dn_.get(), in);
+        !s.ok()) {
+      return s;
+    }
+    ZS_CUDA_RETURN_IF_ERROR(ActivationGrad(dn_.get(), z_[l].get(), uint64_t{batch} * dims_[l], act_, compute_));
+    std::swap(d_, dn_);
+  }
+  ZS_CUDA_RETURN_IF_ERROR(cudaEventRecord(layer_done_[l], compute_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<float> CudaBackend::ForwardBackward(const float* x, const float* y, uint32_t batch,
+                                                   float loss_scale, const GradsReadyFn& ready) {
+  if (batch > opts_.max_batch) {
+    return absl::InvalidArgumentError(absl::StrCat("batch ", batch, " > max_batch ", opts_.max_batch));
+  }
+  const uint64_t nx = uint64_t{batch} * dims_.front(), ny = uint64_t{batch} * dims_.back();
+  std::memcpy(hx_.get(), x, nx * sizeof(float));
+  std::memcpy(hy_.get(), y, ny * sizeof(float));
+  ZS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute_, params_ready_, 0));
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(a_[0].get(), hx_.get(), nx * 4, cudaMemcpyHostToDevice, compute_));
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(y_.get(), hy_.get(), ny * 4, cudaMemcpyHostToDevice, compute_));
+  if (auto s = Forward(batch); !s.ok()) return s;
+  ZS_CUDA_RETURN_IF_ERROR(MseGrad(a_.back().get(), y_.get(), d_.get(), sq_.get(), ny, loss_scale, compute_));
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(hsq_.get(), sq_.get(), ny * 4, cudaMemcpyDeviceToHost, compute_));
+  for (int l = num_layers() - 1; l >= 0; --l) {
+    if (auto s = BackwardLayer(l, batch); !s.ok()) return s;
+  }
+  ZS_CUDA_RETURN_IF_ERROR(cudaEventRecord(grads_done_, compute_));
+  // Everything is queued: now hand layers on; each reduce-scatter waits for
+  // its own layer on the GPU while later layers still compute.
+  for (int l = num_layers() - 1; l >= 0 && ready; --l) {
+    pending_ = layer_done_[l];
+    ready(w_off_[l]);
+  }
+  pending_ = grads_done_;
+  ZS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+  double loss = 0;
+  for (uint64_t i = 0; i < ny; ++i) loss += hsq_.get()[i];
+  return static_cast<float>(loss / static_cast<double>(ny));
+}
+
+absl::Status CudaBackend::ReduceScatter(Range bucket, float* host_out) {
+  const uint64_t chunk = LocalChunk(bucket, opts_.local_size);
+  const uint64_t padded = chunk * opts_.local_size;
+  const Range share = LocalShare(bucket, opts_.local_size, opts_.local_rank);
+  ZS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(comm_, pending_, 0));
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(send_.get(), grads_.get() + bucket.begin, bucket.size() * 4,
+                                          cudaMemcpyDeviceToDevice, comm_));
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(send_.get() + bucket.size(), 0, (padded - bucket.size()) * 4, comm_));
+  ZS_CUDA_RETURN_IF_ERROR(ncclReduceScatter(send_.get(), recv_.get(), chunk, ncclFloat, ncclSum, nccl_, comm_));
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(hshare_.get(), recv_.get(), share.size() * 4, cudaMemcpyDeviceToHost, comm_));
+  ZS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(comm_));
+  std::memcpy(host_out, hshare_.get(), share.size() * sizeof(float));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::AllGather(Range bucket, const float* host_in) {
+  const uint64_t chunk = LocalChunk(bucket, opts_.local_size);
+  const Range share = LocalShare(bucket, opts_.local_size, opts_.local_rank);
+  // Each bucket has its own pinned slot (at its flat offset): no reuse
+  // inside a step, and the previous step's copies ended long ago.
+  float* pinned = hgather_.get() + share.begin;
+  std::memcpy(pinned, host_in, share.size() * sizeof(float));
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(recv_.get(), pinned, share.size() * 4, cudaMemcpyHostToDevice, comm_));
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(recv_.get() + share.size(), 0, (chunk - share.size()) * 4, comm_));
+  ZS_CUDA_RETURN_IF_ERROR(ncclAllGather(recv_.get(), send_.get(), chunk, ncclFloat, nccl_, comm_));
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(params_.get() + bucket.begin, send_.get(), bucket.size() * 4,
+                                          cudaMemcpyDeviceToDevice, comm_));
+  ZS_CUDA_RETURN_IF_ERROR(cudaEventRecord(params_ready_, comm_));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ReadParams(Range elems, float* host) {
+  ZS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(comm_));
+  ZS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, params_.get() + elems.begin, elems.size() * 4, cudaMemcpyDeviceToHost));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> NewNcclId() {
+  ncclUniqueId id;
+  ZS_CUDA_RETURN_IF_ERROR(ncclGetUniqueId(&id));
+  return std::string(reinterpret_cast<const char*>(&id), sizeof(id));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options) {
+  auto backend = std::make_unique<CudaBackend>(options);
+  if (auto s = backend->Init(); !s.ok()) return s;
+  return backend;
+}
+
+int DeviceCount() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+}  // namespace zerostate::worker::cuda

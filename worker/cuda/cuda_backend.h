@@ -1,0 +1,49 @@
+// The CUDA + NCCL backend: the built-in MLP on one GPU (cuBLAS GEMMs,
+// element-wise kernels), gradients reduce-scattered and weights
+// all-gathered inside the node with NCCL on their own stream, ordered
+// against the compute stream by CUDA events.
+//
+// Overlap: ForwardBackward enqueues the whole backward pass first,
+// recording an event per layer, and only then reports the layers ready;
+// each ReduceScatter waits (on the GPU) for its layer's event, so backward
+// of lower layers runs while upper buckets are reduced, copied to pinned
+// host memory and pushed. AllGather ends with an event the next forward
+// waits on; the host never waits for compute except for the loss.
+//
+// Numerics: fp32 (no TF32); NCCL sums in its own order, so results match
+// the CPU backend within tolerance, not bit for bit.
+// Thread safety: one thread per backend; one backend per GPU.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/job_spec.h"
+#include "worker/backend.h"
+#include "zerostate/v1/config.pb.h"
+
+namespace zerostate::worker::cuda {
+
+struct CudaBackendOptions {
+  v1::MlpConfig model;      // normalized
+  Layout layout;            // LayoutOf the job (tensors as Mlp::Tensors())
+  uint32_t local_rank = 0;
+  uint32_t local_size = 1;
+  uint32_t max_batch = 1;   // largest micro-batch ForwardBackward will get
+  int device = -1;          // -1: local_rank
+  std::string nccl_id;      // NewNcclId() of local rank 0, the same on every local rank
+};
+
+// A fresh NCCL unique id (local rank 0 creates it and shares it, e.g. by
+// Client::Rendezvous). Errors: INTERNAL from NCCL.
+absl::StatusOr<std::string> NewNcclId();
+
+// Errors: INTERNAL naming the failing CUDA/cuBLAS/NCCL call (no GPU, out
+// of memory, NCCL init), INVALID_ARGUMENT for a bad nccl_id.
+absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options);
+
+// The number of CUDA devices (0 when there is no GPU or driver).
+int DeviceCount();
+
+}  // namespace zerostate::worker::cuda
