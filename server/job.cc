@@ -8,17 +8,11 @@
 #include "absl/strings/str_join.h"
 #include "common/convert.h"
 #include "common/init.h"
-#include "server/tier/ram_tier.h"
 
 namespace zerostate::server {
 namespace {
 
 bool HasLowp(const v1::JobSpec& spec) { return spec.weight_dtype() != v1::DTYPE_FP32; }
-
-uint64_t BytesPerElem(const v1::JobSpec& spec) {
-  return 4 /* master */ + 4 * MomentCount(spec.optimizer().kind()) + 4 /* gradient sum */ +
-         (HasLowp(spec) ? 2 : 0);
-}
 
 }  // namespace
 
@@ -35,20 +29,34 @@ Job::Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_inde
     blocks_data_.push_back(std::make_unique<Block>(b, b - blocks_.begin, begin, required, be,
                                                    spec_.num_nodes(), HasLowp(spec_)));
   }
-  TierShape shape{blocks_.size(), be, 1 + MomentCount(spec_.optimizer().kind())};
-  tier_ = std::make_unique<RamTier>(shape);
 }
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Create(v1::JobSpec spec,
                                                  std::vector<std::string> servers,
-                                                 uint32_t shard_index) {
+                                                 uint32_t shard_index,
+                                                 const TierOptions& tiers) {
   std::unique_ptr<Job> job(new Job(std::move(spec), std::move(servers), shard_index));
+  if (auto s = job->CreateTier(tiers); !s.ok()) return s;
   if (auto s = job->InitializeWeights(); !s.ok()) return s;
   return job;
 }
 
-uint64_t Job::EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks) {
-  return shard_blocks * spec.block_elems() * BytesPerElem(spec);
+absl::Status Job::CreateTier(const TierOptions& tiers) {
+  TierShape shape{blocks_.size(), layout_.block_elems, 1 + MomentCount(spec_.optimizer().kind())};
+  std::string name = absl::StrCat(spec_.job_id(), ".shard", shard_index_, "of", servers_.size());
+  auto tier = MakeTier(spec_.tier(), shape, spec_.job_id(), name, tiers);
+  if (!tier.ok()) return tier.status();
+  tier_ = *std::move(tier);
+  state_bytes_ = EstimateBytes(spec_, blocks_.size(), tiers);
+  return absl::OkStatus();
+}
+
+uint64_t Job::EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks,
+                            const TierOptions& tiers) {
+  const uint64_t elems = shard_blocks * spec.block_elems();
+  const uint64_t state = elems * 4 * (1 + MomentCount(spec.optimizer().kind()));
+  const uint64_t in_ram = elems * (4 /* gradient sum */ + (HasLowp(spec) ? 2 : 0));
+  return in_ram + TierRamBytes(spec.tier(), state, tiers);
 }
 
 uint64_t Job::shard_elems() const { return blocks_.size() * layout_.block_elems; }
@@ -368,7 +376,7 @@ v1::JobInfo Job::Info() const {
     p->set_offset(t.offset);
     p->set_numel(t.numel);
   }
-  info.set_state_bytes(EstimateBytes(spec_, blocks_.size()));
+  info.set_state_bytes(state_bytes_);
   return info;
 }
 

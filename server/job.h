@@ -21,6 +21,7 @@
 #include "common/shard_map.h"
 #include "server/block.h"
 #include "server/tier/state_tier.h"
+#include "server/tier/tier_factory.h"
 #include "server/thread_pool.h"
 #include "zerostate/v1/state_service.pb.h"
 
@@ -37,13 +38,19 @@ class Job {
   };
 
   // Allocates the shard's blocks and initializes the weights (seeded, or
-  // zero awaiting InitWeights). REQUIRES: spec normalized, shard_index < servers.size().
+  // zero awaiting InitWeights). The state lives in the tier spec.tier() chooses,
+  // built with `tiers` (tier_factory.h). REQUIRES: spec normalized,
+  // shard_index < servers.size(). Errors: those of MakeTier, the tier's I/O.
   static absl::StatusOr<std::unique_ptr<Job>> Create(v1::JobSpec spec,
                                                      std::vector<std::string> servers,
-                                                     uint32_t shard_index);
+                                                     uint32_t shard_index,
+                                                     const TierOptions& tiers = TierOptions());
 
-  // RAM a job with this spec and shard would hold, before any staging.
-  static uint64_t EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks);
+  // RAM a job with this spec and shard would hold, before any staging: on
+  // TIER_NVME only the low-precision copy, the gradient accumulator and the
+  // tier's cache budget.
+  static uint64_t EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks,
+                                const TierOptions& tiers = TierOptions());
 
   const v1::JobSpec& spec() const { return spec_; }
   const Layout& layout() const { return layout_; }
@@ -51,6 +58,8 @@ class Job {
   uint32_t shard_index() const { return shard_index_; }
   Range blocks() const { return blocks_; }
   uint64_t shard_elems() const;
+  // EstimateBytes of this job, as it was created.
+  uint64_t state_bytes() const { return state_bytes_; }
 
   // Adds a piece of node chunk.node()'s gradient for chunk.step().
   // A retry, or a push for a step already applied, is kDuplicate.
@@ -107,6 +116,8 @@ class Job {
   absl::Status CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const;
   Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index);
   absl::Status InitializeWeights();
+  // Builds tier_ (spec_.tier()) and sets state_bytes_.
+  absl::Status CreateTier(const TierOptions& tiers);
   // Phase 2 of Step: the optimizer pass over blocks still at `step`.
   absl::Status RunStep(uint64_t step, const StepParams& params, ThreadPool& pool,
                        uint64_t* stepped);
@@ -123,6 +134,7 @@ class Job {
   const Range blocks_;
   std::vector<std::unique_ptr<Block>> blocks_data_;
   std::unique_ptr<StateTier> tier_;
+  uint64_t state_bytes_ = 0;  // constant after Create
   absl::Mutex step_mu_;  // one optimizer pass per job at a time
   std::atomic<bool> shutting_down_{false};
 };

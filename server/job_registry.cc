@@ -47,6 +47,7 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
   auto spec = NormalizeJobSpec(req.spec());
   if (!spec.ok()) return spec.status();
   if (auto s = CheckServers(req); !s.ok()) return s;
+  if (auto s = CheckTier(spec->tier(), tiers_); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
   if (auto it = jobs_.find(spec->job_id()); it != jobs_.end()) {
@@ -55,14 +56,14 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
   }
   Layout layout = LayoutOf(*spec);
   Range blocks = ShardBlocks(layout.num_blocks(), req.servers_size(), req.shard_index());
-  uint64_t bytes = Job::EstimateBytes(*spec, blocks.size());
+  uint64_t bytes = Job::EstimateBytes(*spec, blocks.size(), tiers_);
   if (bytes > ram_budget_ - ram_used_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("job '", spec->job_id(), "' needs ", bytes, " bytes on this server but only ",
                      ram_budget_ - ram_used_, " of the RAM budget ", ram_budget_, " are free"));
   }
   std::vector<std::string> servers(req.servers().begin(), req.servers().end());
-  auto created = Job::Create(*std::move(spec), std::move(servers), req.shard_index());
+  auto created = Job::Create(*std::move(spec), std::move(servers), req.shard_index(), tiers_);
   if (!created.ok()) return created.status();
   std::shared_ptr<Job> job = *std::move(created);
   ram_used_ += bytes;
@@ -83,7 +84,7 @@ bool JobRegistry::Delete(const std::string& job_id) {
   absl::MutexLock lock(&mu_);
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return false;
-  ram_used_ -= Job::EstimateBytes(it->second->spec(), it->second->blocks().size());
+  ram_used_ -= it->second->state_bytes();
   jobs_.erase(it);
   return true;
 }

@@ -19,7 +19,9 @@ namespace zerostate::server {
 
 class JobRegistry {
  public:
-  explicit JobRegistry(uint64_t ram_budget_bytes) : ram_budget_(ram_budget_bytes) {}
+  // Jobs' tiers are built with `tiers` (the server's --nvme_* flags).
+  explicit JobRegistry(uint64_t ram_budget_bytes, TierOptions tiers = TierOptions())
+      : ram_budget_(ram_budget_bytes), tiers_(std::move(tiers)) {}
 
   struct Registered {
     std::shared_ptr<Job> job;
@@ -28,7 +30,8 @@ class JobRegistry {
 
   // Creates the job's shard, or returns the existing one if its spec,
   // server list and shard index are the same. Errors: INVALID_ARGUMENT
-  // (spec, servers, shard_index; names the field), ALREADY_EXISTS (names
+  // (spec, servers, shard_index; names the field), FAILED_PRECONDITION (a
+  // tier this server does not offer; names the flag), ALREADY_EXISTS (names
   // the first differing field), RESOURCE_EXHAUSTED (RAM budget), UNAVAILABLE
   // (shutting down). Nothing is allocated on error.
   absl::StatusOr<Registered> Register(const v1::RegisterJobRequest& req);
@@ -48,6 +51,7 @@ class JobRegistry {
 
  private:
   const uint64_t ram_budget_;
+  const TierOptions tiers_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t ram_used_ ABSL_GUARDED_BY(mu_) = 0;

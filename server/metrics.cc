@@ -17,6 +17,42 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   return b;
 }
 
+// 10 us .. ~2.5 s: one direct read or write of a block.
+prometheus::Histogram::BucketBoundaries IoBuckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 1e-5; v < 3; v *= 2.5) b.push_back(v);
+  return b;
+}
+
+class PrometheusTierSink final : public TierMetricsSink {
+ public:
+  PrometheusTierSink(std::shared_ptr<prometheus::Registry> registry, prometheus::Counter& read,
+                     prometheus::Counter& written, prometheus::Histogram& read_seconds,
+                     prometheus::Histogram& write_seconds, prometheus::Gauge& depth,
+                     prometheus::Counter& hits, prometheus::Counter& misses)
+      : registry_(std::move(registry)), read_(read), written_(written),
+        read_seconds_(read_seconds), write_seconds_(write_seconds), depth_(depth),
+        hits_(hits), misses_(misses) {}
+
+  void RecordIo(io::IoOp op, uint64_t bytes, double seconds) override {
+    bool is_read = op == io::IoOp::kRead;
+    (is_read ? read_ : written_).Increment(static_cast<double>(bytes));
+    (is_read ? read_seconds_ : write_seconds_).Observe(seconds);
+  }
+  void SetQueueDepth(int in_flight) override { depth_.Set(in_flight); }
+  void RecordCache(bool hit) override { (hit ? hits_ : misses_).Increment(); }
+
+ private:
+  const std::shared_ptr<prometheus::Registry> registry_;  // owns the metrics below
+  prometheus::Counter& read_;
+  prometheus::Counter& written_;
+  prometheus::Histogram& read_seconds_;
+  prometheus::Histogram& write_seconds_;
+  prometheus::Gauge& depth_;
+  prometheus::Counter& hits_;
+  prometheus::Counter& misses_;
+};
+
 }  // namespace
 
 ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
@@ -42,6 +78,21 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
                        .Help("Steps skipped on the coordinator's word").Register(*registry_)),
       job_state_bytes_(BuildGauge().Name("zerostate_job_state_bytes")
                            .Help("RAM the job holds on this server").Register(*registry_)),
+      tier_bytes_read_(BuildCounter().Name("zerostate_tier_bytes_read_total")
+                           .Help("Bytes the NVMe tier read from disk").Register(*registry_)),
+      tier_bytes_written_(BuildCounter().Name("zerostate_tier_bytes_written_total")
+                              .Help("Bytes the NVMe tier wrote to disk").Register(*registry_)),
+      tier_io_duration_(BuildHistogram().Name("zerostate_tier_io_duration_seconds")
+                            .Help("Latency of one NVMe tier read or write, by op")
+                            .Register(*registry_)),
+      tier_queue_depth_(BuildGauge().Name("zerostate_tier_queue_depth")
+                            .Help("Requests in flight in the NVMe tier's step pipeline")
+                            .Register(*registry_)),
+      tier_cache_hits_(BuildCounter().Name("zerostate_tier_cache_hits_total")
+                           .Help("Block reads served by the NVMe tier's RAM cache")
+                           .Register(*registry_)),
+      tier_cache_misses_(BuildCounter().Name("zerostate_tier_cache_misses_total")
+                             .Help("Block reads that went to disk").Register(*registry_)),
       ram_used_(BuildGauge().Name("zerostate_ram_used_bytes").Help("RAM held by all jobs")
                     .Register(*registry_).Add({})),
       ram_budget_(BuildGauge().Name("zerostate_ram_budget_bytes").Help("The server's RAM budget")
@@ -85,6 +136,14 @@ void ServerMetrics::SetRam(uint64_t used, uint64_t budget, size_t jobs) {
   ram_used_.Set(used);
   ram_budget_.Set(budget);
   jobs_.Set(jobs);
+}
+
+std::shared_ptr<TierMetricsSink> ServerMetrics::TierSink(const std::string& job) {
+  return std::make_shared<PrometheusTierSink>(
+      registry_, tier_bytes_read_.Add({{"job", job}}), tier_bytes_written_.Add({{"job", job}}),
+      tier_io_duration_.Add({{"op", "read"}}, IoBuckets()),
+      tier_io_duration_.Add({{"op", "write"}}, IoBuckets()), tier_queue_depth_.Add({{"job", job}}),
+      tier_cache_hits_.Add({{"job", job}}), tier_cache_misses_.Add({{"job", job}}));
 }
 
 }  // namespace zerostate::server

@@ -13,6 +13,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/tier/tier_metrics.h"
 
 namespace zerostate::server {
 
@@ -32,6 +33,10 @@ class ServerMetrics {
   void ForgetJob(const std::string& job);
   void SetRam(uint64_t used, uint64_t budget, size_t jobs);
 
+  // The sink for `job`'s NVMe tier (the zerostate_tier_* metrics). It keeps
+  // the registry alive, so it may outlive this object.
+  std::shared_ptr<TierMetricsSink> TierSink(const std::string& job);
+
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
  private:
@@ -46,6 +51,12 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& job_steps_;
   prometheus::Family<prometheus::Counter>& job_skipped_;
   prometheus::Family<prometheus::Gauge>& job_state_bytes_;
+  prometheus::Family<prometheus::Counter>& tier_bytes_read_;
+  prometheus::Family<prometheus::Counter>& tier_bytes_written_;
+  prometheus::Family<prometheus::Histogram>& tier_io_duration_;
+  prometheus::Family<prometheus::Gauge>& tier_queue_depth_;
+  prometheus::Family<prometheus::Counter>& tier_cache_hits_;
+  prometheus::Family<prometheus::Counter>& tier_cache_misses_;
   prometheus::Gauge& ram_used_;
   prometheus::Gauge& ram_budget_;
   prometheus::Gauge& jobs_;

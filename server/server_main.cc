@@ -16,6 +16,11 @@ ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "Prometheus metrics address host:port (empty: no metrics endpoint)");
 ABSL_FLAG(uint64_t, ram_budget_bytes, 0, "RAM the server's jobs may hold (0: 80% of physical RAM)");
 ABSL_FLAG(int, threads, 0, "optimizer threads (0: one per core)");
+ABSL_FLAG(std::string, nvme_dir, "",
+          "directory on a local NVMe drive for jobs registered with tier TIER_NVME "
+          "(empty: such jobs are refused)");
+ABSL_FLAG(uint64_t, nvme_cache_bytes, 256ull << 20, "RAM cache of each NVMe-tier job's shard");
+ABSL_FLAG(int, nvme_queue_depth, 8, "blocks in flight in an NVMe-tier job's step pipeline (>= 2)");
 ABSL_FLAG(int, max_wait_seconds, 600, "longest wait of a call that set no deadline");
 ABSL_FLAG(int, grace_seconds, 10, "time in-flight calls get to finish on SIGTERM");
 
@@ -35,6 +40,9 @@ int main(int argc, char** argv) {
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.ram_budget_bytes = absl::GetFlag(FLAGS_ram_budget_bytes);
   options.threads = absl::GetFlag(FLAGS_threads);
+  options.tiers.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
+  options.tiers.nvme_cache_bytes = absl::GetFlag(FLAGS_nvme_cache_bytes);
+  options.tiers.nvme_queue_depth = absl::GetFlag(FLAGS_nvme_queue_depth);
   options.service.max_wait = absl::Seconds(absl::GetFlag(FLAGS_max_wait_seconds));
   auto server = zerostate::server::StateServer::Start(options);
   if (!server.ok()) {

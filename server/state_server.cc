@@ -1,5 +1,6 @@
 #include "server/state_server.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <random>
@@ -45,21 +46,34 @@ absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartExposer(
   }
 }
 
+absl::Status CheckNvmeDir(const std::string& dir) {
+  if (dir.empty()) return absl::OkStatus();
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || access(dir.c_str(), W_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nvme_dir: '", dir, "' is not a writable directory"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOptions& opt) {
   if (opt.listen.rfind(':') == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("listen: '", opt.listen, "' is not host:port"));
   }
+  if (auto st = CheckNvmeDir(opt.tiers.nvme_dir); !st.ok()) return st;
   std::unique_ptr<StateServer> s(new StateServer());
   s->incarnation_ = NewIncarnation();
   uint64_t budget = opt.ram_budget_bytes ? opt.ram_budget_bytes : DefaultRamBudget();
   int threads = opt.threads > 0 ? opt.threads
                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  s->jobs_ = std::make_unique<JobRegistry>(budget);
+  s->metrics_ = std::make_unique<ServerMetrics>(std::make_shared<prometheus::Registry>());
+  TierOptions tiers = opt.tiers;
+  tiers.metrics = [m = s->metrics_.get()](const std::string& job) { return m->TierSink(job); };
+  s->jobs_ = std::make_unique<JobRegistry>(budget, std::move(tiers));
   s->rendezvous_ = std::make_unique<RendezvousTable>();
   s->pool_ = std::make_unique<ThreadPool>(threads);
-  s->metrics_ = std::make_unique<ServerMetrics>(std::make_shared<prometheus::Registry>());
   s->metrics_->SetRam(0, budget, 0);
   if (!opt.metrics_listen.empty()) {
     auto exposer = StartExposer(opt.metrics_listen, s->metrics_->registry(), &s->metrics_address_);

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/state_service.h"
+#include "server/tier/tier_factory.h"
 
 namespace grpc {
 class Server;
@@ -25,6 +26,10 @@ struct ServerOptions {
   std::string metrics_listen = "0.0.0.0:9464";   // Prometheus; "" disables
   uint64_t ram_budget_bytes = 0;                 // 0: 80% of physical RAM
   int threads = 0;                               // optimizer threads; 0: all cores
+  // Where TIER_NVME jobs keep their state (--nvme_dir, --nvme_cache_bytes,
+  // --nvme_queue_depth); nvme_dir empty: such jobs are refused. Start fills
+  // in the metrics sink.
+  TierOptions tiers;
   ServiceOptions service;
 };
 

@@ -1,0 +1,152 @@
+// A Job whose state lives on the NVMe tier against the same job on the RAM
+// tier, driven directly (no network): the same pushes and steps give
+// bit-identical fp32 weights and low-precision copies. And the wiring: a
+// server without --nvme_dir refuses NVMe jobs; RAM accounting counts only
+// what an NVMe job keeps in RAM.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "server/job_registry.h"
+#include "tests/server/tier/tier_test_util.h"
+
+namespace zerostate::server {
+namespace {
+
+constexpr uint32_t kBlockElems = 512;
+constexpr uint32_t kNodes = 2;
+
+v1::RegisterJobRequest Request(v1::StorageTier tier) {
+  v1::RegisterJobRequest req;
+  v1::JobSpec* spec = req.mutable_spec();
+  spec->set_job_id(tier == v1::TIER_NVME ? "on-nvme" : "in-ram");
+  for (auto [name, n] : {std::pair{"emb", 3000}, std::pair{"head", 700}}) {
+    auto* t = spec->add_tensors();
+    t->set_name(name);
+    t->add_shape(n);
+  }
+  spec->mutable_optimizer()->set_kind(v1::OPTIMIZER_ADAMW);
+  spec->mutable_optimizer()->set_weight_decay(0.1f);
+  spec->set_num_nodes(kNodes);
+  spec->set_grad_dtype(v1::DTYPE_FP32);
+  spec->set_weight_dtype(v1::DTYPE_BF16);
+  spec->set_block_elems(kBlockElems);
+  spec->set_seed(11);
+  spec->set_tier(tier);
+  req.add_servers("s0:1");
+  req.add_servers("s1:1");
+  req.set_shard_index(1);
+  return req;
+}
+
+TierOptions NvmeOptions(const std::string& dir) {
+  TierOptions o;
+  o.nvme_dir = dir;
+  o.nvme_cache_bytes = 2 * kBlockElems * 3 * sizeof(float);  // two blocks of the shard's four
+  o.nvme_queue_depth = 3;
+  return o;
+}
+
+// Pushes every node's gradient of `step` to every block of the job's shard.
+void PushStep(Job& job, uint64_t step) {
+  for (uint32_t node = 0; node < kNodes; ++node) {
+    std::mt19937 rng(step * 31 + node);
+    std::normal_distribution<float> d(0, 1);
+    for (uint64_t b = job.blocks().begin; b < job.blocks().end; ++b) {
+      std::vector<float> g(kBlockElems);
+      for (float& x : g) x = d(rng);
+      v1::Chunk c;
+      c.set_job_id(job.spec().job_id());
+      c.set_step(step);
+      c.set_node(node);
+      c.set_block(b);
+      c.set_dtype(v1::DTYPE_FP32);
+      c.set_data(std::string(reinterpret_cast<const char*>(g.data()), g.size() * 4));
+      auto r = job.Push(c);
+      ASSERT_TRUE(r.ok()) << r.status();
+    }
+  }
+}
+
+std::string GatherAll(Job& job, v1::DType dtype, uint64_t version) {
+  v1::GatherRequest req;
+  req.set_dtype(dtype);
+  req.set_begin(job.blocks().begin * kBlockElems);
+  req.set_end(job.blocks().end * kBlockElems);
+  std::string out;
+  auto s = job.Gather(*job.CheckGather(req), version, dtype, 1000, absl::Now() + absl::Seconds(5),
+                      [&](const v1::Chunk& c) {
+                        out += c.data();
+                        return true;
+                      });
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+TEST(NvmeJobTest, BitIdenticalToRamTier) {
+  ScratchDir dir;
+  JobRegistry ram_registry(1ull << 30), nvme_registry(1ull << 30, NvmeOptions(dir.path()));
+  auto ram = ram_registry.Register(Request(v1::TIER_RAM));
+  auto nvme = nvme_registry.Register(Request(v1::TIER_NVME));
+  ASSERT_TRUE(ram.ok()) << ram.status();
+  ASSERT_TRUE(nvme.ok()) << nvme.status();
+  const uint64_t blocks = nvme->job->blocks().size();
+  ASSERT_GE(blocks, 3u);  // more than the cache holds
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/on-nvme.shard1of2.zst"));
+  ThreadPool pool(2);
+  for (uint64_t step = 0; step < 6; ++step) {
+    for (Job* job : {ram->job.get(), nvme->job.get()}) {
+      PushStep(*job, step);
+      v1::StepRequest req;
+      req.set_step(step);
+      req.set_lr(1e-2f);
+      req.set_skip(step == 3);  // a skipped step too
+      auto out = job->Step(req, absl::Now() + absl::Seconds(5), pool);
+      ASSERT_TRUE(out.ok()) << job->spec().job_id() << ": " << out.status();
+    }
+    for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
+      std::string want = GatherAll(*ram->job, dtype, step + 1);
+      ASSERT_EQ(want.size(), blocks * kBlockElems * (dtype == v1::DTYPE_FP32 ? 4 : 2));
+      ASSERT_TRUE(want == GatherAll(*nvme->job, dtype, step + 1))
+          << "step " << step << " dtype " << v1::DType_Name(dtype);
+    }
+  }
+}
+
+TEST(NvmeJobTest, ServerWithoutNvmeDirRefusesNamingTheFlag) {
+  JobRegistry registry(1ull << 30);
+  auto r = registry.Register(Request(v1::TIER_NVME));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition) << r.status();
+  EXPECT_NE(r.status().message().find("--nvme_dir"), absl::string_view::npos) << r.status();
+  EXPECT_EQ(registry.size(), 0u);
+  auto bad = Request(v1::TIER_RAM);
+  bad.mutable_spec()->set_tier(static_cast<v1::StorageTier>(7));
+  r = registry.Register(bad);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find("tier: 7"), absl::string_view::npos) << r.status();
+}
+
+TEST(NvmeJobTest, RamAccountingCountsOnlyWhatStaysInRam) {
+  ScratchDir dir;
+  TierOptions o = NvmeOptions(dir.path());
+  const uint64_t elems = 4ull * kBlockElems;
+  const v1::JobSpec spec = Request(v1::TIER_NVME).spec();
+  // bf16 copy + fp32 gradient sum per element, plus the cache budget.
+  EXPECT_EQ(Job::EstimateBytes(spec, 4, o), elems * (2 + 4) + o.nvme_cache_bytes);
+  o.nvme_cache_bytes = 1ull << 40;  // a budget larger than the state counts as the state
+  EXPECT_EQ(Job::EstimateBytes(spec, 4, o), elems * (2 + 4) + elems * 12);
+  EXPECT_EQ(Job::EstimateBytes(Request(v1::TIER_RAM).spec(), 4), elems * (2 + 4 + 12));
+
+  JobRegistry registry(1ull << 30, NvmeOptions(dir.path()));
+  auto r = registry.Register(Request(v1::TIER_NVME));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(registry.ram_used(), r->job->state_bytes());
+  EXPECT_EQ(r->job->Info().state_bytes(), r->job->state_bytes());
+  EXPECT_TRUE(registry.Delete("on-nvme"));
+  EXPECT_EQ(registry.ram_used(), 0u);
+}
+
+}  // namespace
+}  // namespace zerostate::server

@@ -1,0 +1,221 @@
+// NvmeTier against RamTier: the same Stores and Updates (random compute
+// functions, some blocks left alone) give bit-identical state, whatever
+// the queue depth and cache budget; the cache stays within its budget.
+#include "server/tier/nvme_tier.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include "server/tier/ram_tier.h"
+#include "tests/server/tier/tier_test_util.h"
+
+namespace zerostate::server {
+namespace {
+
+constexpr TierShape kShape{13, 256, 3};
+
+class CountingSink final : public TierMetricsSink {
+ public:
+  void RecordIo(io::IoOp op, uint64_t bytes, double) override {
+    (op == io::IoOp::kRead ? read : written) += bytes;
+  }
+  void SetQueueDepth(int n) override { max_depth = std::max(max_depth.load(), n); }
+  void RecordCache(bool hit) override { ++(hit ? hits : misses); }
+  std::atomic<uint64_t> read{0}, written{0}, hits{0}, misses{0};
+  std::atomic<int> max_depth{0};
+};
+
+std::unique_ptr<NvmeTier> MakeNvme(const std::string& dir, uint64_t cache_bytes, int depth,
+                                   std::shared_ptr<TierMetricsSink> sink = nullptr) {
+  NvmeTierOptions o;
+  o.dir = dir;
+  o.cache_bytes = cache_bytes;
+  o.queue_depth = depth;
+  o.metrics = std::move(sink);
+  auto tier = NvmeTier::Create(kShape, o);
+  EXPECT_TRUE(tier.ok()) << tier.status();
+  return tier.ok() ? *std::move(tier) : nullptr;
+}
+
+// state = state * a + c elementwise, with (a, c) drawn per (round, block);
+// about one block in five is left alone (compute returns false).
+bool LeftAlone(uint64_t round, uint64_t b) {
+  return std::mt19937(static_cast<uint32_t>(round * 7919 + b))() % 5 == 0;
+}
+
+bool RandomCompute(uint64_t round, uint64_t b, float* state) {
+  if (LeftAlone(round, b)) return false;
+  std::mt19937 rng(static_cast<uint32_t>(round * 104729 + b));
+  std::uniform_real_distribution<float> d(-1.5f, 1.5f);
+  float a = d(rng), c = d(rng);
+  for (size_t i = 0; i < kShape.block_floats(); ++i) state[i] = state[i] * a + c;
+  return true;
+}
+
+void ExpectSameState(StateTier& want, StateTier& got) {
+  AlignedBuffer<float> x(kShape.block_floats()), y(kShape.block_floats());
+  for (uint64_t b = 0; b < kShape.num_blocks; ++b) {
+    ASSERT_TRUE(want.Load(b, x.data()).ok());
+    absl::Status s = got.Load(b, y.data());
+    ASSERT_TRUE(s.ok()) << s;
+    long i = FirstMismatch(x.data(), y.data(), x.size());
+    ASSERT_EQ(i, -1) << "block " << b << " float " << i << ": " << x.data()[i] << " vs "
+                     << y.data()[i];
+  }
+}
+
+struct Config {
+  uint64_t cache_blocks;
+  int depth;
+};
+
+class NvmeVsRamTest : public ::testing::TestWithParam<Config> {};
+
+TEST_P(NvmeVsRamTest, BitIdenticalAfterManyUpdates) {
+  ScratchDir dir;
+  const uint64_t entry = kShape.block_floats() * sizeof(float);
+  auto nvme = MakeNvme(dir.path(), GetParam().cache_blocks * entry, GetParam().depth);
+  ASSERT_NE(nvme, nullptr);
+  RamTier ram(kShape);
+  ThreadPool pool(2);
+  for (uint64_t b = 0; b < kShape.num_blocks; b += 2) {  // odd blocks start as zeros
+    auto init = RandomBlock(kShape, b, 1);
+    ASSERT_TRUE(ram.Store(b, init.data()).ok());
+    ASSERT_TRUE(nvme->Store(b, init.data()).ok());
+  }
+  std::mt19937 rng(3);
+  for (uint64_t round = 0; round < 25; ++round) {
+    std::vector<uint64_t> blocks;
+    for (uint64_t b = 0; b < kShape.num_blocks; ++b) {
+      if (rng() % 4 != 0) blocks.push_back(b);
+    }
+    std::vector<int> computed(kShape.num_blocks), committed(kShape.num_blocks);
+    auto compute = [&](uint64_t b, float* s) {
+      ++computed[b];
+      return RandomCompute(round, b, s);
+    };
+    auto commit = [&](uint64_t b) {
+      EXPECT_EQ(computed[b], 1) << "commit before compute of block " << b;
+      ++committed[b];
+    };
+    auto ram_compute = [&](uint64_t b, float* s) { return RandomCompute(round, b, s); };
+    ASSERT_TRUE(ram.Update(blocks, pool, ram_compute, [](uint64_t) {}).ok());
+    ASSERT_TRUE(nvme->Update(blocks, pool, compute, commit).ok());
+    for (uint64_t b : blocks) EXPECT_EQ(committed[b], LeftAlone(round, b) ? 0 : 1) << b;
+  }
+  ExpectSameState(ram, *nvme);
+}
+
+INSTANTIATE_TEST_SUITE_P(DepthsAndBudgets, NvmeVsRamTest,
+                         ::testing::Values(Config{0, 2}, Config{0, 8}, Config{4, 3},
+                                           Config{13, 16}));
+
+TEST(NvmeTierTest, NeverStoredBlocksReadAsZerosAndFileIsRemoved) {
+  ScratchDir dir;
+  std::string path;
+  {
+    auto nvme = MakeNvme(dir.path(), 0, 4);
+    ASSERT_NE(nvme, nullptr);
+    path = nvme->path();
+    EXPECT_EQ(path, dir.path() + "/shard.zst");
+    auto second = MakeNvme(dir.path(), 0, 4);  // the name is taken: another file
+    EXPECT_EQ(second->path(), dir.path() + "/shard.1.zst");
+    AlignedBuffer<float> out(kShape.block_floats());
+    out.data()[5] = 1;
+    ASSERT_TRUE(nvme->Load(7, out.data()).ok());
+    EXPECT_EQ(out.data()[5], 0.0f);
+    EXPECT_FALSE(nvme->in_place());
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(NvmeTierTest, CacheStaysWithinBudgetAndCounts) {
+  ScratchDir dir;
+  auto sink = std::make_shared<CountingSink>();
+  const uint64_t entry = kShape.block_floats() * sizeof(float);
+  const uint64_t budget = 3 * entry + entry / 2;
+  auto nvme = MakeNvme(dir.path(), budget, 4, sink);
+  ASSERT_NE(nvme, nullptr);
+  const uint64_t bounce = nvme->ram_bytes();
+  EXPECT_EQ(bounce, 4 * nvme->slot_layout().slot_bytes);
+  AlignedBuffer<float> buf(kShape.block_floats());
+  for (uint64_t b = 0; b < kShape.num_blocks; ++b) {
+    auto init = RandomBlock(kShape, b, 2);
+    ASSERT_TRUE(nvme->Store(b, init.data()).ok());
+    ASSERT_LE(nvme->cache_bytes(), budget);
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint64_t b = 0; b < kShape.num_blocks; ++b) ASSERT_TRUE(nvme->Load(b, buf.data()).ok());
+  }
+  EXPECT_EQ(nvme->cache_bytes(), 3 * entry);
+  EXPECT_LE(nvme->ram_bytes(), budget + bounce + nvme->slot_layout().slot_bytes /* one lane */);
+  ASSERT_TRUE(nvme->Load(kShape.num_blocks - 1, buf.data()).ok());  // just used: a hit
+  EXPECT_GE(sink->hits.load(), 1u);
+  EXPECT_GE(sink->misses.load(), kShape.num_blocks);
+  EXPECT_EQ(sink->written.load(), kShape.num_blocks * nvme->slot_layout().slot_bytes);
+  EXPECT_EQ(sink->read.load(), sink->misses.load() * nvme->slot_layout().slot_bytes);
+}
+
+TEST(NvmeTierTest, PipelineKeepsSeveralRequestsInFlight) {
+  ScratchDir dir;
+  auto sink = std::make_shared<CountingSink>();
+  auto nvme = MakeNvme(dir.path(), 0, 6, sink);
+  ASSERT_NE(nvme, nullptr);
+  for (uint64_t b = 0; b < kShape.num_blocks; ++b) {
+    ASSERT_TRUE(nvme->Store(b, RandomBlock(kShape, b, 4).data()).ok());
+  }
+  std::vector<uint64_t> all(kShape.num_blocks);
+  for (uint64_t b = 0; b < all.size(); ++b) all[b] = b;
+  ThreadPool pool(1);
+  ASSERT_TRUE(nvme->Update(all, pool, [](uint64_t, float*) { return true; }, [](uint64_t) {}).ok());
+  EXPECT_GE(sink->max_depth.load(), 5);  // reads run ahead of the block being computed
+  EXPECT_LE(sink->max_depth.load(), 6);
+}
+
+TEST(NvmeTierTest, LoadsOfDifferentBlocksRunConcurrently) {
+  ScratchDir dir;
+  auto nvme = MakeNvme(dir.path(), 0, 4);
+  ASSERT_NE(nvme, nullptr);
+  for (uint64_t b = 0; b < kShape.num_blocks; ++b) {
+    ASSERT_TRUE(nvme->Store(b, RandomBlock(kShape, b, 5).data()).ok());
+  }
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (uint64_t t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      AlignedBuffer<float> out(kShape.block_floats());
+      for (uint64_t b = t; b < kShape.num_blocks; b += 4) {
+        auto want = RandomBlock(kShape, b, 5);
+        if (!nvme->Load(b, out.data()).ok() ||
+            FirstMismatch(want.data(), out.data(), out.size()) != -1) {
+          ++bad;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(NvmeTierTest, BadOptionsAreRefusedNamingTheField) {
+  NvmeTierOptions o;
+  auto t = NvmeTier::Create(kShape, o);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("nvme_dir"), absl::string_view::npos) << t.status();
+  o.dir = "/tmp";
+  o.queue_depth = 1;
+  t = NvmeTier::Create(kShape, o);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("nvme_queue_depth"), absl::string_view::npos) << t.status();
+  o.queue_depth = 4;
+  o.dir = "/tmp/zerostate-no-such-dir/x";
+  t = NvmeTier::Create(kShape, o);
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(t.status().message().find("zerostate-no-such-dir"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace zerostate::server
