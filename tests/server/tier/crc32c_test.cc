@@ -21,7 +21,7 @@ TEST(Crc32cTest, HardwareMatchesSoftwareAndExtends) {
   std::mt19937 rng(7);
   std::vector<uint8_t> data(10007);
   for (auto& c : data) c = static_cast<uint8_t>(rng());
-  for (size_t n : {1u, 7u, 8u, 9u, 63u, 4096u, 10007u}) {
+  for (size_t n : {1u, 7u, 8u, 9u, 63u, 3071u, 3072u, 4096u, 10007u}) {
     EXPECT_EQ(Crc32c(data.data(), n), Crc32cPortable(data.data(), n)) << n;
   }
   uint32_t whole = Crc32c(data.data(), data.size());
