@@ -9,7 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "server/io/fault_env.h"
+#include "server/io/uring_env.h"
 #include "server/job_registry.h"
+#include "server/state_server.h"
 #include "tests/server/tier/tier_test_util.h"
 
 namespace zerostate::server {
@@ -113,6 +116,61 @@ TEST(NvmeJobTest, BitIdenticalToRamTier) {
           << "step " << step << " dtype " << v1::DType_Name(dtype);
     }
   }
+}
+
+v1::StepRequest StepReq(uint64_t step) {
+  v1::StepRequest req;
+  req.set_step(step);
+  req.set_lr(1e-2f);
+  return req;
+}
+
+// A disk error in the middle of a step fails the Step with the tier's
+// status; the blocks already written are committed, the others stay at the
+// old version with their old state, and a retry of the same step finishes
+// it with weights bit-identical to a job that never saw the fault.
+TEST(NvmeJobTest, StepFailedByDiskErrorIsRetriedToTheSameWeights) {
+  ScratchDir dir;
+  auto env = std::make_shared<io::FaultEnv>(io::NewUringEnv());
+  TierOptions o = NvmeOptions(dir.path());
+  o.env = env;
+  JobRegistry ram_registry(1ull << 30), nvme_registry(1ull << 30, o);
+  auto ram = ram_registry.Register(Request(v1::TIER_RAM));
+  auto nvme = nvme_registry.Register(Request(v1::TIER_NVME));
+  ASSERT_TRUE(ram.ok() && nvme.ok());
+  ThreadPool pool(2);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  PushStep(*ram->job, 0);
+  PushStep(*nvme->job, 0);
+  ASSERT_TRUE(ram->job->Step(StepReq(0), deadline, pool).ok());
+  env->AddRule({io::FaultKind::kEnospc, io::IoOp::kWrite, "", 1, 1});
+  auto failed = nvme->job->Step(StepReq(0), deadline, pool);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted) << failed.status();
+  EXPECT_NE(failed.status().message().find("No space left on device"), absl::string_view::npos);
+  v1::JobStatusResponse status;
+  nvme->job->FillStatus(&status);
+  EXPECT_EQ(status.min_version(), 0u);  // the failed block
+  EXPECT_EQ(status.max_version(), 1u);  // the others
+  env->ClearRules();
+  auto retried = nvme->job->Step(StepReq(0), deadline, pool);
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(retried->params_stepped, kBlockElems);  // only the block that failed
+  for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
+    EXPECT_TRUE(GatherAll(*ram->job, dtype, 1) == GatherAll(*nvme->job, dtype, 1))
+        << v1::DType_Name(dtype);
+  }
+}
+
+TEST(NvmeJobTest, ServerRefusesAnNvmeDirItCannotWrite) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.metrics_listen = "";
+  options.tiers.nvme_dir = "/tmp/zerostate-no-such-nvme-dir";
+  auto server = StateServer::Start(options);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument) << server.status();
+  EXPECT_NE(server.status().message().find("nvme_dir: '/tmp/zerostate-no-such-nvme-dir'"),
+            absl::string_view::npos)
+      << server.status();
 }
 
 TEST(NvmeJobTest, ServerWithoutNvmeDirRefusesNamingTheFlag) {

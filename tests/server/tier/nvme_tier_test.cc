@@ -211,6 +211,9 @@ TEST(NvmeTierTest, BadOptionsAreRefusedNamingTheField) {
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(t.status().message().find("nvme_queue_depth"), absl::string_view::npos) << t.status();
   o.queue_depth = 4;
+  t = NvmeTier::Create(TierShape{1, 8, 1}, o);  // 32 bytes: not whole cache lines
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("multiple of 64 bytes"), absl::string_view::npos);
   o.dir = "/tmp/zerostate-no-such-dir/x";
   t = NvmeTier::Create(kShape, o);
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInternal);
