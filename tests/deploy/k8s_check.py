@@ -115,6 +115,9 @@ def check_server_volumes(sts):
         problems.append("StatefulSet/zerostate: claim 'state' requests no storage")
     if mounts.get("state") != "/var/lib/zerostate":
         problems.append(f"StatefulSet/zerostate: claim 'state' is mounted at {mounts.get('state')}, not /var/lib/zerostate")
+    nvme_dir = flag(container(sts).get("args", []), "nvme_dir")
+    if nvme_dir != mounts.get("state"):
+        problems.append(f"StatefulSet/zerostate: --nvme_dir={nvme_dir} is not the state volume {mounts.get('state')}")
     return problems
 
 

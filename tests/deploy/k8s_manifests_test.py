@@ -150,6 +150,12 @@ class BadManifestTest(unittest.TestCase):
         objs = mutated(labels + ("zerostate.io/job",), "other")
         self.assertReported(objs, "Job/zerostate-train", "zerostate.io/job=other")
 
+    def test_nvme_dir_off_the_state_volume(self):
+        c = k.SERVER, "spec", "template", "spec", "containers", 0
+        args = [a for a in k.container(k.index(base_objects())[k.SERVER])["args"]
+                if not a.startswith("--nvme_dir=")] + ["--nvme_dir=/tmp"]
+        self.assertReported(mutated(c + ("args",), args), "StatefulSet/zerostate", "--nvme_dir=/tmp")
+
     def test_bad_quantity_is_named(self):
         with self.assertRaisesRegex(ValueError, "36GB"):
             k.quantity("36GB")

@@ -31,7 +31,7 @@ done
 # 3. The ExecStart command line, expanded from server.env, runs the server.
 exec_line=$(sed -n '/^ExecStart=/,/[^\\]$/p' "$unit" | sed 's/^ExecStart=//; s/\\$//' | tr '\n' ' ')
 args=$(set -a; source "$envfile"; ZEROSTATE_LISTEN=127.0.0.1:0 ZEROSTATE_METRICS_LISTEN=127.0.0.1:0 \
-  ZEROSTATE_THREADS=1; eval "echo $exec_line")
+  ZEROSTATE_THREADS=1 ZEROSTATE_NVME_DIR=$tmp; eval "echo $exec_line")
 read -r -a argv <<<"$args"
 echo "runs: ${argv[*]}"
 "$server" "${argv[@]:1}" >"$tmp/out" 2>&1 &
