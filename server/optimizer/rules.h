@@ -2,15 +2,38 @@
 // traits of common/simd_*.h. Each rule is one fixed sequence of fp32
 // operations (no FMA), so every ISA gives the same bits.
 //
-// A rule is built once per call from the step's constants and exposes
-//   static constexpr int kMoments;           // moment buffers it uses
-//   F Apply(F p, F g, F* m, F* v) const;     // new p; updates *m (and *v)
-// where g is the summed gradient before grad_scale.
+// A rule exposes
+//   static constexpr int kMoments;  // moment buffers it uses
+//   static F Apply(const Splat<Ops>& k, F p, F g, F* m, F* v);
+// which returns the new p and updates *m (and *v); g is the summed gradient
+// before grad_scale, k the step's constants in every lane.
 #pragma once
 
 #include "server/optimizer/kernel_table.h"
 
 namespace zerostate::server::kernels {
+
+// StepConsts broadcast to every lane, once per call.
+template <class Ops>
+struct Splat {
+  using F = typename Ops::F;
+  explicit Splat(const StepConsts& c)
+      : grad_scale(Ops::Set1(c.grad_scale)),
+        lr(Ops::Set1(c.lr)),
+        weight_decay(Ops::Set1(c.weight_decay)),
+        decay(Ops::Set1(c.decay)),
+        beta1(Ops::Set1(c.beta1)),
+        one_minus_beta1(Ops::Set1(c.one_minus_beta1)),
+        beta2(Ops::Set1(c.beta2)),
+        one_minus_beta2(Ops::Set1(c.one_minus_beta2)),
+        eps(Ops::Set1(c.eps)),
+        step_size(Ops::Set1(c.step_size)),
+        inv_bc2_sqrt(Ops::Set1(c.inv_bc2_sqrt)),
+        momentum(Ops::Set1(c.momentum)) {}
+
+  F grad_scale, lr, weight_decay, decay, beta1, one_minus_beta1, beta2, one_minus_beta2, eps,
+      step_size, inv_bc2_sqrt, momentum;
+};
 
 // Adam (kDecoupled = false: L2, g += wd * p) and AdamW (kDecoupled = true:
 // p *= 1 - lr * wd before the Adam update), with PyTorch's bias correction:
@@ -20,32 +43,18 @@ struct AdamRule {
   using F = typename Ops::F;
   static constexpr int kMoments = 2;
 
-  explicit AdamRule(const StepConsts& c)
-      : scale(Ops::Set1(c.grad_scale)),
-        wd(Ops::Set1(c.weight_decay)),
-        decay(Ops::Set1(c.decay)),
-        b1(Ops::Set1(c.beta1)),
-        omb1(Ops::Set1(c.one_minus_beta1)),
-        b2(Ops::Set1(c.beta2)),
-        omb2(Ops::Set1(c.one_minus_beta2)),
-        step_size(Ops::Set1(c.step_size)),
-        inv_bc2_sqrt(Ops::Set1(c.inv_bc2_sqrt)),
-        eps(Ops::Set1(c.eps)) {}
-
-  F Apply(F p, F g, F* m, F* v) const {
-    g = Ops::Mul(g, scale);
+  static F Apply(const Splat<Ops>& k, F p, F g, F* m, F* v) {
+    g = Ops::Mul(g, k.grad_scale);
     if constexpr (kDecoupled) {
-      p = Ops::Mul(p, decay);
+      p = Ops::Mul(p, k.decay);
     } else {
-      g = Ops::Add(g, Ops::Mul(wd, p));
+      g = Ops::Add(g, Ops::Mul(k.weight_decay, p));
     }
-    *m = Ops::Add(Ops::Mul(b1, *m), Ops::Mul(omb1, g));
-    *v = Ops::Add(Ops::Mul(b2, *v), Ops::Mul(omb2, Ops::Mul(g, g)));
-    const F denom = Ops::Add(Ops::Mul(Ops::Sqrt(*v), inv_bc2_sqrt), eps);
-    return Ops::Sub(p, Ops::Mul(step_size, Ops::Div(*m, denom)));
+    *m = Ops::Add(Ops::Mul(k.beta1, *m), Ops::Mul(k.one_minus_beta1, g));
+    *v = Ops::Add(Ops::Mul(k.beta2, *v), Ops::Mul(k.one_minus_beta2, Ops::Mul(g, g)));
+    const F denom = Ops::Add(Ops::Mul(Ops::Sqrt(*v), k.inv_bc2_sqrt), k.eps);
+    return Ops::Sub(p, Ops::Mul(k.step_size, Ops::Div(*m, denom)));
   }
-
-  F scale, wd, decay, b1, omb1, b2, omb2, step_size, inv_bc2_sqrt, eps;
 };
 
 // PyTorch SGD with momentum, dampening 0: g += wd * p; buf = momentum * buf
@@ -56,20 +65,12 @@ struct SgdRule {
   using F = typename Ops::F;
   static constexpr int kMoments = 1;
 
-  explicit SgdRule(const StepConsts& c)
-      : scale(Ops::Set1(c.grad_scale)),
-        wd(Ops::Set1(c.weight_decay)),
-        momentum(Ops::Set1(c.momentum)),
-        lr(Ops::Set1(c.lr)) {}
-
-  F Apply(F p, F g, F* m, F* /*v*/) const {
-    g = Ops::Add(Ops::Mul(g, scale), Ops::Mul(wd, p));
-    *m = Ops::Add(Ops::Mul(momentum, *m), g);
-    const F d = kNesterov ? Ops::Add(g, Ops::Mul(momentum, *m)) : *m;
-    return Ops::Sub(p, Ops::Mul(lr, d));
+  static F Apply(const Splat<Ops>& k, F p, F g, F* m, F* /*v*/) {
+    g = Ops::Add(Ops::Mul(g, k.grad_scale), Ops::Mul(k.weight_decay, p));
+    *m = Ops::Add(Ops::Mul(k.momentum, *m), g);
+    const F d = kNesterov ? Ops::Add(g, Ops::Mul(k.momentum, *m)) : *m;
+    return Ops::Sub(p, Ops::Mul(k.lr, d));
   }
-
-  F scale, wd, momentum, lr;
 };
 
 // Lion (Chen et al. 2023): c = b1 * m + (1 - b1) * g;
@@ -80,23 +81,12 @@ struct LionRule {
   using F = typename Ops::F;
   static constexpr int kMoments = 1;
 
-  explicit LionRule(const StepConsts& c)
-      : scale(Ops::Set1(c.grad_scale)),
-        decay(Ops::Set1(c.decay)),
-        lr(Ops::Set1(c.lr)),
-        b1(Ops::Set1(c.beta1)),
-        omb1(Ops::Set1(c.one_minus_beta1)),
-        b2(Ops::Set1(c.beta2)),
-        omb2(Ops::Set1(c.one_minus_beta2)) {}
-
-  F Apply(F p, F g, F* m, F* /*v*/) const {
-    g = Ops::Mul(g, scale);
-    const F c = Ops::Add(Ops::Mul(b1, *m), Ops::Mul(omb1, g));
-    *m = Ops::Add(Ops::Mul(b2, *m), Ops::Mul(omb2, g));
-    return Ops::Sub(Ops::Mul(p, decay), Ops::Mul(lr, Ops::Sign(c)));
+  static F Apply(const Splat<Ops>& k, F p, F g, F* m, F* /*v*/) {
+    g = Ops::Mul(g, k.grad_scale);
+    const F c = Ops::Add(Ops::Mul(k.beta1, *m), Ops::Mul(k.one_minus_beta1, g));
+    *m = Ops::Add(Ops::Mul(k.beta2, *m), Ops::Mul(k.one_minus_beta2, g));
+    return Ops::Sub(Ops::Mul(p, k.decay), Ops::Mul(k.lr, Ops::Sign(c)));
   }
-
-  F scale, decay, lr, b1, omb1, b2, omb2;
 };
 
 // Not an optimizer: p += g, m and v written back unchanged. It moves the
@@ -107,8 +97,7 @@ struct TrafficRule {
   using F = typename Ops::F;
   static constexpr int kMoments = 2;
 
-  explicit TrafficRule(const StepConsts&) {}
-  F Apply(F p, F g, F* /*m*/, F* /*v*/) const { return Ops::Add(p, g); }
+  static F Apply(const Splat<Ops>& /*k*/, F p, F g, F* /*m*/, F* /*v*/) { return Ops::Add(p, g); }
 };
 
 }  // namespace zerostate::server::kernels
