@@ -34,6 +34,7 @@ NvmeTier::NvmeTier(TierShape shape, NvmeTierOptions options)
     : StateTier(shape),
       options_(std::move(options)),
       layout_(shape.block_floats() * sizeof(float)),
+      block_mu_(shape.num_blocks),
       meta_(shape.num_blocks),
       cache_(options_.cache_bytes, layout_.payload_bytes) {}
 
@@ -101,20 +102,24 @@ io::IoRequest NvmeTier::Request(io::IoOp op, uint64_t b, int slot, void* buf) co
   return r;
 }
 
-absl::Status NvmeTier::CheckRead(const io::IoCompletion& done, uint64_t b) const {
-  const BlockMeta& m = meta_[b];
+NvmeTier::BlockMeta NvmeTier::Meta(uint64_t b) const {
+  absl::MutexLock lock(&block_mu_[b]);
+  return meta_[b];
+}
+
+absl::Status NvmeTier::CheckRead(const io::IoCompletion& done, uint64_t b,
+                                 const BlockMeta& m) const {
   if (auto s = done.status(); !s.ok()) return ForBlock(b, s);
   return CheckSlot(layout_, b, m.seq, done.req.buf, Where(b, m.current));
 }
 
-io::IoRequest NvmeTier::PrepareWrite(uint64_t b, void* slot_buf) const {
-  const BlockMeta& m = meta_[b];
+io::IoRequest NvmeTier::PrepareWrite(uint64_t b, const BlockMeta& m, void* slot_buf) const {
   int target = m.current == 0 ? 1 : 0;
   SealSlot(layout_, b, m.seq + 1, slot_buf);
   return Request(io::IoOp::kWrite, b, target, slot_buf);
 }
 
-void NvmeTier::Commit(uint64_t b, const io::IoRequest& write, const void* slot_buf) {
+void NvmeTier::CommitLocked(uint64_t b, const io::IoRequest& write, const void* slot_buf) {
   BlockMeta& m = meta_[b];
   m.current = write.offset == SlotOffset(b, 0) ? 0 : 1;
   ++m.seq;
@@ -157,6 +162,7 @@ absl::StatusOr<io::IoCompletion> NvmeTier::RunSync(Lane& lane, const io::IoReque
 }
 
 absl::Status NvmeTier::Load(uint64_t b, float* out) {
+  absl::MutexLock block_lock(&block_mu_[b]);
   const BlockMeta& m = meta_[b];
   if (m.current < 0) {
     std::memset(out, 0, layout_.payload_bytes);
@@ -168,7 +174,7 @@ absl::Status NvmeTier::Load(uint64_t b, float* out) {
   auto lane = TakeLane();
   if (!lane.ok()) return lane.status();
   auto done = RunSync(*lane, Request(io::IoOp::kRead, b, m.current, lane->buf.data()));
-  absl::Status s = done.ok() ? CheckRead(*done, b) : done.status();
+  absl::Status s = done.ok() ? CheckRead(*done, b, m) : done.status();
   if (s.ok()) {
     std::memcpy(out, lane->buf.data(), layout_.payload_bytes);
     cache_.Put(b, out, /*may_evict=*/true);
@@ -178,13 +184,14 @@ absl::Status NvmeTier::Load(uint64_t b, float* out) {
 }
 
 absl::Status NvmeTier::Store(uint64_t b, const float* in) {
+  absl::MutexLock block_lock(&block_mu_[b]);
   auto lane = TakeLane();
   if (!lane.ok()) return lane.status();
   std::memcpy(lane->buf.data(), in, layout_.payload_bytes);
-  io::IoRequest w = PrepareWrite(b, lane->buf.data());
+  io::IoRequest w = PrepareWrite(b, meta_[b], lane->buf.data());
   auto done = RunSync(*lane, w);
   absl::Status s = done.ok() ? ForBlock(b, done->status()) : done.status();
-  if (s.ok()) Commit(b, w, lane->buf.data());
+  if (s.ok()) CommitLocked(b, w, lane->buf.data());
   ReturnLane(*std::move(lane));
   return s;
 }

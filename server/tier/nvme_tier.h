@@ -18,7 +18,10 @@
 //   EIO and other errno values                    -> INTERNAL
 //
 // Thread safety: as StateTier. Load and Store of different blocks may run
-// concurrently with each other and with an Update of other blocks.
+// concurrently with each other and with an Update. A Load of a block that
+// a concurrent Update is stepping (a gather waiting on the block's mutex
+// while the step's I/O is in flight) returns the state before or after
+// that block's new state was made current, never a mix.
 #pragma once
 
 #include <cstdint>
@@ -103,12 +106,17 @@ class NvmeTier final : public StateTier {
   // `s` with "block b: " before its message.
   static absl::Status ForBlock(uint64_t b, const absl::Status& s);
   io::IoRequest Request(io::IoOp op, uint64_t b, int slot, void* buf) const;
-  // Checks a completed read of block b's current slot (I/O result + trailer).
-  absl::Status CheckRead(const io::IoCompletion& done, uint64_t b) const;
-  // Seals `slot_buf` as block b's next state and returns the write request.
-  io::IoRequest PrepareWrite(uint64_t b, void* slot_buf) const;
-  // After a completed write of PrepareWrite(b): makes it current and cached.
-  void Commit(uint64_t b, const io::IoRequest& write, const void* slot_buf);
+  // Block b's metadata now (takes its lock).
+  BlockMeta Meta(uint64_t b) const;
+  // Checks a completed read of block b's slot `m.current` (I/O result and
+  // trailer against m.seq).
+  absl::Status CheckRead(const io::IoCompletion& done, uint64_t b, const BlockMeta& m) const;
+  // Seals `slot_buf` as the state after `m` and returns the write request
+  // of the slot that is not m.current.
+  io::IoRequest PrepareWrite(uint64_t b, const BlockMeta& m, void* slot_buf) const;
+  // After that write completed: makes it block b's current state and
+  // caches it. REQUIRES: block_mu_[b] held.
+  void CommitLocked(uint64_t b, const io::IoRequest& write, const void* slot_buf);
   void Record(const io::IoCompletion& done, double seconds) const;
   absl::StatusOr<Lane> TakeLane();
   void ReturnLane(Lane lane);
@@ -119,7 +127,9 @@ class NvmeTier final : public StateTier {
   const NvmeTierOptions options_;
   const SlotLayout layout_;
   std::unique_ptr<io::File> file_;
-  // meta_[b] is touched only by the thread the caller lets handle block b.
+  // block_mu_[b] guards meta_[b] and orders block b's cache updates; Load
+  // and Store hold it across their I/O, Update only to read or commit.
+  mutable std::vector<absl::Mutex> block_mu_;
   std::vector<BlockMeta> meta_;
   BlockCache cache_;
 

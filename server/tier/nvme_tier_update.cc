@@ -39,6 +39,7 @@ class NvmeTier::UpdateRun {
   struct Stage {
     State state = State::kFree;
     uint64_t b = 0;
+    BlockMeta meta;  // the block's metadata when its state was fetched
     io::IoRequest write;
     std::chrono::steady_clock::time_point started;
   };
@@ -65,9 +66,9 @@ class NvmeTier::UpdateRun {
     for (size_t s = 0; s < stages_.size() && next_read_ < blocks_.size(); ++s) {
       if (stages_[s].state != State::kFree) continue;
       const uint64_t b = blocks_[next_read_++];
-      stages_[s] = Stage{State::kReady, b, {}, {}};
+      stages_[s] = Stage{State::kReady, b, t_.Meta(b), {}, {}};
       order_.push_back(s);
-      const BlockMeta& m = t_.meta_[b];
+      const BlockMeta& m = stages_[s].meta;
       if (m.current < 0) {
         std::memset(Buf(s), 0, t_.layout_.payload_bytes);
         continue;
@@ -92,7 +93,7 @@ class NvmeTier::UpdateRun {
       return true;
     }
     st.state = State::kWriting;
-    st.write = t_.PrepareWrite(st.b, Buf(s));
+    st.write = t_.PrepareWrite(st.b, st.meta, Buf(s));
     Submit(s, st.write);
     return true;
   }
@@ -105,15 +106,18 @@ class NvmeTier::UpdateRun {
     t_.Record(done, std::chrono::duration<double>(elapsed).count());
     if (t_.options_.metrics != nullptr) t_.options_.metrics->SetQueueDepth(q_.in_flight());
     if (st.state == State::kReading) {
-      absl::Status check = t_.CheckRead(done, st.b);
+      absl::Status check = t_.CheckRead(done, st.b, st.meta);
       st.state = check.ok() ? State::kReady : State::kFailed;
       Fail(check);
       return;
     }
     absl::Status written = ForBlock(st.b, done.status());
     if (written.ok()) {
-      t_.Commit(st.b, st.write, Buf(s));
-      commit_(st.b);
+      {
+        absl::MutexLock lock(&t_.block_mu_[st.b]);
+        t_.CommitLocked(st.b, st.write, Buf(s));
+      }
+      commit_(st.b);  // takes the Job's block mutex: never under block_mu_
     }
     Fail(written);
     st.state = State::kFree;

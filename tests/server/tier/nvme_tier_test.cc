@@ -200,6 +200,45 @@ TEST(NvmeTierTest, LoadsOfDifferentBlocksRunConcurrently) {
   EXPECT_EQ(bad.load(), 0);
 }
 
+// A gather may Load a block while the step's I/O for it is in flight: it
+// must see the state before or after the step, whole.
+TEST(NvmeTierTest, LoadDuringUpdateSeesOldOrNewStateNeverAMix) {
+  ScratchDir dir;
+  const uint64_t entry = kShape.block_floats() * sizeof(float);
+  auto nvme = MakeNvme(dir.path(), 4 * entry, 3);
+  ASSERT_NE(nvme, nullptr);
+  auto step = [](float* s) {
+    for (size_t i = 0; i < kShape.block_floats(); ++i) s[i] = s[i] * 0.5f + 1.0f;
+  };
+  std::vector<uint64_t> all;
+  for (uint64_t b = 0; b < kShape.num_blocks; ++b) {
+    ASSERT_TRUE(nvme->Store(b, RandomBlock(kShape, b, 6).data()).ok());
+    all.push_back(b);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int> bad{0};
+  std::thread reader([&] {
+    AlignedBuffer<float> out(kShape.block_floats());
+    for (uint64_t b = 0; !stop.load(); b = (b + 5) % kShape.num_blocks) {
+      auto old = RandomBlock(kShape, b, 6);
+      auto next = RandomBlock(kShape, b, 6);
+      step(next.data());
+      if (!nvme->Load(b, out.data()).ok() ||
+          (FirstMismatch(old.data(), out.data(), out.size()) != -1 &&
+           FirstMismatch(next.data(), out.data(), out.size()) != -1)) {
+        ++bad;
+      }
+    }
+  });
+  ThreadPool pool(1);
+  absl::Status s = nvme->Update(all, pool, [&](uint64_t, float* st) { step(st); return true; },
+                                [](uint64_t) {});
+  stop = true;
+  reader.join();
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(bad.load(), 0);
+}
+
 TEST(NvmeTierTest, BadOptionsAreRefusedNamingTheField) {
   NvmeTierOptions o;
   auto t = NvmeTier::Create(kShape, o);
