@@ -4,11 +4,13 @@
 #include <liburing.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "server/io/io_error.h"
+#include "server/io/sync_queue.h"
 
 namespace zerostate::server::io {
 namespace {
@@ -47,14 +49,12 @@ class UringQueue final : public IoQueue {
     if (ready_) io_uring_queue_exit(&ring_);
   }
 
-  absl::Status Init() {
+  // Returns 0 or the errno of io_uring_queue_init.
+  int Init() {
     int rc = io_uring_queue_init(static_cast<unsigned>(depth_), &ring_, 0);
-    if (rc < 0) {
-      return absl::InternalError(
-          absl::StrCat("io_uring_queue_init(depth ", depth_, "): ", ErrnoText(-rc)));
-    }
+    if (rc < 0) return -rc;
     ready_ = true;
-    return absl::OkStatus();
+    return 0;
   }
 
   int depth() const override { return depth_; }
@@ -104,6 +104,8 @@ class UringQueue final : public IoQueue {
 
 class UringEnv final : public Env {
  public:
+  explicit UringEnv(bool try_uring) : use_uring_(try_uring) {}
+
   absl::StatusOr<std::unique_ptr<File>> CreateFile(const std::string& path) override {
     constexpr int kFlags = O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC;
     int fd = open(path.c_str(), kFlags | O_DIRECT, 0644);
@@ -138,14 +140,32 @@ class UringEnv final : public Env {
     if (depth < 1) {
       return absl::InvalidArgumentError(absl::StrCat("queue depth ", depth, " must be >= 1"));
     }
+    if (!use_uring_.load()) return NewSyncQueue(depth);
     auto q = std::make_unique<UringQueue>(depth);
-    if (auto s = q->Init(); !s.ok()) return s;
-    return q;
+    int err = q->Init();
+    if (err == 0) return q;
+    if (err != EPERM && err != ENOSYS && err != EACCES) {
+      return absl::InternalError(
+          absl::StrCat("io_uring_queue_init(depth ", depth, "): ", ErrnoText(err)));
+    }
+    if (use_uring_.exchange(false)) {
+      std::fprintf(stderr,
+                   "zerostate: io_uring is not allowed here (%s); using synchronous "
+                   "pread/pwrite, without overlap of disk and compute\n",
+                   ErrnoText(err).c_str());
+    }
+    return NewSyncQueue(depth);
   }
+
+ private:
+  // False once the kernel refused io_uring (then every queue is synchronous).
+  std::atomic<bool> use_uring_;
 };
 
 }  // namespace
 
-std::shared_ptr<Env> NewUringEnv() { return std::make_shared<UringEnv>(); }
+std::shared_ptr<Env> NewUringEnv() { return std::make_shared<UringEnv>(/*try_uring=*/true); }
+
+std::shared_ptr<Env> NewSyncEnv() { return std::make_shared<UringEnv>(/*try_uring=*/false); }
 
 }  // namespace zerostate::server::io

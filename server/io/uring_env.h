@@ -10,7 +10,14 @@
 
 namespace zerostate::server::io {
 
-// Stateless; one instance may be shared by every tier of the process.
+// One instance may be shared by every tier of the process. Where the kernel
+// refuses io_uring (EPERM, ENOSYS, EACCES: seccomp, io_uring_disabled) its
+// queues fall back to synchronous pread/pwrite (sync_queue.h), with one
+// line on stderr.
 std::shared_ptr<Env> NewUringEnv();
+
+// The same files, every queue synchronous (pread/pwrite). For tests of that
+// fallback, and for comparing it with io_uring.
+std::shared_ptr<Env> NewSyncEnv();
 
 }  // namespace zerostate::server::io

@@ -110,6 +110,25 @@ TEST_F(FaultEnvTest, RulesSkipCountAndFilterByPath) {
   EXPECT_EQ(env_->faults_injected(), 2u);
 }
 
+// The fallback where io_uring is not allowed: same results, same errors.
+TEST_F(FaultEnvTest, SyncQueueRoundTripsAndReportsShortReads) {
+  auto env = NewSyncEnv();
+  auto q = env->NewQueue(2);
+  ASSERT_TRUE(q.ok()) << q.status();
+  ASSERT_TRUE((*q)->Submit(Req(IoOp::kWrite, 0, 0)).ok());
+  ASSERT_TRUE((*q)->Submit(Req(IoOp::kWrite, 1, kLen)).ok());
+  EXPECT_EQ((*q)->in_flight(), 2);
+  for (int i = 0; i < 2; ++i) {
+    auto done = (*q)->Wait();
+    ASSERT_TRUE(done.ok() && done->status().ok());
+  }
+  ASSERT_TRUE(RunOne(**q, Req(IoOp::kRead, 2, kLen)).ok());
+  EXPECT_EQ(std::memcmp(bufs_[1].data(), bufs_[2].data(), kLen), 0);
+  absl::Status s = RunOne(**q, Req(IoOp::kRead, 3, kLen + kIoAlign));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_NE(s.message().find("4096 of 8192 bytes"), absl::string_view::npos) << s;
+}
+
 TEST_F(FaultEnvTest, CreateIsExclusiveAndQueueDepthChecked) {
   auto again = env_->CreateFile(file_->path());
   EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists) << again.status();

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <thread>
 
+#include "server/io/uring_env.h"
 #include "server/tier/ram_tier.h"
 #include "tests/server/tier/tier_test_util.h"
 
@@ -29,8 +30,10 @@ class CountingSink final : public TierMetricsSink {
 };
 
 std::unique_ptr<NvmeTier> MakeNvme(const std::string& dir, uint64_t cache_bytes, int depth,
-                                   std::shared_ptr<TierMetricsSink> sink = nullptr) {
+                                   std::shared_ptr<TierMetricsSink> sink = nullptr,
+                                   std::shared_ptr<io::Env> env = nullptr) {
   NvmeTierOptions o;
+  o.env = std::move(env);
   o.dir = dir;
   o.cache_bytes = cache_bytes;
   o.queue_depth = depth;
@@ -70,6 +73,7 @@ void ExpectSameState(StateTier& want, StateTier& got) {
 struct Config {
   uint64_t cache_blocks;
   int depth;
+  bool sync = false;  // pread/pwrite instead of io_uring
 };
 
 class NvmeVsRamTest : public ::testing::TestWithParam<Config> {};
@@ -77,7 +81,8 @@ class NvmeVsRamTest : public ::testing::TestWithParam<Config> {};
 TEST_P(NvmeVsRamTest, BitIdenticalAfterManyUpdates) {
   ScratchDir dir;
   const uint64_t entry = kShape.block_floats() * sizeof(float);
-  auto nvme = MakeNvme(dir.path(), GetParam().cache_blocks * entry, GetParam().depth);
+  auto nvme = MakeNvme(dir.path(), GetParam().cache_blocks * entry, GetParam().depth, nullptr,
+                       GetParam().sync ? io::NewSyncEnv() : nullptr);
   ASSERT_NE(nvme, nullptr);
   RamTier ram(kShape);
   ThreadPool pool(2);
@@ -111,7 +116,7 @@ TEST_P(NvmeVsRamTest, BitIdenticalAfterManyUpdates) {
 
 INSTANTIATE_TEST_SUITE_P(DepthsAndBudgets, NvmeVsRamTest,
                          ::testing::Values(Config{0, 2}, Config{0, 8}, Config{4, 3},
-                                           Config{13, 16}));
+                                           Config{13, 16}, Config{2, 4, /*sync=*/true}));
 
 TEST(NvmeTierTest, NeverStoredBlocksReadAsZerosAndFileIsRemoved) {
   ScratchDir dir;
