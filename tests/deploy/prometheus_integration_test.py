@@ -129,12 +129,13 @@ class Cluster:
         return "\n".join(out)
 
 
-def start_servers(cluster, server_bin):
+def start_servers(cluster, server_bin, extra_args=([], [])):
+    """Two servers (extra_args: more flags for each); [(grpc, metrics, Proc)]."""
     servers = []
-    for i in range(2):
+    for i, extra in enumerate(extra_args):
         p = cluster.spawn(f"server{i}", [server_bin, "--listen=127.0.0.1:0",
                                          "--metrics_listen=127.0.0.1:0", "--threads=1",
-                                         f"--ram_budget_bytes={256 << 20}"])
+                                         f"--ram_budget_bytes={256 << 20}", *extra])
         words = p.await_line("listening on").split()
         servers.append((words[words.index("on") + 1], words[-1], p))  # grpc, metrics, proc
     return servers
