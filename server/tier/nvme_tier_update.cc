@@ -50,7 +50,8 @@ class NvmeTier::UpdateRun {
     if (first_error_.ok()) first_error_ = s;
   }
 
-  void Submit(size_t s, const io::IoRequest& r) {
+  void Submit(size_t s, io::IoRequest r) {
+    r.tag = s;  // Reap finds the stage by it
     stages_[s].started = std::chrono::steady_clock::now();
     absl::Status st = q_.Submit(r);
     if (!st.ok()) {
@@ -99,8 +100,7 @@ class NvmeTier::UpdateRun {
   }
 
   void Reap(const io::IoCompletion& done) {
-    size_t s = 0;
-    while (Buf(s) != done.req.buf) ++s;
+    const size_t s = done.req.tag;
     Stage& st = stages_[s];
     auto elapsed = std::chrono::steady_clock::now() - st.started;
     t_.Record(done, std::chrono::duration<double>(elapsed).count());
