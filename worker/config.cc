@@ -166,6 +166,10 @@ absl::StatusOr<LoadedConfig> LoadConfigFile(const std::string& path) {
   return loaded;
 }
 
+std::string RendezvousScope(const v1::WorkerConfig& config) {
+  return absl::StrCat(config.train().job_id(), "@", config.cluster().run_id());
+}
+
 absl::StatusOr<v1::WorkerConfig> NormalizeConfig(const v1::WorkerConfig& in, uint32_t world_size) {
   if (world_size == 0) return Invalid("world_size", "must be >= 1");
   v1::WorkerConfig c = in;
@@ -175,6 +179,7 @@ absl::StatusOr<v1::WorkerConfig> NormalizeConfig(const v1::WorkerConfig& in, uin
   if (cl->metrics_port() > 65535) return Invalid("cluster.metrics_port", "must be <= 65535");
   if (cl->metrics_host().empty()) cl->set_metrics_host("127.0.0.1");
   if (cl->rpc_timeout_ms() == 0) cl->set_rpc_timeout_ms(60000);
+  if (cl->run_id().empty()) cl->set_run_id("0");
   return c;
 }
 

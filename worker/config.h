@@ -40,4 +40,8 @@ struct LoadedConfig {
 [[nodiscard]] absl::StatusOr<v1::WorkerConfig> NormalizeConfig(const v1::WorkerConfig& config,
                                                                uint32_t world_size);
 
+// The namespace of every rendezvous of this run: "<job_id>@<run_id>".
+// REQUIRES: config normalized.
+std::string RendezvousScope(const v1::WorkerConfig& config);
+
 }  // namespace zerostate::worker

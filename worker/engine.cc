@@ -18,12 +18,14 @@ double Since(Clock::time_point t0) {
 }  // namespace
 
 Engine::Engine(client::Client* client, client::JobClient* job, Backend* backend,
-               const v1::TrainConfig& train, Topology topo, std::vector<uint64_t> ready_points)
+               const v1::TrainConfig& train, Topology topo, std::vector<uint64_t> ready_points,
+               std::string scope)
     : client_(client),
       job_(job),
       backend_(backend),
       train_(train),
       topo_(topo),
+      scope_(std::move(scope)),
       scaler_(train.loss_scaling(), train.precision() == v1::PRECISION_FP16) {
   uint64_t staging = 0;
   for (Range elems : BackwardBuckets(job->layout(), std::move(ready_points))) {
@@ -97,7 +99,7 @@ absl::Status Engine::LoadWeights(uint64_t version) {
 // Tells every rank whether the coordinator skipped `step` (fp16 only).
 absl::StatusOr<bool> Engine::ShareSkip(uint64_t step, bool skip) {
   const bool coordinator = topo_.rank() == 0;
-  auto values = client_->Rendezvous(train_.job_id(), absl::StrCat("skip/", step), topo_.rank(),
+  auto values = client_->Rendezvous(scope_, absl::StrCat("skip/", step), topo_.rank(),
                                     topo_.world(), coordinator ? (skip ? "1" : "0") : "");
   if (!values.ok()) return values.status();
   if (values->empty() || ((*values)[0] != "0" && (*values)[0] != "1")) {

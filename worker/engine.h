@@ -74,8 +74,10 @@ class Engine {
   // `client`, `job` and `backend` are not owned and must outlive the Engine.
   // `ready_points` are the flat offsets the model reports during backward.
   // REQUIRES: train normalized; topo.local_size == backend->local_size().
+  // `scope` namespaces the engine's rendezvous (RendezvousScope).
   Engine(client::Client* client, client::JobClient* job, Backend* backend,
-         const v1::TrainConfig& train, Topology topo, std::vector<uint64_t> ready_points);
+         const v1::TrainConfig& train, Topology topo, std::vector<uint64_t> ready_points,
+         std::string scope);
 
   // Loads the weights at version >= `version` into every local rank
   // (gather of this rank's shares, then all-gather). Collective.
@@ -106,6 +108,7 @@ class Engine {
   Backend* const backend_;
   const v1::TrainConfig train_;
   const Topology topo_;
+  const std::string scope_;
   std::vector<Bucket> buckets_;  // in backward order
   std::vector<float> push_staging_, gather_staging_;
   LossScaler scaler_;

@@ -21,7 +21,7 @@ v1::JobSpec BuildJobSpec(const v1::TrainConfig& train, const Mlp& model, uint32_
 }
 
 absl::StatusOr<OpenedJob> OpenJob(client::Client* client, const v1::JobSpec& spec,
-                                  const Topology& topo) {
+                                  const Topology& topo, const std::string& scope) {
   OpenedJob opened;
   std::string version;
   if (topo.rank() == 0) {
@@ -33,7 +33,7 @@ absl::StatusOr<OpenedJob> OpenJob(client::Client* client, const v1::JobSpec& spe
     version = absl::StrCat(*v);
   }
   // Rank 0 answers with the start version once the job exists everywhere.
-  auto values = client->Rendezvous(spec.job_id(), "registered", topo.rank(), topo.world(), version);
+  auto values = client->Rendezvous(scope, "registered", topo.rank(), topo.world(), version);
   if (!values.ok()) return values.status();
   if (values->empty() || !absl::SimpleAtoi((*values)[0], &opened.start_version)) {
     return absl::InternalError("rendezvous 'registered': rank 0 sent no start version");

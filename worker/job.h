@@ -26,7 +26,8 @@ struct OpenedJob {
 // other rank waits for it at a rendezvous and attaches. All ranks get the
 // same start version. Collective over all topo.world() ranks.
 // Errors: the client's (e.g. ALREADY_EXISTS for a different spec).
+// `scope` namespaces the rendezvous (RendezvousScope).
 [[nodiscard]] absl::StatusOr<OpenedJob> OpenJob(client::Client* client, const v1::JobSpec& spec,
-                                                const Topology& topo);
+                                                const Topology& topo, const std::string& scope);
 
 }  // namespace zerostate::worker

@@ -28,6 +28,7 @@ ABSL_FLAG(uint64_t, steps, 0, "optimizer steps to run (0: from the config)");
 ABSL_FLAG(std::string, job_id, "", "job id (overrides the config)");
 ABSL_FLAG(uint32_t, local_threads, 0, "run this many local ranks as threads of this process");
 ABSL_FLAG(int32_t, metrics_port, -1, "Prometheus port of local rank 0 (-1: config; 0: off)");
+ABSL_FLAG(std::string, run_id, "", "id of this run (default: $TORCHELASTIC_RUN_ID, else the config's)");
 ABSL_FLAG(std::string, backend, "cpu", "cpu, or cuda (one GPU per local rank, NCCL inside the node)");
 ABSL_FLAG(std::string, dump_weights, "", "rank 0 writes the final fp32 master weights here");
 
@@ -50,6 +51,9 @@ absl::StatusOr<v1::WorkerConfig> LoadConfig(const Topology& topo) {
   }
   if (absl::GetFlag(FLAGS_steps) != 0) config.mutable_train()->set_steps(absl::GetFlag(FLAGS_steps));
   if (!absl::GetFlag(FLAGS_job_id).empty()) config.mutable_train()->set_job_id(absl::GetFlag(FLAGS_job_id));
+  std::string run_id = absl::GetFlag(FLAGS_run_id);
+  if (run_id.empty()) run_id = GetEnv("TORCHELASTIC_RUN_ID");
+  if (!run_id.empty()) config.mutable_cluster()->set_run_id(run_id);
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
     config.mutable_cluster()->set_metrics_port(absl::GetFlag(FLAGS_metrics_port));
   }
@@ -73,7 +77,7 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaRank(client::Client* client, co
     if (!made.ok()) return made.status();
     id = *made;
   }
-  auto ids = client->Rendezvous(config.train().job_id(), absl::StrCat("nccl/node", topo.node), topo.local_rank,
+  auto ids = client->Rendezvous(RendezvousScope(config), absl::StrCat("nccl/node", topo.node), topo.local_rank,
                                 topo.local_size, id);
   if (!ids.ok()) return ids.status();
   cuda::CudaBackendOptions o;

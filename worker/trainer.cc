@@ -3,6 +3,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "worker/config.h"
 #include "worker/cpu_backend.h"
 #include "worker/job.h"
 #include "worker/teacher_data.h"
@@ -43,7 +44,7 @@ absl::StatusOr<std::unique_ptr<LocalGroup>> OpenNodeGroup(client::Client* client
                                                           const v1::WorkerConfig& config,
                                                           const Topology& topo) {
   const std::string name = absl::StrCat("/zerostate-", config.train().job_id(), "-node", topo.node);
-  const std::string ns = config.train().job_id();
+  const std::string ns = RendezvousScope(config);
   const std::string key = absl::StrCat("shm/node", topo.node);
   std::unique_ptr<LocalGroup> group;
   if (topo.local_rank == 0) {
@@ -60,7 +61,8 @@ absl::StatusOr<std::unique_ptr<LocalGroup>> OpenNodeGroup(client::Client* client
 absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
   const v1::TrainConfig& train = run.config.train();
   auto model = std::make_unique<Mlp>(train.model());
-  auto opened = OpenJob(run.client, BuildJobSpec(train, *model, run.topo.num_nodes), run.topo);
+  const std::string scope = RendezvousScope(run.config);
+  auto opened = OpenJob(run.client, BuildJobSpec(train, *model, run.topo.num_nodes), run.topo, scope);
   if (!opened.ok()) return opened.status();
   client::JobClient* job = opened->job.get();
   model->Bind(job->layout());
@@ -73,7 +75,7 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
   } else {
     backend = std::make_unique<CpuBackend>(run.group, run.topo.local_rank, std::move(model));
   }
-  Engine engine(run.client, job, backend.get(), train, run.topo, ready_points);
+  Engine engine(run.client, job, backend.get(), train, run.topo, ready_points, scope);
   RankResult result;
   result.start_version = opened->start_version;
   if (auto s = engine.LoadWeights(result.start_version); !s.ok()) return s;

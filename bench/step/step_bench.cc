@@ -112,7 +112,7 @@ int Main() {
   Check(client.status(), "connect");
   auto model = std::make_unique<Mlp>(train.model());
   const Topology topo{0, 1, 0, 1};
-  auto opened = OpenJob(client->get(), BuildJobSpec(train, *model, 1), topo);
+  auto opened = OpenJob(client->get(), BuildJobSpec(train, *model, 1), topo, RendezvousScope(config));
   Check(opened.status(), "register");
   client::JobClient* job = opened->job.get();
   model->Bind(job->layout());
@@ -120,7 +120,7 @@ int Main() {
   auto group = MakeThreadGroup(1, job->layout().total_elems);
   std::vector<uint64_t> ready = model->ReadyPoints();
   CpuBackend backend(group.get(), 0, std::move(model));
-  Engine engine(client->get(), job, &backend, train, topo, ready);
+  Engine engine(client->get(), job, &backend, train, topo, ready, RendezvousScope(config));
   Check(engine.LoadWeights(0), "load weights");
 
   Parts parts = MeasureParts(job, &backend, train);

@@ -77,6 +77,18 @@ absl::StatusOr<std::vector<float>> TrainThroughService(const v1::WorkerConfig& c
   return master;
 }
 
+// Bit-for-bit, naming the first mismatches.
+void ExpectBitIdentical(const std::vector<float>& service, const std::vector<float>& reference) {
+  ASSERT_EQ(service.size(), reference.size());
+  int mismatches = 0;
+  for (size_t i = 0; i < reference.size() && mismatches < 10; ++i) {
+    if (std::memcmp(&service[i], &reference[i], sizeof(float)) != 0) {
+      ADD_FAILURE() << "element " << i << ": service " << service[i] << " reference " << reference[i];
+      ++mismatches;
+    }
+  }
+}
+
 TEST_P(TrainTest, MasterWeightsMatchTheReferenceLoopBitForBit) {
   const Case& c = GetParam();
   auto parsed = ParseTextConfig(kBase);
@@ -109,13 +121,7 @@ TEST_P(TrainTest, MasterWeightsMatchTheReferenceLoopBitForBit) {
   } else {
     EXPECT_EQ(skips, 0);
   }
-  int mismatches = 0;
-  for (size_t i = 0; i < ref.master.size() && mismatches < 10; ++i) {
-    if (std::memcmp(&(*master)[i], &ref.master[i], sizeof(float)) != 0) {
-      ADD_FAILURE() << "element " << i << ": service " << (*master)[i] << " reference " << ref.master[i];
-      ++mismatches;
-    }
-  }
+  ExpectBitIdentical(*master, ref.master);
   EXPECT_TRUE((*cluster)->StopAll().ok());
 }
 
@@ -133,6 +139,28 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"sgd_clipping_one_server", 1,
                            "train { optimizer { kind: OPTIMIZER_SGD_MOMENTUM } gradient_clipping: 0.05 }"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// A second run (new run id) resumes the job where the servers hold it and
+// ends where one uninterrupted run would.
+TEST(TrainResumeTest, NewRunResumesFromTheServersVersion) {
+  auto config = NormalizeConfig(*ParseTextConfig(kBase), 4);
+  ASSERT_TRUE(config.ok()) << config.status();
+  config->mutable_train()->set_job_id("resume");
+  testing::ServerProcessOptions options;
+  options.binary = ZEROSTATE_SERVER_PATH;
+  options.args = {"--threads=2", "--metrics_listen="};
+  auto cluster = testing::ServerCluster::Start(2, options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  v1::WorkerConfig first = *config;
+  first.mutable_train()->set_steps(3);
+  ASSERT_TRUE(TrainThroughService(first, (*cluster)->addresses()).ok());
+  v1::WorkerConfig second = *config;
+  second.mutable_cluster()->set_run_id("second");
+  auto master = TrainThroughService(second, (*cluster)->addresses());
+  ASSERT_TRUE(master.ok()) << master.status();
+  ExpectBitIdentical(*master, RunReference(*config, Topology{0, 2, 0, 2}).master);
+  EXPECT_TRUE((*cluster)->StopAll().ok());
+}
 
 }  // namespace
 }  // namespace zerostate::worker
