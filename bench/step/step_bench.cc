@@ -98,6 +98,29 @@ Parts MeasureParts(client::JobClient* job, CpuBackend* backend, const v1::TrainC
   return p;
 }
 
+// Every figure against the longest part (the step's limit with perfect overlap).
+void PrintFigures(const Parts& parts, double median, uint64_t params, const StepReport& last) {
+  const double longest = std::max({parts.compute, parts.exchange, parts.push, parts.step, parts.gather});
+  if (!absl::GetFlag(FLAGS_json)) {
+    std::printf("model %.1fM parameters, %d server(s), micro-batch %u\n", params / 1e6,
+                absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_micro_batch));
+  }
+  Print("params", static_cast<double>(params), "count", 1e8, params / 1e8);
+  for (auto [name, v] : {std::pair{"part_compute", parts.compute}, {"part_exchange", parts.exchange},
+                         {"part_push", parts.push}, {"part_step", parts.step}, {"part_gather", parts.gather}}) {
+    Print(name, v, "s", longest, v / longest);
+  }
+  Print("push_ns_per_param", parts.push / params * 1e9, "ns", parts.push / params * 1e9, 1.0);
+  Print("step_end_to_end", median, "s", longest, longest / median);
+  Print("step_sum_of_parts", parts.compute + parts.exchange + parts.push + parts.step + parts.gather, "s",
+        longest, longest / (parts.compute + parts.exchange + parts.push + parts.step + parts.gather));
+  const auto& t = last.times;
+  if (!absl::GetFlag(FLAGS_json)) {
+    std::printf("last step split: compute %.3f exchange %.3f push %.3f step %.3f gather %.3f s\n",
+                t.compute, t.exchange, t.push, t.step, t.gather);
+  }
+}
+
 int Main() {
   const v1::WorkerConfig config = BenchConfig();
   const v1::TrainConfig& train = config.train();
@@ -143,25 +166,7 @@ int Main() {
   }
   std::sort(seconds.begin(), seconds.end());
   const double median = seconds[seconds.size() / 2];
-  const double longest = std::max({parts.compute, parts.exchange, parts.push, parts.step, parts.gather});
-  if (!absl::GetFlag(FLAGS_json)) {
-    std::printf("model %.1fM parameters, %d server(s), micro-batch %u\n", params / 1e6,
-                absl::GetFlag(FLAGS_servers), n);
-  }
-  Print("params", static_cast<double>(params), "count", 1e8, params / 1e8);
-  for (auto [name, v] : {std::pair{"part_compute", parts.compute}, {"part_exchange", parts.exchange},
-                         {"part_push", parts.push}, {"part_step", parts.step}, {"part_gather", parts.gather}}) {
-    Print(name, v, "s", longest, v / longest);
-  }
-  Print("push_ns_per_param", parts.push / params * 1e9, "ns", parts.push / params * 1e9, 1.0);
-  Print("step_end_to_end", median, "s", longest, longest / median);
-  Print("step_sum_of_parts", parts.compute + parts.exchange + parts.push + parts.step + parts.gather, "s",
-        longest, longest / (parts.compute + parts.exchange + parts.push + parts.step + parts.gather));
-  const auto& t = last.times;
-  if (!absl::GetFlag(FLAGS_json)) {
-    std::printf("last step split: compute %.3f exchange %.3f push %.3f step %.3f gather %.3f s\n",
-                t.compute, t.exchange, t.push, t.step, t.gather);
-  }
+  PrintFigures(parts, median, params, last);
   Check((*cluster)->StopAll(), "stop servers");
   return 0;
 }
