@@ -43,8 +43,8 @@ uint64_t FlatElems(const v1::WorkerConfig& config) {
 absl::StatusOr<std::unique_ptr<LocalGroup>> OpenNodeGroup(client::Client* client,
                                                           const v1::WorkerConfig& config,
                                                           const Topology& topo) {
-  const std::string name = absl::StrCat("/zerostate-", config.train().job_id(), "-node", topo.node);
   const std::string ns = RendezvousScope(config);
+  const std::string name = absl::StrCat("/zerostate-", ns, "-node", topo.node);
   const std::string key = absl::StrCat("shm/node", topo.node);
   std::unique_ptr<LocalGroup> group;
   if (topo.local_rank == 0) {

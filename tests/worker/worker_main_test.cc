@@ -1,0 +1,130 @@
+// The zerostate-worker binary as a launcher starts it: local ranks as
+// separate processes exchanging through shared memory, or as threads of one
+// process per node; both must end with the same bits. Bad launcher
+// variables and configs are refused with a message naming them.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "tests/testing/server_process.h"
+
+extern char** environ;
+
+namespace zerostate::worker {
+namespace {
+
+struct Proc {
+  pid_t pid = -1;
+  std::string log;
+};
+
+// Starts the worker with extra environment variables and flags; its output goes to `log`.
+Proc Spawn(const std::vector<std::string>& env, const std::vector<std::string>& flags,
+           const std::string& log) {
+  std::vector<std::string> args = {ZEROSTATE_WORKER_PATH};
+  args.insert(args.end(), flags.begin(), flags.end());
+  std::vector<std::string> envs = env;
+  for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  for (auto& e : envs) envp.push_back(e.data());
+  argv.push_back(nullptr);
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  Proc p{-1, log};
+  EXPECT_EQ(posix_spawn(&p.pid, argv[0], &actions, nullptr, argv.data(), envp.data()), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  return p;
+}
+
+// Waits for the process; returns its exit code (-1 if it did not exit normally).
+int Wait(const Proc& p) {
+  int status = 0;
+  if (waitpid(p.pid, &status, 0) != p.pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class WorkerMainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::ServerProcessOptions options;
+    options.binary = ZEROSTATE_SERVER_PATH;
+    options.args = {"--threads=2", "--metrics_listen="};
+    auto server = testing::ServerProcess::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    dir_ = ::testing::TempDir();
+  }
+  std::vector<std::string> Flags(const std::string& job) {
+    return {absl::StrCat("--config=", ZEROSTATE_SOURCE_DIR, "/configs/mlp.textproto"),
+            absl::StrCat("--servers=", server_->address()), "--steps=5", "--metrics_port=0",
+            absl::StrCat("--run_id=", getpid()),  // a shared-memory name no other run uses
+            absl::StrCat("--job_id=", job), absl::StrCat("--dump_weights=", dir_, job, ".bin")};
+  }
+  std::string Path(const std::string& name) { return absl::StrCat(dir_, name); }
+
+  std::unique_ptr<testing::ServerProcess> server_;
+  std::string dir_;
+};
+
+TEST_F(WorkerMainTest, SharedMemoryProcessesMatchThreads) {
+  std::vector<Proc> procs;
+  for (int node = 0; node < 2; ++node) {
+    for (int local = 0; local < 2; ++local) {
+      procs.push_back(Spawn({absl::StrCat("RANK=", node * 2 + local), absl::StrCat("LOCAL_RANK=", local),
+                             "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2", absl::StrCat("NODE_RANK=", node)},
+                            Flags("procs"), Path(absl::StrCat("procs", node, local, ".log"))));
+    }
+  }
+  for (const Proc& p : procs) EXPECT_EQ(Wait(p), 0) << Slurp(p.log);
+  procs.clear();
+  for (int node = 0; node < 2; ++node) {
+    auto flags = Flags("threads");
+    flags.push_back("--local_threads=2");
+    procs.push_back(Spawn({"WORLD_SIZE=4", absl::StrCat("NODE_RANK=", node)}, flags,
+                          Path(absl::StrCat("threads", node, ".log"))));
+  }
+  for (const Proc& p : procs) EXPECT_EQ(Wait(p), 0) << Slurp(p.log);
+  const std::string a = Slurp(Path("procs.bin")), b = Slurp(Path("threads.bin"));
+  EXPECT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "shared-memory processes and threads trained different weights";
+  EXPECT_NE(Slurp(Path("procs00.log")).find("loss: first"), std::string::npos);
+}
+
+TEST_F(WorkerMainTest, BadLauncherVariableIsNamed) {
+  Proc p = Spawn({"WORLD_SIZE=3", "LOCAL_WORLD_SIZE=2"}, Flags("bad-env"), Path("bad-env.log"));
+  EXPECT_EQ(Wait(p), 2);
+  EXPECT_NE(Slurp(p.log).find("WORLD_SIZE"), std::string::npos) << Slurp(p.log);
+}
+
+TEST_F(WorkerMainTest, BadConfigKeyIsNamed) {
+  const std::string cfg = Path("bad.json");
+  std::ofstream(cfg) << R"({"train_micro_batch_size_per_gpu": 4, "fp16": {"enabled": true, "loss_scael": 8}})";
+  auto flags = Flags("bad-config");
+  flags[0] = absl::StrCat("--config=", cfg);
+  Proc p = Spawn({}, flags, Path("bad-config.log"));
+  EXPECT_EQ(Wait(p), 2);
+  EXPECT_NE(Slurp(p.log).find("fp16.loss_scael"), std::string::npos) << Slurp(p.log);
+}
+
+}  // namespace
+}  // namespace zerostate::worker
