@@ -22,10 +22,12 @@ float Uniform(uint64_t seed, uint64_t a, uint64_t b) {
 
 TeacherData::TeacherData(const v1::MlpConfig& config)
     : in_(config.input_dim()), out_(config.output_dim()), seed_(config.data_seed()) {
-  teacher_.resize(size_t{in_} * out_);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(in_));
+  teacher_.resize(size_t{out_} * kTaps);
+  taps_.resize(teacher_.size());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kTaps));
   for (size_t i = 0; i < teacher_.size(); ++i) {
     teacher_[i] = Uniform(seed_, ~uint64_t{0}, i) * scale;
+    taps_[i] = static_cast<uint32_t>(Mix(seed_ ^ Mix(i + 0x5bd1e995ull)) % in_);
   }
 }
 
@@ -35,7 +37,7 @@ void TeacherData::Fill(uint64_t first, uint32_t n, float* x, float* y) const {
     for (uint32_t i = 0; i < in_; ++i) xs[i] = Uniform(seed_, first + s, i);
     for (uint32_t o = 0; o < out_; ++o) {
       float acc = 0;
-      for (uint32_t i = 0; i < in_; ++i) acc += teacher_[size_t{o} * in_ + i] * xs[i];
+      for (uint32_t j = 0; j < kTaps; ++j) acc += teacher_[size_t{o} * kTaps + j] * xs[taps_[size_t{o} * kTaps + j]];
       y[size_t{s} * out_ + o] = std::tanh(2.0f * acc);
     }
   }

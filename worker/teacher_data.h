@@ -1,6 +1,8 @@
 // Synthetic regression data for the built-in model: inputs x ~ U(-1, 1)^in
-// and targets y = tanh(2 T x) for a fixed random teacher matrix T
-// ([out][in], U(-1, 1) / sqrt(in)). Every value is a pure function of
+// and targets y = tanh(2 T x) for a fixed random sparse teacher T: each
+// output reads kTaps inputs (chosen by hash) with weights U(-1, 1) /
+// sqrt(kTaps), so a sample costs O(in + out) however wide the model is.
+// Every value is a pure function of
 // (data_seed, sample index, element), so any rank can produce any sample
 // and a reference loop reproduces the exact data order.
 // Thread-safe: const after construction.
@@ -25,9 +27,11 @@ class TeacherData {
   uint32_t output_dim() const { return out_; }
 
  private:
+  static constexpr uint32_t kTaps = 16;
   uint32_t in_, out_;
   uint64_t seed_;
-  std::vector<float> teacher_;  // [out][in]
+  std::vector<uint32_t> taps_;  // [out][kTaps] input indices
+  std::vector<float> teacher_;  // [out][kTaps] weights
 };
 
 // The global index of sample `j` of micro-batch `micro` of step `step` on

@@ -7,7 +7,8 @@
 #    final fp32 master weights compared with a stated tolerance.
 # 2. Two GPUs as one node of two (NCCL inside the node) and as two nodes of
 #    one each, both against the CPU backend with world size 2.
-# 3. A >= 100M-parameter MLP on one GPU: the worker's per-step time split.
+# 3. A >= 100M-parameter MLP on one GPU: the worker's per-step time split,
+#    and the pure-GPU step (PyTorch, no offload) as the reference.
 set -uo pipefail
 out=${1:-${OUT:-/tmp/zerostate-gpu}}
 mkdir -p "$out"
@@ -73,9 +74,10 @@ fi
 # 3. a 101M-parameter MLP on one GPU.
 cat > "$out/big.textproto" <<'CFG'
 train { job_id: "big" model { input_dim: 2048 hidden: [8192, 8192] output_dim: 2048 }
-        micro_batch_size: 64 steps: 6 block_elems: 262144 }
+        micro_batch_size: 64 steps: 8 block_elems: 262144 }
 CFG
 WORLD_SIZE=1 "$bin/zerostate-worker" --config="$out/big.textproto" --servers="$srv" --metrics_port=0 \
   --backend=cuda >"$out/big_cuda.log" 2>&1
+python3 bench/step/pure_gpu_step.py --batch 64 | tee "$out/pure_gpu.json"
 tail -n 4 "$out"/*.log
 cat "$out/compare.txt"
