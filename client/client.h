@@ -127,6 +127,9 @@ class JobClient {
   const v1::JobSpec& spec() const;  // normalized
   const Layout& layout() const;
 
+  // The flat element range of tensor `name`. Errors: NOT_FOUND naming it.
+  absl::StatusOr<Range> TensorRange(const std::string& name) const;
+
   // Pushes node `node`'s gradient for flat elements `elems` of step `step`.
   // `data` holds elems.size() elements of `dtype`: either the job's
   // grad_dtype (sent as is) or FP32 (converted to grad_dtype).

@@ -140,6 +140,14 @@ JobClient::~JobClient() = default;
 const v1::JobSpec& JobClient::spec() const { return impl_->spec(); }
 const Layout& JobClient::layout() const { return impl_->layout(); }
 
+absl::StatusOr<Range> JobClient::TensorRange(const std::string& name) const {
+  for (const TensorSlot& t : impl_->layout().tensors) {
+    if (t.name == name) return Range{t.offset, t.offset + t.numel};
+  }
+  return absl::NotFoundError(
+      absl::StrCat("tensor: '", name, "' is not in job '", impl_->spec().job_id(), "'"));
+}
+
 Ticket JobClient::PushAsync(uint64_t step, uint32_t node, Range elems, const void* data,
                             v1::DType dtype) {
   return impl_->PushAsync(step, node, elems, data, dtype);

@@ -51,7 +51,7 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
   }
   metrics_->ObserveSeconds(method, absl::ToDoubleSeconds(absl::Now() - start));
   if (status.ok()) return status;
-  std::string retried = attempts > 1 ? absl::StrCat(" (failed ", attempts, " attempts)") : "";
+  std::string retried = attempts > 1 ? absl::StrCat(" (after ", attempts, " attempts)") : "";
   return absl::Status(status.code(), absl::StrCat(MethodName(method), " to ", server.address(),
                                                   retried, ": ", status.message()));
 }

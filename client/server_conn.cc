@@ -1,5 +1,7 @@
 #include "client/server_conn.h"
 
+#include <algorithm>
+
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 
@@ -21,6 +23,14 @@ grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options, int se
   args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 4 << 20);
   args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, 1 << 20);
   args.SetInt(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
+  // Reconnect to a restarted server on the client's own backoff schedule,
+  // not gRPC's default (1 s growing to 120 s), and re-resolve the address
+  // as often (default: at most every 30 s), so retries can reach it.
+  int initial_ms = static_cast<int>(std::max<int64_t>(options.initial_backoff.count(), 10));
+  int max_ms = static_cast<int>(std::max<int64_t>(options.max_backoff.count(), initial_ms));
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial_ms);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
+  args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, initial_ms);
   for (const auto& [name, value] : options.channel_args) args.SetInt(name, value);
   return args;
 }

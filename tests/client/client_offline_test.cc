@@ -167,7 +167,7 @@ TEST_F(ClientOfflineTest, UnreachableServerIsNamedAfterRetries) {
   EXPECT_NE(s.message().find("PushGradients to " + client_->options().servers[0]),
             absl::string_view::npos)
       << s;
-  EXPECT_NE(s.message().find("failed 3 attempts"), absl::string_view::npos) << s;
+  EXPECT_NE(s.message().find("after 3 attempts"), absl::string_view::npos) << s;
 }
 
 TEST_F(ClientOfflineTest, UnreachableServerFailsRegistrationByName) {

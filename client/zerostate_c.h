@@ -1,0 +1,138 @@
+/* The zerostate client library's C API: the C++ API of client/client.h
+ * behind opaque handles, for trainers in Python (ctypes/cffi), Rust or Go.
+ * Link libzerostate_client.so (or the static library).
+ *
+ * Errors: every call that can fail returns a status code, the gRPC code
+ * numbering (ZS_OK = 0, ZS_INVALID_ARGUMENT = 3, ZS_NOT_FOUND = 5,
+ * ZS_UNAVAILABLE = 14, ...). When it is not ZS_OK and `error` is non-null,
+ * *error receives a NUL-terminated message that names the problem (and the
+ * server, for server errors); release it with zs_free_string. On ZS_OK
+ * *error is set to NULL.
+ *
+ * Ownership: handles returned through out-parameters belong to the caller
+ * and are released with their zs_*_free function. A zs_job may outlive its
+ * zs_client. Buffers passed to an async call must stay valid until its
+ * ticket is waited on.
+ *
+ * Thread safety: every function may be called from any thread at once,
+ * except that a handle must not be used while or after it is freed. */
+#ifndef ZEROSTATE_CLIENT_ZEROSTATE_C_H_
+#define ZEROSTATE_CLIENT_ZEROSTATE_C_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct zs_client zs_client;
+typedef struct zs_job zs_job;
+typedef struct zs_ticket zs_ticket;
+
+enum {
+  ZS_OK = 0,
+  ZS_CANCELLED = 1,
+  ZS_UNKNOWN = 2,
+  ZS_INVALID_ARGUMENT = 3,
+  ZS_DEADLINE_EXCEEDED = 4,
+  ZS_NOT_FOUND = 5,
+  ZS_ALREADY_EXISTS = 6,
+  ZS_RESOURCE_EXHAUSTED = 8,
+  ZS_FAILED_PRECONDITION = 9,
+  ZS_ABORTED = 10,
+  ZS_OUT_OF_RANGE = 11,
+  ZS_INTERNAL = 13,
+  ZS_UNAVAILABLE = 14,
+  ZS_DATA_LOSS = 15
+};
+
+/* Wire dtypes, numbered as zerostate.v1.DType. */
+enum { ZS_DTYPE_FP32 = 1, ZS_DTYPE_BF16 = 2, ZS_DTYPE_FP16 = 3 };
+
+/* Mirrors zerostate::client::ClientOptions; see client/client.h for each
+ * field. Fill with zs_client_options_init, then set `servers`. */
+typedef struct zs_client_options {
+  const char* const* servers; /* "host:port", in shard order */
+  size_t num_servers;
+  int channels_per_server;
+  int streams_per_server;
+  size_t chunk_bytes;
+  size_t max_bytes_in_flight;
+  int64_t rpc_timeout_ms;
+  int max_attempts;
+  int64_t initial_backoff_ms;
+  int64_t max_backoff_ms;
+  int threads;
+} zs_client_options;
+
+/* The library's defaults, no servers. */
+void zs_client_options_init(zs_client_options* options);
+
+/* Opens channels to every server. Errors: ZS_INVALID_ARGUMENT. */
+int zs_connect(const zs_client_options* options, zs_client** out, char** error);
+void zs_client_free(zs_client* client);
+
+/* Registers (or attaches to) a job from a serialized zerostate.v1.JobSpec.
+ * Errors: ZS_INVALID_ARGUMENT (unparsable or bad spec), server errors. */
+int zs_register_job(zs_client* client, const void* spec, size_t spec_len, zs_job** out,
+                    char** error);
+/* Attaches to a registered job. Errors: ZS_NOT_FOUND. */
+int zs_attach_job(zs_client* client, const char* job_id, zs_job** out, char** error);
+void zs_job_free(zs_job* job);
+
+/* The job's flat space: padded size, used size, nodes. */
+uint64_t zs_job_total_elems(const zs_job* job);
+uint64_t zs_job_used_elems(const zs_job* job);
+uint32_t zs_job_num_nodes(const zs_job* job);
+/* Flat range [*begin, *end) of the tensor `name`. Errors: ZS_NOT_FOUND. */
+int zs_job_tensor_range(const zs_job* job, const char* name, uint64_t* begin, uint64_t* end,
+                        char** error);
+
+/* Pushes node `node`'s gradient for flat elements [begin, end) of `step`;
+ * `data` holds `data_bytes` bytes of `dtype` elements (fp32 or the job's
+ * grad dtype). Errors: ZS_INVALID_ARGUMENT (range, node, dtype, null data
+ * or data_bytes too small), server errors. */
+int zs_push(zs_job* job, uint64_t step, uint32_t node, uint64_t begin, uint64_t end,
+            const void* data, size_t data_bytes, int dtype, char** error);
+/* The same, asynchronous: *out receives a ticket even when the call fails
+ * early (its wait returns the error). */
+void zs_push_async(zs_job* job, uint64_t step, uint32_t node, uint64_t begin, uint64_t end,
+                   const void* data, size_t data_bytes, int dtype, zs_ticket** out);
+
+/* Blocks until the ticket's call is done; returns its status. */
+int zs_ticket_wait(zs_ticket* ticket, char** error);
+void zs_ticket_free(zs_ticket* ticket);
+
+/* Summed gradient statistics of `step` over every server. */
+int zs_grad_stats(zs_job* job, uint64_t step, double* sum_squares, uint64_t* nonfinite_count,
+                  char** error);
+
+/* Applies step `step` on every server. skip != 0: advance without changes. */
+int zs_step(zs_job* job, uint64_t step, float lr, float grad_scale, int skip, char** error);
+
+/* Gathers flat elements [begin, end) at version >= min_version into `out`
+ * (`out_bytes` bytes of `dtype`: fp32, or the job's weight dtype).
+ * Errors: ZS_INVALID_ARGUMENT (range, dtype, null or too small out). */
+int zs_gather(zs_job* job, uint64_t min_version, uint64_t begin, uint64_t end, void* out,
+              size_t out_bytes, int dtype, char** error);
+void zs_gather_async(zs_job* job, uint64_t min_version, uint64_t begin, uint64_t end, void* out,
+                     size_t out_bytes, int dtype, zs_ticket** out_ticket);
+/* Gathers the fp32 master weights. */
+int zs_gather_master(zs_job* job, uint64_t min_version, uint64_t begin, uint64_t end,
+                     float* out, size_t out_bytes, char** error);
+
+/* Streams initial fp32 weights (jobs registered with streamed_init). */
+int zs_init_weights(zs_job* job, uint64_t begin, uint64_t end, const float* data,
+                    size_t data_bytes, char** error);
+
+/* The lowest version over every server's shard. */
+int zs_version(zs_job* job, uint64_t* version, char** error);
+
+void zs_free_string(char* s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ZEROSTATE_CLIENT_ZEROSTATE_C_H_ */

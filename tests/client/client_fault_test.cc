@@ -1,0 +1,117 @@
+// The client when servers die, restart or stall under it: a clear error
+// naming the server, or a successful retry, never a wrong tensor.
+#include <signal.h>
+
+#include <thread>
+
+#include "prometheus/registry.h"
+#include "tests/client/cluster_fixture.h"
+#include "tests/client/reference_model.h"
+
+namespace zerostate::testing {
+namespace {
+
+using client::Client;
+using client::JobClient;
+
+void ExpectError(const absl::Status& s, absl::StatusCode code, const std::string& needle) {
+  EXPECT_EQ(s.code(), code) << s;
+  EXPECT_NE(s.message().find(needle), absl::string_view::npos) << s;
+}
+
+std::unique_ptr<Client> Connect(const client::ClientOptions& o) {
+  auto c = Client::Connect(o);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
+TEST(ClientFaultTest, KilledServerIsNamedAndRestartedServerIsDetected) {
+  auto cluster = ServerCluster::Start(2, TestServerOptions());
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  client::ClientOptions options = TestClientOptions((*cluster)->addresses());
+  // Retries span seconds: enough to reconnect to the restarted server.
+  options.max_attempts = 10;
+  options.initial_backoff = std::chrono::milliseconds(20);
+  options.max_backoff = std::chrono::milliseconds(200);
+  const std::string victim = (*cluster)->server(1).address();
+  std::unique_ptr<Client> client = Connect(options);
+  v1::JobSpec spec = TestSpec("fault", 1, v1::DTYPE_FP32, v1::DTYPE_FP32);
+  auto job = client->RegisterJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const Layout& layout = (*job)->layout();
+  std::vector<float> g = NodeGradient(layout, 0, 0);
+
+  // Down: every attempt fails; the error names the server.
+  ASSERT_TRUE((*cluster)->server(1).Kill().ok());
+  absl::Status s = (*job)->Push(0, 0, {0, layout.used_elems}, g.data(), v1::DTYPE_FP32);
+  ExpectError(s, absl::StatusCode::kUnavailable, "PushGradients to " + victim);
+  ExpectError(s, absl::StatusCode::kUnavailable, "after 10 attempts");
+
+  // Back, but empty: the job's shard is gone, and gathers say so.
+  ASSERT_TRUE((*cluster)->server(1).Restart().ok());
+  s = (*job)->Push(0, 0, {0, layout.used_elems}, g.data(), v1::DTYPE_FP32);
+  ExpectError(s, absl::StatusCode::kNotFound, victim);
+  std::vector<float> w(layout.total_elems);
+  s = (*job)->Gather(0, {0, layout.total_elems}, w.data(), v1::DTYPE_FP32);
+  ExpectError(s, absl::StatusCode::kNotFound, victim);
+
+  // Registered again by someone else: the old handle notices the restart.
+  std::unique_ptr<Client> other = Connect(options);
+  ASSERT_TRUE(other->RegisterJob(spec).ok());
+  s = (*job)->Push(0, 0, {0, layout.used_elems}, g.data(), v1::DTYPE_FP32);
+  ExpectError(s, absl::StatusCode::kAborted, "server " + victim + " restarted");
+  ExpectError((*job)->Step(0, 0.1f, 1.0f, false), absl::StatusCode::kAborted, victim);
+}
+
+TEST(ClientFaultTest, StalledServerIsRetriedAndAppliesThePushExactlyOnce) {
+  auto server = ServerProcess::Start(TestServerOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  client::ClientOptions options = TestClientOptions({(*server)->address()});
+  options.rpc_timeout = std::chrono::milliseconds(300);
+  options.max_attempts = 100;  // rides out a stall of many seconds
+  options.max_backoff = std::chrono::milliseconds(100);
+  options.metrics = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<Client> client = Connect(options);
+  auto job = client->RegisterJob(TestSpec("stall", 1, v1::DTYPE_BF16, v1::DTYPE_BF16));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ReferenceModel ref((*job)->spec());
+  const uint64_t used = ref.layout().used_elems;
+  std::vector<float> g = NodeGradient(ref.layout(), 0, 0);
+
+  ASSERT_EQ(kill((*server)->pid(), SIGSTOP), 0);
+  client::Ticket push = (*job)->PushAsync(0, 0, {0, used}, g.data(), v1::DTYPE_FP32);
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // let attempts time out
+  ASSERT_EQ(kill((*server)->pid(), SIGCONT), 0);
+  ASSERT_TRUE(push.Wait().ok()) << push.Wait();
+  // A second, identical push (a trainer's retry) is acknowledged and ignored.
+  ASSERT_TRUE((*job)->Push(0, 0, {0, used}, g.data(), v1::DTYPE_FP32).ok());
+
+  ASSERT_TRUE((*job)->Step(0, 0.05f, 1.0f, false).ok());
+  ref.Step(0, {g}, 0.05f, 1.0f);
+  std::vector<float> got(ref.layout().total_elems);
+  ASSERT_TRUE((*job)->Gather(1, {0, got.size()}, got.data(), v1::DTYPE_FP32).ok());
+  ExpectBitIdentical(got.data(), ref.GatheredWeights().data(), got.size(), "weights");
+}
+
+TEST(ClientFaultTest, ServerErrorsNameTheServerAndTheProblem) {
+  auto server = ServerProcess::Start(TestServerOptions());
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::unique_ptr<Client> client = Connect(TestClientOptions({(*server)->address()}));
+  const std::string addr = (*server)->address();
+  ExpectError(client->AttachJob("nope").status(), absl::StatusCode::kNotFound,
+              "JobStatus to " + addr);
+  auto job = client->RegisterJob(TestSpec("errors", 2, v1::DTYPE_FP32, v1::DTYPE_FP32));
+  ASSERT_TRUE(job.ok()) << job.status();
+  // A job of the same id with another layout is refused by the server.
+  v1::JobSpec other = TestSpec("errors", 3, v1::DTYPE_FP32, v1::DTYPE_FP32);
+  ExpectError(client->RegisterJob(other).status(), absl::StatusCode::kAlreadyExists,
+              "RegisterJob to " + addr);
+  // A step far in the future.
+  ExpectError((*job)->Step(1000, 0.1f, 1.0f, false), absl::StatusCode::kFailedPrecondition,
+              "Step to " + addr);
+  ExpectError((*job)->Step(0, std::nanf(""), 1.0f, false), absl::StatusCode::kInvalidArgument,
+              "lr");
+}
+
+}  // namespace
+}  // namespace zerostate::testing
