@@ -147,13 +147,18 @@ Layout LayoutOf(const v1::JobSpec& spec) {
 }
 
 std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b) {
-  google::protobuf::util::MessageDifferencer diff;
   std::string report;
-  diff.ReportDifferencesToString(&report);
-  if (diff.Compare(a, b)) return "";
-  // The report's first line starts with "modified: field: a -> b".
-  auto nl = report.find('\n');
-  return report.substr(0, nl);
+  bool equal = false;
+  {
+    // The reporter flushes into `report` when the differencer goes away.
+    google::protobuf::util::MessageDifferencer diff;
+    diff.ReportDifferencesToString(&report);
+    equal = diff.Compare(a, b);
+  }
+  if (equal) return "";
+  // The report's first line reads like "modified: tensors[0].shape[1]: 30 -> 31".
+  std::string first = report.substr(0, report.find('\n'));
+  return first.empty() ? "the specs differ" : first;
 }
 
 size_t DTypeSize(v1::DType dtype) {

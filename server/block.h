@@ -42,6 +42,9 @@ struct Block {
   // The next low-precision copy, written by a step whose new state is not
   // yet stored (tiers that do not update in place); swapped in on commit.
   AlignedBuffer<uint16_t> next_lowp ABSL_GUARDED_BY(mu);
+  // The block's state at the version a running checkpoint writes, saved
+  // just before a step moves the block past it (copy-on-write).
+  AlignedBuffer<float> snapshot ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace zerostate::server

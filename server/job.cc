@@ -33,10 +33,11 @@ Job::Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_inde
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Create(v1::JobSpec spec,
                                                  std::vector<std::string> servers,
-                                                 uint32_t shard_index,
+                                                 uint32_t shard_index, bool initialize,
                                                  const TierOptions& tiers) {
   std::unique_ptr<Job> job(new Job(std::move(spec), std::move(servers), shard_index));
   if (auto s = job->CreateTier(tiers); !s.ok()) return s;
+  if (!initialize) return job;
   if (auto s = job->InitializeWeights(); !s.ok()) return s;
   return job;
 }
@@ -207,6 +208,7 @@ void Job::ComputeBlock(Block& b, float* state, const StepParams& params) {
   refs.v = tier_->shape().arrays > 2 ? state + 2 * be : nullptr;
   refs.grad = b.acc.sum();
   refs.n = b.required;
+  CopyOnWrite(b, state);
   if (!b.lowp.empty()) {
     if (!tier_->in_place()) b.next_lowp = AlignedBuffer<uint16_t>(be);
     refs.lowp = tier_->in_place() ? b.lowp.data() : b.next_lowp.data();
@@ -299,6 +301,10 @@ uint64_t Job::SkipStep(uint64_t step) {
   for (auto& bp : blocks_data_) {
     absl::MutexLock lock(&bp->mu);
     if (bp->version != step) continue;
+    if (bp->version == cow_version_.load() && bp->snapshot.empty()) {
+      AlignedBuffer<float> state(tier_->shape().block_floats());
+      if (tier_->Load(bp->local, state.data()).ok()) bp->snapshot = std::move(state);
+    }
     CommitBlock(*bp);
     skipped += bp->required;
   }
@@ -312,7 +318,8 @@ absl::StatusOr<Range> Job::CheckGather(const v1::GatherRequest& req) const {
                      DTypeName(spec_.weight_dtype())));
   }
   Range shard{blocks_.begin * layout_.block_elems, blocks_.end * layout_.block_elems};
-  Range r{req.begin(), req.end() == 0 ? shard.end : req.end()};
+  // begin = end = 0 asks for the whole shard.
+  Range r = req.begin() == 0 && req.end() == 0 ? shard : Range{req.begin(), req.end()};
   if (r.begin >= r.end || r.begin < shard.begin || r.end > shard.end) {
     return absl::InvalidArgumentError(absl::StrCat("range: [", r.begin, ", ", r.end,
                                                    ") is empty or outside this server's shard [",
@@ -399,6 +406,75 @@ void Job::Shutdown() {
   shutting_down_ = true;
   // Releasing each block's mutex makes absl re-evaluate its waiters' conditions.
   for (auto& bp : blocks_data_) absl::MutexLock lock(&bp->mu);
+}
+
+void Job::CopyOnWrite(Block& b, const float* state) {
+  if (b.version != cow_version_.load() || !b.snapshot.empty()) return;
+  b.snapshot = AlignedBuffer<float>(tier_->shape().block_floats());
+  std::memcpy(b.snapshot.data(), state, b.snapshot.size() * sizeof(float));
+}
+
+absl::StatusOr<std::unique_ptr<Job::CheckpointGuard>> Job::BeginCheckpoint(uint64_t version) {
+  auto guard = std::make_unique<CheckpointGuard>(this);
+  // Set first, then check: a step that locks a block after the check sees it.
+  cow_version_ = version;
+  for (auto& bp : blocks_data_) {
+    absl::MutexLock lock(&bp->mu);
+    if (bp->version > version) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("version: ", version, " is from the past; block ", bp->index,
+                       " is already at version ", bp->version));
+    }
+  }
+  return guard;
+}
+
+Job::CheckpointGuard::CheckpointGuard(Job* job) : job_(job) {
+  absl::MutexLock lock(&job->checkpoint_mu_);
+  job->checkpoint_mu_.Await(absl::Condition(
+      +[](bool* running) { return !*running; }, &job->checkpoint_running_));
+  job->checkpoint_running_ = true;
+}
+
+Job::CheckpointGuard::~CheckpointGuard() {
+  job_->cow_version_ = kNoCheckpoint;
+  for (auto& bp : job_->blocks_data_) {
+    absl::MutexLock lock(&bp->mu);
+    bp->snapshot = AlignedBuffer<float>();
+  }
+  absl::MutexLock lock(&job_->checkpoint_mu_);
+  job_->checkpoint_running_ = false;
+}
+
+absl::Status Job::SnapshotBlock(uint64_t local, uint64_t version, absl::Time deadline,
+                                float* out) {
+  Block& b = *blocks_data_[local];
+  absl::MutexLock lock(&b.mu);
+  auto status = AwaitBlock(
+      b, deadline, [&] { return b.version >= version; },
+      [&] {
+        return absl::StrCat("block ", b.index, " is at version ", b.version,
+                            " and did not reach version ", version, " in time");
+      });
+  if (!status.ok()) return status;
+  if (b.version == version) return tier_->Load(local, out);
+  if (b.snapshot.empty()) {
+    return absl::InternalError(absl::StrCat("block ", b.index, " moved past version ", version,
+                                            " without a copy-on-write snapshot"));
+  }
+  std::memcpy(out, b.snapshot.data(), b.snapshot.size() * sizeof(float));
+  b.snapshot = AlignedBuffer<float>();
+  return absl::OkStatus();
+}
+
+absl::Status Job::RestoreBlock(uint64_t local, const float* state, uint64_t version) {
+  Block& b = *blocks_data_[local];
+  absl::MutexLock lock(&b.mu);
+  if (auto s = tier_->Store(local, state); !s.ok()) return s;
+  if (!b.lowp.empty()) EncodeFloats(state, b.required, spec_.weight_dtype(), b.lowp.data());
+  b.version = version;
+  b.acc.Reset();
+  return absl::OkStatus();
 }
 
 }  // namespace zerostate::server

@@ -41,9 +41,11 @@ class Job {
   // zero awaiting InitWeights). The state lives in the tier spec.tier() chooses,
   // built with `tiers` (tier_factory.h). REQUIRES: spec normalized,
   // shard_index < servers.size(). Errors: those of MakeTier, the tier's I/O.
+  // With initialize=false the weights stay zero for RestoreBlock.
   static absl::StatusOr<std::unique_ptr<Job>> Create(v1::JobSpec spec,
                                                      std::vector<std::string> servers,
                                                      uint32_t shard_index,
+                                                     bool initialize = true,
                                                      const TierOptions& tiers = TierOptions());
 
   // RAM a job with this spec and shard would hold, before any staging: on
@@ -100,6 +102,27 @@ class Job {
   // Wakes every waiter with UNAVAILABLE; later waits fail at once.
   void Shutdown();
 
+  // --- Checkpoints (server/checkpoint/) ---
+
+  // Starts a checkpoint of `version`: from now on each block keeps a copy
+  // of its state at `version` before a step moves it past (copy-on-write),
+  // so training goes on while the checkpoint is written. One checkpoint
+  // per job at a time: a second waits. Errors: FAILED_PRECONDITION when a
+  // block is already past `version`.
+  class CheckpointGuard;
+  absl::StatusOr<std::unique_ptr<CheckpointGuard>> BeginCheckpoint(uint64_t version);
+
+  // Copies block `local`'s state at the checkpoint's version into `out`
+  // (tier shape().block_floats() floats), waiting until the block reaches
+  // it. Errors: DEADLINE_EXCEEDED, UNAVAILABLE, the tier's I/O errors.
+  absl::Status SnapshotBlock(uint64_t local, uint64_t version, absl::Time deadline, float* out);
+
+  // Loads block `local`'s state (from a checkpoint) and sets its version.
+  // Only for a job not yet visible to callers (JobRegistry::Restore).
+  absl::Status RestoreBlock(uint64_t local, const float* state, uint64_t version);
+
+  const TierShape& tier_shape() const { return tier_->shape(); }
+
  private:
   struct ChunkRef {
     Block* block;
@@ -136,7 +159,24 @@ class Job {
   std::unique_ptr<StateTier> tier_;
   uint64_t state_bytes_ = 0;  // constant after Create
   absl::Mutex step_mu_;  // one optimizer pass per job at a time
+  absl::Mutex checkpoint_mu_;
+  bool checkpoint_running_ ABSL_GUARDED_BY(checkpoint_mu_) = false;  // one at a time
+  static constexpr uint64_t kNoCheckpoint = UINT64_MAX;
+  std::atomic<uint64_t> cow_version_{kNoCheckpoint};
+  // Saves b's state before a step moves it past the checkpoint's version.
+  void CopyOnWrite(Block& b, const float* state);
   std::atomic<bool> shutting_down_{false};
+};
+
+// Ends the checkpoint (stops copy-on-write, frees snapshots) when destroyed.
+// May be destroyed on another thread than the one that began the checkpoint.
+class Job::CheckpointGuard {
+ public:
+  explicit CheckpointGuard(Job* job);
+  ~CheckpointGuard();
+
+ private:
+  Job* job_;
 };
 
 }  // namespace zerostate::server

@@ -4,11 +4,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "server/aligned_buffer.h"
+#include "server/checkpoint/checkpoint_reader.h"
 
 namespace zerostate::server {
 namespace {
 
-absl::Status CheckServers(const v1::RegisterJobRequest& req) {
+template <typename Request>
+absl::Status CheckServers(const Request& req) {
   if (req.servers_size() == 0) {
     return absl::InvalidArgumentError("servers: the job's server list is empty");
   }
@@ -63,12 +66,102 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
                      ram_budget_ - ram_used_, " of the RAM budget ", ram_budget_, " are free"));
   }
   std::vector<std::string> servers(req.servers().begin(), req.servers().end());
-  auto created = Job::Create(*std::move(spec), std::move(servers), req.shard_index(), tiers_);
+  auto created = Job::Create(*std::move(spec), std::move(servers), req.shard_index(),
+                             /*initialize=*/true, tiers_);
   if (!created.ok()) return created.status();
   std::shared_ptr<Job> job = *std::move(created);
   ram_used_ += bytes;
   jobs_[job->spec().job_id()] = job;
   return Registered{job, true};
+}
+
+uint64_t JobRegistry::FreeFor(const std::string& job_id) const {
+  uint64_t free = ram_budget_ - ram_used_;
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) {
+    free += it->second->state_bytes();
+  }
+  return free;
+}
+
+namespace {
+
+absl::StatusOr<v1::JobSpec> RestoredSpec(const CheckpointReader& reader,
+                                         const v1::RestoreRequest& req) {
+  v1::JobSpec spec = reader.spec();
+  if (!req.job_id().empty() && req.job_id() != spec.job_id()) {
+    return absl::InvalidArgumentError(absl::StrCat("job_id: the checkpoint holds job '",
+                                                   spec.job_id(), "', not '", req.job_id(), "'"));
+  }
+  if (req.num_nodes() != 0) spec.set_num_nodes(req.num_nodes());
+  return NormalizeJobSpec(spec);
+}
+
+// Restoring over a registered job keeps its layout: a checkpoint of
+// another layout is refused rather than silently changing the model.
+absl::Status CheckSameLayout(const v1::JobSpec& registered, const v1::JobSpec& restored) {
+  v1::JobSpec a = registered, b = restored;
+  a.set_num_nodes(0);
+  b.set_num_nodes(0);
+  std::string diff = FirstDifference(a, b);
+  if (diff.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the checkpoint's job differs from the registered job '", registered.job_id(), "': ", diff,
+      "; delete the job first to restore a different one"));
+}
+
+absl::Status LoadShard(const CheckpointReader& reader, Job& job) {
+  AlignedBuffer<float> state(reader.block_floats());
+  for (uint64_t local = 0; local < job.blocks().size(); ++local) {
+    if (auto s = reader.ReadBlock(job.blocks().begin + local, state.data()); !s.ok()) return s;
+    if (auto s = job.RestoreBlock(local, state.data(), reader.version()); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRequest& req) {
+  if (auto s = CheckServers(req); !s.ok()) return s;
+  auto reader = CheckpointReader::Open(req.path());
+  if (!reader.ok()) return reader.status();
+  auto spec = RestoredSpec(**reader, req);
+  if (!spec.ok()) return spec.status();
+  Layout layout = LayoutOf(*spec);
+  Range blocks = ShardBlocks(layout.num_blocks(), req.servers_size(), req.shard_index());
+  uint64_t bytes = Job::EstimateBytes(*spec, blocks.size(), tiers_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = jobs_.find(spec->job_id()); it != jobs_.end()) {
+      if (auto s = CheckSameLayout(it->second->spec(), *spec); !s.ok()) return s;
+    }
+    if (bytes > FreeFor(spec->job_id())) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "restoring job '", spec->job_id(), "' needs ", bytes, " bytes of the RAM budget"));
+    }
+  }
+  std::vector<std::string> servers(req.servers().begin(), req.servers().end());
+  auto job = Job::Create(*spec, std::move(servers), req.shard_index(), /*initialize=*/false,
+                         tiers_);
+  if (!job.ok()) return job.status();
+  if (auto s = LoadShard(**reader, **job); !s.ok()) return s;
+  std::shared_ptr<Job> loaded = *std::move(job);
+  std::shared_ptr<Job> replaced;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return absl::UnavailableError("server is shutting down");
+    if (bytes > FreeFor(spec->job_id())) {
+      return absl::ResourceExhaustedError("RAM budget taken while the checkpoint was loading");
+    }
+    auto& slot = jobs_[spec->job_id()];
+    if (slot) {
+      ram_used_ -= slot->state_bytes();
+      replaced = slot;
+    }
+    slot = loaded;
+    ram_used_ += bytes;
+  }
+  if (replaced) replaced->Shutdown();
+  return Registered{loaded, true};
 }
 
 absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Get(const std::string& job_id) const {

@@ -36,6 +36,15 @@ class JobRegistry {
   // (shutting down). Nothing is allocated on error.
   absl::StatusOr<Registered> Register(const v1::RegisterJobRequest& req);
 
+  // Loads a checkpoint (written by any number of servers) as this server's
+  // shard of the job on the cluster req.servers(), replacing the job if it
+  // exists (its waiting calls fail with UNAVAILABLE). Everything is read
+  // and verified before the job is swapped in: on error nothing changes.
+  // Errors: as CheckpointReader::Open and ReadBlock, INVALID_ARGUMENT
+  // (servers, shard_index, job_id other than the checkpoint's, num_nodes),
+  // RESOURCE_EXHAUSTED (RAM budget).
+  absl::StatusOr<Registered> Restore(const v1::RestoreRequest& req);
+
   // NOT_FOUND names the job id.
   absl::StatusOr<std::shared_ptr<Job>> Get(const std::string& job_id) const;
 
@@ -55,6 +64,8 @@ class JobRegistry {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   uint64_t ram_used_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bytes free for a job that would replace `replacing` (may be null).
+  uint64_t FreeFor(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
+#include "server/checkpoint/checkpoint_writer.h"
 
 namespace zerostate::server {
 
@@ -171,17 +172,33 @@ grpc::Status StateServiceImpl::DeleteJob(grpc::ServerContext*, const v1::DeleteJ
   });
 }
 
-grpc::Status StateServiceImpl::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest*,
-                                          v1::CheckpointResponse*) {
-  return Serve("Checkpoint", [&](Traffic&) {
-    return absl::UnimplementedError("Checkpoint: the checkpoint tier is not built yet");
+grpc::Status StateServiceImpl::Checkpoint(grpc::ServerContext* ctx,
+                                          const v1::CheckpointRequest* req,
+                                          v1::CheckpointResponse* resp) {
+  return Serve("Checkpoint", [&](Traffic& t) -> absl::Status {
+    auto job = jobs_.Get(req->job_id());
+    if (!job.ok()) return job.status();
+    auto written = WriteCheckpoint(**job, req->version(), req->root(), DeadlineOf(ctx));
+    if (!written.ok()) return written.status();
+    t.out = written->bytes;
+    resp->set_version(req->version());
+    resp->set_bytes_written(written->bytes);
+    resp->set_path(written->dir);
+    resp->set_incarnation(incarnation_);
+    return absl::OkStatus();
   });
 }
 
-grpc::Status StateServiceImpl::Restore(grpc::ServerContext*, const v1::RestoreRequest*,
-                                       v1::RestoreResponse*) {
-  return Serve("Restore", [&](Traffic&) {
-    return absl::UnimplementedError("Restore: the checkpoint tier is not built yet");
+grpc::Status StateServiceImpl::Restore(grpc::ServerContext*, const v1::RestoreRequest* req,
+                                       v1::RestoreResponse* resp) {
+  return Serve("Restore", [&](Traffic&) -> absl::Status {
+    auto reg = jobs_.Restore(*req);
+    if (!reg.ok()) return reg.status();
+    *resp->mutable_info() = reg->job->Info();
+    resp->set_incarnation(incarnation_);
+    metrics_.SetJob(reg->job->spec().job_id(), resp->info().state_bytes(), resp->info().version());
+    PublishRam();
+    return absl::OkStatus();
   });
 }
 

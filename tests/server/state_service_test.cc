@@ -279,8 +279,16 @@ TEST_F(StateServiceTest, BadInputsGetCodesNamingTheFieldAndChangeNothing) {
 
   v1::CheckpointRequest creq;
   v1::CheckpointResponse cresp;
-  ExpectCode(stub_->Checkpoint(Context().get(), creq, &cresp), grpc::StatusCode::UNIMPLEMENTED,
-             "Checkpoint");
+  creq.set_job_id("svc");
+  creq.set_root("relative");
+  ExpectCode(stub_->Checkpoint(Context().get(), creq, &cresp), grpc::StatusCode::INVALID_ARGUMENT,
+             "root");
+  v1::RestoreRequest rreq;
+  v1::RestoreResponse restored;
+  rreq.set_path("/nonexistent/zerostate/ckpt");
+  rreq.add_servers(server_->address());
+  ExpectCode(stub_->Restore(Context().get(), rreq, &restored), grpc::StatusCode::NOT_FOUND,
+             "/nonexistent/zerostate/ckpt");
 }
 
 TEST_F(StateServiceTest, HealthMetricsAndCleanShutdown) {

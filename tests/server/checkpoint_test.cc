@@ -1,0 +1,275 @@
+// Checkpoints driven without a network: write from S servers' shards,
+// restore onto any other number with bit-identical continuation, taken
+// while training goes on (copy-on-write), and every bad checkpoint refused
+// with nothing loaded.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "server/checkpoint/checkpoint_files.h"
+#include "server/checkpoint/checkpoint_reader.h"
+#include "server/checkpoint/checkpoint_writer.h"
+#include "server/job_registry.h"
+
+namespace zerostate::server {
+namespace {
+
+constexpr uint32_t kBlock = 128;
+
+v1::JobSpec Spec() {
+  v1::JobSpec spec;
+  spec.set_job_id("ck");
+  auto* w = spec.add_tensors();
+  w->set_name("w");
+  w->add_shape(33);
+  w->add_shape(21);
+  auto* b = spec.add_tensors();
+  b->set_name("b");
+  b->add_shape(33);
+  spec.mutable_optimizer()->set_kind(v1::OPTIMIZER_ADAMW);
+  spec.set_num_nodes(1);
+  spec.set_grad_dtype(v1::DTYPE_FP32);
+  spec.set_weight_dtype(v1::DTYPE_BF16);
+  spec.set_block_elems(kBlock);
+  spec.set_seed(3);
+  return spec;
+}
+
+std::vector<std::string> Servers(int n) {
+  std::vector<std::string> s;
+  for (int i = 0; i < n; ++i) s.push_back("s" + std::to_string(i) + ":1");
+  return s;
+}
+
+// A job sharded over n in-process "servers", each its own registry.
+struct Cluster {
+  explicit Cluster(int n) : pool(2) {
+    for (int i = 0; i < n; ++i) registries.push_back(std::make_unique<JobRegistry>(1 << 30));
+  }
+  void Register() {
+    for (size_t i = 0; i < registries.size(); ++i) {
+      v1::RegisterJobRequest req;
+      *req.mutable_spec() = Spec();
+      for (auto& s : Servers(registries.size())) req.add_servers(s);
+      req.set_shard_index(i);
+      ASSERT_TRUE(registries[i]->Register(req).ok());
+    }
+  }
+  absl::Status Restore(const std::string& dir) {
+    for (size_t i = 0; i < registries.size(); ++i) {
+      v1::RestoreRequest req;
+      req.set_path(dir);
+      for (auto& s : Servers(registries.size())) req.add_servers(s);
+      req.set_shard_index(i);
+      if (auto r = registries[i]->Restore(req); !r.ok()) return r.status();
+    }
+    return absl::OkStatus();
+  }
+  Job& job(size_t i) { return **registries[i]->Get("ck"); }
+  // One step with a gradient that depends only on (step, element).
+  void Step(uint64_t step) {
+    for (size_t i = 0; i < registries.size(); ++i) {
+      Job& j = job(i);
+      for (uint64_t b = j.blocks().begin; b < j.blocks().end; ++b) {
+        std::vector<float> g(kBlock);
+        for (uint32_t e = 0; e < kBlock; ++e) g[e] = std::sin(0.1f * (b * kBlock + e) + step);
+        v1::Chunk c;
+        c.set_job_id("ck");
+        c.set_step(step);
+        c.set_block(b);
+        c.set_dtype(v1::DTYPE_FP32);
+        c.set_data(std::string(reinterpret_cast<char*>(g.data()), g.size() * 4));
+        ASSERT_TRUE(j.Push(c).ok());
+      }
+      v1::StepRequest req;
+      req.set_step(step);
+      req.set_lr(0.01f);
+      ASSERT_TRUE(j.Step(req, absl::Now() + absl::Seconds(5), pool).ok());
+    }
+  }
+  // The fp32 master weights of the whole job, gathered shard by shard.
+  std::vector<float> Weights(uint64_t version) {
+    std::vector<float> out;
+    for (size_t i = 0; i < registries.size(); ++i) {
+      v1::GatherRequest req;
+      req.set_dtype(v1::DTYPE_FP32);
+      Job& j = job(i);
+      auto s = j.Gather(*j.CheckGather(req), version, v1::DTYPE_FP32, 1000,
+                        absl::Now() + absl::Seconds(5), [&](const v1::Chunk& c) {
+                          auto* f = reinterpret_cast<const float*>(c.data().data());
+                          out.insert(out.end(), f, f + c.data().size() / 4);
+                          return true;
+                        });
+      EXPECT_TRUE(s.ok()) << s;
+    }
+    return out;
+  }
+  std::string Checkpoint(const std::string& root, uint64_t version) {
+    std::string dir;
+    for (size_t i = 0; i < registries.size(); ++i) {
+      auto w = WriteCheckpoint(job(i), version, root, absl::Now() + absl::Seconds(5));
+      EXPECT_TRUE(w.ok()) << w.status();
+      dir = w->dir;
+    }
+    return dir;
+  }
+  ThreadPool pool;
+  std::vector<std::unique_ptr<JobRegistry>> registries;
+};
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/zs-ckpt-XXXXXX";
+    root_ = mkdtemp(tmpl);
+  }
+  void TearDown() override { std::filesystem::remove_all(root_); }
+  std::string root_;
+};
+
+void ExpectError(const absl::Status& s, absl::StatusCode code, const std::string& needle) {
+  EXPECT_EQ(s.code(), code) << s;
+  EXPECT_NE(s.message().find(needle), std::string::npos) << "'" << needle << "' not in: " << s;
+}
+
+TEST_F(CheckpointTest, RestoresOntoAnyServerCountWithBitIdenticalContinuation) {
+  for (auto [from, to] : {std::pair{1, 3}, std::pair{3, 2}}) {
+    Cluster a(from);
+    a.Register();
+    a.Step(0);
+    a.Step(1);
+    std::string dir = a.Checkpoint(root_ + "/" + std::to_string(from), 2);
+    auto reader = CheckpointReader::Open(dir);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    EXPECT_EQ((*reader)->num_shards(), static_cast<uint32_t>(from));
+    EXPECT_TRUE((*reader)->VerifyAll().ok());
+
+    Cluster b(to);
+    ASSERT_TRUE(b.Restore(dir).ok());
+    EXPECT_EQ(b.job(0).Info().version(), 2u);
+    EXPECT_EQ(b.Weights(2), a.Weights(2)) << from << " -> " << to;
+    a.Step(2);
+    b.Step(2);  // Adam's moments and step count came back too
+    EXPECT_EQ(b.Weights(3), a.Weights(3)) << from << " -> " << to;
+  }
+}
+
+TEST_F(CheckpointTest, TakenWhileTrainingGoesOn) {
+  Cluster a(1);
+  a.Register();
+  a.Step(0);
+  auto guard = a.job(0).BeginCheckpoint(2);  // copy-on-write from here on
+  ASSERT_TRUE(guard.ok()) << guard.status();
+  absl::StatusOr<CheckpointWritten> written;
+  std::thread writer([&] {
+    written = WriteCheckpoint(a.job(0), *std::move(guard), 2, root_,
+                              absl::Now() + absl::Seconds(10));
+  });
+  a.Step(1);
+  std::vector<float> at2 = a.Weights(2);
+  a.Step(2);  // may move blocks past 2 before the writer reaches them
+  a.Step(3);
+  writer.join();
+  ASSERT_TRUE(written.ok()) << written.status();
+  Cluster b(2);
+  ASSERT_TRUE(b.Restore(written->dir).ok());
+  EXPECT_EQ(b.Weights(2), at2);
+}
+
+TEST_F(CheckpointTest, CheckpointOfThePastIsRefused) {
+  Cluster a(1);
+  a.Register();
+  a.Step(0);
+  a.Step(1);
+  ExpectError(WriteCheckpoint(a.job(0), 1, root_, absl::Now()).status(),
+              absl::StatusCode::kFailedPrecondition, "from the past");
+  ExpectError(WriteCheckpoint(a.job(0), 5, root_, absl::Now() + absl::Milliseconds(20)).status(),
+              absl::StatusCode::kDeadlineExceeded, "version 5");
+  ExpectError(WriteCheckpoint(a.job(0), 2, "relative/dir", absl::Now()).status(),
+              absl::StatusCode::kInvalidArgument, "root");
+}
+
+class BadCheckpointTest : public CheckpointTest {
+ protected:
+  void SetUp() override {
+    CheckpointTest::SetUp();
+    Cluster a(2);
+    a.Register();
+    a.Step(0);
+    dir_ = a.Checkpoint(root_, 1);
+    target_ = std::make_unique<Cluster>(1);
+    target_->Register();
+    before_ = target_->Weights(0);
+  }
+  // The restore fails with `code` naming `needle`, and the target keeps its job.
+  void ExpectRefused(absl::StatusCode code, const std::string& needle) {
+    ExpectError(target_->Restore(dir_), code, needle);
+    EXPECT_EQ(target_->job(0).Info().version(), 0u);
+    EXPECT_EQ(target_->Weights(0), before_);
+  }
+  void EditManifest(const std::function<void(v1::ShardManifest&)>& edit) {
+    std::string path = dir_ + "/" + ShardManifestName(1, 2);
+    auto m = *ReadManifest(path);
+    edit(m);
+    ASSERT_TRUE(WriteManifest(path, m).ok());
+  }
+  std::string dir_;
+  std::unique_ptr<Cluster> target_;
+  std::vector<float> before_;
+};
+
+TEST_F(BadCheckpointTest, MissingManifest) {
+  std::filesystem::remove(dir_ + "/" + ShardManifestName(1, 2));
+  ExpectRefused(absl::StatusCode::kNotFound, ShardManifestName(1, 2));
+}
+
+TEST_F(BadCheckpointTest, MissingDataFile) {
+  std::filesystem::remove(dir_ + "/" + ShardDataName(0, 2));
+  ExpectRefused(absl::StatusCode::kNotFound, ShardDataName(0, 2));
+}
+
+TEST_F(BadCheckpointTest, WrongChecksum) {
+  std::fstream f(dir_ + "/" + ShardDataName(1, 2), std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(10);
+  f.put('\x7f');
+  f.close();
+  ExpectRefused(absl::StatusCode::kDataLoss, "checksum mismatch in block");
+}
+
+TEST_F(BadCheckpointTest, NewerFormatVersion) {
+  EditManifest([](v1::ShardManifest& m) { m.set_format_version(2); });
+  ExpectRefused(absl::StatusCode::kFailedPrecondition, "format version 2 is newer");
+}
+
+TEST_F(BadCheckpointTest, ShardsThatDisagree) {
+  EditManifest([](v1::ShardManifest& m) { m.mutable_spec()->mutable_tensors(1)->set_shape(0, 34); });
+  ExpectRefused(absl::StatusCode::kFailedPrecondition, "disagrees with shard 0");
+}
+
+TEST_F(BadCheckpointTest, DifferentLayoutThanTheRegisteredJob) {
+  for (int i = 0; i < 2; ++i) {
+    std::string path = dir_ + "/" + ShardManifestName(i, 2);
+    auto m = *ReadManifest(path);
+    m.mutable_spec()->mutable_tensors(0)->set_name("renamed");
+    ASSERT_TRUE(WriteManifest(path, m).ok());
+  }
+  ExpectRefused(absl::StatusCode::kFailedPrecondition, "differs from the registered job");
+}
+
+TEST_F(BadCheckpointTest, UnparsableManifestAndWrongJobId) {
+  {
+    std::ofstream f(dir_ + "/" + ShardManifestName(1, 2));
+    f << "{ not json";
+  }
+  ExpectRefused(absl::StatusCode::kDataLoss, "not valid");
+}
+
+}  // namespace
+}  // namespace zerostate::server
