@@ -228,6 +228,14 @@ class RenderTest(unittest.TestCase):
                                     k.quantity(claim["resources"]["requests"]["storage"]))
             self.assertIn("local", pv["spec"])
 
+    def test_prod_nvme_mounts_shared_checkpoints_in_every_server(self):
+        by = k.index(render("prod-nvme"))
+        pod = by[k.SERVER]["spec"]["template"]["spec"]
+        mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+        self.assertEqual(mounts.get("checkpoints"), "/checkpoints")
+        claim = next(v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if v["name"] == "checkpoints")
+        self.assertEqual(by[("PersistentVolumeClaim", claim)]["spec"]["accessModes"], ["ReadWriteMany"])
+
     def test_dev_uses_the_default_storage_class(self):
         sts = k.index(render("dev"))[k.SERVER]
         self.assertNotIn("storageClassName", sts["spec"]["volumeClaimTemplates"][0]["spec"])
