@@ -1,0 +1,41 @@
+// What the `zerostate ckpt` command does with checkpoints on disk: list
+// them, verify their checksums, describe them, and export the fp32 master
+// weights to a safetensors file that PyTorch and Hugging Face load
+// directly (safetensors.torch.load_file).
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace zerostate::server {
+
+struct CheckpointEntry {
+  std::string job_id;
+  uint64_t version = 0;
+  std::string dir;
+  bool complete = false;  // every shard's manifest present and consistent
+  std::string problem;    // why not, when not complete
+};
+
+// Every <root>/<job>/v<version> directory, by job then version.
+// Errors: NOT_FOUND (root missing).
+absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& root);
+
+// Opens and reads every block, checking every checksum.
+absl::Status VerifyCheckpoint(const std::string& dir);
+
+// Writes a human-readable description (job, version, optimizer, shards,
+// tensors) to `out`.
+absl::Status InspectCheckpoint(const std::string& dir, std::ostream& out);
+
+// Writes the fp32 master weights of every tensor, in layout order, to a
+// safetensors file (written to a temporary name and renamed into place).
+// Every block's checksum is checked on the way.
+absl::Status ExportSafetensors(const std::string& dir, const std::string& path);
+
+}  // namespace zerostate::server
