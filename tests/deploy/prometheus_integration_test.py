@@ -296,13 +296,20 @@ def main():
     if len(bins) < 2 or not all(os.access(b, os.X_OK) for b in bins) or not os.access(prom, os.X_OK):
         print(f"SKIP: needs prometheus ({prom}) and the built binaries ({bins})")
         return lib.SKIP
+    return run_in_tmp(lambda tmp: run(bins[0], bins[1], prom, tmp),
+                      "Prometheus saw the job step and the bytes flow")
+
+
+def run_in_tmp(body, passed):
+    """Runs body(tmp) in a temporary directory; prints PASS or FAIL and
+    returns the exit code."""
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            run(bins[0], bins[1], prom, tmp)
+            body(tmp)
         except Failure as e:
             print(f"FAIL: {e}")
             return 1
-    print("PASS: Prometheus saw the job step and the bytes flow")
+    print(f"PASS: {passed}")
     return 0
 
 

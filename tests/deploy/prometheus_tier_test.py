@@ -23,7 +23,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -151,14 +150,7 @@ def main():
             and importlib.util.find_spec("grpc")):
         print(f"SKIP: needs prometheus, protoc, grpc_python_plugin, python3-grpcio and the server ({server})")
         return lib.SKIP
-    with tempfile.TemporaryDirectory() as tmp:
-        try:
-            run(server, prom, tmp)
-        except live.Failure as e:
-            print(f"FAIL: {e}")
-            return 1
-    print("PASS: the dashboard's NVMe-tier row shows the job")
-    return 0
+    return live.run_in_tmp(lambda tmp: run(server, prom, tmp), "the dashboard's NVMe-tier row shows the job")
 
 
 if __name__ == "__main__":
