@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -20,6 +22,9 @@
 #include "worker/mlp.h"
 
 namespace zerostate::worker {
+
+// Host memory from a backend (pinned for a GPU), freed by its deleter.
+using HostBuffer = std::unique_ptr<float, std::function<void(float*)>>;
 
 class Backend {
  public:
@@ -48,6 +53,10 @@ class Backend {
   // share of `bucket`; on return every local rank's parameters hold the
   // new weights of the whole bucket.
   [[nodiscard]] virtual absl::Status AllGather(Range bucket, const float* host_in) = 0;
+
+  // Host memory for `elems` floats that the collectives copy to and from
+  // fastest (the engine's staging). Errors: RESOURCE_EXHAUSTED or INTERNAL.
+  [[nodiscard]] virtual absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) = 0;
 
   // Copies parameters `elems` of this rank to host memory.
   [[nodiscard]] virtual absl::Status ReadParams(Range elems, float* host) = 0;

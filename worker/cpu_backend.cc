@@ -51,6 +51,10 @@ absl::Status CpuBackend::AllGather(Range bucket, const float* host_in) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<HostBuffer> CpuBackend::AllocHost(uint64_t elems) {
+  return HostBuffer(new float[std::max<uint64_t>(elems, 1)], [](float* p) { delete[] p; });
+}
+
 absl::Status CpuBackend::ReadParams(Range elems, float* host) {
   std::memcpy(host, group_->params(rank_) + elems.begin, elems.size() * sizeof(float));
   return absl::OkStatus();

@@ -33,8 +33,18 @@ Engine::Engine(client::Client* client, client::JobClient* job, Backend* backend,
     buckets_.push_back(Bucket{elems, share, staging});
     staging += share.size();
   }
-  push_staging_.resize(staging);
-  gather_staging_.resize(staging);
+  staging_elems_ = staging;
+}
+
+absl::Status Engine::EnsureStaging() {
+  if (push_staging_ != nullptr) return absl::OkStatus();
+  auto push = backend_->AllocHost(staging_elems_);
+  if (!push.ok()) return push.status();
+  auto gather = backend_->AllocHost(staging_elems_);
+  if (!gather.ok()) return gather.status();
+  push_staging_ = *std::move(push);
+  gather_staging_ = *std::move(gather);
+  return absl::OkStatus();
 }
 
 void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
@@ -42,7 +52,7 @@ void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
     const Bucket& b = buckets_[next_bucket_++];
     if (!push_error_.ok()) continue;  // keep the collective going; report later
     auto t0 = Clock::now();
-    float* out = push_staging_.data() + b.staging;
+    float* out = push_staging_.get() + b.staging;
     push_error_ = backend_->ReduceScatter(b.elems, out);
     exchange_seconds_ += Since(t0);
     if (push_error_.ok() && !b.share.empty()) {
@@ -65,7 +75,7 @@ std::vector<client::Ticket> Engine::StartGather(uint64_t version) {
   std::vector<client::Ticket> tickets;
   for (const Bucket& b : buckets_) {
     if (b.share.empty()) continue;
-    tickets.push_back(job_->GatherAsync(version, b.share, gather_staging_.data() + b.staging,
+    tickets.push_back(job_->GatherAsync(version, b.share, gather_staging_.get() + b.staging,
                                         v1::DTYPE_FP32));
   }
   return tickets;
@@ -83,7 +93,7 @@ absl::Status Engine::FinishGather(std::vector<client::Ticket>& tickets, PhaseTim
   // its peers would wait forever at the barrier; the error is kept.
   t0 = Clock::now();
   for (const Bucket& b : buckets_) {
-    absl::Status s = backend_->AllGather(b.elems, gather_staging_.data() + b.staging);
+    absl::Status s = backend_->AllGather(b.elems, gather_staging_.get() + b.staging);
     if (status.ok() && !s.ok()) status = s;
   }
   times->exchange += Since(t0);
@@ -91,6 +101,7 @@ absl::Status Engine::FinishGather(std::vector<client::Ticket>& tickets, PhaseTim
 }
 
 absl::Status Engine::LoadWeights(uint64_t version) {
+  if (auto s = EnsureStaging(); !s.ok()) return s;
   auto tickets = StartGather(version);
   PhaseTimes ignored;
   return FinishGather(tickets, &ignored);
@@ -118,6 +129,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   push_tickets_.clear();
   push_error_ = absl::OkStatus();
   exchange_seconds_ = 0;
+  if (auto s = EnsureStaging(); !s.ok()) return s;
   if (auto s = backend_->ZeroGrads(); !s.ok()) return s;
   const uint32_t micros = train_.grad_accum_steps();
   GradsReadyFn ready = [&](uint64_t begin) { OnReady(step, begin); };

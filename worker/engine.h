@@ -110,7 +110,10 @@ class Engine {
   const Topology topo_;
   const std::string scope_;
   std::vector<Bucket> buckets_;  // in backward order
-  std::vector<float> push_staging_, gather_staging_;
+  absl::Status EnsureStaging();
+
+  uint64_t staging_elems_ = 0;
+  HostBuffer push_staging_, gather_staging_;  // from the backend (pinned on a GPU)
   LossScaler scaler_;
 
   // Per-step state, reset by Step().

@@ -48,6 +48,7 @@ class CudaBackend : public Backend {
   absl::Status ReduceScatter(Range bucket, float* host_out) override;
   absl::Status AllGather(Range bucket, const float* host_in) override;
   absl::Status ReadParams(Range elems, float* host) override;
+  absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) override;
 
  private:
   int num_layers() const { return static_cast<int>(dims_.size()) - 1; }
@@ -67,7 +68,7 @@ class CudaBackend : public Backend {
   ncclComm_t nccl_ = nullptr;
   DeviceBuffer params_, grads_, send_, recv_, y_, d_, dn_, sq_;
   std::vector<DeviceBuffer> z_, a_;
-  PinnedBuffer hx_, hy_, hsq_, hshare_, hgather_;
+  PinnedBuffer hx_, hy_, hsq_;
   std::vector<cudaEvent_t> layer_done_;
   cudaEvent_t grads_done_ = nullptr, params_ready_ = nullptr;
   cudaEvent_t pending_ = nullptr;  // what the next ReduceScatter waits for
@@ -128,7 +129,7 @@ absl::Status CudaBackend::InitBuffers() {
     if (auto s = AllocDevice(&a_[k], batch * dims_[k]); !s.ok()) return s;
   }
   for (auto [buf, n] : {std::pair{&hx_, batch * dims_.front()}, {&hy_, batch * dims_.back()},
-                        {&hsq_, batch * dims_.back()}, {&hshare_, total + slack}, {&hgather_, total}}) {
+                        {&hsq_, batch * dims_.back()}}) {
     if (auto s = AllocPinned(buf, n); !s.ok()) return s;
   }
   return absl::OkStatus();
@@ -241,20 +242,19 @@ absl::Status CudaBackend::ReduceScatter(Range bucket, float* host_out) {
                                           cudaMemcpyDeviceToDevice, comm_));
   ZS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(send_.get() + bucket.size(), 0, (padded - bucket.size()) * 4, comm_));
   ZS_CUDA_RETURN_IF_ERROR(ncclReduceScatter(send_.get(), recv_.get(), chunk, ncclFloat, ncclSum, nccl_, comm_));
-  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(hshare_.get(), recv_.get(), share.size() * 4, cudaMemcpyDeviceToHost, comm_));
+  // host_out is the engine's staging from AllocHost: pinned, copied into directly.
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out, recv_.get(), share.size() * 4, cudaMemcpyDeviceToHost, comm_));
   ZS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(comm_));
-  std::memcpy(host_out, hshare_.get(), share.size() * sizeof(float));
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::AllGather(Range bucket, const float* host_in) {
   const uint64_t chunk = LocalChunk(bucket, opts_.local_size);
   const Range share = LocalShare(bucket, opts_.local_size, opts_.local_rank);
-  // Each bucket has its own pinned slot (at its flat offset): no reuse
-  // inside a step, and the previous step's copies ended long ago.
-  float* pinned = hgather_.get() + share.begin;
-  std::memcpy(pinned, host_in, share.size() * sizeof(float));
-  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(recv_.get(), pinned, share.size() * 4, cudaMemcpyHostToDevice, comm_));
+  // host_in is the engine's pinned staging; the engine does not write it
+  // again before the next step's gather, which comes after this copy ended
+  // (the next ReduceScatter synchronizes comm_ first).
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(recv_.get(), host_in, share.size() * 4, cudaMemcpyHostToDevice, comm_));
   ZS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(recv_.get() + share.size(), 0, (chunk - share.size()) * 4, comm_));
   ZS_CUDA_RETURN_IF_ERROR(ncclAllGather(recv_.get(), send_.get(), chunk, ncclFloat, nccl_, comm_));
   ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(params_.get() + bucket.begin, send_.get(), bucket.size() * 4,
@@ -268,6 +268,12 @@ absl::Status CudaBackend::ReadParams(Range elems, float* host) {
   ZS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
   ZS_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, params_.get() + elems.begin, elems.size() * 4, cudaMemcpyDeviceToHost));
   return absl::OkStatus();
+}
+
+absl::StatusOr<HostBuffer> CudaBackend::AllocHost(uint64_t elems) {
+  PinnedBuffer pinned;
+  if (auto s = AllocPinned(&pinned, elems); !s.ok()) return s;
+  return HostBuffer(pinned.release(), [](float* p) { cudaFreeHost(p); });
 }
 
 }  // namespace
