@@ -144,7 +144,9 @@ class UringEnv final : public Env {
     auto q = std::make_unique<UringQueue>(depth);
     int err = q->Init();
     if (err == 0) return q;
-    if (err != EPERM && err != ENOSYS && err != EACCES) {
+    // EPERM/EACCES: seccomp or io_uring_disabled; ENOSYS: no io_uring; ENOMEM:
+    // rings count against RLIMIT_MEMLOCK before Linux 5.12.
+    if (err != EPERM && err != ENOSYS && err != EACCES && err != ENOMEM) {
       return absl::InternalError(
           absl::StrCat("io_uring_queue_init(depth ", depth, "): ", ErrnoText(err)));
     }

@@ -11,7 +11,8 @@
 namespace zerostate::server::io {
 
 // One instance may be shared by every tier of the process. Where the kernel
-// refuses io_uring (EPERM, ENOSYS, EACCES: seccomp, io_uring_disabled) its
+// refuses io_uring (EPERM, EACCES, ENOSYS, ENOMEM: seccomp,
+// io_uring_disabled, an old kernel, RLIMIT_MEMLOCK before Linux 5.12) its
 // queues fall back to synchronous pread/pwrite (sync_queue.h), with one
 // line on stderr.
 std::shared_ptr<Env> NewUringEnv();
