@@ -28,6 +28,8 @@
 #include "server/io/io_buffer.h"
 #include "server/io/uring_env.h"
 #include "server/optimizer/optimizer.h"
+#include "server/checkpoint/checkpoint_writer.h"
+#include "server/job_registry.h"
 #include "server/tier/nvme_tier.h"
 
 namespace zerostate::server {
@@ -274,6 +276,37 @@ void Report(const Options& o, const DiskLimit& disk, const StepFigures& f, uint6
   Print(o, "nvme_step_cpu", f.cpu_seconds / f.seconds, "cores", 1.0);
 }
 
+// Checkpoint write throughput: a RAM-tier job of o.params AdamW parameters
+// written by the same code the Checkpoint RPC runs (data file, fsync,
+// manifest, rename) into o.dir; bytes per second of the best of two.
+absl::StatusOr<double> MeasureCheckpoint(const Options& o) {
+  v1::RegisterJobRequest req;
+  v1::JobSpec* spec = req.mutable_spec();
+  spec->set_job_id("ckpt_bench");
+  auto* w = spec->add_tensors();
+  w->set_name("w");
+  w->add_shape(static_cast<int64_t>(o.params));
+  spec->mutable_optimizer()->set_kind(v1::OPTIMIZER_ADAMW);
+  spec->set_num_nodes(1);
+  spec->set_grad_dtype(v1::DTYPE_BF16);
+  spec->set_weight_dtype(v1::DTYPE_BF16);
+  spec->set_block_elems(static_cast<uint32_t>(o.block_elems));
+  req.add_servers("bench:0");
+  JobRegistry registry(uint64_t{1} << 40);
+  auto reg = registry.Register(req);
+  if (!reg.ok()) return reg.status();
+  double best = 0;
+  for (uint64_t version = 0; version < 2; ++version) {
+    const std::string root = o.dir + "/nvme_bench_ckpt";
+    auto start = Clock::now();
+    auto written = WriteCheckpoint(*reg->job, 0, root, absl::Now() + absl::Minutes(10));
+    if (!written.ok()) return written.status();
+    best = std::max(best, written->bytes / Seconds(start));
+    std::system(("rm -rf '" + root + "'").c_str());
+  }
+  return best;
+}
+
 absl::Status Run(const Options& o) {
   const uint64_t num_blocks = (o.params + o.block_elems - 1) / o.block_elems;
   TierShape shape{num_blocks, static_cast<uint32_t>(o.block_elems), 3};
@@ -303,6 +336,9 @@ absl::Status Run(const Options& o) {
                 (unsigned long long)o.steps);
   }
   Report(o, disk, step, num_blocks * o.block_elems);
+  auto ckpt = MeasureCheckpoint(o);
+  if (!ckpt.ok()) return ckpt.status();
+  Print(o, "checkpoint_write", *ckpt / 1e9, "GB/s", disk.write_bps / 1e9);
   return absl::OkStatus();
 }
 

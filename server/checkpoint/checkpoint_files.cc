@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
@@ -12,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
+#include "server/io/crc32c.h"
 
 namespace zerostate::server {
 namespace {
@@ -118,16 +118,6 @@ absl::StatusOr<v1::ShardManifest> ReadManifest(const std::string& path) {
   return manifest;
 }
 
-uint32_t BlockChecksum(const void* data, size_t bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* p = static_cast<const Bytef*>(data);
-  while (bytes > 0) {  // zlib takes uInt lengths
-    uInt n = static_cast<uInt>(std::min<size_t>(bytes, 1u << 30));
-    crc = crc32(crc, p, n);
-    p += n;
-    bytes -= n;
-  }
-  return static_cast<uint32_t>(crc);
-}
+uint32_t BlockChecksum(const void* data, size_t bytes) { return io::Crc32c(data, bytes); }
 
 }  // namespace zerostate::server

@@ -48,7 +48,7 @@ class AtomicFile {
 absl::Status WriteManifest(const std::string& path, const v1::ShardManifest& manifest);
 absl::StatusOr<v1::ShardManifest> ReadManifest(const std::string& path);
 
-// zlib CRC-32 of a block record.
+// CRC-32C of a block record (the NVMe tier's checksum too).
 uint32_t BlockChecksum(const void* data, size_t bytes);
 
 }  // namespace zerostate::server
