@@ -1,0 +1,182 @@
+// transport_bench: push and gather throughput through the client library
+// and real zerostate-server processes, against raw TCP between two
+// processes of this machine, measured in the same run.
+//
+// It times (a) raw TCP over loopback (raw_tcp.h) with 1 connection and with
+// as many connections as the client opens to S servers (S x --channels),
+// then (b) for S in --servers (default 1,2,4) and wire dtypes fp32 and bf16,
+// a push of one step's gradient and a gather of the stepped weights of a
+// --tensor_mib tensor (one node, data already in the wire dtype, as a GPU
+// trainer holds it). A figure is the best of --reps. It prints GB/s of wire
+// payload, the client's CPU seconds per GB, and the ratio to raw TCP with
+// the same number of connections. --json prints one object per figure:
+// {"figure":..., "value":..., "unit":..., "limit":..., "ratio":...}
+// Other work on the machine lowers every figure.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "bench/transport/raw_tcp.h"
+#include "client/client.h"
+#include "tests/testing/server_process.h"
+
+ABSL_FLAG(int, tensor_mib, 256, "tensor size in MiB of fp32 (the wire carries less for bf16)");
+ABSL_FLAG(std::string, servers, "1,2,4", "server counts to measure");
+ABSL_FLAG(int, reps, 3, "timed repetitions per figure; the best counts");
+ABSL_FLAG(int, channels, 2, "ClientOptions::channels_per_server");
+ABSL_FLAG(int, streams, 4, "ClientOptions::streams_per_server");
+ABSL_FLAG(int, chunk_kib, 1024, "ClientOptions::chunk_bytes in KiB");
+ABSL_FLAG(int, window_mib, 0, "grpc.http2.lookahead_bytes in MiB (0: the library's default)");
+ABSL_FLAG(int, server_threads, 2, "zerostate-server --threads");
+ABSL_FLAG(bool, json, false, "print one JSON object per figure");
+ABSL_FLAG(std::string, server_binary, ZEROSTATE_SERVER_PATH, "the zerostate-server to start");
+
+namespace zerostate::bench {
+namespace {
+
+namespace v1 = ::zerostate::v1;
+
+struct Figure {
+  double bytes_per_s = 0;
+  double cpu_s_per_gb = 0;
+};
+
+double CpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+// Times `op` moving `bytes`; keeps the best rate in `best`.
+template <class Op>
+absl::Status TimeOp(uint64_t bytes, Figure* best, Op op) {
+  double cpu0 = CpuSeconds();
+  auto t0 = std::chrono::steady_clock::now();
+  absl::Status s = op();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double cpu = CpuSeconds() - cpu0;
+  if (s.ok() && bytes / secs > best->bytes_per_s) *best = {bytes / secs, cpu / (bytes / 1e9)};
+  return s;
+}
+
+void Print(const std::string& figure, const Figure& f, double limit) {
+  if (absl::GetFlag(FLAGS_json)) {
+    std::printf(
+        "{\"figure\":\"%s\",\"value\":%.6g,\"unit\":\"GB/s\",\"limit\":%.6g,\"ratio\":%.4f}\n",
+        figure.c_str(), f.bytes_per_s / 1e9, limit / 1e9, f.bytes_per_s / limit);
+  } else {
+    std::printf("%-28s %7.3f GB/s  limit %7.3f GB/s  ratio %.3f", figure.c_str(),
+                f.bytes_per_s / 1e9, limit / 1e9, f.bytes_per_s / limit);
+    if (f.cpu_s_per_gb > 0) std::printf("  client %.2f CPU s/GB", f.cpu_s_per_gb);
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+}
+
+v1::JobSpec BenchSpec(const std::string& id, uint64_t elems, v1::DType dtype) {
+  v1::JobSpec spec;
+  spec.set_job_id(id);
+  auto* t = spec.add_tensors();
+  t->set_name("w");
+  t->add_shape(static_cast<int64_t>(elems));
+  spec.mutable_optimizer()->set_kind(v1::OPTIMIZER_SGD_MOMENTUM);
+  spec.set_num_nodes(1);
+  spec.set_grad_dtype(dtype);
+  spec.set_weight_dtype(dtype);
+  return spec;
+}
+
+client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers) {
+  client::ClientOptions o;
+  o.servers = servers;
+  o.channels_per_server = absl::GetFlag(FLAGS_channels);
+  o.streams_per_server = absl::GetFlag(FLAGS_streams);
+  o.chunk_bytes = size_t{1024} * absl::GetFlag(FLAGS_chunk_kib);
+  o.max_bytes_in_flight = std::max<size_t>(o.max_bytes_in_flight, 4 * o.chunk_bytes);
+  if (absl::GetFlag(FLAGS_window_mib) > 0) {
+    o.channel_args.push_back({"grpc.http2.lookahead_bytes", absl::GetFlag(FLAGS_window_mib) << 20});
+  }
+  return o;
+}
+
+// Push and gather figures for one job on a running cluster.
+absl::Status MeasureJob(client::Client& c, v1::DType dtype, Figure* push, Figure* gather) {
+  const uint64_t elems = (static_cast<uint64_t>(absl::GetFlag(FLAGS_tensor_mib)) << 20) / 4;
+  auto job = c.RegisterJob(BenchSpec(std::string("bench-") + DTypeName(dtype), elems, dtype));
+  if (!job.ok()) return job.status();
+  const Range all{0, (*job)->layout().used_elems};
+  const uint64_t bytes = all.size() * DTypeSize(dtype);
+  std::vector<char> grad(bytes, 0), out(bytes);  // zero gradients: weights stay put
+  for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
+    absl::Status s = TimeOp(bytes, push, [&] { return (*job)->Push(r, 0, all, grad.data(), dtype); });
+    if (s.ok()) s = (*job)->Step(r, 0.0f, 1.0f, false);
+    if (s.ok()) s = TimeOp(bytes, gather, [&] { return (*job)->Gather(r + 1, all, out.data(), dtype); });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MeasureServers(int servers, const std::map<int, double>& tcp) {
+  testing::ServerProcessOptions so;
+  so.binary = absl::GetFlag(FLAGS_server_binary);
+  so.args = {"--metrics_listen=", "--threads=" + std::to_string(absl::GetFlag(FLAGS_server_threads))};
+  auto cluster = testing::ServerCluster::Start(servers, so);
+  if (!cluster.ok()) return cluster.status();
+  auto c = client::Client::Connect(BenchClientOptions((*cluster)->addresses()));
+  if (!c.ok()) return c.status();
+  const double limit = tcp.at(servers * absl::GetFlag(FLAGS_channels));
+  for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
+    Figure push, gather;
+    if (absl::Status s = MeasureJob(**c, dtype, &push, &gather); !s.ok()) return s;
+    std::string suffix = std::string(".") + DTypeName(dtype) + ".servers=" + std::to_string(servers);
+    Print("push" + suffix, push, limit);
+    Print("gather" + suffix, gather, limit);
+  }
+  return (*cluster)->StopAll();
+}
+
+int Main() {
+  std::vector<int> server_counts;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_servers), ',')) {
+    int n;
+    if (absl::SimpleAtoi(s, &n) && n > 0) server_counts.push_back(n);
+  }
+  // Raw TCP first: it forks, so it runs before any thread exists.
+  std::map<int, double> tcp;
+  std::vector<int> conns = {1};
+  for (int s : server_counts) conns.push_back(s * absl::GetFlag(FLAGS_channels));
+  const uint64_t tcp_bytes = std::max<uint64_t>(static_cast<uint64_t>(absl::GetFlag(FLAGS_tensor_mib)) << 21, 64 << 20);
+  for (int n : conns) {
+    if (tcp.count(n)) continue;
+    for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
+      absl::StatusOr<double> rate = MeasureRawTcp(n, tcp_bytes);
+      if (!rate.ok()) return std::fprintf(stderr, "%s\n", rate.status().ToString().c_str()), 1;
+      tcp[n] = std::max(tcp[n], *rate);
+    }
+    Print("raw_tcp.connections=" + std::to_string(n), Figure{tcp[n], 0}, tcp[n]);
+  }
+  for (int s : server_counts) {
+    if (absl::Status st = MeasureServers(s, tcp); !st.ok()) {
+      std::fprintf(stderr, "servers=%d: %s\n", s, st.ToString().c_str());
+      return 1;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace zerostate::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return zerostate::bench::Main();
+}
