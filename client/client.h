@@ -135,6 +135,9 @@ class JobClient {
   // grad_dtype (sent as is) or FP32 (converted to grad_dtype).
   // Errors before sending: INVALID_ARGUMENT (range outside the layout, dtype
   // neither FP32 nor grad_dtype, node out of range).
+  // A step runs once every node has pushed all of [0, layout().used_elems),
+  // the alignment padding between tensors included (as zeros); pushes may
+  // come in any number of pieces, in any order, and be repeated.
   Ticket PushAsync(uint64_t step, uint32_t node, Range elems, const void* data, v1::DType dtype);
   absl::Status Push(uint64_t step, uint32_t node, Range elems, const void* data, v1::DType dtype);
 

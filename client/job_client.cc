@@ -30,33 +30,31 @@ std::shared_ptr<Ticket::State> JobClient::Impl::BeginCall(int parts) {
       parts, [calls = calls_] { calls->Done(absl::OkStatus()); });
 }
 
-Ticket JobClient::Impl::StartPush(const PushCall& call) {
+template <class RunStream>
+Ticket JobClient::Impl::StartStreams(Range elems, v1::DType wire, RunStream run) {
   const ClientOptions& o = client_->options();
-  uint32_t chunk = ChunkElems(o.chunk_bytes, DTypeSize(call.wire), layout_.block_elems);
+  uint32_t chunk = ChunkElems(o.chunk_bytes, DTypeSize(wire), layout_.block_elems);
   std::vector<StreamPlan> plans =
-      PlanStreams(layout_, client_->num_servers(), call.elems, o.streams_per_server, chunk);
+      PlanStreams(layout_, client_->num_servers(), elems, o.streams_per_server, chunk);
   if (plans.empty()) return CompletedTicket(absl::OkStatus());
   std::shared_ptr<Ticket::State> ticket = BeginCall(static_cast<int>(plans.size()));
   for (const StreamPlan& plan : plans) {
-    client_->pool().Schedule([this, call, plan, ticket] {
-      ticket->Done(RunPushStream(job_, call, plan, ticket));
-    });
+    client_->pool().Schedule([run, plan, ticket] { ticket->Done(run(plan, ticket)); });
   }
   return Ticket(std::move(ticket));
 }
 
+Ticket JobClient::Impl::StartPush(const PushCall& call) {
+  return StartStreams(call.elems, call.wire,
+                      [this, call](const StreamPlan& plan, const auto& ticket) {
+                        return RunPushStream(job_, call, plan, ticket);
+                      });
+}
+
 Ticket JobClient::Impl::StartGather(const GatherCall& call) {
-  const ClientOptions& o = client_->options();
-  uint32_t chunk = ChunkElems(o.chunk_bytes, DTypeSize(call.wire), layout_.block_elems);
-  std::vector<StreamPlan> plans =
-      PlanStreams(layout_, client_->num_servers(), call.elems, o.streams_per_server, chunk);
-  if (plans.empty()) return CompletedTicket(absl::OkStatus());
-  std::shared_ptr<Ticket::State> ticket = BeginCall(static_cast<int>(plans.size()));
-  for (const StreamPlan& plan : plans) {
-    client_->pool().Schedule(
-        [this, call, plan, ticket] { ticket->Done(RunGatherStream(job_, call, plan)); });
-  }
-  return Ticket(std::move(ticket));
+  return StartStreams(call.elems, call.wire, [this, call](const StreamPlan& plan, const auto&) {
+    return RunGatherStream(job_, call, plan);
+  });
 }
 
 Ticket JobClient::Impl::PushAsync(uint64_t step, uint32_t node, Range elems, const void* data,

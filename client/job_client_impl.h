@@ -43,6 +43,10 @@ class JobClient::Impl {
  private:
   // A ticket of `parts` parts that also counts as one call in flight.
   std::shared_ptr<Ticket::State> BeginCall(int parts);
+  // Runs run(plan, ticket) -> absl::Status for each stream of `elems` on
+  // the pool; the returned ticket completes when all have.
+  template <class RunStream>
+  Ticket StartStreams(Range elems, v1::DType wire, RunStream run);
   Ticket StartPush(const PushCall& call);
   Ticket StartGather(const GatherCall& call);
 
