@@ -23,6 +23,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/marshalling.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "bench/transport/raw_tcp.h"
@@ -36,6 +37,8 @@ ABSL_FLAG(int, channels, 2, "ClientOptions::channels_per_server");
 ABSL_FLAG(int, streams, 4, "ClientOptions::streams_per_server");
 ABSL_FLAG(int, chunk_kib, 1024, "ClientOptions::chunk_bytes in KiB");
 ABSL_FLAG(int, window_mib, 0, "grpc.http2.lookahead_bytes in MiB (0: the library's default)");
+ABSL_FLAG(std::vector<std::string>, channel_args, {},
+          "extra integer channel arguments NAME=VALUE, comma-separated, applied last");
 ABSL_FLAG(int, server_threads, 2, "zerostate-server --threads");
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 ABSL_FLAG(std::string, server_binary, ZEROSTATE_SERVER_PATH, "the zerostate-server to start");
@@ -104,6 +107,11 @@ client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers
   o.max_bytes_in_flight = std::max<size_t>(o.max_bytes_in_flight, 4 * o.chunk_bytes);
   if (absl::GetFlag(FLAGS_window_mib) > 0) {
     o.channel_args.push_back({"grpc.http2.lookahead_bytes", absl::GetFlag(FLAGS_window_mib) << 20});
+  }
+  for (const std::string& arg : absl::GetFlag(FLAGS_channel_args)) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(arg, absl::MaxSplits('=', 1));
+    int value = 0;
+    if (absl::SimpleAtoi(kv.second, &value)) o.channel_args.push_back({kv.first, value});
   }
   return o;
 }
