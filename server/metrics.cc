@@ -98,7 +98,13 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
       ram_budget_(BuildGauge().Name("zerostate_ram_budget_bytes").Help("The server's RAM budget")
                       .Register(*registry_).Add({})),
       jobs_(BuildGauge().Name("zerostate_jobs").Help("Jobs registered").Register(*registry_)
-                .Add({})) {}
+                .Add({})),
+      disk_used_(BuildGauge().Name("zerostate_disk_used_bytes")
+                     .Help("Bytes used on the filesystem of --nvme_dir").Register(*registry_)
+                     .Add({})),
+      disk_capacity_(BuildGauge().Name("zerostate_disk_capacity_bytes")
+                         .Help("Size of the filesystem of --nvme_dir").Register(*registry_)
+                         .Add({})) {}
 
 void ServerMetrics::RecordRpc(const std::string& method, const absl::Status& status,
                               double seconds, uint64_t bytes_in, uint64_t bytes_out) {
@@ -130,6 +136,11 @@ void ServerMetrics::SetJob(const std::string& job, uint64_t state_bytes, uint64_
 void ServerMetrics::ForgetJob(const std::string& job) {
   job_state_bytes_.Remove(&job_state_bytes_.Add({{"job", job}}));
   job_version_.Remove(&job_version_.Add({{"job", job}}));
+}
+
+void ServerMetrics::SetDisk(uint64_t used, uint64_t capacity) {
+  disk_used_.Set(used);
+  disk_capacity_.Set(capacity);
 }
 
 void ServerMetrics::SetRam(uint64_t used, uint64_t budget, size_t jobs) {

@@ -32,6 +32,8 @@ class ServerMetrics {
   void SetJob(const std::string& job, uint64_t state_bytes, uint64_t version);
   void ForgetJob(const std::string& job);
   void SetRam(uint64_t used, uint64_t budget, size_t jobs);
+  // The filesystem of --nvme_dir (checkpoints usually live elsewhere).
+  void SetDisk(uint64_t used, uint64_t capacity);
 
   // The sink for `job`'s NVMe tier (the zerostate_tier_* metrics). It keeps
   // the registry alive, so it may outlive this object.
@@ -60,6 +62,8 @@ class ServerMetrics {
   prometheus::Gauge& ram_used_;
   prometheus::Gauge& ram_budget_;
   prometheus::Gauge& jobs_;
+  prometheus::Gauge& disk_used_;
+  prometheus::Gauge& disk_capacity_;
 };
 
 }  // namespace zerostate::server

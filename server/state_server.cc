@@ -80,8 +80,11 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
     if (!exposer.ok()) return exposer.status();
     s->exposer_ = *std::move(exposer);
   }
-  s->service_ = std::make_unique<StateServiceImpl>(opt.service, *s->jobs_, *s->rendezvous_,
+  ServiceOptions service = opt.service;
+  service.nvme_dir = opt.tiers.nvme_dir;
+  s->service_ = std::make_unique<StateServiceImpl>(service, *s->jobs_, *s->rendezvous_,
                                                    *s->pool_, *s->metrics_, s->incarnation_);
+  s->service_->PublishUsage();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

@@ -1,5 +1,7 @@
 #include "server/state_service.h"
 
+#include <sys/statvfs.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -35,8 +37,13 @@ absl::Time StateServiceImpl::DeadlineOf(const grpc::ServerContext* ctx) const {
   return std::min(cap, absl::FromChrono(d));
 }
 
-void StateServiceImpl::PublishRam() {
+void StateServiceImpl::PublishUsage() {
   metrics_.SetRam(jobs_.ram_used(), jobs_.ram_budget(), jobs_.size());
+  struct statvfs fs;
+  if (!options_.nvme_dir.empty() && statvfs(options_.nvme_dir.c_str(), &fs) == 0) {
+    uint64_t capacity = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
+    metrics_.SetDisk(capacity - static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize, capacity);
+  }
 }
 
 grpc::Status StateServiceImpl::RegisterJob(grpc::ServerContext*, const v1::RegisterJobRequest* req,
@@ -49,7 +56,7 @@ grpc::Status StateServiceImpl::RegisterJob(grpc::ServerContext*, const v1::Regis
     resp->set_created(reg->created);
     resp->set_incarnation(incarnation_);
     metrics_.SetJob(reg->job->spec().job_id(), resp->info().state_bytes(), resp->info().version());
-    PublishRam();
+    PublishUsage();
     return absl::OkStatus();
   });
 }
@@ -124,6 +131,7 @@ grpc::Status StateServiceImpl::Step(grpc::ServerContext* ctx, const v1::StepRequ
     auto out = (*job)->Step(*req, DeadlineOf(ctx), pool_);
     if (!out.ok()) return out.status();
     if (!out->already_applied) {
+      PublishUsage();
       metrics_.RecordStep(req->job_id(), absl::ToDoubleSeconds(absl::Now() - start),
                           out->params_stepped, req->skip(), out->version);
     }
@@ -167,7 +175,7 @@ grpc::Status StateServiceImpl::DeleteJob(grpc::ServerContext*, const v1::DeleteJ
     if (deleted) metrics_.ForgetJob(req->job_id());
     resp->set_deleted(deleted);
     resp->set_incarnation(incarnation_);
-    PublishRam();
+    PublishUsage();
     return absl::OkStatus();
   });
 }
@@ -197,7 +205,7 @@ grpc::Status StateServiceImpl::Restore(grpc::ServerContext*, const v1::RestoreRe
     *resp->mutable_info() = reg->job->Info();
     resp->set_incarnation(incarnation_);
     metrics_.SetJob(reg->job->spec().job_id(), resp->info().state_bytes(), resp->info().version());
-    PublishRam();
+    PublishUsage();
     return absl::OkStatus();
   });
 }

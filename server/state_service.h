@@ -18,6 +18,9 @@ struct ServiceOptions {
   // Upper bound on any wait (gather, stats, step, rendezvous) when the
   // caller set no deadline.
   absl::Duration max_wait = absl::Minutes(10);
+  // The NVMe tier's directory, whose filesystem's usage the metrics report
+  // ("" when the server has no NVMe tier).
+  std::string nvme_dir;
   // Elements per gathered chunk message.
   uint32_t gather_piece_elems = 256 * 1024;
 };
@@ -48,6 +51,10 @@ class StateServiceImpl final : public v1::StateService::Service {
                           v1::CheckpointResponse* resp) override;
   grpc::Status Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
                        v1::RestoreResponse* resp) override;
+  // Sets the RAM and disk usage gauges; called after anything that
+  // changes them, and once at start.
+  void PublishUsage();
+
   grpc::Status Rendezvous(grpc::ServerContext* ctx, const v1::RendezvousRequest* req,
                           v1::RendezvousResponse* resp) override;
 
@@ -61,7 +68,6 @@ class StateServiceImpl final : public v1::StateService::Service {
   template <typename Body>
   grpc::Status Serve(const char* method, Body&& body);
   absl::Time DeadlineOf(const grpc::ServerContext* ctx) const;
-  void PublishRam();
 
   const ServiceOptions options_;
   JobRegistry& jobs_;

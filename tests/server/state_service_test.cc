@@ -50,7 +50,8 @@ class StateServiceTest : public ::testing::Test {
   void SetUp() override {
     testing::ServerProcessOptions opt;
     opt.binary = ZEROSTATE_SERVER_PATH;
-    opt.args = {"--metrics_listen=127.0.0.1:0", "--threads=2", "--ram_budget_bytes=100000000"};
+    opt.args = {"--metrics_listen=127.0.0.1:0", "--threads=2", "--ram_budget_bytes=100000000",
+                "--nvme_dir=/tmp"};
     auto server = testing::ServerProcess::Start(opt);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
@@ -335,6 +336,8 @@ TEST_F(StateServiceTest, HealthMetricsAndCleanShutdown) {
             std::string::npos);
   EXPECT_NE(metrics.find("zerostate_optimizer_params_total{job=\"svc\"} 3520"), std::string::npos);
   EXPECT_NE(metrics.find("zerostate_ram_budget_bytes 100000000"), std::string::npos);
+  EXPECT_NE(metrics.find("\nzerostate_disk_capacity_bytes "), std::string::npos);
+  EXPECT_EQ(metrics.find("\nzerostate_disk_capacity_bytes 0\n"), std::string::npos);
 
   EXPECT_TRUE(server_->Stop().ok());  // SIGTERM: exit status 0
 }
