@@ -159,6 +159,25 @@ absl::Status Job::AwaitBlock(Block& b, absl::Time deadline, const std::function<
   return absl::OkStatus();
 }
 
+absl::Status Job::AwaitVersion(Block& b, uint64_t version, absl::Time deadline) const {
+  return AwaitBlock(
+      b, deadline, [&] { return b.version >= version; },
+      [&] {
+        return absl::StrCat("block ", b.index, " is at version ", b.version,
+                            " and did not reach version ", version, " in time");
+      });
+}
+
+absl::Status Job::AwaitGradients(Block& b, uint64_t step, absl::Time deadline) const {
+  return AwaitBlock(
+      b, deadline, [&] { return b.version != step || b.acc.complete(); },
+      [&] {
+        return absl::StrCat("step ", step, ": block ", b.index,
+                            " is still missing gradients from nodes [",
+                            absl::StrJoin(b.acc.MissingNodes(), ", "), "]");
+      });
+}
+
 absl::Status Job::CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const {
   if (step > b.version) {
     return absl::FailedPreconditionError(
@@ -180,15 +199,7 @@ absl::StatusOr<GradStats> Job::Stats(uint64_t step, absl::Time deadline) {
     Block& b = *bp;
     absl::MutexLock lock(&b.mu);
     if (auto s = CheckStepWindow(b, step, /*for_stats=*/true); !s.ok()) return s;
-    auto status = AwaitBlock(
-        b, deadline,
-        [&] { return b.version != step || b.acc.complete(); },
-        [&] {
-          return absl::StrCat("step ", step, ": block ", b.index,
-                              " is still missing gradients from nodes [",
-                              absl::StrJoin(b.acc.MissingNodes(), ", "), "]");
-        });
-    if (!status.ok()) return status;
+    if (auto st = AwaitGradients(b, step, deadline); !st.ok()) return st;
     if (b.version == step && (!b.stats.has_value() || b.stats_step != step)) {
       b.stats = ComputeGradStats(b.acc.sum(), b.required);
       b.stats_step = step;
@@ -267,14 +278,7 @@ absl::StatusOr<Job::StepOutcome> Job::Step(const v1::StepRequest& req, absl::Tim
     Block& b = *bp;
     absl::MutexLock lock(&b.mu);
     if (auto s = CheckStepWindow(b, step, /*for_stats=*/false); !s.ok()) return s;
-    auto status = AwaitBlock(
-        b, deadline, [&] { return b.version != step || b.acc.complete(); },
-        [&] {
-          return absl::StrCat("step ", step, ": block ", b.index,
-                              " is still missing gradients from nodes [",
-                              absl::StrJoin(b.acc.MissingNodes(), ", "), "]");
-        });
-    if (!status.ok()) return status;
+    if (auto st = AwaitGradients(b, step, deadline); !st.ok()) return st;
   }
   // Phase 2: the fused optimizer pass, blocks spread over the pool.
   absl::MutexLock step_lock(&step_mu_);
@@ -341,13 +345,7 @@ absl::Status Job::Gather(Range range, uint64_t min_version, v1::DType dtype, uin
     Block& b = block(p.block);
     {
       absl::MutexLock lock(&b.mu);
-      auto status = AwaitBlock(
-          b, deadline, [&] { return b.version >= min_version; },
-          [&] {
-            return absl::StrCat("block ", b.index, " is at version ", b.version,
-                                " and did not reach version ", min_version, " in time");
-          });
-      if (!status.ok()) return status;
+      if (auto st = AwaitVersion(b, min_version, deadline); !st.ok()) return st;
       if (from_master) {
         if (auto s = tier_->Load(b.local, state.data()); !s.ok()) return s;
       }
@@ -450,13 +448,7 @@ absl::Status Job::SnapshotBlock(uint64_t local, uint64_t version, absl::Time dea
                                 float* out) {
   Block& b = *blocks_data_[local];
   absl::MutexLock lock(&b.mu);
-  auto status = AwaitBlock(
-      b, deadline, [&] { return b.version >= version; },
-      [&] {
-        return absl::StrCat("block ", b.index, " is at version ", b.version,
-                            " and did not reach version ", version, " in time");
-      });
-  if (!status.ok()) return status;
+  if (auto st = AwaitVersion(b, version, deadline); !st.ok()) return st;
   if (b.version == version) return tier_->Load(local, out);
   if (b.snapshot.empty()) {
     return absl::InternalError(absl::StrCat("block ", b.index, " moved past version ", version,

@@ -136,6 +136,10 @@ class Job {
   // Waits under b.mu until pred() holds; the error names what was awaited.
   absl::Status AwaitBlock(Block& b, absl::Time deadline, const std::function<bool()>& pred,
                           const std::function<std::string()>& what) const;
+  // Under b.mu: until the block reaches `version`, or until every node's
+  // gradient for `step` is in (or the block moved on).
+  absl::Status AwaitVersion(Block& b, uint64_t version, absl::Time deadline) const;
+  absl::Status AwaitGradients(Block& b, uint64_t step, absl::Time deadline) const;
   absl::Status CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const;
   Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index);
   absl::Status InitializeWeights();

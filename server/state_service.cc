@@ -37,6 +37,23 @@ absl::Time StateServiceImpl::DeadlineOf(const grpc::ServerContext* ctx) const {
   return std::min(cap, absl::FromChrono(d));
 }
 
+absl::Status StateServiceImpl::ForEachChunk(
+    grpc::ServerReader<v1::Chunk>* reader, Traffic& traffic,
+    const std::function<absl::Status(Job&, const v1::Chunk&)>& apply) {
+  v1::Chunk chunk;
+  std::shared_ptr<Job> job;  // a stream usually carries one job: look it up once
+  while (reader->Read(&chunk)) {
+    traffic.in += chunk.data().size();
+    if (!job || job->spec().job_id() != chunk.job_id()) {
+      auto j = jobs_.Get(chunk.job_id());
+      if (!j.ok()) return j.status();
+      job = *std::move(j);
+    }
+    if (auto s = apply(*job, chunk); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 void StateServiceImpl::PublishUsage() {
   metrics_.SetRam(jobs_.ram_used(), jobs_.ram_budget(), jobs_.size());
   struct statvfs fs;
@@ -65,20 +82,13 @@ grpc::Status StateServiceImpl::InitWeights(grpc::ServerContext*,
                                            grpc::ServerReader<v1::Chunk>* reader,
                                            v1::InitWeightsResponse* resp) {
   return Serve("InitWeights", [&](Traffic& t) -> absl::Status {
-    v1::Chunk chunk;
-    std::shared_ptr<Job> job;
-    while (reader->Read(&chunk)) {
-      t.in += chunk.data().size();
-      if (!job || job->spec().job_id() != chunk.job_id()) {
-        auto j = jobs_.Get(chunk.job_id());
-        if (!j.ok()) return j.status();
-        job = *std::move(j);
-      }
-      if (auto s = job->InitWeights(chunk); !s.ok()) return s;
+    auto status = ForEachChunk(reader, t, [&](Job& job, const v1::Chunk& chunk) {
+      if (auto s = job.InitWeights(chunk); !s.ok()) return s;
       resp->set_chunks_applied(resp->chunks_applied() + 1);
-    }
+      return absl::OkStatus();
+    });
     resp->set_incarnation(incarnation_);
-    return absl::OkStatus();
+    return status;
   });
 }
 
@@ -86,25 +96,18 @@ grpc::Status StateServiceImpl::PushGradients(grpc::ServerContext*,
                                              grpc::ServerReader<v1::Chunk>* reader,
                                              v1::PushResponse* resp) {
   return Serve("PushGradients", [&](Traffic& t) -> absl::Status {
-    v1::Chunk chunk;
-    std::shared_ptr<Job> job;
-    while (reader->Read(&chunk)) {
-      t.in += chunk.data().size();
-      if (!job || job->spec().job_id() != chunk.job_id()) {
-        auto j = jobs_.Get(chunk.job_id());
-        if (!j.ok()) return j.status();
-        job = *std::move(j);
-      }
-      auto outcome = job->Push(chunk);
+    auto status = ForEachChunk(reader, t, [&](Job& job, const v1::Chunk& chunk) -> absl::Status {
+      auto outcome = job.Push(chunk);
       if (!outcome.ok()) return outcome.status();
       if (*outcome == Job::PushOutcome::kApplied) {
         resp->set_chunks_applied(resp->chunks_applied() + 1);
       } else {
         resp->set_chunks_duplicate(resp->chunks_duplicate() + 1);
       }
-    }
+      return absl::OkStatus();
+    });
     resp->set_incarnation(incarnation_);
-    return absl::OkStatus();
+    return status;
   });
 }
 

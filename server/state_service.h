@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/time/time.h"
 #include "server/job_registry.h"
@@ -68,6 +69,10 @@ class StateServiceImpl final : public v1::StateService::Service {
   template <typename Body>
   grpc::Status Serve(const char* method, Body&& body);
   absl::Time DeadlineOf(const grpc::ServerContext* ctx) const;
+  // Reads a chunk stream to its end, applying each chunk to its job; stops
+  // at the first error (later chunks are not read).
+  absl::Status ForEachChunk(grpc::ServerReader<v1::Chunk>* reader, Traffic& traffic,
+                            const std::function<absl::Status(Job&, const v1::Chunk&)>& apply);
 
   const ServiceOptions options_;
   JobRegistry& jobs_;
