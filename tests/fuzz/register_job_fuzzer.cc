@@ -1,0 +1,22 @@
+// Bytes from the network as a RegisterJobRequest, through the registry
+// exactly as StateServiceImpl::RegisterJob hands them over. A spec the
+// registry accepts is registered again (the retry path) and deleted.
+#include "fuzz_util.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace zerostate;
+  v1::RegisterJobRequest req;
+  if (!req.ParseFromArray(data, static_cast<int>(size))) return 0;
+  server::JobRegistry registry(fuzz::kRamBudget);
+  auto first = registry.Register(req);
+  if (!first.ok()) {
+    if (registry.size() != 0 || registry.ram_used() != 0) __builtin_trap();  // nothing allocated
+    return 0;
+  }
+  if (registry.ram_used() > registry.ram_budget()) __builtin_trap();
+  auto again = registry.Register(req);
+  if (!again.ok() || again->created || again->job != first->job) __builtin_trap();
+  (void)first->job->Info();
+  registry.Delete(req.spec().job_id());
+  return 0;
+}

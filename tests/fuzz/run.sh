@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses and runs each for a bounded time.
+#   tests/fuzz/run.sh [seconds-per-harness] [harness...]
+# Defaults: 60 s, every harness. Fails (exit 1) on any crash, leak,
+# timeout, out-of-memory or sanitizer report; the reproducer is left in
+# $FUZZ_OUT/<harness>/ (default build-fuzz-gcc/fuzz-out) and named in the
+# log. Environment: BUILD (build dir, default build-fuzz-gcc), CXX/CC
+# (compiler; default GCC, see CMakeLists.txt here for why not clang 14),
+# JOBS (default 2).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SECS=${1:-60}
+shift || true
+ALL=(register_job chunk gather step rendezvous manifest worker_config ds_config)
+[ $# -gt 0 ] && HARNESSES=("$@") || HARNESSES=("${ALL[@]}")
+BUILD=${BUILD:-build-fuzz-gcc}
+OUT=${FUZZ_OUT:-$BUILD/fuzz-out}
+
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DZEROSTATE_FUZZ=ON -DZEROSTATE_CUDA=OFF \
+        -DZEROSTATE_BENCH=OFF >/dev/null
+fi
+cmake --build "$BUILD" -j "${JOBS:-2}" --target "${HARNESSES[@]/#/fuzz_}"
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+status=0
+for h in "${HARNESSES[@]}"; do
+  work="$OUT/$h"
+  rm -rf "$work" && mkdir -p "$work/corpus"
+  # Fuzz a copy, so that the seeds in the tree stay as written.
+  cp tests/fuzz/corpus/"$h"/* "$work/corpus/"
+  echo "== fuzz_$h: ${SECS}s"
+  if "$BUILD/tests/fuzz/fuzz_$h" -max_total_time="$SECS" -timeout=20 -rss_limit_mb=2560 \
+       -max_len=16384 -print_final_stats=1 -artifact_prefix="$work/" \
+       "$work/corpus" >"$work/log" 2>&1; then
+    grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)" "$work/log" || true
+    grep -E "#[0-9]+.*(DONE|pulse)" "$work/log" | tail -1 || true
+  else
+    echo "!! fuzz_$h FAILED; see $work/log"
+    grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$work/log" | head -5 || true
+    status=1
+  fi
+done
+exit $status
