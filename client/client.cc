@@ -74,6 +74,12 @@ absl::StatusOr<std::unique_ptr<JobClient>> Client::AttachJob(const std::string& 
   return JobClient::Impl::Attach(impl_, job_id);
 }
 
+absl::StatusOr<std::unique_ptr<JobClient>> Client::RestoreJob(const std::string& path,
+                                                               uint32_t num_nodes) {
+  if (path.empty()) return absl::InvalidArgumentError("path: empty checkpoint path");
+  return JobClient::Impl::Restore(impl_, path, num_nodes);
+}
+
 absl::StatusOr<std::vector<std::string>> Client::Rendezvous(const std::string& ns,
                                                             const std::string& key,
                                                             uint32_t rank, uint32_t world,

@@ -105,6 +105,16 @@ class Client {
   // first server). Errors: NOT_FOUND.
   absl::StatusOr<std::unique_ptr<JobClient>> AttachJob(const std::string& job_id);
 
+  // Loads the checkpoint in `path` (JobClient::Checkpoint's answer, on a
+  // filesystem every server reaches) onto this client's servers, whatever
+  // number of servers wrote it, and attaches to the job. `num_nodes` 0
+  // keeps the checkpoint's node count. Each server verifies every block it
+  // loads; on any error no server has swapped the checkpoint in unless it
+  // loaded it whole. Errors: NOT_FOUND, DATA_LOSS, FAILED_PRECONDITION
+  // (see the Restore RPC), INVALID_ARGUMENT (empty path).
+  absl::StatusOr<std::unique_ptr<JobClient>> RestoreJob(const std::string& path,
+                                                        uint32_t num_nodes = 0);
+
   // A keyed all-gather of small values among `world` ranks through the
   // first server (NCCL unique ids, barriers). Blocks until all ranks called.
   absl::StatusOr<std::vector<std::string>> Rendezvous(const std::string& ns,
@@ -163,6 +173,14 @@ class JobClient {
 
   // The lowest version over all servers' shards.
   absl::StatusOr<uint64_t> Version();
+
+  // Makes every server write its shard at `version` under `root` (an
+  // absolute path every server reaches), while training goes on; returns
+  // the checkpoint's directory, <root>/<job_id>/v<version>. The checkpoint
+  // is complete when this returns OK. Errors: INVALID_ARGUMENT (root),
+  // FAILED_PRECONDITION (a version already stepped past),
+  // DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED (disk full), INTERNAL (I/O).
+  absl::StatusOr<std::string> Checkpoint(uint64_t version, const std::string& root);
 
   class Impl;
   explicit JobClient(std::unique_ptr<Impl> impl);

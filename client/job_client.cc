@@ -117,6 +117,27 @@ absl::Status JobClient::Impl::Step(uint64_t step, float lr, float grad_scale, bo
   });
 }
 
+absl::StatusOr<std::string> JobClient::Impl::Checkpoint(uint64_t version,
+                                                       const std::string& root) {
+  if (root.empty() || root[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat("root: '", root, "' is not an absolute path"));
+  }
+  std::vector<std::string> dirs(client_->num_servers());
+  absl::Status s = client_->ForEachServer([&](int shard) {
+    v1::CheckpointRequest req;
+    req.set_job_id(spec_.job_id());
+    req.set_version(version);
+    req.set_root(root);
+    v1::CheckpointResponse resp;
+    absl::Status st = client_->Unary(Method::kCheckpoint, shard,
+                                     &v1::StateService::Stub::Checkpoint, req, &resp);
+    dirs[shard] = resp.path();
+    return st.ok() ? CheckIncarnation(job_, shard, resp.incarnation()) : st;
+  });
+  if (!s.ok()) return s;
+  return dirs[0];
+}
+
 absl::StatusOr<uint64_t> JobClient::Impl::Version() {
   std::vector<uint64_t> versions(client_->num_servers());
   absl::Status s = client_->ForEachServer([&](int shard) {
@@ -181,5 +202,9 @@ absl::Status JobClient::InitWeights(Range elems, const float* data) {
 }
 
 absl::StatusOr<uint64_t> JobClient::Version() { return impl_->Version(); }
+
+absl::StatusOr<std::string> JobClient::Checkpoint(uint64_t version, const std::string& root) {
+  return impl_->Checkpoint(version, root);
+}
 
 }  // namespace zerostate::client

@@ -20,6 +20,10 @@ class JobClient::Impl {
   // Registers a normalized spec on every server (client/job_setup.cc).
   static absl::StatusOr<std::unique_ptr<JobClient>> Register(std::shared_ptr<Client::Impl> client,
                                                              const v1::JobSpec& spec);
+  // Restores a checkpoint on every server, then attaches (client/job_setup.cc).
+  static absl::StatusOr<std::unique_ptr<JobClient>> Restore(std::shared_ptr<Client::Impl> client,
+                                                            const std::string& path,
+                                                            uint32_t num_nodes);
   // Attaches to a registered job (client/job_setup.cc).
   static absl::StatusOr<std::unique_ptr<JobClient>> Attach(std::shared_ptr<Client::Impl> client,
                                                            const std::string& job_id);
@@ -39,6 +43,7 @@ class JobClient::Impl {
   absl::StatusOr<GradStatsResult> GradStats(uint64_t step);
   absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip);
   absl::StatusOr<uint64_t> Version();
+  absl::StatusOr<std::string> Checkpoint(uint64_t version, const std::string& root);
 
  private:
   // A ticket of `parts` parts that also counts as one call in flight.

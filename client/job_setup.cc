@@ -63,6 +63,25 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Register(
   return MakeJobClient(std::move(client), spec, std::move(incarnations));
 }
 
+absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Restore(
+    std::shared_ptr<Client::Impl> client, const std::string& path, uint32_t num_nodes) {
+  std::vector<std::string> job_ids(client->num_servers());
+  absl::Status s = client->ForEachServer([&](int shard) {
+    v1::RestoreRequest req;
+    req.set_path(path);
+    for (const std::string& addr : client->options().servers) req.add_servers(addr);
+    req.set_shard_index(shard);
+    req.set_num_nodes(num_nodes);
+    v1::RestoreResponse resp;
+    absl::Status st =
+        client->Unary(Method::kRestore, shard, &v1::StateService::Stub::Restore, req, &resp);
+    job_ids[shard] = resp.info().job_id();
+    return st;
+  });
+  if (!s.ok()) return s;
+  return Attach(std::move(client), job_ids[0]);
+}
+
 absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Attach(
     std::shared_ptr<Client::Impl> client, const std::string& job_id) {
   absl::StatusOr<v1::JobStatusResponse> first = JobStatus(*client, 0, job_id);

@@ -9,7 +9,8 @@ namespace zerostate::client {
 const char* MethodName(Method m) {
   static constexpr const char* kNames[kNumMethods] = {
       "RegisterJob", "JobStatus", "PushGradients", "InitWeights",
-      "GradStats",   "Step",      "Gather",        "Rendezvous"};
+      "GradStats",   "Step",      "Gather",        "Rendezvous",
+      "Checkpoint",  "Restore"};
   return kNames[static_cast<int>(m)];
 }
 

@@ -27,8 +27,10 @@ enum class Method {
   kStep,
   kGather,
   kRendezvous,
+  kCheckpoint,
+  kRestore,
 };
-inline constexpr int kNumMethods = 8;
+inline constexpr int kNumMethods = 10;
 
 // The method's name as in the .proto ("PushGradients").
 const char* MethodName(Method m);
