@@ -13,6 +13,7 @@
 #include "common/shard_map.h"
 #include "server/aligned_buffer.h"
 #include "server/checkpoint/checkpoint_files.h"
+#include "server/optimizer/optimizer.h"
 
 namespace zerostate::server {
 namespace {
@@ -52,13 +53,37 @@ absl::Status CheckAgree(const v1::ShardManifest& first, const v1::ShardManifest&
   return absl::OkStatus();
 }
 
-absl::Status CheckShard(const std::string& dir, const v1::ShardManifest& m, uint32_t shard,
-                        const Layout& layout, const std::string& name) {
+// The fields every later check divides by or sizes with, before any use:
+// format version, shard count, a spec as the writer stores it (normalized),
+// the optimizer's number of state arrays.
+absl::Status CheckHeader(const v1::ShardManifest& m, uint32_t count, const std::string& name) {
   if (m.format_version() > kCheckpointFormatVersion) {
     return absl::FailedPreconditionError(
         absl::StrCat(name, ": format version ", m.format_version(), " is newer than ",
                      kCheckpointFormatVersion, ", the newest this build reads"));
   }
+  if (m.num_shards() != count) {
+    return absl::DataLossError(absl::StrCat(name, ": num_shards ", m.num_shards(),
+                                            " does not match its file name"));
+  }
+  auto spec = NormalizeJobSpec(m.spec());
+  if (!spec.ok()) {
+    return absl::DataLossError(absl::StrCat(name, ": job spec is invalid: ", spec.status().message()));
+  }
+  std::string diff = FirstDifference(*spec, m.spec());
+  if (!diff.empty()) {
+    return absl::DataLossError(absl::StrCat(name, ": job spec is incomplete: ", diff));
+  }
+  if (m.arrays() != 1u + MomentCount(spec->optimizer().kind())) {
+    return absl::DataLossError(absl::StrCat(name, ": ", m.arrays(), " state arrays per block, but ",
+                                            v1::OptimizerKind_Name(spec->optimizer().kind()),
+                                            " keeps ", 1 + MomentCount(spec->optimizer().kind())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckShard(const std::string& dir, const v1::ShardManifest& m, uint32_t shard,
+                        const Layout& layout, const std::string& name) {
   Range blocks = ShardBlocks(layout.num_blocks(), m.num_shards(), shard);
   uint64_t record = static_cast<uint64_t>(layout.block_elems) * m.arrays() * sizeof(float);
   if (m.shard_index() != shard || m.first_block() != blocks.begin ||
@@ -92,16 +117,13 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(const s
     std::string name = ShardManifestName(i, *count);
     auto m = ReadManifest(absl::StrCat(dir, "/", name));
     if (!m.ok()) return m.status();
+    if (auto s = CheckHeader(*m, *count, name); !s.ok()) return s;
     if (!manifests.empty()) {
       if (auto s = CheckAgree(manifests[0], *m, name); !s.ok()) return s;
     }
     manifests.push_back(*std::move(m));
   }
-  auto spec = NormalizeJobSpec(manifests[0].spec());
-  if (!spec.ok()) {
-    return absl::DataLossError(absl::StrCat("manifest job spec is invalid: ", spec.status().message()));
-  }
-  Layout layout = LayoutOf(*spec);
+  Layout layout = LayoutOf(manifests[0].spec());  // checked by CheckHeader
   for (uint32_t i = 0; i < *count; ++i) {
     auto s = CheckShard(dir, manifests[i], i, layout, ShardManifestName(i, *count));
     if (!s.ok()) return s;

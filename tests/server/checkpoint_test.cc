@@ -263,6 +263,23 @@ TEST_F(BadCheckpointTest, DifferentLayoutThanTheRegisteredJob) {
   ExpectRefused(absl::StatusCode::kFailedPrecondition, "differs from the registered job");
 }
 
+// Found by tests/fuzz/manifest_fuzzer (crashes/manifest-no-block-elems.json):
+// a manifest without block_elems divided by zero before it was checked.
+TEST_F(BadCheckpointTest, ManifestWithoutBlockSize) {
+  EditManifest([](v1::ShardManifest& m) { m.mutable_spec()->clear_block_elems(); });
+  ExpectRefused(absl::StatusCode::kDataLoss, "job spec is incomplete");
+}
+
+TEST_F(BadCheckpointTest, WrongNumberOfStateArrays) {
+  EditManifest([](v1::ShardManifest& m) { m.set_arrays(0); });
+  ExpectRefused(absl::StatusCode::kDataLoss, "state arrays");
+}
+
+TEST_F(BadCheckpointTest, ShardCountThatContradictsTheFileName) {
+  EditManifest([](v1::ShardManifest& m) { m.set_num_shards(0); });
+  ExpectRefused(absl::StatusCode::kDataLoss, "num_shards 0");
+}
+
 TEST_F(BadCheckpointTest, UnparsableManifestAndWrongJobId) {
   {
     std::ofstream f(dir_ + "/" + ShardManifestName(1, 2));
