@@ -4,6 +4,7 @@
 // as a gradient, an odd tag writes it as initial weights. Afterwards the
 // job must still answer Stats and Step without crashing.
 #include "fuzz_util.h"
+#include "quiet_logs.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace zerostate;

@@ -2,6 +2,7 @@
 // *.json config, then normalized as the worker does for a few world sizes.
 #include <string>
 
+#include "quiet_logs.h"
 #include "worker/ds_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

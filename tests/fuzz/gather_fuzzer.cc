@@ -2,6 +2,7 @@
 // request it accepts, Job::Gather with a near deadline (a min_version in
 // the future times out; the served chunks must lie in the range).
 #include "fuzz_util.h"
+#include "quiet_logs.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace zerostate;

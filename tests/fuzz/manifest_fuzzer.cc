@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "quiet_logs.h"
 #include "server/checkpoint/checkpoint_reader.h"
 
 namespace {

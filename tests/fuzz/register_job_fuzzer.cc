@@ -2,6 +2,7 @@
 // exactly as StateServiceImpl::RegisterJob hands them over. A spec the
 // registry accepts is registered again (the retry path) and deleted.
 #include "fuzz_util.h"
+#include "quiet_logs.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace zerostate;

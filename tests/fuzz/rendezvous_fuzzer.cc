@@ -4,6 +4,7 @@
 // all reachable.
 #include "fuzz_util.h"
 #include "server/rendezvous.h"
+#include "quiet_logs.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace zerostate;

@@ -23,7 +23,7 @@ fi
 cmake --build "$BUILD" -j "${JOBS:-2}" --target "${HARNESSES[@]/#/fuzz_}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
 status=0
 for h in "${HARNESSES[@]}"; do
   work="$OUT/$h"

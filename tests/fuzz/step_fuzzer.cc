@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "fuzz_util.h"
+#include "quiet_logs.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace zerostate;

@@ -3,6 +3,7 @@
 // world sizes.
 #include <string>
 
+#include "quiet_logs.h"
 #include "worker/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
