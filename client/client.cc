@@ -1,6 +1,8 @@
 // Client: connection setup, job registration and attachment, rendezvous.
 #include <utility>
 
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "client/client_impl.h"
 #include "client/job_client_impl.h"
@@ -22,7 +24,8 @@ Client::Impl::Impl(ClientOptions options)
     : options_(std::move(options)),
       metrics_(options_.metrics.get(), options_.servers),
       retrier_(options_, &metrics_, &shutdown_),
-      pool_(std::make_unique<ThreadPool>(PoolThreads(options_))) {
+      pool_(std::make_unique<ThreadPool>(PoolThreads(options_))),
+      gather_pool_(std::make_unique<ThreadPool>(PoolThreads(options_))) {
   for (int i = 0; i < static_cast<int>(options_.servers.size()); ++i) {
     servers_.push_back(std::make_unique<ServerConn>(options_, i));
   }
@@ -30,19 +33,20 @@ Client::Impl::Impl(ClientOptions options)
 
 Client::Impl::~Impl() {
   shutdown_.Notify();
+  gather_pool_.reset();
   pool_.reset();
 }
 
 absl::Status Client::Impl::ForEachServer(absl::FunctionRef<absl::Status(int)> fn) {
+  // Threads of their own, not a pool: a Step must never queue behind
+  // streams. Shard 0 runs on the calling thread.
   std::vector<absl::Status> results(servers_.size());
-  auto ticket = std::make_shared<Ticket::State>(num_servers());
-  for (int s = 0; s < num_servers(); ++s) {
-    pool_->Schedule([&fn, &results, ticket, s] {
-      results[s] = fn(s);
-      ticket->Done(absl::OkStatus());
-    });
+  std::vector<std::thread> threads;
+  for (int s = 1; s < num_servers(); ++s) {
+    threads.emplace_back([&fn, &results, s] { results[s] = fn(s); });
   }
-  (void)ticket->Wait();
+  results[0] = fn(0);
+  for (std::thread& t : threads) t.join();
   for (absl::Status& s : results) {
     if (!s.ok()) return s;
   }

@@ -59,8 +59,11 @@ struct ClientOptions {
   std::chrono::milliseconds max_backoff{2000};
   // Optional: where the library registers its metrics (bytes, latency, retries).
   std::shared_ptr<prometheus::Registry> metrics;
-  // Threads of the client's own pool, which runs every stream and fan-out
-  // of async calls. 0 = 2 * servers * streams_per_server (at least 4).
+  // Threads of each of the client's two pools: one runs push and init
+  // streams, the other gather streams (a gather waiting for a version never
+  // holds up the pushes and the Step that bring it). Per-server fan-outs
+  // (GradStats, Step, ...) run on threads of their own.
+  // 0 = 2 * servers * streams_per_server (at least 4).
   int threads = 0;
   // Extra integer gRPC channel arguments, applied after the library's own
   // (for tuning and benchmarks), e.g. {"grpc.http2.lookahead_bytes", 1 << 24}.

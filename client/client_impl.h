@@ -30,11 +30,15 @@ class Client::Impl {
   ServerConn& server(int shard) { return *servers_[shard]; }
   ClientMetrics& metrics() { return metrics_; }
   const Retrier& retrier() const { return retrier_; }
+  // Push and init streams run on pool(); gather streams on gather_pool(),
+  // since a gather waiting for a version holds its thread until the Step
+  // that brings it, which needs every push to get through first.
   ThreadPool& pool() { return *pool_; }
+  ThreadPool& gather_pool() { return *gather_pool_; }
 
-  // Runs fn(shard) for every server at once on the pool and waits for all.
-  // Returns the error of the lowest shard that failed.
-  // REQUIRES: not called from a pool thread.
+  // Runs fn(shard) for every server at once, each on a thread of its own
+  // (never queued behind the pool's streams), and waits for all. Returns
+  // the error of the lowest shard that failed.
   absl::Status ForEachServer(absl::FunctionRef<absl::Status(int shard)> fn);
 
   // One unary RPC to server `shard` through the retrier, e.g.
@@ -56,7 +60,8 @@ class Client::Impl {
   std::vector<std::unique_ptr<ServerConn>> servers_;
   absl::Notification shutdown_;
   Retrier retrier_;
-  std::unique_ptr<ThreadPool> pool_;  // last: joined first
+  std::unique_ptr<ThreadPool> pool_;         // last: joined first
+  std::unique_ptr<ThreadPool> gather_pool_;
 };
 
 }  // namespace zerostate::client

@@ -31,7 +31,8 @@ std::shared_ptr<Ticket::State> JobClient::Impl::BeginCall(int parts) {
 }
 
 template <class RunStream>
-Ticket JobClient::Impl::StartStreams(Range elems, v1::DType wire, RunStream run) {
+Ticket JobClient::Impl::StartStreams(ThreadPool& pool, Range elems, v1::DType wire,
+                                     RunStream run) {
   const ClientOptions& o = client_->options();
   uint32_t chunk = ChunkElems(o.chunk_bytes, DTypeSize(wire), layout_.block_elems);
   std::vector<StreamPlan> plans =
@@ -39,20 +40,21 @@ Ticket JobClient::Impl::StartStreams(Range elems, v1::DType wire, RunStream run)
   if (plans.empty()) return CompletedTicket(absl::OkStatus());
   std::shared_ptr<Ticket::State> ticket = BeginCall(static_cast<int>(plans.size()));
   for (const StreamPlan& plan : plans) {
-    client_->pool().Schedule([run, plan, ticket] { ticket->Done(run(plan, ticket)); });
+    pool.Schedule([run, plan, ticket] { ticket->Done(run(plan, ticket)); });
   }
   return Ticket(std::move(ticket));
 }
 
 Ticket JobClient::Impl::StartPush(const PushCall& call) {
-  return StartStreams(call.elems, call.wire,
+  return StartStreams(client_->pool(), call.elems, call.wire,
                       [this, call](const StreamPlan& plan, const auto& ticket) {
                         return RunPushStream(job_, call, plan, ticket);
                       });
 }
 
 Ticket JobClient::Impl::StartGather(const GatherCall& call) {
-  return StartStreams(call.elems, call.wire, [this, call](const StreamPlan& plan, const auto&) {
+  return StartStreams(client_->gather_pool(), call.elems, call.wire,
+                      [this, call](const StreamPlan& plan, const auto&) {
     return RunGatherStream(job_, call, plan);
   });
 }

@@ -51,7 +51,7 @@ class JobClient::Impl {
   // Runs run(plan, ticket) -> absl::Status for each stream of `elems` on
   // the pool; the returned ticket completes when all have.
   template <class RunStream>
-  Ticket StartStreams(Range elems, v1::DType wire, RunStream run);
+  Ticket StartStreams(ThreadPool& pool, Range elems, v1::DType wire, RunStream run);
   Ticket StartPush(const PushCall& call);
   Ticket StartGather(const GatherCall& call);
 

@@ -62,6 +62,10 @@ absl::Status CheckHeader(const v1::ShardManifest& m, uint32_t count, const std::
         absl::StrCat(name, ": format version ", m.format_version(), " is newer than ",
                      kCheckpointFormatVersion, ", the newest this build reads"));
   }
+  if (m.data_file() != ShardDataName(m.shard_index(), count)) {
+    return absl::DataLossError(absl::StrCat(name, ": data_file '", m.data_file(), "' is not ",
+                                            ShardDataName(m.shard_index(), count)));
+  }
   if (m.num_shards() != count) {
     return absl::DataLossError(absl::StrCat(name, ": num_shards ", m.num_shards(),
                                             " does not match its file name"));

@@ -275,6 +275,12 @@ TEST_F(BadCheckpointTest, WrongNumberOfStateArrays) {
   ExpectRefused(absl::StatusCode::kDataLoss, "state arrays");
 }
 
+// A manifest must not point the reader at files outside the checkpoint.
+TEST_F(BadCheckpointTest, DataFileOutsideTheCheckpoint) {
+  EditManifest([](v1::ShardManifest& m) { m.set_data_file("../../etc/passwd"); });
+  ExpectRefused(absl::StatusCode::kDataLoss, "data_file");
+}
+
 TEST_F(BadCheckpointTest, ShardCountThatContradictsTheFileName) {
   EditManifest([](v1::ShardManifest& m) { m.set_num_shards(0); });
   ExpectRefused(absl::StatusCode::kDataLoss, "num_shards 0");
