@@ -40,6 +40,7 @@ class AtomicFile {
   std::string path_;
   int fd_;
   uint64_t size_ = 0;
+  uint64_t flushed_ = 0;  // bytes whose writeback has been started
   bool committed_ = false;
 };
 
