@@ -60,7 +60,6 @@ uint64_t Job::EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks,
   return in_ram + TierRamBytes(spec.tier(), state, tiers);
 }
 
-uint64_t Job::shard_elems() const { return blocks_.size() * layout_.block_elems; }
 
 absl::Status Job::InitializeWeights() {
   AlignedBuffer<float> state(tier_->shape().block_floats());

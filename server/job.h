@@ -59,7 +59,6 @@ class Job {
   const std::vector<std::string>& servers() const { return servers_; }
   uint32_t shard_index() const { return shard_index_; }
   Range blocks() const { return blocks_; }
-  uint64_t shard_elems() const;
   // EstimateBytes of this job, as it was created.
   uint64_t state_bytes() const { return state_bytes_; }
 

@@ -57,6 +57,7 @@ class PrometheusTierSink final : public TierMetricsSink {
 
 ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
     : registry_(std::move(r)),
+      latency_buckets_(LatencyBuckets()),
       bytes_received_(BuildCounter().Name("zerostate_rpc_bytes_received_total")
                           .Help("Payload bytes received, by method").Register(*registry_)),
       bytes_sent_(BuildCounter().Name("zerostate_rpc_bytes_sent_total")
@@ -108,7 +109,7 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
 
 void ServerMetrics::RecordRpc(const std::string& method, const absl::Status& status,
                               double seconds, uint64_t bytes_in, uint64_t bytes_out) {
-  rpc_duration_.Add({{"method", method}}, LatencyBuckets()).Observe(seconds);
+  rpc_duration_.Add({{"method", method}}, latency_buckets_).Observe(seconds);
   if (bytes_in > 0) bytes_received_.Add({{"method", method}}).Increment(bytes_in);
   if (bytes_out > 0) bytes_sent_.Add({{"method", method}}).Increment(bytes_out);
   if (!status.ok()) {
@@ -119,7 +120,7 @@ void ServerMetrics::RecordRpc(const std::string& method, const absl::Status& sta
 
 void ServerMetrics::RecordStep(const std::string& job, double seconds, uint64_t params,
                                bool skipped, uint64_t version) {
-  step_duration_.Add({{"job", job}}, LatencyBuckets()).Observe(seconds);
+  step_duration_.Add({{"job", job}}, latency_buckets_).Observe(seconds);
   optimizer_params_.Add({{"job", job}}).Increment(params);
   (skipped ? job_skipped_ : job_steps_).Add({{"job", job}}).Increment();
   job_version_.Add({{"job", job}}).Set(version);

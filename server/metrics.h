@@ -43,6 +43,7 @@ class ServerMetrics {
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
+  const prometheus::Histogram::BucketBoundaries latency_buckets_;
   prometheus::Family<prometheus::Counter>& bytes_received_;
   prometheus::Family<prometheus::Counter>& bytes_sent_;
   prometheus::Family<prometheus::Histogram>& rpc_duration_;
