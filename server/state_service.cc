@@ -37,15 +37,20 @@ absl::Time StateServiceImpl::DeadlineOf(const grpc::ServerContext* ctx) const {
   return std::min(cap, absl::FromChrono(d));
 }
 
+absl::StatusOr<std::shared_ptr<Job>> StateServiceImpl::JobFor(const grpc::ServerContext*,
+                                                              const std::string& job_id) {
+  return jobs_.Get(job_id);
+}
+
 absl::Status StateServiceImpl::ForEachChunk(
-    grpc::ServerReader<v1::Chunk>* reader, Traffic& traffic,
+    const grpc::ServerContext* ctx, grpc::ServerReader<v1::Chunk>* reader, Traffic& traffic,
     const std::function<absl::Status(Job&, const v1::Chunk&)>& apply) {
   v1::Chunk chunk;
   std::shared_ptr<Job> job;  // a stream usually carries one job: look it up once
   while (reader->Read(&chunk)) {
     traffic.in += chunk.data().size();
     if (!job || job->spec().job_id() != chunk.job_id()) {
-      auto j = jobs_.Get(chunk.job_id());
+      auto j = JobFor(ctx, chunk.job_id());
       if (!j.ok()) return j.status();
       job = *std::move(j);
     }
@@ -78,11 +83,11 @@ grpc::Status StateServiceImpl::RegisterJob(grpc::ServerContext*, const v1::Regis
   });
 }
 
-grpc::Status StateServiceImpl::InitWeights(grpc::ServerContext*,
+grpc::Status StateServiceImpl::InitWeights(grpc::ServerContext* ctx,
                                            grpc::ServerReader<v1::Chunk>* reader,
                                            v1::InitWeightsResponse* resp) {
   return Serve("InitWeights", [&](Traffic& t) -> absl::Status {
-    auto status = ForEachChunk(reader, t, [&](Job& job, const v1::Chunk& chunk) {
+    auto status = ForEachChunk(ctx, reader, t, [&](Job& job, const v1::Chunk& chunk) {
       if (auto s = job.InitWeights(chunk); !s.ok()) return s;
       resp->set_chunks_applied(resp->chunks_applied() + 1);
       return absl::OkStatus();
@@ -92,11 +97,11 @@ grpc::Status StateServiceImpl::InitWeights(grpc::ServerContext*,
   });
 }
 
-grpc::Status StateServiceImpl::PushGradients(grpc::ServerContext*,
+grpc::Status StateServiceImpl::PushGradients(grpc::ServerContext* ctx,
                                              grpc::ServerReader<v1::Chunk>* reader,
                                              v1::PushResponse* resp) {
   return Serve("PushGradients", [&](Traffic& t) -> absl::Status {
-    auto status = ForEachChunk(reader, t, [&](Job& job, const v1::Chunk& chunk) -> absl::Status {
+    auto status = ForEachChunk(ctx, reader, t, [&](Job& job, const v1::Chunk& chunk) -> absl::Status {
       auto outcome = job.Push(chunk);
       if (!outcome.ok()) return outcome.status();
       if (*outcome == Job::PushOutcome::kApplied) {
@@ -114,7 +119,7 @@ grpc::Status StateServiceImpl::PushGradients(grpc::ServerContext*,
 grpc::Status StateServiceImpl::GradStats(grpc::ServerContext* ctx, const v1::GradStatsRequest* req,
                                          v1::GradStatsResponse* resp) {
   return Serve("GradStats", [&](Traffic&) -> absl::Status {
-    auto job = jobs_.Get(req->job_id());
+    auto job = JobFor(ctx, req->job_id());
     if (!job.ok()) return job.status();
     auto stats = (*job)->Stats(req->step(), DeadlineOf(ctx));
     if (!stats.ok()) return stats.status();
@@ -128,7 +133,7 @@ grpc::Status StateServiceImpl::GradStats(grpc::ServerContext* ctx, const v1::Gra
 grpc::Status StateServiceImpl::Step(grpc::ServerContext* ctx, const v1::StepRequest* req,
                                     v1::StepResponse* resp) {
   return Serve("Step", [&](Traffic&) -> absl::Status {
-    auto job = jobs_.Get(req->job_id());
+    auto job = JobFor(ctx, req->job_id());
     if (!job.ok()) return job.status();
     absl::Time start = absl::Now();
     auto out = (*job)->Step(*req, DeadlineOf(ctx), pool_);
@@ -148,7 +153,7 @@ grpc::Status StateServiceImpl::Step(grpc::ServerContext* ctx, const v1::StepRequ
 grpc::Status StateServiceImpl::Gather(grpc::ServerContext* ctx, const v1::GatherRequest* req,
                                       grpc::ServerWriter<v1::Chunk>* writer) {
   return Serve("Gather", [&](Traffic& t) -> absl::Status {
-    auto job = jobs_.Get(req->job_id());
+    auto job = JobFor(ctx, req->job_id());
     if (!job.ok()) return job.status();
     auto range = (*job)->CheckGather(*req);
     if (!range.ok()) return range.status();
@@ -160,10 +165,10 @@ grpc::Status StateServiceImpl::Gather(grpc::ServerContext* ctx, const v1::Gather
   });
 }
 
-grpc::Status StateServiceImpl::JobStatus(grpc::ServerContext*, const v1::JobStatusRequest* req,
+grpc::Status StateServiceImpl::JobStatus(grpc::ServerContext* ctx, const v1::JobStatusRequest* req,
                                          v1::JobStatusResponse* resp) {
   return Serve("JobStatus", [&](Traffic&) -> absl::Status {
-    auto job = jobs_.Get(req->job_id());
+    auto job = JobFor(ctx, req->job_id());
     if (!job.ok()) return job.status();
     (*job)->FillStatus(resp);
     resp->set_incarnation(incarnation_);
@@ -187,7 +192,7 @@ grpc::Status StateServiceImpl::Checkpoint(grpc::ServerContext* ctx,
                                           const v1::CheckpointRequest* req,
                                           v1::CheckpointResponse* resp) {
   return Serve("Checkpoint", [&](Traffic& t) -> absl::Status {
-    auto job = jobs_.Get(req->job_id());
+    auto job = JobFor(ctx, req->job_id());
     if (!job.ok()) return job.status();
     auto written = WriteCheckpoint(**job, req->version(), req->root(), DeadlineOf(ctx));
     if (!written.ok()) return written.status();

@@ -69,9 +69,14 @@ class StateServiceImpl final : public v1::StateService::Service {
   template <typename Body>
   grpc::Status Serve(const char* method, Body&& body);
   absl::Time DeadlineOf(const grpc::ServerContext* ctx) const;
+  // The job a call names, if the caller may use it. Every handler that acts
+  // on an existing job goes through here.
+  absl::StatusOr<std::shared_ptr<Job>> JobFor(const grpc::ServerContext* ctx,
+                                              const std::string& job_id);
   // Reads a chunk stream to its end, applying each chunk to its job; stops
   // at the first error (later chunks are not read).
-  absl::Status ForEachChunk(grpc::ServerReader<v1::Chunk>* reader, Traffic& traffic,
+  absl::Status ForEachChunk(const grpc::ServerContext* ctx,
+                            grpc::ServerReader<v1::Chunk>* reader, Traffic& traffic,
                             const std::function<absl::Status(Job&, const v1::Chunk&)>& apply);
 
   const ServiceOptions options_;
