@@ -86,6 +86,11 @@ int zs_connect(const zs_client_options* o, zs_client** out, char** error) {
   options.initial_backoff = std::chrono::milliseconds(o->initial_backoff_ms);
   options.max_backoff = std::chrono::milliseconds(o->max_backoff_ms);
   options.threads = o->threads;
+  options.tls_ca_file = o->tls_ca_file != nullptr ? o->tls_ca_file : "";
+  options.tls_cert_file = o->tls_cert_file != nullptr ? o->tls_cert_file : "";
+  options.tls_key_file = o->tls_key_file != nullptr ? o->tls_key_file : "";
+  options.plaintext = o->plaintext != 0;
+  options.job_token = o->job_token != nullptr ? o->job_token : "";
   auto client = zc::Client::Connect(std::move(options));
   if (!client.ok()) return Report(client.status(), error);
   *out = new zs_client{*std::move(client)};
@@ -204,6 +209,8 @@ int zs_version(zs_job* job, uint64_t* version, char** error) {
   *version = *v;
   return Report(absl::OkStatus(), error);
 }
+
+char* zs_job_token(const zs_job* job) { return CopyString(job->job->token()); }
 
 void zs_free_string(char* s) { std::free(s); }
 

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "client/channel_credentials.h"
 #include "client/client_impl.h"
 #include "client/job_client_impl.h"
 #include "client/ticket_state.h"
@@ -20,14 +21,15 @@ int PoolThreads(const ClientOptions& o) {
 
 }  // namespace
 
-Client::Impl::Impl(ClientOptions options)
+Client::Impl::Impl(ClientOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
     : options_(std::move(options)),
       metrics_(options_.metrics.get(), options_.servers),
-      retrier_(options_, &metrics_, &shutdown_),
+      token_(options_.job_token),
+      retrier_(options_, &metrics_, &shutdown_, &token_),
       pool_(std::make_unique<ThreadPool>(PoolThreads(options_))),
       gather_pool_(std::make_unique<ThreadPool>(PoolThreads(options_))) {
   for (int i = 0; i < static_cast<int>(options_.servers.size()); ++i) {
-    servers_.push_back(std::make_unique<ServerConn>(options_, i));
+    servers_.push_back(std::make_unique<ServerConn>(options_, i, credentials));
   }
 }
 
@@ -60,7 +62,10 @@ const ClientOptions& Client::options() const { return impl_->options(); }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
-  return std::unique_ptr<Client>(new Client(std::make_shared<Impl>(std::move(options))));
+  auto credentials = ChannelCredentialsFor(options);
+  if (!credentials.ok()) return credentials.status();
+  return std::unique_ptr<Client>(
+      new Client(std::make_shared<Impl>(std::move(options), *std::move(credentials))));
 }
 
 absl::StatusOr<std::unique_ptr<JobClient>> Client::RegisterJob(const v1::JobSpec& spec) {

@@ -68,6 +68,23 @@ struct ClientOptions {
   // Extra integer gRPC channel arguments, applied after the library's own
   // (for tuning and benchmarks), e.g. {"grpc.http2.lookahead_bytes", 1 << 24}.
   std::vector<std::pair<std::string, int>> channel_args;
+  // Transport security, one of the two required: TLS, trusting the servers'
+  // certificates signed by the CA in tls_ca_file (PEM), presenting
+  // tls_cert_file / tls_key_file (PEM, both or neither) to servers that
+  // require client certificates (mutual TLS); or plaintext = true for
+  // servers started with --plaintext.
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  bool plaintext = false;
+  // The job's credential (32 to 256 printable characters), sent with every
+  // call in the metadata entry "zerostate-job-token"; never logged. A
+  // Client carries one token, shared by every job it registers or attaches
+  // to. Empty: the first RegisterJob or RestoreJob has the first server
+  // generate one (256 random bits), registers it on the other servers and
+  // uses it from then on (JobClient::token() returns it, for the nodes that
+  // attach); AttachJob and Rendezvous need a token.
+  std::string job_token;
 };
 
 // The result of an asynchronous call. Wait() blocks until it is done and
@@ -139,6 +156,9 @@ class JobClient {
 
   const v1::JobSpec& spec() const;  // normalized
   const Layout& layout() const;
+  // The job's token (ClientOptions::job_token, or the one the server
+  // generated): hand it to the nodes that attach. A secret: never log it.
+  std::string token() const;
 
   // The flat element range of tensor `name`. Errors: NOT_FOUND naming it.
   absl::StatusOr<Range> TensorRange(const std::string& name) const;

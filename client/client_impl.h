@@ -20,8 +20,9 @@ namespace zerostate::client {
 
 class Client::Impl {
  public:
-  // REQUIRES: options passed ValidateOptions.
-  explicit Impl(ClientOptions options);
+  // REQUIRES: options passed ValidateOptions; `credentials` built from
+  // them (ChannelCredentialsFor).
+  Impl(ClientOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials);
   // Ends backoff waits, then finishes queued tasks and joins the pool.
   ~Impl();
 
@@ -30,6 +31,8 @@ class Client::Impl {
   ServerConn& server(int shard) { return *servers_[shard]; }
   ClientMetrics& metrics() { return metrics_; }
   const Retrier& retrier() const { return retrier_; }
+  // The token every call carries (ClientOptions::job_token, or adopted).
+  JobToken& job_token() { return token_; }
   // Push and init streams run on pool(); gather streams on gather_pool(),
   // since a gather waiting for a version holds its thread until the Step
   // that brings it, which needs every push to get through first.
@@ -59,6 +62,7 @@ class Client::Impl {
   ClientMetrics metrics_;
   std::vector<std::unique_ptr<ServerConn>> servers_;
   absl::Notification shutdown_;
+  JobToken token_;
   Retrier retrier_;
   std::unique_ptr<ThreadPool> pool_;         // last: joined first
   std::unique_ptr<ThreadPool> gather_pool_;

@@ -160,6 +160,7 @@ JobClient::JobClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 JobClient::~JobClient() = default;
 const v1::JobSpec& JobClient::spec() const { return impl_->spec(); }
 const Layout& JobClient::layout() const { return impl_->layout(); }
+std::string JobClient::token() const { return impl_->token(); }
 
 absl::StatusOr<Range> JobClient::TensorRange(const std::string& name) const {
   for (const TensorSlot& t : impl_->layout().tensors) {

@@ -35,6 +35,7 @@ class JobClient::Impl {
 
   const v1::JobSpec& spec() const { return spec_; }
   const Layout& layout() const { return layout_; }
+  std::string token() const { return client_->job_token().Get(); }
 
   Ticket PushAsync(uint64_t step, uint32_t node, Range elems, const void* data, v1::DType dtype);
   Ticket GatherAsync(uint64_t min_version, Range elems, void* out, v1::DType dtype,

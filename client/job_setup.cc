@@ -41,13 +41,23 @@ std::unique_ptr<JobClient> MakeJobClient(std::shared_ptr<Client::Impl> client, v
       std::move(client), std::move(spec), std::move(incarnations)));
 }
 
+// Runs fn(shard) on every server. Without a token yet, shard 0 runs first
+// alone: it generates the job's token, which fn adopts, so the other
+// servers get the same token.
+absl::Status ForEachServerWithToken(Client::Impl& client,
+                                    absl::FunctionRef<absl::Status(int shard)> fn) {
+  if (!client.job_token().Get().empty()) return client.ForEachServer(fn);
+  if (absl::Status s = fn(0); !s.ok()) return s;
+  return client.ForEachServer([&](int shard) { return shard == 0 ? absl::OkStatus() : fn(shard); });
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Register(
     std::shared_ptr<Client::Impl> client, const v1::JobSpec& spec) {
   const Layout layout = LayoutOf(spec);
   std::vector<uint64_t> incarnations(client->num_servers());
-  absl::Status s = client->ForEachServer([&](int shard) {
+  absl::Status s = ForEachServerWithToken(*client, [&](int shard) {
     v1::RegisterJobRequest req;
     *req.mutable_spec() = spec;
     for (const std::string& addr : client->options().servers) req.add_servers(addr);
@@ -56,6 +66,7 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Register(
     absl::Status st = client->Unary(Method::kRegisterJob, shard,
                                     &v1::StateService::Stub::RegisterJob, req, &resp);
     if (!st.ok()) return st;
+    if (!resp.token().empty()) client->job_token().Adopt(resp.token());
     incarnations[shard] = resp.incarnation();
     return CheckShard(*client, layout, shard, resp.info());
   });
@@ -66,7 +77,7 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Register(
 absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Restore(
     std::shared_ptr<Client::Impl> client, const std::string& path, uint32_t num_nodes) {
   std::vector<std::string> job_ids(client->num_servers());
-  absl::Status s = client->ForEachServer([&](int shard) {
+  absl::Status s = ForEachServerWithToken(*client, [&](int shard) {
     v1::RestoreRequest req;
     req.set_path(path);
     for (const std::string& addr : client->options().servers) req.add_servers(addr);
@@ -75,6 +86,7 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Restore(
     v1::RestoreResponse resp;
     absl::Status st =
         client->Unary(Method::kRestore, shard, &v1::StateService::Stub::Restore, req, &resp);
+    if (st.ok() && !resp.token().empty()) client->job_token().Adopt(resp.token());
     job_ids[shard] = resp.info().job_id();
     return st;
   });

@@ -20,8 +20,8 @@ bool IsRetryable(const absl::Status& status) {
 }
 
 Retrier::Retrier(const ClientOptions& options, ClientMetrics* metrics,
-                 const absl::Notification* shutdown)
-    : options_(options), metrics_(metrics), shutdown_(shutdown) {}
+                 const absl::Notification* shutdown, const JobToken* token)
+    : options_(options), metrics_(metrics), shutdown_(shutdown), token_(token) {}
 
 absl::Duration Retrier::Backoff(int retry) const {
   absl::Duration base = absl::FromChrono(options_.initial_backoff) * (1 << std::min(retry, 20));
@@ -36,9 +36,11 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
   absl::Time start = absl::Now();
   absl::Status status;
   int attempts = 0;
+  const std::string token = token_->Get();
   while (true) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
+    if (!token.empty()) ctx.AddMetadata(kJobTokenMetadata, token);
     status = attempt(ctx);
     ++attempts;
     if (status.ok() || !IsRetryable(status) || attempts >= options_.max_attempts) break;

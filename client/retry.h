@@ -6,8 +6,12 @@
 // Thread-safe.
 #pragma once
 
+#include <string>
+
+#include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/client.h"
 #include "client/metrics.h"
@@ -23,12 +27,37 @@ absl::Status FromGrpc(const grpc::Status& status);
 // True for the codes worth another attempt.
 bool IsRetryable(const absl::Status& status);
 
+// The job token a Client sends with every call (ClientOptions::job_token),
+// set once later when the client had none and a server generated one.
+// Thread-safe.
+class JobToken {
+ public:
+  explicit JobToken(std::string token) : token_(std::move(token)) {}
+  std::string Get() const {
+    absl::MutexLock lock(&mu_);
+    return token_;
+  }
+  // Takes `token` if none is set yet (a server generated it).
+  void Adopt(const std::string& token) {
+    absl::MutexLock lock(&mu_);
+    if (token_.empty()) token_ = token;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::string token_ ABSL_GUARDED_BY(mu_);
+};
+
+// The metadata entry that carries the job token.
+inline constexpr char kJobTokenMetadata[] = "zerostate-job-token";
+
 class Retrier {
  public:
-  // `metrics` and `shutdown` must outlive the Retrier. Once `shutdown` is
-  // notified, backoff waits end and no further attempt starts (CANCELLED).
+  // `metrics`, `shutdown` and `token` must outlive the Retrier. Once
+  // `shutdown` is notified, backoff waits end and no further attempt starts
+  // (CANCELLED). Every attempt carries `token` (when set).
   Retrier(const ClientOptions& options, ClientMetrics* metrics,
-          const absl::Notification* shutdown);
+          const absl::Notification* shutdown, const JobToken* token);
 
   // Runs `attempt` (one RPC on `ctx`) until it returns OK, a code that is
   // not retryable, or max_attempts are spent. Records the call's latency
@@ -43,6 +72,7 @@ class Retrier {
   const ClientOptions& options_;
   ClientMetrics* const metrics_;
   const absl::Notification* const shutdown_;
+  const JobToken* const token_;
 };
 
 }  // namespace zerostate::client

@@ -35,10 +35,11 @@ grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options, int se
   return args;
 }
 
-ServerConn::ServerConn(const ClientOptions& options, int index)
+ServerConn::ServerConn(const ClientOptions& options, int index,
+                       const std::shared_ptr<grpc::ChannelCredentials>& credentials)
     : address_(options.servers[index]), index_(index) {
   for (int c = 0; c < options.channels_per_server; ++c) {
-    channels_.push_back(grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(),
+    channels_.push_back(grpc::CreateCustomChannel(address_, credentials,
                                                   MakeChannelArguments(options, index, c)));
     stubs_.push_back(v1::StateService::NewStub(channels_.back()));
   }

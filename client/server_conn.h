@@ -11,6 +11,7 @@
 
 #include "client/client.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "zerostate/v1/state_service.grpc.pb.h"
 
@@ -25,8 +26,10 @@ grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options, int se
 class ServerConn {
  public:
   // Opens options.channels_per_server channels (connected lazily) to
-  // options.servers[index]. REQUIRES: options passed ValidateOptions.
-  ServerConn(const ClientOptions& options, int index);
+  // options.servers[index] with `credentials`. REQUIRES: options passed
+  // ValidateOptions.
+  ServerConn(const ClientOptions& options, int index,
+             const std::shared_ptr<grpc::ChannelCredentials>& credentials);
 
   const std::string& address() const { return address_; }
   int index() const { return index_; }

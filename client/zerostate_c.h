@@ -38,13 +38,15 @@ enum {
   ZS_DEADLINE_EXCEEDED = 4,
   ZS_NOT_FOUND = 5,
   ZS_ALREADY_EXISTS = 6,
+  ZS_PERMISSION_DENIED = 7,
   ZS_RESOURCE_EXHAUSTED = 8,
   ZS_FAILED_PRECONDITION = 9,
   ZS_ABORTED = 10,
   ZS_OUT_OF_RANGE = 11,
   ZS_INTERNAL = 13,
   ZS_UNAVAILABLE = 14,
-  ZS_DATA_LOSS = 15
+  ZS_DATA_LOSS = 15,
+  ZS_UNAUTHENTICATED = 16
 };
 
 /* Wire dtypes, numbered as zerostate.v1.DType. */
@@ -64,6 +66,16 @@ typedef struct zs_client_options {
   int64_t initial_backoff_ms;
   int64_t max_backoff_ms;
   int threads;
+  /* Transport security, one of the two required (see ClientOptions): PEM
+   * file paths for TLS (NULL: unset; cert and key only for mutual TLS), or
+   * plaintext != 0 for servers started with --plaintext. */
+  const char* tls_ca_file;
+  const char* tls_cert_file;
+  const char* tls_key_file;
+  int plaintext;
+  /* The job's token (NULL: none yet; the first zs_register_job gets one
+   * generated, see zs_job_token). A secret: never log it. */
+  const char* job_token;
 } zs_client_options;
 
 /* The library's defaults, no servers. */
@@ -77,7 +89,9 @@ void zs_client_free(zs_client* client);
  * Errors: ZS_INVALID_ARGUMENT (unparsable or bad spec), server errors. */
 int zs_register_job(zs_client* client, const void* spec, size_t spec_len, zs_job** out,
                     char** error);
-/* Attaches to a registered job. Errors: ZS_NOT_FOUND. */
+/* Attaches to a registered job with the client's job_token. Errors:
+ * ZS_UNAUTHENTICATED (no token, or not valid here), ZS_PERMISSION_DENIED
+ * (the token of another job), whether or not the job exists. */
 int zs_attach_job(zs_client* client, const char* job_id, zs_job** out, char** error);
 void zs_job_free(zs_job* job);
 
@@ -128,6 +142,10 @@ int zs_init_weights(zs_job* job, uint64_t begin, uint64_t end, const float* data
 
 /* The lowest version over every server's shard. */
 int zs_version(zs_job* job, uint64_t* version, char** error);
+
+/* The job's token, for the nodes that attach (malloc'd, NUL-terminated;
+ * release with zs_free_string). A secret: never log it. */
+char* zs_job_token(const zs_job* job);
 
 void zs_free_string(char* s);
 

@@ -34,9 +34,10 @@ free_port() {
 }
 
 # Starts a server; waits for its "listening on HOST:PORT metrics on ADDR" line.
+# Plaintext: everything stays on loopback (docs/operations.md, Security).
 start_server() {
   local i=$1 log=$tmp/server$1.log
-  "$server_bin" --listen=127.0.0.1:0 --metrics_listen=127.0.0.1:0 --threads=1 \
+  "$server_bin" --listen=127.0.0.1:0 --plaintext --metrics_listen=127.0.0.1:0 --threads=1 \
     --ram_budget_bytes=$((256 << 20)) >"$log" 2>&1 &
   pids+=($!)
   for _ in $(seq 100); do
@@ -58,11 +59,15 @@ done
 step_flag=()
 [[ $steps != 0 ]] && step_flag=(--steps="$steps")
 job="demo-$$"
+# The job's token, shared by every worker through the environment only.
+ZEROSTATE_JOB_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+export ZEROSTATE_JOB_TOKEN
 for node in 0 1; do
   port=$(free_port)
   echo "demo: node $node workers' metrics at http://127.0.0.1:$port/metrics"
   WORLD_SIZE=4 LOCAL_WORLD_SIZE=2 NODE_RANK=$node "$worker_bin" --config=configs/mlp.textproto \
-    --servers="$servers" --local_threads=2 --job_id="$job" --metrics_port="$port" "${step_flag[@]}" \
+    --servers="$servers" --plaintext --local_threads=2 --job_id="$job" --metrics_port="$port" \
+    "${step_flag[@]}" \
     >"$tmp/node$node.log" 2>&1 &
   pids+=($!)
 done

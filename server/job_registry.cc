@@ -6,6 +6,8 @@
 #include "common/job_spec.h"
 #include "server/aligned_buffer.h"
 #include "server/checkpoint/checkpoint_reader.h"
+#include "server/optimizer/optimizer.h"
+#include "server/tier/slot_format.h"
 
 namespace zerostate::server {
 namespace {
@@ -44,27 +46,102 @@ absl::Status CheckSameJob(const Job& job, const v1::JobSpec& spec,
   return absl::OkStatus();
 }
 
+// Bytes a job's shard occupies under --nvme_dir: two slots per block.
+uint64_t DiskBytes(const v1::JobSpec& spec, uint64_t shard_blocks) {
+  if (spec.tier() != v1::TIER_NVME) return 0;
+  uint64_t payload = uint64_t{spec.block_elems()} * 4 * (1 + MomentCount(spec.optimizer().kind()));
+  return shard_blocks * 2 * SlotLayout(payload).slot_bytes;
+}
+
+// The caller's token, or a new one when it sent none.
+absl::StatusOr<std::string> TokenOrNew(const std::string& token, std::string* generated) {
+  if (!token.empty()) return token;
+  auto made = GenerateToken();
+  if (!made.ok()) return made.status();
+  *generated = *made;
+  return *made;
+}
+
 }  // namespace
 
-absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::RegisterJobRequest& req) {
+absl::Status JobRegistry::AuthorizeLocked(const std::string& job_id, const TokenHash& hash) const {
+  if (hash.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "the call carries no job token (metadata '", kJobTokenMetadata, "')"));
+  }
+  auto it = token_of_.find(job_id);
+  if (it != token_of_.end() && SameToken(it->second, hash)) return absl::OkStatus();
+  if (jobs_with_token_.contains(hash)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the job token does not grant access to job '", job_id, "'"));
+  }
+  return absl::UnauthenticatedError("the job token is not valid on this server");
+}
+
+absl::Status JobRegistry::CheckQuotasLocked(const std::string& job_id, uint64_t ram,
+                                            uint64_t disk, bool replacing) const {
+  if (quotas_.max_jobs != 0 && !replacing && jobs_.size() >= quotas_.max_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "max_jobs: job '", job_id, "' would be job ", jobs_.size() + 1,
+        " on this server, which allows ", quotas_.max_jobs, " (--max_jobs)"));
+  }
+  if (quotas_.job_ram_bytes != 0 && ram > quotas_.job_ram_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job_ram_quota_bytes: job '", job_id, "' needs ", ram,
+        " bytes of RAM on this server, over the per-job quota of ", quotas_.job_ram_bytes,
+        " (--job_ram_quota_bytes)"));
+  }
+  if (quotas_.job_disk_bytes != 0 && disk > quotas_.job_disk_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job_disk_quota_bytes: job '", job_id, "' needs ", disk,
+        " bytes of disk on this server, over the per-job quota of ", quotas_.job_disk_bytes,
+        " (--job_disk_quota_bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+void JobRegistry::SetTokenLocked(const std::string& job_id, TokenHash hash) {
+  DropTokenLocked(job_id);
+  ++jobs_with_token_[hash];
+  token_of_[job_id] = std::move(hash);
+}
+
+void JobRegistry::DropTokenLocked(const std::string& job_id) {
+  auto it = token_of_.find(job_id);
+  if (it == token_of_.end()) return;
+  auto count = jobs_with_token_.find(it->second);
+  if (--count->second == 0) jobs_with_token_.erase(count);
+  token_of_.erase(it);
+}
+
+absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::RegisterJobRequest& req,
+                                                              const std::string& token) {
   auto spec = NormalizeJobSpec(req.spec());
   if (!spec.ok()) return spec.status();
   if (auto s = CheckServers(req); !s.ok()) return s;
   if (auto s = CheckTier(spec->tier(), tiers_); !s.ok()) return s;
-  absl::MutexLock lock(&mu_);
-  if (shutting_down_) return absl::UnavailableError("server is shutting down");
-  if (auto it = jobs_.find(spec->job_id()); it != jobs_.end()) {
-    if (auto s = CheckSameJob(*it->second, *spec, req); !s.ok()) return s;
-    return Registered{it->second, false};
-  }
   Layout layout = LayoutOf(*spec);
   Range blocks = ShardBlocks(layout.num_blocks(), req.servers_size(), req.shard_index());
   uint64_t bytes = Job::EstimateBytes(*spec, blocks.size(), tiers_);
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("server is shutting down");
+  if (auto it = jobs_.find(spec->job_id()); it != jobs_.end()) {
+    if (auto s = AuthorizeLocked(spec->job_id(), HashToken(token)); !s.ok()) return s;
+    if (auto s = CheckSameJob(*it->second, *spec, req); !s.ok()) return s;
+    return Registered{it->second, false, ""};
+  }
+  if (auto s = CheckQuotasLocked(spec->job_id(), bytes, DiskBytes(*spec, blocks.size()), false);
+      !s.ok()) {
+    return s;
+  }
   if (bytes > ram_budget_ - ram_used_) {
     return absl::ResourceExhaustedError(
         absl::StrCat("job '", spec->job_id(), "' needs ", bytes, " bytes on this server but only ",
                      ram_budget_ - ram_used_, " of the RAM budget ", ram_budget_, " are free"));
   }
+  std::string generated;
+  auto job_token = TokenOrNew(token, &generated);
+  if (!job_token.ok()) return job_token.status();
   std::vector<std::string> servers(req.servers().begin(), req.servers().end());
   auto created = Job::Create(*std::move(spec), std::move(servers), req.shard_index(),
                              /*initialize=*/true, tiers_);
@@ -72,7 +149,8 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
   std::shared_ptr<Job> job = *std::move(created);
   ram_used_ += bytes;
   jobs_[job->spec().job_id()] = job;
-  return Registered{job, true};
+  SetTokenLocked(job->spec().job_id(), HashToken(*job_token));
+  return Registered{job, true, generated};
 }
 
 uint64_t JobRegistry::FreeFor(const std::string& job_id) const {
@@ -120,7 +198,8 @@ absl::Status LoadShard(const CheckpointReader& reader, Job& job) {
 
 }  // namespace
 
-absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRequest& req) {
+absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRequest& req,
+                                                             const std::string& token) {
   if (auto s = CheckServers(req); !s.ok()) return s;
   auto reader = CheckpointReader::Open(req.path());
   if (!reader.ok()) return reader.status();
@@ -129,16 +208,31 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRe
   Layout layout = LayoutOf(*spec);
   Range blocks = ShardBlocks(layout.num_blocks(), req.servers_size(), req.shard_index());
   uint64_t bytes = Job::EstimateBytes(*spec, blocks.size(), tiers_);
-  {
-    absl::MutexLock lock(&mu_);
-    if (auto it = jobs_.find(spec->job_id()); it != jobs_.end()) {
+  const uint64_t disk = DiskBytes(*spec, blocks.size());
+  const std::string& id = spec->job_id();
+  // Checked before loading and again before the swap: the job may have
+  // been registered or deleted meanwhile.
+  auto admit = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) {
+      if (auto s = AuthorizeLocked(id, HashToken(token)); !s.ok()) return s;
       if (auto s = CheckSameLayout(it->second->spec(), *spec); !s.ok()) return s;
     }
-    if (bytes > FreeFor(spec->job_id())) {
+    if (auto s = CheckQuotasLocked(id, bytes, disk, it != jobs_.end()); !s.ok()) return s;
+    if (bytes > FreeFor(id)) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "restoring job '", spec->job_id(), "' needs ", bytes, " bytes of the RAM budget"));
+          "restoring job '", id, "' needs ", bytes, " bytes of the RAM budget ", ram_budget_,
+          " but only ", FreeFor(id), " are free"));
     }
+    return absl::OkStatus();
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = admit(); !s.ok()) return s;
   }
+  std::string generated;
+  auto job_token = TokenOrNew(token, &generated);
+  if (!job_token.ok()) return job_token.status();
   std::vector<std::string> servers(req.servers().begin(), req.servers().end());
   auto job = Job::Create(*spec, std::move(servers), req.shard_index(), /*initialize=*/false,
                          tiers_);
@@ -149,19 +243,25 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRe
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("server is shutting down");
-    if (bytes > FreeFor(spec->job_id())) {
-      return absl::ResourceExhaustedError("RAM budget taken while the checkpoint was loading");
-    }
-    auto& slot = jobs_[spec->job_id()];
+    if (auto s = admit(); !s.ok()) return s;
+    auto& slot = jobs_[id];
     if (slot) {
       ram_used_ -= slot->state_bytes();
       replaced = slot;
     }
     slot = loaded;
     ram_used_ += bytes;
+    SetTokenLocked(id, HashToken(*job_token));
   }
   if (replaced) replaced->Shutdown();
-  return Registered{loaded, true};
+  return Registered{loaded, true, generated};
+}
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Authorize(const std::string& job_id,
+                                                            const std::string& token) const {
+  absl::MutexLock lock(&mu_);
+  if (auto s = AuthorizeLocked(job_id, HashToken(token)); !s.ok()) return s;
+  return jobs_.at(job_id);
 }
 
 absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Get(const std::string& job_id) const {
@@ -173,12 +273,14 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Get(const std::string& job_id)
   return it->second;
 }
 
-bool JobRegistry::Delete(const std::string& job_id) {
+absl::StatusOr<bool> JobRegistry::Delete(const std::string& job_id, const std::string& token) {
   absl::MutexLock lock(&mu_);
+  if (auto s = AuthorizeLocked(job_id, HashToken(token)); !s.ok()) return s;
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return false;
   ram_used_ -= it->second->state_bytes();
   jobs_.erase(it);
+  DropTokenLocked(job_id);
   return true;
 }
 

@@ -12,44 +12,72 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/auth_token.h"
 #include "server/job.h"
 #include "zerostate/v1/state_service.pb.h"
 
 namespace zerostate::server {
 
+// Per-job and per-server limits (the server's --max_jobs,
+// --job_ram_quota_bytes, --job_disk_quota_bytes); 0 = unlimited.
+struct JobQuotas {
+  uint64_t max_jobs = 0;
+  uint64_t job_ram_bytes = 0;   // Job::EstimateBytes of one job's shard
+  uint64_t job_disk_bytes = 0;  // bytes of one job's shard under --nvme_dir
+};
+
+// Every job is registered with a token (server/auth_token.h); the registry
+// keeps its SHA-256 and answers who may act on which job.
 class JobRegistry {
  public:
   // Jobs' tiers are built with `tiers` (the server's --nvme_* flags).
-  explicit JobRegistry(uint64_t ram_budget_bytes, TierOptions tiers = TierOptions())
-      : ram_budget_(ram_budget_bytes), tiers_(std::move(tiers)) {}
+  explicit JobRegistry(uint64_t ram_budget_bytes, TierOptions tiers = TierOptions(),
+                       JobQuotas quotas = JobQuotas())
+      : ram_budget_(ram_budget_bytes), tiers_(std::move(tiers)), quotas_(quotas) {}
 
   struct Registered {
     std::shared_ptr<Job> job;
     bool created = false;
+    std::string token;  // generated for a caller that sent none; else ""
   };
 
-  // Creates the job's shard, or returns the existing one if its spec,
-  // server list and shard index are the same. Errors: INVALID_ARGUMENT
-  // (spec, servers, shard_index; names the field), FAILED_PRECONDITION (a
-  // tier this server does not offer; names the flag), ALREADY_EXISTS (names
-  // the first differing field), RESOURCE_EXHAUSTED (RAM budget), UNAVAILABLE
-  // (shutting down). Nothing is allocated on error.
-  absl::StatusOr<Registered> Register(const v1::RegisterJobRequest& req);
+  // Creates the job's shard with `token` (generated when ""), or returns
+  // the existing one if its spec, server list and shard index are the same
+  // and `token` is its token. Errors: INVALID_ARGUMENT (spec, servers,
+  // shard_index; names the field), FAILED_PRECONDITION (a tier this server
+  // does not offer; names the flag), UNAUTHENTICATED / PERMISSION_DENIED
+  // (the job exists with another token, as Authorize), ALREADY_EXISTS
+  // (names the first differing field), RESOURCE_EXHAUSTED (a quota or the
+  // RAM budget; names it and the figures), UNAVAILABLE (shutting down).
+  // Nothing is allocated on error.
+  absl::StatusOr<Registered> Register(const v1::RegisterJobRequest& req,
+                                      const std::string& token = "");
 
   // Loads a checkpoint (written by any number of servers) as this server's
   // shard of the job on the cluster req.servers(), replacing the job if it
-  // exists (its waiting calls fail with UNAVAILABLE). Everything is read
+  // exists (its waiting calls fail with UNAVAILABLE; `token` must be its
+  // token). A new job takes `token` (generated when ""). Everything is read
   // and verified before the job is swapped in: on error nothing changes.
   // Errors: as CheckpointReader::Open and ReadBlock, INVALID_ARGUMENT
   // (servers, shard_index, job_id other than the checkpoint's, num_nodes),
-  // RESOURCE_EXHAUSTED (RAM budget).
-  absl::StatusOr<Registered> Restore(const v1::RestoreRequest& req);
+  // UNAUTHENTICATED / PERMISSION_DENIED (as Authorize), RESOURCE_EXHAUSTED
+  // (a quota or the RAM budget).
+  absl::StatusOr<Registered> Restore(const v1::RestoreRequest& req,
+                                     const std::string& token = "");
 
-  // NOT_FOUND names the job id.
+  // The job, if `token` is its token. Errors: UNAUTHENTICATED (no token, or
+  // one no job here has), PERMISSION_DENIED (the token of another job). The
+  // answer is the same whether or not `job_id` exists.
+  absl::StatusOr<std::shared_ptr<Job>> Authorize(const std::string& job_id,
+                                                 const std::string& token) const;
+
+  // The job, without a credential check: for code that serves no caller
+  // (tests, tools). NOT_FOUND names the job id.
   absl::StatusOr<std::shared_ptr<Job>> Get(const std::string& job_id) const;
 
-  // Drops the job; in-flight calls keep their reference until they finish.
-  bool Delete(const std::string& job_id);
+  // Drops the job if `token` is its token (errors as Authorize); in-flight
+  // calls keep their reference until they finish.
+  absl::StatusOr<bool> Delete(const std::string& job_id, const std::string& token);
 
   uint64_t ram_used() const;
   uint64_t ram_budget() const { return ram_budget_; }
@@ -59,10 +87,25 @@ class JobRegistry {
   void Shutdown();
 
  private:
+  // OK when job `job_id` exists with token hash `hash` (see Authorize).
+  absl::Status AuthorizeLocked(const std::string& job_id, const TokenHash& hash) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED naming the quota a new job of `ram` and `disk`
+  // bytes would exceed (`replacing`: it takes an existing job's place).
+  absl::Status CheckQuotasLocked(const std::string& job_id, uint64_t ram, uint64_t disk,
+                                 bool replacing) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetTokenLocked(const std::string& job_id, TokenHash hash)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropTokenLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const uint64_t ram_budget_;
   const TierOptions tiers_;
+  const JobQuotas quotas_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  // Each job's token hash, and how many jobs have each hash.
+  absl::flat_hash_map<std::string, TokenHash> token_of_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<TokenHash, int> jobs_with_token_ ABSL_GUARDED_BY(mu_);
   uint64_t ram_used_ ABSL_GUARDED_BY(mu_) = 0;
   // Bytes free for a job that would replace `replacing` (may be null).
   uint64_t FreeFor(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

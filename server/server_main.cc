@@ -23,6 +23,16 @@ ABSL_FLAG(uint64_t, nvme_cache_bytes, 256ull << 20, "RAM cache of each NVMe-tier
 ABSL_FLAG(int, nvme_queue_depth, 8, "blocks in flight in an NVMe-tier job's step pipeline (>= 2)");
 ABSL_FLAG(int, max_wait_seconds, 600, "longest wait of a call that set no deadline");
 ABSL_FLAG(int, grace_seconds, 10, "time in-flight calls get to finish on SIGTERM");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain of the gRPC port (TLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA that signs client certificates: given, clients must present one (mutual TLS)");
+ABSL_FLAG(bool, plaintext, false,
+          "serve gRPC without TLS (required when no --tls_cert/--tls_key is given)");
+ABSL_FLAG(uint64_t, max_jobs, 0, "jobs this server holds at most (0: unlimited)");
+ABSL_FLAG(uint64_t, job_ram_quota_bytes, 0, "RAM one job's shard may hold (0: unlimited)");
+ABSL_FLAG(uint64_t, job_disk_quota_bytes, 0,
+          "disk one job's shard may use under --nvme_dir (0: unlimited)");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("zerostate state server: holds sharded training state");
@@ -44,10 +54,22 @@ int main(int argc, char** argv) {
   options.tiers.nvme_cache_bytes = absl::GetFlag(FLAGS_nvme_cache_bytes);
   options.tiers.nvme_queue_depth = absl::GetFlag(FLAGS_nvme_queue_depth);
   options.service.max_wait = absl::Seconds(absl::GetFlag(FLAGS_max_wait_seconds));
+  options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.tls.plaintext = absl::GetFlag(FLAGS_plaintext);
+  options.quotas.max_jobs = absl::GetFlag(FLAGS_max_jobs);
+  options.quotas.job_ram_bytes = absl::GetFlag(FLAGS_job_ram_quota_bytes);
+  options.quotas.job_disk_bytes = absl::GetFlag(FLAGS_job_disk_quota_bytes);
   auto server = zerostate::server::StateServer::Start(options);
   if (!server.ok()) {
     std::cerr << "zerostate-server: " << server.status() << std::endl;
     return 1;
+  }
+  if (options.tls.plaintext) {
+    std::cerr << "zerostate-server: warning: --plaintext: gRPC traffic, job tokens included, "
+                 "travels unencrypted; use --tls_cert/--tls_key outside a trusted network"
+              << std::endl;
   }
   std::cout << "zerostate-server listening on " << (*server)->address() << " metrics on "
             << ((*server)->metrics_address().empty() ? "(off)" : (*server)->metrics_address())

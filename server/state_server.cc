@@ -63,6 +63,8 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
     return absl::InvalidArgumentError(absl::StrCat("listen: '", opt.listen, "' is not host:port"));
   }
   if (auto st = CheckNvmeDir(opt.tiers.nvme_dir); !st.ok()) return st;
+  auto credentials = ServerCredentialsFor(opt.tls);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<StateServer> s(new StateServer());
   s->incarnation_ = NewIncarnation();
   uint64_t budget = opt.ram_budget_bytes ? opt.ram_budget_bytes : DefaultRamBudget();
@@ -71,7 +73,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   s->metrics_ = std::make_unique<ServerMetrics>(std::make_shared<prometheus::Registry>());
   TierOptions tiers = opt.tiers;
   tiers.metrics = [m = s->metrics_.get()](const std::string& job) { return m->TierSink(job); };
-  s->jobs_ = std::make_unique<JobRegistry>(budget, std::move(tiers));
+  s->jobs_ = std::make_unique<JobRegistry>(budget, std::move(tiers), opt.quotas);
   s->rendezvous_ = std::make_unique<RendezvousTable>();
   s->pool_ = std::make_unique<ThreadPool>(threads);
   s->metrics_->SetRam(0, budget, 0);
@@ -89,7 +91,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(opt.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(opt.listen, *credentials, &port);
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "server/auth_tls.h"
 #include "server/state_service.h"
 #include "server/tier/tier_factory.h"
 
@@ -31,12 +32,18 @@ struct ServerOptions {
   // in the metrics sink.
   TierOptions tiers;
   ServiceOptions service;
+  // Transport security of `listen`: TLS files, or plaintext; one of the
+  // two is required (server/auth_tls.h).
+  TlsOptions tls;
+  // --max_jobs, --job_ram_quota_bytes, --job_disk_quota_bytes.
+  JobQuotas quotas;
 };
 
 class StateServer {
  public:
-  // Starts listening. Errors: INVALID_ARGUMENT (options), UNAVAILABLE
-  // (an address could not be bound; names it).
+  // Starts listening. Errors: INVALID_ARGUMENT (options, e.g. neither TLS
+  // files nor plaintext, or an unreadable certificate; names the flag),
+  // UNAVAILABLE (an address could not be bound; names it).
   static absl::StatusOr<std::unique_ptr<StateServer>> Start(const ServerOptions& options);
   ~StateServer();  // Shutdown(absl::ZeroDuration()) if still running
 

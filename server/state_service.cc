@@ -4,8 +4,10 @@
 
 #include <chrono>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
+#include "server/auth_token.h"
 #include "server/checkpoint/checkpoint_writer.h"
 
 namespace zerostate::server {
@@ -37,9 +39,11 @@ absl::Time StateServiceImpl::DeadlineOf(const grpc::ServerContext* ctx) const {
   return std::min(cap, absl::FromChrono(d));
 }
 
-absl::StatusOr<std::shared_ptr<Job>> StateServiceImpl::JobFor(const grpc::ServerContext*,
+absl::StatusOr<std::shared_ptr<Job>> StateServiceImpl::JobFor(const grpc::ServerContextBase* ctx,
                                                               const std::string& job_id) {
-  return jobs_.Get(job_id);
+  auto token = TokenOf(*ctx);
+  if (!token.ok()) return token.status();
+  return jobs_.Authorize(job_id, *token);
 }
 
 absl::Status StateServiceImpl::ForEachChunk(
@@ -68,14 +72,18 @@ void StateServiceImpl::PublishUsage() {
   }
 }
 
-grpc::Status StateServiceImpl::RegisterJob(grpc::ServerContext*, const v1::RegisterJobRequest* req,
+grpc::Status StateServiceImpl::RegisterJob(grpc::ServerContext* ctx,
+                                           const v1::RegisterJobRequest* req,
                                            v1::RegisterJobResponse* resp) {
   return Serve("RegisterJob", [&](Traffic& t) -> absl::Status {
     t.in = req->ByteSizeLong();
-    auto reg = jobs_.Register(*req);
+    auto token = TokenOf(*ctx);
+    if (!token.ok()) return token.status();
+    auto reg = jobs_.Register(*req, *token);
     if (!reg.ok()) return reg.status();
     *resp->mutable_info() = reg->job->Info();
     resp->set_created(reg->created);
+    resp->set_token(reg->token);
     resp->set_incarnation(incarnation_);
     metrics_.SetJob(reg->job->spec().job_id(), resp->info().state_bytes(), resp->info().version());
     PublishUsage();
@@ -176,12 +184,16 @@ grpc::Status StateServiceImpl::JobStatus(grpc::ServerContext* ctx, const v1::Job
   });
 }
 
-grpc::Status StateServiceImpl::DeleteJob(grpc::ServerContext*, const v1::DeleteJobRequest* req,
+grpc::Status StateServiceImpl::DeleteJob(grpc::ServerContext* ctx,
+                                         const v1::DeleteJobRequest* req,
                                          v1::DeleteJobResponse* resp) {
   return Serve("DeleteJob", [&](Traffic&) -> absl::Status {
-    bool deleted = jobs_.Delete(req->job_id());
-    if (deleted) metrics_.ForgetJob(req->job_id());
-    resp->set_deleted(deleted);
+    auto token = TokenOf(*ctx);
+    if (!token.ok()) return token.status();
+    auto deleted = jobs_.Delete(req->job_id(), *token);
+    if (!deleted.ok()) return deleted.status();
+    if (*deleted) metrics_.ForgetJob(req->job_id());
+    resp->set_deleted(*deleted);
     resp->set_incarnation(incarnation_);
     PublishUsage();
     return absl::OkStatus();
@@ -205,12 +217,15 @@ grpc::Status StateServiceImpl::Checkpoint(grpc::ServerContext* ctx,
   });
 }
 
-grpc::Status StateServiceImpl::Restore(grpc::ServerContext*, const v1::RestoreRequest* req,
+grpc::Status StateServiceImpl::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
                                        v1::RestoreResponse* resp) {
   return Serve("Restore", [&](Traffic&) -> absl::Status {
-    auto reg = jobs_.Restore(*req);
+    auto token = TokenOf(*ctx);
+    if (!token.ok()) return token.status();
+    auto reg = jobs_.Restore(*req, *token);
     if (!reg.ok()) return reg.status();
     *resp->mutable_info() = reg->job->Info();
+    resp->set_token(reg->token);
     resp->set_incarnation(incarnation_);
     metrics_.SetJob(reg->job->spec().job_id(), resp->info().state_bytes(), resp->info().version());
     PublishUsage();
@@ -222,7 +237,16 @@ grpc::Status StateServiceImpl::Rendezvous(grpc::ServerContext* ctx,
                                           const v1::RendezvousRequest* req,
                                           v1::RendezvousResponse* resp) {
   return Serve("Rendezvous", [&](Traffic&) -> absl::Status {
-    auto values = rendezvous_.Join(req->job_id(), req->key(), req->rank(), req->world(),
+    // Scoped by the caller's token: only holders of the same token meet,
+    // whether or not a job of that token is registered yet.
+    auto token = TokenOf(*ctx);
+    if (!token.ok()) return token.status();
+    if (token->empty()) {
+      return absl::UnauthenticatedError(absl::StrCat(
+          "Rendezvous needs the job's token (metadata '", kJobTokenMetadata, "')"));
+    }
+    std::string scope = absl::StrCat(absl::BytesToHexString(HashToken(*token)), "/", req->job_id());
+    auto values = rendezvous_.Join(scope, req->key(), req->rank(), req->world(),
                                    req->value(), DeadlineOf(ctx));
     if (!values.ok()) return values.status();
     for (auto& v : *values) resp->add_values(std::move(v));

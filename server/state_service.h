@@ -69,9 +69,11 @@ class StateServiceImpl final : public v1::StateService::Service {
   template <typename Body>
   grpc::Status Serve(const char* method, Body&& body);
   absl::Time DeadlineOf(const grpc::ServerContext* ctx) const;
-  // The job a call names, if the caller may use it. Every handler that acts
-  // on an existing job goes through here.
-  absl::StatusOr<std::shared_ptr<Job>> JobFor(const grpc::ServerContext* ctx,
+  // The job a call names, if the call carries its token (metadata
+  // kJobTokenMetadata). Every handler that acts on an existing job goes
+  // through here. Errors: UNAUTHENTICATED, PERMISSION_DENIED (see
+  // JobRegistry::Authorize), the same whether or not the job exists.
+  absl::StatusOr<std::shared_ptr<Job>> JobFor(const grpc::ServerContextBase* ctx,
                                               const std::string& job_id);
   // Reads a chunk stream to its end, applying each chunk to its job; stops
   // at the first error (later chunks are not read).

@@ -166,6 +166,25 @@ absl::StatusOr<LoadedConfig> LoadConfigFile(const std::string& path) {
   return loaded;
 }
 
+absl::StatusOr<std::string> WorkerJobToken(const std::string& from_env, uint32_t world,
+                                           uint32_t ranks_here) {
+  if (!from_env.empty()) return from_env;
+  if (ranks_here < world) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kJobTokenEnv, ": not set, and ", world - ranks_here,
+        " ranks run in other processes: give every worker the same job token "
+        "(e.g. ", kJobTokenEnv, "=$(openssl rand -hex 32))"));
+  }
+  unsigned char bytes[32];
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  if (!urandom.read(reinterpret_cast<char*>(bytes), sizeof(bytes))) {
+    return absl::InternalError("/dev/urandom: cannot read a job token");
+  }
+  std::string hex;
+  for (unsigned char b : bytes) absl::StrAppend(&hex, absl::Hex(b, absl::kZeroPad2));
+  return hex;
+}
+
 std::string RendezvousScope(const v1::WorkerConfig& config) {
   return absl::StrCat(config.train().job_id(), "@", config.cluster().run_id());
 }

@@ -40,6 +40,18 @@ struct LoadedConfig {
 [[nodiscard]] absl::StatusOr<v1::WorkerConfig> NormalizeConfig(const v1::WorkerConfig& config,
                                                                uint32_t world_size);
 
+// The environment variable that carries the job's token to every worker.
+inline constexpr char kJobTokenEnv[] = "ZEROSTATE_JOB_TOKEN";
+
+// The job token the worker's clients send: `from_env` ($ZEROSTATE_JOB_TOKEN)
+// when set; otherwise, when every one of the job's `world` ranks runs in this
+// process (`ranks_here`), 256 fresh bits from /dev/urandom as 64 hex digits.
+// Errors: INVALID_ARGUMENT naming the variable when ranks of other
+// processes would need the token too; INTERNAL when /dev/urandom fails.
+// The token never appears in a message.
+[[nodiscard]] absl::StatusOr<std::string> WorkerJobToken(const std::string& from_env,
+                                                         uint32_t world, uint32_t ranks_here);
+
 // The namespace of every rendezvous of this run: "<job_id>@<run_id>".
 // REQUIRES: config normalized.
 std::string RendezvousScope(const v1::WorkerConfig& config);

@@ -31,6 +31,10 @@ ABSL_FLAG(int32_t, metrics_port, -1, "Prometheus port of local rank 0 (-1: confi
 ABSL_FLAG(std::string, run_id, "", "id of this run (default: $TORCHELASTIC_RUN_ID, else the config's)");
 ABSL_FLAG(std::string, backend, "cpu", "cpu, or cuda (one GPU per local rank, NCCL inside the node)");
 ABSL_FLAG(std::string, dump_weights, "", "rank 0 writes the final fp32 master weights here");
+ABSL_FLAG(std::string, tls_ca, "", "PEM CA of the state servers' certificates (TLS)");
+ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for servers that require one (mTLS)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(bool, plaintext, false, "talk to the state servers without TLS (servers on --plaintext)");
 
 namespace zerostate::worker {
 namespace {
@@ -192,6 +196,13 @@ int Main() {
   options.servers.assign(config->cluster().servers().begin(), config->cluster().servers().end());
   options.rpc_timeout = std::chrono::milliseconds(config->cluster().rpc_timeout_ms());
   options.metrics = registry;
+  options.tls_ca_file = absl::GetFlag(FLAGS_tls_ca);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options.plaintext = absl::GetFlag(FLAGS_plaintext);
+  auto token = WorkerJobToken(GetEnv(kJobTokenEnv), topo->world(), threads > 0 ? threads : 1);
+  if (!token.ok()) return std::fprintf(stderr, "zerostate-worker: %s\n", token.status().ToString().c_str()), 2;
+  options.job_token = *token;
   ProcessRun run{*config, *topo, options, &metrics, nullptr};
   std::unique_ptr<LocalGroup> group;
   if (threads > 0 && absl::GetFlag(FLAGS_backend) == "cpu") {

@@ -131,6 +131,7 @@ int Main() {
   Check(cluster.status(), "start servers");
   client::ClientOptions copts;
   copts.servers = (*cluster)->addresses();
+  copts.plaintext = true;  // loopback servers started with --plaintext
   auto client = client::Client::Connect(copts);
   Check(client.status(), "connect");
   auto model = std::make_unique<Mlp>(train.model());

@@ -101,6 +101,7 @@ v1::JobSpec BenchSpec(const std::string& id, uint64_t elems, v1::DType dtype) {
 client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers) {
   client::ClientOptions o;
   o.servers = servers;
+  o.plaintext = true;  // loopback servers started with --plaintext
   o.channels_per_server = absl::GetFlag(FLAGS_channels);
   o.streams_per_server = absl::GetFlag(FLAGS_streams);
   o.chunk_bytes = size_t{1024} * absl::GetFlag(FLAGS_chunk_kib);

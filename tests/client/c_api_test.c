@@ -1,6 +1,7 @@
 /* Drives the C API (client/zerostate_c.h) from C against a real
  * zerostate-server: register from a serialized JobSpec, push from two
- * nodes, statistics, step, gather, attach, and bad arguments.
+ * nodes, statistics, step, gather, attach with the generated token, and
+ * bad arguments.
  * Usage: c_api_test PATH_TO_ZEROSTATE_SERVER */
 #include <math.h>
 #include <stdio.h>
@@ -147,7 +148,28 @@ static void test_train_step(zs_client* client, zs_job* job) {
   CHECK(attached != NULL && zs_job_num_nodes(attached) == 2);
   CHECK(attached != NULL && zs_job_total_elems(attached) >= kElems);
   zs_job_free(attached);
-  EXPECT_ERROR(zs_attach_job(client, "missing", &attached, ERR), ZS_NOT_FOUND, "JobStatus to");
+  EXPECT_ERROR(zs_attach_job(client, "missing", &attached, ERR), ZS_PERMISSION_DENIED,
+               "JobStatus to");
+}
+
+/* The token the server generated for the job lets a second client attach;
+ * a client without it is refused. */
+static void test_token(const zs_client_options* base, zs_job* job) {
+  char* token = zs_job_token(job);
+  CHECK(token != NULL && strlen(token) == 64);
+  zs_client_options options = *base;
+  zs_client* other = NULL;
+  zs_job* attached = NULL;
+  EXPECT_OK(zs_connect(&options, &other, ERR));
+  EXPECT_ERROR(zs_attach_job(other, "c-api", &attached, ERR), ZS_UNAUTHENTICATED, "no job token");
+  zs_client_free(other);
+  options.job_token = token;
+  EXPECT_OK(zs_connect(&options, &other, ERR));
+  EXPECT_OK(zs_attach_job(other, "c-api", &attached, ERR));
+  CHECK(attached != NULL && zs_job_num_nodes(attached) == 2);
+  zs_job_free(attached);
+  zs_client_free(other);
+  zs_free_string(token);
 }
 
 int main(int argc, char** argv) {
@@ -171,6 +193,8 @@ int main(int argc, char** argv) {
   options.max_attempts = 2;
   options.rpc_timeout_ms = 10000;
   options.max_attempts = 2;
+  EXPECT_ERROR(zs_connect(&options, &client, ERR), ZS_INVALID_ARGUMENT, "tls_ca_file");
+  options.plaintext = 1;
   EXPECT_OK(zs_connect(&options, &client, ERR));
   Buf spec = job_spec();
   zs_job* job = NULL;
@@ -180,6 +204,7 @@ int main(int argc, char** argv) {
     static float buf[kElems];
     test_bad_arguments(job, buf);
     test_train_step(client, job);
+    test_token(&options, job);
   }
   zs_job_free(job);
   zs_client_free(client);

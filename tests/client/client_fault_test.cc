@@ -47,13 +47,14 @@ TEST(ClientFaultTest, KilledServerIsNamedAndRestartedServerIsDetected) {
   ExpectError(s, absl::StatusCode::kUnavailable, "PushGradients to " + victim);
   ExpectError(s, absl::StatusCode::kUnavailable, "after 25 attempts");
 
-  // Back, but empty: the job's shard is gone, and gathers say so.
+  // Back, but empty: the job's shard and its token are gone, and every call
+  // says so (UNAUTHENTICATED: the server does not reveal which jobs exist).
   ASSERT_TRUE((*cluster)->server(1).Restart().ok());
   s = (*job)->Push(0, 0, {0, layout.used_elems}, g.data(), v1::DTYPE_FP32);
-  ExpectError(s, absl::StatusCode::kNotFound, victim);
+  ExpectError(s, absl::StatusCode::kUnauthenticated, victim);
   std::vector<float> w(layout.total_elems);
   s = (*job)->Gather(0, {0, layout.total_elems}, w.data(), v1::DTYPE_FP32);
-  ExpectError(s, absl::StatusCode::kNotFound, victim);
+  ExpectError(s, absl::StatusCode::kUnauthenticated, victim);
 
   // Registered again by someone else: the old handle notices the restart.
   std::unique_ptr<Client> other = Connect(options);
@@ -98,7 +99,7 @@ TEST(ClientFaultTest, ServerErrorsNameTheServerAndTheProblem) {
   ASSERT_TRUE(server.ok()) << server.status();
   std::unique_ptr<Client> client = Connect(TestClientOptions({(*server)->address()}));
   const std::string addr = (*server)->address();
-  ExpectError(client->AttachJob("nope").status(), absl::StatusCode::kNotFound,
+  ExpectError(client->AttachJob("nope").status(), absl::StatusCode::kUnauthenticated,
               "JobStatus to " + addr);
   auto job = client->RegisterJob(TestSpec("errors", 2, v1::DTYPE_FP32, v1::DTYPE_FP32));
   ASSERT_TRUE(job.ok()) << job.status();

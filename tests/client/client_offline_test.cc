@@ -67,11 +67,15 @@ class ClientOfflineTest : public ::testing::Test {
     o.max_backoff = std::chrono::milliseconds(4);
     o.rpc_timeout = std::chrono::milliseconds(5000);
     o.metrics = registry_;
+    o.plaintext = true;
+    // With a token every server is asked at once (without one, the first
+    // server alone is asked first, to generate it).
+    o.job_token = "offline-test-token-0123456789abcdef012345";
     auto client = Client::Connect(o);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
     // A handle to a job as if registered, without talking to any server.
-    auto impl = std::make_shared<Client::Impl>(o);
+    auto impl = std::make_shared<Client::Impl>(o, grpc::InsecureChannelCredentials());
     job_ = std::make_unique<JobClient>(std::make_unique<JobClient::Impl>(
         impl, *NormalizeJobSpec(Spec()), std::vector<uint64_t>{1, 2}));
   }

@@ -22,6 +22,10 @@ inline ServerProcessOptions TestServerOptions() {
   return o;
 }
 
+// The job token every test client shares, so that clients of one test can
+// attach to each other's jobs.
+inline constexpr char kTestJobToken[] = "test-token-0123456789abcdef0123456789abcdef";
+
 // Small chunks and several streams, so a small tensor crosses many chunk,
 // block and shard boundaries; fast retries.
 inline client::ClientOptions TestClientOptions(const std::vector<std::string>& servers) {
@@ -36,6 +40,8 @@ inline client::ClientOptions TestClientOptions(const std::vector<std::string>& s
   o.initial_backoff = std::chrono::milliseconds(5);
   o.max_backoff = std::chrono::milliseconds(50);
   o.threads = 8;
+  o.plaintext = true;  // loopback, servers started with --plaintext
+  o.job_token = kTestJobToken;
   return o;
 }
 

@@ -43,6 +43,7 @@ class CheckpointProcessTest : public ::testing::Test {
   static std::unique_ptr<grpc::ClientContext> Ctx(int seconds = 60) {
     auto c = std::make_unique<grpc::ClientContext>();
     c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
+    c->AddMetadata("zerostate-job-token", "checkpoint-process-test-token-0123456789");
     return c;
   }
 

@@ -59,9 +59,11 @@ class StateServiceTest : public ::testing::Test {
     stub_ = v1::StateService::NewStub(channel_);
   }
 
+  // Every call carries the job's token (the test's choice, 40 characters).
   std::unique_ptr<grpc::ClientContext> Context(int ms = 10000) {
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(ms));
+    ctx->AddMetadata("zerostate-job-token", "state-service-test-token-0123456789abcd");
     return ctx;
   }
 
@@ -231,7 +233,7 @@ TEST_F(StateServiceTest, BadInputsGetCodesNamingTheFieldAndChangeNothing) {
   c.set_data(std::string(64, '\0'));
   v1::Chunk unknown = c;
   unknown.set_job_id("nope");
-  ExpectCode(PushChunk(unknown), grpc::StatusCode::NOT_FOUND, "nope");
+  ExpectCode(PushChunk(unknown), grpc::StatusCode::PERMISSION_DENIED, "nope");
   v1::Chunk out_of_range = c;
   out_of_range.set_block(info.num_blocks());
   ExpectCode(PushChunk(out_of_range), grpc::StatusCode::INVALID_ARGUMENT, "block");

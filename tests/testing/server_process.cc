@@ -1,9 +1,12 @@
 #include "tests/testing/server_process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,18 +85,31 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(ServerProces
 absl::Status ServerProcess::Spawn(int port) {
   std::vector<std::string> args = {options_.binary,
                                    absl::StrCat("--listen=", options_.host, ":", port)};
+  if (options_.plaintext) args.push_back("--plaintext");
   args.insert(args.end(), options_.args.begin(), options_.args.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 
+  int err_fd = -1;
+  if (!options_.stderr_path.empty()) {
+    err_fd = open(options_.stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (err_fd < 0) {
+      return absl::InternalError(
+          absl::StrCat("stderr_path '", options_.stderr_path, "': ", strerror(errno)));
+    }
+  }
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe2: ", strerror(errno)));
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    if (err_fd >= 0) close(err_fd);
+    return absl::InternalError(absl::StrCat("pipe2: ", strerror(errno)));
+  }
   pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     close(fds[0]);
     close(fds[1]);
+    if (err_fd >= 0) close(err_fd);
     return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
   }
   if (pid == 0) {
@@ -101,10 +117,12 @@ absl::Status ServerProcess::Spawn(int port) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(126);
     dup2(fds[1], STDOUT_FILENO);
+    if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
     execv(argv[0], argv.data());
     _exit(127);
   }
   close(fds[1]);
+  if (err_fd >= 0) close(err_fd);
   pid_ = pid;
   stdout_fd_ = fds[0];
   pending_.clear();
@@ -239,6 +257,33 @@ absl::Status ServerProcess::Restart() {
                                             ", not on ", old_port));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ScrapeMetrics(const std::string& address) {
+  size_t colon = address.rfind(':');
+  int port = 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("metrics address '", address, "' is not IPv4:PORT"));
+  }
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    absl::Status s = absl::UnavailableError(absl::StrCat("metrics at ", address, ": ", strerror(errno)));
+    if (fd >= 0) close(fd);
+    return s;
+  }
+  const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  std::string body;
+  if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+    char buf[65536];
+    for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, n);
+  }
+  close(fd);
+  if (body.empty()) return absl::UnavailableError(absl::StrCat("metrics at ", address, ": no answer"));
+  return body;
 }
 
 absl::StatusOr<std::unique_ptr<ServerCluster>> ServerCluster::Start(

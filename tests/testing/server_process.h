@@ -3,8 +3,9 @@
 // ports they print, stop them with SIGTERM or SIGKILL, and restart one on
 // the same port (to play a server that crashed and came back).
 //
-// A server is started with `--listen=HOST:PORT` (PORT 0 = ephemeral) plus
-// the caller's extra flags, and must print, on stdout, a line
+// A server is started with `--listen=HOST:PORT` (PORT 0 = ephemeral),
+// `--plaintext` unless options.plaintext is false, plus the caller's extra
+// flags, and must print, on stdout, a line
 //   zerostate-server listening on HOST:PORT metrics on ADDRESS
 // once it accepts calls. Everything else it prints on stdout is forwarded to
 // this process's stderr, prefixed with "[server PORT] ", so test logs show it.
@@ -35,6 +36,12 @@ struct ServerProcessOptions {
   std::string binary;
   // Extra flags, appended after --listen (e.g. "--threads=2").
   std::vector<std::string> args;
+  // Where the child's stderr goes (appended; created if missing), for tests
+  // that read the server's log. Empty: this process's stderr.
+  std::string stderr_path;
+  // Passes --plaintext after --listen: tests talk to the server over
+  // loopback without TLS. False for tests that pass --tls_* in `args`.
+  bool plaintext = true;
   // Host part of --listen.
   std::string host = "127.0.0.1";
   // How long Start waits for the "listening on" line.
@@ -101,6 +108,10 @@ class ServerProcess {
   int port_ = 0;
   std::thread forwarder_;
 };
+
+// The body of GET /metrics from a "HOST:PORT" metrics address (IPv4).
+// Errors: UNAVAILABLE naming the address when it cannot be reached.
+absl::StatusOr<std::string> ScrapeMetrics(const std::string& address);
 
 // N servers with the same options, in shard order.
 class ServerCluster {

@@ -44,6 +44,8 @@ absl::StatusOr<std::vector<float>> TrainThroughService(const v1::WorkerConfig& c
                                                        const std::vector<std::string>& servers) {
   client::ClientOptions options;
   options.servers = servers;
+  options.plaintext = true;  // loopback test servers
+  options.job_token = "train-test-token-0123456789abcdef01234567";  // shared by every rank
   const uint64_t elems = FlatElems(config);
   std::unique_ptr<LocalGroup> groups[2] = {MakeThreadGroup(2, elems), MakeThreadGroup(2, elems)};
   std::vector<absl::Status> status(4);

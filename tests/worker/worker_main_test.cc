@@ -63,6 +63,9 @@ std::string Slurp(const std::string& path) {
   return s.str();
 }
 
+// The job token every worker process of one run shares.
+constexpr char kToken[] = "ZEROSTATE_JOB_TOKEN=worker-main-test-token-0123456789abcdef";
+
 class WorkerMainTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -76,7 +79,8 @@ class WorkerMainTest : public ::testing::Test {
   }
   std::vector<std::string> Flags(const std::string& job) {
     return {absl::StrCat("--config=", ZEROSTATE_SOURCE_DIR, "/configs/mlp.textproto"),
-            absl::StrCat("--servers=", server_->address()), "--steps=5", "--metrics_port=0",
+            absl::StrCat("--servers=", server_->address()), "--plaintext", "--steps=5",
+            "--metrics_port=0",
             absl::StrCat("--run_id=", getpid()),  // a shared-memory name no other run uses
             absl::StrCat("--job_id=", job), absl::StrCat("--dump_weights=", dir_, job, ".bin")};
   }
@@ -91,7 +95,8 @@ TEST_F(WorkerMainTest, SharedMemoryProcessesMatchThreads) {
   for (int node = 0; node < 2; ++node) {
     for (int local = 0; local < 2; ++local) {
       procs.push_back(Spawn({absl::StrCat("RANK=", node * 2 + local), absl::StrCat("LOCAL_RANK=", local),
-                             "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2", absl::StrCat("NODE_RANK=", node)},
+                             "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2", absl::StrCat("NODE_RANK=", node),
+                             kToken},
                             Flags("procs"), Path(absl::StrCat("procs", node, local, ".log"))));
     }
   }
@@ -100,7 +105,7 @@ TEST_F(WorkerMainTest, SharedMemoryProcessesMatchThreads) {
   for (int node = 0; node < 2; ++node) {
     auto flags = Flags("threads");
     flags.push_back("--local_threads=2");
-    procs.push_back(Spawn({"WORLD_SIZE=4", absl::StrCat("NODE_RANK=", node)}, flags,
+    procs.push_back(Spawn({"WORLD_SIZE=4", absl::StrCat("NODE_RANK=", node), kToken}, flags,
                           Path(absl::StrCat("threads", node, ".log"))));
   }
   for (const Proc& p : procs) EXPECT_EQ(Wait(p), 0) << Slurp(p.log);
@@ -114,6 +119,15 @@ TEST_F(WorkerMainTest, BadLauncherVariableIsNamed) {
   Proc p = Spawn({"WORLD_SIZE=3", "LOCAL_WORLD_SIZE=2"}, Flags("bad-env"), Path("bad-env.log"));
   EXPECT_EQ(Wait(p), 2);
   EXPECT_NE(Slurp(p.log).find("WORLD_SIZE"), std::string::npos) << Slurp(p.log);
+}
+
+TEST_F(WorkerMainTest, RanksInOtherProcessesNeedTheTokenVariable) {
+  Proc p = Spawn({"RANK=0", "LOCAL_RANK=0", "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=1", "NODE_RANK=0"},
+                 Flags("no-token"), Path("no-token.log"));
+  EXPECT_EQ(Wait(p), 2);
+  EXPECT_NE(Slurp(p.log).find("ZEROSTATE_JOB_TOKEN: not set, and 1 ranks run in other processes"),
+            std::string::npos)
+      << Slurp(p.log);
 }
 
 TEST_F(WorkerMainTest, BadConfigKeyIsNamed) {

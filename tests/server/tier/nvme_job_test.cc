@@ -186,6 +186,7 @@ TEST(NvmeJobTest, GathersDuringStepsNeverFail) {
 
 TEST(NvmeJobTest, ServerRefusesAnNvmeDirItCannotWrite) {
   ServerOptions options;
+  options.tls.plaintext = true;
   options.listen = "127.0.0.1:0";
   options.metrics_listen = "";
   options.tiers.nvme_dir = "/tmp/zerostate-no-such-nvme-dir";

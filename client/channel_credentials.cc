@@ -1,0 +1,75 @@
+#include "client/channel_credentials.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace zerostate::client {
+namespace {
+
+absl::Status Invalid(const std::string& field, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& field, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Invalid(field, absl::StrCat("cannot read '", path, "': ", strerror(errno)));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+absl::Status CheckChoice(const ClientOptions& o) {
+  const bool tls = !o.tls_ca_file.empty() || !o.tls_cert_file.empty() || !o.tls_key_file.empty();
+  if (!tls && !o.plaintext) {
+    return Invalid("tls_ca_file", "no transport security chosen: set tls_ca_file (and "
+                                  "tls_cert_file/tls_key_file for mutual TLS), or plaintext");
+  }
+  if (tls && o.plaintext) return Invalid("plaintext", "set together with tls_* options");
+  if (!tls) return absl::OkStatus();
+  if (o.tls_ca_file.empty()) return Invalid("tls_ca_file", "required with tls_cert_file/tls_key_file");
+  if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
+    return Invalid(o.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",
+                   "tls_cert_file and tls_key_file go together");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckToken(const std::string& token) {
+  if (token.empty()) return absl::OkStatus();
+  bool printable = true;
+  for (char c : token) printable &= c >= '!' && c <= '~';
+  if (!printable || token.size() < 32 || token.size() > 256) {
+    return Invalid("job_token", absl::StrCat("must be 32 to 256 printable characters without "
+                                             "spaces; has ", token.size(), " characters"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+    const ClientOptions& o) {
+  if (auto s = CheckToken(o.job_token); !s.ok()) return s;
+  if (auto s = CheckChoice(o); !s.ok()) return s;
+  if (o.plaintext) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;
+  auto ca = ReadFile("tls_ca_file", o.tls_ca_file);
+  if (!ca.ok()) return ca.status();
+  ssl.pem_root_certs = *ca;
+  if (!o.tls_cert_file.empty()) {
+    auto cert = ReadFile("tls_cert_file", o.tls_cert_file);
+    if (!cert.ok()) return cert.status();
+    auto key = ReadFile("tls_key_file", o.tls_key_file);
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *cert;
+    ssl.pem_private_key = *key;
+  }
+  return grpc::SslCredentials(ssl);
+}
+
+}  // namespace zerostate::client
