@@ -54,8 +54,14 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
   metrics_->ObserveSeconds(method, absl::ToDoubleSeconds(absl::Now() - start));
   if (status.ok()) return status;
   std::string retried = attempts > 1 ? absl::StrCat(" (after ", attempts, " attempts)") : "";
+  // A transport mismatch (TLS client, plaintext server or the reverse, an
+  // untrusted certificate) looks like any connection failure from here.
+  std::string hint = absl::IsUnavailable(status)
+                         ? " (is the server up, and do both sides use TLS with a CA the client "
+                           "trusts, or both plaintext?)"
+                         : "";
   return absl::Status(status.code(), absl::StrCat(MethodName(method), " to ", server.address(),
-                                                  retried, ": ", status.message()));
+                                                  retried, ": ", status.message(), hint));
 }
 
 }  // namespace zerostate::client
