@@ -5,10 +5,11 @@ set -euo pipefail
 pkgs=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev libgrpc-dev protobuf-compiler protobuf-compiler-grpc libprotobuf-dev
-  libabsl-dev prometheus-cpp-dev liburing-dev
+  libabsl-dev prometheus-cpp-dev liburing-dev libssl-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy python3-grpcio
   prometheus python3-yaml
+  libclang-rt-14-dev  # libFuzzer's runtime for tests/fuzz (make fuzz)
 )
 pkgs+=("$@")
 missing=()
