@@ -1,11 +1,16 @@
 # The two commands of the README, and a few helpers.
 #   make demo   - install deps, build, run a local cluster that trains
-#   make test   - install deps, build, run the whole test suite
+#   make test   - install deps, build, run the whole test suite, then the
+#                 same C++ tests under ASan/UBSan (test-asan) and every
+#                 libFuzzer harness for FUZZ_SECONDS (fuzz)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz-gcc
+FUZZ_SECONDS ?= 20
 
-.PHONY: deps configure build demo test bench clean
+.PHONY: deps configure build demo test test-asan fuzz bench clean
 
 deps:
 	@scripts/install-deps.sh
@@ -19,8 +24,28 @@ build: configure
 demo: build
 	@scripts/demo.sh $(BUILD)
 
+# The normal suite first; the sanitizer build and the fuzzers only after it passed.
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
+	@$(MAKE) --no-print-directory test-asan fuzz
+
+# The C++ unit and integration tests built with -fsanitize=address,undefined
+# (UBSan findings abort; LeakSanitizer checks every process that exits,
+# servers stopped with SIGTERM included). The deploy tests (label deploy:
+# Python and shell checks of configs, and the Prometheus integration) are
+# left out: they test no C++ of their own and the sanitizer adds nothing there.
+test-asan: deps
+	@[ -f $(ASAN_BUILD)/build.ninja ] || cmake -S . -B $(ASAN_BUILD) -G Ninja $(CMAKE_FLAGS) \
+	  -DZEROSTATE_SANITIZE=ON -DZEROSTATE_BENCH=OFF -DZEROSTATE_CUDA=OFF >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  ctest --output-on-failure -j $(JOBS) --timeout 600 -LE deploy
+
+# Every libFuzzer harness for FUZZ_SECONDS from the checked-in corpus, two
+# at a time; fails on any crash, leak or sanitizer report (tests/fuzz/run.sh).
+fuzz: deps
+	@BUILD=$(FUZZ_BUILD) JOBS=$(JOBS) tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 bench: build
 	@scripts/bench.sh $(BUILD)

@@ -9,8 +9,9 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy python3-grpcio
   prometheus python3-yaml
-  libclang-rt-14-dev  # libFuzzer's runtime for tests/fuzz (make fuzz)
+  libclang-rt-14-dev
 )
+# libclang-rt-14-dev: the libFuzzer runtime of tests/fuzz (make fuzz).
 pkgs+=("$@")
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses and runs each for a bounded time.
+# Builds the libFuzzer harnesses and runs each for a bounded time, from a
+# copy of its seed corpus in tests/fuzz/corpus/<harness>/.
 #   tests/fuzz/run.sh [seconds-per-harness] [harness...]
-# Defaults: 60 s, every harness. Fails (exit 1) on any crash, leak,
-# timeout, out-of-memory or sanitizer report; the reproducer is left in
-# $FUZZ_OUT/<harness>/ (default build-fuzz-gcc/fuzz-out) and named in the
-# log. Environment: BUILD (build dir, default build-fuzz-gcc), CXX/CC
-# (compiler; default GCC, see CMakeLists.txt here for why not clang 14),
-# JOBS (default 2).
+# Defaults: 60 s, every harness. `make test` runs it with 20 s (CI).
+# Fails (exit 1) on any crash, leak, timeout, out-of-memory or sanitizer
+# report; the reproducer is left in $FUZZ_OUT/<harness>/ (default
+# build-fuzz-gcc/fuzz-out) and named in the log. Environment: BUILD (build
+# dir, default build-fuzz-gcc), CXX/CC (compiler; default GCC, see
+# CMakeLists.txt here for why not clang 14), JOBS (build jobs, default 2),
+# FUZZ_PAR (harnesses run at once, default 2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-60}
@@ -24,22 +26,36 @@ cmake --build "$BUILD" -j "${JOBS:-2}" --target "${HARNESSES[@]/#/fuzz_}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}
-status=0
-for h in "${HARNESSES[@]}"; do
-  work="$OUT/$h"
+# Runs harness $1; prints its summary in one piece when done; fails on any finding.
+fuzz_one() {
+  local h=$1 work="$OUT/$1" rc=0
   rm -rf "$work" && mkdir -p "$work/corpus"
   # Fuzz a copy, so that the seeds in the tree stay as written.
   cp tests/fuzz/corpus/"$h"/* "$work/corpus/"
-  echo "== fuzz_$h: ${SECS}s"
-  if "$BUILD/tests/fuzz/fuzz_$h" -max_total_time="$SECS" -timeout=20 -rss_limit_mb=2560 \
-       -max_len=16384 -print_final_stats=1 -artifact_prefix="$work/" \
-       "$work/corpus" >"$work/log" 2>&1; then
-    grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)" "$work/log" || true
-    grep -E "#[0-9]+.*(DONE|pulse)" "$work/log" | tail -1 || true
-  else
-    echo "!! fuzz_$h FAILED; see $work/log"
-    grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$work/log" | head -5 || true
-    status=1
-  fi
+  "$BUILD/tests/fuzz/fuzz_$h" -max_total_time="$SECS" -timeout=20 -rss_limit_mb=2560 \
+      -max_len=16384 -print_final_stats=1 -artifact_prefix="$work/" \
+      "$work/corpus" >"$work/log" 2>&1 || rc=$?
+  {
+    if (( rc == 0 )); then
+      echo "== fuzz_$h: ${SECS}s ok"
+      grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)" "$work/log" || true
+      grep -E "#[0-9]+.*(DONE|pulse)" "$work/log" | tail -1 || true
+    else
+      echo "!! fuzz_$h FAILED (exit $rc); see $work/log"
+      grep -E "ERROR|SUMMARY|runtime error|Test unit written" "$work/log" | head -5 || true
+    fi
+  } >"$work/summary"
+  cat "$work/summary"
+  echo "$rc" >"$work/rc"
+}
+
+for h in "${HARNESSES[@]}"; do
+  while (( $(jobs -rp | wc -l) >= ${FUZZ_PAR:-2} )); do wait -n || true; done
+  fuzz_one "$h" &
+done
+wait
+status=0
+for h in "${HARNESSES[@]}"; do
+  [ "$(cat "$OUT/$h/rc" 2>/dev/null)" = 0 ] || status=1
 done
 exit $status
