@@ -205,6 +205,12 @@ class JobClient {
   // DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED (disk full), INTERNAL (I/O).
   absl::StatusOr<std::string> Checkpoint(uint64_t version, const std::string& root);
 
+  // Deletes the job on every server; calls waiting on it there end (with
+  // NOT_FOUND once retried); checkpoints stay. Every server is asked even
+  // if one fails. Errors: the first failing server's (a restarted server
+  // that lost the job: NOT_FOUND, or UNAUTHENTICATED with a job token).
+  absl::Status Delete();
+
   class Impl;
   explicit JobClient(std::unique_ptr<Impl> impl);
 

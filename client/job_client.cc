@@ -140,6 +140,16 @@ absl::StatusOr<std::string> JobClient::Impl::Checkpoint(uint64_t version,
   return dirs[0];
 }
 
+absl::Status JobClient::Impl::Delete() {
+  return client_->ForEachServer([&](int shard) {
+    v1::DeleteJobRequest req;
+    req.set_job_id(spec_.job_id());
+    v1::DeleteJobResponse resp;
+    return client_->Unary(Method::kDeleteJob, shard, &v1::StateService::Stub::DeleteJob, req,
+                          &resp);
+  });
+}
+
 absl::StatusOr<uint64_t> JobClient::Impl::Version() {
   std::vector<uint64_t> versions(client_->num_servers());
   absl::Status s = client_->ForEachServer([&](int shard) {
@@ -205,6 +215,8 @@ absl::Status JobClient::InitWeights(Range elems, const float* data) {
 }
 
 absl::StatusOr<uint64_t> JobClient::Version() { return impl_->Version(); }
+
+absl::Status JobClient::Delete() { return impl_->Delete(); }
 
 absl::StatusOr<std::string> JobClient::Checkpoint(uint64_t version, const std::string& root) {
   return impl_->Checkpoint(version, root);

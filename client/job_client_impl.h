@@ -45,6 +45,7 @@ class JobClient::Impl {
   absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip);
   absl::StatusOr<uint64_t> Version();
   absl::StatusOr<std::string> Checkpoint(uint64_t version, const std::string& root);
+  absl::Status Delete();
 
  private:
   // A ticket of `parts` parts that also counts as one call in flight.

@@ -10,7 +10,7 @@ const char* MethodName(Method m) {
   static constexpr const char* kNames[kNumMethods] = {
       "RegisterJob", "JobStatus", "PushGradients", "InitWeights",
       "GradStats",   "Step",      "Gather",        "Rendezvous",
-      "Checkpoint",  "Restore"};
+      "Checkpoint",  "Restore",   "DeleteJob"};
   return kNames[static_cast<int>(m)];
 }
 

@@ -29,8 +29,9 @@ enum class Method {
   kRendezvous,
   kCheckpoint,
   kRestore,
+  kDeleteJob,
 };
-inline constexpr int kNumMethods = 10;
+inline constexpr int kNumMethods = 11;
 
 // The method's name as in the .proto ("PushGradients").
 const char* MethodName(Method m);

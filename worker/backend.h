@@ -60,6 +60,11 @@ class Backend {
 
   // Copies parameters `elems` of this rank to host memory.
   [[nodiscard]] virtual absl::Status ReadParams(Range elems, float* host) = 0;
+
+  // Collective: true on every local rank if any passed `failed` true, so
+  // the ranks of a node agree on a step's outcome (and roll back together).
+  // The default does not vote (a backend whose ranks cannot disagree).
+  [[nodiscard]] virtual absl::StatusOr<bool> NodeAnyFailed(bool failed) { return failed; }
 };
 
 }  // namespace zerostate::worker

@@ -25,7 +25,7 @@ absl::Status CpuBackend::ReduceScatter(Range bucket, float* host_out) {
   // Every rank's gradients of `bucket` are final once all have arrived;
   // nobody writes them again before the next step's ZeroGrads, which comes
   // after the AllGather barriers of this step.
-  group_->Barrier();
+  if (auto s = group_->Barrier(rank_); !s.ok()) return s;
   const Range share = LocalShare(bucket, group_->size(), rank_);
   const size_t n = share.size();
   std::memcpy(host_out, group_->grads(0) + share.begin, n * sizeof(float));
@@ -39,7 +39,7 @@ absl::Status CpuBackend::ReduceScatter(Range bucket, float* host_out) {
 absl::Status CpuBackend::AllGather(Range bucket, const float* host_in) {
   const Range mine = LocalShare(bucket, group_->size(), rank_);
   std::memcpy(group_->params(rank_) + mine.begin, host_in, mine.size() * sizeof(float));
-  group_->Barrier();
+  if (auto s = group_->Barrier(rank_); !s.ok()) return s;
   for (uint32_t r = 0; r < group_->size(); ++r) {
     if (r == rank_) continue;
     const Range share = LocalShare(bucket, group_->size(), r);
@@ -47,8 +47,11 @@ absl::Status CpuBackend::AllGather(Range bucket, const float* host_in) {
                 share.size() * sizeof(float));
   }
   // Peers read our share above; we may overwrite it only after they are done.
-  group_->Barrier();
-  return absl::OkStatus();
+  return group_->Barrier(rank_);
+}
+
+absl::StatusOr<bool> CpuBackend::NodeAnyFailed(bool failed) {
+  return group_->Vote(rank_, failed);
 }
 
 absl::StatusOr<HostBuffer> CpuBackend::AllocHost(uint64_t elems) {

@@ -25,6 +25,7 @@ class CpuBackend : public Backend {
   absl::Status ReduceScatter(Range bucket, float* host_out) override;
   absl::Status AllGather(Range bucket, const float* host_in) override;
   absl::Status ReadParams(Range elems, float* host) override;
+  absl::StatusOr<bool> NodeAnyFailed(bool failed) override;
   absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) override;
 
  private:

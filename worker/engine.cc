@@ -107,12 +107,33 @@ absl::Status Engine::LoadWeights(uint64_t version) {
   return FinishGather(tickets, &ignored);
 }
 
+void Engine::SetJob(client::JobClient* job, uint32_t epoch) {
+  job_ = job;
+  epoch_ = epoch;
+}
+
+void Engine::SaveScaler(uint64_t step) {
+  saved_scalers_.insert_or_assign(step, scaler_);
+  while (saved_scalers_.size() > 4) saved_scalers_.erase(saved_scalers_.begin());
+}
+
+bool Engine::RestoreScaler(uint64_t step) {
+  auto it = saved_scalers_.find(step);
+  if (it == saved_scalers_.end()) return false;
+  scaler_ = it->second;
+  return true;
+}
+
 // Tells every rank whether the coordinator skipped `step` (fp16 only).
-absl::StatusOr<bool> Engine::ShareSkip(uint64_t step, bool skip) {
+absl::StatusOr<bool> Engine::ShareSkip(uint64_t step, bool skip, bool failed) {
   const bool coordinator = topo_.rank() == 0;
-  auto values = client_->Rendezvous(scope_, absl::StrCat("skip/", step), topo_.rank(),
-                                    topo_.world(), coordinator ? (skip ? "1" : "0") : "");
+  std::string key = epoch_ == 0 ? absl::StrCat("skip/", step) : absl::StrCat("e", epoch_, "/skip/", step);
+  std::string mine = !coordinator ? "" : failed ? "failed" : skip ? "1" : "0";
+  auto values = client_->Rendezvous(scope_, key, topo_.rank(), topo_.world(), mine);
   if (!values.ok()) return values.status();
+  if (!values->empty() && (*values)[0] == "failed") {
+    return absl::AbortedError(absl::StrCat("step ", step, ": the coordinator's step failed"));
+  }
   if (values->empty() || ((*values)[0] != "0" && (*values)[0] != "1")) {
     return absl::InternalError(absl::StrCat("step ", step, ": rendezvous gave no coordinator decision"));
   }
@@ -140,35 +161,50 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   }
   report.times.compute = Since(start) - exchange_seconds_;
   report.times.exchange = exchange_seconds_;
+  // From here on a failure is kept in `status` and the rank still goes
+  // through the step's rendezvous and all-gathers (see engine.h).
   auto t0 = Clock::now();
-  if (auto s = PushRemaining(step); !s.ok()) return s;
+  absl::Status status = PushRemaining(step);  // waits for every push
   report.times.push = Since(t0);
 
   t0 = Clock::now();
   StepDecision decision;
-  if (topo_.rank() == 0) {
+  if (topo_.rank() == 0 && status.ok()) {
     auto stats = job_->GradStats(step);
-    if (!stats.ok()) return stats.status();
-    decision = DecideStep(stats->sum_squares, stats->nonfinite_count, scaler_.scale(),
-                          double{topo_.world()} * train_.grad_accum_steps(), train_.gradient_clipping());
-    report.grad_norm = decision.grad_norm;
+    if (stats.ok()) {
+      decision = DecideStep(stats->sum_squares, stats->nonfinite_count, scaler_.scale(),
+                            double{topo_.world()} * train_.grad_accum_steps(),
+                            train_.gradient_clipping());
+      report.grad_norm = decision.grad_norm;
+    } else {
+      status = stats.status();
+    }
   }
   if (train_.precision() == v1::PRECISION_FP16) {
-    auto shared = ShareSkip(step, decision.skip);
-    if (!shared.ok()) return shared.status();
-    decision.skip = *shared;
+    auto shared = ShareSkip(step, decision.skip, !status.ok());
+    if (status.ok() && !shared.ok()) status = shared.status();
+    if (status.ok()) decision.skip = *shared;
   }
-  if (topo_.rank() == 0) {
-    if (auto s = job_->Step(step, report.lr, decision.grad_scale, decision.skip); !s.ok()) return s;
+  if (topo_.rank() == 0 && status.ok()) {
+    status = job_->Step(step, report.lr, decision.grad_scale, decision.skip);
   }
   // Issued only now: a waiting gather stream holds a client pool thread,
   // and the coordinator's Step fans out on that pool too. The other ranks
   // get here early, so their gathers still stream blocks as they are stepped.
-  auto gather = StartGather(step + 1);
-  scaler_.Update(decision.skip);
+  std::vector<client::Ticket> gather;
+  if (status.ok()) gather = StartGather(step + 1);
   report.skipped = decision.skip;
   report.times.step = Since(t0);
-  if (auto s = FinishGather(gather, &report.times); !s.ok()) return s;
+  absl::Status gathered = FinishGather(gather, &report.times);  // all-gathers even after an error
+  if (status.ok()) status = gathered;
+  // The node's ranks agree on the outcome, so they roll back (or go on) together.
+  auto any_failed = backend_->NodeAnyFailed(!status.ok());
+  if (!any_failed.ok()) return any_failed.status();
+  if (status.ok() && *any_failed) {
+    status = absl::AbortedError(absl::StrCat("step ", step, " failed on another rank of node ", topo_.node));
+  }
+  if (!status.ok()) return status;
+  scaler_.Update(decision.skip);
   report.seconds = Since(start);
   return report;
 }

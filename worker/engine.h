@@ -21,6 +21,12 @@
 // and the average over world_size * grad_accum_steps terms (the model's
 // loss is already a mean over its micro-batch).
 //
+// Errors: a failed step still takes part in every intra-node collective
+// and every rendezvous of the step (the coordinator posts its failure), and
+// waits for every call it started, so peers are never left at a barrier and
+// no call of the failed step outlives it; then SetJob and LoadWeights can
+// roll the rank back (worker/recovery.h).
+//
 // Thread safety: one thread per Engine. Give each Engine its own Client:
 // gathers waiting for the step hold threads of the client's pool, so ranks
 // sharing one Client could starve the coordinator's Step.
@@ -28,6 +34,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -88,6 +95,17 @@ class Engine {
   // status (client, backend or model).
   [[nodiscard]] absl::StatusOr<StepReport> Step(uint64_t step, const MicroBatchFn& micro_batch);
 
+  // Continues on `job` (not owned; a new handle after a restore) with
+  // rendezvous keys of recovery epoch `epoch`, so replayed steps never meet
+  // the keys of the steps they replace.
+  void SetJob(client::JobClient* job, uint32_t epoch);
+
+  // Remembers the loss scaler's state as of the start of `step`, and puts
+  // it back (fp16 loss scaling replays from the same scale). RestoreScaler
+  // of a step never saved keeps the current state and returns false.
+  void SaveScaler(uint64_t step);
+  bool RestoreScaler(uint64_t step);
+
   const Topology& topology() const { return topo_; }
   float loss_scale() const { return scaler_.scale(); }
 
@@ -101,10 +119,14 @@ class Engine {
   absl::Status PushRemaining(uint64_t step);
   std::vector<client::Ticket> StartGather(uint64_t version);
   absl::Status FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times);
-  absl::StatusOr<bool> ShareSkip(uint64_t step, bool skip);
+  // `failed`: this rank's step failed (the coordinator posts that instead
+  // of a decision; the others still join and ignore the answer).
+  absl::StatusOr<bool> ShareSkip(uint64_t step, bool skip, bool failed);
 
   client::Client* const client_;
-  client::JobClient* const job_;
+  client::JobClient* job_;
+  uint32_t epoch_ = 0;
+  std::map<uint64_t, LossScaler> saved_scalers_;
   Backend* const backend_;
   const v1::TrainConfig train_;
   const Topology topo_;

@@ -3,8 +3,10 @@
 // a barrier. Two kinds: threads of one process (heap memory, std::barrier)
 // and processes of one node (POSIX shared memory and a process-shared
 // pthread barrier; no GPU needed).
-// Thread safety: buffers are raw memory, ordered by Barrier(); Barrier is
-// called by each rank's thread.
+// Thread safety: buffers are raw memory, ordered by Barrier(); Barrier and
+// Vote are called by each rank's thread.
+// Waits end after the group's peer timeout (worker/local_barrier.h) with
+// DEADLINE_EXCEEDED naming the local ranks that did not arrive.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/local_barrier.h"
 
 namespace zerostate::worker {
 
@@ -25,11 +29,14 @@ class LocalGroup {
   virtual float* params(uint32_t rank) = 0;
   virtual float* grads(uint32_t rank) = 0;
   // Returns once every rank of the group has called it.
-  virtual void Barrier() = 0;
+  [[nodiscard]] virtual absl::Status Barrier(uint32_t rank) = 0;
+  // Collective: true on every rank if any rank passed `failed` true.
+  [[nodiscard]] virtual absl::StatusOr<bool> Vote(uint32_t rank, bool failed) = 0;
 };
 
-// A group for `ranks` threads of this process.
-std::unique_ptr<LocalGroup> MakeThreadGroup(uint32_t ranks, uint64_t elems);
+// A group for `ranks` threads of this process (at most kMaxLocalRanks).
+std::unique_ptr<LocalGroup> MakeThreadGroup(uint32_t ranks, uint64_t elems,
+                                            absl::Duration timeout = absl::InfiniteDuration());
 
 // A group for `ranks` processes of this node in the shared-memory object
 // `name` ("/zerostate-..."). Rank 0 creates it (replacing a stale one) and
@@ -37,7 +44,8 @@ std::unique_ptr<LocalGroup> MakeThreadGroup(uint32_t ranks, uint64_t elems);
 // e.g. with a rendezvous); the object is unlinked when rank 0's group is
 // destroyed. Errors: INTERNAL naming the system call and errno text,
 // INVALID_ARGUMENT for a size mismatch with an existing object.
-absl::StatusOr<std::unique_ptr<LocalGroup>> OpenShmGroup(const std::string& name, uint32_t ranks,
-                                                         uint32_t rank, uint64_t elems);
+absl::StatusOr<std::unique_ptr<LocalGroup>> OpenShmGroup(
+    const std::string& name, uint32_t ranks, uint32_t rank, uint64_t elems,
+    absl::Duration timeout = absl::InfiniteDuration());
 
 }  // namespace zerostate::worker

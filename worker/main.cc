@@ -31,6 +31,13 @@ ABSL_FLAG(int32_t, metrics_port, -1, "Prometheus port of local rank 0 (-1: confi
 ABSL_FLAG(std::string, run_id, "", "id of this run (default: $TORCHELASTIC_RUN_ID, else the config's)");
 ABSL_FLAG(std::string, backend, "cpu", "cpu, or cuda (one GPU per local rank, NCCL inside the node)");
 ABSL_FLAG(std::string, dump_weights, "", "rank 0 writes the final fp32 master weights here");
+ABSL_FLAG(uint64_t, checkpoint_every, 0,
+          "rank 0 checkpoints the job every N steps (and at the start) under --checkpoint_dir, and "
+          "rolls every rank back to the last one when a server restarts (0: off)");
+ABSL_FLAG(std::string, checkpoint_dir, "", "absolute directory every state server reaches");
+ABSL_FLAG(double, peer_timeout_seconds, 600,
+          "a rank that waits this long on a peer that does not come names it and exits "
+          "non-zero (0: wait forever); keep it above the slowest step and checkpoint");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA of the state servers' certificates (TLS)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for servers that require one (mTLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -117,6 +124,8 @@ struct ProcessRun {
   v1::WorkerConfig config;
   Topology first;  // of local rank index 0 in this process
   client::ClientOptions client_options;
+  RecoveryOptions recovery;
+  absl::Duration peer_timeout = absl::InfiniteDuration();
   WorkerMetrics* metrics = nullptr;
   LocalGroup* thread_group = nullptr;  // --local_threads with the CPU backend
 };
@@ -131,10 +140,11 @@ absl::StatusOr<RankResult> RunRank(const ProcessRun& p, uint32_t index) {
   run.topo.local_rank += index;
   run.client = client->get();
   run.dump_path = absl::GetFlag(FLAGS_dump_weights);
+  run.recovery = p.recovery;
   run.group = p.thread_group;
   std::unique_ptr<LocalGroup> shm_group;
   if (run.group == nullptr && absl::GetFlag(FLAGS_backend) == "cpu") {
-    auto g = OpenNodeGroup(run.client, p.config, run.topo);
+    auto g = OpenNodeGroup(run.client, p.config, run.topo, p.peer_timeout);
     if (!g.ok()) return g.status();
     shm_group = *std::move(g);
     run.group = shm_group.get();
@@ -203,10 +213,22 @@ int Main() {
   auto token = WorkerJobToken(GetEnv(kJobTokenEnv), topo->world(), threads > 0 ? threads : 1);
   if (!token.ok()) return std::fprintf(stderr, "zerostate-worker: %s\n", token.status().ToString().c_str()), 2;
   options.job_token = *token;
-  ProcessRun run{*config, *topo, options, &metrics, nullptr};
+  ProcessRun run{*config, *topo, options};
+  run.metrics = &metrics;
+  run.recovery.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  run.recovery.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  if (auto s = ValidateRecoveryOptions(run.recovery); !s.ok()) {
+    return std::fprintf(stderr, "zerostate-worker: %s\n", s.ToString().c_str()), 2;
+  }
+  const double peer_timeout = absl::GetFlag(FLAGS_peer_timeout_seconds);
+  if (!(peer_timeout >= 0)) {
+    return std::fprintf(stderr, "zerostate-worker: --peer_timeout_seconds: %g must be >= 0\n",
+                        peer_timeout), 2;
+  }
+  if (peer_timeout > 0) run.peer_timeout = absl::Seconds(peer_timeout);
   std::unique_ptr<LocalGroup> group;
   if (threads > 0 && absl::GetFlag(FLAGS_backend) == "cpu") {
-    group = MakeThreadGroup(threads, FlatElems(*config));
+    group = MakeThreadGroup(threads, FlatElems(*config), run.peer_timeout);
     run.thread_group = group.get();
   }
   RunRanks(run, threads);

@@ -1,5 +1,6 @@
 // LocalGroup for processes of one node: POSIX shared memory holding a
-// header with a process-shared pthread barrier, then every rank's buffers.
+// header with a process-shared barrier (worker/local_barrier.h), then
+// every rank's buffers.
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
@@ -22,7 +23,7 @@ struct Header {
   uint64_t magic;
   uint32_t ranks;
   uint64_t elems;
-  pthread_barrier_t barrier;
+  LocalBarrierState barrier;  // zeroed by ftruncate
 };
 static_assert(sizeof(Header) <= kHeaderBytes);
 
@@ -38,8 +39,12 @@ absl::Status Errno(const std::string& what, const std::string& name) {
 
 class ShmGroup : public LocalGroup {
  public:
-  ShmGroup(std::string name, bool owner, void* base, size_t bytes)
-      : name_(std::move(name)), owner_(owner), base_(static_cast<char*>(base)), bytes_(bytes) {}
+  ShmGroup(std::string name, bool owner, void* base, size_t bytes, absl::Duration timeout)
+      : name_(std::move(name)),
+        owner_(owner),
+        base_(static_cast<char*>(base)),
+        bytes_(bytes),
+        timeout_(timeout) {}
   ~ShmGroup() override {
     munmap(base_, bytes_);
     if (owner_) shm_unlink(name_.c_str());
@@ -48,7 +53,12 @@ class ShmGroup : public LocalGroup {
   uint64_t elems() const override { return header()->elems; }
   float* params(uint32_t rank) override { return buffer(2 * rank); }
   float* grads(uint32_t rank) override { return buffer(2 * rank + 1); }
-  void Barrier() override { pthread_barrier_wait(&header()->barrier); }
+  absl::Status Barrier(uint32_t rank) override {
+    return LocalBarrierWait(&header()->barrier, size(), rank, /*shared=*/true, timeout_);
+  }
+  absl::StatusOr<bool> Vote(uint32_t rank, bool failed) override {
+    return LocalVote(&header()->barrier, size(), rank, /*shared=*/true, timeout_, failed);
+  }
 
  private:
   Header* header() const { return reinterpret_cast<Header*>(base_); }
@@ -60,16 +70,11 @@ class ShmGroup : public LocalGroup {
   const bool owner_;
   char* const base_;
   const size_t bytes_;
+  const absl::Duration timeout_;
 };
 
 absl::Status InitHeader(void* base, uint32_t ranks, uint64_t elems) {
   auto* h = static_cast<Header*>(base);
-  pthread_barrierattr_t attr;
-  pthread_barrierattr_init(&attr);
-  pthread_barrierattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
-  int rc = pthread_barrier_init(&h->barrier, &attr, ranks);
-  pthread_barrierattr_destroy(&attr);
-  if (rc != 0) return absl::InternalError(absl::StrCat("pthread_barrier_init: ", std::strerror(rc)));
   h->ranks = ranks;
   h->elems = elems;
   __atomic_store_n(&h->magic, kMagic, __ATOMIC_RELEASE);
@@ -79,7 +84,12 @@ absl::Status InitHeader(void* base, uint32_t ranks, uint64_t elems) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<LocalGroup>> OpenShmGroup(const std::string& name, uint32_t ranks,
-                                                         uint32_t rank, uint64_t elems) {
+                                                         uint32_t rank, uint64_t elems,
+                                                         absl::Duration timeout) {
+  if (ranks == 0 || ranks > kMaxLocalRanks || rank >= ranks) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": rank ", rank, " of ", ranks,
+                                                   " local ranks (at most ", kMaxLocalRanks, ")"));
+  }
   const bool owner = rank == 0;
   const size_t bytes = TotalBytes(ranks, elems);
   if (owner) shm_unlink(name.c_str());  // a stale object from a crashed run
@@ -98,7 +108,7 @@ absl::StatusOr<std::unique_ptr<LocalGroup>> OpenShmGroup(const std::string& name
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
   if (base == MAP_FAILED) return Errno("mmap", name);
-  auto group = std::make_unique<ShmGroup>(name, owner, base, bytes);
+  auto group = std::make_unique<ShmGroup>(name, owner, base, bytes, timeout);
   if (owner) {
     if (auto s = InitHeader(base, ranks, elems); !s.ok()) return s;
   } else if (__atomic_load_n(&static_cast<Header*>(base)->magic, __ATOMIC_ACQUIRE) != kMagic) {

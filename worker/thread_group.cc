@@ -1,5 +1,4 @@
 // LocalGroup for threads of one process.
-#include <barrier>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -23,7 +22,8 @@ Buffer ZeroedBuffer(uint64_t elems) {
 
 class ThreadGroup : public LocalGroup {
  public:
-  ThreadGroup(uint32_t ranks, uint64_t elems) : elems_(elems), barrier_(ranks) {
+  ThreadGroup(uint32_t ranks, uint64_t elems, absl::Duration timeout)
+      : elems_(elems), timeout_(timeout), barrier_(std::make_unique<LocalBarrierState>()) {
     for (uint32_t r = 0; r < ranks; ++r) {
       params_.push_back(ZeroedBuffer(elems));
       grads_.push_back(ZeroedBuffer(elems));
@@ -33,18 +33,25 @@ class ThreadGroup : public LocalGroup {
   uint64_t elems() const override { return elems_; }
   float* params(uint32_t rank) override { return params_[rank].get(); }
   float* grads(uint32_t rank) override { return grads_[rank].get(); }
-  void Barrier() override { barrier_.arrive_and_wait(); }
+  absl::Status Barrier(uint32_t rank) override {
+    return LocalBarrierWait(barrier_.get(), size(), rank, /*shared=*/false, timeout_);
+  }
+  absl::StatusOr<bool> Vote(uint32_t rank, bool failed) override {
+    return LocalVote(barrier_.get(), size(), rank, /*shared=*/false, timeout_, failed);
+  }
 
  private:
   const uint64_t elems_;
+  const absl::Duration timeout_;
   std::vector<Buffer> params_, grads_;
-  std::barrier<> barrier_;
+  std::unique_ptr<LocalBarrierState> barrier_;  // value-initialized: zeros
 };
 
 }  // namespace
 
-std::unique_ptr<LocalGroup> MakeThreadGroup(uint32_t ranks, uint64_t elems) {
-  return std::make_unique<ThreadGroup>(ranks, elems);
+std::unique_ptr<LocalGroup> MakeThreadGroup(uint32_t ranks, uint64_t elems,
+                                            absl::Duration timeout) {
+  return std::make_unique<ThreadGroup>(ranks, elems, timeout);
 }
 
 }  // namespace zerostate::worker

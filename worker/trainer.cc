@@ -1,5 +1,6 @@
 #include "worker/trainer.h"
 
+#include <cstdio>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -42,20 +43,21 @@ uint64_t FlatElems(const v1::WorkerConfig& config) {
 
 absl::StatusOr<std::unique_ptr<LocalGroup>> OpenNodeGroup(client::Client* client,
                                                           const v1::WorkerConfig& config,
-                                                          const Topology& topo) {
+                                                          const Topology& topo,
+                                                          absl::Duration peer_timeout) {
   const std::string ns = RendezvousScope(config);
   const std::string name = absl::StrCat("/zerostate-", ns, "-node", topo.node);
   const std::string key = absl::StrCat("shm/node", topo.node);
   std::unique_ptr<LocalGroup> group;
   if (topo.local_rank == 0) {
-    auto g = OpenShmGroup(name, topo.local_size, 0, FlatElems(config));
+    auto g = OpenShmGroup(name, topo.local_size, 0, FlatElems(config), peer_timeout);
     if (!g.ok()) return g.status();
     group = *std::move(g);
   }
   auto barrier = client->Rendezvous(ns, key, topo.local_rank, topo.local_size, "");
   if (!barrier.ok()) return barrier.status();
   if (topo.local_rank == 0) return group;
-  return OpenShmGroup(name, topo.local_size, topo.local_rank, FlatElems(config));
+  return OpenShmGroup(name, topo.local_size, topo.local_rank, FlatElems(config), peer_timeout);
 }
 
 absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
@@ -64,7 +66,8 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
   const std::string scope = RendezvousScope(run.config);
   auto opened = OpenJob(run.client, BuildJobSpec(train, *model, run.topo.num_nodes), run.topo, scope);
   if (!opened.ok()) return opened.status();
-  client::JobClient* job = opened->job.get();
+  std::unique_ptr<client::JobClient> job_handle = std::move(opened->job);
+  client::JobClient* job = job_handle.get();
   model->Bind(job->layout());
   std::vector<uint64_t> ready_points = model->ReadyPoints();
   std::unique_ptr<Backend> backend;
@@ -83,13 +86,53 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
   TeacherData data(train.model());
   std::vector<float> x(size_t{train.micro_batch_size()} * data.input_dim());
   std::vector<float> y(size_t{train.micro_batch_size()} * data.output_dim());
-  uint64_t step = result.start_version;
+  const uint64_t start = result.start_version;
+  uint64_t step = start;
   MicroBatchFn micro = MakeMicroBatches(train, run.topo, &data, backend.get(), &step, &x, &y);
-  for (; step < train.steps(); ++step) {
-    auto report = engine.Step(step, micro);
-    if (!report.ok()) return report.status();
-    result.losses.push_back(report->loss);
-    if (run.observe) run.observe(*report);
+  Recovery recovery(run.client, run.topo, scope, run.recovery);
+  // Checkpoints `step` if due; the loss scaler's state goes with it.
+  auto checkpoint = [&]() -> absl::Status {
+    if (!recovery.CheckpointDue(step, start)) return absl::OkStatus();
+    engine.SaveScaler(step);
+    return recovery.AfterStep(job, step, start);
+  };
+  absl::Status failed = checkpoint();
+  while (step < train.steps() || !failed.ok()) {
+    const bool checkpoint_failed = !failed.ok();  // the coordinator's, after a good step
+    if (!checkpoint_failed) {
+      auto report = engine.Step(step, micro);
+      if (report.ok()) {
+        result.losses.push_back(report->loss);
+        if (run.observe) run.observe(*report);
+        ++step;
+        failed = checkpoint();
+        continue;
+      }
+      failed = report.status();
+    }
+    if (!recovery.enabled()) return failed;
+    if (checkpoint_failed) {
+      // Only the coordinator is here; the others train on. Without a lost
+      // server it is just a missed checkpoint: the previous one stays.
+      auto lost = recovery.LostShard(job);
+      if (lost.ok() && lost->empty()) {
+        std::fprintf(stderr, "zerostate-worker rank 0: checkpoint of version %llu failed (%s); "
+                     "keeping the previous one\n", static_cast<unsigned long long>(step),
+                     failed.ToString().c_str());
+        failed = absl::OkStatus();
+        continue;
+      }
+    }
+    auto back = recovery.RollBack(job, failed);
+    if (!back.ok()) return back.status();
+    job_handle = std::move(back->job);
+    job = job_handle.get();
+    engine.SetJob(job, back->epoch);
+    engine.RestoreScaler(back->version);
+    step = back->version;
+    if (auto s = engine.LoadWeights(step); !s.ok()) return s;
+    result.losses.resize(step - start);
+    failed = absl::OkStatus();
   }
   result.end_version = step;
   if (run.topo.rank() == 0 && !run.dump_path.empty()) {

@@ -12,6 +12,7 @@
 #include "client/client.h"
 #include "worker/engine.h"
 #include "worker/local_group.h"
+#include "worker/recovery.h"
 
 namespace zerostate::worker {
 
@@ -38,10 +39,15 @@ struct RankRun {
   // If set, rank 0 writes the final fp32 master weights here (raw
   // little-endian floats of the whole flat space, padding included).
   std::string dump_path;
+  // Periodic checkpoints and rollback after a server restart (the same on
+  // every rank).
+  RecoveryOptions recovery;
 };
 
 // Trains run.config.train().steps() steps (or fewer if the job is further
-// along). Collective over every rank of the job.
+// along). Collective over every rank of the job. With run.recovery
+// enabled, a step that fails because a server restarted is rolled back to
+// the last checkpoint on every rank and training goes on (worker/recovery.h).
 [[nodiscard]] absl::StatusOr<RankResult> TrainRank(const RankRun& run);
 
 // The number of elements every rank's buffers hold for `config`'s model.
@@ -50,7 +56,9 @@ uint64_t FlatElems(const v1::WorkerConfig& config);
 // The LocalGroup of a node whose local ranks are separate processes:
 // local rank 0 creates the shared memory, the others open it after a
 // rendezvous through the state service. Collective over the node's ranks.
+// `peer_timeout` bounds every wait on a local peer (worker/local_barrier.h).
 [[nodiscard]] absl::StatusOr<std::unique_ptr<LocalGroup>> OpenNodeGroup(
-    client::Client* client, const v1::WorkerConfig& config, const Topology& topo);
+    client::Client* client, const v1::WorkerConfig& config, const Topology& topo,
+    absl::Duration peer_timeout = absl::InfiniteDuration());
 
 }  // namespace zerostate::worker

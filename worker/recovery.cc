@@ -1,0 +1,134 @@
+#include "worker/recovery.h"
+
+#include <cstdio>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+
+namespace zerostate::worker {
+namespace {
+
+constexpr char kFailed[] = "failed: ";
+
+// `failure` with why it was not rolled back.
+absl::Status NotRolledBack(const absl::Status& failure, absl::string_view why) {
+  return absl::Status(failure.code(),
+                      absl::StrCat(failure.message(), "; no rollback: ", why));
+}
+
+// A new incarnation (ABORTED), no job (NOT_FOUND), or a token the server
+// accepted before and knows no more (UNAUTHENTICATED: a server does not say
+// whether a job exists): the server lost its shard of the job.
+bool ShardLost(const absl::Status& s) {
+  return absl::IsAborted(s) || absl::IsNotFound(s) || absl::IsUnauthenticated(s);
+}
+
+}  // namespace
+
+absl::Status ValidateRecoveryOptions(const RecoveryOptions& o) {
+  if (o.checkpoint_every == 0) return absl::OkStatus();
+  if (o.checkpoint_dir.empty() || o.checkpoint_dir[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--checkpoint_dir: '", o.checkpoint_dir,
+        "' must be an absolute directory every server reaches (--checkpoint_every is ",
+        o.checkpoint_every, ")"));
+  }
+  return absl::OkStatus();
+}
+
+Recovery::Recovery(client::Client* client, const Topology& topo, std::string scope,
+                   RecoveryOptions options)
+    : client_(client), topo_(topo), scope_(std::move(scope)), options_(std::move(options)) {}
+
+bool Recovery::CheckpointDue(uint64_t version, uint64_t start_version) const {
+  return enabled() && (version == start_version || version % options_.checkpoint_every == 0);
+}
+
+absl::Status Recovery::AfterStep(client::JobClient* job, uint64_t version,
+                                 uint64_t start_version) {
+  if (topo_.rank() != 0 || !CheckpointDue(version, start_version)) return absl::OkStatus();
+  auto path = job->Checkpoint(version, options_.checkpoint_dir);
+  if (!path.ok()) return path.status();
+  last_checkpoint_ = *path;
+  last_checkpoint_version_ = version;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Recovery::LostShard(client::JobClient* job) const {
+  const absl::Time deadline = absl::Now() + options_.server_wait;
+  while (true) {
+    auto version = job->Version();
+    if (version.ok()) return "";
+    if (ShardLost(version.status())) {
+      return std::string(version.status().message());
+    }
+    const bool down =
+        absl::IsUnavailable(version.status()) || absl::IsDeadlineExceeded(version.status());
+    if (!down || absl::Now() > deadline) return version.status();
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+}
+
+absl::StatusOr<std::vector<std::string>> Recovery::Meet(const std::string& what,
+                                                        const std::string& value) {
+  return client_->Rendezvous(scope_, absl::StrCat("recover/", epoch_, "/", what), topo_.rank(),
+                             topo_.world(), value);
+}
+
+std::string Recovery::Decide(client::JobClient* job) {
+  auto lost = LostShard(job);
+  if (!lost.ok()) {
+    return absl::StrCat(kFailed, "the servers cannot be asked: ", lost.status().ToString());
+  }
+  if (lost->empty()) return absl::StrCat(kFailed, "every server still holds the job");
+  // The job is lost either way; deleting it wakes every rank still waiting
+  // on it (see recovery.h).
+  absl::Status deleted = job->Delete();
+  if (last_checkpoint_.empty()) {
+    return absl::StrCat(kFailed, *lost, "; there is no checkpoint to roll back to ",
+                        "(--checkpoint_every is ", options_.checkpoint_every, ")");
+  }
+  if (!deleted.ok() && !ShardLost(deleted)) {  // the restarted server has nothing to delete
+    return absl::StrCat(kFailed, *lost, "; deleting the job: ", deleted.ToString());
+  }
+  return "";
+}
+
+absl::StatusOr<RolledBack> Recovery::RollBack(client::JobClient* job, const absl::Status& failure) {
+  ++epoch_;
+  const bool coordinator = topo_.rank() == 0;
+  std::string verdict = coordinator ? Decide(job) : "";
+  auto entered = Meet("enter", "");
+  if (!entered.ok()) return NotRolledBack(failure, entered.status().ToString());
+  std::unique_ptr<client::JobClient> restored;
+  if (coordinator && verdict.empty()) {
+    auto r = client_->RestoreJob(last_checkpoint_);
+    if (r.ok()) {
+      restored = *std::move(r);
+      verdict = absl::StrCat(last_checkpoint_version_);
+      std::fprintf(stderr, "zerostate-worker rank 0: %s; restored %s on every server\n",
+                   failure.ToString().c_str(), last_checkpoint_.c_str());
+    } else {
+      verdict = absl::StrCat(kFailed, "restoring ", last_checkpoint_, ": ", r.status().ToString());
+    }
+  }
+  auto go = Meet("go", coordinator ? verdict : "");
+  if (!go.ok()) return NotRolledBack(failure, go.status().ToString());
+  RolledBack back;
+  const std::string& answer = go->empty() ? "" : (*go)[0];
+  if (!absl::SimpleAtoi(answer, &back.version)) {
+    return NotRolledBack(failure, absl::StripPrefix(answer, kFailed));
+  }
+  if (!coordinator) {
+    auto attached = client_->AttachJob(job->spec().job_id());
+    if (!attached.ok()) return NotRolledBack(failure, attached.status().ToString());
+    restored = *std::move(attached);
+  }
+  back.job = std::move(restored);
+  back.epoch = epoch_;
+  return back;
+}
+
+}  // namespace zerostate::worker

@@ -1,0 +1,98 @@
+// Periodic checkpoints and rollback after a state server restarted.
+//
+// Checkpoints: with checkpoint_every = N > 0 the coordinator (global rank
+// 0) makes every server write the job at the start version and at every
+// version that is a multiple of N, right after the step that produced it
+// completed (JobClient::Checkpoint; no step runs meanwhile, since the next
+// Step is the coordinator's). It remembers the last complete one.
+//
+// Rollback: a step failed on some rank. Every rank calls RollBack (the
+// engine made sure no call of the failed step is still running). The
+// coordinator asks every server for the job: a server that answers with a
+// new incarnation or without the job restarted and lost its shard. Then it
+//   1. deletes the job on every server: a rank still waiting on a server
+//      (a gather of a version that will never come) gets NOT_FOUND and
+//      enters the rollback too;
+//   2. waits until every rank has entered (rendezvous "recover/<e>/enter"),
+//      so no call of the old epoch can reach the restored job;
+//   3. restores the last complete checkpoint on every server (RestoreJob);
+//   4. tells every rank the version to continue from ("recover/<e>/go"),
+//      or why it cannot ("failed: ..."), and every rank fails then.
+// The other ranks attach to the restored job. Every rank then reloads the
+// weights at that version and continues from that step: the data position
+// is a function of the step (worker/teacher_data.h), so the replayed steps
+// see the same samples and end bit-identical to a run without the fault.
+//
+// Thread safety: one Recovery per rank, used from the rank's thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/client.h"
+#include "worker/engine.h"
+
+namespace zerostate::worker {
+
+struct RecoveryOptions {
+  // Checkpoint every this many steps; 0: never (a restarted server then
+  // ends the run with an error naming it).
+  uint64_t checkpoint_every = 0;
+  // Absolute directory every server can write and read.
+  std::string checkpoint_dir;
+  // How long the coordinator waits for a restarted server to answer again.
+  absl::Duration server_wait = absl::Seconds(60);
+};
+
+// Checks the options. Errors: INVALID_ARGUMENT naming the flag.
+absl::Status ValidateRecoveryOptions(const RecoveryOptions& options);
+
+struct RolledBack {
+  std::unique_ptr<client::JobClient> job;  // the restored job's handle
+  uint64_t version = 0;                    // continue with this step
+  uint32_t epoch = 0;                      // for Engine::SetJob
+};
+
+class Recovery {
+ public:
+  // `client` is not owned. `scope` namespaces the rendezvous.
+  Recovery(client::Client* client, const Topology& topo, std::string scope,
+           RecoveryOptions options);
+
+  bool enabled() const { return options_.checkpoint_every > 0; }
+
+  // True if the coordinator checkpoints the job at `version`.
+  bool CheckpointDue(uint64_t version, uint64_t start_version) const;
+
+  // Coordinator: writes the checkpoint of `version` if due and remembers
+  // it. Others: no-op. Errors: JobClient::Checkpoint's.
+  absl::Status AfterStep(client::JobClient* job, uint64_t version, uint64_t start_version);
+
+  // Collective over every rank, after a failed step (`failure`). Errors:
+  // `failure`, with the reason no rollback was possible appended.
+  absl::StatusOr<RolledBack> RollBack(client::JobClient* job, const absl::Status& failure);
+
+  // Coordinator: "" if every server holds the job, else what the servers
+  // answered (naming the one that restarted and lost its shard). Waits up
+  // to server_wait for servers that do not answer.
+  absl::StatusOr<std::string> LostShard(client::JobClient* job) const;
+
+ private:
+  // The coordinator's part before the fence: "" when the restore can go
+  // ahead (the job is deleted everywhere), else "failed: <why>".
+  std::string Decide(client::JobClient* job);
+  absl::StatusOr<std::vector<std::string>> Meet(const std::string& what, const std::string& value);
+
+  client::Client* const client_;
+  const Topology topo_;
+  const std::string scope_;
+  const RecoveryOptions options_;
+  uint32_t epoch_ = 0;
+  std::string last_checkpoint_;  // coordinator: path of the last complete one
+  uint64_t last_checkpoint_version_ = 0;
+};
+
+}  // namespace zerostate::worker
