@@ -9,15 +9,20 @@
 // process pushes its slice of its node's gradient, the job's first process
 // applies the step, and every process gathers its slice of the new weights.
 //
+// Before the load, one process alone makes the same calls (a one-node job
+// of params/local_ranks parameters): the unloaded figures, measured in the
+// same run, that the loaded ones are compared with.
+//
 // It prints throughput (push + gather payload over the wall time of the
-// run, and steps per second over all jobs), p50/p99 latency of push, step
-// (which includes waiting for the job's slowest push) and gather, each
-// server's memory high-water mark (VmHWM) against the budget, and the
-// exactly-once check: every job's version equals --steps and its weights
-// equal a reference computed here, bit for bit (verify.h). --json prints one
-// object per figure: {"figure":..., "value":..., "unit":..., "limit":..., "ratio":...}
-// (limit null where there is none). Exit status 1 when the check fails or
-// a server's VmHWM exceeds the budget.
+// run, against the process alone; and steps per second over all jobs),
+// p50/p99 latency of push, step (which includes waiting for the job's
+// slowest push) and gather against those alone, each server's memory
+// high-water mark (VmHWM) against the budget, and the exactly-once check:
+// every job's version equals --steps and its weights equal a reference
+// computed here, bit for bit (verify.h). --json prints one object per
+// figure: {"figure":..., "value":..., "unit":..., "limit":..., "ratio":...}
+// (limit null where there is none). Exit status 1 when a check fails or a
+// server's VmHWM exceeds the budget.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -70,21 +75,26 @@ void Print(const std::string& figure, double value, const std::string& unit, dou
   std::fflush(stdout);
 }
 
-void PrintLatency(const std::string& op, const std::vector<int64_t>& us) {
+// Latency under load; the limit is the same quantile of one process alone.
+void PrintLatency(const std::string& op, const std::vector<int64_t>& us,
+                  const std::vector<int64_t>& alone_us) {
   const double p50 = Quantile(us, 0.50) / 1e3, p99 = Quantile(us, 0.99) / 1e3;
+  const double a50 = Quantile(alone_us, 0.50) / 1e3, a99 = Quantile(alone_us, 0.99) / 1e3;
   if (absl::GetFlag(FLAGS_json)) {
-    Print(absl::StrCat("load.", op, ".p50"), p50, "ms", 0, "");
-    Print(absl::StrCat("load.", op, ".p99"), p99, "ms", 0, "");
+    Print(absl::StrCat("load.", op, ".p50"), p50, "ms", a50, "");
+    Print(absl::StrCat("load.", op, ".p99"), p99, "ms", a99, "");
   } else {
     Print(op + " latency", 0, "", 0,
-          absl::StrFormat("p50 %8.2f ms  p99 %8.2f ms  (%zu calls)", p50, p99, us.size()));
+          absl::StrFormat("p50 %8.2f ms  p99 %8.2f ms  (%zu calls); alone p50 %.2f ms  p99 %.2f ms",
+                          p50, p99, us.size(), a50, a99));
   }
 }
 
-v1::JobSpec LoadSpec(int j) {
-  const int64_t half = absl::GetFlag(FLAGS_params) / 2;
+// A job of `params` parameters in two 2-D tensors, AdamW, bf16 on the wire.
+v1::JobSpec LoadSpec(const std::string& id, int64_t params, int nodes, uint64_t seed) {
+  const int64_t half = params / 2;
   v1::JobSpec spec;
-  spec.set_job_id(absl::StrCat("load-", j));
+  spec.set_job_id(id);
   auto* a = spec.add_tensors();
   a->set_name("a");
   a->add_shape(1000);
@@ -95,29 +105,44 @@ v1::JobSpec LoadSpec(int j) {
   b->add_shape(1000);
   spec.mutable_optimizer()->set_kind(v1::OPTIMIZER_ADAMW);
   spec.mutable_optimizer()->set_weight_decay(0.01f);
-  spec.set_num_nodes(absl::GetFlag(FLAGS_nodes));
+  spec.set_num_nodes(nodes);
   spec.set_grad_dtype(v1::DTYPE_BF16);
   spec.set_weight_dtype(v1::DTYPE_BF16);
-  spec.set_seed(1000 + j);
+  spec.set_seed(seed);
   return spec;
 }
 
+// Who runs: one client process per (job, node, local rank).
+struct Topology {
+  std::vector<std::string> jobs;
+  int nodes = 1;
+  int local_ranks = 1;
+};
+
+// What a run of RunClients measured.
+struct Run {
+  ClientReport all;  // every client's latencies and bytes, concatenated
+  double wall_s = 0;  // from go to the last report
+  double GBps() const { return (all.pushed_bytes + all.gathered_bytes) / wall_s / 1e9; }
+};
+
 // Starts every client, hands it the jobs' token (one Client registered them
 // all, so they share it), waits until all are connected, says go, and collects
-// their reports. *wall_s is the time from go to the last report.
+// their reports.
 absl::Status RunClients(const std::vector<std::string>& servers, const std::string& token,
-                        ClientReport* all, double* wall_s) {
+                        const Topology& topology, Run* run) {
+  ClientReport* all = &run->all;
   std::vector<std::unique_ptr<ChildProcess>> clients;
-  for (int j = 0; j < absl::GetFlag(FLAGS_jobs); ++j) {
-    for (int n = 0; n < absl::GetFlag(FLAGS_nodes); ++n) {
-      for (int r = 0; r < absl::GetFlag(FLAGS_local_ranks); ++r) {
+  for (const std::string& job : topology.jobs) {
+    for (int n = 0; n < topology.nodes; ++n) {
+      for (int r = 0; r < topology.local_ranks; ++r) {
         absl::StatusOr<std::unique_ptr<ChildProcess>> c = ChildProcess::Spawn({
             absl::GetFlag(FLAGS_client_binary),
             absl::StrCat("--servers=", absl::StrJoin(servers, ",")),
-            absl::StrCat("--job=load-", j),
+            absl::StrCat("--job=", job),
             absl::StrCat("--node=", n),
             absl::StrCat("--local_rank=", r),
-            absl::StrCat("--local_ranks=", absl::GetFlag(FLAGS_local_ranks)),
+            absl::StrCat("--local_ranks=", topology.local_ranks),
             absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
             absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)),
             absl::StrCat("--streams=", absl::GetFlag(FLAGS_streams)),
@@ -153,7 +178,7 @@ absl::Status RunClients(const std::vector<std::string>& servers, const std::stri
     all->pushed_bytes += r->pushed_bytes;
     all->gathered_bytes += r->gathered_bytes;
   }
-  *wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  run->wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (auto& c : clients) {
     if (absl::Status s = c->Wait(deadline); !s.ok()) return s;
   }
@@ -164,7 +189,7 @@ int Main() {
   const uint64_t budget = static_cast<uint64_t>(absl::GetFlag(FLAGS_ram_budget_mib)) << 20;
   testing::ServerProcessOptions so;
   so.binary = absl::GetFlag(FLAGS_server_binary);
-  so.args = {"--plaintext", "--metrics_listen=", absl::StrCat("--threads=", absl::GetFlag(FLAGS_server_threads)),
+  so.args = {"--metrics_listen=", absl::StrCat("--threads=", absl::GetFlag(FLAGS_server_threads)),
              absl::StrCat("--ram_budget_bytes=", budget)};
   auto cluster = testing::ServerCluster::Start(absl::GetFlag(FLAGS_servers), so);
   if (!cluster.ok()) return std::fprintf(stderr, "servers: %s\n", cluster.status().ToString().c_str()), 1;
@@ -173,10 +198,19 @@ int Main() {
   co.plaintext = true;
   auto c = client::Client::Connect(co);
   if (!c.ok()) return std::fprintf(stderr, "%s\n", c.status().ToString().c_str()), 1;
+  // The load's jobs, and "alone": one node of one process that makes the
+  // same calls as each load process (1/local_ranks of a job), run first by
+  // itself: the unloaded figures the loaded ones are compared with.
+  const int64_t params = absl::GetFlag(FLAGS_params);
+  const int nodes = absl::GetFlag(FLAGS_nodes), ranks = absl::GetFlag(FLAGS_local_ranks);
   std::vector<std::unique_ptr<client::JobClient>> jobs;
-  for (int j = 0; j < absl::GetFlag(FLAGS_jobs); ++j) {
-    auto job = (*c)->RegisterJob(LoadSpec(j));
-    if (!job.ok()) return std::fprintf(stderr, "register: %s\n", job.status().ToString().c_str()), 1;
+  Topology alone{{"alone"}, 1, 1}, load{{}, nodes, ranks};
+  for (int j = 0; j <= absl::GetFlag(FLAGS_jobs); ++j) {
+    const bool solo = j == absl::GetFlag(FLAGS_jobs);
+    const std::string id = solo ? "alone" : absl::StrCat("load-", j);
+    auto job = (*c)->RegisterJob(LoadSpec(id, solo ? params / ranks : params, solo ? 1 : nodes, 1000 + j));
+    if (!job.ok()) return std::fprintf(stderr, "register %s: %s\n", id.c_str(), job.status().ToString().c_str()), 1;
+    if (!solo) load.jobs.push_back(id);
     jobs.push_back(*std::move(job));
   }
   std::vector<uint64_t> rss_before;
@@ -194,21 +228,26 @@ int Main() {
                 static_cast<long long>(absl::GetFlag(FLAGS_params)), absl::GetFlag(FLAGS_steps),
                 static_cast<unsigned long long>(budget >> 20));
   }
-  ClientReport all;
-  double wall_s = 0;
-  if (absl::Status s = RunClients((*cluster)->addresses(), jobs[0]->token(), &all, &wall_s); !s.ok()) {
-    return std::fprintf(stderr, "clients: %s\n", s.ToString().c_str()), 1;
+  Run solo, loaded;
+  for (auto [topology, run] : {std::pair{&alone, &solo}, std::pair{&load, &loaded}}) {
+    if (absl::Status s = RunClients((*cluster)->addresses(), jobs[0]->token(), *topology, run);
+        !s.ok()) {
+      return std::fprintf(stderr, "clients of %s: %s\n", topology->jobs[0].c_str(),
+                          s.ToString().c_str()), 1;
+    }
   }
-  const double gbps = (all.pushed_bytes + all.gathered_bytes) / wall_s / 1e9;
-  const double steps_per_s = absl::GetFlag(FLAGS_jobs) * absl::GetFlag(FLAGS_steps) / wall_s;
-  Print("load.throughput", gbps, "GB/s", 0,
-        absl::StrFormat("%7.3f GB/s push+gather payload (%.0f MB in %.2f s)", gbps,
-                        (all.pushed_bytes + all.gathered_bytes) / 1e6, wall_s));
+  const ClientReport& all = loaded.all;
+  const double steps_per_s = absl::GetFlag(FLAGS_jobs) * absl::GetFlag(FLAGS_steps) / loaded.wall_s;
+  Print("load.throughput", loaded.GBps(), "GB/s", solo.GBps(),
+        absl::StrFormat("%7.3f GB/s push+gather payload (%.0f MB in %.2f s); one process "
+                        "alone: %.3f GB/s",
+                        loaded.GBps(), (all.pushed_bytes + all.gathered_bytes) / 1e6,
+                        loaded.wall_s, solo.GBps()));
   Print("load.steps_per_s", steps_per_s, "steps/s", 0,
         absl::StrFormat("%7.2f steps/s over all jobs", steps_per_s));
-  PrintLatency("push", all.push_us);
-  PrintLatency("step", all.step_us);
-  PrintLatency("gather", all.gather_us);
+  PrintLatency("push", all.push_us, solo.all.push_us);
+  PrintLatency("step", all.step_us, solo.all.step_us);
+  PrintLatency("gather", all.gather_us, solo.all.gather_us);
 
   int failed = 0;
   for (int i = 0; i < (*cluster)->size(); ++i) {
