@@ -39,4 +39,7 @@ WORKDIR /var/lib/zerostate
 # gRPC (with health checking and reflection) and Prometheus metrics.
 EXPOSE 7070 9464
 ENTRYPOINT ["/usr/local/bin/zerostate-server"]
-CMD ["--listen=0.0.0.0:7070", "--metrics_listen=0.0.0.0:9464"]
+# TLS with a certificate mounted at /etc/zerostate/tls (add
+# --tls_client_ca for mutual TLS); --plaintext only on a trusted network.
+CMD ["--listen=0.0.0.0:7070", "--metrics_listen=0.0.0.0:9464", \
+     "--tls_cert=/etc/zerostate/tls/tls.crt", "--tls_key=/etc/zerostate/tls/tls.key"]

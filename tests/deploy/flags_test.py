@@ -19,7 +19,7 @@ import deploylib as lib
 
 K8S = os.path.join(lib.ROOT, "deploy", "k8s")
 SYSTEMD = os.path.join(lib.ROOT, "deploy", "systemd")
-FLAG = re.compile(r"--([a-z][a-z0-9_]*)=")
+FLAG = re.compile(r"--([a-z][a-z0-9_]*)(?:=|\b)")
 
 
 def known_flags(binary):
@@ -77,9 +77,16 @@ class FlagsTest(unittest.TestCase):
             worker_args = args[args.index("--") + 1:] if "--" in args else args
             self.assertEqual(unknown(FLAG.findall(" ".join(worker_args)), known), [], f)
 
+    def test_every_server_chooses_a_transport(self):
+        """--tls_cert and --tls_key, or --plaintext: a server without either exits."""
+        for name, flags in [("zerostate-server.service", systemd_server_flags())] + [
+                (f, FLAG.findall(" ".join(a))) for f, a in k8s_args("StatefulSet").items()]:
+            tls = {"tls_cert", "tls_key"} <= set(flags)
+            self.assertTrue(tls != ("plaintext" in flags), f"{name}: {sorted(flags)}")
+
     def test_an_unknown_flag_is_named(self):
-        self.assertEqual(unknown(FLAG.findall("--listen=x --listen_port=1"), {"listen"}),
-                         ["listen_port"])
+        self.assertEqual(unknown(FLAG.findall("--listen=x --listen_port=1 --plaintext"), {"listen"}),
+                         ["listen_port", "plaintext"])
 
 
 if __name__ == "__main__":

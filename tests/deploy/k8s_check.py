@@ -73,10 +73,11 @@ def check_server_ports_and_probes(sts):
         problems.append(f"StatefulSet/zerostate: --listen={listen} is not port grpc {ports['grpc']}")
     if not metrics or not metrics.endswith(f":{ports['metrics']}"):
         problems.append(f"StatefulSet/zerostate: --metrics_listen={metrics} is not port metrics {ports['metrics']}")
+    # TCP probes: Kubernetes' gRPC probe speaks plaintext, the port TLS.
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        port = c.get(probe, {}).get("grpc", {}).get("port")
+        port = c.get(probe, {}).get("tcpSocket", {}).get("port")
         if port != ports["grpc"]:
-            problems.append(f"StatefulSet/zerostate: {probe} is not a grpc probe on port {ports['grpc']} (got {port})")
+            problems.append(f"StatefulSet/zerostate: {probe} is not a tcpSocket probe on port {ports['grpc']} (got {port})")
     annotated = sts["spec"]["template"]["metadata"].get("annotations", {}).get("prometheus.io/port")
     if annotated != str(ports["metrics"]):
         problems.append(f"StatefulSet/zerostate: annotation prometheus.io/port={annotated}, metrics port is {ports['metrics']}")
@@ -214,6 +215,42 @@ def check_worker_config(objs, job):
     return problems
 
 
+def secret_mounts(obj):
+    """{mountPath: secretName} of the Secret volumes the first container mounts."""
+    spec = obj["spec"]["template"]["spec"]
+    secrets = {v["name"]: v["secret"]["secretName"] for v in spec.get("volumes", []) if "secret" in v}
+    return {m["mountPath"]: secrets[m["name"]] for m in container(obj).get("volumeMounts", [])
+            if m["name"] in secrets}
+
+
+def check_tls_files(name, args, flags, obj):
+    """Each of `flags` is given and names a file in a mounted Secret."""
+    problems = []
+    mounts = secret_mounts(obj)
+    for f in flags:
+        path = flag(args, f)
+        if path is None:
+            problems.append(f"{name}: --{f} missing (TLS is required; docs/operations.md, Security)")
+        elif not any(path.startswith(m + "/") for m in mounts):
+            problems.append(f"{name}: --{f}={path} is not in a mounted Secret {sorted(mounts)}")
+    return problems
+
+
+def check_security(sts, job):
+    """The server requires mutual TLS, the workers present certificates and
+    read the job token from a Secret."""
+    problems = check_tls_files("StatefulSet/zerostate", container(sts).get("args", []),
+                               ("tls_cert", "tls_key", "tls_client_ca"), sts)
+    if "--plaintext" in container(sts).get("args", []):
+        problems.append("StatefulSet/zerostate: --plaintext on a cluster network")
+    args = container(job).get("args", [])
+    problems += check_tls_files("Job/zerostate-train", args, ("tls_ca", "tls_cert", "tls_key"), job)
+    token = env_of(container(job)).get("ZEROSTATE_JOB_TOKEN", {})
+    if "secretKeyRef" not in token.get("valueFrom", {}):
+        problems.append("Job/zerostate-train: env ZEROSTATE_JOB_TOKEN does not come from a Secret")
+    return problems
+
+
 def check_monitoring(objs):
     problems = []
     sm, pm = objs.get(("ServiceMonitor", "zerostate-server")), objs.get(("PodMonitor", "zerostate-worker"))
@@ -257,5 +294,6 @@ def check_all(objects, gpu_expected=True):
                 + check_server_volumes(sts) + check_service(sts, objs[SERVICE])
                 + check_pdb(sts, objs[PDB]) + check_job_launch(job))
     if not problems:
-        problems += check_job_gpus_and_ports(job, gpu_expected) + check_worker_config(objs, job)
+        problems += (check_job_gpus_and_ports(job, gpu_expected) + check_worker_config(objs, job)
+                     + check_security(sts, job))
     return problems + check_monitoring(objs)

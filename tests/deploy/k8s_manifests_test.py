@@ -110,7 +110,7 @@ class BadManifestTest(unittest.TestCase):
 
     def test_probe_on_wrong_port(self):
         c = ("StatefulSet", "zerostate"), "spec", "template", "spec", "containers", 0
-        objs = mutated(c + ("readinessProbe",), {"grpc": {"port": 9464}})
+        objs = mutated(c + ("readinessProbe",), {"tcpSocket": {"port": 9464}})
         self.assertReported(objs, "StatefulSet/zerostate", "readinessProbe", "7070")
 
     def test_server_list_shorter_than_replicas(self):
@@ -155,6 +155,26 @@ class BadManifestTest(unittest.TestCase):
         args = [a for a in k.container(k.index(base_objects())[k.SERVER])["args"]
                 if not a.startswith("--nvme_dir=")] + ["--nvme_dir=/tmp"]
         self.assertReported(mutated(c + ("args",), args), "StatefulSet/zerostate", "--nvme_dir=/tmp")
+
+    def test_server_without_tls(self):
+        c = k.SERVER, "spec", "template", "spec", "containers", 0
+        args = [a for a in k.container(k.index(base_objects())[k.SERVER])["args"]
+                if not a.startswith("--tls_")] + ["--plaintext"]
+        objs = mutated(c + ("args",), args)
+        self.assertReported(objs, "StatefulSet/zerostate", "--tls_client_ca missing")
+        self.assertReported(objs, "StatefulSet/zerostate", "--plaintext")
+
+    def test_worker_certificate_outside_the_secret(self):
+        c = k.JOB, "spec", "template", "spec", "containers", 0
+        args = [a for a in k.container(k.index(base_objects())[k.JOB])["args"]
+                if not a.startswith("--tls_key=")] + ["--tls_key=/tmp/key.pem"]
+        self.assertReported(mutated(c + ("args",), args), "Job/zerostate-train", "--tls_key=/tmp/key.pem")
+
+    def test_job_token_not_from_a_secret(self):
+        c = k.JOB, "spec", "template", "spec", "containers", 0
+        env = [e for e in k.container(k.index(base_objects())[k.JOB])["env"]
+               if e["name"] != "ZEROSTATE_JOB_TOKEN"] + [{"name": "ZEROSTATE_JOB_TOKEN", "value": "x"}]
+        self.assertReported(mutated(c + ("env",), env), "Job/zerostate-train", "ZEROSTATE_JOB_TOKEN")
 
     def test_bad_quantity_is_named(self):
         with self.assertRaisesRegex(ValueError, "36GB"):

@@ -39,6 +39,7 @@ import deploylib as lib
 LAUNCH = os.path.join(lib.ROOT, "deploy", "launcher", "zerostate-launch")
 EXAMPLE_CONFIG = os.path.join(lib.ROOT, "deploy", "prometheus", "prometheus.yml")
 JOB = "promtest"
+JOB_TOKEN = "prometheus-integration-test-token-0123456789"  # every worker's job token
 DEADLINE_S = 180
 
 
@@ -133,7 +134,7 @@ def start_servers(cluster, server_bin, extra_args=([], [])):
     """Two servers (extra_args: more flags for each); [(grpc, metrics, Proc)]."""
     servers = []
     for i, extra in enumerate(extra_args):
-        p = cluster.spawn(f"server{i}", [server_bin, "--listen=127.0.0.1:0",
+        p = cluster.spawn(f"server{i}", [server_bin, "--listen=127.0.0.1:0", "--plaintext",
                                          "--metrics_listen=127.0.0.1:0", "--threads=1",
                                          f"--ram_budget_bytes={256 << 20}", *extra])
         words = p.await_line("listening on").split()
@@ -152,8 +153,9 @@ def start_workers(cluster, worker_bin, servers, tmp):
         targets += [f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"]
         argv = ["bash", LAUNCH, "--nnodes", "2", "--nproc-per-node", "2", "--node-rank", str(node),
                 "--", worker_bin, f"--config={config}", f"--job_id={JOB}",
-                "--servers=" + ",".join(s[0] for s in servers), f"--metrics_port={port}"]
-        cluster.spawn(f"node{node}", argv)
+                "--servers=" + ",".join(s[0] for s in servers), "--plaintext",
+                f"--metrics_port={port}"]
+        cluster.spawn(f"node{node}", argv, {"ZEROSTATE_JOB_TOKEN": JOB_TOKEN})
     return targets
 
 

@@ -57,6 +57,8 @@ class Driver:
         import grpc
         self.pb, self.addresses = pb, addresses
         self.stubs = [pb_grpc.StateServiceStub(grpc.insecure_channel(a)) for a in addresses]
+        # Every call carries the job's token (servers started with --plaintext).
+        self.token = [("zerostate-job-token", "prometheus-tier-test-token-0123456789abcdef")]
         self.shards = []  # (first_block, shard_blocks) per server
         self.stop = threading.Event()
         self.error = None
@@ -69,7 +71,7 @@ class Driver:
                           block_elems=BLOCK_ELEMS, seed=1, tier=pb.TIER_NVME)
         for i, stub in enumerate(self.stubs):
             info = stub.RegisterJob(pb.RegisterJobRequest(spec=spec, servers=self.addresses, shard_index=i),
-                                    timeout=30).info
+                                    timeout=30, metadata=self.token).info
             self.shards.append((info.first_block, info.shard_blocks))
         if sum(n for _, n in self.shards) != TENSOR_ELEMS // BLOCK_ELEMS or min(n for _, n in self.shards) == 0:
             raise live.Failure(f"unexpected shard map {self.shards}")
@@ -79,9 +81,10 @@ class Driver:
         for stub, (first, count) in zip(self.stubs, self.shards):
             chunks = [self.pb.Chunk(job_id=JOB, step=step, node=0, block=b, offset=0,
                                     dtype=self.pb.DTYPE_FP32, data=grad) for b in range(first, first + count)]
-            stub.PushGradients(iter(chunks), timeout=30)
+            stub.PushGradients(iter(chunks), timeout=30, metadata=self.token)
         for stub in self.stubs:
-            stub.Step(self.pb.StepRequest(job_id=JOB, step=step, lr=1e-3), timeout=30)
+            stub.Step(self.pb.StepRequest(job_id=JOB, step=step, lr=1e-3), timeout=30,
+                      metadata=self.token)
 
     def run(self):
         try:

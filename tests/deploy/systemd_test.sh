@@ -28,10 +28,16 @@ for var in $(grep -o '\${[A-Z_]*}' "$unit" | tr -d '${}' | sort -u); do
   grep -q "^$var=" "$envfile" || fail "\${$var} used by the unit is not set in server.env"
 done
 
-# 3. The ExecStart command line, expanded from server.env, runs the server.
+# 3. The ExecStart command line, expanded from server.env, runs the server,
+# with a throwaway CA and server certificate in place of /etc/zerostate/tls.
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca -keyout "$tmp/ca.key" \
+  -out "$tmp/ca.pem" >/dev/null 2>&1 || fail "openssl: cannot make a CA"
+openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -keyout "$tmp/server.key" \
+  -out "$tmp/server.pem" >/dev/null 2>&1 || fail "openssl: cannot make a certificate"
 exec_line=$(sed -n '/^ExecStart=/,/[^\\]$/p' "$unit" | sed 's/^ExecStart=//; s/\\$//' | tr '\n' ' ')
 args=$(set -a; source "$envfile"; ZEROSTATE_LISTEN=127.0.0.1:0 ZEROSTATE_METRICS_LISTEN=127.0.0.1:0 \
-  ZEROSTATE_THREADS=1 ZEROSTATE_NVME_DIR=$tmp; eval "echo $exec_line")
+  ZEROSTATE_THREADS=1 ZEROSTATE_NVME_DIR=$tmp ZEROSTATE_TLS_CERT=$tmp/server.pem \
+  ZEROSTATE_TLS_KEY=$tmp/server.key ZEROSTATE_TLS_CLIENT_CA=$tmp/ca.pem; eval "echo $exec_line")
 read -r -a argv <<<"$args"
 echo "runs: ${argv[*]}"
 "$server" "${argv[@]:1}" >"$tmp/out" 2>&1 &
