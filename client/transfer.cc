@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "client/chunk_wire.h"
+#include "common/chunk_wire.h"
 #include "common/convert.h"
 #include "grpcpp/support/sync_stream.h"
 

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/convert.h"
+#include "common/job_spec.h"
 
 namespace zerostate::server {
 
@@ -44,6 +45,13 @@ bool GradientAccumulator::Insert(NodeState& node, uint32_t begin, uint32_t end) 
 
 absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
     uint32_t node, uint32_t offset, uint32_t count, const void* data, v1::DType dtype) {
+  ChunkView::Segment whole{static_cast<const uint8_t*>(data), count * DTypeSize(dtype)};
+  return Add(node, offset, count, absl::MakeConstSpan(&whole, 1), dtype);
+}
+
+absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
+    uint32_t node, uint32_t offset, uint32_t count, absl::Span<const ChunkView::Segment> data,
+    v1::DType dtype) {
   // Elements past `required_` are layout padding: accepted, never folded.
   uint32_t begin = offset;
   uint32_t end = std::min(offset + count, required_);
@@ -59,9 +67,17 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
   return Outcome::kApplied;
 }
 
-void GradientAccumulator::Fold(uint32_t node, uint32_t begin, uint32_t end, const void* data,
-                               v1::DType dtype) {
-  size_t n = end - begin;
+void GradientAccumulator::Fold(uint32_t node, uint32_t begin, uint32_t end,
+                               absl::Span<const ChunkView::Segment> data, v1::DType dtype) {
+  ForEachElementRun(data, DTypeSize(dtype), [&](const void* p, size_t first, size_t n) {
+    const uint64_t at = begin + first;
+    if (at >= end) return;  // layout padding
+    FoldRun(node, static_cast<uint32_t>(at), std::min<uint64_t>(n, end - at), p, dtype);
+  });
+}
+
+void GradientAccumulator::FoldRun(uint32_t node, uint32_t begin, size_t n, const void* data,
+                                  v1::DType dtype) {
   if (node == head_) {
     if (node == 0) {
       DecodeFloats(data, n, dtype, sum_.data() + begin);

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/chunk_wire.h"
 #include "server/aligned_buffer.h"
 #include "zerostate/v1/state_service.pb.h"
 
@@ -37,6 +39,11 @@ class GradientAccumulator {
   // REQUIRES: node < num_nodes, offset + count <= block_elems (checked by the caller).
   absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count, const void* data,
                               v1::DType dtype);
+  // The same with the elements spread over `data`'s segments (as received,
+  // without copying them together first); an element may straddle two.
+  // REQUIRES as above, and the segments hold count elements.
+  absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count,
+                              absl::Span<const ChunkView::Segment> data, v1::DType dtype);
 
   // True once every node has covered the required range and all are folded.
   bool complete() const { return head_ == num_nodes_; }
@@ -63,7 +70,11 @@ class GradientAccumulator {
 
   // Records [begin, end) as received; false if it overlaps part of an earlier piece.
   static bool Insert(NodeState& node, uint32_t begin, uint32_t end);
-  void Fold(uint32_t node, uint32_t begin, uint32_t end, const void* data, v1::DType dtype);
+  // Folds the elements of `data` (starting at element `begin`) that lie below `end`.
+  void Fold(uint32_t node, uint32_t begin, uint32_t end,
+            absl::Span<const ChunkView::Segment> data, v1::DType dtype);
+  // Folds n contiguous elements at `at`.
+  void FoldRun(uint32_t node, uint32_t at, size_t n, const void* data, v1::DType dtype);
   void AdvanceHead();
 
   const uint32_t num_nodes_;

@@ -77,54 +77,56 @@ absl::Status Job::InitializeWeights() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Job::ChunkRef> Job::CheckChunk(const v1::Chunk& c, v1::DType dtype,
+absl::StatusOr<Job::ChunkRef> Job::CheckChunk(const ChunkView& c, v1::DType dtype,
                                               const char* dtype_field) const {
-  if (c.block() < blocks_.begin || c.block() >= blocks_.end) {
-    return absl::InvalidArgumentError(absl::StrCat("block: ", c.block(),
+  const ChunkFields& f = c.fields;
+  if (f.block < blocks_.begin || f.block >= blocks_.end) {
+    return absl::InvalidArgumentError(absl::StrCat("block: ", f.block,
                                                    " is not in this server's shard [",
                                                    blocks_.begin, ", ", blocks_.end, ")"));
   }
-  if (c.dtype() != dtype) {
+  if (f.dtype != dtype) {
     return absl::InvalidArgumentError(
-        absl::StrCat("dtype: chunk is ", DTypeName(c.dtype()), " but the job's ", dtype_field,
+        absl::StrCat("dtype: chunk is ", DTypeName(f.dtype), " but the job's ", dtype_field,
                      " is ", DTypeName(dtype)));
   }
   size_t esize = DTypeSize(dtype);
-  if (c.data().empty() || c.data().size() % esize != 0) {
+  if (c.data_bytes == 0 || c.data_bytes % esize != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "data: length ", c.data().size(), " is not a positive multiple of ", esize, " bytes"));
+        "data: length ", c.data_bytes, " is not a positive multiple of ", esize, " bytes"));
   }
-  uint64_t count = c.data().size() / esize;
-  if (c.offset() + count > layout_.block_elems) {
+  uint64_t count = c.data_bytes / esize;
+  if (f.offset + count > layout_.block_elems) {
     return absl::InvalidArgumentError(
-        absl::StrCat("offset: elements [", c.offset(), ", ", c.offset() + count,
+        absl::StrCat("offset: elements [", f.offset, ", ", f.offset + count,
                      ") do not fit in a block of ", layout_.block_elems));
   }
-  return ChunkRef{&block(c.block()), c.offset(), static_cast<uint32_t>(count)};
+  return ChunkRef{&block(f.block), f.offset, static_cast<uint32_t>(count)};
 }
 
-absl::StatusOr<Job::PushOutcome> Job::Push(const v1::Chunk& c) {
+absl::StatusOr<Job::PushOutcome> Job::Push(const ChunkView& c) {
   auto ref = CheckChunk(c, spec_.grad_dtype(), "grad_dtype");
   if (!ref.ok()) return ref.status();
-  if (c.node() >= spec_.num_nodes()) {
+  const ChunkFields& f = c.fields;
+  if (f.node >= spec_.num_nodes()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("node: ", c.node(), " is not below num_nodes ", spec_.num_nodes()));
+        absl::StrCat("node: ", f.node, " is not below num_nodes ", spec_.num_nodes()));
   }
   Block& b = *ref->block;
   absl::MutexLock lock(&b.mu);
-  if (c.step() < b.version) return PushOutcome::kDuplicate;  // that step is applied
-  if (c.step() > b.version) {
+  if (f.step < b.version) return PushOutcome::kDuplicate;  // that step is applied
+  if (f.step > b.version) {
     return absl::FailedPreconditionError(
-        absl::StrCat("step: ", c.step(), " is too far ahead; block ", b.index,
+        absl::StrCat("step: ", f.step, " is too far ahead; block ", b.index,
                      " is at version ", b.version));
   }
-  auto added = b.acc.Add(c.node(), ref->offset, ref->count, c.data().data(), c.dtype());
+  auto added = b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);
   if (!added.ok()) return added.status();
   return *added == GradientAccumulator::Outcome::kApplied ? PushOutcome::kApplied
                                                           : PushOutcome::kDuplicate;
 }
 
-absl::Status Job::InitWeights(const v1::Chunk& c) {
+absl::Status Job::InitWeights(const ChunkView& c) {
   if (!spec_.streamed_init()) {
     return absl::FailedPreconditionError(
         "job was registered with seeded weights (streamed_init is false)");
@@ -140,7 +142,7 @@ absl::Status Job::InitWeights(const v1::Chunk& c) {
   }
   AlignedBuffer<float> state(tier_->shape().block_floats());
   if (auto s = tier_->Load(b.local, state.data()); !s.ok()) return s;
-  std::memcpy(state.data() + ref->offset, c.data().data(), ref->count * sizeof(float));
+  CopyChunkData(c, v1::DTYPE_FP32, v1::DTYPE_FP32, state.data() + ref->offset);
   if (auto s = tier_->Store(b.local, state.data()); !s.ok()) return s;
   if (!b.lowp.empty()) {
     EncodeFloats(state.data() + ref->offset, ref->count, spec_.weight_dtype(),
@@ -332,32 +334,73 @@ absl::StatusOr<Range> Job::CheckGather(const v1::GatherRequest& req) const {
 }
 
 absl::Status Job::Gather(Range range, uint64_t min_version, v1::DType dtype, uint32_t max_piece,
-                         absl::Time deadline,
-                         const std::function<bool(const v1::Chunk&)>& emit) {
-  v1::Chunk chunk;
-  chunk.set_job_id(spec_.job_id());
-  chunk.set_dtype(dtype);
+                         absl::Time deadline, GatherSink& sink) {
   const bool from_master = dtype == v1::DTYPE_FP32;
   const size_t esize = DTypeSize(dtype);
+  // The master weights of the block last loaded: consecutive pieces of one
+  // block at one version are served from one Load. A block's state changes
+  // only with its version, except by InitWeights before the first step, so
+  // version 0 is loaded for every piece.
   AlignedBuffer<float> state(from_master ? tier_->shape().block_floats() : 0);
+  const Block* loaded = nullptr;
+  uint64_t loaded_version = 0;
+  ChunkFields piece;
+  piece.dtype = dtype;
   for (const BlockPiece& p : SplitByBlock(range, layout_.block_elems, max_piece)) {
     Block& b = block(p.block);
     {
       absl::MutexLock lock(&b.mu);
       if (auto st = AwaitVersion(b, min_version, deadline); !st.ok()) return st;
-      if (from_master) {
+      if (from_master && (loaded != &b || loaded_version != b.version || b.version == 0)) {
         if (auto s = tier_->Load(b.local, state.data()); !s.ok()) return s;
+        loaded = &b;
+        loaded_version = b.version;
       }
       const char* src = from_master ? reinterpret_cast<const char*>(state.data())
                                     : reinterpret_cast<const char*>(b.lowp.data());
-      chunk.mutable_data()->assign(src + p.offset * esize, p.count * esize);
-      chunk.set_block(p.block);
-      chunk.set_offset(p.offset);
-      chunk.set_version(b.version);
+      std::memcpy(sink.Buffer(p.count * esize), src + p.offset * esize, p.count * esize);
+      piece.block = p.block;
+      piece.offset = p.offset;
+      piece.version = b.version;
     }
-    if (!emit(chunk)) return absl::CancelledError("client went away");
+    if (!sink.Emit(piece)) return absl::CancelledError("client went away");
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// Collects each piece into a Chunk message for a std::function.
+class ChunkMessageSink final : public Job::GatherSink {
+ public:
+  ChunkMessageSink(const std::string& job_id, const std::function<bool(const v1::Chunk&)>& emit)
+      : emit_(emit) {
+    chunk_.set_job_id(job_id);
+  }
+  void* Buffer(size_t bytes) override {
+    chunk_.mutable_data()->resize(bytes);
+    return chunk_.mutable_data()->data();
+  }
+  bool Emit(const ChunkFields& piece) override {
+    chunk_.set_block(piece.block);
+    chunk_.set_offset(piece.offset);
+    chunk_.set_dtype(piece.dtype);
+    chunk_.set_version(piece.version);
+    return emit_(chunk_);
+  }
+
+ private:
+  const std::function<bool(const v1::Chunk&)>& emit_;
+  v1::Chunk chunk_;
+};
+
+}  // namespace
+
+absl::Status Job::Gather(Range range, uint64_t min_version, v1::DType dtype, uint32_t max_piece,
+                         absl::Time deadline,
+                         const std::function<bool(const v1::Chunk&)>& emit) {
+  ChunkMessageSink sink(spec_.job_id(), emit);
+  return Gather(range, min_version, dtype, max_piece, deadline, sink);
 }
 
 v1::JobInfo Job::Info() const {

@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/chunk_wire.h"
 #include "common/job_spec.h"
 #include "common/shard_map.h"
 #include "server/block.h"
@@ -62,15 +63,18 @@ class Job {
   // EstimateBytes of this job, as it was created.
   uint64_t state_bytes() const { return state_bytes_; }
 
-  // Adds a piece of node chunk.node()'s gradient for chunk.step().
+  // Adds a piece of node chunk.fields.node's gradient for its step, folded
+  // straight from the chunk's data segments (the received slices).
   // A retry, or a push for a step already applied, is kDuplicate.
   // Errors: INVALID_ARGUMENT (block, range, length, node, dtype, partial
   // overlap), FAILED_PRECONDITION (step too far ahead).
-  absl::StatusOr<PushOutcome> Push(const v1::Chunk& chunk);
+  absl::StatusOr<PushOutcome> Push(const ChunkView& chunk);
+  absl::StatusOr<PushOutcome> Push(const v1::Chunk& chunk) { return Push(ViewOf(chunk)); }
 
   // Writes initial fp32 weights. Errors: INVALID_ARGUMENT (block, range,
   // length, dtype), FAILED_PRECONDITION (not streamed_init, already stepped).
-  absl::Status InitWeights(const v1::Chunk& chunk);
+  absl::Status InitWeights(const ChunkView& chunk);
+  absl::Status InitWeights(const v1::Chunk& chunk) { return InitWeights(ViewOf(chunk)); }
 
   // Statistics of the summed gradient of `step` over the shard, once every
   // block has every node's gradient. Errors: FAILED_PRECONDITION (step from
@@ -87,10 +91,25 @@ class Job {
   // Checks a gather request; returns the element range it covers.
   absl::StatusOr<Range> CheckGather(const v1::GatherRequest& req) const;
 
+  // Receives the pieces of a Gather, in order. Buffer() and Emit() alternate
+  // on the gathering thread: Buffer(bytes) returns memory for the next
+  // piece's payload, which Job fills (once, under the block's mutex) before
+  // calling Emit(piece) without any lock held. Emit returns false to stop
+  // the gather (the client went away).
+  class GatherSink {
+   public:
+    virtual ~GatherSink() = default;
+    virtual void* Buffer(size_t bytes) = 0;
+    virtual bool Emit(const ChunkFields& piece) = 0;  // job_id left empty
+  };
+
   // Serves `range` (from CheckGather) block piece by piece, each once its
-  // block reaches min_version, calling emit(chunk) in order; stops early
-  // when emit returns false (the client went away). At most `max_piece`
-  // elements per chunk. Errors: DEADLINE_EXCEEDED, UNAVAILABLE.
+  // block reaches min_version, into `sink`, at most `max_piece` elements
+  // per piece. Errors: DEADLINE_EXCEEDED, UNAVAILABLE, the tier's I/O
+  // errors, CANCELLED when the sink stopped it.
+  absl::Status Gather(Range range, uint64_t min_version, v1::DType dtype, uint32_t max_piece,
+                      absl::Time deadline, GatherSink& sink);
+  // The same, each piece as a Chunk message (tests, tools).
   absl::Status Gather(Range range, uint64_t min_version, v1::DType dtype, uint32_t max_piece,
                       absl::Time deadline, const std::function<bool(const v1::Chunk&)>& emit);
 
@@ -129,7 +148,7 @@ class Job {
     uint32_t count;
   };
   // Validates the placement and payload of a chunk of `dtype`.
-  absl::StatusOr<ChunkRef> CheckChunk(const v1::Chunk& c, v1::DType dtype,
+  absl::StatusOr<ChunkRef> CheckChunk(const ChunkView& c, v1::DType dtype,
                                       const char* dtype_field) const;
   Block& block(uint64_t global_index) const { return *blocks_data_[global_index - blocks_.begin]; }
   // Waits under b.mu until pred() holds; the error names what was awaited.

@@ -27,12 +27,17 @@ grpc::Status StateServiceImpl::Serve(const char* method, Body&& body) {
   absl::Time start = absl::Now();
   Traffic traffic;
   absl::Status status = body(traffic);
+  return Record(method, start, traffic, status);
+}
+
+grpc::Status StateServiceImpl::Record(const char* method, absl::Time start,
+                                      const Traffic& traffic, const absl::Status& status) {
   metrics_.RecordRpc(method, status, absl::ToDoubleSeconds(absl::Now() - start), traffic.in,
                      traffic.out);
   return ToGrpcStatus(status);
 }
 
-absl::Time StateServiceImpl::DeadlineOf(const grpc::ServerContext* ctx) const {
+absl::Time StateServiceImpl::DeadlineOf(const grpc::ServerContextBase* ctx) const {
   absl::Time cap = absl::Now() + options_.max_wait;
   auto d = ctx->deadline();
   if (d == std::chrono::system_clock::time_point::max()) return cap;
@@ -46,21 +51,35 @@ absl::StatusOr<std::shared_ptr<Job>> StateServiceImpl::JobFor(const grpc::Server
   return jobs_.Authorize(job_id, *token);
 }
 
-absl::Status StateServiceImpl::ForEachChunk(
-    const grpc::ServerContext* ctx, grpc::ServerReader<v1::Chunk>* reader, Traffic& traffic,
-    const std::function<absl::Status(Job&, const v1::Chunk&)>& apply) {
-  v1::Chunk chunk;
-  std::shared_ptr<Job> job;  // a stream usually carries one job: look it up once
-  while (reader->Read(&chunk)) {
-    traffic.in += chunk.data().size();
-    if (!job || job->spec().job_id() != chunk.job_id()) {
-      auto j = JobFor(ctx, chunk.job_id());
-      if (!j.ok()) return j.status();
-      job = *std::move(j);
+template <typename Response>
+ChunkReader* StateServiceImpl::ForEachChunk(
+    const char* method, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
+    std::function<absl::Status(Job&, const ChunkView&, Response&)> apply) {
+  struct Stream {
+    absl::Time start = absl::Now();
+    Traffic traffic;
+    Response resp;
+    std::shared_ptr<Job> job;  // a stream usually carries one job: look it up once
+  };
+  auto stream = std::make_shared<Stream>();
+  auto each = [this, ctx, stream, apply = std::move(apply)](const ChunkView& chunk) {
+    stream->traffic.in += chunk.data_bytes;
+    if (!stream->job || stream->job->spec().job_id() != chunk.fields.job_id) {
+      auto job = JobFor(ctx, chunk.fields.job_id);
+      if (!job.ok()) return job.status();
+      stream->job = *std::move(job);
     }
-    if (auto s = apply(*job, chunk); !s.ok()) return s;
-  }
-  return absl::OkStatus();
+    return apply(*stream->job, chunk, stream->resp);
+  };
+  auto done = [this, method, stream, response](const absl::Status& status) {
+    stream->resp.set_incarnation(incarnation_);
+    bool own_buffer;
+    grpc::Status s =
+        grpc::SerializationTraits<Response>::Serialize(stream->resp, response, &own_buffer);
+    return Record(method, stream->start, stream->traffic,
+                  s.ok() ? status : absl::InternalError(s.error_message()));
+  };
+  return new ChunkReader(std::move(each), std::move(done));
 }
 
 void StateServiceImpl::PublishUsage() {
@@ -91,37 +110,31 @@ grpc::Status StateServiceImpl::RegisterJob(grpc::ServerContext* ctx,
   });
 }
 
-grpc::Status StateServiceImpl::InitWeights(grpc::ServerContext* ctx,
-                                           grpc::ServerReader<v1::Chunk>* reader,
-                                           v1::InitWeightsResponse* resp) {
-  return Serve("InitWeights", [&](Traffic& t) -> absl::Status {
-    auto status = ForEachChunk(ctx, reader, t, [&](Job& job, const v1::Chunk& chunk) {
-      if (auto s = job.InitWeights(chunk); !s.ok()) return s;
-      resp->set_chunks_applied(resp->chunks_applied() + 1);
-      return absl::OkStatus();
-    });
-    resp->set_incarnation(incarnation_);
-    return status;
-  });
+grpc::ServerReadReactor<grpc::ByteBuffer>* StateServiceImpl::InitWeights(
+    grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
+  return ForEachChunk<v1::InitWeightsResponse>(
+      "InitWeights", ctx, response,
+      [](Job& job, const ChunkView& chunk, v1::InitWeightsResponse& resp) {
+        if (auto s = job.InitWeights(chunk); !s.ok()) return s;
+        resp.set_chunks_applied(resp.chunks_applied() + 1);
+        return absl::OkStatus();
+      });
 }
 
-grpc::Status StateServiceImpl::PushGradients(grpc::ServerContext* ctx,
-                                             grpc::ServerReader<v1::Chunk>* reader,
-                                             v1::PushResponse* resp) {
-  return Serve("PushGradients", [&](Traffic& t) -> absl::Status {
-    auto status = ForEachChunk(ctx, reader, t, [&](Job& job, const v1::Chunk& chunk) -> absl::Status {
-      auto outcome = job.Push(chunk);
-      if (!outcome.ok()) return outcome.status();
-      if (*outcome == Job::PushOutcome::kApplied) {
-        resp->set_chunks_applied(resp->chunks_applied() + 1);
-      } else {
-        resp->set_chunks_duplicate(resp->chunks_duplicate() + 1);
-      }
-      return absl::OkStatus();
-    });
-    resp->set_incarnation(incarnation_);
-    return status;
-  });
+grpc::ServerReadReactor<grpc::ByteBuffer>* StateServiceImpl::PushGradients(
+    grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
+  return ForEachChunk<v1::PushResponse>(
+      "PushGradients", ctx, response,
+      [](Job& job, const ChunkView& chunk, v1::PushResponse& resp) -> absl::Status {
+        auto outcome = job.Push(chunk);
+        if (!outcome.ok()) return outcome.status();
+        if (*outcome == Job::PushOutcome::kApplied) {
+          resp.set_chunks_applied(resp.chunks_applied() + 1);
+        } else {
+          resp.set_chunks_duplicate(resp.chunks_duplicate() + 1);
+        }
+        return absl::OkStatus();
+      });
 }
 
 grpc::Status StateServiceImpl::GradStats(grpc::ServerContext* ctx, const v1::GradStatsRequest* req,
@@ -158,19 +171,25 @@ grpc::Status StateServiceImpl::Step(grpc::ServerContext* ctx, const v1::StepRequ
   });
 }
 
-grpc::Status StateServiceImpl::Gather(grpc::ServerContext* ctx, const v1::GatherRequest* req,
-                                      grpc::ServerWriter<v1::Chunk>* writer) {
-  return Serve("Gather", [&](Traffic& t) -> absl::Status {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* StateServiceImpl::Gather(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {
+  const absl::Time start = absl::Now();
+  auto req = std::make_shared<v1::GatherRequest>();
+  grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer
+  const bool parsed = grpc::SerializationTraits<v1::GatherRequest>::Deserialize(&copy, req.get()).ok();
+  auto produce = [this, ctx, req, parsed](Job::GatherSink& sink) -> absl::Status {
+    if (!parsed) return absl::InvalidArgumentError("malformed GatherRequest");
     auto job = JobFor(ctx, req->job_id());
     if (!job.ok()) return job.status();
     auto range = (*job)->CheckGather(*req);
     if (!range.ok()) return range.status();
     return (*job)->Gather(*range, req->min_version(), req->dtype(), options_.gather_piece_elems,
-                          DeadlineOf(ctx), [&](const v1::Chunk& chunk) {
-                            t.out += chunk.data().size();
-                            return writer->Write(chunk);
-                          });
-  });
+                          DeadlineOf(ctx), sink);
+  };
+  auto done = [this, start](const absl::Status& status, uint64_t bytes) {
+    return Record("Gather", start, Traffic{0, bytes}, status);
+  };
+  return new GatherWriter(req->job_id(), std::move(produce), std::move(done));
 }
 
 grpc::Status StateServiceImpl::JobStatus(grpc::ServerContext* ctx, const v1::JobStatusRequest* req,

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "absl/time/time.h"
+#include "server/chunk_reactors.h"
 #include "server/job_registry.h"
 #include "server/metrics.h"
 #include "server/rendezvous.h"
@@ -26,7 +27,14 @@ struct ServiceOptions {
   uint32_t gather_piece_elems = 256 * 1024;
 };
 
-class StateServiceImpl final : public v1::StateService::Service {
+// The chunk streams (InitWeights, PushGradients, Gather) run on gRPC's
+// callback API with raw ByteBuffer messages (chunk_reactors.h); the other
+// methods are synchronous.
+using StateServiceBase = v1::StateService::WithRawCallbackMethod_InitWeights<
+    v1::StateService::WithRawCallbackMethod_PushGradients<
+        v1::StateService::WithRawCallbackMethod_Gather<v1::StateService::Service>>>;
+
+class StateServiceImpl final : public StateServiceBase {
  public:
   // All references must outlive the service.
   StateServiceImpl(ServiceOptions options, JobRegistry& jobs, RendezvousTable& rendezvous,
@@ -34,16 +42,16 @@ class StateServiceImpl final : public v1::StateService::Service {
 
   grpc::Status RegisterJob(grpc::ServerContext* ctx, const v1::RegisterJobRequest* req,
                            v1::RegisterJobResponse* resp) override;
-  grpc::Status InitWeights(grpc::ServerContext* ctx, grpc::ServerReader<v1::Chunk>* reader,
-                           v1::InitWeightsResponse* resp) override;
-  grpc::Status PushGradients(grpc::ServerContext* ctx, grpc::ServerReader<v1::Chunk>* reader,
-                             v1::PushResponse* resp) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* InitWeights(grpc::CallbackServerContext* ctx,
+                                                         grpc::ByteBuffer* resp) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* PushGradients(grpc::CallbackServerContext* ctx,
+                                                           grpc::ByteBuffer* resp) override;
   grpc::Status GradStats(grpc::ServerContext* ctx, const v1::GradStatsRequest* req,
                          v1::GradStatsResponse* resp) override;
   grpc::Status Step(grpc::ServerContext* ctx, const v1::StepRequest* req,
                     v1::StepResponse* resp) override;
-  grpc::Status Gather(grpc::ServerContext* ctx, const v1::GatherRequest* req,
-                      grpc::ServerWriter<v1::Chunk>* writer) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Gather(grpc::CallbackServerContext* ctx,
+                                                     const grpc::ByteBuffer* req) override;
   grpc::Status JobStatus(grpc::ServerContext* ctx, const v1::JobStatusRequest* req,
                          v1::JobStatusResponse* resp) override;
   grpc::Status DeleteJob(grpc::ServerContext* ctx, const v1::DeleteJobRequest* req,
@@ -68,18 +76,24 @@ class StateServiceImpl final : public v1::StateService::Service {
   // Runs `body`, records latency, traffic and the answer under `method`.
   template <typename Body>
   grpc::Status Serve(const char* method, Body&& body);
-  absl::Time DeadlineOf(const grpc::ServerContext* ctx) const;
+  // Records a call that began at `start` and returns its status.
+  grpc::Status Record(const char* method, absl::Time start, const Traffic& traffic,
+                      const absl::Status& status);
+  absl::Time DeadlineOf(const grpc::ServerContextBase* ctx) const;
   // The job a call names, if the call carries its token (metadata
   // kJobTokenMetadata). Every handler that acts on an existing job goes
   // through here. Errors: UNAUTHENTICATED, PERMISSION_DENIED (see
   // JobRegistry::Authorize), the same whether or not the job exists.
   absl::StatusOr<std::shared_ptr<Job>> JobFor(const grpc::ServerContextBase* ctx,
                                               const std::string& job_id);
-  // Reads a chunk stream to its end, applying each chunk to its job; stops
-  // at the first error (later chunks are not read).
-  absl::Status ForEachChunk(const grpc::ServerContext* ctx,
-                            grpc::ServerReader<v1::Chunk>* reader, Traffic& traffic,
-                            const std::function<absl::Status(Job&, const v1::Chunk&)>& apply);
+  // A reader of a chunk stream that applies each chunk to the job it names
+  // (looked up through JobFor once per job) with apply(job, chunk, resp),
+  // stops at the first error, and answers `resp` (incarnation set) in
+  // `response`. Response is PushResponse or InitWeightsResponse.
+  template <typename Response>
+  ChunkReader* ForEachChunk(
+      const char* method, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
+      std::function<absl::Status(Job&, const ChunkView&, Response&)> apply);
 
   const ServiceOptions options_;
   JobRegistry& jobs_;

@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <random>
 #include <vector>
+
+#include "common/job_spec.h"
 
 namespace zerostate::server {
 namespace {
@@ -111,6 +114,56 @@ TEST(GradientAccumulatorTest, Bf16PiecesAreDecodedExactly) {
   ASSERT_TRUE(acc.Add(0, 0, 64, one.data(), v1::DTYPE_BF16).ok());
   ASSERT_TRUE(acc.complete());
   EXPECT_EQ(acc.sum()[0], 3.0f);
+}
+
+// `bytes` as received: segments cut at odd places, so elements straddle them.
+std::vector<ChunkView::Segment> CutOddly(const void* bytes, size_t size) {
+  std::vector<ChunkView::Segment> segments;
+  const auto* p = static_cast<const uint8_t*>(bytes);
+  size_t cuts[] = {1, 3, 7, 5, 64, 2, 13};
+  for (size_t at = 0, i = 0; at < size; ++i) {
+    size_t n = std::min(cuts[i % 7], size - at);
+    segments.push_back({p + at, n});
+    at += n;
+  }
+  return segments;
+}
+
+TEST(GradientAccumulatorTest, SegmentedPiecesSumLikeContiguousOnes) {
+  constexpr uint32_t kNodes = 3, kElems = 96, kRequired = 90;  // 6 elements of padding
+  for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
+    const size_t esize = dtype == v1::DTYPE_FP32 ? 4 : 2;
+    std::vector<std::vector<uint8_t>> wire;
+    for (uint32_t k = 0; k < kNodes; ++k) {
+      std::vector<float> g = RandomGrad(kElems, 10 + k);
+      std::vector<uint8_t> w(kElems * esize);
+      if (dtype == v1::DTYPE_FP32) {
+        std::memcpy(w.data(), g.data(), w.size());
+      } else {
+        for (uint32_t i = 0; i < kElems; ++i) {
+          uint16_t h = static_cast<uint16_t>(std::bit_cast<uint32_t>(g[i]) >> 16);
+          std::memcpy(&w[i * 2], &h, 2);
+        }
+      }
+      wire.push_back(std::move(w));
+    }
+    GradientAccumulator contiguous(kNodes, kElems, kRequired), segmented(kNodes, kElems, kRequired);
+    for (uint32_t k : {2u, 0u, 1u}) {  // node 2 early: staged, folded later
+      for (uint32_t offset : {0u, 40u}) {
+        uint32_t count = offset == 0 ? 40 : kElems - 40;
+        const uint8_t* data = wire[k].data() + offset * esize;
+        ASSERT_TRUE(contiguous.Add(k, offset, count, data, dtype).ok());
+        auto segments = CutOddly(data, count * esize);
+        auto r = segmented.Add(k, offset, count, segments, dtype);
+        ASSERT_TRUE(r.ok()) << r.status();
+        EXPECT_EQ(*r, Outcome::kApplied);
+        EXPECT_EQ(*segmented.Add(k, offset, count, segments, dtype), Outcome::kDuplicate);
+      }
+    }
+    ASSERT_TRUE(segmented.complete());
+    EXPECT_EQ(std::memcmp(segmented.sum(), contiguous.sum(), kRequired * 4), 0)
+        << DTypeName(dtype);
+  }
 }
 
 }  // namespace

@@ -344,5 +344,60 @@ TEST_F(StateServiceTest, HealthMetricsAndCleanShutdown) {
   EXPECT_TRUE(server_->Stop().ok());  // SIGTERM: exit status 0
 }
 
+// Chunk and GatherRequest bytes that are not a valid message: the server
+// parses them itself (no protobuf in between), names what is wrong and
+// changes nothing.
+TEST_F(StateServiceTest, MalformedMessageBytesAreRefusedAndChangeNothing) {
+  v1::JobInfo info = Register();
+  grpc::Status gs;
+  const std::vector<uint16_t> before = Gather(0, &gs);
+  ASSERT_TRUE(gs.ok()) << gs.error_message();
+  v1::Chunk c;
+  c.set_job_id("svc");
+  c.set_dtype(v1::DTYPE_BF16);
+  c.set_data(std::string(64, '\1'));
+  const std::string whole = c.SerializeAsString();
+  const std::pair<std::string, std::string> bad_chunks[] = {
+      {whole.substr(0, whole.size() - 10), "field longer than the message"},
+      {std::string("\x0b", 1), "wire type 3"},
+      {std::string("\x10\xff\xff", 3), "truncated varint"},
+  };
+  for (const auto& [bytes, needle] : bad_chunks) {
+    auto ctx = Context();
+    grpc::ByteBuffer response;
+    std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+        grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(
+            channel_.get(),
+            grpc::internal::RpcMethod("/zerostate.v1.StateService/PushGradients",
+                                      grpc::internal::RpcMethod::CLIENT_STREAMING),
+            ctx.get(), &response));
+    grpc::Slice slice(bytes);
+    writer->Write(grpc::ByteBuffer(&slice, 1));
+    writer->WritesDone();
+    ExpectCode(writer->Finish(), grpc::StatusCode::INVALID_ARGUMENT, "malformed Chunk: " + needle);
+  }
+
+  auto ctx = Context();
+  grpc::Slice garbage(std::string("\x0a\x05sv", 4));  // job_id longer than the message
+  grpc::ByteBuffer request(&garbage, 1);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(
+          channel_.get(),
+          grpc::internal::RpcMethod("/zerostate.v1.StateService/Gather",
+                                    grpc::internal::RpcMethod::SERVER_STREAMING),
+          ctx.get(), request));
+  grpc::ByteBuffer ignored;
+  while (reader->Read(&ignored)) {
+  }
+  ExpectCode(reader->Finish(), grpc::StatusCode::INVALID_ARGUMENT, "malformed GatherRequest");
+
+  v1::JobStatusRequest jreq;
+  jreq.set_job_id("svc");
+  v1::JobStatusResponse jresp;
+  ASSERT_TRUE(stub_->JobStatus(Context().get(), jreq, &jresp).ok());
+  EXPECT_EQ(jresp.blocks_waiting(), info.num_blocks());
+  EXPECT_EQ(Gather(0, &gs), before);
+}
+
 }  // namespace
 }  // namespace zerostate

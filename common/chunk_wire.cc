@@ -1,12 +1,13 @@
-#include "client/chunk_wire.h"
+#include "common/chunk_wire.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/convert.h"
 #include "common/job_spec.h"
 
-namespace zerostate::client {
+namespace zerostate {
 namespace {
 
 // Wire tags: (field number << 3) | wire type.
@@ -87,7 +88,7 @@ class SliceReader {
 };
 
 absl::Status Malformed(const std::string& what) {
-  return absl::DataLossError(absl::StrCat("malformed Chunk from server: ", what));
+  return absl::DataLossError(absl::StrCat("malformed Chunk: ", what));
 }
 
 // Reads one length-delimited field's value into `text`, or its spans into `segments`.
@@ -179,22 +180,22 @@ absl::StatusOr<ChunkView> ParseChunk(const std::vector<grpc::Slice>& slices) {
   return view;
 }
 
-void CopyChunkData(const ChunkView& view, v1::DType wire, v1::DType out_dtype, void* out) {
-  uint8_t* dst = static_cast<uint8_t*>(out);
-  if (wire == out_dtype) {
-    for (const auto& s : view.data) {
-      std::memcpy(dst, s.data, s.size);
-      dst += s.size;
-    }
-    return;
+ChunkView ViewOf(const v1::Chunk& c) {
+  ChunkView view;
+  view.fields = {c.job_id(), c.step(), c.node(), c.block(), c.offset(), c.dtype(), c.version()};
+  view.data_bytes = c.data().size();
+  if (!c.data().empty()) {
+    view.data.push_back({reinterpret_cast<const uint8_t*>(c.data().data()), c.data().size()});
   }
-  // Decode to fp32. An element may straddle two slices: it is assembled in
-  // `carry` first.
-  const size_t esize = DTypeSize(wire);
-  float* f = static_cast<float*>(out);
+  return view;
+}
+
+void ForEachElementRun(absl::Span<const ChunkView::Segment> data, size_t esize,
+                       absl::FunctionRef<void(const void* p, size_t first, size_t n)> fn) {
   uint8_t carry[8];
   size_t carried = 0;
-  for (const auto& s : view.data) {
+  size_t next = 0;  // the first element not yet passed to fn
+  for (const auto& s : data) {
     const uint8_t* p = s.data;
     size_t left = s.size;
     if (carried > 0) {
@@ -204,15 +205,30 @@ void CopyChunkData(const ChunkView& view, v1::DType wire, v1::DType out_dtype, v
       p += take;
       left -= take;
       if (carried < esize) continue;
-      DecodeFloats(carry, 1, wire, f++);
+      fn(carry, next++, 1);
       carried = 0;
     }
     size_t n = left / esize;
-    DecodeFloats(p, n, wire, f);
-    f += n;
+    if (n > 0) fn(p, next, n);
+    next += n;
     carried = left - n * esize;
     std::memcpy(carry, p + n * esize, carried);
   }
 }
 
-}  // namespace zerostate::client
+void CopyChunkData(const ChunkView& view, v1::DType wire, v1::DType out_dtype, void* out) {
+  if (wire == out_dtype) {
+    uint8_t* dst = static_cast<uint8_t*>(out);
+    for (const auto& s : view.data) {
+      std::memcpy(dst, s.data, s.size);
+      dst += s.size;
+    }
+    return;
+  }
+  float* f = static_cast<float*>(out);
+  ForEachElementRun(view.data, DTypeSize(wire), [&](const void* p, size_t first, size_t n) {
+    DecodeFloats(p, n, wire, f + first);
+  });
+}
+
+}  // namespace zerostate

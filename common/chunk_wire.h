@@ -1,8 +1,9 @@
 // The Chunk message (proto/zerostate/v1/state_service.proto) written and
-// read in protobuf wire format straight from and into the caller's memory:
-// a push sends a small header slice followed by the payload as its own
-// grpc::Slice (no protobuf `bytes` copy), and a gather decodes the payload
-// from the received slices directly into the output buffer.
+// read in protobuf wire format straight from and into the caller's memory,
+// by the client and the server alike: a sender writes a small header slice
+// followed by the payload as its own grpc::Slice (no protobuf `bytes`
+// copy), and a receiver reads the payload where it lies in the received
+// slices (ChunkView) and decodes, copies or folds it from there.
 // Pure functions; thread-safe.
 #pragma once
 
@@ -10,14 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 #include "zerostate/v1/state_service.pb.h"
 
-namespace zerostate::client {
-
-namespace v1 = ::zerostate::v1;
+namespace zerostate {
 
 // Every field of a Chunk but `data`.
 struct ChunkFields {
@@ -46,8 +47,19 @@ struct ChunkView {
 };
 
 // Parses a serialized Chunk spread over `slices` (which must outlive the
-// view). Unknown fields are skipped. Errors: DATA_LOSS naming what is malformed.
+// view). Unknown fields are skipped; a field given twice keeps its last
+// value, as protobuf does. Errors: DATA_LOSS "malformed Chunk: <what>".
 absl::StatusOr<ChunkView> ParseChunk(const std::vector<grpc::Slice>& slices);
+
+// A view of a parsed message's fields and data (which must outlive it).
+ChunkView ViewOf(const v1::Chunk& chunk);
+
+// Calls fn(p, first, n) for consecutive runs of whole `esize`-byte elements
+// of `data`: p holds elements [first, first + n) of the payload. An element
+// that straddles two segments is assembled in a small buffer and passed as
+// a run of one. A trailing partial element is ignored.
+void ForEachElementRun(absl::Span<const ChunkView::Segment> data, size_t esize,
+                       absl::FunctionRef<void(const void* p, size_t first, size_t n)> fn);
 
 // Writes the view's data, elements of `wire`, into `out` as elements of
 // `out_dtype`: a copy when they are equal, else a decode to fp32.
@@ -55,4 +67,4 @@ absl::StatusOr<ChunkView> ParseChunk(const std::vector<grpc::Slice>& slices);
 // or FP32; out has room for data_bytes / DTypeSize(wire) elements.
 void CopyChunkData(const ChunkView& view, v1::DType wire, v1::DType out_dtype, void* out);
 
-}  // namespace zerostate::client
+}  // namespace zerostate

@@ -1,4 +1,4 @@
-#include "client/chunk_wire.h"
+#include "common/chunk_wire.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 
 #include "common/convert.h"
 
-namespace zerostate::client {
+namespace zerostate {
 namespace {
 
 std::string Flatten(const grpc::ByteBuffer& bb) {
@@ -115,5 +115,50 @@ TEST(ChunkWireTest, BadWireTypeIsDataLoss) {
   EXPECT_NE(view.status().message().find("wire type 3"), absl::string_view::npos);
 }
 
+TEST(ChunkWireTest, ElementRunsCoverEveryElementOnceInOrder) {
+  std::string payload = Bf16Payload(50);
+  for (size_t step : {1, 3, 4, 7, 100}) {
+    std::vector<grpc::Slice> slices = Cut(payload, step);
+    std::vector<ChunkView::Segment> segments;
+    for (const auto& s : slices) segments.push_back({s.begin(), s.size()});
+    std::string seen;
+    size_t next = 0;
+    ForEachElementRun(segments, 2, [&](const void* p, size_t first, size_t n) {
+      EXPECT_EQ(first, next) << "slice step " << step;
+      EXPECT_GT(n, 0u);
+      seen.append(static_cast<const char*>(p), 2 * n);
+      next = first + n;
+    });
+    EXPECT_EQ(seen, payload) << "slice step " << step;
+  }
+}
+
+TEST(ChunkWireTest, ViewOfAMessageMatchesItsParse) {
+  v1::Chunk chunk;
+  chunk.set_job_id("j");
+  chunk.set_step(3);
+  chunk.set_node(1);
+  chunk.set_block(8);
+  chunk.set_offset(16);
+  chunk.set_dtype(v1::DTYPE_BF16);
+  chunk.set_data(Bf16Payload(10));
+  ChunkView view = ViewOf(chunk);
+  std::vector<grpc::Slice> slices = Cut(chunk.SerializeAsString(), 5);
+  absl::StatusOr<ChunkView> parsed = ParseChunk(slices);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  for (const ChunkView* v : {&view, &*parsed}) {
+    EXPECT_EQ(v->fields.job_id, "j");
+    EXPECT_EQ(v->fields.step, 3u);
+    EXPECT_EQ(v->fields.node, 1u);
+    EXPECT_EQ(v->fields.block, 8u);
+    EXPECT_EQ(v->fields.offset, 16u);
+    EXPECT_EQ(v->fields.dtype, v1::DTYPE_BF16);
+    EXPECT_EQ(v->data_bytes, 20u);
+    std::string raw(20, '\0');
+    CopyChunkData(*v, v1::DTYPE_BF16, v1::DTYPE_BF16, raw.data());
+    EXPECT_EQ(raw, chunk.data());
+  }
+}
+
 }  // namespace
-}  // namespace zerostate::client
+}  // namespace zerostate
