@@ -141,6 +141,12 @@ absl::StatusOr<RankResult> RunRank(const ProcessRun& p, uint32_t index) {
   run.client = client->get();
   run.dump_path = absl::GetFlag(FLAGS_dump_weights);
   run.recovery = p.recovery;
+  run.peer_timeout = p.peer_timeout;
+  const uint32_t rank = run.topo.rank();
+  run.on_peer_gone = [rank](const std::string& message) {
+    std::fprintf(stderr, "zerostate-worker rank %u: %s\n", rank, message.c_str());
+    std::_Exit(1);  // the rank's own thread may be blocked on the dead peer for good
+  };
   run.group = p.thread_group;
   std::unique_ptr<LocalGroup> shm_group;
   if (run.group == nullptr && absl::GetFlag(FLAGS_backend) == "cpu") {

@@ -90,6 +90,16 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
   uint64_t step = start;
   MicroBatchFn micro = MakeMicroBatches(train, run.topo, &data, backend.get(), &step, &x, &y);
   Recovery recovery(run.client, run.topo, scope, run.recovery);
+  std::unique_ptr<client::Client> control;
+  std::unique_ptr<PeerWatch> watch;
+  if (run.on_peer_gone && run.peer_timeout != absl::InfiniteDuration()) {
+    auto made = MakeControlClient(run.client->options(), run.peer_timeout);
+    if (!made.ok()) return made.status();
+    control = *std::move(made);
+    watch = std::make_unique<PeerWatch>(control.get(), scope, run.topo, run.peer_timeout,
+                                        run.on_peer_gone);
+  }
+  uint32_t epoch = 0;
   // Checkpoints `step` if due; the loss scaler's state goes with it.
   auto checkpoint = [&]() -> absl::Status {
     if (!recovery.CheckpointDue(step, start)) return absl::OkStatus();
@@ -100,7 +110,9 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
   while (step < train.steps() || !failed.ok()) {
     const bool checkpoint_failed = !failed.ok();  // the coordinator's, after a good step
     if (!checkpoint_failed) {
+      if (watch) watch->Enter(step, epoch);
       auto report = engine.Step(step, micro);
+      if (watch) watch->Leave();
       if (report.ok()) {
         result.losses.push_back(report->loss);
         if (run.observe) run.observe(*report);
@@ -127,7 +139,8 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
     if (!back.ok()) return back.status();
     job_handle = std::move(back->job);
     job = job_handle.get();
-    engine.SetJob(job, back->epoch);
+    epoch = back->epoch;
+    engine.SetJob(job, epoch);
     engine.RestoreScaler(back->version);
     step = back->version;
     if (auto s = engine.LoadWeights(step); !s.ok()) return s;

@@ -12,6 +12,7 @@
 #include "client/client.h"
 #include "worker/engine.h"
 #include "worker/local_group.h"
+#include "worker/peer_watch.h"
 #include "worker/recovery.h"
 
 namespace zerostate::worker {
@@ -42,6 +43,10 @@ struct RankRun {
   // Periodic checkpoints and rollback after a server restart (the same on
   // every rank).
   RecoveryOptions recovery;
+  // If set with a finite peer_timeout: a PeerWatch (worker/peer_watch.h)
+  // calls it when a step stalls and some rank of the job is gone.
+  absl::Duration peer_timeout = absl::InfiniteDuration();
+  PeerGoneFn on_peer_gone;
 };
 
 // Trains run.config.train().steps() steps (or fewer if the job is further

@@ -1,0 +1,77 @@
+// Shared by the crash tests: 2 real zerostate-server processes and runs of
+// the zerostate-worker binary as 2 nodes of 2 local ranks (threads), each
+// node a process, on configs/mlp.textproto.
+#pragma once
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "tests/testing/server_process.h"
+#include "tests/worker/fault_worker_process.h"
+
+namespace zerostate::testing {
+
+// A bound against hangs, not a speed target.
+inline constexpr absl::Duration kRunTimeout = absl::Seconds(180);
+
+class KillFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerProcessOptions options;
+    options.binary = ZEROSTATE_SERVER_PATH;
+    options.args = {"--threads=2", "--metrics_listen="};
+    auto cluster = ServerCluster::Start(2, options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    dir_ = absl::StrCat(::testing::TempDir(), "kill_", getpid(), "/");
+    ASSERT_EQ(std::system(absl::StrCat("mkdir -p ", dir_, "ckpt").c_str()), 0);
+  }
+
+  // Starts both nodes of run `run` of job `job`; rank 0 dumps the final
+  // weights to Weights(job).
+  std::vector<std::unique_ptr<WorkerProcess>> StartNodes(const std::string& job,
+                                                         const std::vector<std::string>& extra,
+                                                         const std::string& run = "first") {
+    std::vector<std::string> flags = {
+        absl::StrCat("--config=", ZEROSTATE_SOURCE_DIR, "/configs/mlp.textproto"),
+        absl::StrCat("--servers=", absl::StrJoin(cluster_->addresses(), ",")),
+        "--plaintext", "--steps=60", "--metrics_port=0", "--local_threads=2",
+        absl::StrCat("--run_id=", job, run, getpid()), absl::StrCat("--job_id=", job),
+        absl::StrCat("--dump_weights=", dir_, job, ".bin")};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    const std::string token = absl::StrCat("ZEROSTATE_JOB_TOKEN=token-of-", job, "-0123456789abcdef0123456789");
+    std::vector<std::unique_ptr<WorkerProcess>> nodes;
+    for (int node = 0; node < 2; ++node) {
+      nodes.push_back(std::make_unique<WorkerProcess>(
+          ZEROSTATE_WORKER_PATH,
+          std::vector<std::string>{"WORLD_SIZE=4", absl::StrCat("NODE_RANK=", node), token}, flags,
+          absl::StrCat(dir_, job, run, node, ".log")));
+      EXPECT_GT(nodes.back()->pid(), 0);
+    }
+    return nodes;
+  }
+
+  std::string Weights(const std::string& job) { return ReadFileOrEmpty(absl::StrCat(dir_, job, ".bin")); }
+
+  // Runs `job` to the end without faults; returns its final weights.
+  std::string RunClean(const std::string& job) {
+    auto nodes = StartNodes(job, {});
+    for (auto& n : nodes) EXPECT_EQ(n->Wait(kRunTimeout), 0) << n->Log();
+    return Weights(job);
+  }
+
+  std::string CheckpointFlag() const { return absl::StrCat("--checkpoint_dir=", dir_, "ckpt"); }
+
+  std::unique_ptr<ServerCluster> cluster_;
+  std::string dir_;
+};
+
+}  // namespace zerostate::testing

@@ -1,0 +1,37 @@
+// A worker process killed with SIGKILL mid-training (node 1: global ranks
+// 2 and 3): the other node does not hang; within --peer_timeout_seconds it
+// names the ranks that are gone and exits non-zero. The servers keep the
+// job at the last step every server completed, and a new run of the job
+// attaches and ends with the weights of a run without the fault, bit for
+// bit.
+#include "tests/worker/kill_fixture.h"
+
+namespace zerostate::testing {
+namespace {
+
+using KillWorkerTest = KillFixture;
+
+TEST_F(KillWorkerTest, KilledWorkerIsNamedAndTheJobResumes) {
+  const std::string reference = RunClean("clean");
+  ASSERT_FALSE(reference.empty());
+
+  auto nodes = StartNodes("wkill", {"--peer_timeout_seconds=2"});
+  ASSERT_TRUE(nodes[0]->AwaitLog("step 12 loss", kRunTimeout)) << nodes[0]->Log();
+  nodes[1]->Kill();
+  EXPECT_EQ(nodes[1]->Wait(kRunTimeout), -1);
+  EXPECT_EQ(nodes[0]->Wait(kRunTimeout), 1) << nodes[0]->Log();
+  const std::string log = nodes[0]->Log();
+  EXPECT_NE(log.find("rank 2 (node 1, local rank 0)"), std::string::npos) << log;
+  EXPECT_NE(log.find("rank 3 (node 1, local rank 1)"), std::string::npos) << log;
+  EXPECT_NE(log.find("are gone"), std::string::npos) << log;
+  EXPECT_EQ(log.find("loss: first"), std::string::npos) << "node 0 finished without node 1?";
+
+  auto resumed = StartNodes("wkill", {}, "resumed");
+  for (auto& n : resumed) EXPECT_EQ(n->Wait(kRunTimeout), 0) << n->Log();
+  const std::string weights = Weights("wkill");
+  EXPECT_EQ(weights.size(), reference.size());
+  EXPECT_TRUE(weights == reference) << "the resumed run ended with other weights";
+}
+
+}  // namespace
+}  // namespace zerostate::testing
