@@ -79,5 +79,16 @@ TEST(ConfigTest, EachBadFieldIsNamed) {
   ExpectInvalid(NormalizeConfig(v1::WorkerConfig(), 0).status(), "world_size");
 }
 
+TEST(ConfigTest, JobTokenComesFromTheEnvironmentOrIsMadeForAOneProcessRun) {
+  const std::string given = "token-from-the-environment-0123456789abcdef";
+  EXPECT_EQ(*WorkerJobToken(given, 4, 1), given);
+  auto made = WorkerJobToken("", 4, 4);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ(made->size(), 64u);
+  EXPECT_EQ(made->find_first_not_of("0123456789abcdef"), std::string::npos) << *made;
+  EXPECT_NE(*WorkerJobToken("", 1, 1), *made) << "each run makes a fresh token";
+  ExpectInvalid(WorkerJobToken("", 4, 2).status(), "ZEROSTATE_JOB_TOKEN: not set, and 2 ranks");
+}
+
 }  // namespace
 }  // namespace zerostate::worker
