@@ -24,6 +24,9 @@ trap 'kill $server_pid 2>/dev/null; wait $server_pid 2>/dev/null' EXIT
 for _ in $(seq 100); do grep -q "listening on" "$out/server.log" && break; sleep 0.1; done
 srv=$(sed -n 's/.*listening on \([^ ]*\) .*/\1/p' "$out/server.log")
 echo "server $srv"
+# One token for every run's workers (runs of two processes need it shared).
+ZEROSTATE_JOB_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+export ZEROSTATE_JOB_TOKEN
 
 # worker NAME ENV... -- FLAGS...: one process of a run, output in NAME.log.
 worker() {
@@ -31,7 +34,7 @@ worker() {
   local envs=()
   while [[ $1 != -- ]]; do envs+=("$1"); shift; done
   shift
-  env "${envs[@]}" "$bin/zerostate-worker" --config=$cfg --servers="$srv" --metrics_port=0 \
+  env "${envs[@]}" "$bin/zerostate-worker" --config=$cfg --servers="$srv" --plaintext --metrics_port=0 \
     --steps="$steps" "$@" >"$out/$name.log" 2>&1
 }
 
@@ -76,7 +79,7 @@ cat > "$out/big.textproto" <<'CFG'
 train { job_id: "big" model { input_dim: 2048 hidden: [8192, 8192] output_dim: 2048 }
         micro_batch_size: 64 steps: 8 block_elems: 262144 }
 CFG
-WORLD_SIZE=1 "$bin/zerostate-worker" --config="$out/big.textproto" --servers="$srv" --metrics_port=0 \
+WORLD_SIZE=1 "$bin/zerostate-worker" --config="$out/big.textproto" --servers="$srv" --plaintext --metrics_port=0 \
   --backend=cuda >"$out/big_cuda.log" 2>&1
 python3 bench/step/pure_gpu_step.py --batch 64 | tee "$out/pure_gpu.json"
 tail -n 4 "$out"/*.log
