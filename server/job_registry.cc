@@ -274,12 +274,24 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Get(const std::string& job_id)
 }
 
 absl::StatusOr<bool> JobRegistry::Delete(const std::string& job_id, const std::string& token) {
+  const TokenHash hash = HashToken(token);
   absl::MutexLock lock(&mu_);
-  if (auto s = AuthorizeLocked(job_id, HashToken(token)); !s.ok()) return s;
+  if (auto s = AuthorizeLocked(job_id, hash); !s.ok()) {
+    auto dead = tombstones_.find(job_id);
+    if (!hash.empty() && dead != tombstones_.end() && SameToken(dead->second, hash)) return false;
+    return s;
+  }
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return false;
   ram_used_ -= it->second->state_bytes();
   jobs_.erase(it);
+  if (tombstones_.insert_or_assign(job_id, token_of_[job_id]).second) {
+    tombstone_order_.push_back(job_id);
+  }
+  if (tombstone_order_.size() > kMaxTombstones) {
+    tombstones_.erase(tombstone_order_.front());
+    tombstone_order_.pop_front();
+  }
   DropTokenLocked(job_id);
   return true;
 }

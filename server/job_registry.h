@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -76,8 +77,11 @@ class JobRegistry {
   absl::StatusOr<std::shared_ptr<Job>> Get(const std::string& job_id) const;
 
   // Drops the job if `token` is its token (errors as Authorize); in-flight
-  // calls keep their reference until they finish.
+  // calls keep their reference until they finish. A retry with the token of
+  // a job this registry deleted (among the last kMaxTombstones) answers
+  // false rather than an auth error.
   absl::StatusOr<bool> Delete(const std::string& job_id, const std::string& token);
+  static constexpr size_t kMaxTombstones = 4096;
 
   uint64_t ram_used() const;
   uint64_t ram_budget() const { return ram_budget_; }
@@ -106,6 +110,9 @@ class JobRegistry {
   // Each job's token hash, and how many jobs have each hash.
   absl::flat_hash_map<std::string, TokenHash> token_of_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<TokenHash, int> jobs_with_token_ ABSL_GUARDED_BY(mu_);
+  // Token hashes of recently deleted jobs, oldest first, for Delete retries.
+  absl::flat_hash_map<std::string, TokenHash> tombstones_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> tombstone_order_ ABSL_GUARDED_BY(mu_);
   uint64_t ram_used_ ABSL_GUARDED_BY(mu_) = 0;
   // Bytes free for a job that would replace `replacing` (may be null).
   uint64_t FreeFor(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

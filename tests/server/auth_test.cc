@@ -177,6 +177,14 @@ TEST_F(AuthTest, DeleteNeedsTheJobsTokenAndTakesTheTokenAway) {
   ASSERT_TRUE(stub_->DeleteJob(Ctx(kTokenA).get(), req, &resp).ok());
   EXPECT_TRUE(resp.deleted());
   ExpectCode(Status("a", kTokenA), grpc::StatusCode::UNAUTHENTICATED, "not valid");
+  // A retry of the delete with the job's token is answered, not refused;
+  // anyone else still learns nothing.
+  ASSERT_TRUE(stub_->DeleteJob(Ctx(kTokenA).get(), req, &resp).ok());
+  EXPECT_FALSE(resp.deleted());
+  ExpectCode(stub_->DeleteJob(Ctx(kTokenB).get(), req, &resp), grpc::StatusCode::PERMISSION_DENIED,
+             "job 'a'");
+  ExpectCode(stub_->DeleteJob(Ctx(kUnknownToken).get(), req, &resp),
+             grpc::StatusCode::UNAUTHENTICATED, "not valid");
 }
 
 TEST_F(AuthTest, RestoreNeedsTheTokenOfTheJobItReplacesAndANewJobTakesTheCallers) {
