@@ -26,12 +26,14 @@ absl::StatusOr<std::string> ReadFile(const std::string& field, const std::string
 absl::Status CheckChoice(const ClientOptions& o) {
   const bool tls = !o.tls_ca_file.empty() || !o.tls_cert_file.empty() || !o.tls_key_file.empty();
   if (!tls && !o.plaintext) {
-    return Invalid("tls_ca_file", "no transport security chosen: set tls_ca_file (and "
-                                  "tls_cert_file/tls_key_file for mutual TLS), or plaintext");
+    return Invalid("tls_ca_file",
+                   "no transport security chosen: set tls_ca_file (and "
+                   "tls_cert_file/tls_key_file for mutual TLS), or plaintext");
   }
   if (tls && o.plaintext) return Invalid("plaintext", "set together with tls_* options");
   if (!tls) return absl::OkStatus();
-  if (o.tls_ca_file.empty()) return Invalid("tls_ca_file", "required with tls_cert_file/tls_key_file");
+  if (o.tls_ca_file.empty())
+    return Invalid("tls_ca_file", "required with tls_cert_file/tls_key_file");
   if (o.tls_cert_file.empty() != o.tls_key_file.empty()) {
     return Invalid(o.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file",
                    "tls_cert_file and tls_key_file go together");
@@ -45,7 +47,8 @@ absl::Status CheckToken(const std::string& token) {
   for (char c : token) printable &= c >= '!' && c <= '~';
   if (!printable || token.size() < 32 || token.size() > 256) {
     return Invalid("job_token", absl::StrCat("must be 32 to 256 printable characters without "
-                                             "spaces; has ", token.size(), " characters"));
+                                             "spaces; has ",
+                                             token.size(), " characters"));
   }
   return absl::OkStatus();
 }

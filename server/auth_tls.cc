@@ -1,5 +1,6 @@
 #include "server/auth_tls.h"
 
+#include <grpcpp/security/server_credentials.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -9,8 +10,6 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
-
-#include <grpcpp/security/server_credentials.h>
 
 #include "absl/strings/str_cat.h"
 
@@ -87,8 +86,7 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::stri
   return text.str();
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
-    const TlsOptions& o) {
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const TlsOptions& o) {
   if (auto s = CheckFlags(o); !s.ok()) return s;
   if (o.plaintext) return grpc::InsecureServerCredentials();
   auto cert = ReadPemFile("--tls_cert", o.cert_file);

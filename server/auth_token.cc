@@ -1,13 +1,12 @@
 #include "server/auth_token.h"
 
+#include <grpcpp/server_context.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <sys/random.h>
 
 #include <cerrno>
 #include <cstring>
-
-#include <grpcpp/server_context.h>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -34,9 +33,10 @@ absl::StatusOr<std::string> TokenOf(const grpc::ServerContextBase& ctx) {
   bool printable = true;
   for (char c : token) printable &= c >= '!' && c <= '~';
   if (!printable || token.size() < kMinTokenChars || token.size() > kMaxTokenChars) {
-    return absl::UnauthenticatedError(absl::StrCat(
-        kJobTokenMetadata, ": a token is ", kMinTokenChars, " to ", kMaxTokenChars,
-        " printable characters; this one has ", token.size(), printable ? "" : " and others"));
+    return absl::UnauthenticatedError(
+        absl::StrCat(kJobTokenMetadata, ": a token is ", kMinTokenChars, " to ", kMaxTokenChars,
+                     " printable characters without spaces; this one has ",
+                     printable ? absl::StrCat(token.size(), " characters") : "other characters"));
   }
   return token;
 }

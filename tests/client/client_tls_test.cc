@@ -4,15 +4,15 @@
 // certificate, a plaintext client gets a clear error from a TLS server, a
 // server with a bad certificate path, or with no transport chosen, refuses
 // to start naming the flag, and bad client options are named.
+#include <gtest/gtest.h>
+
 #include <cstdlib>
-#include <functional>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
 #include "tests/client/cluster_fixture.h"
@@ -132,7 +132,8 @@ TEST_F(ClientTlsTest, ClientThatTrustsAnotherCaIsRefused) {
   ASSERT_TRUE(server.ok()) << server.status();
   client::ClientOptions o = TlsOptions(**server, false);
   o.tls_ca_file = certs.Path("other_ca.pem");
-  ExpectError(TrainOneStep(o), absl::StatusCode::kUnavailable, "RegisterJob to " + (*server)->address());
+  ExpectError(TrainOneStep(o), absl::StatusCode::kUnavailable,
+              "RegisterJob to " + (*server)->address());
 }
 
 TEST_F(ClientTlsTest, MutualTlsServesAClientWithACertificateAndRefusesOneWithout) {

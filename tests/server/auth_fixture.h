@@ -3,8 +3,8 @@
 // with the generated stubs, each call carrying the token the test chooses.
 #pragma once
 
-#include <gtest/gtest.h>
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <chrono>
 #include <fstream>

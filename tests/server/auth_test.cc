@@ -254,6 +254,8 @@ TEST_F(AuthTest, MalformedTokenIsRefusedWithoutEchoingIt) {
   ASSERT_TRUE(Register("a", kTokenA).ok());
   grpc::Status s = Status("a", "short-secret");
   ExpectCode(s, grpc::StatusCode::UNAUTHENTICATED, "32 to 256 printable characters");
+  ExpectCode(Status("a", "token with spaces 0123456789abcdef0123456"),
+             grpc::StatusCode::UNAUTHENTICATED, "this one has other characters");
   EXPECT_EQ(s.error_message().find("short-secret"), std::string::npos) << s.error_message();
   ExpectCode(Register("c", "short-secret"), grpc::StatusCode::UNAUTHENTICATED, "this one has 12");
   ExpectCode(Status("c", kTokenA), grpc::StatusCode::PERMISSION_DENIED, "job 'c'");
@@ -275,7 +277,8 @@ TEST_F(AuthTest, TokensAppearNeitherInMetricsNorInTheLog) {
   const std::string metrics = Metrics(), log = Log();
   EXPECT_NE(metrics.find("zerostate_job_state_bytes{job=\"gen\"}"), std::string::npos) << metrics;
   EXPECT_NE(log.find("warning: --plaintext"), std::string::npos) << log;
-  for (const std::string& secret : {generated, std::string(kTokenA), std::string(kTokenB), malformed}) {
+  for (const std::string& secret :
+       {generated, std::string(kTokenA), std::string(kTokenB), malformed}) {
     EXPECT_EQ(metrics.find(secret), std::string::npos) << "token in /metrics: " << secret;
     EXPECT_EQ(log.find(secret), std::string::npos) << "token in the log: " << secret;
   }

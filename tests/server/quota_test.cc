@@ -74,8 +74,9 @@ TEST_F(QuotaTest, MaxJobsRefusesAThirdJobButNotAnAttach) {
   ASSERT_TRUE(Register("a", kTokenA).ok());
   ASSERT_TRUE(Register("b", kTokenB).ok());
   const std::string before = Holdings();
-  ExpectExhausted(Register("c", kTokenA), "max_jobs: job 'c' would be job 3 on this server, "
-                                          "which allows 2 (--max_jobs)");
+  ExpectExhausted(Register("c", kTokenA),
+                  "max_jobs: job 'c' would be job 3 on this server, "
+                  "which allows 2 (--max_jobs)");
   EXPECT_EQ(Holdings(), before);
   EXPECT_TRUE(Register("a", kTokenA).ok()) << "attaching to an existing job is no new job";
   v1::DeleteJobRequest del;

@@ -266,12 +266,14 @@ absl::StatusOr<std::string> ScrapeMetrics(const std::string& address) {
   addr.sin_family = AF_INET;
   if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
       inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
-    return absl::InvalidArgumentError(absl::StrCat("metrics address '", address, "' is not IPv4:PORT"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics address '", address, "' is not IPv4:PORT"));
   }
   addr.sin_port = htons(static_cast<uint16_t>(port));
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    absl::Status s = absl::UnavailableError(absl::StrCat("metrics at ", address, ": ", strerror(errno)));
+    absl::Status s =
+        absl::UnavailableError(absl::StrCat("metrics at ", address, ": ", strerror(errno)));
     if (fd >= 0) close(fd);
     return s;
   }
@@ -282,7 +284,9 @@ absl::StatusOr<std::string> ScrapeMetrics(const std::string& address) {
     for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, n);
   }
   close(fd);
-  if (body.empty()) return absl::UnavailableError(absl::StrCat("metrics at ", address, ": no answer"));
+  if (body.empty()) {
+    return absl::UnavailableError(absl::StrCat("metrics at ", address, ": no answer"));
+  }
   return body;
 }
 
