@@ -96,6 +96,15 @@ std::string Recovery::Decide(client::JobClient* job) {
   return "";
 }
 
+absl::Status Recovery::GiveUp(client::JobClient* job, const absl::Status& failure) {
+  if (topo_.rank() != 0) return failure;
+  auto lost = LostShard(job);
+  if (!lost.ok() || lost->empty()) return failure;
+  (void)job->Delete();  // the job is lost; wake every rank still waiting on it
+  return NotRolledBack(failure, absl::StrCat(*lost, "; there is no checkpoint to roll back to ",
+                                             "(--checkpoint_every is 0); the job was deleted"));
+}
+
 absl::StatusOr<RolledBack> Recovery::RollBack(client::JobClient* job, const absl::Status& failure) {
   ++epoch_;
   const bool coordinator = topo_.rank() == 0;

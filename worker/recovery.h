@@ -75,6 +75,11 @@ class Recovery {
   // `failure`, with the reason no rollback was possible appended.
   absl::StatusOr<RolledBack> RollBack(client::JobClient* job, const absl::Status& failure);
 
+  // Without checkpoints: `failure`, and on the coordinator, if a server
+  // lost its shard, the job is deleted everywhere (so no rank keeps waiting
+  // on a survivor) and the error says so. Not collective.
+  absl::Status GiveUp(client::JobClient* job, const absl::Status& failure);
+
   // Coordinator: "" if every server holds the job, else what the servers
   // answered (naming the one that restarted and lost its shard). Waits up
   // to server_wait for servers that do not answer.

@@ -122,7 +122,7 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
       }
       failed = report.status();
     }
-    if (!recovery.enabled()) return failed;
+    if (!recovery.enabled()) return recovery.GiveUp(job, failed);
     if (checkpoint_failed) {
       // Only the coordinator is here; the others train on. Without a lost
       // server it is just a missed checkpoint: the previous one stays.
