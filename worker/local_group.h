@@ -1,8 +1,8 @@
 // The memory and barrier that the local ranks of one node share on the CPU:
 // every rank's parameter and gradient buffers, visible to all of them, and
-// a barrier. Two kinds: threads of one process (heap memory, std::barrier)
-// and processes of one node (POSIX shared memory and a process-shared
-// pthread barrier; no GPU needed).
+// a barrier. Two kinds: threads of one process (heap memory) and processes
+// of one node (POSIX shared memory; no GPU needed); both use the futex
+// barrier of worker/local_barrier.h on that memory.
 // Thread safety: buffers are raw memory, ordered by Barrier(); Barrier and
 // Vote are called by each rank's thread.
 // Waits end after the group's peer timeout (worker/local_barrier.h) with
