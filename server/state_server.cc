@@ -18,6 +18,19 @@ namespace {
 
 constexpr int kMaxMessageBytes = 256 << 20;
 
+// HTTP/2 and socket settings for streams of ~1 MiB chunks, as the client
+// sets them (client/server_conn.cc); docs/performance.md ("transport")
+// says what they did, and what larger HTTP/2 frames did not.
+void SetTransportArguments(grpc::ServerBuilder& builder) {
+  // Receive windows that hold several chunks from the start, rather than
+  // 64 KiB until the BDP probe has grown them.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 4 << 20);
+  // Socket reads of 1-4 MiB: a pushed chunk arrives in a few slices.
+  builder.AddChannelArgument(GRPC_ARG_TCP_READ_CHUNK_SIZE, 1 << 20);
+  builder.AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
+}
+
 uint64_t DefaultRamBudget() {
   uint64_t pages = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES));
   uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -95,6 +108,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   builder.RegisterService(s->service_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
+  SetTransportArguments(builder);
   s->grpc_server_ = builder.BuildAndStart();
   if (!s->grpc_server_ || port == 0) {
     return absl::UnavailableError(absl::StrCat("listen: cannot listen on ", opt.listen));
