@@ -114,9 +114,10 @@ std::string PeerWatch::RollCall(uint64_t step, uint32_t epoch) {
   }
   std::string message;
   if (!gone.empty()) {
-    message = absl::StrCat(absl::StrJoin(gone, ", "), gone.size() == 1 ? " is" : " are",
-                           " gone: step ", step, " made no progress for ", waited,
-                           " and they did not answer the coordinator's roll call");
+    const bool one = gone.size() == 1;
+    message = absl::StrCat(absl::StrJoin(gone, ", "), one ? " is" : " are", " gone: step ", step,
+                           " made no progress for ", waited, " and ", one ? "it" : "they",
+                           " did not answer the coordinator's roll call");
   }
   std::vector<std::thread> verdicts;
   for (uint32_t q = 1; q < world; ++q) {

@@ -35,28 +35,56 @@ class KillFixture : public ::testing::Test {
     ASSERT_EQ(std::system(absl::StrCat("mkdir -p ", dir_, "ckpt").c_str()), 0);
   }
 
-  // Starts both nodes of run `run` of job `job`; rank 0 dumps the final
-  // weights to Weights(job).
+  // Starts both nodes of run `run` of job `job`, each a process of 2 local
+  // threads; rank 0 dumps the final weights to Weights(job).
   std::vector<std::unique_ptr<WorkerProcess>> StartNodes(const std::string& job,
                                                          const std::vector<std::string>& extra,
                                                          const std::string& run = "first") {
+    std::vector<std::string> flags = Flags(job, extra, run);
+    flags.push_back("--local_threads=2");
+    std::vector<std::unique_ptr<WorkerProcess>> nodes;
+    for (int node = 0; node < 2; ++node) {
+      nodes.push_back(Start({"WORLD_SIZE=4", absl::StrCat("NODE_RANK=", node), Token(job)}, flags,
+                            absl::StrCat(job, run, node)));
+    }
+    return nodes;
+  }
+
+  // The same with every rank a process (local ranks share memory).
+  std::vector<std::unique_ptr<WorkerProcess>> StartRanks(const std::string& job,
+                                                         const std::vector<std::string>& extra,
+                                                         const std::string& run = "first") {
+    std::vector<std::unique_ptr<WorkerProcess>> ranks;
+    for (int rank = 0; rank < 4; ++rank) {
+      ranks.push_back(Start({absl::StrCat("RANK=", rank), absl::StrCat("LOCAL_RANK=", rank % 2),
+                             "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2",
+                             absl::StrCat("NODE_RANK=", rank / 2), Token(job)},
+                            Flags(job, extra, run), absl::StrCat(job, run, "rank", rank)));
+    }
+    return ranks;
+  }
+
+  std::vector<std::string> Flags(const std::string& job, const std::vector<std::string>& extra,
+                                 const std::string& run) {
     std::vector<std::string> flags = {
         absl::StrCat("--config=", ZEROSTATE_SOURCE_DIR, "/configs/mlp.textproto"),
         absl::StrCat("--servers=", absl::StrJoin(cluster_->addresses(), ",")),
-        "--plaintext", "--steps=60", "--metrics_port=0", "--local_threads=2",
+        "--plaintext", "--steps=60", "--metrics_port=0",
         absl::StrCat("--run_id=", job, run, getpid()), absl::StrCat("--job_id=", job),
         absl::StrCat("--dump_weights=", dir_, job, ".bin")};
     flags.insert(flags.end(), extra.begin(), extra.end());
-    const std::string token = absl::StrCat("ZEROSTATE_JOB_TOKEN=token-of-", job, "-0123456789abcdef0123456789");
-    std::vector<std::unique_ptr<WorkerProcess>> nodes;
-    for (int node = 0; node < 2; ++node) {
-      nodes.push_back(std::make_unique<WorkerProcess>(
-          ZEROSTATE_WORKER_PATH,
-          std::vector<std::string>{"WORLD_SIZE=4", absl::StrCat("NODE_RANK=", node), token}, flags,
-          absl::StrCat(dir_, job, run, node, ".log")));
-      EXPECT_GT(nodes.back()->pid(), 0);
-    }
-    return nodes;
+    return flags;
+  }
+  static std::string Token(const std::string& job) {
+    return absl::StrCat("ZEROSTATE_JOB_TOKEN=token-of-", job, "-0123456789abcdef0123456789");
+  }
+  std::unique_ptr<WorkerProcess> Start(const std::vector<std::string>& env,
+                                       const std::vector<std::string>& flags,
+                                       const std::string& log) {
+    auto p = std::make_unique<WorkerProcess>(ZEROSTATE_WORKER_PATH, env, flags,
+                                             absl::StrCat(dir_, log, ".log"));
+    EXPECT_GT(p->pid(), 0);
+    return p;
   }
 
   std::string Weights(const std::string& job) { return ReadFileOrEmpty(absl::StrCat(dir_, job, ".bin")); }

@@ -3,7 +3,7 @@
 // names the ranks that are gone and exits non-zero. The servers keep the
 // job at the last step every server completed, and a new run of the job
 // attaches and ends with the weights of a run without the fault, bit for
-// bit.
+// bit. Then one rank process of a node of shared-memory processes.
 #include "tests/worker/kill_fixture.h"
 
 namespace zerostate::testing {
@@ -31,6 +31,24 @@ TEST_F(KillWorkerTest, KilledWorkerIsNamedAndTheJobResumes) {
   const std::string weights = Weights("wkill");
   EXPECT_EQ(weights.size(), reference.size());
   EXPECT_TRUE(weights == reference) << "the resumed run ended with other weights";
+}
+
+// Local ranks as processes sharing memory: rank 3's process dies; its node
+// peer (rank 2) stops waiting at the node's barrier, and the coordinator's
+// roll call names rank 3.
+TEST_F(KillWorkerTest, KilledRankProcessIsNamedByItsNodeAndTheCoordinator) {
+  auto ranks = StartRanks("rkill", {"--peer_timeout_seconds=2"});
+  ASSERT_TRUE(ranks[0]->AwaitLog("step 12 loss", kRunTimeout)) << ranks[0]->Log();
+  ranks[3]->Kill();
+  EXPECT_EQ(ranks[3]->Wait(kRunTimeout), -1);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(ranks[r]->Wait(kRunTimeout), 1) << ranks[r]->Log();
+  EXPECT_NE(ranks[0]->Log().find("rank 3 (node 1, local rank 1)"), std::string::npos)
+      << ranks[0]->Log();
+  // Rank 2 names its local peer, from the barrier or the roll call.
+  const std::string peer = ranks[2]->Log();
+  EXPECT_TRUE(peer.find("local ranks [1]") != std::string::npos ||
+              peer.find("rank 3 (node 1, local rank 1)") != std::string::npos)
+      << peer;
 }
 
 }  // namespace
