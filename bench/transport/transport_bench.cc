@@ -11,6 +11,9 @@
 // payload, the client's CPU seconds per GB, and the ratio to raw TCP with
 // the same number of connections. --json prints one object per figure:
 // {"figure":..., "value":..., "unit":..., "limit":..., "ratio":...}
+// --tls_dir=DIR runs the servers with TLS (DIR/server.pem, DIR/server.key
+// for 127.0.0.1, DIR/ca.pem its CA; docs/operations.md, "Security") and
+// names the figures "...tls", to compare with a plaintext run.
 // Other work on the machine lowers every figure.
 #include <sys/resource.h>
 
@@ -42,6 +45,8 @@ ABSL_FLAG(std::vector<std::string>, channel_args, {},
 ABSL_FLAG(int, server_threads, 2, "zerostate-server --threads");
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 ABSL_FLAG(std::string, server_binary, ZEROSTATE_SERVER_PATH, "the zerostate-server to start");
+ABSL_FLAG(std::string, tls_dir, "",
+          "TLS between client and servers with DIR/{ca,server}.pem and DIR/server.key (\"\": plaintext)");
 
 namespace zerostate::bench {
 namespace {
@@ -101,7 +106,9 @@ v1::JobSpec BenchSpec(const std::string& id, uint64_t elems, v1::DType dtype) {
 client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers) {
   client::ClientOptions o;
   o.servers = servers;
-  o.plaintext = true;  // loopback servers started with --plaintext
+  const std::string tls = absl::GetFlag(FLAGS_tls_dir);
+  o.plaintext = tls.empty();
+  if (!tls.empty()) o.tls_ca_file = tls + "/ca.pem";
   o.channels_per_server = absl::GetFlag(FLAGS_channels);
   o.streams_per_server = absl::GetFlag(FLAGS_streams);
   o.chunk_bytes = size_t{1024} * absl::GetFlag(FLAGS_chunk_kib);
@@ -138,6 +145,11 @@ absl::Status MeasureServers(int servers, const std::map<int, double>& tcp) {
   testing::ServerProcessOptions so;
   so.binary = absl::GetFlag(FLAGS_server_binary);
   so.args = {"--metrics_listen=", "--threads=" + std::to_string(absl::GetFlag(FLAGS_server_threads))};
+  if (const std::string tls = absl::GetFlag(FLAGS_tls_dir); !tls.empty()) {
+    so.plaintext = false;
+    so.args.push_back("--tls_cert=" + tls + "/server.pem");
+    so.args.push_back("--tls_key=" + tls + "/server.key");
+  }
   auto cluster = testing::ServerCluster::Start(servers, so);
   if (!cluster.ok()) return cluster.status();
   auto c = client::Client::Connect(BenchClientOptions((*cluster)->addresses()));
@@ -146,7 +158,8 @@ absl::Status MeasureServers(int servers, const std::map<int, double>& tcp) {
   for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
     Figure push, gather;
     if (absl::Status s = MeasureJob(**c, dtype, &push, &gather); !s.ok()) return s;
-    std::string suffix = std::string(".") + DTypeName(dtype) + ".servers=" + std::to_string(servers);
+    std::string suffix = std::string(".") + DTypeName(dtype) + ".servers=" + std::to_string(servers) +
+                         (absl::GetFlag(FLAGS_tls_dir).empty() ? "" : ".tls");
     Print("push" + suffix, push, limit);
     Print("gather" + suffix, gather, limit);
   }

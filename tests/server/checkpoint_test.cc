@@ -48,6 +48,9 @@ std::vector<std::string> Servers(int n) {
   return s;
 }
 
+// The token the job is registered and restored with.
+constexpr char kToken[] = "checkpoint-test-token-0123456789abcdef01";
+
 // A job sharded over n in-process "servers", each its own registry.
 struct Cluster {
   explicit Cluster(int n) : pool(2) {
@@ -59,7 +62,7 @@ struct Cluster {
       *req.mutable_spec() = Spec();
       for (auto& s : Servers(registries.size())) req.add_servers(s);
       req.set_shard_index(i);
-      ASSERT_TRUE(registries[i]->Register(req).ok());
+      ASSERT_TRUE(registries[i]->Register(req, kToken).ok());
     }
   }
   absl::Status Restore(const std::string& dir) {
@@ -68,7 +71,7 @@ struct Cluster {
       req.set_path(dir);
       for (auto& s : Servers(registries.size())) req.add_servers(s);
       req.set_shard_index(i);
-      if (auto r = registries[i]->Restore(req); !r.ok()) return r.status();
+      if (auto r = registries[i]->Restore(req, kToken); !r.ok()) return r.status();
     }
     return absl::OkStatus();
   }

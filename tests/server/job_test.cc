@@ -261,35 +261,42 @@ TEST_F(JobTest, ShutdownWakesWaitersWithUnavailable) {
   t.join();
 }
 
+// The token registry tests register "job" with.
+constexpr char kToken[] = "job-test-token-0123456789abcdef0123456789";
+
 TEST(JobRegistryTest, RegistrationIsIdempotentAndChecked) {
   JobRegistry registry(1 << 30);
-  auto first = registry.Register(MakeRequest());
+  auto first = registry.Register(MakeRequest(), kToken);
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_TRUE(first->created);
-  auto again = registry.Register(MakeRequest());
+  auto again = registry.Register(MakeRequest(), kToken);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_FALSE(again->created);
   EXPECT_EQ(again->job, first->job);
 
   auto other = MakeRequest();
   other.mutable_spec()->mutable_tensors(0)->set_shape(1, 31);
-  ExpectError(registry.Register(other).status(), absl::StatusCode::kAlreadyExists, "shape");
+  ExpectError(registry.Register(other, kToken).status(), absl::StatusCode::kAlreadyExists, "shape");
   auto other_shard = MakeRequest();
   other_shard.add_servers("b:2");
-  ExpectError(registry.Register(other_shard).status(), absl::StatusCode::kAlreadyExists,
+  ExpectError(registry.Register(other_shard, kToken).status(), absl::StatusCode::kAlreadyExists,
               "server list");
   auto malformed = MakeRequest();
   malformed.mutable_spec()->set_num_nodes(0);
   malformed.mutable_spec()->set_job_id("job2");
-  ExpectError(registry.Register(malformed).status(), absl::StatusCode::kInvalidArgument,
+  ExpectError(registry.Register(malformed, kToken).status(), absl::StatusCode::kInvalidArgument,
               "num_nodes");
   auto bad_shard = MakeRequest();
   bad_shard.mutable_spec()->set_job_id("job3");
   bad_shard.set_shard_index(1);
-  ExpectError(registry.Register(bad_shard).status(), absl::StatusCode::kInvalidArgument,
+  ExpectError(registry.Register(bad_shard, kToken).status(), absl::StatusCode::kInvalidArgument,
               "shard_index");
   ExpectError(registry.Get("nope").status(), absl::StatusCode::kNotFound, "nope");
   EXPECT_EQ(registry.size(), 1u);
+  // The job answers to its token only.
+  ExpectError(registry.Register(MakeRequest()).status(), absl::StatusCode::kUnauthenticated,
+              "no job token");
+  EXPECT_TRUE(registry.Authorize("job", kToken).ok());
 }
 
 TEST(JobRegistryTest, RamBudgetIsEnforcedBeforeAllocation) {
@@ -303,7 +310,7 @@ TEST(JobRegistryTest, RamBudgetIsEnforcedBeforeAllocation) {
   JobRegistry roomy(need);
   ASSERT_TRUE(roomy.Register(req).ok());
   EXPECT_EQ(roomy.ram_used(), need);
-  EXPECT_TRUE(roomy.Delete("job"));
+  EXPECT_TRUE(*roomy.Delete("job", kToken));
   EXPECT_EQ(roomy.ram_used(), 0u);
 }
 

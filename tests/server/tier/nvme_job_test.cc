@@ -226,7 +226,7 @@ TEST(NvmeJobTest, RamAccountingCountsOnlyWhatStaysInRam) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(registry.ram_used(), r->job->state_bytes());
   EXPECT_EQ(r->job->Info().state_bytes(), r->job->state_bytes());
-  EXPECT_TRUE(registry.Delete("on-nvme"));
+  EXPECT_TRUE(*registry.Delete("on-nvme", r->token));  // the token Register generated
   EXPECT_EQ(registry.ram_used(), 0u);
 }
 
