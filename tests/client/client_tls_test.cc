@@ -6,6 +6,8 @@
 // to start naming the flag, and bad client options are named.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -32,7 +34,10 @@ class Certificates {
   bool ok() const { return ok_; }
 
  private:
-  Certificates() : dir_(::testing::TempDir() + "zerostate_tls_certs") {
+  // A directory of this process's own: ctest runs each test as a process,
+  // several at once.
+  Certificates()
+      : dir_(absl::StrCat(::testing::TempDir(), "zerostate_tls_certs.", getpid())) {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     std::ofstream(Path("server.ext")) << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
@@ -112,7 +117,7 @@ class ClientTlsTest : public ::testing::Test {
     return (*job)->Gather(1, {0, layout.total_elems}, w.data(), v1::DTYPE_FP32);
   }
 
-  std::string log_ = ::testing::TempDir() + "zerostate_tls_server.log";
+  std::string log_ = absl::StrCat(::testing::TempDir(), "zerostate_tls_server.", getpid(), ".log");
 };
 
 void ExpectError(const absl::Status& s, absl::StatusCode code, const std::string& needle) {

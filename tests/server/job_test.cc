@@ -308,7 +308,7 @@ TEST(JobRegistryTest, RamBudgetIsEnforcedBeforeAllocation) {
   EXPECT_EQ(registry.ram_used(), 0u);
   EXPECT_EQ(registry.size(), 0u);
   JobRegistry roomy(need);
-  ASSERT_TRUE(roomy.Register(req).ok());
+  ASSERT_TRUE(roomy.Register(req, kToken).ok());
   EXPECT_EQ(roomy.ram_used(), need);
   EXPECT_TRUE(*roomy.Delete("job", kToken));
   EXPECT_EQ(roomy.ram_used(), 0u);
