@@ -2,10 +2,8 @@
 
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 
 namespace zerostate::worker {
 
@@ -79,23 +77,39 @@ void PeerWatch::Run() {
       on_gone_(gone);
       return;
     }
+    // Everyone came (a slow step): watch this step again from now.
+    absl::MutexLock lock(&mu_);
+    if (in_step_ && step_ == step && epoch_ == epoch) {
+      called_ = false;
+      entered_ = absl::Now();
+    }
   }
 }
 
 std::string PeerWatch::RollCall(uint64_t step, uint32_t epoch) {
-  const std::string prefix = absl::StrCat(epoch, "/", step, "/");
+  // Keyed by the roll call's number, not the step: the ranks of a node
+  // whose peer died mid-step may still be in the step the others finished.
+  const std::string prefix = absl::StrCat(epoch, "/", calls_++, "/");
   const std::string waited = absl::FormatDuration(timeout_);
   if (topo_.rank() != 0) {
     const std::string me = absl::StrCat(topo_.rank());
-    auto met = control_->Rendezvous(scope_, absl::StrCat("alive/", prefix, me), 1, 2, "");
-    if (!met.ok()) {
+    auto coordinator_gone = [&](absl::string_view what, const absl::Status& s) {
       return absl::StrCat(RankName(topo_, 0), " (the coordinator) is gone: step ", step,
-                          " made no progress for ", waited, " and it did not answer a roll call (",
-                          met.status().ToString(), ")");
+                          " made no progress for ", waited, " and it did not ", what, " (",
+                          s.ToString(), ")");
+    };
+    auto met = control_->Rendezvous(scope_, absl::StrCat("alive/", prefix, me), 1, 2, "");
+    if (!met.ok()) return coordinator_gone("answer a roll call", met.status());
+    // The coordinator sends the verdict once it has met or given up on
+    // every rank, up to 2 * timeout after this meeting; a retry of the same
+    // key is answered the same.
+    absl::StatusOr<std::vector<std::string>> verdict;
+    for (int attempt = 0; attempt < 3; ++attempt) {
+      verdict = control_->Rendezvous(scope_, absl::StrCat("verdict/", prefix, me), 1, 2, "");
+      if (verdict.ok() || !absl::IsDeadlineExceeded(verdict.status())) break;
     }
-    auto verdict = control_->Rendezvous(scope_, absl::StrCat("verdict/", prefix, me), 1, 2, "");
-    if (!verdict.ok() || verdict->empty()) return "";  // the coordinator reports it
-    return (*verdict)[0];
+    if (!verdict.ok()) return coordinator_gone("send the roll call's verdict", verdict.status());
+    return verdict->empty() ? "" : (*verdict)[0];
   }
   const uint32_t world = topo_.world();
   std::vector<absl::Status> met(world);

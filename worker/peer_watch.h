@@ -7,15 +7,18 @@
 // roll call through the rendezvous of the state service, star-shaped so
 // that each missing rank is known without parsing a server's message:
 //   - the coordinator (rank 0) meets every other rank q on its own key
-//     "alive/<epoch>/<step>/<q>" (world 2), all at once, waiting `timeout`;
+//     "alive/<epoch>/<n>/<q>" (world 2; n counts roll calls, the same on
+//     every rank), all at once, waiting up to 2 * timeout;
 //     the ranks that do not come are gone;
 //   - then it tells every rank that came who is gone ("verdict/..." keys);
-//   - a rank whose coordinator does not come within 2 * timeout reports
+//   - a rank whose coordinator does not come (or sends no verdict) reports
 //     rank 0 gone.
 // If someone is gone, on_gone gets a message naming each gone rank as
 // "rank R (node N, local rank L)"; zerostate-worker prints it and exits
 // non-zero. If everyone came (a slow step, not a dead peer), the watch
-// waits for the step to end. Keep `timeout` above the slowest step.
+// calls again after another `timeout` of the same step. Keep `timeout`
+// above the slowest step: a rank that computes for longer never stalls
+// and does not come.
 //
 // Thread safety: Enter/Leave from the rank's thread; the roll call runs on
 // the watch's own thread.
@@ -67,6 +70,7 @@ class PeerWatch {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool in_step_ ABSL_GUARDED_BY(mu_) = false;
   bool called_ ABSL_GUARDED_BY(mu_) = false;  // a roll call ran in this step
+  uint64_t calls_ = 0;  // roll calls so far (the watch thread's); the same on every rank
   uint64_t step_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time entered_ ABSL_GUARDED_BY(mu_);
