@@ -85,6 +85,16 @@ struct ClientOptions {
   // uses it from then on (JobClient::token() returns it, for the nodes that
   // attach); AttachJob and Rendezvous need a token.
   std::string job_token;
+  // Push and gather over the servers' TCP data plane (framed messages on
+  // persistent plain TCP connections, several times gRPC's throughput per
+  // connection; docs/architecture.md) when the connection is plaintext and
+  // the server advertises one; else, or when false, over gRPC. Weight init
+  // and every other call always use gRPC.
+  bool data_plane = true;
+  // Optional: the data plane address of each server, in shard order, in
+  // place of "<host of servers[i]>:<the port the server advertises>" (for a
+  // proxy or NAT in between, and tests).
+  std::vector<std::string> data_servers;
 };
 
 // The result of an asynchronous call. Wait() blocks until it is done and

@@ -11,12 +11,14 @@
 namespace zerostate::client {
 
 JobClient::Impl::Impl(std::shared_ptr<Client::Impl> client, v1::JobSpec spec,
-                      std::vector<uint64_t> incarnations)
+                      std::vector<uint64_t> incarnations,
+                      const std::vector<uint32_t>& data_ports)
     : client_(std::move(client)),
       spec_(std::move(spec)),
       layout_(LayoutOf(spec_)),
       budget_(client_->options().max_bytes_in_flight),
-      job_{client_.get(), spec_.job_id(), layout_.block_elems, std::move(incarnations), &budget_},
+      job_{client_.get(), spec_.job_id(), layout_.block_elems, std::move(incarnations), &budget_,
+           DataPools(client_->options(), data_ports)},
       calls_(std::make_shared<Ticket::State>(1)) {}
 
 JobClient::Impl::~Impl() {

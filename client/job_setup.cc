@@ -36,9 +36,10 @@ absl::StatusOr<v1::JobStatusResponse> JobStatus(Client::Impl& client, int shard,
 }
 
 std::unique_ptr<JobClient> MakeJobClient(std::shared_ptr<Client::Impl> client, v1::JobSpec spec,
-                                         std::vector<uint64_t> incarnations) {
+                                         std::vector<uint64_t> incarnations,
+                                         const std::vector<uint32_t>& data_ports) {
   return std::make_unique<JobClient>(std::make_unique<JobClient::Impl>(
-      std::move(client), std::move(spec), std::move(incarnations)));
+      std::move(client), std::move(spec), std::move(incarnations), data_ports));
 }
 
 // Runs fn(shard) on every server. Without a token yet, shard 0 runs first
@@ -57,6 +58,7 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Register(
     std::shared_ptr<Client::Impl> client, const v1::JobSpec& spec) {
   const Layout layout = LayoutOf(spec);
   std::vector<uint64_t> incarnations(client->num_servers());
+  std::vector<uint32_t> data_ports(client->num_servers());
   absl::Status s = ForEachServerWithToken(*client, [&](int shard) {
     v1::RegisterJobRequest req;
     *req.mutable_spec() = spec;
@@ -68,10 +70,11 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Register(
     if (!st.ok()) return st;
     if (!resp.token().empty()) client->job_token().Adopt(resp.token());
     incarnations[shard] = resp.incarnation();
+    data_ports[shard] = resp.data_port();
     return CheckShard(*client, layout, shard, resp.info());
   });
   if (!s.ok()) return s;
-  return MakeJobClient(std::move(client), spec, std::move(incarnations));
+  return MakeJobClient(std::move(client), spec, std::move(incarnations), data_ports);
 }
 
 absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Restore(
@@ -105,15 +108,17 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Attach(
   }
   const Layout layout = LayoutOf(*spec);
   std::vector<uint64_t> incarnations(client->num_servers());
+  std::vector<uint32_t> data_ports(client->num_servers());
   absl::Status s = client->ForEachServer([&](int shard) {
     absl::StatusOr<v1::JobStatusResponse> st =
         shard == 0 ? first : JobStatus(*client, shard, job_id);
     if (!st.ok()) return st.status();
     incarnations[shard] = st->incarnation();
+    data_ports[shard] = st->data_port();
     return CheckShard(*client, layout, shard, st->info());
   });
   if (!s.ok()) return s;
-  return MakeJobClient(std::move(client), *std::move(spec), std::move(incarnations));
+  return MakeJobClient(std::move(client), *std::move(spec), std::move(incarnations), data_ports);
 }
 
 }  // namespace zerostate::client

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
 #include "common/convert.h"
+#include "common/frame_io.h"
 #include "grpcpp/support/sync_stream.h"
 
 namespace zerostate::client {
@@ -88,19 +89,17 @@ absl::Status PushAttempt(const JobContext& job, const PushCall& call, const Stre
   return CheckIncarnation(job, plan.shard, *incarnation);
 }
 
-// Checks one received chunk against the stream's request and writes its
-// data into the caller's buffer. Adds the elements placed to `placed`.
-absl::Status PlaceChunk(const JobContext& job, const GatherCall& call, const StreamPlan& plan,
-                        const std::vector<grpc::Slice>& slices, uint64_t* placed) {
-  absl::StatusOr<ChunkView> view = ParseChunk(slices);
-  if (!view.ok()) return view.status();
-  const ChunkFields& f = view->fields;
+// Checks a received chunk of `data_bytes` bytes against the stream's
+// request; returns where its data goes in the caller's buffer.
+absl::StatusOr<uint8_t*> PlaceOf(const JobContext& job, const GatherCall& call,
+                                 const StreamPlan& plan, const ChunkFields& f,
+                                 size_t data_bytes) {
   size_t esize = DTypeSize(call.wire);
   uint64_t begin = f.block * job.block_elems + f.offset;
-  uint64_t count = view->data_bytes / esize;
-  if (f.dtype != call.wire || view->data_bytes % esize != 0) {
+  uint64_t count = data_bytes / esize;
+  if (f.dtype != call.wire || data_bytes % esize != 0) {
     return absl::DataLossError(absl::StrCat("chunk of block ", f.block, " has dtype ",
-                                            DTypeName(f.dtype), " and ", view->data_bytes,
+                                            DTypeName(f.dtype), " and ", data_bytes,
                                             " bytes; asked for ", DTypeName(call.wire)));
   }
   if (f.offset >= job.block_elems || begin < plan.elems.begin || begin + count > plan.elems.end) {
@@ -112,10 +111,19 @@ absl::Status PlaceChunk(const JobContext& job, const GatherCall& call, const Str
     return absl::DataLossError(absl::StrCat("chunk of block ", f.block, " at version ",
                                             f.version, " < ", call.min_version));
   }
-  uint8_t* out = static_cast<uint8_t*>(call.out) +
-                 (begin - call.elems.begin) * DTypeSize(call.out_dtype);
-  CopyChunkData(*view, call.wire, call.out_dtype, out);
-  *placed += count;
+  return static_cast<uint8_t*>(call.out) + (begin - call.elems.begin) * DTypeSize(call.out_dtype);
+}
+
+// Checks one received chunk against the stream's request and writes its
+// data into the caller's buffer. Adds the elements placed to `placed`.
+absl::Status PlaceChunk(const JobContext& job, const GatherCall& call, const StreamPlan& plan,
+                        const std::vector<grpc::Slice>& slices, uint64_t* placed) {
+  absl::StatusOr<ChunkView> view = ParseChunk(slices);
+  if (!view.ok()) return view.status();
+  absl::StatusOr<uint8_t*> out = PlaceOf(job, call, plan, view->fields, view->data_bytes);
+  if (!out.ok()) return out.status();
+  CopyChunkData(*view, call.wire, call.out_dtype, *out);
+  *placed += view->data_bytes / DTypeSize(call.wire);
   return absl::OkStatus();
 }
 
@@ -153,7 +161,187 @@ absl::Status GatherAttempt(const JobContext& job, const GatherCall& call, const 
   return absl::OkStatus();
 }
 
+// --- The same two streams over the server's TCP data plane (data_conn.h) ---
+
+// Push frames sent ahead of their acknowledgements.
+constexpr int kPushWindow = 8;
+
+// A data connection that broke or timed out: UNAVAILABLE (retried) or
+// DEADLINE_EXCEEDED, naming the data plane's address.
+absl::Status Broken(const DataConnPool& pool, const absl::Status& s) {
+  return absl::Status(
+      absl::IsDeadlineExceeded(s) ? absl::StatusCode::kDeadlineExceeded
+                                  : absl::StatusCode::kUnavailable,
+      absl::StrCat("data plane ", pool.address(), ": ", s.message()));
+}
+
+// The status a reply frame carries.
+absl::Status StatusOf(const v1::DataFrameMeta& meta) {
+  return absl::Status(static_cast<absl::StatusCode>(meta.code()), meta.message());
+}
+
+// The next frame from the server, of type `want` or `also`. Every error
+// means the connection must be dropped: UNAVAILABLE / DEADLINE_EXCEEDED
+// (Broken), DATA_LOSS (a frame this client cannot read, or of another
+// type), or the code and message of an ERROR frame.
+absl::StatusOr<FrameStart> RecvReply(const DataConnPool& pool, DataConn& conn, FrameType want,
+                                     FrameType also) {
+  absl::StatusOr<std::optional<FrameStart>> f = RecvFrameStart(conn.fd());
+  if (!f.ok()) {
+    if (absl::IsInvalidArgument(f.status())) {
+      return absl::DataLossError(absl::StrCat("data plane ", pool.address(), ": ",
+                                              f.status().message()));
+    }
+    return Broken(pool, f.status());
+  }
+  if (!f->has_value()) return Broken(pool, absl::UnavailableError("server closed the connection"));
+  FrameStart& start = **f;
+  if (start.header.type == FrameType::kError) {
+    return absl::Status(StatusOf(start.meta).code(),
+                        absl::StrCat("data plane ", pool.address(), " refused a frame: ",
+                                     start.meta.message()));
+  }
+  if (start.header.type != want && start.header.type != also) {
+    return absl::DataLossError(absl::StrCat(
+        "data plane ", pool.address(), ": got a ",
+        FrameTypeName(static_cast<uint8_t>(start.header.type)), " frame, expected ",
+        FrameTypeName(static_cast<uint8_t>(want))));
+  }
+  return std::move(start);
+}
+
+// A connection to shard's data plane with the attempt's deadline, or null
+// when the shard has none or it cannot be reached (a restarted server
+// listens on another data port): the attempt then goes over gRPC, which
+// says whether the server is down or restarted (ABORTED, incarnation).
+std::unique_ptr<DataConn> AcquireConn(const JobContext& job, int shard,
+                                      grpc::ClientContext& ctx) {
+  if (job.data[shard] == nullptr) return nullptr;
+  absl::Time deadline = absl::FromChrono(ctx.deadline());
+  absl::StatusOr<std::unique_ptr<DataConn>> conn = job.data[shard]->Acquire(deadline);
+  if (!conn.ok()) return nullptr;
+  SetSocketDeadline((*conn)->fd(), deadline);
+  return *std::move(conn);
+}
+
+// One attempt over the connection `conn` (from AcquireConn).
+absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const StreamPlan& plan,
+                            std::unique_ptr<DataConn> conn) {
+  DataConnPool& pool = *job.data[plan.shard];
+  DataConn& c = *conn;
+  v1::DataFrameMeta meta;
+  meta.set_token(job.client->job_token().Get());
+  v1::Chunk* fields = meta.mutable_chunk();
+  fields->set_job_id(job.job_id);
+  fields->set_step(call.step);
+  fields->set_node(call.node);
+  fields->set_dtype(call.wire);
+  int unacked = 0;
+  absl::Status refused;  // the first chunk the server refused; later ones are not sent
+  auto read_ack = [&]() -> absl::Status {
+    absl::StatusOr<FrameStart> ack = RecvReply(pool, c, FrameType::kPushAck, FrameType::kPushAck);
+    if (!ack.ok()) return ack.status();
+    --unacked;
+    absl::Status s = StatusOf(ack->meta);
+    if (s.ok()) s = CheckIncarnation(job, plan.shard, ack->meta.incarnation());
+    if (refused.ok()) refused = s;
+    return absl::OkStatus();
+  };
+  uint32_t chunk = ChunkElems(job.client->options().chunk_bytes, DTypeSize(call.wire),
+                              job.block_elems);
+  for (const BlockPiece& piece : SplitByBlock(plan.elems, job.block_elems, chunk)) {
+    if (!refused.ok()) break;
+    fields->set_block(piece.block);
+    fields->set_offset(piece.offset);
+    uint64_t first = piece.block * job.block_elems + piece.offset - call.elems.begin;
+    const uint8_t* src = static_cast<const uint8_t*>(call.data) + first * DTypeSize(call.src);
+    size_t bytes = piece.count * DTypeSize(call.wire);
+    const void* payload = src;
+    if (call.src != call.wire) {
+      uint8_t* encoded = c.buffer().Reserve(bytes);
+      EncodeFloats(reinterpret_cast<const float*>(src), piece.count, call.wire, encoded);
+      payload = encoded;
+    }
+    job.budget->Acquire(bytes);
+    absl::Status sent = SendFrame(c.fd(), FrameType::kPush, meta, payload, bytes);
+    job.budget->Release(bytes);
+    if (!sent.ok()) return Broken(pool, sent);
+    if (++unacked >= kPushWindow) {
+      if (absl::Status s = read_ack(); !s.ok()) return s;
+    }
+  }
+  while (unacked > 0) {
+    if (absl::Status s = read_ack(); !s.ok()) return s;
+  }
+  pool.Release(std::move(conn));
+  return refused;
+}
+
+absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& call,
+                              const StreamPlan& plan, std::unique_ptr<DataConn> conn,
+                              grpc::ClientContext& ctx) {
+  DataConnPool& pool = *job.data[plan.shard];
+  DataConn& c = *conn;
+  v1::DataFrameMeta meta;
+  meta.set_token(job.client->job_token().Get());
+  v1::GatherRequest* req = meta.mutable_gather();
+  req->set_job_id(job.job_id);
+  req->set_min_version(call.min_version);
+  req->set_dtype(call.wire);
+  req->set_begin(plan.elems.begin);
+  req->set_end(plan.elems.end);
+  meta.set_timeout_ms(std::max<int64_t>(
+      1, absl::ToInt64Milliseconds(absl::FromChrono(ctx.deadline()) - absl::Now())));
+  if (absl::Status s = SendFrame(c.fd(), FrameType::kGather, meta); !s.ok()) return Broken(pool, s);
+  uint64_t placed = 0;
+  while (true) {
+    absl::StatusOr<FrameStart> f =
+        RecvReply(pool, c, FrameType::kGatherPiece, FrameType::kGatherEnd);
+    if (!f.ok()) return f.status();
+    if (f->header.type == FrameType::kGatherEnd) {
+      pool.Release(std::move(conn));
+      if (absl::Status s = StatusOf(f->meta); !s.ok()) return s;
+      if (absl::Status s = CheckIncarnation(job, plan.shard, f->meta.incarnation()); !s.ok()) {
+        return s;
+      }
+      if (placed != plan.elems.size()) {
+        return absl::DataLossError(absl::StrCat("stream ended after ", placed, " of ",
+                                                plan.elems.size(), " elements"));
+      }
+      return absl::OkStatus();
+    }
+    // A piece: checked before its payload is read, which then goes straight
+    // into the caller's buffer when no conversion is needed.
+    size_t bytes = f->header.payload_len;
+    ChunkView view = FrameChunkView(f->meta.chunk(), nullptr, 0);
+    absl::StatusOr<uint8_t*> out = PlaceOf(job, call, plan, view.fields, bytes);
+    if (!out.ok()) return out.status();
+    void* into = call.wire == call.out_dtype ? static_cast<void*>(*out) : c.buffer().Reserve(bytes);
+    if (absl::Status s = RecvExact(c.fd(), into, bytes); !s.ok()) return Broken(pool, s);
+    if (into != *out) {
+      CopyChunkData(FrameChunkView(f->meta.chunk(), into, bytes), call.wire, call.out_dtype, *out);
+    }
+    placed += bytes / DTypeSize(call.wire);
+  }
+}
+
 }  // namespace
+
+std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& options,
+                                                     const std::vector<uint32_t>& ports) {
+  std::vector<std::shared_ptr<DataConnPool>> pools(ports.size());
+  if (!options.data_plane || !options.plaintext) return pools;
+  for (size_t i = 0; i < ports.size(); ++i) {
+    if (ports[i] == 0) continue;
+    std::string address = options.data_servers.empty()
+                              ? DataAddress(options.servers[i], static_cast<int>(ports[i]))
+                              : options.data_servers[i];
+    // A push and a gather stream per stream slot may run at once.
+    pools[i] = std::make_shared<DataConnPool>(
+        std::move(address), 2 * static_cast<size_t>(options.streams_per_server));
+  }
+  return pools;
+}
 
 absl::Status CheckIncarnation(const JobContext& job, int shard, uint64_t incarnation) {
   if (incarnation == job.incarnations[shard]) return absl::OkStatus();
@@ -167,7 +355,10 @@ absl::Status RunPushStream(const JobContext& job, const PushCall& call, const St
                            const std::shared_ptr<Ticket::State>& ticket) {
   ServerConn& server = job.client->server(plan.shard);
   absl::Status s = job.client->retrier().Run(call.method, server, [&](grpc::ClientContext& ctx) {
-    return PushAttempt(job, call, plan, ticket, ctx);
+    std::unique_ptr<DataConn> conn;
+    if (call.method == Method::kPushGradients) conn = AcquireConn(job, plan.shard, ctx);
+    return conn ? PushAttemptTcp(job, call, plan, std::move(conn))
+                : PushAttempt(job, call, plan, ticket, ctx);
   });
   if (s.ok()) job.client->metrics().AddBytesSent(plan.shard, plan.elems.size() * DTypeSize(call.wire));
   return s;
@@ -177,7 +368,9 @@ absl::Status RunGatherStream(const JobContext& job, const GatherCall& call,
                              const StreamPlan& plan) {
   ServerConn& server = job.client->server(plan.shard);
   absl::Status s = job.client->retrier().Run(Method::kGather, server, [&](grpc::ClientContext& ctx) {
-    return GatherAttempt(job, call, plan, ctx);
+    std::unique_ptr<DataConn> conn = AcquireConn(job, plan.shard, ctx);
+    return conn ? GatherAttemptTcp(job, call, plan, std::move(conn), ctx)
+                : GatherAttempt(job, call, plan, ctx);
   });
   if (s.ok()) {
     job.client->metrics().AddBytesReceived(plan.shard, plan.elems.size() * DTypeSize(call.wire));

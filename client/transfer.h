@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "client/byte_budget.h"
 #include "client/client_impl.h"
+#include "client/data_conn.h"
 #include "client/plan.h"
 #include "client/ticket_state.h"
 
@@ -26,7 +27,16 @@ struct JobContext {
   uint32_t block_elems = 0;
   std::vector<uint64_t> incarnations;  // per shard, seen at register/attach
   ByteBudget* budget = nullptr;        // cap on pushed bytes in flight
+  // Per shard: the server's TCP data plane (client/data_conn.h), or null
+  // where push and gather go over gRPC.
+  std::vector<std::shared_ptr<DataConnPool>> data;
 };
+
+// The data planes of a job's servers from the ports they advertised
+// (0: none): null for every shard unless options.data_plane and
+// options.plaintext.
+std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& options,
+                                                     const std::vector<uint32_t>& ports);
 
 // ABORTED naming the server when `incarnation` differs from the one seen
 // when the job was registered or attached: the server restarted and lost

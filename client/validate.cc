@@ -39,6 +39,10 @@ absl::Status ValidateOptions(const ClientOptions& o) {
     return Invalid("initial_backoff/max_backoff: need 0 <= initial_backoff <= max_backoff");
   }
   if (o.threads < 0) return Invalid("threads: must be >= 0");
+  if (!o.data_servers.empty() && o.data_servers.size() != o.servers.size()) {
+    return Invalid(absl::StrCat("data_servers: ", o.data_servers.size(), " addresses for ",
+                                o.servers.size(), " servers"));
+  }
   return absl::OkStatus();
 }
 

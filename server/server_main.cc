@@ -29,6 +29,9 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA that signs client certificates: given, clients must present one (mutual TLS)");
 ABSL_FLAG(bool, plaintext, false,
           "serve gRPC without TLS (required when no --tls_cert/--tls_key is given)");
+ABSL_FLAG(std::string, data_listen, "",
+          "TCP data plane address host:port for push and gather (port 0: any free port; "
+          "empty: the host of --listen, any free port; off: none). Off with TLS");
 ABSL_FLAG(uint64_t, max_jobs, 0, "jobs this server holds at most (0: unlimited)");
 ABSL_FLAG(uint64_t, job_ram_quota_bytes, 0, "RAM one job's shard may hold (0: unlimited)");
 ABSL_FLAG(uint64_t, job_disk_quota_bytes, 0,
@@ -61,6 +64,7 @@ int main(int argc, char** argv) {
   options.quotas.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   options.quotas.job_ram_bytes = absl::GetFlag(FLAGS_job_ram_quota_bytes);
   options.quotas.job_disk_bytes = absl::GetFlag(FLAGS_job_disk_quota_bytes);
+  options.data_listen = absl::GetFlag(FLAGS_data_listen);
   auto server = zerostate::server::StateServer::Start(options);
   if (!server.ok()) {
     std::cerr << "zerostate-server: " << server.status() << std::endl;
@@ -69,6 +73,16 @@ int main(int argc, char** argv) {
   if (options.tls.plaintext) {
     std::cerr << "zerostate-server: warning: --plaintext: gRPC traffic, job tokens included, "
                  "travels unencrypted; use --tls_cert/--tls_key outside a trusted network"
+              << std::endl;
+  }
+  if (!(*server)->data_address().empty()) {
+    std::cout << "zerostate-server data plane on " << (*server)->data_address() << std::endl;
+  } else if (!options.tls.plaintext) {
+    std::cerr << "zerostate-server: data plane off: TLS is on, and the plain TCP data plane "
+                 "cannot carry its guarantees; push and gather use gRPC"
+              << std::endl;
+  } else {
+    std::cerr << "zerostate-server: data plane off (--data_listen=off); push and gather use gRPC"
               << std::endl;
   }
   std::cout << "zerostate-server listening on " << (*server)->address() << " metrics on "

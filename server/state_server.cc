@@ -69,6 +69,20 @@ absl::Status CheckNvmeDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// Starts the data plane unless it is off; "" means the host of `listen`
+// with any free port.
+absl::Status StartDataPlane(const ServerOptions& opt, const DataSessionContext& ctx,
+                            std::unique_ptr<DataPlane>* plane, std::string* bound) {
+  if (opt.data_listen == "off" || !opt.tls.plaintext) return absl::OkStatus();
+  std::string listen =
+      opt.data_listen.empty() ? absl::StrCat(HostOf(opt.listen), ":0") : opt.data_listen;
+  auto started = DataPlane::Start(listen, ctx);
+  if (!started.ok()) return started.status();
+  *plane = *std::move(started);
+  *bound = absl::StrCat(HostOf(listen), ":", (*plane)->port());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOptions& opt) {
@@ -97,6 +111,12 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   }
   ServiceOptions service = opt.service;
   service.nvme_dir = opt.tiers.nvme_dir;
+  DataSessionContext data{s->jobs_.get(), s->metrics_.get(), s->incarnation_, service.max_wait,
+                          service.gather_piece_elems};
+  if (auto st = StartDataPlane(opt, data, &s->data_plane_, &s->data_address_); !st.ok()) {
+    return st;
+  }
+  service.data_port = s->data_plane_ ? s->data_plane_->port() : 0;
   s->service_ = std::make_unique<StateServiceImpl>(service, *s->jobs_, *s->rendezvous_,
                                                    *s->pool_, *s->metrics_, s->incarnation_);
   s->service_->PublishUsage();
@@ -122,6 +142,7 @@ void StateServer::Shutdown(absl::Duration grace) {
   shut_down_ = true;
   jobs_->Shutdown();
   rendezvous_->Shutdown();
+  if (data_plane_) data_plane_->Shutdown();
   grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
 }
 

@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/auth_tls.h"
+#include "server/data_plane.h"
 #include "server/state_service.h"
 #include "server/tier/tier_factory.h"
 
@@ -37,6 +38,11 @@ struct ServerOptions {
   TlsOptions tls;
   // --max_jobs, --job_ram_quota_bytes, --job_disk_quota_bytes.
   JobQuotas quotas;
+  // The TCP data plane (server/data_plane.h) for PushGradients and Gather:
+  // "host:port" (port 0: any free port), "" for the host of `listen` on any
+  // free port, "off" for none. Always off with TLS (plain TCP cannot carry
+  // TLS's guarantees).
+  std::string data_listen;
 };
 
 class StateServer {
@@ -50,6 +56,8 @@ class StateServer {
   // The bound addresses, with the real ports.
   const std::string& address() const { return address_; }
   const std::string& metrics_address() const { return metrics_address_; }
+  // The data plane's bound address, "" when it is off.
+  const std::string& data_address() const { return data_address_; }
   uint64_t incarnation() const { return incarnation_; }
 
   // Stops: waiting calls fail with UNAVAILABLE at once, other in-flight
@@ -64,6 +72,7 @@ class StateServer {
   uint64_t incarnation_ = 0;
   std::string address_;
   std::string metrics_address_;
+  std::string data_address_;
   std::unique_ptr<JobRegistry> jobs_;
   std::unique_ptr<RendezvousTable> rendezvous_;
   std::unique_ptr<ThreadPool> pool_;
@@ -71,6 +80,7 @@ class StateServer {
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<StateServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
+  std::unique_ptr<DataPlane> data_plane_;  // destroyed before jobs_
   bool shut_down_ = false;
 };
 

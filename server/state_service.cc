@@ -104,6 +104,7 @@ grpc::Status StateServiceImpl::RegisterJob(grpc::ServerContext* ctx,
     resp->set_created(reg->created);
     resp->set_token(reg->token);
     resp->set_incarnation(incarnation_);
+    resp->set_data_port(options_.data_port);
     metrics_.SetJob(reg->job->spec().job_id(), resp->info().state_bytes(), resp->info().version());
     PublishUsage();
     return absl::OkStatus();
@@ -199,6 +200,7 @@ grpc::Status StateServiceImpl::JobStatus(grpc::ServerContext* ctx, const v1::Job
     if (!job.ok()) return job.status();
     (*job)->FillStatus(resp);
     resp->set_incarnation(incarnation_);
+    resp->set_data_port(options_.data_port);
     return absl::OkStatus();
   });
 }

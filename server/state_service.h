@@ -25,6 +25,9 @@ struct ServiceOptions {
   std::string nvme_dir;
   // Elements per gathered chunk message.
   uint32_t gather_piece_elems = 256 * 1024;
+  // The data plane's port, advertised in RegisterJob and JobStatus
+  // answers (0: none).
+  uint32_t data_port = 0;
 };
 
 // The chunk streams (InitWeights, PushGradients, Gather) run on gRPC's

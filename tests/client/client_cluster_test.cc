@@ -1,6 +1,7 @@
 // The client against real zerostate-server processes: several nodes push
 // concurrently to 1, 2 or 3 servers, and the weights they gather equal a
-// single-process reference bit for bit.
+// single-process reference bit for bit, over gRPC and over the servers' TCP
+// data plane.
 #include <thread>
 
 #include "tests/client/cluster_fixture.h"
@@ -13,6 +14,7 @@ struct Param {
   int servers;
   v1::DType grad;
   v1::DType weight;
+  bool data_plane;  // push and gather over the TCP data plane, else gRPC
 };
 
 class ClientClusterTest : public ::testing::TestWithParam<Param> {};
@@ -37,6 +39,7 @@ TEST_P(ClientClusterTest, NodesPushConcurrentlyAndGatherTheReferenceBits) {
   auto cluster = ServerCluster::Start(p.servers, TestServerOptions());
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   client::ClientOptions options = TestClientOptions((*cluster)->addresses());
+  options.data_plane = p.data_plane;
   v1::JobSpec spec = TestSpec("cluster", kNodes, p.grad, p.weight);
 
   // Node 0 registers; the other nodes attach with their own clients.
@@ -82,13 +85,18 @@ TEST_P(ClientClusterTest, NodesPushConcurrentlyAndGatherTheReferenceBits) {
 
 INSTANTIATE_TEST_SUITE_P(
     Servers, ClientClusterTest,
-    ::testing::Values(Param{1, v1::DTYPE_FP32, v1::DTYPE_FP32},
-                      Param{2, v1::DTYPE_BF16, v1::DTYPE_BF16},
-                      Param{3, v1::DTYPE_FP32, v1::DTYPE_BF16},
-                      Param{3, v1::DTYPE_BF16, v1::DTYPE_FP16}),
+    ::testing::Values(Param{1, v1::DTYPE_FP32, v1::DTYPE_FP32, false},
+                      Param{2, v1::DTYPE_BF16, v1::DTYPE_BF16, false},
+                      Param{3, v1::DTYPE_FP32, v1::DTYPE_BF16, false},
+                      Param{3, v1::DTYPE_BF16, v1::DTYPE_FP16, false},
+                      Param{1, v1::DTYPE_FP32, v1::DTYPE_FP32, true},
+                      Param{2, v1::DTYPE_BF16, v1::DTYPE_BF16, true},
+                      Param{3, v1::DTYPE_FP32, v1::DTYPE_BF16, true},
+                      Param{3, v1::DTYPE_BF16, v1::DTYPE_FP16, true}),
     [](const auto& info) {
       return std::to_string(info.param.servers) + "servers_grad" +
-             DTypeName(info.param.grad) + "_weight" + DTypeName(info.param.weight);
+             DTypeName(info.param.grad) + "_weight" + DTypeName(info.param.weight) +
+             (info.param.data_plane ? "_tcp" : "_grpc");
     });
 
 }  // namespace

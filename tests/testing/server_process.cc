@@ -25,6 +25,7 @@ namespace {
 
 constexpr char kListeningOn[] = "listening on ";
 constexpr char kMetricsOn[] = "metrics on ";
+constexpr char kDataPlaneOn[] = "data plane on ";
 
 std::string DescribeWaitStatus(int status) {
   if (WIFEXITED(status)) return absl::StrCat("exit status ", WEXITSTATUS(status));
@@ -146,6 +147,7 @@ absl::Status ServerProcess::AwaitListening() {
       std::string line = pending_.substr(0, nl);
       pending_.erase(0, nl + 1);
       std::string addr = TokenAfter(line, kListeningOn);
+      if (std::string data = TokenAfter(line, kDataPlaneOn); !data.empty()) data_address_ = data;
       if (addr.empty()) {
         fprintf(stderr, "[server starting] %s\n", line.c_str());
         continue;

@@ -72,6 +72,9 @@ class ServerProcess {
   int port() const { return port_; }
   // The metrics address as printed by the server ("" if it printed none).
   const std::string& metrics_address() const { return metrics_address_; }
+  // The TCP data plane's address from the line "... data plane on HOST:PORT"
+  // printed before the listening line ("" if none).
+  const std::string& data_address() const { return data_address_; }
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0; }
 
@@ -105,6 +108,7 @@ class ServerProcess {
   std::string pending_;  // stdout bytes read but not yet a full line
   std::string address_;
   std::string metrics_address_;
+  std::string data_address_;
   int port_ = 0;
   std::thread forwarder_;
 };

@@ -1,0 +1,97 @@
+#include "client/data_conn.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace zerostate::client {
+namespace {
+
+// Connects `fd` to `addr`, waiting until `deadline`.
+absl::Status ConnectBy(int fd, const addrinfo& addr, absl::Time deadline) {
+  if (connect(fd, addr.ai_addr, addr.ai_addrlen) == 0) return absl::OkStatus();
+  if (errno != EINPROGRESS) return absl::UnavailableError(std::strerror(errno));
+  pollfd p{fd, POLLOUT, 0};
+  int ms = static_cast<int>(
+      std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now())));
+  int r = poll(&p, 1, ms);
+  if (r == 0) return absl::DeadlineExceededError("connect: deadline exceeded");
+  int err = 0;
+  socklen_t len = sizeof(err);
+  getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (r < 0 || err != 0) return absl::UnavailableError(std::strerror(r < 0 ? errno : err));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+DataConn::~DataConn() { close(fd_); }
+
+DataConnPool::DataConnPool(std::string address, size_t max_idle)
+    : address_(std::move(address)), max_idle_(max_idle) {}
+
+absl::StatusOr<std::unique_ptr<DataConn>> DataConnPool::Acquire(absl::Time deadline) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!idle_.empty()) {
+      std::unique_ptr<DataConn> conn = std::move(idle_.back());
+      idle_.pop_back();
+      return conn;
+    }
+  }
+  size_t colon = address_.rfind(':');
+  std::string host = address_.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  std::string port = colon == std::string::npos ? "" : address_.substr(colon + 1);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int gai = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); gai != 0) {
+    return absl::UnavailableError(
+        absl::StrCat("data plane ", address_, ": cannot resolve: ", gai_strerror(gai)));
+  }
+  absl::Status s = absl::UnavailableError("no address");
+  for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
+    int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    s = ConnectBy(fd, *a, deadline);
+    if (s.ok()) {
+      int flags = fcntl(fd, F_GETFL);
+      fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+      TuneDataSocket(fd);
+      freeaddrinfo(res);
+      return std::make_unique<DataConn>(fd);
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return absl::Status(s.code(), absl::StrCat("data plane ", address_, ": connect: ", s.message()));
+}
+
+void DataConnPool::Release(std::unique_ptr<DataConn> conn) {
+  absl::MutexLock lock(&mu_);
+  if (idle_.size() < max_idle_) idle_.push_back(std::move(conn));
+}
+
+std::string DataAddress(const std::string& grpc_address, int port) {
+  std::string a = grpc_address;
+  for (const char* prefix : {"dns:///", "dns:", "ipv4:", "ipv6:"}) {
+    if (absl::StartsWith(a, prefix)) {
+      a = a.substr(std::strlen(prefix));
+      break;
+    }
+  }
+  return absl::StrCat(a.substr(0, a.rfind(':')), ":", port);
+}
+
+}  // namespace zerostate::client

@@ -1,0 +1,132 @@
+#include "server/data_plane.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace zerostate::server {
+namespace {
+
+// A listening IPv4 socket on `listen`; *port gets the bound port.
+absl::StatusOr<int> Listen(const std::string& listen, int* port) {
+  size_t colon = listen.rfind(':');
+  int want = 0;
+  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &want) ||
+      want < 0 || want > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data_listen: '", listen, "' is not host:port"));
+  }
+  std::string host = listen.substr(0, colon);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  int gai = getaddrinfo(host.empty() ? nullptr : host.c_str(), nullptr, &hints, &res);
+  if (gai != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data_listen: cannot resolve '", host, "': ", gai_strerror(gai)));
+  }
+  sockaddr_in addr;
+  std::memcpy(&addr, res->ai_addr, sizeof(addr));
+  freeaddrinfo(res);
+  addr.sin_port = htons(static_cast<uint16_t>(want));
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(fd, 128) != 0) {
+    std::string why = std::strerror(errno);
+    if (fd >= 0) close(fd);
+    return absl::UnavailableError(
+        absl::StrCat("data_listen: cannot listen on ", listen, ": ", why));
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Start(const std::string& listen,
+                                                            const DataSessionContext& ctx) {
+  int port = 0;
+  absl::StatusOr<int> fd = Listen(listen, &port);
+  if (!fd.ok()) return fd.status();
+  std::unique_ptr<DataPlane> plane(new DataPlane(*fd, port, ctx));
+  plane->acceptor_ = std::thread([p = plane.get()] { p->AcceptLoop(); });
+  return plane;
+}
+
+DataPlane::DataPlane(int listen_fd, int port, const DataSessionContext& ctx)
+    : listen_fd_(listen_fd), port_(port), ctx_(ctx) {}
+
+void DataPlane::AcceptLoop() {
+  while (true) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      absl::MutexLock lock(&mu_);
+      if (shut_down_) return;
+      continue;  // EMFILE and the like: keep serving the open connections
+    }
+    absl::MutexLock lock(&mu_);
+    ReapLocked();
+    if (shut_down_) {
+      close(fd);
+      return;
+    }
+    conns_.push_back(Conn{fd, std::thread(), false});
+    Conn* conn = &conns_.back();
+    conn->thread = std::thread([this, conn] {
+      ServeDataConnection(ctx_, conn->fd);
+      absl::MutexLock lock(&mu_);
+      conn->done = true;
+    });
+  }
+}
+
+void DataPlane::ReapLocked() {
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    if (!it->done) {
+      ++it;
+      continue;
+    }
+    it->thread.join();  // it has set done: it only returns now
+    close(it->fd);
+    it = conns_.erase(it);
+  }
+}
+
+void DataPlane::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return;
+  shut_down_ = true;
+  shutdown(listen_fd_, SHUT_RDWR);
+  for (Conn& c : conns_) shutdown(c.fd, SHUT_RDWR);
+}
+
+DataPlane::~DataPlane() {
+  Shutdown();
+  acceptor_.join();
+  close(listen_fd_);
+  std::list<Conn> conns;
+  {
+    absl::MutexLock lock(&mu_);
+    conns.swap(conns_);
+  }
+  for (Conn& c : conns) {
+    c.thread.join();
+    close(c.fd);
+  }
+}
+
+}  // namespace zerostate::server

@@ -1,0 +1,148 @@
+#include "server/data_session.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace zerostate::server {
+namespace {
+
+// The metrics' method names of the data plane's operations (the gRPC
+// path records "PushGradients" and "Gather").
+constexpr char kPushMethod[] = "DataPush";
+constexpr char kGatherMethod[] = "DataGather";
+
+v1::DataFrameMeta Reply(uint64_t incarnation, const absl::Status& status) {
+  v1::DataFrameMeta meta;
+  meta.set_incarnation(incarnation);
+  meta.set_code(static_cast<int>(status.code()));
+  meta.set_message(std::string(status.message()));
+  return meta;
+}
+
+class Session final : public Job::GatherSink {
+ public:
+  Session(const DataSessionContext& ctx, int fd) : ctx_(ctx), fd_(fd) {}
+
+  void Run() {
+    while (true) {
+      absl::StatusOr<std::optional<FrameStart>> start = RecvFrameStart(fd_);
+      if (start.ok() && !start->has_value()) return;  // closed at a frame boundary
+      absl::Status s = start.ok() ? Serve(**start) : start.status();
+      if (s.ok()) continue;
+      // A frame we could not read whole: say why, then hang up (the rest
+      // of the byte stream cannot be trusted).
+      if (absl::IsInvalidArgument(s) || absl::IsDataLoss(s)) {
+        (void)SendFrame(fd_, FrameType::kError,
+                        Reply(ctx_.incarnation, absl::InvalidArgumentError(s.message())));
+      }
+      return;
+    }
+  }
+
+  // Job::GatherSink
+  void* Buffer(size_t bytes) override {
+    piece_bytes_ = bytes;
+    return buffer_.Reserve(bytes);
+  }
+  bool Emit(const ChunkFields& piece) override {
+    v1::DataFrameMeta meta;
+    v1::Chunk* c = meta.mutable_chunk();
+    c->set_step(piece.step);
+    c->set_block(piece.block);
+    c->set_offset(piece.offset);
+    c->set_dtype(piece.dtype);
+    c->set_version(piece.version);
+    if (!SendFrame(fd_, FrameType::kGatherPiece, meta, buffer_.Reserve(piece_bytes_),
+                   piece_bytes_)
+             .ok()) {
+      return false;
+    }
+    gathered_ += piece_bytes_;
+    return true;
+  }
+
+ private:
+  // Serves one frame whose header and meta are read. Errors end the
+  // connection: INVALID_ARGUMENT / DATA_LOSS (a bad frame; answered), or
+  // I/O errors.
+  absl::Status Serve(const FrameStart& f) {
+    switch (f.header.type) {
+      case FrameType::kPush: return ServePush(f);
+      case FrameType::kGather: return ServeGather(f);
+      default:
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data plane frame: a client may send PUSH or GATHER frames, not ",
+            FrameTypeName(static_cast<uint8_t>(f.header.type))));
+    }
+  }
+
+  absl::Time DeadlineOf(const v1::DataFrameMeta& meta) const {
+    absl::Time cap = absl::Now() + ctx_.max_wait;
+    if (meta.timeout_ms() == 0) return cap;
+    return std::min(cap, absl::Now() + absl::Milliseconds(std::min<uint64_t>(
+                                           meta.timeout_ms(), uint64_t{1} << 40)));
+  }
+
+  absl::Status ServePush(const FrameStart& f) {
+    const absl::Time start = absl::Now();
+    uint8_t* payload = buffer_.Reserve(f.header.payload_len);
+    absl::Status read = RecvExact(fd_, payload, f.header.payload_len);
+    if (absl::IsDataLoss(read)) {
+      return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
+    }
+    if (!read.ok()) return read;
+    bool duplicate = false;
+    absl::Status s = Push(f.meta, payload, f.header.payload_len, &duplicate);
+    ctx_.metrics->RecordRpc(kPushMethod, s, absl::ToDoubleSeconds(absl::Now() - start),
+                            f.header.payload_len, 0);
+    v1::DataFrameMeta ack = Reply(ctx_.incarnation, s);
+    ack.set_duplicate(duplicate);
+    return SendFrame(fd_, FrameType::kPushAck, ack);
+  }
+
+  absl::Status Push(const v1::DataFrameMeta& meta, const uint8_t* payload, size_t bytes,
+                    bool* duplicate) {
+    auto job = ctx_.jobs->Authorize(meta.chunk().job_id(), meta.token());
+    if (!job.ok()) return job.status();
+    auto outcome = (*job)->Push(FrameChunkView(meta.chunk(), payload, bytes));
+    if (!outcome.ok()) return outcome.status();
+    *duplicate = *outcome == Job::PushOutcome::kDuplicate;
+    return absl::OkStatus();
+  }
+
+  absl::Status ServeGather(const FrameStart& f) {
+    const absl::Time start = absl::Now();
+    gathered_ = 0;
+    absl::Status s = Gather(f.meta);
+    ctx_.metrics->RecordRpc(kGatherMethod, s, absl::ToDoubleSeconds(absl::Now() - start), 0,
+                            gathered_);
+    if (absl::IsCancelled(s)) return absl::UnavailableError("client went away");
+    v1::DataFrameMeta end = Reply(ctx_.incarnation, s);
+    end.set_bytes(gathered_);
+    return SendFrame(fd_, FrameType::kGatherEnd, end);
+  }
+
+  absl::Status Gather(const v1::DataFrameMeta& meta) {
+    const v1::GatherRequest& req = meta.gather();
+    auto job = ctx_.jobs->Authorize(req.job_id(), meta.token());
+    if (!job.ok()) return job.status();
+    auto range = (*job)->CheckGather(req);
+    if (!range.ok()) return range.status();
+    return (*job)->Gather(*range, req.min_version(), req.dtype(), ctx_.gather_piece_elems,
+                          DeadlineOf(meta), *this);
+  }
+
+  const DataSessionContext& ctx_;
+  const int fd_;
+  FrameBuffer buffer_;  // the payload received or about to be sent
+  size_t piece_bytes_ = 0;
+  uint64_t gathered_ = 0;
+};
+
+}  // namespace
+
+void ServeDataConnection(const DataSessionContext& ctx, int fd) {
+  TuneDataSocket(fd);
+  Session(ctx, fd).Run();
+}
+
+}  // namespace zerostate::server
