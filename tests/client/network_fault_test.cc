@@ -6,11 +6,14 @@
 // weights and the final fp32 masters equal a single-process reference bit
 // for bit (a push applied twice would double a gradient, a lost one would
 // leave it out), the job's version equals the number of steps, and the
-// client's retry counters show the faults were hit.
+// client's retry counters show the faults were hit. Each fault runs twice:
+// push and gather over gRPC, and over the servers' TCP data plane (its
+// connections through FaultProxies of their own).
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <thread>
+#include <tuple>
 
 #include "prometheus/registry.h"
 #include "tests/client/cluster_fixture.h"
@@ -51,20 +54,32 @@ struct Fault {
   std::function<std::function<void()>(std::vector<std::unique_ptr<FaultProxy>>&)> inject;
 };
 
-class NetworkFaultTest : public ::testing::TestWithParam<Fault> {
+// A fault, and whether push and gather use the TCP data plane.
+using FaultParam = std::tuple<Fault, bool>;
+
+// A FaultProxy in front of `target`; its address is appended to `through`.
+void AddProxy(const std::string& target, std::vector<std::unique_ptr<FaultProxy>>* proxies,
+              std::vector<std::string>* through) {
+  auto proxy = FaultProxy::Start(target);
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  through->push_back((*proxy)->address());
+  proxies->push_back(*std::move(proxy));
+}
+
+class NetworkFaultTest : public ::testing::TestWithParam<FaultParam> {
  protected:
   void SetUp() override {
     auto cluster = ServerCluster::Start(2, TestServerOptions());
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
-    std::vector<std::string> through;
-    for (const std::string& addr : cluster_->addresses()) {
-      auto proxy = FaultProxy::Start(addr);
-      ASSERT_TRUE(proxy.ok()) << proxy.status();
-      through.push_back((*proxy)->address());
-      proxies_.push_back(*std::move(proxy));
+    std::vector<std::string> through, data_through;
+    for (int i = 0; i < cluster_->size(); ++i) {
+      AddProxy(cluster_->server(i).address(), &proxies_, &through);
+      if (data_plane()) AddProxy(cluster_->server(i).data_address(), &data_proxies_, &data_through);
     }
     client::ClientOptions options = TestClientOptions(through);
+    options.data_plane = data_plane();
+    options.data_servers = data_through;
     options.rpc_timeout = std::chrono::milliseconds(500);
     options.max_attempts = 40;  // rides out a fault of several seconds
     options.initial_backoff = std::chrono::milliseconds(10);
@@ -75,19 +90,29 @@ class NetworkFaultTest : public ::testing::TestWithParam<Fault> {
     client_ = *std::move(client);
   }
 
+  bool data_plane() const { return std::get<1>(GetParam()); }
+
+  // The proxies a fault in `phase` acts on: the data plane's for push and
+  // gather when the client uses it.
+  std::vector<std::unique_ptr<FaultProxy>>& ProxiesOf(Phase phase) {
+    return data_plane() && phase != Phase::kStep ? data_proxies_ : proxies_;
+  }
+
   void TearDown() override {
     proxies_.clear();  // before the servers: no connection outlives its target
+    data_proxies_.clear();
     if (cluster_) EXPECT_TRUE(cluster_->StopAll().ok());
   }
 
   std::unique_ptr<ServerCluster> cluster_;
   std::vector<std::unique_ptr<FaultProxy>> proxies_;
+  std::vector<std::unique_ptr<FaultProxy>> data_proxies_;  // empty over gRPC
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
   std::unique_ptr<client::Client> client_;
 };
 
 TEST_P(NetworkFaultTest, RetriesKeepEveryStepExactlyOnce) {
-  const Fault& fault = GetParam();
+  const Fault& fault = std::get<0>(GetParam());
   auto job = client_->RegisterJob(TestSpec(fault.name, kNodes, v1::DTYPE_FP32, v1::DTYPE_FP32));
   ASSERT_TRUE(job.ok()) << job.status();
   ReferenceModel ref((*job)->spec());
@@ -97,7 +122,7 @@ TEST_P(NetworkFaultTest, RetriesKeepEveryStepExactlyOnce) {
     const float lr = 0.01f * static_cast<float>(step + 1);
     std::function<void()> during;
     auto inject = [&](Phase phase) {
-      if (step == kFaultStep && fault.phase == phase) during = fault.inject(proxies_);
+      if (step == kFaultStep && fault.phase == phase) during = fault.inject(ProxiesOf(phase));
     };
     auto started = [&] {
       if (during) during();
@@ -130,6 +155,7 @@ TEST_P(NetworkFaultTest, RetriesKeepEveryStepExactlyOnce) {
                        "weights after step " + std::to_string(step));
   }
   for (auto& p : proxies_) p->SetDelay(absl::ZeroDuration());
+  for (auto& p : data_proxies_) p->SetDelay(absl::ZeroDuration());
   auto version = (*job)->Version();
   ASSERT_TRUE(version.ok()) << version.status();
   EXPECT_EQ(*version, kSteps) << "a step was applied more or less than once";
@@ -151,7 +177,7 @@ std::function<void()> ReleaseLater(FaultProxy* proxy, absl::Duration after) {
 
 INSTANTIATE_TEST_SUITE_P(
     Faults, NetworkFaultTest,
-    ::testing::Values(
+    ::testing::Combine(::testing::Values(
         // Server 0's connections reset after 3000 more bytes of push data.
         Fault{"cut_mid_push", Phase::kPush, "PushGradients",
               [](auto& proxies) {
@@ -195,7 +221,11 @@ INSTANTIATE_TEST_SUITE_P(
                 proxies[0]->SetBlackHole(true);
                 return ReleaseLater(proxies[0].get(), absl::Seconds(2));
               }}),
-    [](const auto& info) { return std::string(info.param.name); });
+        ::testing::Bool()),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) +
+             (std::get<1>(info.param) ? "_tcp" : "_grpc");
+    });
 
 }  // namespace
 }  // namespace zerostate::testing
