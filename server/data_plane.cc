@@ -88,6 +88,7 @@ void DataPlane::AcceptLoop() {
     Conn* conn = &conns_.back();
     conn->thread = std::thread([this, conn] {
       ServeDataConnection(ctx_, conn->fd);
+      shutdown(conn->fd, SHUT_RDWR);  // the peer sees the end now; closed when reaped
       absl::MutexLock lock(&mu_);
       conn->done = true;
     });

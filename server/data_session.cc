@@ -1,5 +1,7 @@
 #include "server/data_session.h"
 
+#include <sys/socket.h>
+
 #include "absl/strings/str_cat.h"
 
 namespace zerostate::server {
@@ -33,8 +35,20 @@ class Session final : public Job::GatherSink {
       if (absl::IsInvalidArgument(s) || absl::IsDataLoss(s)) {
         (void)SendFrame(fd_, FrameType::kError,
                         Reply(ctx_.incarnation, absl::InvalidArgumentError(s.message())));
+        LingeringClose();
       }
       return;
+    }
+  }
+
+  // Sends FIN after the answer, then reads and drops what the client still
+  // sends (briefly, and a bounded amount): closing with unread bytes would
+  // send a reset, which can destroy the answer before the client reads it.
+  void LingeringClose() {
+    shutdown(fd_, SHUT_WR);
+    SetSocketDeadline(fd_, absl::Now() + absl::Seconds(1));
+    char sink[64 << 10];
+    for (int i = 0; i < 256 && recv(fd_, sink, sizeof(sink), 0) > 0; ++i) {
     }
   }
 

@@ -3,13 +3,15 @@
 // processes of this machine, measured in the same run.
 //
 // It times (a) raw TCP over loopback (raw_tcp.h) with 1 connection and with
-// as many connections as the client opens to S servers (S x --channels),
-// then (b) for S in --servers (default 1,2,4) and wire dtypes fp32 and bf16,
-// a push of one step's gradient and a gather of the stepped weights of a
-// --tensor_mib tensor (one node, data already in the wire dtype, as a GPU
-// trainer holds it). A figure is the best of --reps. It prints GB/s of wire
-// payload, the client's CPU seconds per GB, and the ratio to raw TCP with
-// the same number of connections. --json prints one object per figure:
+// as many connections as the client opens to S servers (S x --channels
+// gRPC channels; S x --streams data plane connections), then (b) for S in
+// --servers (default 1,2,4), each plane in --planes (grpc: push and gather
+// over gRPC; tcp: over the servers' TCP data plane) and wire dtypes fp32
+// and bf16, a push of one step's gradient and a gather of the stepped
+// weights of a --tensor_mib tensor (one node, data already in the wire
+// dtype, as a GPU trainer holds it). A figure is the best of --reps. It
+// prints GB/s of wire payload, the client's CPU seconds per GB, and the
+// ratio to raw TCP with the same number of connections. --json prints one object per figure:
 // {"figure":..., "value":..., "unit":..., "limit":..., "ratio":...}
 // --tls_dir=DIR runs the servers with TLS (DIR/server.pem, DIR/server.key
 // for 127.0.0.1, DIR/ca.pem its CA; docs/operations.md, "Security") and
@@ -43,6 +45,7 @@ ABSL_FLAG(int, window_mib, 0, "grpc.http2.lookahead_bytes in MiB (0: the library
 ABSL_FLAG(std::vector<std::string>, channel_args, {},
           "extra integer channel arguments NAME=VALUE, comma-separated, applied last");
 ABSL_FLAG(int, server_threads, 2, "zerostate-server --threads");
+ABSL_FLAG(std::string, planes, "grpc,tcp", "data paths to measure: grpc, tcp (the TCP data plane)");
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 ABSL_FLAG(std::string, server_binary, ZEROSTATE_SERVER_PATH, "the zerostate-server to start");
 ABSL_FLAG(std::string, tls_dir, "",
@@ -103,9 +106,22 @@ v1::JobSpec BenchSpec(const std::string& id, uint64_t elems, v1::DType dtype) {
   return spec;
 }
 
-client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers) {
+// Connections the client opens to each server on `plane`.
+int ConnectionsPerServer(const std::string& plane) {
+  return plane == "tcp" ? absl::GetFlag(FLAGS_streams) : absl::GetFlag(FLAGS_channels);
+}
+
+// The planes to measure; with TLS only gRPC (servers turn the data plane off).
+std::vector<std::string> Planes() {
+  if (!absl::GetFlag(FLAGS_tls_dir).empty()) return {"grpc"};
+  return absl::StrSplit(absl::GetFlag(FLAGS_planes), ',', absl::SkipEmpty());
+}
+
+client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers,
+                                         const std::string& plane) {
   client::ClientOptions o;
   o.servers = servers;
+  o.data_plane = plane == "tcp";
   const std::string tls = absl::GetFlag(FLAGS_tls_dir);
   o.plaintext = tls.empty();
   if (!tls.empty()) o.tls_ca_file = tls + "/ca.pem";
@@ -125,9 +141,11 @@ client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers
 }
 
 // Push and gather figures for one job on a running cluster.
-absl::Status MeasureJob(client::Client& c, v1::DType dtype, Figure* push, Figure* gather) {
+absl::Status MeasureJob(client::Client& c, const std::string& plane, v1::DType dtype,
+                        Figure* push, Figure* gather) {
   const uint64_t elems = (static_cast<uint64_t>(absl::GetFlag(FLAGS_tensor_mib)) << 20) / 4;
-  auto job = c.RegisterJob(BenchSpec(std::string("bench-") + DTypeName(dtype), elems, dtype));
+  auto job = c.RegisterJob(
+      BenchSpec(std::string("bench-") + DTypeName(dtype) + "-" + plane, elems, dtype));
   if (!job.ok()) return job.status();
   const Range all{0, (*job)->layout().used_elems};
   const uint64_t bytes = all.size() * DTypeSize(dtype);
@@ -152,16 +170,19 @@ absl::Status MeasureServers(int servers, const std::map<int, double>& tcp) {
   }
   auto cluster = testing::ServerCluster::Start(servers, so);
   if (!cluster.ok()) return cluster.status();
-  auto c = client::Client::Connect(BenchClientOptions((*cluster)->addresses()));
-  if (!c.ok()) return c.status();
-  const double limit = tcp.at(servers * absl::GetFlag(FLAGS_channels));
-  for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
-    Figure push, gather;
-    if (absl::Status s = MeasureJob(**c, dtype, &push, &gather); !s.ok()) return s;
-    std::string suffix = std::string(".") + DTypeName(dtype) + ".servers=" + std::to_string(servers) +
-                         (absl::GetFlag(FLAGS_tls_dir).empty() ? "" : ".tls");
-    Print("push" + suffix, push, limit);
-    Print("gather" + suffix, gather, limit);
+  for (const std::string& plane : Planes()) {
+    auto c = client::Client::Connect(BenchClientOptions((*cluster)->addresses(), plane));
+    if (!c.ok()) return c.status();
+    const double limit = tcp.at(servers * ConnectionsPerServer(plane));
+    for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
+      Figure push, gather;
+      if (absl::Status s = MeasureJob(**c, plane, dtype, &push, &gather); !s.ok()) return s;
+      std::string suffix = std::string(".") + DTypeName(dtype) + ".servers=" +
+                           std::to_string(servers) + "." + plane +
+                           (absl::GetFlag(FLAGS_tls_dir).empty() ? "" : ".tls");
+      Print("push" + suffix, push, limit);
+      Print("gather" + suffix, gather, limit);
+    }
   }
   return (*cluster)->StopAll();
 }
@@ -175,7 +196,9 @@ int Main() {
   // Raw TCP first: it forks, so it runs before any thread exists.
   std::map<int, double> tcp;
   std::vector<int> conns = {1};
-  for (int s : server_counts) conns.push_back(s * absl::GetFlag(FLAGS_channels));
+  for (int s : server_counts) {
+    for (const std::string& plane : Planes()) conns.push_back(s * ConnectionsPerServer(plane));
+  }
   const uint64_t tcp_bytes = std::max<uint64_t>(static_cast<uint64_t>(absl::GetFlag(FLAGS_tensor_mib)) << 21, 64 << 20);
   for (int n : conns) {
     if (tcp.count(n)) continue;

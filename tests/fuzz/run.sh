@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-60}
 shift || true
-ALL=(register_job chunk gather step rendezvous manifest worker_config ds_config)
+ALL=(register_job chunk gather frame step rendezvous manifest worker_config ds_config)
 [ $# -gt 0 ] && HARNESSES=("$@") || HARNESSES=("${ALL[@]}")
 BUILD=${BUILD:-build-fuzz-gcc}
 OUT=${FUZZ_OUT:-$BUILD/fuzz-out}

@@ -1,0 +1,144 @@
+// The servers' TCP data plane (server/data_plane.h) from a raw socket and
+// through the client, against a real zerostate-server process: malformed
+// frames get an ERROR frame naming the problem, then the connection
+// closes, and the job is left as it was; a wrong token gets the same
+// answer whether or not the job exists; the client's pushes and gathers
+// are served (and counted) by the data plane.
+#include <sys/socket.h>
+
+#include "client/data_conn.h"
+#include "common/frame_io.h"
+#include "tests/client/cluster_fixture.h"
+#include "tests/client/reference_model.h"
+#include "tests/testing/frame_cases.h"
+
+namespace zerostate::testing {
+namespace {
+
+class DataPlaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerProcessOptions o = TestServerOptions();
+    o.args.push_back("--metrics_listen=127.0.0.1:0");
+    auto server = ServerProcess::Start(o);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    ASSERT_FALSE(server_->data_address().empty()) << "the server printed no data plane address";
+    auto c = client::Client::Connect(TestClientOptions({server_->address()}));
+    ASSERT_TRUE(c.ok()) << c.status();
+    client_ = *std::move(c);
+    auto job = client_->RegisterJob(TestSpec("dp", 1, v1::DTYPE_FP32, v1::DTYPE_FP32));
+    ASSERT_TRUE(job.ok()) << job.status();
+    job_ = *std::move(job);
+  }
+
+  // A raw connection to the data plane.
+  std::unique_ptr<client::DataConn> Connect() {
+    client::DataConnPool pool(server_->data_address(), 0);
+    auto conn = pool.Acquire(absl::Now() + absl::Seconds(10));
+    EXPECT_TRUE(conn.ok()) << conn.status();
+    if (!conn.ok()) return nullptr;
+    SetSocketDeadline((*conn)->fd(), absl::Now() + absl::Seconds(10));
+    return *std::move(conn);
+  }
+
+  // The next frame the server sends on `conn` (which must not be closed).
+  FrameStart Reply(client::DataConn& conn) {
+    absl::StatusOr<std::optional<FrameStart>> f = RecvFrameStart(conn.fd());
+    EXPECT_TRUE(f.ok() && f->has_value()) << (f.ok() ? "closed" : f.status().ToString());
+    return f.ok() && f->has_value() ? **f : FrameStart{};
+  }
+
+  std::unique_ptr<ServerProcess> server_;
+  std::unique_ptr<client::Client> client_;
+  std::unique_ptr<client::JobClient> job_;
+};
+
+// 16 elements of node 0's step-0 gradient for block 0 of job `job_id`.
+v1::Chunk PushFields(const std::string& job_id) {
+  v1::Chunk c;
+  c.set_job_id(job_id);
+  c.set_dtype(v1::DTYPE_FP32);
+  return c;
+}
+const std::string kPayload(16 * 4, '\x01');
+
+// After the bad frames, the job must take node 0's full gradient as if
+// nothing had come before: a piece of the bad frames applied would make the
+// client's chunks partial overlaps or duplicates, and the weights differ.
+void ExpectJobUntouched(client::JobClient& job) {
+  ReferenceModel ref(job.spec());
+  const Layout& layout = ref.layout();
+  std::vector<float> g = NodeGradient(layout, 0, 0);
+  ASSERT_TRUE(job.Push(0, 0, {0, layout.used_elems}, g.data(), v1::DTYPE_FP32).ok());
+  ASSERT_TRUE(job.Step(0, 0.01f, 1.0f, false).ok());
+  ref.Step(0, {g}, 0.01f, 1.0f);
+  std::vector<float> got(layout.total_elems);
+  ASSERT_TRUE(job.Gather(1, {0, got.size()}, got.data(), v1::DTYPE_FP32).ok());
+  ExpectBitIdentical(got.data(), ref.GatheredWeights().data(), got.size(), "weights");
+}
+
+TEST_F(DataPlaneTest, EachMalformedFrameIsAnsweredNamingItThenClosedAndChangesNothing) {
+  const std::string good = PushFrame(PushFields("dp"), kTestJobToken, kPayload);
+  for (const BadFrame& bad : BadFrames(good)) {
+    SCOPED_TRACE(bad.name);
+    std::unique_ptr<client::DataConn> conn = Connect();
+    ASSERT_NE(conn, nullptr);
+    ASSERT_EQ(send(conn->fd(), bad.bytes.data(), bad.bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bad.bytes.size()));
+    shutdown(conn->fd(), SHUT_WR);  // a truncated frame ends here
+    FrameStart reply = Reply(*conn);
+    EXPECT_EQ(reply.header.type, FrameType::kError);
+    EXPECT_EQ(reply.meta.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+    EXPECT_NE(reply.meta.message().find(bad.error), std::string::npos) << reply.meta.message();
+    EXPECT_NE(reply.meta.incarnation(), 0u);
+    absl::StatusOr<std::optional<FrameStart>> after = RecvFrameStart(conn->fd());
+    EXPECT_TRUE(after.ok() && !after->has_value()) << "the server kept the connection open";
+  }
+  ExpectJobUntouched(*job_);
+}
+
+TEST_F(DataPlaneTest, WrongTokenGetsTheSameAnswerForAnExistingAndAnUnknownJob) {
+  const std::string wrong = "wrong-token-0123456789abcdef0123456789abcdef";
+  std::unique_ptr<client::DataConn> conn = Connect();
+  ASSERT_NE(conn, nullptr);
+  std::vector<v1::DataFrameMeta> acks;
+  for (const char* job_id : {"dp", "no-such-job"}) {
+    std::string frame = PushFrame(PushFields(job_id), wrong, kPayload);
+    ASSERT_TRUE(send(conn->fd(), frame.data(), frame.size(), MSG_NOSIGNAL) > 0);
+    FrameStart reply = Reply(*conn);
+    EXPECT_EQ(reply.header.type, FrameType::kPushAck);
+    acks.push_back(reply.meta);
+  }
+  EXPECT_EQ(acks[0].code(), static_cast<int>(absl::StatusCode::kUnauthenticated));
+  EXPECT_EQ(acks[0].SerializeAsString(), acks[1].SerializeAsString());
+  // A gather with the wrong token ends at once with the same answer.
+  v1::DataFrameMeta gather;
+  gather.set_token(wrong);
+  gather.mutable_gather()->set_job_id("dp");
+  gather.mutable_gather()->set_end(10);
+  ASSERT_TRUE(SendFrame(conn->fd(), FrameType::kGather, gather).ok());
+  FrameStart end = Reply(*conn);
+  EXPECT_EQ(end.header.type, FrameType::kGatherEnd);
+  EXPECT_EQ(end.meta.code(), acks[0].code());
+  EXPECT_EQ(end.meta.bytes(), 0u);
+  // The connection still serves a well-formed frame with the right token.
+  std::string frame = PushFrame(PushFields("dp"), kTestJobToken, kPayload);
+  ASSERT_TRUE(send(conn->fd(), frame.data(), frame.size(), MSG_NOSIGNAL) > 0);
+  FrameStart ok = Reply(*conn);
+  EXPECT_EQ(ok.meta.code(), 0) << ok.meta.message();
+  EXPECT_FALSE(ok.meta.duplicate());
+}
+
+TEST_F(DataPlaneTest, ClientPushAndGatherAreServedByTheDataPlane) {
+  ExpectJobUntouched(*job_);
+  auto metrics = ScrapeMetrics(server_->metrics_address());
+  ASSERT_TRUE(metrics.ok()) << metrics.status();
+  EXPECT_NE(metrics->find("method=\"DataPush\""), std::string::npos);
+  EXPECT_NE(metrics->find("method=\"DataGather\""), std::string::npos);
+  EXPECT_EQ(metrics->find("method=\"PushGradients\""), std::string::npos)
+      << "a push went over gRPC";
+}
+
+}  // namespace
+}  // namespace zerostate::testing
