@@ -50,6 +50,8 @@ ABSL_FLAG(int64_t, params, int64_t{4} << 20, "parameters per job (two 2-D tensor
 ABSL_FLAG(int, steps, 20, "steps per job");
 ABSL_FLAG(double, lr, 1e-3, "learning rate");
 ABSL_FLAG(int, streams, 2, "ClientOptions::streams_per_server of each client process");
+ABSL_FLAG(bool, data_plane, true,
+          "ClientOptions::data_plane of each client process (false: push and gather over gRPC)");
 ABSL_FLAG(int64_t, ram_budget_mib, 256, "each server's --ram_budget_bytes, in MiB");
 ABSL_FLAG(int, server_threads, 2, "zerostate-server --threads");
 ABSL_FLAG(int, timeout_s, 600, "longest the clients may take to start, and to finish");
@@ -146,6 +148,7 @@ absl::Status RunClients(const std::vector<std::string>& servers, const std::stri
             absl::StrCat("--steps=", absl::GetFlag(FLAGS_steps)),
             absl::StrCat("--lr=", absl::GetFlag(FLAGS_lr)),
             absl::StrCat("--streams=", absl::GetFlag(FLAGS_streams)),
+            absl::StrCat("--data_plane=", absl::GetFlag(FLAGS_data_plane) ? "true" : "false"),
         });
         if (!c.ok()) return c.status();
         if (absl::Status s = (*c)->WriteLine(token); !s.ok()) return s;

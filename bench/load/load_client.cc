@@ -33,6 +33,7 @@ ABSL_FLAG(int, local_ranks, 1, "processes per node; each pushes and gathers 1/lo
 ABSL_FLAG(int, steps, 10, "steps to run");
 ABSL_FLAG(double, lr, 1e-3, "learning rate of every step");
 ABSL_FLAG(int, streams, 2, "ClientOptions::streams_per_server");
+ABSL_FLAG(bool, data_plane, true, "ClientOptions::data_plane: push and gather over TCP, not gRPC");
 
 namespace zerostate::bench {
 namespace {
@@ -53,6 +54,7 @@ absl::Status Run() {
   options.servers = absl::GetFlag(FLAGS_servers);
   options.channels_per_server = 1;  // one connection per server per process
   options.streams_per_server = absl::GetFlag(FLAGS_streams);
+  options.data_plane = absl::GetFlag(FLAGS_data_plane);
   absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Connect(options);
   if (!c.ok()) return c.status();
   absl::StatusOr<std::unique_ptr<client::JobClient>> job = (*c)->AttachJob(absl::GetFlag(FLAGS_job));
