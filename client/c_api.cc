@@ -91,6 +91,7 @@ int zs_connect(const zs_client_options* o, zs_client** out, char** error) {
   options.tls_key_file = o->tls_key_file != nullptr ? o->tls_key_file : "";
   options.plaintext = o->plaintext != 0;
   options.job_token = o->job_token != nullptr ? o->job_token : "";
+  options.data_plane = o->data_plane_off == 0;
   auto client = zc::Client::Connect(std::move(options));
   if (!client.ok()) return Report(client.status(), error);
   *out = new zs_client{*std::move(client)};

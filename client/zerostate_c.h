@@ -76,6 +76,9 @@ typedef struct zs_client_options {
   /* The job's token (NULL: none yet; the first zs_register_job gets one
    * generated, see zs_job_token). A secret: never log it. */
   const char* job_token;
+  /* != 0: push and gather over gRPC even where the servers have a TCP
+   * data plane (ClientOptions::data_plane = false). */
+  int data_plane_off;
 } zs_client_options;
 
 /* The library's defaults, no servers. */

@@ -42,6 +42,8 @@ ABSL_FLAG(std::string, tls_ca, "", "PEM CA of the state servers' certificates (T
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for servers that require one (mTLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(bool, plaintext, false, "talk to the state servers without TLS (servers on --plaintext)");
+ABSL_FLAG(bool, data_plane, true,
+          "push and gather over the servers' TCP data plane when plaintext (false: over gRPC)");
 
 namespace zerostate::worker {
 namespace {
@@ -216,6 +218,7 @@ int Main() {
   options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.plaintext = absl::GetFlag(FLAGS_plaintext);
+  options.data_plane = absl::GetFlag(FLAGS_data_plane);
   auto token = WorkerJobToken(GetEnv(kJobTokenEnv), topo->world(), threads > 0 ? threads : 1);
   if (!token.ok()) return std::fprintf(stderr, "zerostate-worker: %s\n", token.status().ToString().c_str()), 2;
   options.job_token = *token;
