@@ -130,6 +130,9 @@ TEST_F(ClientTlsTest, TlsServerServesAClientThatTrustsItsCa) {
   ASSERT_TRUE(server.ok()) << server.status() << Slurp(log_);
   EXPECT_TRUE(TrainOneStep(TlsOptions(**server, /*with_cert=*/false)).ok());
   EXPECT_EQ(Slurp(log_).find("--plaintext"), std::string::npos) << "no plaintext warning on TLS";
+  // Plain TCP cannot carry TLS's guarantees: no data plane, and the log says why.
+  EXPECT_TRUE((*server)->data_address().empty()) << (*server)->data_address();
+  EXPECT_NE(Slurp(log_).find("data plane off: TLS is on"), std::string::npos) << Slurp(log_);
 }
 
 TEST_F(ClientTlsTest, ClientThatTrustsAnotherCaIsRefused) {
