@@ -7,6 +7,7 @@
 #include "client/job_client_impl.h"
 #include "client/validate.h"
 #include "common/job_spec.h"
+#include "common/shard_map.h"
 
 namespace zerostate::client {
 
@@ -164,7 +165,14 @@ absl::StatusOr<uint64_t> JobClient::Impl::Version() {
     return st.ok() ? CheckIncarnation(job_, shard, resp.incarnation()) : st;
   });
   if (!s.ok()) return s;
-  return *std::min_element(versions.begin(), versions.end());
+  // A server that holds no block of the job has no version to report.
+  uint64_t version = std::numeric_limits<uint64_t>::max();
+  for (int shard = 0; shard < client_->num_servers(); ++shard) {
+    if (!ShardBlocks(layout_.num_blocks(), client_->num_servers(), shard).empty()) {
+      version = std::min(version, versions[shard]);
+    }
+  }
+  return version;
 }
 
 // The public JobClient forwards to its Impl.

@@ -59,6 +59,28 @@ TEST(ClientCallsTest, RendezvousGathersEveryRanksValue) {
   }
 }
 
+// With more servers than blocks some servers hold nothing of the job; the
+// job's version is that of the servers that hold its blocks.
+TEST(ClientCallsTest, VersionIgnoresServersWithoutBlocks) {
+  auto cluster = ServerCluster::Start(3, TestServerOptions());
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  auto c = client::Client::Connect(TestClientOptions((*cluster)->addresses()));
+  ASSERT_TRUE(c.ok()) << c.status();
+  v1::JobSpec spec = TestSpec("fewblocks", 1, v1::DTYPE_FP32, v1::DTYPE_FP32);
+  spec.mutable_tensors()->DeleteSubrange(1, 2);  // 37 x 61: 5 blocks of 512
+  spec.set_block_elems(4096);                     // 1 block, on server 0 only
+  auto job = (*c)->RegisterJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const Layout& layout = (*job)->layout();
+  ASSERT_EQ(layout.num_blocks(), 1u);
+  std::vector<float> g(layout.used_elems, 0.25f);
+  ASSERT_TRUE((*job)->Push(0, 0, Range{0, g.size()}, g.data(), v1::DTYPE_FP32).ok());
+  ASSERT_TRUE((*job)->Step(0, 0.1f, 1.0f, false).ok());
+  auto version = (*job)->Version();
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(*version, 1u);
+}
+
 TEST(ClientCallsTest, UnknownTensorIsNamed) {
   auto server = ServerProcess::Start(TestServerOptions());
   ASSERT_TRUE(server.ok()) << server.status();
