@@ -28,9 +28,10 @@ class JobClient::Impl {
   static absl::StatusOr<std::unique_ptr<JobClient>> Attach(std::shared_ptr<Client::Impl> client,
                                                            const std::string& job_id);
 
-  // `data_ports`: the data plane port each server advertised (0: none).
+  // `data_ports`: the data plane port each server advertised (0 or
+  // missing: none).
   Impl(std::shared_ptr<Client::Impl> client, v1::JobSpec spec,
-       std::vector<uint64_t> incarnations, const std::vector<uint32_t>& data_ports);
+       std::vector<uint64_t> incarnations, const std::vector<uint32_t>& data_ports = {});
   // Waits until every call started through this job has completed.
   ~Impl();
 

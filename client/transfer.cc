@@ -329,9 +329,9 @@ absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& call,
 
 std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& options,
                                                      const std::vector<uint32_t>& ports) {
-  std::vector<std::shared_ptr<DataConnPool>> pools(ports.size());
+  std::vector<std::shared_ptr<DataConnPool>> pools(options.servers.size());
   if (!options.data_plane || !options.plaintext) return pools;
-  for (size_t i = 0; i < ports.size(); ++i) {
+  for (size_t i = 0; i < ports.size() && i < pools.size(); ++i) {
     if (ports[i] == 0) continue;
     std::string address = options.data_servers.empty()
                               ? DataAddress(options.servers[i], static_cast<int>(ports[i]))

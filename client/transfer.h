@@ -32,9 +32,9 @@ struct JobContext {
   std::vector<std::shared_ptr<DataConnPool>> data;
 };
 
-// The data planes of a job's servers from the ports they advertised
-// (0: none): null for every shard unless options.data_plane and
-// options.plaintext.
+// The data planes of a job's servers (one per options.servers) from the
+// ports they advertised (0 or missing: none): null for every shard unless
+// options.data_plane and options.plaintext.
 std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& options,
                                                      const std::vector<uint32_t>& ports);
 

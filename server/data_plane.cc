@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -14,7 +16,8 @@
 namespace zerostate::server {
 namespace {
 
-// A listening IPv4 socket on `listen`; *port gets the bound port.
+// A listening socket on `listen` (IPv4, IPv6 as "[addr]:port", or a
+// name); *port gets the bound port.
 absl::StatusOr<int> Listen(const std::string& listen, int* port) {
   size_t colon = listen.rfind(':');
   int want = 0;
@@ -24,33 +27,36 @@ absl::StatusOr<int> Listen(const std::string& listen, int* port) {
         absl::StrCat("data_listen: '", listen, "' is not host:port"));
   }
   std::string host = listen.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
   addrinfo hints{};
-  hints.ai_family = AF_INET;
+  hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
-  int gai = getaddrinfo(host.empty() ? nullptr : host.c_str(), nullptr, &hints, &res);
+  int gai = getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(want).c_str(),
+                        &hints, &res);
   if (gai != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("data_listen: cannot resolve '", host, "': ", gai_strerror(gai)));
   }
-  sockaddr_in addr;
-  std::memcpy(&addr, res->ai_addr, sizeof(addr));
-  freeaddrinfo(res);
-  addr.sin_port = htons(static_cast<uint16_t>(want));
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   int one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::listen(fd, 128) != 0) {
-    std::string why = std::strerror(errno);
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  bool bound = fd >= 0 && bind(fd, res->ai_addr, res->ai_addrlen) == 0 && ::listen(fd, 128) == 0;
+  std::string why = bound ? "" : std::strerror(errno);
+  freeaddrinfo(res);
+  if (!bound) {
     if (fd >= 0) close(fd);
     return absl::UnavailableError(
         absl::StrCat("data_listen: cannot listen on ", listen, ": ", why));
   }
+  sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  *port = ntohs(addr.sin_port);
+  *port = ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                           : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   return fd;
 }
 

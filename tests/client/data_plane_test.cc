@@ -5,6 +5,10 @@
 // answer whether or not the job exists; the client's pushes and gathers
 // are served (and counted) by the data plane.
 #include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
 
 #include "client/data_conn.h"
 #include "common/frame_io.h"
@@ -138,6 +142,26 @@ TEST_F(DataPlaneTest, ClientPushAndGatherAreServedByTheDataPlane) {
   EXPECT_NE(metrics->find("method=\"DataGather\""), std::string::npos);
   EXPECT_EQ(metrics->find("method=\"PushGradients\""), std::string::npos)
       << "a push went over gRPC";
+}
+
+// A bad --data_listen stops the server at start, naming the flag.
+TEST(DataListenTest, BadAddressIsRefusedNamingTheFlag) {
+  auto busy = ServerProcess::Start(TestServerOptions());  // its gRPC port is taken
+  ASSERT_TRUE(busy.ok()) << busy.status();
+  const std::string log = absl::StrCat(::testing::TempDir(), "zerostate_data_listen.", getpid());
+  for (const std::string& flag :
+       {std::string("nonsense"), std::string("127.0.0.1:99999"), (*busy)->address()}) {
+    SCOPED_TRACE(flag);
+    std::remove(log.c_str());
+    ServerProcessOptions o = TestServerOptions();
+    o.args.push_back("--data_listen=" + flag);
+    o.stderr_path = log;
+    EXPECT_FALSE(ServerProcess::Start(o).ok());
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("data_listen: "), std::string::npos) << text;
+    EXPECT_NE(text.find(flag), std::string::npos) << text;
+  }
 }
 
 }  // namespace
