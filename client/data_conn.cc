@@ -20,8 +20,8 @@ absl::Status ConnectBy(int fd, const addrinfo& addr, absl::Time deadline) {
   if (connect(fd, addr.ai_addr, addr.ai_addrlen) == 0) return absl::OkStatus();
   if (errno != EINPROGRESS) return absl::UnavailableError(std::strerror(errno));
   pollfd p{fd, POLLOUT, 0};
-  int ms = static_cast<int>(
-      std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now())));
+  int ms =
+      static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(deadline - absl::Now())));
   int r = poll(&p, 1, ms);
   if (r == 0) return absl::DeadlineExceededError("connect: deadline exceeded");
   int err = 0;

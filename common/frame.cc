@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 
 namespace zerostate {
 namespace {
@@ -30,12 +30,18 @@ void StoreLE(uint64_t v, int n, uint8_t* p) {
 
 std::string FrameTypeName(uint8_t type) {
   switch (static_cast<FrameType>(type)) {
-    case FrameType::kPush: return "PUSH";
-    case FrameType::kPushAck: return "PUSH_ACK";
-    case FrameType::kGather: return "GATHER";
-    case FrameType::kGatherPiece: return "GATHER_PIECE";
-    case FrameType::kGatherEnd: return "GATHER_END";
-    case FrameType::kError: return "ERROR";
+    case FrameType::kPush:
+      return "PUSH";
+    case FrameType::kPushAck:
+      return "PUSH_ACK";
+    case FrameType::kGather:
+      return "GATHER";
+    case FrameType::kGatherPiece:
+      return "GATHER_PIECE";
+    case FrameType::kGatherEnd:
+      return "GATHER_END";
+    case FrameType::kError:
+      return "ERROR";
   }
   return absl::StrCat("type ", type);
 }
@@ -51,9 +57,9 @@ void EncodeFrameHeader(const FrameHeader& h, uint8_t out[kFrameHeaderBytes]) {
 
 absl::StatusOr<FrameHeader> ParseFrameHeader(const uint8_t b[kFrameHeaderBytes]) {
   if (std::memcmp(b, kFrameMagic, 4) != 0) {
-    return Bad(absl::StrCat("bad magic '",
-                            absl::CHexEscape(absl::string_view(reinterpret_cast<const char*>(b), 4)),
-                            "' (want 'ZSDP'): not a zerostate data plane client?"));
+    return Bad(absl::StrCat(
+        "bad magic '", absl::CHexEscape(absl::string_view(reinterpret_cast<const char*>(b), 4)),
+        "' (want 'ZSDP'): not a zerostate data plane client?"));
   }
   if (b[4] != kFrameVersion) {
     return Bad(absl::StrCat("version ", b[4], " (this server speaks ", kFrameVersion, ")"));
@@ -111,8 +117,7 @@ absl::StatusOr<ParsedFrame> ParseFrame(absl::Span<const uint8_t> bytes) {
   return f;
 }
 
-std::string EncodeFrameStart(FrameType type, const v1::DataFrameMeta& meta,
-                             uint64_t payload_len) {
+std::string EncodeFrameStart(FrameType type, const v1::DataFrameMeta& meta, uint64_t payload_len) {
   std::string out(kFrameHeaderBytes, '\0');
   meta.AppendToString(&out);
   FrameHeader h{type, static_cast<uint32_t>(out.size() - kFrameHeaderBytes), payload_len};

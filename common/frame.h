@@ -65,8 +65,7 @@ void EncodeFrameHeader(const FrameHeader& header, uint8_t out[kFrameHeaderBytes]
 absl::StatusOr<FrameHeader> ParseFrameHeader(const uint8_t bytes[kFrameHeaderBytes]);
 
 // Decodes a frame's meta bytes. Errors: INVALID_ARGUMENT naming the type.
-absl::StatusOr<v1::DataFrameMeta> ParseFrameMeta(FrameType type, const uint8_t* bytes,
-                                                 size_t size);
+absl::StatusOr<v1::DataFrameMeta> ParseFrameMeta(FrameType type, const uint8_t* bytes, size_t size);
 
 // A whole frame held in memory (tests, the fuzzer).
 struct ParsedFrame {
@@ -82,8 +81,7 @@ struct ParsedFrame {
 absl::StatusOr<ParsedFrame> ParseFrame(absl::Span<const uint8_t> bytes);
 
 // Header and meta bytes of a frame whose payload is `payload_len` bytes.
-std::string EncodeFrameStart(FrameType type, const v1::DataFrameMeta& meta,
-                             uint64_t payload_len);
+std::string EncodeFrameStart(FrameType type, const v1::DataFrameMeta& meta, uint64_t payload_len);
 
 // A chunk whose fields are `fields` (its data ignored) and whose data is
 // the `size` bytes at `data`.

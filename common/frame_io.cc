@@ -34,8 +34,8 @@ uint8_t* FrameBuffer::Reserve(size_t bytes) {
   return data_;
 }
 
-absl::Status SendFrame(int fd, FrameType type, const v1::DataFrameMeta& meta,
-                       const void* payload, size_t payload_len) {
+absl::Status SendFrame(int fd, FrameType type, const v1::DataFrameMeta& meta, const void* payload,
+                       size_t payload_len) {
   std::string start = EncodeFrameStart(type, meta, payload_len);
   iovec iov[2] = {{start.data(), start.size()}, {const_cast<void*>(payload), payload_len}};
   int first = 0;
@@ -64,7 +64,8 @@ absl::Status RecvExact(int fd, void* p, size_t n) {
   while (got < n) {
     ssize_t r = recv(fd, static_cast<char*>(p) + got, n - got, 0);
     if (r == 0) {
-      return absl::DataLossError(absl::StrCat("connection closed after ", got, " of ", n, " bytes"));
+      return absl::DataLossError(
+          absl::StrCat("connection closed after ", got, " of ", n, " bytes"));
     }
     if (r < 0) {
       if (errno == EINTR) continue;

@@ -23,8 +23,7 @@ absl::StatusOr<int> Listen(const std::string& listen, int* port) {
   int want = 0;
   if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &want) ||
       want < 0 || want > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data_listen: '", listen, "' is not host:port"));
+    return absl::InvalidArgumentError(absl::StrCat("data_listen: '", listen, "' is not host:port"));
   }
   std::string host = listen.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
@@ -35,8 +34,8 @@ absl::StatusOr<int> Listen(const std::string& listen, int* port) {
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE;
   addrinfo* res = nullptr;
-  int gai = getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(want).c_str(),
-                        &hints, &res);
+  int gai = getaddrinfo(host.empty() ? nullptr : host.c_str(), std::to_string(want).c_str(), &hints,
+                        &res);
   if (gai != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("data_listen: cannot resolve '", host, "': ", gai_strerror(gai)));

@@ -65,8 +65,7 @@ class Session final : public Job::GatherSink {
     c->set_offset(piece.offset);
     c->set_dtype(piece.dtype);
     c->set_version(piece.version);
-    if (!SendFrame(fd_, FrameType::kGatherPiece, meta, buffer_.Reserve(piece_bytes_),
-                   piece_bytes_)
+    if (!SendFrame(fd_, FrameType::kGatherPiece, meta, buffer_.Reserve(piece_bytes_), piece_bytes_)
              .ok()) {
       return false;
     }
@@ -80,20 +79,22 @@ class Session final : public Job::GatherSink {
   // I/O errors.
   absl::Status Serve(const FrameStart& f) {
     switch (f.header.type) {
-      case FrameType::kPush: return ServePush(f);
-      case FrameType::kGather: return ServeGather(f);
+      case FrameType::kPush:
+        return ServePush(f);
+      case FrameType::kGather:
+        return ServeGather(f);
       default:
-        return absl::InvalidArgumentError(absl::StrCat(
-            "data plane frame: a client may send PUSH or GATHER frames, not ",
-            FrameTypeName(static_cast<uint8_t>(f.header.type))));
+        return absl::InvalidArgumentError(
+            absl::StrCat("data plane frame: a client may send PUSH or GATHER frames, not ",
+                         FrameTypeName(static_cast<uint8_t>(f.header.type))));
     }
   }
 
   absl::Time DeadlineOf(const v1::DataFrameMeta& meta) const {
     absl::Time cap = absl::Now() + ctx_.max_wait;
     if (meta.timeout_ms() == 0) return cap;
-    return std::min(cap, absl::Now() + absl::Milliseconds(std::min<uint64_t>(
-                                           meta.timeout_ms(), uint64_t{1} << 40)));
+    return std::min(cap, absl::Now() + absl::Milliseconds(std::min<uint64_t>(meta.timeout_ms(),
+                                                                             uint64_t{1} << 40)));
   }
 
   absl::Status ServePush(const FrameStart& f) {

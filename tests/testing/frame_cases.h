@@ -23,7 +23,7 @@ inline std::string PushFrame(const v1::Chunk& fields, const std::string& token,
 struct BadFrame {
   std::string name;
   std::string bytes;
-  std::string error;          // a piece of the message that must name the problem
+  std::string error;            // a piece of the message that must name the problem
   bool parser_accepts = false;  // well-formed, but not a frame a client may send
 };
 
