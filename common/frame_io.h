@@ -27,6 +27,7 @@ class FrameBuffer {
   FrameBuffer& operator=(const FrameBuffer&) = delete;
   // At least `bytes` bytes.
   uint8_t* Reserve(size_t bytes);
+  size_t capacity() const { return capacity_; }
 
  private:
   uint8_t* data_ = nullptr;

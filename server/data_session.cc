@@ -1,6 +1,9 @@
 #include "server/data_session.h"
 
+#include <poll.h>
 #include <sys/socket.h>
+
+#include <cerrno>
 
 #include "absl/strings/str_cat.h"
 
@@ -11,6 +14,9 @@ namespace {
 // path records "PushGradients" and "Gather").
 constexpr char kPushMethod[] = "DataPush";
 constexpr char kGatherMethod[] = "DataGather";
+
+// The longest a read or write inside a frame may block.
+constexpr absl::Duration kMidFrameTimeout = absl::Seconds(60);
 
 v1::DataFrameMeta Reply(uint64_t incarnation, const absl::Status& status) {
   v1::DataFrameMeta meta;
@@ -26,6 +32,12 @@ class Session final : public Job::GatherSink {
 
   void Run() {
     while (true) {
+      // Idle between frames for as long as the client likes; within a
+      // frame, socket reads and writes time out (kMidFrameTimeout), so a
+      // stalled client gives its buffer back.
+      pollfd p{fd_, POLLIN, 0};
+      while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+      }
       absl::StatusOr<std::optional<FrameStart>> start = RecvFrameStart(fd_);
       if (start.ok() && !start->has_value()) return;  // closed at a frame boundary
       absl::Status s = start.ok() ? Serve(**start) : start.status();
@@ -52,10 +64,12 @@ class Session final : public Job::GatherSink {
     }
   }
 
-  // Job::GatherSink
+  // Job::GatherSink. Buffer() runs under a block's mutex, which pushes
+  // holding buffers may need: it must not wait for the budget.
   void* Buffer(size_t bytes) override {
     piece_bytes_ = bytes;
-    return buffer_.Reserve(bytes);
+    piece_ = ctx_.buffers->Borrow(bytes, /*wait=*/false);
+    return piece_.data();
   }
   bool Emit(const ChunkFields& piece) override {
     v1::DataFrameMeta meta;
@@ -65,10 +79,9 @@ class Session final : public Job::GatherSink {
     c->set_offset(piece.offset);
     c->set_dtype(piece.dtype);
     c->set_version(piece.version);
-    if (!SendFrame(fd_, FrameType::kGatherPiece, meta, buffer_.Reserve(piece_bytes_), piece_bytes_)
-             .ok()) {
-      return false;
-    }
+    bool sent = SendFrame(fd_, FrameType::kGatherPiece, meta, piece_.data(), piece_bytes_).ok();
+    piece_ = DataBufferPool::Lease();  // given back
+    if (!sent) return false;
     gathered_ += piece_bytes_;
     return true;
   }
@@ -99,14 +112,19 @@ class Session final : public Job::GatherSink {
 
   absl::Status ServePush(const FrameStart& f) {
     const absl::Time start = absl::Now();
-    uint8_t* payload = buffer_.Reserve(f.header.payload_len);
-    absl::Status read = RecvExact(fd_, payload, f.header.payload_len);
-    if (absl::IsDataLoss(read)) {
-      return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
-    }
-    if (!read.ok()) return read;
     bool duplicate = false;
-    absl::Status s = Push(f.meta, payload, f.header.payload_len, &duplicate);
+    absl::Status s;
+    {
+      // Held while the payload is read and folded; waits while the
+      // server's frames in flight fill the budget (no lock held here).
+      DataBufferPool::Lease payload = ctx_.buffers->Borrow(f.header.payload_len, /*wait=*/true);
+      absl::Status read = RecvExact(fd_, payload.data(), f.header.payload_len);
+      if (absl::IsDataLoss(read)) {
+        return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
+      }
+      if (!read.ok()) return read;
+      s = Push(f.meta, payload.data(), f.header.payload_len, &duplicate);
+    }
     ctx_.metrics->RecordRpc(kPushMethod, s, absl::ToDoubleSeconds(absl::Now() - start),
                             f.header.payload_len, 0);
     v1::DataFrameMeta ack = Reply(ctx_.incarnation, s);
@@ -148,7 +166,7 @@ class Session final : public Job::GatherSink {
 
   const DataSessionContext& ctx_;
   const int fd_;
-  FrameBuffer buffer_;  // the payload received or about to be sent
+  DataBufferPool::Lease piece_;  // the gather piece being filled and sent
   size_t piece_bytes_ = 0;
   uint64_t gathered_ = 0;
 };
@@ -157,6 +175,9 @@ class Session final : public Job::GatherSink {
 
 void ServeDataConnection(const DataSessionContext& ctx, int fd) {
   TuneDataSocket(fd);
+  timeval tv = absl::ToTimeval(kMidFrameTimeout);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   Session(ctx, fd).Run();
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/time/time.h"
 #include "common/frame_io.h"
+#include "server/data_buffers.h"
 #include "server/job_registry.h"
 #include "server/metrics.h"
 
@@ -23,6 +24,8 @@ struct DataSessionContext {
   uint64_t incarnation = 0;
   absl::Duration max_wait = absl::Minutes(10);  // cap on any wait
   uint32_t gather_piece_elems = 256 * 1024;
+  // Payload buffers of every session (required).
+  DataBufferPool* buffers = nullptr;
 };
 
 // Serves connection `fd` until the peer closes it, a frame is malformed or

@@ -32,6 +32,8 @@ ABSL_FLAG(bool, plaintext, false,
 ABSL_FLAG(std::string, data_listen, "",
           "TCP data plane address host:port for push and gather (port 0: any free port; "
           "empty: the host of --listen, any free port; off: none). Off with TLS");
+ABSL_FLAG(uint64_t, data_buffer_bytes, 64ull << 20,
+          "RAM the data plane's frame buffers hold at most, all connections together");
 ABSL_FLAG(uint64_t, max_jobs, 0, "jobs this server holds at most (0: unlimited)");
 ABSL_FLAG(uint64_t, job_ram_quota_bytes, 0, "RAM one job's shard may hold (0: unlimited)");
 ABSL_FLAG(uint64_t, job_disk_quota_bytes, 0,
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
   options.quotas.job_ram_bytes = absl::GetFlag(FLAGS_job_ram_quota_bytes);
   options.quotas.job_disk_bytes = absl::GetFlag(FLAGS_job_disk_quota_bytes);
   options.data_listen = absl::GetFlag(FLAGS_data_listen);
+  options.data_buffer_bytes = absl::GetFlag(FLAGS_data_buffer_bytes);
   auto server = zerostate::server::StateServer::Start(options);
   if (!server.ok()) {
     std::cerr << "zerostate-server: " << server.status() << std::endl;

@@ -111,8 +111,9 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   }
   ServiceOptions service = opt.service;
   service.nvme_dir = opt.tiers.nvme_dir;
-  DataSessionContext data{s->jobs_.get(), s->metrics_.get(), s->incarnation_, service.max_wait,
-                          service.gather_piece_elems};
+  s->data_buffers_ = std::make_unique<DataBufferPool>(opt.data_buffer_bytes);
+  DataSessionContext data{s->jobs_.get(),   s->metrics_.get(),          s->incarnation_,
+                          service.max_wait, service.gather_piece_elems, s->data_buffers_.get()};
   if (auto st = StartDataPlane(opt, data, &s->data_plane_, &s->data_address_); !st.ok()) {
     return st;
   }

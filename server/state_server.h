@@ -43,6 +43,9 @@ struct ServerOptions {
   // free port, "off" for none. Always off with TLS (plain TCP cannot carry
   // TLS's guarantees).
   std::string data_listen;
+  // RAM the data plane's frame buffers may hold, all connections together
+  // (--data_buffer_bytes): pushes wait for room beyond it.
+  uint64_t data_buffer_bytes = 64ull << 20;
 };
 
 class StateServer {
@@ -80,7 +83,8 @@ class StateServer {
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<StateServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
-  std::unique_ptr<DataPlane> data_plane_;  // destroyed before jobs_
+  std::unique_ptr<DataBufferPool> data_buffers_;
+  std::unique_ptr<DataPlane> data_plane_;  // destroyed before jobs_ and data_buffers_
   bool shut_down_ = false;
 };
 
