@@ -1,5 +1,6 @@
 // zerostate-server: one state server process. See README.md and
 // docs/operations.md. Stops cleanly on SIGTERM or SIGINT.
+#include <malloc.h>
 #include <signal.h>
 
 #include <cstdio>
@@ -42,6 +43,14 @@ ABSL_FLAG(uint64_t, job_disk_quota_bytes, 0,
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("zerostate state server: holds sharded training state");
   absl::ParseCommandLine(argc, argv);
+  // A fixed mmap threshold: every buffer of 128 KiB or more (block staging,
+  // frame buffers, gather copies) is mapped on allocation and unmapped on
+  // free. glibc's default threshold rises to the largest block freed, after
+  // which such buffers come from per-thread heaps that keep freed memory:
+  // with the data plane's thread per connection, 64 trainer processes held
+  // each server at 2-2.8x its RAM budget after 20 steps (bench/load,
+  // VmHWM 716 MiB; 152 MiB with the threshold fixed).
+  mallopt(M_MMAP_THRESHOLD, 128 << 10);
 
   // Every thread inherits this mask; one thread waits for the signals.
   sigset_t signals;
