@@ -222,7 +222,7 @@ int Main() {
   auto token = WorkerJobToken(GetEnv(kJobTokenEnv), topo->world(), threads > 0 ? threads : 1);
   if (!token.ok()) return std::fprintf(stderr, "zerostate-worker: %s\n", token.status().ToString().c_str()), 2;
   options.job_token = *token;
-  ProcessRun run{*config, *topo, options};
+  ProcessRun run{*config, *topo, options, {}};
   run.metrics = &metrics;
   run.recovery.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   run.recovery.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
