@@ -4,8 +4,12 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <optional>
+#include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 
 namespace zerostate::server {
 namespace {
@@ -25,6 +29,82 @@ v1::DataFrameMeta Reply(uint64_t incarnation, const absl::Status& status) {
   meta.set_message(std::string(status.message()));
   return meta;
 }
+
+// Sends one gather's pieces on a thread of its own, so that Job fills
+// piece i+1 while piece i is on the wire (a double buffer: one piece being
+// filled, at most one handed over or being sent).
+class PieceSender {
+ public:
+  explicit PieceSender(int fd) : fd_(fd), thread_([this] { Loop(); }) {}
+  ~PieceSender() { Finish(); }
+
+  // Hands a filled piece over once the previous one is sent; false once a
+  // send failed (the client went away).
+  bool Send(v1::DataFrameMeta meta, DataBufferPool::Lease piece, size_t bytes) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &PieceSender::Idle));
+    if (failed_) return false;
+    next_.emplace(Piece{std::move(meta), std::move(piece), bytes});
+    return true;
+  }
+
+  // Waits for the pieces handed over to be sent; true if all were. Their
+  // payload bytes are in sent().
+  bool Finish() {
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    }
+    if (thread_.joinable()) thread_.join();
+    return !failed_;
+  }
+  uint64_t sent() const { return sent_; }  // after Finish()
+
+ private:
+  struct Piece {
+    v1::DataFrameMeta meta;
+    DataBufferPool::Lease lease;
+    size_t bytes = 0;
+  };
+
+  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return failed_ || (!next_.has_value() && !sending_);
+  }
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return next_.has_value() || done_; }
+
+  void Loop() {
+    while (true) {
+      Piece p;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(this, &PieceSender::HasWork));
+        if (!next_.has_value()) return;  // done
+        p = std::move(*next_);
+        next_.reset();
+        sending_ = true;
+      }
+      const bool ok =
+          SendFrame(fd_, FrameType::kGatherPiece, p.meta, p.lease.data(), p.bytes).ok();
+      p.lease = DataBufferPool::Lease();  // given back
+      absl::MutexLock lock(&mu_);
+      sending_ = false;
+      if (!ok) {
+        failed_ = true;
+        return;
+      }
+      sent_ += p.bytes;
+    }
+  }
+
+  const int fd_;
+  absl::Mutex mu_;
+  std::optional<Piece> next_ ABSL_GUARDED_BY(mu_);
+  bool sending_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t sent_ = 0;  // written by the sending thread only
+  std::thread thread_;  // last: starts once the rest is constructed
+};
 
 class Session final : public Job::GatherSink {
  public:
@@ -79,11 +159,7 @@ class Session final : public Job::GatherSink {
     c->set_offset(piece.offset);
     c->set_dtype(piece.dtype);
     c->set_version(piece.version);
-    bool sent = SendFrame(fd_, FrameType::kGatherPiece, meta, piece_.data(), piece_bytes_).ok();
-    piece_ = DataBufferPool::Lease();  // given back
-    if (!sent) return false;
-    gathered_ += piece_bytes_;
-    return true;
+    return sender_->Send(std::move(meta), std::move(piece_), piece_bytes_);
   }
 
  private:
@@ -144,8 +220,15 @@ class Session final : public Job::GatherSink {
 
   absl::Status ServeGather(const FrameStart& f) {
     const absl::Time start = absl::Now();
-    gathered_ = 0;
-    absl::Status s = Gather(f.meta);
+    absl::Status s;
+    {
+      PieceSender sender(fd_);
+      sender_ = &sender;
+      s = Gather(f.meta);
+      if (!sender.Finish() && s.ok()) s = absl::CancelledError("client went away");
+      sender_ = nullptr;
+      gathered_ = sender.sent();
+    }
     ctx_.metrics->RecordRpc(kGatherMethod, s, absl::ToDoubleSeconds(absl::Now() - start), 0,
                             gathered_);
     if (absl::IsCancelled(s)) return absl::UnavailableError("client went away");
@@ -166,7 +249,8 @@ class Session final : public Job::GatherSink {
 
   const DataSessionContext& ctx_;
   const int fd_;
-  DataBufferPool::Lease piece_;  // the gather piece being filled and sent
+  DataBufferPool::Lease piece_;  // the gather piece being filled
+  PieceSender* sender_ = nullptr;  // during a gather
   size_t piece_bytes_ = 0;
   uint64_t gathered_ = 0;
 };
