@@ -4,10 +4,10 @@
 #include <sys/socket.h>
 
 #include <cerrno>
-#include <optional>
 #include <thread>
 #include <utility>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
@@ -30,79 +30,74 @@ v1::DataFrameMeta Reply(uint64_t incarnation, const absl::Status& status) {
   return meta;
 }
 
-// Sends one gather's pieces on a thread of its own, so that Job fills
-// piece i+1 while piece i is on the wire (a double buffer: one piece being
-// filled, at most one handed over or being sent).
-class PieceSender {
+// Runs a session's tasks one at a time, in order, on a thread of its own,
+// so that the session thread does the next piece of work meanwhile (a
+// double buffer): Job fills gather piece i+1 while piece i is sent, and
+// push i+1's payload is read while push i is folded and acknowledged.
+class TaskThread {
  public:
-  explicit PieceSender(int fd) : fd_(fd), thread_([this] { Loop(); }) {}
-  ~PieceSender() { Finish(); }
+  // Returns false when the connection broke; no task runs after that.
+  using Task = absl::AnyInvocable<bool()>;
 
-  // Hands a filled piece over once the previous one is sent; false once a
-  // send failed (the client went away).
-  bool Send(v1::DataFrameMeta meta, DataBufferPool::Lease piece, size_t bytes) {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(this, &PieceSender::Idle));
-    if (failed_) return false;
-    next_.emplace(Piece{std::move(meta), std::move(piece), bytes});
-    return true;
-  }
-
-  // Waits for the pieces handed over to be sent; true if all were. Their
-  // payload bytes are in sent().
-  bool Finish() {
+  TaskThread() : thread_([this] { Loop(); }) {}
+  ~TaskThread() {
     {
       absl::MutexLock lock(&mu_);
       done_ = true;
     }
-    if (thread_.joinable()) thread_.join();
+    thread_.join();
+  }
+
+  // Hands `task` over once the one before it has run; false (and `task`
+  // dropped) once a task failed.
+  bool Run(Task task) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &TaskThread::Idle));
+    if (failed_) return false;
+    next_ = std::move(task);
+    return true;
+  }
+
+  // Waits until the tasks handed over have run; false if one failed.
+  bool Drain() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &TaskThread::Idle));
     return !failed_;
   }
-  uint64_t sent() const { return sent_; }  // after Finish()
 
  private:
-  struct Piece {
-    v1::DataFrameMeta meta;
-    DataBufferPool::Lease lease;
-    size_t bytes = 0;
-  };
-
   bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return failed_ || (!next_.has_value() && !sending_);
+    return failed_ || (next_ == nullptr && !running_);
   }
-  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return next_.has_value() || done_; }
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return next_ != nullptr || done_; }
 
   void Loop() {
     while (true) {
-      Piece p;
+      Task task;
       {
         absl::MutexLock lock(&mu_);
-        mu_.Await(absl::Condition(this, &PieceSender::HasWork));
-        if (!next_.has_value()) return;  // done
-        p = std::move(*next_);
-        next_.reset();
-        sending_ = true;
+        mu_.Await(absl::Condition(this, &TaskThread::HasWork));
+        if (next_ == nullptr) return;  // done
+        task = std::move(next_);
+        next_ = nullptr;
+        running_ = true;
       }
-      const bool ok =
-          SendFrame(fd_, FrameType::kGatherPiece, p.meta, p.lease.data(), p.bytes).ok();
-      p.lease = DataBufferPool::Lease();  // given back
+      const bool ok = task();
+      task = nullptr;  // what it holds (a buffer lease) is given back
       absl::MutexLock lock(&mu_);
-      sending_ = false;
+      running_ = false;
       if (!ok) {
         failed_ = true;
         return;
       }
-      sent_ += p.bytes;
     }
   }
 
-  const int fd_;
   absl::Mutex mu_;
-  std::optional<Piece> next_ ABSL_GUARDED_BY(mu_);
-  bool sending_ ABSL_GUARDED_BY(mu_) = false;
+  Task next_ ABSL_GUARDED_BY(mu_);
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t sent_ = 0;  // written by the sending thread only
   std::thread thread_;  // last: starts once the rest is constructed
 };
 
@@ -125,6 +120,7 @@ class Session final : public Job::GatherSink {
       // A frame we could not read whole: say why, then hang up (the rest
       // of the byte stream cannot be trusted).
       if (absl::IsInvalidArgument(s) || absl::IsDataLoss(s)) {
+        (void)tasks_.Drain();  // the answers before it go first
         (void)SendFrame(fd_, FrameType::kError,
                         Reply(ctx_.incarnation, absl::InvalidArgumentError(s.message())));
         LingeringClose();
@@ -159,7 +155,12 @@ class Session final : public Job::GatherSink {
     c->set_offset(piece.offset);
     c->set_dtype(piece.dtype);
     c->set_version(piece.version);
-    return sender_->Send(std::move(meta), std::move(piece_), piece_bytes_);
+    return tasks_.Run([this, meta = std::move(meta), piece = std::move(piece_),
+                       bytes = piece_bytes_]() mutable {
+      if (!SendFrame(fd_, FrameType::kGatherPiece, meta, piece.data(), bytes).ok()) return false;
+      gathered_ += bytes;
+      return true;
+    });
   }
 
  private:
@@ -188,24 +189,27 @@ class Session final : public Job::GatherSink {
 
   absl::Status ServePush(const FrameStart& f) {
     const absl::Time start = absl::Now();
-    bool duplicate = false;
-    absl::Status s;
-    {
-      // Held while the payload is read and folded; waits while the
-      // server's frames in flight fill the budget (no lock held here).
-      DataBufferPool::Lease payload = ctx_.buffers->Borrow(f.header.payload_len, /*wait=*/true);
-      absl::Status read = RecvExact(fd_, payload.data(), f.header.payload_len);
-      if (absl::IsDataLoss(read)) {
-        return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
-      }
-      if (!read.ok()) return read;
-      s = Push(f.meta, payload.data(), f.header.payload_len, &duplicate);
+    // Held while the payload is read and folded; waits while the server's
+    // frames in flight fill the budget (no lock held here).
+    DataBufferPool::Lease payload = ctx_.buffers->Borrow(f.header.payload_len, /*wait=*/true);
+    absl::Status read = RecvExact(fd_, payload.data(), f.header.payload_len);
+    if (absl::IsDataLoss(read)) {
+      return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
     }
-    ctx_.metrics->RecordRpc(kPushMethod, s, absl::ToDoubleSeconds(absl::Now() - start),
-                            f.header.payload_len, 0);
-    v1::DataFrameMeta ack = Reply(ctx_.incarnation, s);
-    ack.set_duplicate(duplicate);
-    return SendFrame(fd_, FrameType::kPushAck, ack);
+    if (!read.ok()) return read;
+    // Folded and acknowledged on tasks_ while the next frame is read.
+    const bool handed = tasks_.Run([this, start, meta = f.meta, payload = std::move(payload),
+                                    bytes = f.header.payload_len]() mutable {
+      bool duplicate = false;
+      absl::Status s = Push(meta, payload.data(), bytes, &duplicate);
+      payload = DataBufferPool::Lease();  // given back
+      ctx_.metrics->RecordRpc(kPushMethod, s, absl::ToDoubleSeconds(absl::Now() - start), bytes,
+                              0);
+      v1::DataFrameMeta ack = Reply(ctx_.incarnation, s);
+      ack.set_duplicate(duplicate);
+      return SendFrame(fd_, FrameType::kPushAck, ack).ok();
+    });
+    return handed ? absl::OkStatus() : absl::UnavailableError("client went away");
   }
 
   absl::Status Push(const v1::DataFrameMeta& meta, const uint8_t* payload, size_t bytes,
@@ -220,15 +224,12 @@ class Session final : public Job::GatherSink {
 
   absl::Status ServeGather(const FrameStart& f) {
     const absl::Time start = absl::Now();
-    absl::Status s;
-    {
-      PieceSender sender(fd_);
-      sender_ = &sender;
-      s = Gather(f.meta);
-      if (!sender.Finish() && s.ok()) s = absl::CancelledError("client went away");
-      sender_ = nullptr;
-      gathered_ = sender.sent();
-    }
+    // The pushes before it are acknowledged first; its pieces are sent on
+    // tasks_ (gathered_ counts their bytes there).
+    if (!tasks_.Drain()) return absl::UnavailableError("client went away");
+    gathered_ = 0;
+    absl::Status s = Gather(f.meta);
+    if (!tasks_.Drain() && s.ok()) s = absl::CancelledError("client went away");
     ctx_.metrics->RecordRpc(kGatherMethod, s, absl::ToDoubleSeconds(absl::Now() - start), 0,
                             gathered_);
     if (absl::IsCancelled(s)) return absl::UnavailableError("client went away");
@@ -250,9 +251,9 @@ class Session final : public Job::GatherSink {
   const DataSessionContext& ctx_;
   const int fd_;
   DataBufferPool::Lease piece_;  // the gather piece being filled
-  PieceSender* sender_ = nullptr;  // during a gather
   size_t piece_bytes_ = 0;
-  uint64_t gathered_ = 0;
+  uint64_t gathered_ = 0;  // written by tasks_ during a gather
+  TaskThread tasks_;       // last: stopped before the rest is destroyed
 };
 
 }  // namespace
