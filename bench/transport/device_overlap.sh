@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# transport_bench's TCP rows on the device machine, the overlapped data
+# plane sessions (a168f99) against the serial ones before them (8d6dcff)
+# with the same client: the run recorded in
+# bench/results/transport-2026-11-30.md ("Overlap per connection").
+# Bundle first (the serial server built from 8d6dcff's
+# server/data_session.cc, renamed so both fit in one bundle):
+#   ../shared/tools/device-bundle .device \
+#     build-client/bench/transport/transport_bench \
+#     build-client/server/zerostate-server /tmp/zerostate-server-serial
+#   strip .device/bin/*
+# then, there: source .device/env.sh && bash bench/transport/device_overlap.sh $OUT
+out=$1
+b=.device/bin/transport_bench
+{ nproc; lscpu | grep -i 'model name'; uname -r; } > "$out/machine.txt" 2>&1
+run() {
+  name=$1; s=$2; shift 2
+  echo "== $name: transport_bench --server_binary=$s $*" | tee -a "$out/all.log"
+  timeout 125 "$b" --server_binary="$s" "$@" 2>&1 |
+    grep -v '^\[server\|warning: --plaintext\|data plane on' | tee "$out/$name.log" >> "$out/all.log"
+}
+run overlapped .device/bin/zerostate-server --planes=tcp --servers=1,2,4 --reps=2
+run serial .device/bin/zerostate-server-serial --planes=tcp --servers=1,2,4 --reps=2
