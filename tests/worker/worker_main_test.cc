@@ -2,66 +2,36 @@
 // separate processes exchanging through shared memory, or as threads of one
 // process per node; both must end with the same bits. Bad launcher
 // variables and configs are refused with a message naming them.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <sstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tests/testing/server_process.h"
-
-extern char** environ;
+#include "tests/worker/fault_worker_process.h"
 
 namespace zerostate::worker {
 namespace {
 
-struct Proc {
-  pid_t pid = -1;
-  std::string log;
-};
+using testing::ReadFileOrEmpty;
+using testing::WorkerProcess;
+using Proc = std::unique_ptr<WorkerProcess>;
 
 // Starts the worker with extra environment variables and flags; its output goes to `log`.
 Proc Spawn(const std::vector<std::string>& env, const std::vector<std::string>& flags,
            const std::string& log) {
-  std::vector<std::string> args = {ZEROSTATE_WORKER_PATH};
-  args.insert(args.end(), flags.begin(), flags.end());
-  std::vector<std::string> envs = env;
-  for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  for (auto& e : envs) envp.push_back(e.data());
-  argv.push_back(nullptr);
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  Proc p{-1, log};
-  EXPECT_EQ(posix_spawn(&p.pid, argv[0], &actions, nullptr, argv.data(), envp.data()), 0);
-  posix_spawn_file_actions_destroy(&actions);
+  auto p = std::make_unique<WorkerProcess>(ZEROSTATE_WORKER_PATH, env, flags, log);
+  EXPECT_NE(p->pid(), -1) << "cannot start " << ZEROSTATE_WORKER_PATH;
   return p;
 }
 
 // Waits for the process; returns its exit code (-1 if it did not exit normally).
-int Wait(const Proc& p) {
-  int status = 0;
-  if (waitpid(p.pid, &status, 0) != p.pid || !WIFEXITED(status)) return -1;
-  return WEXITSTATUS(status);
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+int Wait(const Proc& p) { return p->Wait(absl::Minutes(5)); }
 
 // The job token every worker process of one run shares.
 constexpr char kToken[] = "ZEROSTATE_JOB_TOKEN=worker-main-test-token-0123456789abcdef";
@@ -100,7 +70,7 @@ TEST_F(WorkerMainTest, SharedMemoryProcessesMatchThreads) {
                             Flags("procs"), Path(absl::StrCat("procs", node, local, ".log"))));
     }
   }
-  for (const Proc& p : procs) EXPECT_EQ(Wait(p), 0) << Slurp(p.log);
+  for (const Proc& p : procs) EXPECT_EQ(Wait(p), 0) << p->Log();
   procs.clear();
   for (int node = 0; node < 2; ++node) {
     auto flags = Flags("threads");
@@ -108,26 +78,26 @@ TEST_F(WorkerMainTest, SharedMemoryProcessesMatchThreads) {
     procs.push_back(Spawn({"WORLD_SIZE=4", absl::StrCat("NODE_RANK=", node), kToken}, flags,
                           Path(absl::StrCat("threads", node, ".log"))));
   }
-  for (const Proc& p : procs) EXPECT_EQ(Wait(p), 0) << Slurp(p.log);
-  const std::string a = Slurp(Path("procs.bin")), b = Slurp(Path("threads.bin"));
+  for (const Proc& p : procs) EXPECT_EQ(Wait(p), 0) << p->Log();
+  const std::string a = ReadFileOrEmpty(Path("procs.bin")), b = ReadFileOrEmpty(Path("threads.bin"));
   EXPECT_FALSE(a.empty());
   EXPECT_TRUE(a == b) << "shared-memory processes and threads trained different weights";
-  EXPECT_NE(Slurp(Path("procs00.log")).find("loss: first"), std::string::npos);
+  EXPECT_NE(ReadFileOrEmpty(Path("procs00.log")).find("loss: first"), std::string::npos);
 }
 
 TEST_F(WorkerMainTest, BadLauncherVariableIsNamed) {
   Proc p = Spawn({"WORLD_SIZE=3", "LOCAL_WORLD_SIZE=2"}, Flags("bad-env"), Path("bad-env.log"));
   EXPECT_EQ(Wait(p), 2);
-  EXPECT_NE(Slurp(p.log).find("WORLD_SIZE"), std::string::npos) << Slurp(p.log);
+  EXPECT_NE(p->Log().find("WORLD_SIZE"), std::string::npos) << p->Log();
 }
 
 TEST_F(WorkerMainTest, RanksInOtherProcessesNeedTheTokenVariable) {
   Proc p = Spawn({"RANK=0", "LOCAL_RANK=0", "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=1", "NODE_RANK=0"},
                  Flags("no-token"), Path("no-token.log"));
   EXPECT_EQ(Wait(p), 2);
-  EXPECT_NE(Slurp(p.log).find("ZEROSTATE_JOB_TOKEN: not set, and 1 ranks run in other processes"),
+  EXPECT_NE(p->Log().find("ZEROSTATE_JOB_TOKEN: not set, and 1 ranks run in other processes"),
             std::string::npos)
-      << Slurp(p.log);
+      << p->Log();
 }
 
 TEST_F(WorkerMainTest, BadConfigKeyIsNamed) {
@@ -137,7 +107,7 @@ TEST_F(WorkerMainTest, BadConfigKeyIsNamed) {
   flags[0] = absl::StrCat("--config=", cfg);
   Proc p = Spawn({}, flags, Path("bad-config.log"));
   EXPECT_EQ(Wait(p), 2);
-  EXPECT_NE(Slurp(p.log).find("fp16.loss_scael"), std::string::npos) << Slurp(p.log);
+  EXPECT_NE(p->Log().find("fp16.loss_scael"), std::string::npos) << p->Log();
 }
 
 }  // namespace
