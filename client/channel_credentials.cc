@@ -1,12 +1,9 @@
 #include "client/channel_credentials.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/read_file.h"
 
 namespace zerostate::client {
 namespace {
@@ -16,11 +13,9 @@ absl::Status Invalid(const std::string& field, const std::string& what) {
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& field, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Invalid(field, absl::StrCat("cannot read '", path, "': ", strerror(errno)));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  auto text = ReadWholeFile(path);
+  if (!text.ok()) return Invalid(field, std::string(text.status().message()));
+  return text;
 }
 
 absl::Status CheckChoice(const ClientOptions& o) {

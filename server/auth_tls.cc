@@ -6,12 +6,8 @@
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
+#include "common/read_file.h"
 
 namespace zerostate::server {
 namespace {
@@ -79,11 +75,9 @@ absl::Status CheckCa(const std::string& ca_pem) {
 }  // namespace
 
 absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Invalid(flag, absl::StrCat("cannot read '", path, "': ", strerror(errno)));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  auto text = ReadWholeFile(path);
+  if (!text.ok()) return Invalid(flag, std::string(text.status().message()));
+  return text;
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const TlsOptions& o) {
