@@ -155,12 +155,13 @@ class Session final : public Job::GatherSink {
     c->set_offset(piece.offset);
     c->set_dtype(piece.dtype);
     c->set_version(piece.version);
-    return tasks_.Run([this, meta = std::move(meta), piece = std::move(piece_),
-                       bytes = piece_bytes_]() mutable {
-      if (!SendFrame(fd_, FrameType::kGatherPiece, meta, piece.data(), bytes).ok()) return false;
-      gathered_ += bytes;
-      return true;
-    });
+    return tasks_.Run(
+        [this, meta = std::move(meta), piece = std::move(piece_), bytes = piece_bytes_]() mutable {
+          if (!SendFrame(fd_, FrameType::kGatherPiece, meta, piece.data(), bytes).ok())
+            return false;
+          gathered_ += bytes;
+          return true;
+        });
   }
 
  private:
@@ -203,8 +204,7 @@ class Session final : public Job::GatherSink {
       bool duplicate = false;
       absl::Status s = Push(meta, payload.data(), bytes, &duplicate);
       payload = DataBufferPool::Lease();  // given back
-      ctx_.metrics->RecordRpc(kPushMethod, s, absl::ToDoubleSeconds(absl::Now() - start), bytes,
-                              0);
+      ctx_.metrics->RecordRpc(kPushMethod, s, absl::ToDoubleSeconds(absl::Now() - start), bytes, 0);
       v1::DataFrameMeta ack = Reply(ctx_.incarnation, s);
       ack.set_duplicate(duplicate);
       return SendFrame(fd_, FrameType::kPushAck, ack).ok();

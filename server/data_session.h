@@ -2,10 +2,12 @@
 // (common/frame.h) and serves them with the same code as the gRPC
 // handlers: a PUSH goes through JobRegistry::Authorize and Job::Push, a
 // GATHER through Authorize, Job::CheckGather and Job::Gather, whose pieces
-// are sent (sendmsg) from the buffer Job fills. Every reply carries the
-// server's incarnation; an error is a status code and message. A frame
-// that cannot be parsed is answered by an ERROR frame, then the
-// connection is closed.
+// are sent (sendmsg) from the buffer Job fills. A second thread per
+// connection folds and acknowledges push i while push i+1 is read, and
+// sends gather piece i while piece i+1 is filled; answers keep the frames'
+// order. Every reply carries the server's incarnation; an error is a
+// status code and message. A frame that cannot be parsed is answered by an
+// ERROR frame, then the connection is closed.
 #pragma once
 
 #include <cstdint>

@@ -134,6 +134,41 @@ TEST_F(DataPlaneTest, WrongTokenGetsTheSameAnswerForAnExistingAndAnUnknownJob) {
   EXPECT_FALSE(ok.meta.duplicate());
 }
 
+// The server folds a push, or sends a gather piece, on a second thread
+// while it reads the next frame or fills the next piece: frames sent back
+// to back are still answered in their order, a gather only after the
+// pushes before it are acknowledged, and a resent push exactly once.
+TEST_F(DataPlaneTest, FramesSentBackToBackAreAnsweredInOrder) {
+  std::unique_ptr<client::DataConn> conn = Connect();
+  ASSERT_NE(conn, nullptr);
+  std::string frames;
+  for (int i = 0; i < 3; ++i) frames += PushFrame(PushFields("dp"), kTestJobToken, kPayload);
+  ASSERT_EQ(send(conn->fd(), frames.data(), frames.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(frames.size()));
+  v1::DataFrameMeta gather;
+  gather.set_token(kTestJobToken);
+  gather.mutable_gather()->set_job_id("dp");
+  gather.mutable_gather()->set_dtype(v1::DTYPE_FP32);
+  gather.mutable_gather()->set_end(16);
+  ASSERT_TRUE(SendFrame(conn->fd(), FrameType::kGather, gather).ok());
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(absl::StrCat("push ", i));
+    FrameStart ack = Reply(*conn);
+    ASSERT_EQ(ack.header.type, FrameType::kPushAck);
+    EXPECT_EQ(ack.meta.code(), 0) << ack.meta.message();
+    EXPECT_EQ(ack.meta.duplicate(), i > 0);
+  }
+  FrameStart piece = Reply(*conn);
+  ASSERT_EQ(piece.header.type, FrameType::kGatherPiece);
+  ASSERT_EQ(piece.header.payload_len, 16u * 4);
+  std::string weights(piece.header.payload_len, '\0');
+  ASSERT_TRUE(RecvExact(conn->fd(), weights.data(), weights.size()).ok());
+  FrameStart end = Reply(*conn);
+  ASSERT_EQ(end.header.type, FrameType::kGatherEnd);
+  EXPECT_EQ(end.meta.code(), 0) << end.meta.message();
+  EXPECT_EQ(end.meta.bytes(), 16u * 4);
+}
+
 TEST_F(DataPlaneTest, ClientPushAndGatherAreServedByTheDataPlane) {
   ExpectJobUntouched(*job_);
   auto metrics = ScrapeMetrics(server_->metrics_address());
