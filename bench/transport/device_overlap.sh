@@ -7,7 +7,9 @@
 # server/data_session.cc, renamed so both fit in one bundle):
 #   ../shared/tools/device-bundle .device \
 #     build-client/bench/transport/transport_bench \
-#     build-client/server/zerostate-server /tmp/zerostate-server-serial
+#     build-client/server/zerostate-server /tmp/oldsrv/zerostate-server-serial
+# (/tmp/oldsrv: that one file compiled with build-client's flags, put into a
+# copy of libzerostate_server_lib.a with ar r, and linked as ninja links it)
 #   strip .device/bin/*
 # then, there: source .device/env.sh && bash bench/transport/device_overlap.sh $OUT
 out=$1
