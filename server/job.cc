@@ -337,9 +337,10 @@ absl::Status Job::Gather(Range range, uint64_t min_version, v1::DType dtype, uin
                          absl::Time deadline, GatherSink& sink) {
   const bool from_master = dtype == v1::DTYPE_FP32;
   const size_t esize = DTypeSize(dtype);
-  // The master weights of the block last loaded: consecutive pieces of one
-  // block at one version are served from one Load. A block's state changes
-  // only with its version, except by InitWeights before the first step, so
+  // fp32 pieces are copied straight from the tier's resident state (the RAM
+  // tier), else from the block last loaded: consecutive pieces of one block
+  // at one version are served from one Load. A block's state changes only
+  // with its version, except by InitWeights before the first step, so
   // version 0 is loaded for every piece.
   AlignedBuffer<float> state(from_master ? tier_->shape().block_floats() : 0);
   const Block* loaded = nullptr;
@@ -351,12 +352,16 @@ absl::Status Job::Gather(Range range, uint64_t min_version, v1::DType dtype, uin
     {
       absl::MutexLock lock(&b.mu);
       if (auto st = AwaitVersion(b, min_version, deadline); !st.ok()) return st;
-      if (from_master && (loaded != &b || loaded_version != b.version || b.version == 0)) {
-        if (auto s = tier_->Load(b.local, state.data()); !s.ok()) return s;
-        loaded = &b;
-        loaded_version = b.version;
+      const float* master = from_master ? tier_->Resident(b.local) : nullptr;
+      if (from_master && master == nullptr) {
+        if (loaded != &b || loaded_version != b.version || b.version == 0) {
+          if (auto s = tier_->Load(b.local, state.data()); !s.ok()) return s;
+          loaded = &b;
+          loaded_version = b.version;
+        }
+        master = state.data();
       }
-      const char* src = from_master ? reinterpret_cast<const char*>(state.data())
+      const char* src = from_master ? reinterpret_cast<const char*>(master)
                                     : reinterpret_cast<const char*>(b.lowp.data());
       std::memcpy(sink.Buffer(p.count * esize), src + p.offset * esize, p.count * esize);
       piece.block = p.block;

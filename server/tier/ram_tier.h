@@ -20,10 +20,7 @@ class RamTier final : public StateTier {
                       const std::function<void(uint64_t b)>& commit) override;
   bool in_place() const override { return true; }
   uint64_t ram_bytes() const override;
-
-  // The block's state, for callers that read without copying (REQUIRES: the
-  // block's mutex held by the caller).
-  float* block(uint64_t b) { return blocks_[b].data(); }
+  const float* Resident(uint64_t b) override { return blocks_[b].data(); }
 
  private:
   std::vector<AlignedBuffer<float>> blocks_;

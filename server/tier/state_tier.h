@@ -62,6 +62,11 @@ class StateTier {
   // RAM the tier holds (state, cache, bounce buffers).
   virtual uint64_t ram_bytes() const = 0;
 
+  // Block `b`'s state where the tier keeps it in RAM, to read in place
+  // instead of Load-ing a copy; nullptr when the tier has no resident copy.
+  // REQUIRES: the block's mutex held while the state is read.
+  virtual const float* Resident(uint64_t b) { return nullptr; }
+
  protected:
   explicit StateTier(TierShape shape) : shape_(shape) {}
 
