@@ -13,13 +13,6 @@
 #   strip .device/bin/*
 # then, there: source .device/env.sh && bash bench/transport/device_overlap.sh $OUT
 out=$1
-b=.device/bin/transport_bench
-{ nproc; lscpu | grep -i 'model name'; uname -r; } > "$out/machine.txt" 2>&1
-run() {
-  name=$1; s=$2; shift 2
-  echo "== $name: transport_bench --server_binary=$s $*" | tee -a "$out/all.log"
-  timeout 125 "$b" --server_binary="$s" "$@" 2>&1 |
-    grep -v '^\[server\|warning: --plaintext\|data plane on' | tee "$out/$name.log" >> "$out/all.log"
-}
-run overlapped .device/bin/zerostate-server --planes=tcp --servers=1,2,4 --reps=2
-run serial .device/bin/zerostate-server-serial --planes=tcp --servers=1,2,4 --reps=2
+source "$(dirname "$0")/device_common.sh"
+run overlapped 125 --server_binary=.device/bin/zerostate-server --planes=tcp --servers=1,2,4 --reps=2
+run serial 125 --server_binary=.device/bin/zerostate-server-serial --planes=tcp --servers=1,2,4 --reps=2

@@ -11,14 +11,8 @@
 #   strip .device/bin/*
 # then, there: source .device/env.sh && bash bench/transport/device_resident.sh $OUT
 out=$1
-b=.device/bin/transport_bench
-{ nproc; lscpu | grep -i 'model name'; uname -r; } > "$out/machine.txt" 2>&1
-run() {
-  name=$1; s=$2; shift 2
-  echo "== $name: transport_bench --server_binary=$s $*" | tee -a "$out/all.log"
-  timeout 150 "$b" --server_binary="$s" "$@" 2>&1 |
-    grep -v '^\[server\|warning: --plaintext\|data plane on' | tee "$out/$name.log" >> "$out/all.log"
-}
-run resident .device/bin/zerostate-server --planes=tcp --servers=1,2,4 --reps=2
-run before .device/bin/zerostate-server-before --planes=tcp --servers=1,2,4 --reps=2
-run both-planes .device/bin/zerostate-server --servers=1,2,4 --reps=2
+source "$(dirname "$0")/device_common.sh"
+s=.device/bin/zerostate-server
+run resident 150 --server_binary=$s --planes=tcp --servers=1,2,4 --reps=2
+run before 150 --server_binary=$s-before --planes=tcp --servers=1,2,4 --reps=2
+run both-planes 150 --server_binary=$s --servers=1,2,4 --reps=2
