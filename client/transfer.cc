@@ -32,12 +32,17 @@ void ReleaseLease(void* arg) {
   ticket->Done(absl::OkStatus());
 }
 
+// Where piece `piece` of a push starts in the caller's buffer.
+const uint8_t* PieceSource(const JobContext& job, const PushCall& call, const BlockPiece& piece) {
+  uint64_t first = piece.block * job.block_elems + piece.offset - call.elems.begin;
+  return static_cast<const uint8_t*>(call.data) + first * DTypeSize(call.src);
+}
+
 // The payload of one piece: the caller's bytes when no conversion is
 // needed, else an encoded copy.
 grpc::Slice LeasePayload(const JobContext& job, const PushCall& call, const BlockPiece& piece,
                          const std::shared_ptr<Ticket::State>& ticket) {
-  uint64_t first = piece.block * job.block_elems + piece.offset - call.elems.begin;
-  const uint8_t* src = static_cast<const uint8_t*>(call.data) + first * DTypeSize(call.src);
+  const uint8_t* src = PieceSource(job, call, piece);
   size_t bytes = piece.count * DTypeSize(call.wire);
   job.budget->Acquire(bytes);
   ticket->Add(1);
@@ -253,8 +258,7 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
     if (!refused.ok()) break;
     fields->set_block(piece.block);
     fields->set_offset(piece.offset);
-    uint64_t first = piece.block * job.block_elems + piece.offset - call.elems.begin;
-    const uint8_t* src = static_cast<const uint8_t*>(call.data) + first * DTypeSize(call.src);
+    const uint8_t* src = PieceSource(job, call, piece);
     size_t bytes = piece.count * DTypeSize(call.wire);
     const void* payload = src;
     if (call.src != call.wire) {
