@@ -123,6 +123,18 @@ void DecodeFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float* ds
   }
 }
 
+void DecodeFloatsStreaming(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst) {
+  const auto* in = static_cast<const uint16_t*>(src);
+  switch (dtype) {
+    case v1::DTYPE_BF16:
+      return KernelsFor(isa).stream_bf16(in, n, dst);
+    case v1::DTYPE_FP16:
+      return KernelsFor(isa).stream_fp16(in, n, dst);
+    default:
+      return KernelsFor(isa).stream_fp32(static_cast<const float*>(src), n, dst);
+  }
+}
+
 void AccumulateFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst) {
   const auto* in = static_cast<const uint16_t*>(src);
   switch (dtype) {
@@ -140,6 +152,9 @@ void EncodeFloats(const float* src, size_t n, v1::DType dtype, void* dst) {
 }
 void DecodeFloats(const void* src, size_t n, v1::DType dtype, float* dst) {
   DecodeFloats(BestIsa(), src, n, dtype, dst);
+}
+void DecodeFloatsStreaming(const void* src, size_t n, v1::DType dtype, float* dst) {
+  DecodeFloatsStreaming(BestIsa(), src, n, dtype, dst);
 }
 void AccumulateFloats(const void* src, size_t n, v1::DType dtype, float* dst) {
   AccumulateFloats(BestIsa(), src, n, dtype, dst);

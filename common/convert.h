@@ -24,6 +24,12 @@ float Fp16ToFloat(uint16_t h);
 void EncodeFloats(const float* src, size_t n, v1::DType dtype, void* dst);
 void DecodeFloats(const void* src, size_t n, v1::DType dtype, float* dst);
 
+// DecodeFloats with non-temporal stores, which skip the cache and the read
+// of dst's lines before writing them: for large outputs nobody reads soon
+// (the first node's gradient becoming a block's sum). Slower for small or
+// cache-resident outputs.
+void DecodeFloatsStreaming(const void* src, size_t n, v1::DType dtype, float* dst);
+
 // dst[i] += decode(src[i]) in fp32.
 void AccumulateFloats(const void* src, size_t n, v1::DType dtype, float* dst);
 
@@ -31,6 +37,7 @@ void AccumulateFloats(const void* src, size_t n, v1::DType dtype, float* dst);
 // REQUIRES: isa is supported by this CPU.
 void EncodeFloats(Isa isa, const float* src, size_t n, v1::DType dtype, void* dst);
 void DecodeFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst);
+void DecodeFloatsStreaming(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst);
 void AccumulateFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst);
 
 }  // namespace zerostate

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 
 namespace zerostate::convert_internal {
 
@@ -19,6 +20,10 @@ struct ConvertKernels {
   void (*accumulate_fp32)(const float* src, size_t n, float* dst);
   void (*accumulate_bf16)(const uint16_t* src, size_t n, float* dst);
   void (*accumulate_fp16)(const uint16_t* src, size_t n, float* dst);
+  // The decodes (and the fp32 copy) again, with non-temporal stores.
+  void (*stream_fp32)(const float* src, size_t n, float* dst);
+  void (*stream_bf16)(const uint16_t* src, size_t n, float* dst);
+  void (*stream_fp16)(const uint16_t* src, size_t n, float* dst);
 };
 
 // Defined in convert.cc, convert_avx2.cc and convert_avx512.cc.
@@ -41,6 +46,24 @@ void MapChunks(const In* in, Out* out, size_t n, Chunk chunk) {
   std::memcpy(tout, out + i, (n - i) * sizeof(Out));
   chunk(tin, tout);
   std::memcpy(out + i, tout, (n - i) * sizeof(Out));
+}
+
+// out[i] = convert(in + i) for n elements, where convert(in + i) gives the
+// vector of elements i.., writing the groups whose output is vector-aligned
+// with non-temporal stores (past the cache, no read for ownership), the rest
+// through MapChunks. Fences before it returns. REQUIRES: out is 4-byte aligned.
+template <class Ops, class In, class Convert>
+void StreamChunks(const In* in, float* out, size_t n, Convert convert) {
+  constexpr size_t W = Ops::kWidth;
+  constexpr size_t kAlign = sizeof(typename Ops::F);
+  auto store = [convert](const In* a, float* b) { Ops::Store(b, convert(a)); };
+  const size_t misaligned = reinterpret_cast<uintptr_t>(out) % kAlign;
+  const size_t head = std::min(n, misaligned == 0 ? 0 : (kAlign - misaligned) / sizeof(float));
+  MapChunks<W>(in, out, head, store);
+  size_t i = head;
+  for (; i + W <= n; i += W) Ops::Stream(out + i, convert(in + i));
+  MapChunks<W>(in + i, out + i, n - i, store);
+  Ops::Fence();
 }
 
 template <class Ops>
@@ -81,6 +104,15 @@ constexpr ConvertKernels MakeConvertKernels() {
         MapChunks<W>(s, d, n, [](const uint16_t* a, float* b) {
           Ops::Store(b, Ops::Add(Ops::Load(b), Ops::FromFp16(Ops::LoadHalf(a))));
         });
+      },
+      [](const float* s, size_t n, float* d) {
+        StreamChunks<Ops>(s, d, n, [](const float* a) { return Ops::Load(a); });
+      },
+      [](const uint16_t* s, size_t n, float* d) {
+        StreamChunks<Ops>(s, d, n, [](const uint16_t* a) { return Ops::FromBf16(Ops::LoadHalf(a)); });
+      },
+      [](const uint16_t* s, size_t n, float* d) {
+        StreamChunks<Ops>(s, d, n, [](const uint16_t* a) { return Ops::FromFp16(Ops::LoadHalf(a)); });
       },
   };
 }

@@ -28,6 +28,9 @@ struct Avx2Ops {
   static F Set1(float x) { return _mm256_set1_ps(x); }
   static F Load(const float* p) { return _mm256_loadu_ps(p); }
   static void Store(float* p, F x) { _mm256_storeu_ps(p, x); }
+  // Non-temporal store. REQUIRES: p is sizeof(F)-aligned; Fence() before
+  // another thread reads what it wrote.
+  static void Stream(float* p, F x) { _mm256_stream_ps(p, x); }
   static F Add(F a, F b) { return _mm256_add_ps(a, b); }
   static F Sub(F a, F b) { return _mm256_sub_ps(a, b); }
   static F Mul(F a, F b) { return _mm256_mul_ps(a, b); }

@@ -29,6 +29,9 @@ struct Avx512Ops {
   static F Set1(float x) { return _mm512_set1_ps(x); }
   static F Load(const float* p) { return _mm512_loadu_ps(p); }
   static void Store(float* p, F x) { _mm512_storeu_ps(p, x); }
+  // Non-temporal store. REQUIRES: p is sizeof(F)-aligned; Fence() before
+  // another thread reads what it wrote.
+  static void Stream(float* p, F x) { _mm512_stream_ps(p, x); }
   static F Add(F a, F b) { return _mm512_add_ps(a, b); }
   static F Sub(F a, F b) { return _mm512_sub_ps(a, b); }
   static F Mul(F a, F b) { return _mm512_mul_ps(a, b); }

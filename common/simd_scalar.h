@@ -20,6 +20,7 @@ struct ScalarOps {
   static F Set1(float x) { return x; }
   static F Load(const float* p) { return *p; }
   static void Store(float* p, F x) { *p = x; }
+  static void Stream(float* p, F x) { *p = x; }
   static F Add(F a, F b) { return a + b; }
   static F Sub(F a, F b) { return a - b; }
   static F Mul(F a, F b) { return a * b; }

@@ -188,22 +188,49 @@ class Session final : public Job::GatherSink {
                                                                              uint64_t{1} << 40)));
   }
 
+  // A push frame's payload claimed in place (Job::ClaimPush), with the job
+  // it belongs to kept alive: members go in reverse order, claim first.
+  struct InPlacePush {
+    std::shared_ptr<Job> job;
+    Job::PushClaim claim;
+  };
+
+  // The claim for push frame `f`'s payload; empty when the frame is not
+  // one to receive in place (or is bad: Push then says why).
+  InPlacePush ClaimInPlace(const FrameStart& f) {
+    InPlacePush p;
+    auto job = ctx_.jobs->Authorize(f.meta.chunk().job_id(), f.meta.token());
+    if (!job.ok()) return p;
+    p.job = *std::move(job);
+    p.claim = p.job->ClaimPush(FrameChunkView(f.meta.chunk(), nullptr, 0).fields,
+                               f.header.payload_len);
+    return p;
+  }
+
   absl::Status ServePush(const FrameStart& f) {
     const absl::Time start = absl::Now();
-    // Held while the payload is read and folded; waits while the server's
-    // frames in flight fill the budget (no lock held here).
-    DataBufferPool::Lease payload = ctx_.buffers->Borrow(f.header.payload_len, /*wait=*/true);
-    absl::Status read = RecvExact(fd_, payload.data(), f.header.payload_len);
+    const size_t bytes = f.header.payload_len;
+    // The first node's fp32 payload goes straight into the block's sum;
+    // any other into a buffer, held while it is read and folded (waiting
+    // while the server's frames in flight fill the budget; no lock held).
+    InPlacePush in_place = ClaimInPlace(f);
+    DataBufferPool::Lease payload;
+    if (in_place.claim.data() == nullptr) payload = ctx_.buffers->Borrow(bytes, /*wait=*/true);
+    void* into = in_place.claim.data() != nullptr ? in_place.claim.data() : payload.data();
+    absl::Status read = RecvExact(fd_, into, bytes);
     if (absl::IsDataLoss(read)) {
       return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
     }
-    if (!read.ok()) return read;
-    // Folded and acknowledged on tasks_ while the next frame is read.
+    if (!read.ok()) return read;  // the claim, if any, is given back
+    // Applied and acknowledged on tasks_ while the next frame is read.
     const bool handed = tasks_.Run([this, start, meta = f.meta, payload = std::move(payload),
-                                    bytes = f.header.payload_len]() mutable {
+                                    in_place = std::move(in_place), bytes]() mutable {
       bool duplicate = false;
-      absl::Status s = Push(meta, payload.data(), bytes, &duplicate);
+      absl::Status s = in_place.claim.data() != nullptr
+                           ? in_place.claim.Commit().status()
+                           : Push(meta, payload.data(), bytes, &duplicate);
       payload = DataBufferPool::Lease();  // given back
+      in_place = InPlacePush();
       ctx_.metrics->RecordRpc(kPushMethod, s, absl::ToDoubleSeconds(absl::Now() - start), bytes, 0);
       v1::DataFrameMeta ack = Reply(ctx_.incarnation, s);
       ack.set_duplicate(duplicate);

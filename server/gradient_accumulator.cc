@@ -7,6 +7,22 @@
 #include "common/job_spec.h"
 
 namespace zerostate::server {
+namespace {
+
+// The first node's pieces at least this long are decoded into the sum with
+// non-temporal stores: the sum of a large job does not stay in cache until
+// the step reads it, so reading its lines before writing them is wasted.
+constexpr size_t kStreamElems = 16384;  // 64 KiB of fp32
+
+bool Overlaps(const std::vector<std::pair<uint32_t, uint32_t>>& ranges, uint32_t begin,
+              uint32_t end) {
+  for (const auto& [b, e] : ranges) {
+    if (b < end && begin < e) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 GradientAccumulator::GradientAccumulator(uint32_t num_nodes, uint32_t block_elems,
                                          uint32_t required)
@@ -26,9 +42,7 @@ bool GradientAccumulator::NodeState::Covers(uint32_t begin, uint32_t end) const 
 
 bool GradientAccumulator::Insert(NodeState& node, uint32_t begin, uint32_t end) {
   auto& r = node.received;
-  for (const auto& [b, e] : r) {
-    if (b < end && begin < e) return false;
-  }
+  if (Overlaps(r, begin, end)) return false;
   auto it = std::lower_bound(r.begin(), r.end(), std::make_pair(begin, end));
   it = r.insert(it, {begin, end});
   // Merge with the neighbours it touches, so Covers() sees one interval.
@@ -57,6 +71,11 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
   uint32_t end = std::min(offset + count, required_);
   NodeState& ns = nodes_[node];
   if (ns.Covers(begin, end)) return Outcome::kDuplicate;
+  if (node == 0 && Overlaps(claimed_, begin, end)) {
+    return absl::UnavailableError(absl::StrCat(
+        "chunk [", offset, ", ", offset + count, ") of node 0 is still being received on another "
+        "connection; retry once that ends"));
+  }
   if (!Insert(ns, begin, end)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk [", offset, ", ", offset + count, ") of node ", node,
@@ -80,7 +99,11 @@ void GradientAccumulator::FoldRun(uint32_t node, uint32_t begin, size_t n, const
                                   v1::DType dtype) {
   if (node == head_) {
     if (node == 0) {
-      DecodeFloats(data, n, dtype, sum_.data() + begin);
+      if (n >= kStreamElems) {
+        DecodeFloatsStreaming(data, n, dtype, sum_.data() + begin);
+      } else {
+        DecodeFloats(data, n, dtype, sum_.data() + begin);
+      }
     } else {
       AccumulateFloats(data, n, dtype, sum_.data() + begin);
     }
@@ -89,6 +112,31 @@ void GradientAccumulator::FoldRun(uint32_t node, uint32_t begin, size_t n, const
   NodeState& ns = nodes_[node];
   if (ns.staging.empty()) ns.staging = AlignedBuffer<float>(block_elems_);
   DecodeFloats(data, n, dtype, ns.staging.data() + begin);
+}
+
+float* GradientAccumulator::Claim(uint32_t node, uint32_t offset, uint32_t count,
+                                  v1::DType dtype) {
+  const uint32_t end = offset + count;
+  if (node != 0 || head_ != 0 || dtype != v1::DTYPE_FP32 || count == 0 || end > required_) {
+    return nullptr;
+  }
+  if (Overlaps(nodes_[0].received, offset, end) || Overlaps(claimed_, offset, end)) return nullptr;
+  claimed_.emplace_back(offset, end);
+  return sum_.data() + offset;
+}
+
+bool GradientAccumulator::Commit(uint32_t offset, uint32_t count, uint64_t epoch) {
+  auto it = std::find(claimed_.begin(), claimed_.end(), std::make_pair(offset, offset + count));
+  if (epoch != epoch_ || it == claimed_.end()) return false;
+  claimed_.erase(it);
+  Insert(nodes_[0], offset, offset + count);  // cannot overlap: Claim and Add saw to it
+  if (head_ == 0 && nodes_[0].Covers(0, required_)) AdvanceHead();
+  return true;
+}
+
+void GradientAccumulator::Abandon(uint32_t offset, uint32_t count, uint64_t epoch) {
+  auto it = std::find(claimed_.begin(), claimed_.end(), std::make_pair(offset, offset + count));
+  if (epoch == epoch_ && it != claimed_.end()) claimed_.erase(it);
 }
 
 void GradientAccumulator::AdvanceHead() {
@@ -115,6 +163,8 @@ std::vector<uint32_t> GradientAccumulator::MissingNodes() const {
 
 void GradientAccumulator::Reset() {
   head_ = 0;
+  claimed_.clear();
+  ++epoch_;
   for (NodeState& ns : nodes_) {
     ns.received.clear();
     ns.staging = AlignedBuffer<float>();

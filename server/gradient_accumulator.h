@@ -8,6 +8,10 @@
 // its turn comes. For each element the sum is therefore always
 // ((g0 + g1) + g2) + ..., bit-identical for any arrival order.
 //
+// The first node's fp32 pieces may instead be received straight into the
+// sum (Claim / Commit): the fold of those is a plain copy, which receiving
+// in place saves, with the buffer it needs.
+//
 // Not thread-safe: the owning block's mutex guards it.
 #pragma once
 
@@ -45,6 +49,26 @@ class GradientAccumulator {
   absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count,
                               absl::Span<const ChunkView::Segment> data, v1::DType dtype);
 
+  // Receiving in place. For a piece of node 0 in fp32 whose elements no
+  // earlier piece covers, while node 0 is still the one folded into the sum
+  // (its fold would be a copy): reserves [offset, offset + count) and
+  // returns where in the sum its elements go, for the caller to write
+  // without holding the mutex, then Commit (applied) or Abandon (not
+  // written whole; the range is free again, and whatever was written there
+  // is overwritten when node 0's piece does arrive). nullptr when the piece
+  // must go through Add (another node or dtype, a retry, an overlap, layout
+  // padding). Until then, an Add that overlaps the range is UNAVAILABLE: a
+  // retry racing the attempt still receiving; it is answered once that
+  // ends. REQUIRES: offset + count <= block_elems.
+  float* Claim(uint32_t node, uint32_t offset, uint32_t count, v1::DType dtype);
+  // Marks a range claimed at `epoch` (epoch() when Claim returned) received.
+  // False when it is no longer claimed (Reset ran since), and then nothing
+  // changes; so does Abandon then.
+  bool Commit(uint32_t offset, uint32_t count, uint64_t epoch);
+  void Abandon(uint32_t offset, uint32_t count, uint64_t epoch);
+  // Counts Resets.
+  uint64_t epoch() const { return epoch_; }
+
   // True once every node has covered the required range and all are folded.
   bool complete() const { return head_ == num_nodes_; }
 
@@ -55,7 +79,7 @@ class GradientAccumulator {
   // Node ids that have not yet covered the required range, for error messages.
   std::vector<uint32_t> MissingNodes() const;
 
-  // Forgets every piece (the next step starts). Keeps the sum's memory.
+  // Forgets every piece and claim (the next step starts). Keeps the sum's memory.
   void Reset();
 
   // Bytes held, including staging buffers of early nodes.
@@ -83,6 +107,8 @@ class GradientAccumulator {
   AlignedBuffer<float> sum_;
   std::vector<NodeState> nodes_;
   uint32_t head_ = 0;  // nodes [0, head_) are complete and folded
+  std::vector<std::pair<uint32_t, uint32_t>> claimed_;  // node 0's ranges being received in place
+  uint64_t epoch_ = 0;
 };
 
 }  // namespace zerostate::server

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -124,6 +125,53 @@ absl::StatusOr<Job::PushOutcome> Job::Push(const ChunkView& c) {
   if (!added.ok()) return added.status();
   return *added == GradientAccumulator::Outcome::kApplied ? PushOutcome::kApplied
                                                           : PushOutcome::kDuplicate;
+}
+
+Job::PushClaim Job::ClaimPush(const ChunkFields& f, size_t data_bytes) {
+  PushClaim claim;
+  ChunkView view;
+  view.fields = f;
+  view.data_bytes = data_bytes;
+  auto ref = CheckChunk(view, spec_.grad_dtype(), "grad_dtype");
+  if (!ref.ok() || f.node >= spec_.num_nodes()) return claim;
+  Block& b = *ref->block;
+  absl::MutexLock lock(&b.mu);
+  if (f.step != b.version) return claim;
+  float* into = b.acc.Claim(f.node, ref->offset, ref->count, f.dtype);
+  if (into == nullptr) return claim;
+  claim.block_ = &b;
+  claim.offset_ = ref->offset;
+  claim.count_ = ref->count;
+  claim.epoch_ = b.acc.epoch();
+  claim.data_ = into;
+  return claim;
+}
+
+Job::PushClaim& Job::PushClaim::operator=(PushClaim&& other) noexcept {
+  Release();
+  block_ = std::exchange(other.block_, nullptr);
+  offset_ = other.offset_;
+  count_ = other.count_;
+  epoch_ = other.epoch_;
+  data_ = std::exchange(other.data_, nullptr);
+  return *this;
+}
+
+absl::StatusOr<Job::PushOutcome> Job::PushClaim::Commit() {
+  Block* b = std::exchange(block_, nullptr);
+  absl::MutexLock lock(&b->mu);
+  if (!b->acc.Commit(offset_, count_, epoch_)) {
+    return absl::UnavailableError(absl::StrCat("block ", b->index,
+                                               " was restored while the chunk arrived; push it again"));
+  }
+  return PushOutcome::kApplied;
+}
+
+void Job::PushClaim::Release() {
+  if (block_ == nullptr) return;
+  absl::MutexLock lock(&block_->mu);
+  block_->acc.Abandon(offset_, count_, epoch_);
+  block_ = nullptr;
 }
 
 absl::Status Job::InitWeights(const ChunkView& c) {

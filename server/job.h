@@ -71,6 +71,41 @@ class Job {
   absl::StatusOr<PushOutcome> Push(const ChunkView& chunk);
   absl::StatusOr<PushOutcome> Push(const v1::Chunk& chunk) { return Push(ViewOf(chunk)); }
 
+  // A push received in place (GradientAccumulator::Claim): a claim on the
+  // memory of a block's gradient sum where a chunk's payload goes as it is
+  // received. Commit() then applies it as Push would have; destroyed
+  // without Commit (the payload did not arrive whole), the claim is given
+  // back and nothing changed. Empty (data() null) when the chunk must go
+  // through Push instead.
+  class PushClaim {
+   public:
+    PushClaim() = default;
+    PushClaim(PushClaim&& other) noexcept { *this = std::move(other); }
+    PushClaim& operator=(PushClaim&& other) noexcept;
+    ~PushClaim() { Release(); }
+
+    void* data() const { return data_; }
+    // REQUIRES: data() is not null and holds the payload. Errors:
+    // UNAVAILABLE when the block was restored while the payload arrived
+    // (push it again).
+    absl::StatusOr<PushOutcome> Commit();
+
+   private:
+    friend class Job;
+    void Release();
+    Block* block_ = nullptr;  // null: empty or committed
+    uint32_t offset_ = 0;
+    uint32_t count_ = 0;
+    uint64_t epoch_ = 0;
+    void* data_ = nullptr;
+  };
+
+  // A claim for a push chunk with these fields and `data_bytes` of payload,
+  // when its payload may be received in place: valid, for the step in
+  // progress, of node 0 in fp32 and not received before. Else an empty
+  // claim, whatever the reason (Push says it). The job must outlive it.
+  PushClaim ClaimPush(const ChunkFields& fields, size_t data_bytes);
+
   // Writes initial fp32 weights. Errors: INVALID_ARGUMENT (block, range,
   // length, dtype), FAILED_PRECONDITION (not streamed_init, already stepped).
   absl::Status InitWeights(const ChunkView& chunk);

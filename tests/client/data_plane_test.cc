@@ -1,7 +1,8 @@
 // The servers' TCP data plane (server/data_plane.h) from a raw socket and
 // through the client, against a real zerostate-server process: malformed
 // frames get an ERROR frame naming the problem, then the connection
-// closes, and the job is left as it was; a wrong token gets the same
+// closes, and the job is left as it was; a push cut mid-payload leaves
+// nothing behind; a wrong token gets the same
 // answer whether or not the job exists; the client's pushes and gathers
 // are served (and counted) by the data plane.
 #include <sys/socket.h>
@@ -167,6 +168,43 @@ TEST_F(DataPlaneTest, FramesSentBackToBackAreAnsweredInOrder) {
   ASSERT_EQ(end.header.type, FrameType::kGatherEnd);
   EXPECT_EQ(end.meta.code(), 0) << end.meta.message();
   EXPECT_EQ(end.meta.bytes(), 16u * 4);
+}
+
+// Node 0's fp32 payload is received straight into the block's sum. While
+// a frame's payload is still arriving, a retry of it on another connection
+// is UNAVAILABLE (retried by clients); once that connection breaks, the
+// range is free again and the retry is applied, exactly once.
+TEST_F(DataPlaneTest, PushCutMidPayloadIsGivenBackAndItsRetryApplied) {
+  const std::string frame = PushFrame(PushFields("dp"), kTestJobToken, kPayload);
+  std::unique_ptr<client::DataConn> cut = Connect();
+  ASSERT_NE(cut, nullptr);
+  const size_t partial = frame.size() - kPayload.size() / 2;
+  ASSERT_EQ(send(cut->fd(), frame.data(), partial, MSG_NOSIGNAL), static_cast<ssize_t>(partial));
+  absl::SleepFor(absl::Milliseconds(500));  // the server reads the frame's start and waits
+
+  std::unique_ptr<client::DataConn> retry = Connect();
+  ASSERT_NE(retry, nullptr);
+  auto push = [&] {
+    EXPECT_EQ(send(retry->fd(), frame.data(), frame.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(frame.size()));
+    return Reply(*retry).meta;
+  };
+  v1::DataFrameMeta racing = push();
+  EXPECT_EQ(racing.code(), static_cast<int>(absl::StatusCode::kUnavailable)) << racing.message();
+  EXPECT_NE(racing.message().find("still being received"), std::string::npos) << racing.message();
+
+  cut.reset();  // the first connection breaks mid-payload
+  v1::DataFrameMeta applied;
+  for (int i = 0; i < 100; ++i) {  // until the server has seen the break
+    applied = push();
+    if (applied.code() != static_cast<int>(absl::StatusCode::kUnavailable)) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(applied.code(), 0) << applied.message();
+  EXPECT_FALSE(applied.duplicate());
+  v1::DataFrameMeta again = push();
+  EXPECT_EQ(again.code(), 0) << again.message();
+  EXPECT_TRUE(again.duplicate());
 }
 
 TEST_F(DataPlaneTest, ClientPushAndGatherAreServedByTheDataPlane) {

@@ -166,6 +166,36 @@ TEST(ConvertTest, AccumulateMatchesScalarOnEveryIsa) {
   }
 }
 
+// The streaming decode gives DecodeFloats' bits for every dtype and ISA,
+// from every alignment of the output (head, streamed body and tail), and
+// writes nothing outside its n elements.
+TEST(ConvertTest, StreamingDecodeMatchesDecodeAtEveryAlignment) {
+  const std::vector<uint16_t> halves = AllHalves();
+  const std::vector<float> floats = SweepFloats();
+  constexpr float kGuard = -7.25f;
+  for (v1::DType dtype : {v1::DTYPE_BF16, v1::DTYPE_FP16, v1::DTYPE_FP32}) {
+    const void* src = dtype == v1::DTYPE_FP32 ? static_cast<const void*>(floats.data())
+                                              : static_cast<const void*>(halves.data());
+    const size_t avail = 1000;  // elements of src read at most
+    for (Isa isa : SupportedIsas()) {
+      for (size_t off = 0; off < 17; ++off) {
+        for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{63},
+                         avail - 17}) {
+          std::vector<float> want(avail + 18, kGuard), got(avail + 18, kGuard);
+          DecodeFloats(Isa::kScalar, src, n, dtype, want.data() + off);
+          DecodeFloatsStreaming(isa, src, n, dtype, got.data() + off);
+          for (size_t i = 0; i < got.size(); ++i) {
+            uint32_t a, b;
+            std::memcpy(&a, &got[i], 4);
+            std::memcpy(&b, &want[i], 4);
+            ASSERT_EQ(a, b) << Name(isa, dtype) << " n=" << n << " off=" << off << " i=" << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(ConvertTest, Fp32IsACopyAndAPlainSum) {
   const std::vector<float> in = EdgeFloats();
   for (Isa isa : SupportedIsas()) {

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "common/convert.h"
 #include "common/job_spec.h"
 
 namespace zerostate::server {
@@ -163,6 +164,115 @@ TEST(GradientAccumulatorTest, SegmentedPiecesSumLikeContiguousOnes) {
     ASSERT_TRUE(segmented.complete());
     EXPECT_EQ(std::memcmp(segmented.sum(), contiguous.sum(), kRequired * 4), 0)
         << DTypeName(dtype);
+  }
+}
+
+// Node 0's fp32 pieces received in place: the sum is what Add gives, in
+// any mix with the other nodes' pieces.
+TEST(GradientAccumulatorTest, ClaimedPiecesSumLikeAddedOnes) {
+  constexpr uint32_t kElems = 64;
+  const auto g0 = RandomGrad(kElems, 11), g1 = RandomGrad(kElems, 12);
+  GradientAccumulator want(2, kElems, kElems);
+  ASSERT_TRUE(want.Add(0, 0, kElems, g0.data(), v1::DTYPE_FP32).ok());
+  ASSERT_TRUE(want.Add(1, 0, kElems, g1.data(), v1::DTYPE_FP32).ok());
+
+  GradientAccumulator acc(2, kElems, kElems);
+  ASSERT_TRUE(acc.Add(1, 0, kElems, g1.data(), v1::DTYPE_FP32).ok());  // node 1 early: staged
+  float* first = acc.Claim(0, 0, 40, v1::DTYPE_FP32);
+  ASSERT_NE(first, nullptr);
+  std::memcpy(first, g0.data(), 40 * 4);
+  EXPECT_FALSE(acc.complete());
+  ASSERT_TRUE(acc.Commit(0, 40, acc.epoch()));
+  ASSERT_TRUE(acc.Add(0, 40, 24, g0.data() + 40, v1::DTYPE_FP32).ok());
+  ASSERT_TRUE(acc.complete());
+  EXPECT_EQ(std::memcmp(acc.sum(), want.sum(), kElems * 4), 0);
+}
+
+// Only a piece whose fold would be a copy is claimed.
+TEST(GradientAccumulatorTest, ClaimOnlyNodeZeroFp32NotYetReceived) {
+  GradientAccumulator acc(2, 64, 48);
+  const auto g = RandomGrad(64, 13);
+  EXPECT_EQ(acc.Claim(1, 0, 16, v1::DTYPE_FP32), nullptr) << "another node";
+  EXPECT_EQ(acc.Claim(0, 0, 16, v1::DTYPE_BF16), nullptr) << "a conversion";
+  EXPECT_EQ(acc.Claim(0, 40, 16, v1::DTYPE_FP32), nullptr) << "layout padding";
+  ASSERT_TRUE(acc.Add(0, 0, 16, g.data(), v1::DTYPE_FP32).ok());
+  EXPECT_EQ(acc.Claim(0, 0, 16, v1::DTYPE_FP32), nullptr) << "a retry";
+  EXPECT_EQ(acc.Claim(0, 8, 16, v1::DTYPE_FP32), nullptr) << "an overlap";
+  ASSERT_NE(acc.Claim(0, 16, 16, v1::DTYPE_FP32), nullptr);
+  EXPECT_EQ(acc.Claim(0, 16, 16, v1::DTYPE_FP32), nullptr) << "claimed already";
+  ASSERT_TRUE(acc.Commit(16, 16, acc.epoch()));
+  ASSERT_TRUE(acc.Add(0, 32, 16, g.data() + 32, v1::DTYPE_FP32).ok());
+  ASSERT_TRUE(acc.Add(1, 0, 48, g.data(), v1::DTYPE_FP32).ok());
+  ASSERT_TRUE(acc.complete());
+  EXPECT_EQ(acc.Claim(0, 0, 16, v1::DTYPE_FP32), nullptr) << "node 0 folded: head moved on";
+}
+
+// While a claim is open its range counts as not received: the step cannot
+// complete, and a retry of it is UNAVAILABLE and changes nothing.
+TEST(GradientAccumulatorTest, OpenClaimRefusesARacingRetry) {
+  GradientAccumulator acc(1, 32, 32);
+  const auto g = RandomGrad(32, 14);
+  float* into = acc.Claim(0, 0, 32, v1::DTYPE_FP32);
+  ASSERT_NE(into, nullptr);
+  auto racing = acc.Add(0, 0, 32, g.data(), v1::DTYPE_FP32);
+  EXPECT_EQ(racing.status().code(), absl::StatusCode::kUnavailable) << racing.status();
+  EXPECT_NE(racing.status().message().find("still being received"), std::string::npos);
+  EXPECT_FALSE(acc.complete());
+  std::memcpy(into, g.data(), 32 * 4);
+  ASSERT_TRUE(acc.Commit(0, 32, acc.epoch()));
+  EXPECT_TRUE(acc.complete());
+  EXPECT_EQ(*acc.Add(0, 0, 32, g.data(), v1::DTYPE_FP32), Outcome::kDuplicate);
+  EXPECT_EQ(std::memcmp(acc.sum(), g.data(), 32 * 4), 0);
+}
+
+// An abandoned claim (payload cut short) leaves the range free: the piece
+// sent again is applied over whatever was written.
+TEST(GradientAccumulatorTest, AbandonedClaimIsOverwrittenByTheRetry) {
+  GradientAccumulator acc(1, 32, 32);
+  const auto g = RandomGrad(32, 15);
+  float* into = acc.Claim(0, 0, 32, v1::DTYPE_FP32);
+  ASSERT_NE(into, nullptr);
+  std::fill(into, into + 10, 123.0f);  // part of a payload, then the connection broke
+  acc.Abandon(0, 32, acc.epoch());
+  EXPECT_FALSE(acc.complete());
+  ASSERT_EQ(*acc.Add(0, 0, 32, g.data(), v1::DTYPE_FP32), Outcome::kApplied);
+  ASSERT_TRUE(acc.complete());
+  EXPECT_EQ(std::memcmp(acc.sum(), g.data(), 32 * 4), 0);
+}
+
+// A claim that outlives a Reset (a block restored meanwhile) commits
+// nothing into the next step.
+TEST(GradientAccumulatorTest, ClaimFromBeforeResetDoesNotCommit) {
+  GradientAccumulator acc(1, 32, 32);
+  ASSERT_NE(acc.Claim(0, 0, 32, v1::DTYPE_FP32), nullptr);
+  const uint64_t epoch = acc.epoch();
+  acc.Reset();
+  ASSERT_NE(acc.Claim(0, 0, 32, v1::DTYPE_FP32), nullptr);  // the new step's own claim
+  EXPECT_FALSE(acc.Commit(0, 32, epoch));
+  EXPECT_FALSE(acc.complete());
+  EXPECT_TRUE(acc.Commit(0, 32, acc.epoch()));
+  EXPECT_TRUE(acc.complete());
+}
+
+// Pieces long enough to be decoded with non-temporal stores sum like short ones.
+TEST(GradientAccumulatorTest, LongFirstNodePiecesStreamTheSameBits) {
+  constexpr uint32_t kElems = 1 << 17;
+  const auto g0 = RandomGrad(kElems, 16), g1 = RandomGrad(kElems, 17);
+  std::vector<uint16_t> half(kElems);
+  EncodeFloats(g0.data(), kElems, v1::DTYPE_BF16, half.data());
+  for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
+    const void* src = dtype == v1::DTYPE_FP32 ? static_cast<const void*>(g0.data())
+                                              : static_cast<const void*>(half.data());
+    std::vector<float> want(kElems);
+    DecodeFloats(src, kElems, dtype, want.data());
+    for (uint32_t i = 0; i < kElems; ++i) want[i] += g1[i];
+    GradientAccumulator acc(2, kElems, kElems);
+    ASSERT_TRUE(acc.Add(0, 3, kElems - 3, static_cast<const char*>(src) + 3 * DTypeSize(dtype),
+                        dtype).ok());
+    ASSERT_TRUE(acc.Add(0, 0, 3, src, dtype).ok());
+    ASSERT_TRUE(acc.Add(1, 0, kElems, g1.data(), v1::DTYPE_FP32).ok());
+    ASSERT_TRUE(acc.complete());
+    EXPECT_EQ(std::memcmp(acc.sum(), want.data(), kElems * 4), 0) << DTypeName(dtype);
   }
 }
 
