@@ -199,7 +199,9 @@ class Session final : public Job::GatherSink {
   // one to receive in place (or is bad: Push then says why).
   InPlacePush ClaimInPlace(const FrameStart& f) {
     InPlacePush p;
-    auto job = ctx_.jobs->Authorize(f.meta.chunk().job_id(), f.meta.token());
+    const v1::Chunk& c = f.meta.chunk();
+    if (c.node() != 0 || c.dtype() != v1::DTYPE_FP32) return p;  // never in place
+    auto job = ctx_.jobs->Authorize(c.job_id(), f.meta.token());
     if (!job.ok()) return p;
     p.job = *std::move(job);
     p.claim = p.job->ClaimPush(FrameChunkView(f.meta.chunk(), nullptr, 0).fields,

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -22,21 +23,32 @@ absl::Status Errno(const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", strerror(errno)));
 }
 
-// Sends `bytes` on `fd` once the receiver's one-byte go signal arrives.
-void SendAll(int fd, uint64_t bytes) {
-  std::vector<char> buf(kIoBytes, 'x');
+// Where connection i of n moves its share of `total` bytes: the offset in
+// a total-byte buffer, and the length.
+std::pair<uint64_t, uint64_t> Share(int i, int n, uint64_t total) {
+  const uint64_t each = total / n;
+  return {i * each, each + (i == n - 1 ? total % n : 0)};
+}
+
+// Sends `bytes` on `fd` once the receiver's one-byte go signal arrives:
+// from `from` onwards, or (null) the same 1 MiB buffer again and again.
+void SendAll(int fd, const char* from, uint64_t bytes) {
+  std::vector<char> buf(from == nullptr ? kIoBytes : 0, 'x');
   char go;
   if (read(fd, &go, 1) != 1) return;
   while (bytes > 0) {
-    ssize_t n = write(fd, buf.data(), std::min<uint64_t>(bytes, buf.size()));
+    const char* p = from == nullptr ? buf.data() : from;
+    ssize_t n = write(fd, p, std::min<uint64_t>(bytes, kIoBytes));
     if (n <= 0) return;
     bytes -= n;
+    if (from != nullptr) from += n;
   }
   close(fd);
 }
 
 // The sender process: connects, sends, exits.
-[[noreturn]] void RunSender(uint16_t port, int connections, uint64_t total_bytes) {
+[[noreturn]] void RunSender(uint16_t port, int connections, uint64_t total_bytes, bool tensor) {
+  std::vector<char> tensor_bytes(tensor ? total_bytes : 0, 'x');  // written: its pages exist
   std::vector<std::thread> threads;
   for (int i = 0; i < connections; ++i) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -45,18 +57,25 @@ void SendAll(int fd, uint64_t bytes) {
     addr.sin_port = htons(port);
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) _exit(1);
-    uint64_t share = total_bytes / connections + (i == 0 ? total_bytes % connections : 0);
-    threads.emplace_back(SendAll, fd, share);
+    auto [offset, share] = Share(i, connections, total_bytes);
+    threads.emplace_back(SendAll, fd, tensor ? tensor_bytes.data() + offset : nullptr, share);
   }
   for (auto& t : threads) t.join();
   _exit(0);
 }
 
-uint64_t ReceiveAll(int fd) {
-  std::vector<char> buf(kIoBytes);
+// Reads `fd` to its end: into `into` onwards (at most `room` bytes), or
+// (null) into the same 1 MiB buffer again and again.
+uint64_t ReceiveAll(int fd, char* into, uint64_t room) {
+  std::vector<char> buf(into == nullptr ? kIoBytes : 0);
   uint64_t total = 0;
   ssize_t n;
-  while ((n = read(fd, buf.data(), buf.size())) > 0) total += n;
+  while (true) {
+    char* p = into == nullptr ? buf.data() : into + total;
+    size_t want = into == nullptr ? kIoBytes : std::min<uint64_t>(kIoBytes, room - total);
+    if (want == 0 || (n = read(fd, p, want)) <= 0) break;
+    total += n;
+  }
   close(fd);
   return total;
 }
@@ -78,13 +97,14 @@ absl::StatusOr<int> Listen(uint16_t* port) {
 
 }  // namespace
 
-absl::StatusOr<double> MeasureRawTcp(int connections, uint64_t total_bytes) {
+absl::StatusOr<double> MeasureRawTcp(int connections, uint64_t total_bytes, bool tensor_buffers) {
   uint16_t port = 0;
   absl::StatusOr<int> listener = Listen(&port);
   if (!listener.ok()) return listener.status();
   pid_t pid = fork();
   if (pid < 0) return Errno("fork");
-  if (pid == 0) RunSender(port, connections, total_bytes);
+  if (pid == 0) RunSender(port, connections, total_bytes, tensor_buffers);
+  std::vector<char> tensor(tensor_buffers ? total_bytes : 0, '\0');  // its pages exist
   std::vector<int> fds;
   for (int i = 0; i < connections; ++i) {
     int fd = accept(*listener, nullptr, nullptr);
@@ -97,7 +117,9 @@ absl::StatusOr<double> MeasureRawTcp(int connections, uint64_t total_bytes) {
   std::vector<uint64_t> got(connections);
   std::vector<std::thread> threads;
   for (int i = 0; i < connections; ++i) {
-    threads.emplace_back([&got, &fds, i] { got[i] = ReceiveAll(fds[i]); });
+    auto [offset, share] = Share(i, connections, total_bytes);
+    char* into = tensor_buffers ? tensor.data() + offset : nullptr;
+    threads.emplace_back([&got, &fds, i, into, share] { got[i] = ReceiveAll(fds[i], into, share); });
   }
   for (auto& t : threads) t.join();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,6 +1,10 @@
 // The limit the transport benchmark compares against: plain TCP throughput
 // between two processes of this machine over loopback, with blocking
-// sockets, 1 MiB writes and reads, one thread per connection.
+// sockets, 1 MiB writes and reads, one thread per connection. Each write
+// and read reuses one 1 MiB buffer (which stays in cache), unless the
+// tensor variant is asked for: then the sender sends, and the receiver
+// receives into, one total_bytes buffer each (memory, like a tensor's),
+// each connection its contiguous share.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +17,7 @@ namespace zerostate::bench {
 // one and sends `total_bytes` spread over them; returns bytes per second
 // from the start signal to the last byte received.
 // REQUIRES: called before this process starts any thread (it forks).
-absl::StatusOr<double> MeasureRawTcp(int connections, uint64_t total_bytes);
+absl::StatusOr<double> MeasureRawTcp(int connections, uint64_t total_bytes,
+                                     bool tensor_buffers = false);
 
 }  // namespace zerostate::bench

@@ -11,8 +11,13 @@
 // weights of a --tensor_mib tensor (one node, data already in the wire
 // dtype, as a GPU trainer holds it). A figure is the best of --reps. It
 // prints GB/s of wire payload, the client's CPU seconds per GB, and the
-// ratio to raw TCP with the same number of connections. --json prints one object per figure:
-// {"figure":..., "value":..., "unit":..., "limit":..., "ratio":...}
+// ratio to raw TCP with the same number of connections (the target's
+// limit: 1 MiB buffers reused, in cache). It also measures raw TCP from and
+// into --tensor_mib buffers (raw_tcp_tensor: the memory traffic any
+// transfer of a tensor of that size has), and prints each figure's ratio
+// to that too ("tensor ratio"). --json prints one object per figure:
+// {"figure":..., "value":..., "unit":..., "limit":..., "ratio":...,
+//  "tensor_limit":..., "tensor_ratio":...} (the last two where measured).
 // --tls_dir=DIR runs the servers with TLS (DIR/server.pem, DIR/server.key
 // for 127.0.0.1, DIR/ca.pem its CA; docs/operations.md, "Security") and
 // names the figures "...tls", to compare with a plaintext run.
@@ -79,19 +84,32 @@ absl::Status TimeOp(uint64_t bytes, Figure* best, Op op) {
   return s;
 }
 
-void Print(const std::string& figure, const Figure& f, double limit) {
+// Prints a figure against `limit`, and against `tensor_limit` unless it is 0.
+void Print(const std::string& figure, const Figure& f, double limit, double tensor_limit = 0) {
   if (absl::GetFlag(FLAGS_json)) {
-    std::printf(
-        "{\"figure\":\"%s\",\"value\":%.6g,\"unit\":\"GB/s\",\"limit\":%.6g,\"ratio\":%.4f}\n",
-        figure.c_str(), f.bytes_per_s / 1e9, limit / 1e9, f.bytes_per_s / limit);
+    std::printf("{\"figure\":\"%s\",\"value\":%.6g,\"unit\":\"GB/s\",\"limit\":%.6g,\"ratio\":%.4f",
+                figure.c_str(), f.bytes_per_s / 1e9, limit / 1e9, f.bytes_per_s / limit);
+    if (tensor_limit > 0) {
+      std::printf(",\"tensor_limit\":%.6g,\"tensor_ratio\":%.4f", tensor_limit / 1e9,
+                  f.bytes_per_s / tensor_limit);
+    }
+    std::printf("}\n");
   } else {
     std::printf("%-28s %7.3f GB/s  limit %7.3f GB/s  ratio %.3f", figure.c_str(),
                 f.bytes_per_s / 1e9, limit / 1e9, f.bytes_per_s / limit);
+    if (tensor_limit > 0) std::printf("  tensor ratio %.3f", f.bytes_per_s / tensor_limit);
     if (f.cpu_s_per_gb > 0) std::printf("  client %.2f CPU s/GB", f.cpu_s_per_gb);
     std::printf("\n");
   }
   std::fflush(stdout);
 }
+
+// Raw TCP throughput by connection count: reusing cached buffers (the
+// limit) and from and into tensor-sized ones.
+struct RawTcp {
+  std::map<int, double> cached;
+  std::map<int, double> tensor;
+};
 
 v1::JobSpec BenchSpec(const std::string& id, uint64_t elems, v1::DType dtype) {
   v1::JobSpec spec;
@@ -159,7 +177,7 @@ absl::Status MeasureJob(client::Client& c, const std::string& plane, v1::DType d
   return absl::OkStatus();
 }
 
-absl::Status MeasureServers(int servers, const std::map<int, double>& tcp) {
+absl::Status MeasureServers(int servers, const RawTcp& tcp) {
   testing::ServerProcessOptions so;
   so.binary = absl::GetFlag(FLAGS_server_binary);
   so.args = {"--metrics_listen=", "--threads=" + std::to_string(absl::GetFlag(FLAGS_server_threads))};
@@ -173,15 +191,17 @@ absl::Status MeasureServers(int servers, const std::map<int, double>& tcp) {
   for (const std::string& plane : Planes()) {
     auto c = client::Client::Connect(BenchClientOptions((*cluster)->addresses(), plane));
     if (!c.ok()) return c.status();
-    const double limit = tcp.at(servers * ConnectionsPerServer(plane));
+    const int connections = servers * ConnectionsPerServer(plane);
+    const double limit = tcp.cached.at(connections);
+    const double tensor_limit = tcp.tensor.at(connections);
     for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
       Figure push, gather;
       if (absl::Status s = MeasureJob(**c, plane, dtype, &push, &gather); !s.ok()) return s;
       std::string suffix = std::string(".") + DTypeName(dtype) + ".servers=" +
                            std::to_string(servers) + "." + plane +
                            (absl::GetFlag(FLAGS_tls_dir).empty() ? "" : ".tls");
-      Print("push" + suffix, push, limit);
-      Print("gather" + suffix, gather, limit);
+      Print("push" + suffix, push, limit, tensor_limit);
+      Print("gather" + suffix, gather, limit, tensor_limit);
     }
   }
   return (*cluster)->StopAll();
@@ -194,20 +214,25 @@ int Main() {
     if (absl::SimpleAtoi(s, &n) && n > 0) server_counts.push_back(n);
   }
   // Raw TCP first: it forks, so it runs before any thread exists.
-  std::map<int, double> tcp;
+  RawTcp tcp;
   std::vector<int> conns = {1};
   for (int s : server_counts) {
     for (const std::string& plane : Planes()) conns.push_back(s * ConnectionsPerServer(plane));
   }
-  const uint64_t tcp_bytes = std::max<uint64_t>(static_cast<uint64_t>(absl::GetFlag(FLAGS_tensor_mib)) << 21, 64 << 20);
+  const uint64_t tensor_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_tensor_mib)) << 20;
+  const uint64_t tcp_bytes = std::max<uint64_t>(2 * tensor_bytes, 64 << 20);
   for (int n : conns) {
-    if (tcp.count(n)) continue;
+    if (tcp.cached.count(n)) continue;
     for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
       absl::StatusOr<double> rate = MeasureRawTcp(n, tcp_bytes);
-      if (!rate.ok()) return std::fprintf(stderr, "%s\n", rate.status().ToString().c_str()), 1;
-      tcp[n] = std::max(tcp[n], *rate);
+      absl::StatusOr<double> tensor = rate.ok() ? MeasureRawTcp(n, tensor_bytes, true) : rate;
+      if (!tensor.ok()) return std::fprintf(stderr, "%s\n", tensor.status().ToString().c_str()), 1;
+      tcp.cached[n] = std::max(tcp.cached[n], *rate);
+      tcp.tensor[n] = std::max(tcp.tensor[n], *tensor);
     }
-    Print("raw_tcp.connections=" + std::to_string(n), Figure{tcp[n], 0}, tcp[n]);
+    const double limit = tcp.cached[n];
+    Print("raw_tcp.connections=" + std::to_string(n), Figure{limit, 0}, limit);
+    Print("raw_tcp_tensor.connections=" + std::to_string(n), Figure{tcp.tensor[n], 0}, limit);
   }
   for (int s : server_counts) {
     if (absl::Status st = MeasureServers(s, tcp); !st.ok()) {
