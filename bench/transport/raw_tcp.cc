@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/transport/cpu_usage.h"
 
 namespace zerostate::bench {
 namespace {
@@ -21,6 +24,16 @@ constexpr size_t kIoBytes = 1 << 20;
 
 absl::Status Errno(const char* what) {
   return absl::InternalError(absl::StrCat(what, ": ", strerror(errno)));
+}
+
+double Seconds(const rusage& u) {
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
+double SelfCpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return Seconds(u);
 }
 
 // Where connection i of n moves its share of `total` bytes: the offset in
@@ -46,8 +59,10 @@ void SendAll(int fd, const char* from, uint64_t bytes) {
   close(fd);
 }
 
-// The sender process: connects, sends, exits.
-[[noreturn]] void RunSender(uint16_t port, int connections, uint64_t total_bytes, bool tensor) {
+// The sender process: connects, sends, exits. Stores its CPU seconds
+// before sending in *cpu_before (memory shared with the parent).
+[[noreturn]] void RunSender(uint16_t port, int connections, uint64_t total_bytes, bool tensor,
+                            double* cpu_before) {
   std::vector<char> tensor_bytes(tensor ? total_bytes : 0, 'x');  // written: its pages exist
   std::vector<std::thread> threads;
   for (int i = 0; i < connections; ++i) {
@@ -60,6 +75,7 @@ void SendAll(int fd, const char* from, uint64_t bytes) {
     auto [offset, share] = Share(i, connections, total_bytes);
     threads.emplace_back(SendAll, fd, tensor ? tensor_bytes.data() + offset : nullptr, share);
   }
+  *cpu_before = SelfCpuSeconds();  // the threads wait for the go signal
   for (auto& t : threads) t.join();
   _exit(0);
 }
@@ -97,13 +113,20 @@ absl::StatusOr<int> Listen(uint16_t* port) {
 
 }  // namespace
 
-absl::StatusOr<double> MeasureRawTcp(int connections, uint64_t total_bytes, bool tensor_buffers) {
+absl::StatusOr<RawTcpResult> MeasureRawTcp(int connections, uint64_t total_bytes,
+                                           bool tensor_buffers) {
+  // The sender's CPU seconds before it sends, written by the child.
+  void* shared = mmap(nullptr, sizeof(double), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                      -1, 0);
+  if (shared == MAP_FAILED) return Errno("mmap");
+  auto* sender_before = static_cast<double*>(shared);
+  *sender_before = 0;
   uint16_t port = 0;
   absl::StatusOr<int> listener = Listen(&port);
   if (!listener.ok()) return listener.status();
   pid_t pid = fork();
   if (pid < 0) return Errno("fork");
-  if (pid == 0) RunSender(port, connections, total_bytes, tensor_buffers);
+  if (pid == 0) RunSender(port, connections, total_bytes, tensor_buffers, sender_before);
   std::vector<char> tensor(tensor_buffers ? total_bytes : 0, '\0');  // its pages exist
   std::vector<int> fds;
   for (int i = 0; i < connections; ++i) {
@@ -112,6 +135,8 @@ absl::StatusOr<double> MeasureRawTcp(int connections, uint64_t total_bytes, bool
     fds.push_back(fd);
   }
   close(*listener);
+  const CpuSample host0 = SampleCpu({});
+  const double self0 = SelfCpuSeconds();
   auto start = std::chrono::steady_clock::now();
   for (int fd : fds) (void)!write(fd, "g", 1);
   std::vector<uint64_t> got(connections);
@@ -123,15 +148,19 @@ absl::StatusOr<double> MeasureRawTcp(int connections, uint64_t total_bytes, bool
   }
   for (auto& t : threads) t.join();
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const CpuSample host1 = SampleCpu({});
   int status = 0;
-  waitpid(pid, &status, 0);
+  rusage sender{};
+  wait4(pid, &status, 0, &sender);
   uint64_t received = 0;
   for (uint64_t g : got) received += g;
   if (received != total_bytes || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     return absl::InternalError(absl::StrCat("raw TCP: received ", received, " of ", total_bytes,
                                             " bytes, sender status ", status));
   }
-  return received / seconds;
+  const double cpu = SelfCpuSeconds() - self0 + Seconds(sender) - *sender_before;
+  munmap(shared, sizeof(double));
+  return RawTcpResult{received / seconds, cpu, BusyFraction(host0, host1)};
 }
 
 }  // namespace zerostate::bench

@@ -13,11 +13,16 @@
 
 namespace zerostate::bench {
 
+struct RawTcpResult {
+  double bytes_per_s = 0;  // from the start signal to the last byte received
+  double cpu_s = 0;        // of sender and receiver, from process start to end
+  double busy_fraction = 0;  // of the host's cores, over the same time as bytes_per_s
+};
+
 // Forks a sender process that opens `connections` connections to this
-// one and sends `total_bytes` spread over them; returns bytes per second
-// from the start signal to the last byte received.
+// one and sends `total_bytes` spread over them.
 // REQUIRES: called before this process starts any thread (it forks).
-absl::StatusOr<double> MeasureRawTcp(int connections, uint64_t total_bytes,
-                                     bool tensor_buffers = false);
+absl::StatusOr<RawTcpResult> MeasureRawTcp(int connections, uint64_t total_bytes,
+                                           bool tensor_buffers = false);
 
 }  // namespace zerostate::bench

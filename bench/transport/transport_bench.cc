@@ -10,8 +10,9 @@
 // and bf16, a push of one step's gradient and a gather of the stepped
 // weights of a --tensor_mib tensor (one node, data already in the wire
 // dtype, as a GPU trainer holds it). A figure is the best of --reps. It
-// prints GB/s of wire payload, the client's CPU seconds per GB, and the
-// ratio to raw TCP with the same number of connections (the target's
+// prints GB/s of wire payload, the CPU seconds per GB of the client and of
+// the servers, how busy the host's cores were (every repetition counted),
+// and the ratio to raw TCP with the same number of connections (the target's
 // limit: 1 MiB buffers reused, in cache). It also measures raw TCP from and
 // into --tensor_mib buffers (raw_tcp_tensor: the memory traffic any
 // transfer of a tensor of that size has), and prints each figure's ratio
@@ -36,6 +37,7 @@
 #include "absl/flags/marshalling.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/transport/cpu_usage.h"
 #include "bench/transport/raw_tcp.h"
 #include "client/client.h"
 #include "tests/testing/server_process.h"
@@ -61,9 +63,19 @@ namespace {
 
 namespace v1 = ::zerostate::v1;
 
+// A figure: the best repetition's rate, and what every repetition moved
+// and spent in all.
 struct Figure {
   double bytes_per_s = 0;
-  double cpu_s_per_gb = 0;
+  double bytes = 0;
+  double seconds = 0;
+  double client_cpu_s = 0;
+  double server_cpu_s = 0;
+  double busy_core_s = 0;  // the host's busy fraction times seconds
+  bool raw = false;        // raw TCP: client_cpu_s is sender and receiver
+
+  double PerGb(double cpu_s) const { return cpu_s / (bytes / 1e9); }
+  double HostBusy() const { return busy_core_s / seconds; }
 };
 
 double CpuSeconds() {
@@ -72,15 +84,23 @@ double CpuSeconds() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + 1e-6 * (u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
-// Times `op` moving `bytes`; keeps the best rate in `best`.
+// Times `op` moving `bytes` with the servers `servers`; adds it to `f`.
 template <class Op>
-absl::Status TimeOp(uint64_t bytes, Figure* best, Op op) {
-  double cpu0 = CpuSeconds();
+absl::Status TimeOp(uint64_t bytes, const std::vector<pid_t>& servers, Figure* f, Op op) {
+  const CpuSample host0 = SampleCpu(servers);
+  const double cpu0 = CpuSeconds();
   auto t0 = std::chrono::steady_clock::now();
   absl::Status s = op();
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  double cpu = CpuSeconds() - cpu0;
-  if (s.ok() && bytes / secs > best->bytes_per_s) *best = {bytes / secs, cpu / (bytes / 1e9)};
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = CpuSeconds() - cpu0;
+  const CpuSample host1 = SampleCpu(servers);
+  if (!s.ok()) return s;
+  f->bytes_per_s = std::max(f->bytes_per_s, bytes / secs);
+  f->bytes += bytes;
+  f->seconds += secs;
+  f->client_cpu_s += cpu;
+  f->server_cpu_s += ProcessSeconds(host0, host1);
+  f->busy_core_s += BusyFraction(host0, host1) * secs;
   return s;
 }
 
@@ -93,15 +113,39 @@ void Print(const std::string& figure, const Figure& f, double limit, double tens
       std::printf(",\"tensor_limit\":%.6g,\"tensor_ratio\":%.4f", tensor_limit / 1e9,
                   f.bytes_per_s / tensor_limit);
     }
+    if (f.raw) {
+      std::printf(",\"cpu_s_per_gb\":%.4f,\"host_busy\":%.3f", f.PerGb(f.client_cpu_s), f.HostBusy());
+    } else if (f.bytes > 0) {
+      std::printf(",\"client_cpu_s_per_gb\":%.4f,\"server_cpu_s_per_gb\":%.4f,\"host_busy\":%.3f",
+                  f.PerGb(f.client_cpu_s), f.PerGb(f.server_cpu_s), f.HostBusy());
+    }
     std::printf("}\n");
   } else {
     std::printf("%-28s %7.3f GB/s  limit %7.3f GB/s  ratio %.3f", figure.c_str(),
                 f.bytes_per_s / 1e9, limit / 1e9, f.bytes_per_s / limit);
     if (tensor_limit > 0) std::printf("  tensor ratio %.3f", f.bytes_per_s / tensor_limit);
-    if (f.cpu_s_per_gb > 0) std::printf("  client %.2f CPU s/GB", f.cpu_s_per_gb);
+    if (f.raw) {
+      std::printf("  CPU s/GB %.2f (both ends)  host busy %.0f%%", f.PerGb(f.client_cpu_s),
+                  100 * f.HostBusy());
+    } else if (f.bytes > 0) {
+      std::printf("  CPU s/GB client %.2f servers %.2f  host busy %.0f%%", f.PerGb(f.client_cpu_s),
+                  f.PerGb(f.server_cpu_s), 100 * f.HostBusy());
+    }
     std::printf("\n");
   }
   std::fflush(stdout);
+}
+
+// Adds a raw TCP repetition that moved `bytes` to `f` (its CPU as the
+// client's: sender and receiver together).
+void AddRaw(uint64_t bytes, const RawTcpResult& r, Figure* f) {
+  const double secs = bytes / r.bytes_per_s;
+  f->bytes_per_s = std::max(f->bytes_per_s, r.bytes_per_s);
+  f->bytes += bytes;
+  f->seconds += secs;
+  f->client_cpu_s += r.cpu_s;
+  f->busy_core_s += r.busy_fraction * secs;
+  f->raw = true;
 }
 
 // Raw TCP throughput by connection count: reusing cached buffers (the
@@ -159,8 +203,8 @@ client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers
 }
 
 // Push and gather figures for one job on a running cluster.
-absl::Status MeasureJob(client::Client& c, const std::string& plane, v1::DType dtype,
-                        Figure* push, Figure* gather) {
+absl::Status MeasureJob(client::Client& c, const std::vector<pid_t>& servers,
+                        const std::string& plane, v1::DType dtype, Figure* push, Figure* gather) {
   const uint64_t elems = (static_cast<uint64_t>(absl::GetFlag(FLAGS_tensor_mib)) << 20) / 4;
   auto job = c.RegisterJob(
       BenchSpec(std::string("bench-") + DTypeName(dtype) + "-" + plane, elems, dtype));
@@ -169,9 +213,13 @@ absl::Status MeasureJob(client::Client& c, const std::string& plane, v1::DType d
   const uint64_t bytes = all.size() * DTypeSize(dtype);
   std::vector<char> grad(bytes, 0), out(bytes);  // zero gradients: weights stay put
   for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
-    absl::Status s = TimeOp(bytes, push, [&] { return (*job)->Push(r, 0, all, grad.data(), dtype); });
+    absl::Status s =
+        TimeOp(bytes, servers, push, [&] { return (*job)->Push(r, 0, all, grad.data(), dtype); });
     if (s.ok()) s = (*job)->Step(r, 0.0f, 1.0f, false);
-    if (s.ok()) s = TimeOp(bytes, gather, [&] { return (*job)->Gather(r + 1, all, out.data(), dtype); });
+    if (s.ok()) {
+      s = TimeOp(bytes, servers, gather,
+                 [&] { return (*job)->Gather(r + 1, all, out.data(), dtype); });
+    }
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -188,6 +236,8 @@ absl::Status MeasureServers(int servers, const RawTcp& tcp) {
   }
   auto cluster = testing::ServerCluster::Start(servers, so);
   if (!cluster.ok()) return cluster.status();
+  std::vector<pid_t> pids;
+  for (int i = 0; i < servers; ++i) pids.push_back((*cluster)->server(i).pid());
   for (const std::string& plane : Planes()) {
     auto c = client::Client::Connect(BenchClientOptions((*cluster)->addresses(), plane));
     if (!c.ok()) return c.status();
@@ -196,7 +246,7 @@ absl::Status MeasureServers(int servers, const RawTcp& tcp) {
     const double tensor_limit = tcp.tensor.at(connections);
     for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
       Figure push, gather;
-      if (absl::Status s = MeasureJob(**c, plane, dtype, &push, &gather); !s.ok()) return s;
+      if (absl::Status s = MeasureJob(**c, pids, plane, dtype, &push, &gather); !s.ok()) return s;
       std::string suffix = std::string(".") + DTypeName(dtype) + ".servers=" +
                            std::to_string(servers) + "." + plane +
                            (absl::GetFlag(FLAGS_tls_dir).empty() ? "" : ".tls");
@@ -215,6 +265,7 @@ int Main() {
   }
   // Raw TCP first: it forks, so it runs before any thread exists.
   RawTcp tcp;
+  std::map<int, Figure> cached, tensor_figures;
   std::vector<int> conns = {1};
   for (int s : server_counts) {
     for (const std::string& plane : Planes()) conns.push_back(s * ConnectionsPerServer(plane));
@@ -224,15 +275,17 @@ int Main() {
   for (int n : conns) {
     if (tcp.cached.count(n)) continue;
     for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
-      absl::StatusOr<double> rate = MeasureRawTcp(n, tcp_bytes);
-      absl::StatusOr<double> tensor = rate.ok() ? MeasureRawTcp(n, tensor_bytes, true) : rate;
+      absl::StatusOr<RawTcpResult> rate = MeasureRawTcp(n, tcp_bytes);
+      absl::StatusOr<RawTcpResult> tensor = rate.ok() ? MeasureRawTcp(n, tensor_bytes, true) : rate;
       if (!tensor.ok()) return std::fprintf(stderr, "%s\n", tensor.status().ToString().c_str()), 1;
-      tcp.cached[n] = std::max(tcp.cached[n], *rate);
-      tcp.tensor[n] = std::max(tcp.tensor[n], *tensor);
+      AddRaw(tcp_bytes, *rate, &cached[n]);
+      AddRaw(tensor_bytes, *tensor, &tensor_figures[n]);
     }
+    tcp.cached[n] = cached[n].bytes_per_s;
+    tcp.tensor[n] = tensor_figures[n].bytes_per_s;
     const double limit = tcp.cached[n];
-    Print("raw_tcp.connections=" + std::to_string(n), Figure{limit, 0}, limit);
-    Print("raw_tcp_tensor.connections=" + std::to_string(n), Figure{tcp.tensor[n], 0}, limit);
+    Print("raw_tcp.connections=" + std::to_string(n), cached[n], limit);
+    Print("raw_tcp_tensor.connections=" + std::to_string(n), tensor_figures[n], limit);
   }
   for (int s : server_counts) {
     if (absl::Status st = MeasureServers(s, tcp); !st.ok()) {
