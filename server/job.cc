@@ -509,7 +509,11 @@ void Job::CopyOnWrite(Block& b, const float* state) {
 
 absl::StatusOr<std::unique_ptr<Job::CheckpointGuard>> Job::BeginCheckpoint(uint64_t version) {
   auto guard = std::make_unique<CheckpointGuard>(this);
-  // Set first, then check: a step that locks a block after the check sees it.
+  // No optimizer pass may be under way: one that had computed a block at
+  // `version` before copy-on-write was in force would commit it past
+  // `version` with no snapshot, and until it commits the block's version
+  // passes the check below while the tier already holds the next state.
+  absl::MutexLock step_lock(&step_mu_);
   cow_version_ = version;
   for (auto& bp : blocks_data_) {
     absl::MutexLock lock(&bp->mu);
@@ -544,14 +548,19 @@ absl::Status Job::SnapshotBlock(uint64_t local, uint64_t version, absl::Time dea
   Block& b = *blocks_data_[local];
   absl::MutexLock lock(&b.mu);
   if (auto st = AwaitVersion(b, version, deadline); !st.ok()) return st;
-  if (b.version == version) return tier_->Load(local, out);
-  if (b.snapshot.empty()) {
-    return absl::InternalError(absl::StrCat("block ", b.index, " moved past version ", version,
-                                            " without a copy-on-write snapshot"));
+  // A snapshot exists once a step has computed the block at `version`. The
+  // step commits (b.version + 1) in a later critical section, after the
+  // tier has the new state (RAM: updated in place; NVMe: written), so even
+  // while b.version == version the tier may hold version + 1: the snapshot
+  // is the state at `version` whenever there is one.
+  if (!b.snapshot.empty()) {
+    std::memcpy(out, b.snapshot.data(), b.snapshot.size() * sizeof(float));
+    b.snapshot = AlignedBuffer<float>();
+    return absl::OkStatus();
   }
-  std::memcpy(out, b.snapshot.data(), b.snapshot.size() * sizeof(float));
-  b.snapshot = AlignedBuffer<float>();
-  return absl::OkStatus();
+  if (b.version == version) return tier_->Load(local, out);
+  return absl::InternalError(absl::StrCat("block ", b.index, " moved past version ", version,
+                                          " without a copy-on-write snapshot"));
 }
 
 absl::Status Job::RestoreBlock(uint64_t local, const float* state, uint64_t version) {

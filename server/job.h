@@ -160,7 +160,8 @@ class Job {
   // Starts a checkpoint of `version`: from now on each block keeps a copy
   // of its state at `version` before a step moves it past (copy-on-write),
   // so training goes on while the checkpoint is written. One checkpoint
-  // per job at a time: a second waits. Errors: FAILED_PRECONDITION when a
+  // per job at a time: a second waits; so does one begun during a step's
+  // optimizer pass, until the pass ends. Errors: FAILED_PRECONDITION when a
   // block is already past `version`.
   class CheckpointGuard;
   absl::StatusOr<std::unique_ptr<CheckpointGuard>> BeginCheckpoint(uint64_t version);
@@ -215,7 +216,8 @@ class Job {
   std::vector<std::unique_ptr<Block>> blocks_data_;
   std::unique_ptr<StateTier> tier_;
   uint64_t state_bytes_ = 0;  // constant after Create
-  absl::Mutex step_mu_;  // one optimizer pass per job at a time
+  // One optimizer pass per job at a time; BeginCheckpoint waits for it too.
+  absl::Mutex step_mu_;
   absl::Mutex checkpoint_mu_;
   bool checkpoint_running_ ABSL_GUARDED_BY(checkpoint_mu_) = false;  // one at a time
   static constexpr uint64_t kNoCheckpoint = UINT64_MAX;

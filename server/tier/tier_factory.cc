@@ -29,11 +29,12 @@ uint64_t TierRamBytes(v1::StorageTier tier, uint64_t shard_bytes, const TierOpti
   return std::min(shard_bytes, options.nvme_cache_bytes);
 }
 
-absl::StatusOr<std::unique_ptr<StateTier>> MakeTier(v1::StorageTier tier, TierShape shape,
-                                                    const std::string& job_id,
-                                                    const std::string& name,
-                                                    const TierOptions& options) {
-  if (auto s = CheckTier(tier, options); !s.ok()) return s;
+namespace {
+
+absl::StatusOr<std::unique_ptr<StateTier>> MakeUnwrappedTier(v1::StorageTier tier, TierShape shape,
+                                                             const std::string& job_id,
+                                                             const std::string& name,
+                                                             const TierOptions& options) {
   if (tier == v1::TIER_RAM) return std::make_unique<RamTier>(shape);
   NvmeTierOptions o;
   o.dir = options.nvme_dir;
@@ -45,6 +46,18 @@ absl::StatusOr<std::unique_ptr<StateTier>> MakeTier(v1::StorageTier tier, TierSh
   auto nvme = NvmeTier::Create(shape, std::move(o));
   if (!nvme.ok()) return nvme.status();
   return std::unique_ptr<StateTier>(*std::move(nvme));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateTier>> MakeTier(v1::StorageTier tier, TierShape shape,
+                                                    const std::string& job_id,
+                                                    const std::string& name,
+                                                    const TierOptions& options) {
+  if (auto s = CheckTier(tier, options); !s.ok()) return s;
+  auto made = MakeUnwrappedTier(tier, shape, job_id, name, options);
+  if (!made.ok() || !options.wrap) return made;
+  return options.wrap(*std::move(made));
 }
 
 }  // namespace zerostate::server

@@ -29,6 +29,9 @@ struct TierOptions {
   std::shared_ptr<io::Env> env;
   // Makes the metrics sink of a job's tier; empty: no metrics.
   std::function<std::shared_ptr<TierMetricsSink>(const std::string& job_id)> metrics;
+  // Tests: wraps each tier built (to observe or pause its Update between a
+  // block's compute and commit); empty: the tier is used as built.
+  std::function<std::unique_ptr<StateTier>(std::unique_ptr<StateTier>)> wrap;
 };
 
 // Whether this server can hold a job on `tier`. Errors: FAILED_PRECONDITION

@@ -10,13 +10,17 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <random>
 #include <thread>
 
+#include "absl/synchronization/notification.h"
 #include "server/checkpoint/checkpoint_files.h"
 #include "server/checkpoint/checkpoint_reader.h"
 #include "server/checkpoint/checkpoint_writer.h"
 #include "server/job_registry.h"
+#include "server/tier/state_tier.h"
+#include "server/tier/tier_factory.h"
 
 namespace zerostate::server {
 namespace {
@@ -53,8 +57,8 @@ constexpr char kToken[] = "checkpoint-test-token-0123456789abcdef01";
 
 // A job sharded over n in-process "servers", each its own registry.
 struct Cluster {
-  explicit Cluster(int n) : pool(2) {
-    for (int i = 0; i < n; ++i) registries.push_back(std::make_unique<JobRegistry>(1 << 30));
+  explicit Cluster(int n, const TierOptions& tiers = TierOptions()) : pool(2) {
+    for (int i = 0; i < n; ++i) registries.push_back(std::make_unique<JobRegistry>(1 << 30, tiers));
   }
   void Register() {
     for (size_t i = 0; i < registries.size(); ++i) {
@@ -127,6 +131,44 @@ struct Cluster {
   std::vector<std::unique_ptr<JobRegistry>> registries;
 };
 
+// A tier that runs a hook (when set) in each Update between a block's
+// compute and its commit: where a step has changed the block's state but
+// not yet its version. Everything else goes to the tier it wraps.
+class HookedTier final : public StateTier {
+ public:
+  using Hook = std::function<void(uint64_t b)>;
+  HookedTier(std::unique_ptr<StateTier> inner, const Hook* before_commit)
+      : StateTier(inner->shape()), inner_(std::move(inner)), before_commit_(before_commit) {}
+
+  absl::Status Load(uint64_t b, float* out) override { return inner_->Load(b, out); }
+  absl::Status Store(uint64_t b, const float* in) override { return inner_->Store(b, in); }
+  absl::Status Update(const std::vector<uint64_t>& blocks, ThreadPool& pool,
+                      const std::function<bool(uint64_t b, float* state)>& compute,
+                      const std::function<void(uint64_t b)>& commit) override {
+    return inner_->Update(blocks, pool, compute, [&](uint64_t b) {
+      if (*before_commit_) (*before_commit_)(b);
+      commit(b);
+    });
+  }
+  bool in_place() const override { return inner_->in_place(); }
+  uint64_t ram_bytes() const override { return inner_->ram_bytes(); }
+  const float* Resident(uint64_t b) override { return inner_->Resident(b); }
+
+ private:
+  std::unique_ptr<StateTier> inner_;
+  const Hook* before_commit_;
+};
+
+// Tier options under which every job's tier runs *before_commit (set and
+// cleared only while no step runs).
+TierOptions HookedTiers(const HookedTier::Hook* before_commit) {
+  TierOptions tiers;
+  tiers.wrap = [before_commit](std::unique_ptr<StateTier> inner) -> std::unique_ptr<StateTier> {
+    return std::make_unique<HookedTier>(std::move(inner), before_commit);
+  };
+  return tiers;
+}
+
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -182,6 +224,73 @@ TEST_F(CheckpointTest, TakenWhileTrainingGoesOn) {
   writer.join();
   ASSERT_TRUE(written.ok()) << written.status();
   Cluster b(2);
+  ASSERT_TRUE(b.Restore(written->dir).ok());
+  EXPECT_EQ(b.Weights(2), at2);
+}
+
+// The interleaving TakenWhileTrainingGoesOn only sometimes hits: the writer
+// reads a block after step 2 has computed it (its state in the tier is
+// version 3's) but before the step committed it (its version still says
+// 2). What is written must be the copy-on-write snapshot.
+TEST_F(CheckpointTest, WrittenWhileAStepIsBetweenComputeAndCommit) {
+  HookedTier::Hook before_commit;
+  Cluster a(1, HookedTiers(&before_commit));
+  a.Register();
+  a.Step(0);
+  a.Step(1);
+  std::vector<float> at2 = a.Weights(2);
+  auto guard = a.job(0).BeginCheckpoint(2);
+  ASSERT_TRUE(guard.ok()) << guard.status();
+  absl::StatusOr<CheckpointWritten> written;
+  std::once_flag once;
+  before_commit = [&](uint64_t) {
+    std::call_once(once, [&] {
+      written =
+          WriteCheckpoint(a.job(0), *std::move(guard), 2, root_, absl::Now() + absl::Seconds(10));
+    });
+  };
+  a.Step(2);
+  before_commit = nullptr;
+  a.Step(3);
+  ASSERT_TRUE(written.ok()) << written.status();
+  Cluster b(1);
+  ASSERT_TRUE(b.Restore(written->dir).ok());
+  EXPECT_EQ(b.Weights(2), at2);
+}
+
+// A checkpoint of version 2 begun while step 2 is between a block's compute
+// and its commit (no copy-on-write was in force when the block was
+// computed): it is refused as from the past, or else holds version 2.
+TEST_F(CheckpointTest, BegunWhileAStepIsBetweenComputeAndCommit) {
+  HookedTier::Hook before_commit;
+  Cluster a(1, HookedTiers(&before_commit));
+  a.Register();
+  a.Step(0);
+  a.Step(1);
+  std::vector<float> at2 = a.Weights(2);
+  absl::StatusOr<CheckpointWritten> written;
+  absl::Notification done;
+  std::thread writer;
+  std::once_flag once;
+  before_commit = [&](uint64_t) {
+    std::call_once(once, [&] {
+      writer = std::thread([&] {
+        written = WriteCheckpoint(a.job(0), 2, root_, absl::Now() + absl::Seconds(10));
+        done.Notify();
+      });
+      // Gives a checkpoint that does not wait for the step the time to be
+      // written inside the window; one that waits is refused afterwards.
+      done.WaitForNotificationWithTimeout(absl::Milliseconds(200));
+    });
+  };
+  a.Step(2);
+  before_commit = nullptr;
+  writer.join();
+  if (!written.ok()) {
+    ExpectError(written.status(), absl::StatusCode::kFailedPrecondition, "from the past");
+    return;
+  }
+  Cluster b(1);
   ASSERT_TRUE(b.Restore(written->dir).ok());
   EXPECT_EQ(b.Weights(2), at2);
 }
