@@ -34,6 +34,11 @@ struct Block {
   mutable absl::Mutex mu;
   // Number of optimizer steps applied (skipped steps count).
   uint64_t version ABSL_GUARDED_BY(mu) = 0;
+  // A step computed the block's next state but has not committed it (the
+  // version is not yet raised): the tier's state and an in-place lowp copy
+  // may already be version + 1's. Readers that label what they read with
+  // `version` wait while it is set.
+  bool stepping ABSL_GUARDED_BY(mu) = false;
   GradientAccumulator acc ABSL_GUARDED_BY(mu);
   // Statistics of the summed gradient of step `stats_step`, once computed.
   std::optional<GradStats> stats ABSL_GUARDED_BY(mu);

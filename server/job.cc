@@ -217,6 +217,16 @@ absl::Status Job::AwaitVersion(Block& b, uint64_t version, absl::Time deadline) 
       });
 }
 
+absl::Status Job::AwaitReadable(Block& b, uint64_t version, absl::Time deadline) const {
+  return AwaitBlock(
+      b, deadline, [&] { return b.version >= version && !b.stepping; },
+      [&] {
+        return absl::StrCat("block ", b.index, " is at version ", b.version,
+                            b.stepping ? " (a step in progress)" : "",
+                            " and did not reach version ", version, " in time");
+      });
+}
+
 absl::Status Job::AwaitGradients(Block& b, uint64_t step, absl::Time deadline) const {
   return AwaitBlock(
       b, deadline, [&] { return b.version != step || b.acc.complete(); },
@@ -269,6 +279,7 @@ void Job::ComputeBlock(Block& b, float* state, const StepParams& params) {
   refs.grad = b.acc.sum();
   refs.n = b.required;
   CopyOnWrite(b, state);
+  b.stepping = true;
   if (!b.lowp.empty()) {
     if (!tier_->in_place()) b.next_lowp = AlignedBuffer<uint16_t>(be);
     refs.lowp = tier_->in_place() ? b.lowp.data() : b.next_lowp.data();
@@ -283,6 +294,7 @@ void Job::CommitBlock(Block& b) {
     b.next_lowp = AlignedBuffer<uint16_t>();
   }
   ++b.version;
+  b.stepping = false;
   b.acc.Reset();
 }
 
@@ -308,6 +320,15 @@ absl::Status Job::RunStep(uint64_t step, const StepParams& params, ThreadPool& p
     count += b.required;
   };
   absl::Status s = tier_->Update(todo, pool, compute, commit);
+  // A block whose new state could not be stored was never committed: it
+  // keeps its previous state (StateTier::Update), readable again.
+  for (uint64_t local : todo) {
+    Block& b = *blocks_data_[local];
+    absl::MutexLock lock(&b.mu);
+    if (!b.stepping) continue;
+    b.stepping = false;
+    b.next_lowp = AlignedBuffer<uint16_t>();
+  }
   *stepped = count.load();
   return s;
 }
@@ -399,7 +420,7 @@ absl::Status Job::Gather(Range range, uint64_t min_version, v1::DType dtype, uin
     Block& b = block(p.block);
     {
       absl::MutexLock lock(&b.mu);
-      if (auto st = AwaitVersion(b, min_version, deadline); !st.ok()) return st;
+      if (auto st = AwaitReadable(b, min_version, deadline); !st.ok()) return st;
       const float* master = from_master ? tier_->Resident(b.local) : nullptr;
       if (from_master && master == nullptr) {
         if (loaded != &b || loaded_version != b.version || b.version == 0) {

@@ -193,6 +193,10 @@ class Job {
   // Under b.mu: until the block reaches `version`, or until every node's
   // gradient for `step` is in (or the block moved on).
   absl::Status AwaitVersion(Block& b, uint64_t version, absl::Time deadline) const;
+  // Under b.mu: until the block reaches `version` and no step is between
+  // computing and committing it (Block::stepping), so what is read is
+  // the state its version says.
+  absl::Status AwaitReadable(Block& b, uint64_t version, absl::Time deadline) const;
   absl::Status AwaitGradients(Block& b, uint64_t step, absl::Time deadline) const;
   absl::Status CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const;
   Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index);

@@ -47,6 +47,9 @@ ABSL_FLAG(std::string, servers, "1,2,4", "server counts to measure");
 ABSL_FLAG(int, reps, 3, "timed repetitions per figure; the best counts");
 ABSL_FLAG(int, channels, 2, "ClientOptions::channels_per_server");
 ABSL_FLAG(int, streams, 4, "ClientOptions::streams_per_server");
+ABSL_FLAG(int, connections, 0,
+          "TCP plane: connections in all, spread over the servers (--streams = connections / "
+          "servers, at least 1); 0: --streams per server");
 ABSL_FLAG(int, chunk_kib, 1024, "ClientOptions::chunk_bytes in KiB");
 ABSL_FLAG(int, window_mib, 0, "grpc.http2.lookahead_bytes in MiB (0: the library's default)");
 ABSL_FLAG(std::vector<std::string>, channel_args, {},
@@ -168,9 +171,15 @@ v1::JobSpec BenchSpec(const std::string& id, uint64_t elems, v1::DType dtype) {
   return spec;
 }
 
-// Connections the client opens to each server on `plane`.
-int ConnectionsPerServer(const std::string& plane) {
-  return plane == "tcp" ? absl::GetFlag(FLAGS_streams) : absl::GetFlag(FLAGS_channels);
+// Data plane connections per server with `servers` servers.
+int StreamsPerServer(int servers) {
+  const int all = absl::GetFlag(FLAGS_connections);
+  return all > 0 ? std::max(1, all / servers) : absl::GetFlag(FLAGS_streams);
+}
+
+// Connections the client opens to each of `servers` servers on `plane`.
+int ConnectionsPerServer(const std::string& plane, int servers) {
+  return plane == "tcp" ? StreamsPerServer(servers) : absl::GetFlag(FLAGS_channels);
 }
 
 // The planes to measure; with TLS only gRPC (servers turn the data plane off).
@@ -188,7 +197,7 @@ client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers
   o.plaintext = tls.empty();
   if (!tls.empty()) o.tls_ca_file = tls + "/ca.pem";
   o.channels_per_server = absl::GetFlag(FLAGS_channels);
-  o.streams_per_server = absl::GetFlag(FLAGS_streams);
+  o.streams_per_server = StreamsPerServer(static_cast<int>(servers.size()));
   o.chunk_bytes = size_t{1024} * absl::GetFlag(FLAGS_chunk_kib);
   o.max_bytes_in_flight = std::max<size_t>(o.max_bytes_in_flight, 4 * o.chunk_bytes);
   if (absl::GetFlag(FLAGS_window_mib) > 0) {
@@ -241,7 +250,7 @@ absl::Status MeasureServers(int servers, const RawTcp& tcp) {
   for (const std::string& plane : Planes()) {
     auto c = client::Client::Connect(BenchClientOptions((*cluster)->addresses(), plane));
     if (!c.ok()) return c.status();
-    const int connections = servers * ConnectionsPerServer(plane);
+    const int connections = servers * ConnectionsPerServer(plane, servers);
     const double limit = tcp.cached.at(connections);
     const double tensor_limit = tcp.tensor.at(connections);
     for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
@@ -268,7 +277,7 @@ int Main() {
   std::map<int, Figure> cached, tensor_figures;
   std::vector<int> conns = {1};
   for (int s : server_counts) {
-    for (const std::string& plane : Planes()) conns.push_back(s * ConnectionsPerServer(plane));
+    for (const std::string& plane : Planes()) conns.push_back(s * ConnectionsPerServer(plane, s));
   }
   const uint64_t tensor_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_tensor_mib)) << 20;
   const uint64_t tcp_bytes = std::max<uint64_t>(2 * tensor_bytes, 64 << 20);

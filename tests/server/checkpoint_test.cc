@@ -295,6 +295,62 @@ TEST_F(CheckpointTest, BegunWhileAStepIsBetweenComputeAndCommit) {
   EXPECT_EQ(b.Weights(2), at2);
 }
 
+// A gather that reaches a block between a step's compute and commit (the
+// tier's state, and the in-place bf16 copy, already the next version's;
+// the version not yet raised) waits for the commit: every piece holds the
+// weights of the version it names, fp32 and bf16 alike.
+TEST_F(CheckpointTest, GatherBetweenComputeAndCommitServesTheVersionItNames) {
+  for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    HookedTier::Hook before_commit;
+    Cluster a(1, HookedTiers(&before_commit));
+    a.Register();
+    a.Step(0);
+    a.Step(1);
+    auto gather_all = [&](uint64_t min_version, std::vector<v1::Chunk>* out) {
+      v1::GatherRequest req;
+      req.set_dtype(dtype);
+      Job& j = a.job(0);
+      return j.Gather(*j.CheckGather(req), min_version, dtype, 1000,
+                      absl::Now() + absl::Seconds(10), [out](const v1::Chunk& c) {
+                        out->push_back(c);
+                        return true;
+                      });
+    };
+    std::vector<v1::Chunk> at2;
+    ASSERT_TRUE(gather_all(2, &at2).ok());
+    std::vector<v1::Chunk> during;
+    absl::Status during_status;
+    absl::Notification done;
+    std::thread reader;
+    std::once_flag once;
+    before_commit = [&](uint64_t) {
+      std::call_once(once, [&] {
+        reader = std::thread([&] {
+          during_status = gather_all(2, &during);
+          done.Notify();
+        });
+        // Gives a gather that does not wait for the commit the time to read
+        // the block inside the window.
+        done.WaitForNotificationWithTimeout(absl::Milliseconds(200));
+      });
+    };
+    a.Step(2);
+    before_commit = nullptr;
+    reader.join();
+    ASSERT_TRUE(during_status.ok()) << during_status;
+    std::vector<v1::Chunk> at3;
+    ASSERT_TRUE(gather_all(3, &at3).ok());
+    ASSERT_EQ(during.size(), at2.size());
+    for (size_t i = 0; i < during.size(); ++i) {
+      const v1::Chunk& want = during[i].version() == 2 ? at2[i] : at3[i];
+      ASSERT_EQ(want.version(), during[i].version()) << "piece " << i;
+      EXPECT_EQ(during[i].data(), want.data())
+          << "piece " << i << " labelled version " << during[i].version();
+    }
+  }
+}
+
 TEST_F(CheckpointTest, CheckpointOfThePastIsRefused) {
   Cluster a(1);
   a.Register();
