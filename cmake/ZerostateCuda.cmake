@@ -58,8 +58,8 @@ function(zerostate_cuda_missing out_reason)
   endif()
 
   # NCCL: next to the toolkit of that nvcc, under NCCL_ROOT (CMake or the
-  # environment) or NCCL_HOME, or
-  # in the system's directories (Debian's libnccl-dev).
+  # environment) or NCCL_HOME, or in the system's directories (Debian's
+  # libnccl-dev).
   get_filename_component(_zs_cuda_root "${CMAKE_CUDA_COMPILER}" DIRECTORY)
   get_filename_component(_zs_cuda_root "${_zs_cuda_root}" DIRECTORY)
   set(_zs_nccl_hints "${_zs_cuda_root}" ${NCCL_ROOT} $ENV{NCCL_ROOT} $ENV{NCCL_HOME})
