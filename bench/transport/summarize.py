@@ -3,11 +3,14 @@
 them: "== NAME: command" lines, then one JSON object per figure).
 
     bench/transport/summarize.py LOG [RUN...]
+    bench/transport/summarize.py --range LOG RUN...
 
 prints, per run (all when none is named), a markdown table: one row per
 operation and dtype, one column per server count, each cell "GB/s (ratio
 to raw TCP / to raw TCP with tensor-sized buffers)", then the raw TCP
-figures. Text-output runs (no JSON) are skipped.
+figures. With --range, one table over the named runs together, each cell
+the lowest-highest ratio to raw TCP (and to tensor buffers) among them.
+Text-output runs (no JSON) are skipped.
 """
 import json
 import re
@@ -57,7 +60,39 @@ def table(figures):
     return "\n".join(out)
 
 
+def key_of(figure):
+    m = re.match(r"(push|gather)\.(\w+)\.servers=(\d+)\.(\w+)", figure)
+    return (m.group(1), m.group(2), m.group(4)), int(m.group(3)) if m else None
+
+
+def range_table(path, wanted):
+    ratios = {}
+    for name, figures in runs(path):
+        if name not in wanted:
+            continue
+        for f in figures:
+            if f["figure"].startswith("raw"):
+                continue
+            key, n = key_of(f["figure"])
+            ratios.setdefault((key, n), []).append((f["ratio"], f["tensor_ratio"]))
+    cols = sorted({n for _, n in ratios})
+    out = ["| figure | " + " | ".join("%d server%s" % (n, "s" if n > 1 else "") for n in cols) + " |",
+           "| --- |" + " --- |" * len(cols)]
+    for key in sorted({k for k, _ in ratios}, key=lambda k: (k[2], k[0] != "push", k[1])):
+        row = []
+        for n in cols:
+            r = ratios.get((key, n))
+            row.append("%.2f-%.2f (%.2f-%.2f)" % (min(a for a, _ in r), max(a for a, _ in r),
+                                                 min(b for _, b in r), max(b for _, b in r))
+                       if r else "")
+        out.append("| %s %s %s | " % key + " | ".join(row) + " |")
+    return "\n".join(out)
+
+
 def main():
+    if sys.argv[1] == "--range":
+        print(range_table(sys.argv[2], sys.argv[3:]))
+        return
     path, wanted = sys.argv[1], sys.argv[2:]
     for name, figures in runs(path):
         if wanted and name not in wanted:
