@@ -8,16 +8,7 @@
 set -uo pipefail
 out=${1:-${OUT:-/tmp/zerostate-gpu}}
 mkdir -p "$out"
-source .device/env.sh
-bin=.device/bin
-nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$out/gpus.txt"
-"$bin/zerostate-server" --listen=127.0.0.1:0 --plaintext --metrics_listen= --threads=8 >"$out/server.log" 2>&1 &
-server_pid=$!
-trap 'kill $server_pid 2>/dev/null; wait $server_pid 2>/dev/null' EXIT
-for _ in $(seq 100); do grep -q "listening on" "$out/server.log" && break; sleep 0.1; done
-srv=$(sed -n 's/.*listening on \([^ ]*\) .*/\1/p' "$out/server.log")
-ZEROSTATE_JOB_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
-export ZEROSTATE_JOB_TOKEN
+source "$(dirname "$0")/device_server.sh"  # bin, srv, the job token
 for plane in tcp grpc; do
   cat > "$out/big_$plane.textproto" <<CFG
 train { job_id: "big_$plane" model { input_dim: 2048 hidden: [8192, 8192] output_dim: 2048 }

@@ -1,0 +1,17 @@
+# Sourced by the bench/step device scripts, with `out` set to the folder for
+# the logs: loads the bundle's environment, records the GPUs, starts one
+# zerostate-server on loopback (stopped when the script exits) and sets
+#   bin   the bundle's binaries,
+#   srv   the server's address,
+# and exports one job token for every worker of the script.
+source .device/env.sh
+bin=.device/bin
+nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$out/gpus.txt"
+"$bin/zerostate-server" --listen=127.0.0.1:0 --plaintext --metrics_listen= --threads=8 >"$out/server.log" 2>&1 &
+server_pid=$!
+trap 'kill $server_pid 2>/dev/null; wait $server_pid 2>/dev/null' EXIT
+for _ in $(seq 100); do grep -q "listening on" "$out/server.log" && break; sleep 0.1; done
+srv=$(sed -n 's/.*listening on \([^ ]*\) .*/\1/p' "$out/server.log")
+echo "server $srv"
+ZEROSTATE_JOB_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
+export ZEROSTATE_JOB_TOKEN
