@@ -1,5 +1,6 @@
 #include "worker/cuda/cuda_backend.h"
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -11,7 +12,7 @@ namespace zerostate::worker::cuda {
 namespace {
 
 struct DeviceFree {
-  void operator()(float* p) const { cudaFree(p); }
+  void operator()(void* p) const { cudaFree(p); }
 };
 struct HostFree {
   void operator()(float* p) const { cudaFreeHost(p); }
@@ -49,6 +50,7 @@ class CudaBackend : public Backend {
   absl::Status AllGather(Range bucket, const float* host_in) override;
   absl::Status ReadParams(Range elems, float* host) override;
   absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) override;
+  absl::StatusOr<bool> NodeAnyFailed(bool failed) override;
 
  private:
   int num_layers() const { return static_cast<int>(dims_.size()) - 1; }
@@ -67,6 +69,7 @@ class CudaBackend : public Backend {
   cublasHandle_t cublas_ = nullptr;
   ncclComm_t nccl_ = nullptr;
   DeviceBuffer params_, grads_, send_, recv_, y_, d_, dn_, sq_;
+  std::unique_ptr<uint8_t, DeviceFree> vote_;  // NodeAnyFailed's one byte
   std::vector<DeviceBuffer> z_, a_;
   PinnedBuffer hx_, hy_, hsq_;
   std::vector<cudaEvent_t> layer_done_;
@@ -128,6 +131,9 @@ absl::Status CudaBackend::InitBuffers() {
     if (auto s = AllocDevice(&z_[k], batch * dims_[k]); !s.ok()) return s;
     if (auto s = AllocDevice(&a_[k], batch * dims_[k]); !s.ok()) return s;
   }
+  uint8_t* vote = nullptr;
+  ZS_CUDA_RETURN_IF_ERROR(cudaMalloc(&vote, 1));
+  vote_.reset(vote);
   for (auto [buf, n] : {std::pair{&hx_, batch * dims_.front()}, {&hy_, batch * dims_.back()},
                         {&hsq_, batch * dims_.back()}}) {
     if (auto s = AllocPinned(buf, n); !s.ok()) return s;
@@ -268,6 +274,20 @@ absl::Status CudaBackend::ReadParams(Range elems, float* host) {
   ZS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(compute_));
   ZS_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, params_.get() + elems.begin, elems.size() * 4, cudaMemcpyDeviceToHost));
   return absl::OkStatus();
+}
+
+// The max over local ranks of one byte (0 or 1) on the comm stream, after
+// whatever collectives of the step are still queued there. The byte is set
+// by a memset and read back into a local that outlives the synchronize, so
+// no host buffer is needed.
+absl::StatusOr<bool> CudaBackend::NodeAnyFailed(bool failed) {
+  if (opts_.local_size == 1) return failed;  // no one to disagree with
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(vote_.get(), failed ? 1 : 0, 1, comm_));
+  ZS_CUDA_RETURN_IF_ERROR(ncclAllReduce(vote_.get(), vote_.get(), 1, ncclUint8, ncclMax, nccl_, comm_));
+  uint8_t any = 0;
+  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(&any, vote_.get(), 1, cudaMemcpyDeviceToHost, comm_));
+  ZS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(comm_));
+  return any != 0;
 }
 
 absl::StatusOr<HostBuffer> CudaBackend::AllocHost(uint64_t elems) {

@@ -10,6 +10,9 @@
 // host memory and pushed. AllGather ends with an event the next forward
 // waits on; the host never waits for compute except for the loss.
 //
+// NodeAnyFailed votes with a one-byte max all-reduce on the comm stream (a
+// single-rank node answers without NCCL); the host waits for that byte.
+//
 // Numerics: fp32 (no TF32); NCCL sums in its own order, so results match
 // the CPU backend within tolerance, not bit for bit.
 // Thread safety: one thread per backend; one backend per GPU.

@@ -1,12 +1,15 @@
-// The CUDA backend against the CPU model (worker/mlp.h) on one GPU, and its
-// errors. Without a GPU only NoGpuNamesTheFailingCall runs; the others
-// skip, so CI (CUDA installed, no GPU) builds and runs this file.
+// The CUDA backend against the CPU model (worker/mlp.h) on one GPU, its
+// errors, and the node vote (NodeAnyFailed) on one and two GPUs. Without a
+// GPU only NoGpuNamesTheFailingCall runs; the others skip, so CI (CUDA
+// installed, no GPU) builds and runs this file.
 #include "worker/cuda/cuda_backend.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 #include "common/init.h"
@@ -45,10 +48,12 @@ struct Model {
       if (t.shape.size() == 1) for (uint64_t i = 0; i < t.numel; ++i) params[t.offset + i] = 0.05f * (i % 3);
     }
   }
-  CudaBackendOptions Options(std::string nccl_id) const {
+  CudaBackendOptions Options(std::string nccl_id, uint32_t local_rank = 0, uint32_t local_size = 1) const {
     CudaBackendOptions o;
     o.model = config;
     o.layout = layout;
+    o.local_rank = local_rank;
+    o.local_size = local_size;
     o.max_batch = kBatch;
     o.nccl_id = std::move(nccl_id);
     return o;
@@ -129,6 +134,68 @@ TEST(CudaBackendTest, OneRankMatchesCpuModel) {
   }
   ASSERT_TRUE(gpu.ReadParams(all, read.data()).ok());
   EXPECT_EQ(read, m.params);
+}
+
+TEST(CudaBackendTest, OneRankVotePassesItsOwnFlag) {
+  SKIP_WITHOUT_GPU();
+  Model m;
+  auto id = NewNcclId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto backend = MakeCudaBackend(m.Options(*id));
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  for (bool failed : {false, true, false}) {
+    auto any = (*backend)->NodeAnyFailed(failed);
+    ASSERT_TRUE(any.ok()) << any.status();
+    EXPECT_EQ(*any, failed);
+  }
+}
+
+// Local ranks 0 and 1 of one node on GPUs 0 and 1, each a thread that owns
+// its backend from creation (NCCL's init is collective) to destruction.
+// Every rank votes rounds[i][rank] in round i; returns [rank][round].
+std::array<std::vector<absl::StatusOr<bool>>, 2> VoteOnTwoGpus(const Model& m,
+                                                               const std::vector<std::array<bool, 2>>& rounds) {
+  std::array<std::vector<absl::StatusOr<bool>>, 2> answers;
+  auto id = NewNcclId();
+  if (!id.ok()) {
+    answers[0].push_back(id.status());
+    return answers;
+  }
+  std::vector<std::thread> ranks;
+  for (uint32_t r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      CudaBackendOptions o = m.Options(*id, r, 2);
+      o.device = static_cast<int>(r);
+      auto backend = MakeCudaBackend(o);
+      if (!backend.ok()) {
+        answers[r].push_back(backend.status());
+        return;
+      }
+      for (const auto& round : rounds) answers[r].push_back((*backend)->NodeAnyFailed(round[r]));
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  return answers;
+}
+
+// Both ranks get the same answer: any rank's failure fails the node, and
+// the vote does not stick to a later round.
+TEST(CudaBackendTest, TwoRanksAgreeOnAnyFailure) {
+  if (DeviceCount() < 2) GTEST_SKIP() << "needs 2 CUDA devices, DeviceCount() is " << DeviceCount();
+  Model m;
+  const std::vector<std::array<bool, 2>> rounds = {{false, false}, {true, false}, {false, true},
+                                                   {true, true}, {false, false}};
+  const std::vector<bool> expected = {false, true, true, true, false};
+  auto answers = VoteOnTwoGpus(m, rounds);
+  for (uint32_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(answers[r].size(), rounds.size()) << "rank " << r << ": "
+                                                << (answers[r].empty() ? absl::OkStatus() : answers[r][0].status());
+    for (size_t i = 0; i < rounds.size(); ++i) {
+      ASSERT_TRUE(answers[r][i].ok()) << "rank " << r << " round " << i << ": " << answers[r][i].status();
+      EXPECT_EQ(*answers[r][i], expected[i]) << "rank " << r << " round " << i << " voted " << rounds[i][0]
+                                             << "/" << rounds[i][1];
+    }
+  }
 }
 
 }  // namespace
