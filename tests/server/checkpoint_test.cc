@@ -169,6 +169,30 @@ TierOptions HookedTiers(const HookedTier::Hook* before_commit) {
   return tiers;
 }
 
+// Runs step `step` on `a` (whose tiers run *before_commit): in the first
+// window between a block's compute and commit, starts `reader` on a thread
+// of its own and gives it up to 200 ms to finish there (a reader that does
+// not wait for the commit reads the block inside the window), then lets
+// the step commit. Returns once the reader is done.
+void StepWithReaderInWindow(Cluster& a, HookedTier::Hook& before_commit, uint64_t step,
+                            const std::function<void()>& reader) {
+  absl::Notification done;
+  std::thread thread;
+  std::once_flag once;
+  before_commit = [&](uint64_t) {
+    std::call_once(once, [&] {
+      thread = std::thread([&] {
+        reader();
+        done.Notify();
+      });
+      done.WaitForNotificationWithTimeout(absl::Milliseconds(200));
+    });
+  };
+  a.Step(step);
+  before_commit = nullptr;
+  thread.join();
+}
+
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -269,23 +293,11 @@ TEST_F(CheckpointTest, BegunWhileAStepIsBetweenComputeAndCommit) {
   a.Step(1);
   std::vector<float> at2 = a.Weights(2);
   absl::StatusOr<CheckpointWritten> written;
-  absl::Notification done;
-  std::thread writer;
-  std::once_flag once;
-  before_commit = [&](uint64_t) {
-    std::call_once(once, [&] {
-      writer = std::thread([&] {
-        written = WriteCheckpoint(a.job(0), 2, root_, absl::Now() + absl::Seconds(10));
-        done.Notify();
-      });
-      // Gives a checkpoint that does not wait for the step the time to be
-      // written inside the window; one that waits is refused afterwards.
-      done.WaitForNotificationWithTimeout(absl::Milliseconds(200));
-    });
-  };
-  a.Step(2);
-  before_commit = nullptr;
-  writer.join();
+  // A checkpoint that does not wait for the step is written inside the
+  // window; one that waits is refused afterwards.
+  StepWithReaderInWindow(a, before_commit, 2, [&] {
+    written = WriteCheckpoint(a.job(0), 2, root_, absl::Now() + absl::Seconds(10));
+  });
   if (!written.ok()) {
     ExpectError(written.status(), absl::StatusCode::kFailedPrecondition, "from the past");
     return;
@@ -321,23 +333,7 @@ TEST_F(CheckpointTest, GatherBetweenComputeAndCommitServesTheVersionItNames) {
     ASSERT_TRUE(gather_all(2, &at2).ok());
     std::vector<v1::Chunk> during;
     absl::Status during_status;
-    absl::Notification done;
-    std::thread reader;
-    std::once_flag once;
-    before_commit = [&](uint64_t) {
-      std::call_once(once, [&] {
-        reader = std::thread([&] {
-          during_status = gather_all(2, &during);
-          done.Notify();
-        });
-        // Gives a gather that does not wait for the commit the time to read
-        // the block inside the window.
-        done.WaitForNotificationWithTimeout(absl::Milliseconds(200));
-      });
-    };
-    a.Step(2);
-    before_commit = nullptr;
-    reader.join();
+    StepWithReaderInWindow(a, before_commit, 2, [&] { during_status = gather_all(2, &during); });
     ASSERT_TRUE(during_status.ok()) << during_status;
     std::vector<v1::Chunk> at3;
     ASSERT_TRUE(gather_all(3, &at3).ok());
