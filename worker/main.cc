@@ -35,6 +35,9 @@ ABSL_FLAG(uint64_t, checkpoint_every, 0,
           "rank 0 checkpoints the job every N steps (and at the start) under --checkpoint_dir, and "
           "rolls every rank back to the last one when a server restarts (0: off)");
 ABSL_FLAG(std::string, checkpoint_dir, "", "absolute directory every state server reaches");
+ABSL_FLAG(int64_t, keep_checkpoints, 2,
+          "rank 0 deletes the job's checkpoints older than the newest K once a new one is "
+          "complete (0: keep all); rank 0 must see --checkpoint_dir at the servers' path");
 ABSL_FLAG(double, peer_timeout_seconds, 600,
           "a rank that waits this long on a peer that does not come names it and exits "
           "non-zero (0: wait forever); keep it above the slowest step and checkpoint");
@@ -226,6 +229,7 @@ int Main() {
   run.metrics = &metrics;
   run.recovery.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   run.recovery.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  run.recovery.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   if (auto s = ValidateRecoveryOptions(run.recovery); !s.ok()) {
     return std::fprintf(stderr, "zerostate-worker: %s\n", s.ToString().c_str()), 2;
   }

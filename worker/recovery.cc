@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "worker/checkpoint_pruner.h"
 
 namespace zerostate::worker {
 namespace {
@@ -28,6 +29,10 @@ bool ShardLost(const absl::Status& s) {
 }  // namespace
 
 absl::Status ValidateRecoveryOptions(const RecoveryOptions& o) {
+  if (o.keep_checkpoints < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--keep_checkpoints: ", o.keep_checkpoints, " must be >= 0 (0 keeps every checkpoint)"));
+  }
   if (o.checkpoint_every == 0) return absl::OkStatus();
   if (o.checkpoint_dir.empty() || o.checkpoint_dir[0] != '/') {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -53,7 +58,31 @@ absl::Status Recovery::AfterStep(client::JobClient* job, uint64_t version,
   if (!path.ok()) return path.status();
   last_checkpoint_ = *path;
   last_checkpoint_version_ = version;
+  Prune(*job, *path, version);
   return absl::OkStatus();
+}
+
+void Recovery::Prune(const client::JobClient& job, const std::string& written,
+                     uint64_t version) const {
+  if (options_.keep_checkpoints == 0) return;
+  const std::string& job_id = job.spec().job_id();
+  // The servers name checkpoints <root>/<job_id>/v<version>; prune only
+  // when they wrote where this process will look.
+  const std::string expected = absl::StrCat(options_.checkpoint_dir, "/", job_id, "/v", version);
+  if (written != expected) {
+    std::fprintf(stderr, "zerostate-worker rank 0: not pruning checkpoints: the servers wrote %s, "
+                 "not %s\n", written.c_str(), expected.c_str());
+    return;
+  }
+  PruneReport report = PruneCheckpoints(options_.checkpoint_dir, job_id, version,
+                                        static_cast<uint64_t>(options_.keep_checkpoints));
+  for (const std::string& path : report.deleted) {
+    std::fprintf(stderr, "zerostate-worker rank 0: deleted old checkpoint %s (--keep_checkpoints=%lld)\n",
+                 path.c_str(), static_cast<long long>(options_.keep_checkpoints));
+  }
+  for (const std::string& problem : report.problems) {
+    std::fprintf(stderr, "zerostate-worker rank 0: pruning old checkpoints: %s\n", problem.c_str());
+  }
 }
 
 absl::StatusOr<std::string> Recovery::LostShard(client::JobClient* job) const {

@@ -4,7 +4,11 @@
 // 0) makes every server write the job at the start version and at every
 // version that is a multiple of N, right after the step that produced it
 // completed (JobClient::Checkpoint; no step runs meanwhile, since the next
-// Step is the coordinator's). It remembers the last complete one.
+// Step is the coordinator's). It remembers the last complete one, and once
+// the servers reported it written, deletes the job's older checkpoints
+// beyond the newest keep_checkpoints (worker/checkpoint_pruner.h); the one
+// a rollback uses is the newest, never deleted. A failed deletion is logged
+// and training goes on.
 //
 // Rollback: a step failed on some rank. Every rank calls RollBack (the
 // engine made sure no call of the failed step is still running). The
@@ -43,6 +47,9 @@ struct RecoveryOptions {
   uint64_t checkpoint_every = 0;
   // Absolute directory every server can write and read.
   std::string checkpoint_dir;
+  // Checkpoints of the job kept on disk, the newest first; older ones are
+  // deleted after each new one is complete. 0: keep all. Negative: invalid.
+  int64_t keep_checkpoints = 2;
   // How long the coordinator waits for a restarted server to answer again.
   absl::Duration server_wait = absl::Seconds(60);
 };
@@ -67,8 +74,9 @@ class Recovery {
   // True if the coordinator checkpoints the job at `version`.
   bool CheckpointDue(uint64_t version, uint64_t start_version) const;
 
-  // Coordinator: writes the checkpoint of `version` if due and remembers
-  // it. Others: no-op. Errors: JobClient::Checkpoint's.
+  // Coordinator: writes the checkpoint of `version` if due, remembers it
+  // and prunes older ones (their failures are logged, not returned).
+  // Others: no-op. Errors: JobClient::Checkpoint's.
   absl::Status AfterStep(client::JobClient* job, uint64_t version, uint64_t start_version);
 
   // Collective over every rank, after a failed step (`failure`). Errors:
@@ -89,6 +97,8 @@ class Recovery {
   // The coordinator's part before the fence: "" when the restore can go
   // ahead (the job is deleted everywhere), else "failed: <why>".
   std::string Decide(client::JobClient* job);
+  // Deletes checkpoints older than the newest keep_checkpoints; logs.
+  void Prune(const client::JobClient& job, const std::string& written, uint64_t version) const;
   absl::StatusOr<std::vector<std::string>> Meet(const std::string& what, const std::string& value);
 
   client::Client* const client_;

@@ -131,9 +131,13 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
         std::fprintf(stderr, "zerostate-worker rank 0: checkpoint of version %llu failed (%s); "
                      "keeping the previous one\n", static_cast<unsigned long long>(step),
                      failed.ToString().c_str());
-        failed = absl::OkStatus();
-        continue;
       }
+      // With a lost shard too, this rank takes the next step: the other
+      // ranks are in it, its local peers inside the node's collective,
+      // which would wait for this rank forever. The step fails on the lost
+      // shard, and every rank rolls back from it together.
+      failed = absl::OkStatus();
+      continue;
     }
     auto back = recovery.RollBack(job, failed);
     if (!back.ok()) return back.status();

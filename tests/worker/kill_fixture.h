@@ -96,6 +96,14 @@ class KillFixture : public ::testing::Test {
     return Weights(job);
   }
 
+  // Waits until rank 0 has finished step `step`, then kills server
+  // `victim` and restarts it on the same port, empty.
+  void CrashServerAfterStep(WorkerProcess& node0, int step, int victim = 1) {
+    ASSERT_TRUE(node0.AwaitLog(absl::StrCat("step ", step, " loss"), kRunTimeout)) << node0.Log();
+    ASSERT_TRUE(cluster_->server(victim).Kill().ok());
+    ASSERT_TRUE(cluster_->server(victim).Restart().ok());
+  }
+
   std::string CheckpointFlag() const { return absl::StrCat("--checkpoint_dir=", dir_, "ckpt"); }
 
   std::unique_ptr<ServerCluster> cluster_;

@@ -11,16 +11,7 @@
 namespace zerostate::testing {
 namespace {
 
-class KillRestartTest : public KillFixture {
- protected:
-  // Waits until rank 0 has finished step `step`, then kills server
-  // `victim` and restarts it on the same port, empty.
-  void CrashServerAfterStep(WorkerProcess& node0, int step, int victim = 1) {
-    ASSERT_TRUE(node0.AwaitLog(absl::StrCat("step ", step, " loss"), kRunTimeout)) << node0.Log();
-    ASSERT_TRUE(cluster_->server(victim).Kill().ok());
-    ASSERT_TRUE(cluster_->server(victim).Restart().ok());
-  }
-};
+using KillRestartTest = KillFixture;
 
 TEST_F(KillRestartTest, KilledServerIsRolledBackAndTheRunEndsBitIdentical) {
   const std::string reference = RunClean("clean");

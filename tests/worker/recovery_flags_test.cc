@@ -34,6 +34,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlags{"no_dir", {"--checkpoint_every=5"}, "--checkpoint_dir: '' must be an absolute directory"},
         BadFlags{"relative_dir", {"--checkpoint_every=5", "--checkpoint_dir=ckpt"},
                  "--checkpoint_dir: 'ckpt' must be an absolute directory"},
+        BadFlags{"negative_keep", {"--checkpoint_every=5", "--checkpoint_dir=/tmp", "--keep_checkpoints=-1"},
+                 "--keep_checkpoints: -1 must be >= 0"},
         BadFlags{"negative_timeout", {"--peer_timeout_seconds=-1"},
                  "--peer_timeout_seconds: -1 must be >= 0"},
         BadFlags{"nan_timeout", {"--peer_timeout_seconds=nan"}, "--peer_timeout_seconds: nan"}),
