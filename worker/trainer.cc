@@ -131,6 +131,10 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
         std::fprintf(stderr, "zerostate-worker rank 0: checkpoint of version %llu failed (%s); "
                      "keeping the previous one\n", static_cast<unsigned long long>(step),
                      failed.ToString().c_str());
+      } else {
+        std::fprintf(stderr, "zerostate-worker rank 0: checkpoint of version %llu failed (%s); "
+                     "a server lost the job: the next step fails and every rank rolls back\n",
+                     static_cast<unsigned long long>(step), failed.ToString().c_str());
       }
       // With a lost shard too, this rank takes the next step: the other
       // ranks are in it, its local peers inside the node's collective,
