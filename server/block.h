@@ -17,12 +17,12 @@ namespace zerostate::server {
 
 struct Block {
   Block(uint64_t index, uint64_t local, uint64_t flat_begin, uint32_t required,
-        uint32_t block_elems, uint32_t num_nodes, bool has_lowp)
+        uint32_t block_elems, uint32_t num_nodes, bool has_lowp, StagingBudget* staging)
       : index(index),
         local(local),
         flat_begin(flat_begin),
         required(required),
-        acc(num_nodes, block_elems, required),
+        acc(num_nodes, block_elems, required, staging),
         lowp(has_lowp ? block_elems : 0) {}
 
   // Constant after construction.

@@ -23,11 +23,43 @@ void ChunkReader::OnReadDone(bool ok) {
   } else if (absl::StatusOr<ChunkView> chunk = ParseChunk(slices); !chunk.ok()) {
     status = absl::InvalidArgumentError(chunk.status().message());
   } else {
-    status = apply_(*chunk);
+    status = apply_(*chunk, /*may_wait=*/false);
+    if (Job::IsStagingWait(status)) return ApplyWaiting(std::move(slices), *std::move(chunk));
   }
   buffer_.Clear();
+  Continue(status);
+}
+
+void ChunkReader::Continue(const absl::Status& status) {
   if (!status.ok()) return Finish(done_(status));
   StartRead(&buffer_);
+}
+
+void ChunkReader::ApplyWaiting(std::vector<grpc::Slice> slices, ChunkView chunk) {
+  buffer_.Clear();  // `slices` keep the chunk's bytes
+  // The thread of the previous wait ends with the read that led here.
+  if (waiter_.joinable()) {
+    if (waiter_.get_id() == std::this_thread::get_id()) {
+      waiter_.detach();  // this read completed inline; the thread touches nothing after
+    } else {
+      waiter_.join();
+    }
+  }
+  waiter_ = std::thread([this, slices = std::move(slices), chunk = std::move(chunk)] {
+    Continue(apply_(chunk, /*may_wait=*/true));
+  });
+}
+
+void ChunkReader::OnDone() {
+  // Finish may have been the waiter's last act; it ends at once.
+  if (waiter_.joinable()) {
+    if (waiter_.get_id() == std::this_thread::get_id()) {
+      waiter_.detach();
+    } else {
+      waiter_.join();
+    }
+  }
+  delete this;
 }
 
 GatherWriter::GatherWriter(std::string job_id, Produce produce, Done done)

@@ -15,6 +15,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -28,11 +29,15 @@ namespace zerostate::server {
 
 class ChunkReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
-  // Called for each chunk in order, on one of gRPC's callback threads (so
-  // it must not wait for anything but a block's mutex). The view's data
-  // lies in the received slices, valid only during the call. An error
-  // stops the stream: later chunks are not read.
-  using Apply = std::function<absl::Status(const ChunkView& chunk)>;
+  // Called for each chunk in order, first with may_wait false on one of
+  // gRPC's callback threads, where it must not wait for anything but a
+  // block's mutex. A chunk it answers with Job::IsStagingWait (no staging
+  // memory free now) is applied again with may_wait true on a thread of
+  // the reader's own, which may wait for staging memory up to the call's
+  // deadline; the stream reads on once that ends. The view's data lies in
+  // the received slices, valid only during the call. An error stops the
+  // stream: later chunks are not read.
+  using Apply = std::function<absl::Status(const ChunkView& chunk, bool may_wait)>;
   // Called once at the end with the first error (or OK at the end of the
   // stream); writes the response and returns the call's status.
   using Done = std::function<grpc::Status(const absl::Status& status)>;
@@ -41,12 +46,19 @@ class ChunkReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   ChunkReader(Apply apply, Done done);
 
   void OnReadDone(bool ok) override;
-  void OnDone() override { delete this; }
+  void OnDone() override;
 
  private:
+  // Reads the next chunk after `status` OK, else finishes the call.
+  void Continue(const absl::Status& status);
+  // Applies `chunk` (whose data `slices` hold) with may_wait on waiter_.
+  void ApplyWaiting(std::vector<grpc::Slice> slices, ChunkView chunk);
+
   const Apply apply_;
   const Done done_;
   grpc::ByteBuffer buffer_;
+  // The last chunk applied with may_wait; its last act is Continue.
+  std::thread waiter_;
 };
 
 class GatherWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,

@@ -245,7 +245,10 @@ class Session final : public Job::GatherSink {
                     bool* duplicate) {
     auto job = ctx_.jobs->Authorize(meta.chunk().job_id(), meta.token());
     if (!job.ok()) return job.status();
-    auto outcome = (*job)->Push(FrameChunkView(meta.chunk(), payload, bytes));
+    // A push frame usually carries no timeout: it may wait for staging
+    // memory (on this session's task thread, no lock held) as long as the
+    // server lets any call wait, like a gather without one.
+    auto outcome = (*job)->Push(FrameChunkView(meta.chunk(), payload, bytes), DeadlineOf(meta));
     if (!outcome.ok()) return outcome.status();
     *duplicate = *outcome == Job::PushOutcome::kDuplicate;
     return absl::OkStatus();

@@ -25,12 +25,23 @@ bool Overlaps(const std::vector<std::pair<uint32_t, uint32_t>>& ranges, uint32_t
 }  // namespace
 
 GradientAccumulator::GradientAccumulator(uint32_t num_nodes, uint32_t block_elems,
-                                         uint32_t required)
+                                         uint32_t required, StagingBudget* staging)
     : num_nodes_(num_nodes),
       block_elems_(block_elems),
       required_(required),
+      staging_(staging),
       sum_(block_elems),
       nodes_(num_nodes) {}
+
+GradientAccumulator::~GradientAccumulator() {
+  for (NodeState& ns : nodes_) FreeStaging(ns);
+}
+
+void GradientAccumulator::FreeStaging(NodeState& ns) {
+  if (ns.staging.empty()) return;
+  ns.staging = AlignedBuffer<float>();
+  if (staging_ != nullptr) staging_->Give(staging_bytes());
+}
 
 bool GradientAccumulator::NodeState::Covers(uint32_t begin, uint32_t end) const {
   if (begin >= end) return true;
@@ -76,11 +87,19 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
         "chunk [", offset, ", ", offset + count, ") of node 0 is still being received on another "
         "connection; retry once that ends"));
   }
-  if (!Insert(ns, begin, end)) {
+  if (Overlaps(ns.received, begin, end)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "chunk [", offset, ", ", offset + count, ") of node ", node,
         " overlaps a chunk received before only in part; resend the same chunks on retry"));
   }
+  // An early node's first piece needs its staging buffer, taken before
+  // anything changes so that a spent budget leaves no trace. (The head's
+  // pieces are folded straight into the sum: they never get here.)
+  if (node != head_ && ns.staging.empty()) {
+    if (staging_ != nullptr && !staging_->TryTake(staging_bytes())) return Outcome::kNoStaging;
+    ns.staging = AlignedBuffer<float>(block_elems_);
+  }
+  Insert(ns, begin, end);  // cannot fail: checked above
   Fold(node, begin, end, data, dtype);
   if (node == head_ && ns.Covers(0, required_)) AdvanceHead();
   return Outcome::kApplied;
@@ -109,9 +128,8 @@ void GradientAccumulator::FoldRun(uint32_t node, uint32_t begin, size_t n, const
     }
     return;
   }
-  NodeState& ns = nodes_[node];
-  if (ns.staging.empty()) ns.staging = AlignedBuffer<float>(block_elems_);
-  DecodeFloats(data, n, dtype, ns.staging.data() + begin);
+  // Not the head: Add gave the node its staging buffer.
+  DecodeFloats(data, n, dtype, nodes_[node].staging.data() + begin);
 }
 
 float* GradientAccumulator::Claim(uint32_t node, uint32_t offset, uint32_t count,
@@ -149,8 +167,10 @@ void GradientAccumulator::AdvanceHead() {
     for (const auto& [b, e] : next.received) {
       AccumulateFloats(next.staging.data() + b, e - b, v1::DTYPE_FP32, sum_.data() + b);
     }
-    next.staging = AlignedBuffer<float>();
+    FreeStaging(next);
   }
+  // A push of the new head that waits for staging needs none any more.
+  if (staging_ != nullptr) staging_->Notify();
 }
 
 std::vector<uint32_t> GradientAccumulator::MissingNodes() const {
@@ -167,8 +187,10 @@ void GradientAccumulator::Reset() {
   ++epoch_;
   for (NodeState& ns : nodes_) {
     ns.received.clear();
-    ns.staging = AlignedBuffer<float>();
+    FreeStaging(ns);
   }
+  // A push waiting for staging finds its step applied or restored away.
+  if (staging_ != nullptr) staging_->Notify();
 }
 
 size_t GradientAccumulator::bytes() const {

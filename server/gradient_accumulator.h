@@ -8,6 +8,14 @@
 // its turn comes. For each element the sum is therefore always
 // ((g0 + g1) + g2) + ..., bit-identical for any arrival order.
 //
+// Staging buffers (block_elems floats each) are taken from the server's
+// StagingBudget (server/staging_budget.h) when an early node's first piece
+// arrives, and given back when that node is folded (its turn came), on
+// Reset and when the accumulator is destroyed. When the budget is spent an
+// early piece is answered kNoStaging and nothing changes: the caller waits
+// without the block's mutex and tries again. The head node's pieces never
+// need staging, so every block always completes.
+//
 // The first node's fp32 pieces may instead be received straight into the
 // sum (Claim / Commit): the fold of those is a plain copy, which receiving
 // in place saves, with the buffer it needs.
@@ -24,22 +32,32 @@
 #include "absl/types/span.h"
 #include "common/chunk_wire.h"
 #include "server/aligned_buffer.h"
+#include "server/staging_budget.h"
 #include "zerostate/v1/state_service.pb.h"
 
 namespace zerostate::server {
 
 class GradientAccumulator {
  public:
-  enum class Outcome { kApplied, kDuplicate };
+  // kNoStaging: the piece is early, its node has no staging buffer yet and
+  // the staging budget has no room for one; nothing changed.
+  enum class Outcome { kApplied, kDuplicate, kNoStaging };
 
   // `required` elements at the start of the block must be covered by each
   // node (the rest is layout padding, implicitly zero and never folded).
-  GradientAccumulator(uint32_t num_nodes, uint32_t block_elems, uint32_t required);
+  // Staging buffers come from `staging` (null: unbounded), which must
+  // outlive the accumulator.
+  GradientAccumulator(uint32_t num_nodes, uint32_t block_elems, uint32_t required,
+                      StagingBudget* staging = nullptr);
+  ~GradientAccumulator();
+  GradientAccumulator(const GradientAccumulator&) = delete;
+  GradientAccumulator& operator=(const GradientAccumulator&) = delete;
 
   // Adds node `node`'s elements [offset, offset + count) from `data`
   // (elements of `dtype`). A piece that lies entirely within pieces this
   // node already sent is a retry: kDuplicate, nothing changes. A piece that
   // overlaps earlier ones only in part is INVALID_ARGUMENT, nothing changes.
+  // An early piece that finds no staging memory is kNoStaging (above).
   // REQUIRES: node < num_nodes, offset + count <= block_elems (checked by the caller).
   absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count, const void* data,
                               v1::DType dtype);
@@ -79,11 +97,14 @@ class GradientAccumulator {
   // Node ids that have not yet covered the required range, for error messages.
   std::vector<uint32_t> MissingNodes() const;
 
-  // Forgets every piece and claim (the next step starts). Keeps the sum's memory.
+  // Forgets every piece and claim (the next step starts); staging buffers
+  // go back to the budget. Keeps the sum's memory.
   void Reset();
 
   // Bytes held, including staging buffers of early nodes.
   size_t bytes() const;
+  // Bytes of one staging buffer.
+  uint64_t staging_bytes() const { return uint64_t{block_elems_} * sizeof(float); }
 
  private:
   struct NodeState {
@@ -100,10 +121,13 @@ class GradientAccumulator {
   // Folds n contiguous elements at `at`.
   void FoldRun(uint32_t node, uint32_t at, size_t n, const void* data, v1::DType dtype);
   void AdvanceHead();
+  // Frees node state's staging buffer, if any, back to the budget.
+  void FreeStaging(NodeState& ns);
 
   const uint32_t num_nodes_;
   const uint32_t block_elems_;
   const uint32_t required_;
+  StagingBudget* const staging_;
   AlignedBuffer<float> sum_;
   std::vector<NodeState> nodes_;
   uint32_t head_ = 0;  // nodes [0, head_) are complete and folded

@@ -17,26 +17,31 @@ bool HasLowp(const v1::JobSpec& spec) { return spec.weight_dtype() != v1::DTYPE_
 
 }  // namespace
 
-Job::Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index)
+Job::Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index,
+         std::shared_ptr<StagingBudget> staging)
     : spec_(std::move(spec)),
       layout_(LayoutOf(spec_)),
       servers_(std::move(servers)),
       shard_index_(shard_index),
-      blocks_(ShardBlocks(layout_.num_blocks(), servers_.size(), shard_index)) {
+      blocks_(ShardBlocks(layout_.num_blocks(), servers_.size(), shard_index)),
+      staging_(std::move(staging)) {
   const uint32_t be = layout_.block_elems;
   for (uint64_t b = blocks_.begin; b < blocks_.end; ++b) {
     uint64_t begin = b * be;
     auto required = static_cast<uint32_t>(std::min<uint64_t>(be, layout_.used_elems - begin));
     blocks_data_.push_back(std::make_unique<Block>(b, b - blocks_.begin, begin, required, be,
-                                                   spec_.num_nodes(), HasLowp(spec_)));
+                                                   spec_.num_nodes(), HasLowp(spec_),
+                                                   staging_.get()));
   }
 }
 
 absl::StatusOr<std::unique_ptr<Job>> Job::Create(v1::JobSpec spec,
                                                  std::vector<std::string> servers,
                                                  uint32_t shard_index, bool initialize,
-                                                 const TierOptions& tiers) {
-  std::unique_ptr<Job> job(new Job(std::move(spec), std::move(servers), shard_index));
+                                                 const TierOptions& tiers,
+                                                 std::shared_ptr<StagingBudget> staging) {
+  std::unique_ptr<Job> job(
+      new Job(std::move(spec), std::move(servers), shard_index, std::move(staging)));
   if (auto s = job->CreateTier(tiers); !s.ok()) return s;
   if (!initialize) return job;
   if (auto s = job->InitializeWeights(); !s.ok()) return s;
@@ -105,7 +110,18 @@ absl::StatusOr<Job::ChunkRef> Job::CheckChunk(const ChunkView& c, v1::DType dtyp
   return ChunkRef{&block(f.block), f.offset, static_cast<uint32_t>(count)};
 }
 
-absl::StatusOr<Job::PushOutcome> Job::Push(const ChunkView& c) {
+namespace {
+
+// Marks Push's "no staging memory in time" error (Job::IsStagingWait).
+constexpr char kStagingWaitPayload[] = "zerostate.server/staging_wait";
+
+}  // namespace
+
+bool Job::IsStagingWait(const absl::Status& status) {
+  return status.GetPayload(kStagingWaitPayload).has_value();
+}
+
+absl::StatusOr<Job::PushOutcome> Job::Push(const ChunkView& c, absl::Time deadline) {
   auto ref = CheckChunk(c, spec_.grad_dtype(), "grad_dtype");
   if (!ref.ok()) return ref.status();
   const ChunkFields& f = c.fields;
@@ -114,17 +130,49 @@ absl::StatusOr<Job::PushOutcome> Job::Push(const ChunkView& c) {
         absl::StrCat("node: ", f.node, " is not below num_nodes ", spec_.num_nodes()));
   }
   Block& b = *ref->block;
-  absl::MutexLock lock(&b.mu);
-  if (f.step < b.version) return PushOutcome::kDuplicate;  // that step is applied
-  if (f.step > b.version) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("step: ", f.step, " is too far ahead; block ", b.index,
-                     " is at version ", b.version));
+  // Tries under the block's mutex; a piece that needs staging memory the
+  // budget does not have waits for a change without the mutex (a wait under
+  // it would stop the very pushes that free memory or move the head), then
+  // tries again from the start: meanwhile the step may have been applied,
+  // or the node become the head and need no staging at all.
+  while (true) {
+    uint64_t seen = 0;
+    {
+      absl::MutexLock lock(&b.mu);
+      if (f.step < b.version) return PushOutcome::kDuplicate;  // that step is applied
+      if (f.step > b.version) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("step: ", f.step, " is too far ahead; block ", b.index,
+                         " is at version ", b.version));
+      }
+      // Read before trying, under the mutex: a change after it is seen.
+      if (staging_ != nullptr) seen = staging_->generation();
+      auto added = b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);
+      if (!added.ok()) return added.status();
+      if (*added == GradientAccumulator::Outcome::kApplied) return PushOutcome::kApplied;
+      if (*added == GradientAccumulator::Outcome::kDuplicate) return PushOutcome::kDuplicate;
+    }
+    // kNoStaging (only with a budget). The head node's pieces never need
+    // staging, so this wait never holds up the node whose pushes complete
+    // the block, and with it the budget's release.
+    const bool changed = staging_->AwaitChange(seen, deadline);
+    if (shutting_down_.load()) return absl::UnavailableError("server is shutting down");
+    if (!changed) {
+      absl::Status s = staging_->Exhausted(
+          absl::StrCat("step ", f.step, ": node ", f.node, "'s chunk [", ref->offset, ", ",
+                       ref->offset + ref->count, ") of block ", b.index),
+          uint64_t{layout_.block_elems} * sizeof(float));
+      s.SetPayload(kStagingWaitPayload, absl::Cord());
+      return s;
+    }
   }
-  auto added = b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);
-  if (!added.ok()) return added.status();
-  return *added == GradientAccumulator::Outcome::kApplied ? PushOutcome::kApplied
-                                                          : PushOutcome::kDuplicate;
+}
+
+void Job::ReleaseStaging() {
+  for (auto& bp : blocks_data_) {
+    absl::MutexLock lock(&bp->mu);
+    bp->acc.Reset();
+  }
 }
 
 Job::PushClaim Job::ClaimPush(const ChunkFields& f, size_t data_bytes) {
@@ -520,6 +568,7 @@ void Job::Shutdown() {
   shutting_down_ = true;
   // Releasing each block's mutex makes absl re-evaluate its waiters' conditions.
   for (auto& bp : blocks_data_) absl::MutexLock lock(&bp->mu);
+  if (staging_ != nullptr) staging_->Notify();  // pushes waiting for staging
 }
 
 void Job::CopyOnWrite(Block& b, const float* state) {

@@ -21,6 +21,7 @@
 #include "common/job_spec.h"
 #include "common/shard_map.h"
 #include "server/block.h"
+#include "server/staging_budget.h"
 #include "server/tier/state_tier.h"
 #include "server/tier/tier_factory.h"
 #include "server/thread_pool.h"
@@ -42,12 +43,13 @@ class Job {
   // zero awaiting InitWeights). The state lives in the tier spec.tier() chooses,
   // built with `tiers` (tier_factory.h). REQUIRES: spec normalized,
   // shard_index < servers.size(). Errors: those of MakeTier, the tier's I/O.
-  // With initialize=false the weights stay zero for RestoreBlock.
-  static absl::StatusOr<std::unique_ptr<Job>> Create(v1::JobSpec spec,
-                                                     std::vector<std::string> servers,
-                                                     uint32_t shard_index,
-                                                     bool initialize = true,
-                                                     const TierOptions& tiers = TierOptions());
+  // With initialize=false the weights stay zero for RestoreBlock. Early
+  // nodes' staging buffers come from `staging` (null: unbounded; the
+  // server's --staging_budget_bytes otherwise).
+  static absl::StatusOr<std::unique_ptr<Job>> Create(
+      v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index,
+      bool initialize = true, const TierOptions& tiers = TierOptions(),
+      std::shared_ptr<StagingBudget> staging = nullptr);
 
   // RAM a job with this spec and shard would hold, before any staging: on
   // TIER_NVME only the low-precision copy, the gradient accumulator and the
@@ -66,10 +68,26 @@ class Job {
   // Adds a piece of node chunk.fields.node's gradient for its step, folded
   // straight from the chunk's data segments (the received slices).
   // A retry, or a push for a step already applied, is kDuplicate.
+  // A piece that arrives before its node's turn needs a staging buffer from
+  // the staging budget; when it is spent the push waits, up to `deadline`
+  // (the default: not at all), with no lock held, then tries again.
   // Errors: INVALID_ARGUMENT (block, range, length, node, dtype, partial
-  // overlap), FAILED_PRECONDITION (step too far ahead).
-  absl::StatusOr<PushOutcome> Push(const ChunkView& chunk);
-  absl::StatusOr<PushOutcome> Push(const v1::Chunk& chunk) { return Push(ViewOf(chunk)); }
+  // overlap), FAILED_PRECONDITION (step too far ahead), UNAVAILABLE (no
+  // staging memory by the deadline, IsStagingWait; nothing changed; or
+  // shutting down).
+  absl::StatusOr<PushOutcome> Push(const ChunkView& chunk,
+                                   absl::Time deadline = absl::InfinitePast());
+  absl::StatusOr<PushOutcome> Push(const v1::Chunk& chunk,
+                                   absl::Time deadline = absl::InfinitePast()) {
+    return Push(ViewOf(chunk), deadline);
+  }
+  // True for Push's error when the staging budget had no room in time.
+  static bool IsStagingWait(const absl::Status& status);
+
+  // Forgets every block's gradients of the step in progress, giving their
+  // staging buffers back to the budget: the job was deleted or replaced,
+  // and calls still holding it must not keep the server's staging memory.
+  void ReleaseStaging();
 
   // A push received in place (GradientAccumulator::Claim): a claim on the
   // memory of a block's gradient sum where a chunk's payload goes as it is
@@ -199,7 +217,8 @@ class Job {
   absl::Status AwaitReadable(Block& b, uint64_t version, absl::Time deadline) const;
   absl::Status AwaitGradients(Block& b, uint64_t step, absl::Time deadline) const;
   absl::Status CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const;
-  Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index);
+  Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index,
+      std::shared_ptr<StagingBudget> staging);
   absl::Status InitializeWeights();
   // Builds tier_ (spec_.tier()) and sets state_bytes_.
   absl::Status CreateTier(const TierOptions& tiers);
@@ -217,6 +236,8 @@ class Job {
   const std::vector<std::string> servers_;
   const uint32_t shard_index_;
   const Range blocks_;
+  // Before blocks_data_: their accumulators give staging back on destruction.
+  const std::shared_ptr<StagingBudget> staging_;
   std::vector<std::unique_ptr<Block>> blocks_data_;
   std::unique_ptr<StateTier> tier_;
   uint64_t state_bytes_ = 0;  // constant after Create

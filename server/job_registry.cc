@@ -144,7 +144,7 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
   if (!job_token.ok()) return job_token.status();
   std::vector<std::string> servers(req.servers().begin(), req.servers().end());
   auto created = Job::Create(*std::move(spec), std::move(servers), req.shard_index(),
-                             /*initialize=*/true, tiers_);
+                             /*initialize=*/true, tiers_, staging_);
   if (!created.ok()) return created.status();
   std::shared_ptr<Job> job = *std::move(created);
   ram_used_ += bytes;
@@ -235,7 +235,7 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRe
   if (!job_token.ok()) return job_token.status();
   std::vector<std::string> servers(req.servers().begin(), req.servers().end());
   auto job = Job::Create(*spec, std::move(servers), req.shard_index(), /*initialize=*/false,
-                         tiers_);
+                         tiers_, staging_);
   if (!job.ok()) return job.status();
   if (auto s = LoadShard(**reader, **job); !s.ok()) return s;
   std::shared_ptr<Job> loaded = *std::move(job);
@@ -253,7 +253,10 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRe
     ram_used_ += bytes;
     SetTokenLocked(id, HashToken(*job_token));
   }
-  if (replaced) replaced->Shutdown();
+  if (replaced) {
+    replaced->Shutdown();
+    replaced->ReleaseStaging();
+  }
   return Registered{loaded, true, generated};
 }
 
@@ -274,6 +277,17 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Get(const std::string& job_id)
 }
 
 absl::StatusOr<bool> JobRegistry::Delete(const std::string& job_id, const std::string& token) {
+  std::shared_ptr<Job> deleted;
+  absl::StatusOr<bool> result = Unregister(job_id, token, &deleted);
+  // Calls still holding the job keep it alive, not its staging memory
+  // (outside the registry's lock: it takes every block's mutex).
+  if (deleted) deleted->ReleaseStaging();
+  return result;
+}
+
+absl::StatusOr<bool> JobRegistry::Unregister(const std::string& job_id,
+                                               const std::string& token,
+                                               std::shared_ptr<Job>* deleted) {
   const TokenHash hash = HashToken(token);
   absl::MutexLock lock(&mu_);
   if (auto s = AuthorizeLocked(job_id, hash); !s.ok()) {
@@ -284,6 +298,7 @@ absl::StatusOr<bool> JobRegistry::Delete(const std::string& job_id, const std::s
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return false;
   ram_used_ -= it->second->state_bytes();
+  *deleted = std::move(it->second);
   jobs_.erase(it);
   if (tombstones_.insert_or_assign(job_id, token_of_[job_id]).second) {
     tombstone_order_.push_back(job_id);

@@ -31,10 +31,16 @@ struct JobQuotas {
 // keeps its SHA-256 and answers who may act on which job.
 class JobRegistry {
  public:
-  // Jobs' tiers are built with `tiers` (the server's --nvme_* flags).
+  // Jobs' tiers are built with `tiers` (the server's --nvme_* flags); their
+  // gradient staging comes from `staging` (--staging_budget_bytes; null:
+  // unbounded), outside the RAM budget.
   explicit JobRegistry(uint64_t ram_budget_bytes, TierOptions tiers = TierOptions(),
-                       JobQuotas quotas = JobQuotas())
-      : ram_budget_(ram_budget_bytes), tiers_(std::move(tiers)), quotas_(quotas) {}
+                       JobQuotas quotas = JobQuotas(),
+                       std::shared_ptr<StagingBudget> staging = nullptr)
+      : ram_budget_(ram_budget_bytes),
+        tiers_(std::move(tiers)),
+        quotas_(quotas),
+        staging_(std::move(staging)) {}
 
   struct Registered {
     std::shared_ptr<Job> job;
@@ -77,7 +83,8 @@ class JobRegistry {
   absl::StatusOr<std::shared_ptr<Job>> Get(const std::string& job_id) const;
 
   // Drops the job if `token` is its token (errors as Authorize); in-flight
-  // calls keep their reference until they finish. A retry with the token of
+  // calls keep their reference until they finish, but its staging memory
+  // goes back to the budget at once (Job::ReleaseStaging). A retry with the token of
   // a job this registry deleted (among the last kMaxTombstones) answers
   // false rather than an auth error.
   absl::StatusOr<bool> Delete(const std::string& job_id, const std::string& token);
@@ -101,10 +108,14 @@ class JobRegistry {
   void SetTokenLocked(const std::string& job_id, TokenHash hash)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropTokenLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Delete's part under mu_ (which it takes); `deleted` gets the job dropped.
+  absl::StatusOr<bool> Unregister(const std::string& job_id, const std::string& token,
+                                    std::shared_ptr<Job>* deleted) ABSL_LOCKS_EXCLUDED(mu_);
 
   const uint64_t ram_budget_;
   const TierOptions tiers_;
   const JobQuotas quotas_;
+  const std::shared_ptr<StagingBudget> staging_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
   // Each job's token hash, and how many jobs have each hash.

@@ -100,6 +100,15 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
                       .Register(*registry_).Add({})),
       jobs_(BuildGauge().Name("zerostate_jobs").Help("Jobs registered").Register(*registry_)
                 .Add({})),
+      staging_used_(BuildGauge().Name("zerostate_staging_used_bytes")
+                        .Help("Gradient staging memory of early nodes' pieces in use")
+                        .Register(*registry_).Add({})),
+      staging_budget_(BuildGauge().Name("zerostate_staging_budget_bytes")
+                          .Help("The server's gradient staging budget (--staging_budget_bytes)")
+                          .Register(*registry_).Add({})),
+      staging_waits_(BuildCounter().Name("zerostate_staging_waits_total")
+                         .Help("Times a push waited for gradient staging memory")
+                         .Register(*registry_).Add({})),
       disk_used_(BuildGauge().Name("zerostate_disk_used_bytes")
                      .Help("Bytes used on the filesystem of --nvme_dir").Register(*registry_)
                      .Add({})),
@@ -138,6 +147,13 @@ void ServerMetrics::ForgetJob(const std::string& job) {
   job_state_bytes_.Remove(&job_state_bytes_.Add({{"job", job}}));
   job_version_.Remove(&job_version_.Add({{"job", job}}));
 }
+
+void ServerMetrics::SetStaging(uint64_t used, uint64_t budget) {
+  staging_used_.Set(static_cast<double>(used));
+  staging_budget_.Set(static_cast<double>(budget));
+}
+
+void ServerMetrics::RecordStagingWait() { staging_waits_.Increment(); }
 
 void ServerMetrics::SetDisk(uint64_t used, uint64_t capacity) {
   disk_used_.Set(used);

@@ -32,6 +32,10 @@ class ServerMetrics {
   void SetJob(const std::string& job, uint64_t state_bytes, uint64_t version);
   void ForgetJob(const std::string& job);
   void SetRam(uint64_t used, uint64_t budget, size_t jobs);
+  // Gradient staging memory (server/staging_budget.h): bytes in use and
+  // --staging_budget_bytes; and one push that began waiting for it.
+  void SetStaging(uint64_t used, uint64_t budget);
+  void RecordStagingWait();
   // The filesystem of --nvme_dir (checkpoints usually live elsewhere).
   void SetDisk(uint64_t used, uint64_t capacity);
 
@@ -63,6 +67,9 @@ class ServerMetrics {
   prometheus::Gauge& ram_used_;
   prometheus::Gauge& ram_budget_;
   prometheus::Gauge& jobs_;
+  prometheus::Gauge& staging_used_;
+  prometheus::Gauge& staging_budget_;
+  prometheus::Counter& staging_waits_;
   prometheus::Gauge& disk_used_;
   prometheus::Gauge& disk_capacity_;
 };

@@ -16,6 +16,10 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "gRPC address host:port (port 0: 
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9464",
           "Prometheus metrics address host:port (empty: no metrics endpoint)");
 ABSL_FLAG(uint64_t, ram_budget_bytes, 0, "RAM the server's jobs may hold (0: 80% of physical RAM)");
+ABSL_FLAG(uint64_t, staging_budget_bytes, 0,
+          "RAM for gradients of nodes that push before their turn, all jobs together, on top "
+          "of --ram_budget_bytes and at most as large (0: an eighth of the RAM budget); "
+          "a push that finds it spent waits, then is refused with UNAVAILABLE");
 ABSL_FLAG(int, threads, 0, "optimizer threads (0: one per core)");
 ABSL_FLAG(std::string, nvme_dir, "",
           "directory on a local NVMe drive for jobs registered with tier TIER_NVME "
@@ -63,6 +67,7 @@ int main(int argc, char** argv) {
   options.listen = absl::GetFlag(FLAGS_listen);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.ram_budget_bytes = absl::GetFlag(FLAGS_ram_budget_bytes);
+  options.staging_budget_bytes = absl::GetFlag(FLAGS_staging_budget_bytes);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.tiers.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
   options.tiers.nvme_cache_bytes = absl::GetFlag(FLAGS_nvme_cache_bytes);

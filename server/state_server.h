@@ -27,6 +27,9 @@ struct ServerOptions {
   std::string listen = "0.0.0.0:7070";           // gRPC; port 0 picks a free one
   std::string metrics_listen = "0.0.0.0:9464";   // Prometheus; "" disables
   uint64_t ram_budget_bytes = 0;                 // 0: 80% of physical RAM
+  // Gradient staging of early nodes' pieces (--staging_budget_bytes), on top
+  // of the RAM budget; 0: an eighth of the RAM budget. At most the RAM budget.
+  uint64_t staging_budget_bytes = 0;
   int threads = 0;                               // optimizer threads; 0: all cores
   // Where TIER_NVME jobs keep their state (--nvme_dir, --nvme_cache_bytes,
   // --nvme_queue_depth); nvme_dir empty: such jobs are refused. Start fills
@@ -76,10 +79,13 @@ class StateServer {
   std::string address_;
   std::string metrics_address_;
   std::string data_address_;
+  // Destroyed in reverse: jobs_ (whose accumulators give staging back to
+  // staging_, which updates metrics_) before staging_ before metrics_.
+  std::unique_ptr<ServerMetrics> metrics_;
+  std::shared_ptr<StagingBudget> staging_;
   std::unique_ptr<JobRegistry> jobs_;
   std::unique_ptr<RendezvousTable> rendezvous_;
   std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<ServerMetrics> metrics_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::unique_ptr<StateServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;

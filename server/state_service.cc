@@ -54,7 +54,7 @@ absl::StatusOr<std::shared_ptr<Job>> StateServiceImpl::JobFor(const grpc::Server
 template <typename Response>
 ChunkReader* StateServiceImpl::ForEachChunk(
     const char* method, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
-    std::function<absl::Status(Job&, const ChunkView&, Response&)> apply) {
+    std::function<absl::Status(Job&, const ChunkView&, Response&, absl::Time)> apply) {
   struct Stream {
     absl::Time start = absl::Now();
     Traffic traffic;
@@ -62,14 +62,17 @@ ChunkReader* StateServiceImpl::ForEachChunk(
     std::shared_ptr<Job> job;  // a stream usually carries one job: look it up once
   };
   auto stream = std::make_shared<Stream>();
-  auto each = [this, ctx, stream, apply = std::move(apply)](const ChunkView& chunk) {
-    stream->traffic.in += chunk.data_bytes;
+  auto each = [this, ctx, stream, apply = std::move(apply)](const ChunkView& chunk,
+                                                             bool may_wait) {
+    // A chunk tried first without waiting comes again with may_wait.
+    if (!may_wait) stream->traffic.in += chunk.data_bytes;
     if (!stream->job || stream->job->spec().job_id() != chunk.fields.job_id) {
       auto job = JobFor(ctx, chunk.fields.job_id);
       if (!job.ok()) return job.status();
       stream->job = *std::move(job);
     }
-    return apply(*stream->job, chunk, stream->resp);
+    return apply(*stream->job, chunk, stream->resp,
+                 may_wait ? DeadlineOf(ctx) : absl::InfinitePast());
   };
   auto done = [this, method, stream, response](const absl::Status& status) {
     stream->resp.set_incarnation(incarnation_);
@@ -115,7 +118,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* StateServiceImpl::InitWeights(
     grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
   return ForEachChunk<v1::InitWeightsResponse>(
       "InitWeights", ctx, response,
-      [](Job& job, const ChunkView& chunk, v1::InitWeightsResponse& resp) {
+      [](Job& job, const ChunkView& chunk, v1::InitWeightsResponse& resp, absl::Time) {
         if (auto s = job.InitWeights(chunk); !s.ok()) return s;
         resp.set_chunks_applied(resp.chunks_applied() + 1);
         return absl::OkStatus();
@@ -126,8 +129,9 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* StateServiceImpl::PushGradients(
     grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
   return ForEachChunk<v1::PushResponse>(
       "PushGradients", ctx, response,
-      [](Job& job, const ChunkView& chunk, v1::PushResponse& resp) -> absl::Status {
-        auto outcome = job.Push(chunk);
+      [](Job& job, const ChunkView& chunk, v1::PushResponse& resp,
+         absl::Time deadline) -> absl::Status {
+        auto outcome = job.Push(chunk, deadline);
         if (!outcome.ok()) return outcome.status();
         if (*outcome == Job::PushOutcome::kApplied) {
           resp.set_chunks_applied(resp.chunks_applied() + 1);

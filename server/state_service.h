@@ -90,13 +90,15 @@ class StateServiceImpl final : public StateServiceBase {
   absl::StatusOr<std::shared_ptr<Job>> JobFor(const grpc::ServerContextBase* ctx,
                                               const std::string& job_id);
   // A reader of a chunk stream that applies each chunk to the job it names
-  // (looked up through JobFor once per job) with apply(job, chunk, resp),
-  // stops at the first error, and answers `resp` (incarnation set) in
-  // `response`. Response is PushResponse or InitWeightsResponse.
+  // (looked up through JobFor once per job) with apply(job, chunk, resp,
+  // deadline), stops at the first error, and answers `resp` (incarnation
+  // set) in `response`. Response is PushResponse or InitWeightsResponse.
+  // `deadline` is how long apply may wait (ChunkReader::Apply's may_wait):
+  // the call's deadline, or the past when it must not wait.
   template <typename Response>
   ChunkReader* ForEachChunk(
       const char* method, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
-      std::function<absl::Status(Job&, const ChunkView&, Response&)> apply);
+      std::function<absl::Status(Job&, const ChunkView&, Response&, absl::Time)> apply);
 
   const ServiceOptions options_;
   JobRegistry& jobs_;
