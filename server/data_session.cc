@@ -209,6 +209,20 @@ class Session final : public Job::GatherSink {
     return p;
   }
 
+  // A push that would wait for staging memory in Job::Push waits before
+  // its payload is read, not holding a frame buffer meanwhile: with many
+  // connections of early nodes waiting, their buffers could fill the pool
+  // the head node's frames need. Node 0 is always its blocks' head (or
+  // done), so its frames skip the look-up.
+  void AwaitStagingRoom(const FrameStart& f) {
+    const v1::Chunk& c = f.meta.chunk();
+    if (c.node() == 0) return;
+    auto job = ctx_.jobs->Authorize(c.job_id(), f.meta.token());
+    if (!job.ok()) return;  // Push says why
+    (*job)->AwaitStagingRoom(FrameChunkView(c, nullptr, 0).fields, f.header.payload_len,
+                             DeadlineOf(f.meta));
+  }
+
   absl::Status ServePush(const FrameStart& f) {
     const absl::Time start = absl::Now();
     const size_t bytes = f.header.payload_len;
@@ -217,7 +231,10 @@ class Session final : public Job::GatherSink {
     // while the server's frames in flight fill the budget; no lock held).
     InPlacePush in_place = ClaimInPlace(f);
     DataBufferPool::Lease payload;
-    if (in_place.claim.data() == nullptr) payload = ctx_.buffers->Borrow(bytes, /*wait=*/true);
+    if (in_place.claim.data() == nullptr) {
+      AwaitStagingRoom(f);
+      payload = ctx_.buffers->Borrow(bytes, /*wait=*/true);
+    }
     void* into = in_place.claim.data() != nullptr ? in_place.claim.data() : payload.data();
     absl::Status read = RecvExact(fd_, into, bytes);
     if (absl::IsDataLoss(read)) {

@@ -95,7 +95,7 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
   // An early node's first piece needs its staging buffer, taken before
   // anything changes so that a spent budget leaves no trace. (The head's
   // pieces are folded straight into the sum: they never get here.)
-  if (node != head_ && ns.staging.empty()) {
+  if (NeedsStaging(node, offset, count)) {
     if (staging_ != nullptr && !staging_->TryTake(staging_bytes())) return Outcome::kNoStaging;
     ns.staging = AlignedBuffer<float>(block_elems_);
   }
@@ -103,6 +103,12 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
   Fold(node, begin, end, data, dtype);
   if (node == head_ && ns.Covers(0, required_)) AdvanceHead();
   return Outcome::kApplied;
+}
+
+bool GradientAccumulator::NeedsStaging(uint32_t node, uint32_t offset, uint32_t count) const {
+  const NodeState& ns = nodes_[node];
+  return node != head_ && ns.staging.empty() &&
+         !ns.Covers(offset, std::min(offset + count, required_));
 }
 
 void GradientAccumulator::Fold(uint32_t node, uint32_t begin, uint32_t end,

@@ -67,6 +67,10 @@ class GradientAccumulator {
   absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count,
                               absl::Span<const ChunkView::Segment> data, v1::DType dtype);
 
+  // Whether Add of this piece would need a new staging buffer: not a
+  // retry, its node early, and without one yet. REQUIRES as Add.
+  bool NeedsStaging(uint32_t node, uint32_t offset, uint32_t count) const;
+
   // Receiving in place. For a piece of node 0 in fp32 whose elements no
   // earlier piece covers, while node 0 is still the one folded into the sum
   // (its fold would be a copy): reserves [offset, offset + count) and

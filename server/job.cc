@@ -168,6 +168,29 @@ absl::StatusOr<Job::PushOutcome> Job::Push(const ChunkView& c, absl::Time deadli
   }
 }
 
+void Job::AwaitStagingRoom(const ChunkFields& f, size_t data_bytes, absl::Time deadline) {
+  if (staging_ == nullptr) return;
+  ChunkView view;
+  view.fields = f;
+  view.data_bytes = data_bytes;
+  auto ref = CheckChunk(view, spec_.grad_dtype(), "grad_dtype");
+  if (!ref.ok() || f.node >= spec_.num_nodes()) return;
+  Block& b = *ref->block;
+  const uint64_t bytes = uint64_t{layout_.block_elems} * sizeof(float);
+  while (!shutting_down_.load()) {
+    uint64_t seen = 0;
+    {
+      absl::MutexLock lock(&b.mu);
+      if (f.step != b.version || !b.acc.NeedsStaging(f.node, ref->offset, ref->count) ||
+          staging_->free() >= bytes) {
+        return;
+      }
+      seen = staging_->generation();
+    }
+    if (!staging_->AwaitChange(seen, deadline)) return;
+  }
+}
+
 void Job::ReleaseStaging() {
   for (auto& bp : blocks_data_) {
     absl::MutexLock lock(&bp->mu);

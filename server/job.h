@@ -84,6 +84,16 @@ class Job {
   // True for Push's error when the staging budget had no room in time.
   static bool IsStagingWait(const absl::Status& status);
 
+  // Waits, up to `deadline` and holding no lock, while a push chunk with
+  // these fields and `data_bytes` of payload would only wait in Push for
+  // staging memory (its node early at its block, without a staging buffer
+  // there, and the budget without room). For a caller that takes memory of
+  // its own for the payload (the data plane's frame buffers) before Push:
+  // waiting first, it does not hold that memory while it waits, where the
+  // head node's pushes may need it. Returns at once for any other chunk
+  // (a bad one too: Push says why). Push still checks, and waits, itself.
+  void AwaitStagingRoom(const ChunkFields& fields, size_t data_bytes, absl::Time deadline);
+
   // Forgets every block's gradients of the step in progress, giving their
   // staging buffers back to the budget: the job was deleted or replaced,
   // and calls still holding it must not keep the server's staging memory.

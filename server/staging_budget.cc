@@ -69,6 +69,11 @@ uint64_t StagingBudget::used() const {
   return used_;
 }
 
+uint64_t StagingBudget::free() const {
+  absl::MutexLock lock(&mu_);
+  return budget_ - used_;
+}
+
 int StagingBudget::waiters() const {
   absl::MutexLock lock(&mu_);
   return waiters_;

@@ -61,6 +61,8 @@ class StagingBudget {
 
   uint64_t budget() const { return budget_; }
   uint64_t used() const;
+  // Bytes a TryTake could take now.
+  uint64_t free() const;
   // Pushes waiting in AwaitChange now (tests wait for a waiter to be there).
   int waiters() const;
 

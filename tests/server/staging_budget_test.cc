@@ -212,6 +212,36 @@ TEST(StagingBudgetTest, EarlyPushThatTimesOutChangesNothingAndItsRetrySucceeds) 
   ExpectSameBits(s.StepAndGather(), ReferenceWeights());
 }
 
+// The data plane waits before it reads a payload (Job::AwaitStagingRoom):
+// the wait ends once the push would find room, and is no wait at all for
+// the head node or a retry.
+TEST(StagingBudgetTest, AwaitStagingRoomEndsWhenAPushWouldFindRoom) {
+  StagingJob s(kBuffer);
+  s.PushOk(2, 0);
+  ChunkFields early;
+  early.job_id = "job";
+  early.node = 1;
+  early.block = 1;
+  early.dtype = v1::DTYPE_FP32;
+  ChunkFields head = early;
+  head.node = 0;
+  s.job_->AwaitStagingRoom(head, kBuffer, absl::InfiniteFuture());  // returns at once
+  ChunkFields retry = early;
+  retry.node = 2;
+  retry.block = 0;
+  s.job_->AwaitStagingRoom(retry, kBuffer, absl::InfiniteFuture());  // returns at once
+  EXPECT_EQ(s.staging_->waiters(), 0);
+
+  std::thread waiter(
+      [&] { s.job_->AwaitStagingRoom(early, kBuffer, absl::Now() + absl::Seconds(60)); });
+  s.AwaitWaiters(1);
+  s.PushOk(0, 0);
+  s.PushOk(1, 0);  // folds node 2's staging at block 0
+  waiter.join();
+  EXPECT_EQ(s.staging_->used(), 0u);
+  s.PushOk(1, 1);  // finds the room it waited for, without waiting
+}
+
 TEST(StagingBudgetTest, AccumulatorGivesStagingBackOnResetAndDestruction) {
   StagingBudget budget(2 * kBuffer);
   std::vector<float> g = Grad(1, 0);
