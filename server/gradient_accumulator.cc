@@ -149,6 +149,10 @@ float* GradientAccumulator::Claim(uint32_t node, uint32_t offset, uint32_t count
   return sum_.data() + offset;
 }
 
+bool GradientAccumulator::Claimed(uint32_t node, uint32_t offset, uint32_t count) const {
+  return node == 0 && Overlaps(claimed_, offset, offset + count);
+}
+
 bool GradientAccumulator::Commit(uint32_t offset, uint32_t count, uint64_t epoch) {
   auto it = std::find(claimed_.begin(), claimed_.end(), std::make_pair(offset, offset + count));
   if (epoch != epoch_ || it == claimed_.end()) return false;

@@ -90,6 +90,9 @@ class GradientAccumulator {
   void Abandon(uint32_t offset, uint32_t count, uint64_t epoch);
   // Counts Resets.
   uint64_t epoch() const { return epoch_; }
+  // True when node `node`'s [offset, offset + count) overlaps a range still
+  // claimed (an Add of it now would be UNAVAILABLE).
+  bool Claimed(uint32_t node, uint32_t offset, uint32_t count) const;
 
   // True once every node has covered the required range and all are folded.
   bool complete() const { return head_ == num_nodes_; }

@@ -145,6 +145,18 @@ absl::StatusOr<Job::PushOutcome> Job::Push(const ChunkView& c, absl::Time deadli
             absl::StrCat("step: ", f.step, " is too far ahead; block ", b.index,
                          " is at version ", b.version));
       }
+      // A retry racing its first attempt, whose payload is still arriving
+      // in place on another connection (ClaimPush): waits for that attempt
+      // to end (committed: this is a duplicate; given back: this applies).
+      // Past the deadline Add says UNAVAILABLE, which clients retry.
+      if (b.acc.Claimed(f.node, ref->offset, ref->count)) {
+        std::function<bool()> ended = [&] {
+          return shutting_down_.load() || !b.acc.Claimed(f.node, ref->offset, ref->count);
+        };
+        b.mu.AwaitWithDeadline(absl::Condition(&ended), deadline);
+        if (shutting_down_.load()) return absl::UnavailableError("server is shutting down");
+        if (f.step != b.version) continue;  // the step moved on meanwhile: judged afresh
+      }
       // Read before trying, under the mutex: a change after it is seen.
       if (staging_ != nullptr) seen = staging_->generation();
       auto added = b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);

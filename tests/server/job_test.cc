@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "common/init.h"
@@ -166,6 +167,48 @@ TEST_F(JobTest, RetriedPushesAndStepsApplyOnce) {
   EXPECT_EQ(*job_->Push(GradChunk(0, 1, 0, 0, piece)), Job::PushOutcome::kDuplicate);
   EXPECT_EQ(Weights(1), w1);
   EXPECT_EQ(job_->Info().version(), 1u);
+}
+
+// A push that overlaps node 0's payload still arriving in place (a retry
+// racing its first attempt) waits for that attempt to end, up to its
+// deadline: a duplicate once it committed, applied once it was given back.
+// Without a deadline it is UNAVAILABLE at once, and nothing changes.
+TEST_F(JobTest, PushRacingAnInPlaceReceiveWaitsForIt) {
+  auto g = Grad(0, 0);
+  // Claims block `block`'s piece of node 0, races a push of it, then
+  // commits the claim or gives it back; returns what the racing push got.
+  auto race = [&](uint64_t block, bool commit) -> absl::StatusOr<Job::PushOutcome> {
+    std::vector<float> piece(g.begin() + block * kBlock, g.begin() + (block + 1) * kBlock);
+    const v1::Chunk chunk = GradChunk(0, 0, block, 0, piece);
+    Job::PushClaim claim = job_->ClaimPush(ViewOf(chunk).fields, kBlock * 4);
+    EXPECT_NE(claim.data(), nullptr);
+    if (claim.data() == nullptr) return absl::InternalError("no claim");
+    auto at_once = job_->Push(chunk);
+    EXPECT_EQ(at_once.status().code(), absl::StatusCode::kUnavailable) << at_once.status();
+    absl::StatusOr<Job::PushOutcome> raced = absl::UnknownError("not run");
+    std::thread retry([&] { raced = job_->Push(chunk, absl::Now() + absl::Seconds(10)); });
+    if (commit) {
+      std::memcpy(claim.data(), piece.data(), kBlock * 4);
+      EXPECT_TRUE(claim.Commit().ok());
+    } else {
+      claim = Job::PushClaim();  // the payload never arrived whole
+    }
+    retry.join();
+    return raced;
+  };
+  auto committed = race(0, true);
+  ASSERT_TRUE(committed.ok()) << committed.status();
+  EXPECT_EQ(*committed, Job::PushOutcome::kDuplicate);
+  auto given_back = race(1, false);
+  ASSERT_TRUE(given_back.ok()) << given_back.status();
+  EXPECT_EQ(*given_back, Job::PushOutcome::kApplied);
+  // Both pieces are in once: the rest of the step completes it as usual.
+  for (uint64_t b = 2; b < job_->layout().num_blocks(); ++b) {
+    std::vector<float> piece(g.begin() + b * kBlock, g.begin() + (b + 1) * kBlock);
+    ASSERT_TRUE(job_->Push(GradChunk(0, 0, b, 0, piece)).ok());
+  }
+  PushAll(1, 0, Grad(1, 0));
+  EXPECT_TRUE(DoStep(0).ok());
 }
 
 TEST_F(JobTest, SkippedStepAdvancesVersionOnly) {
