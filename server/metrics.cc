@@ -10,6 +10,10 @@ using prometheus::BuildCounter;
 using prometheus::BuildGauge;
 using prometheus::BuildHistogram;
 
+// The labels of a per-job series. Not `job`: Prometheus keeps that name for
+// the scrape job and would rename ours to `exported_job` on scrape.
+prometheus::Labels JobLabels(const std::string& job) { return {{"job_id", job}}; }
+
 // 100 us .. ~200 s, factor 2.5 per bucket.
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   prometheus::Histogram::BucketBoundaries b;
@@ -129,23 +133,23 @@ void ServerMetrics::RecordRpc(const std::string& method, const absl::Status& sta
 
 void ServerMetrics::RecordStep(const std::string& job, double seconds, uint64_t params,
                                bool skipped, uint64_t version) {
-  step_duration_.Add({{"job", job}}, latency_buckets_).Observe(seconds);
-  optimizer_params_.Add({{"job", job}}).Increment(params);
-  (skipped ? job_skipped_ : job_steps_).Add({{"job", job}}).Increment();
-  job_version_.Add({{"job", job}}).Set(version);
+  step_duration_.Add(JobLabels(job), latency_buckets_).Observe(seconds);
+  optimizer_params_.Add(JobLabels(job)).Increment(params);
+  (skipped ? job_skipped_ : job_steps_).Add(JobLabels(job)).Increment();
+  job_version_.Add(JobLabels(job)).Set(version);
 }
 
 void ServerMetrics::SetJob(const std::string& job, uint64_t state_bytes, uint64_t version) {
-  job_state_bytes_.Add({{"job", job}}).Set(state_bytes);
-  job_version_.Add({{"job", job}}).Set(version);
-  job_steps_.Add({{"job", job}});
-  job_skipped_.Add({{"job", job}});
-  optimizer_params_.Add({{"job", job}});
+  job_state_bytes_.Add(JobLabels(job)).Set(state_bytes);
+  job_version_.Add(JobLabels(job)).Set(version);
+  job_steps_.Add(JobLabels(job));
+  job_skipped_.Add(JobLabels(job));
+  optimizer_params_.Add(JobLabels(job));
 }
 
 void ServerMetrics::ForgetJob(const std::string& job) {
-  job_state_bytes_.Remove(&job_state_bytes_.Add({{"job", job}}));
-  job_version_.Remove(&job_version_.Add({{"job", job}}));
+  job_state_bytes_.Remove(&job_state_bytes_.Add(JobLabels(job)));
+  job_version_.Remove(&job_version_.Add(JobLabels(job)));
 }
 
 void ServerMetrics::SetStaging(uint64_t used, uint64_t budget) {
@@ -168,10 +172,10 @@ void ServerMetrics::SetRam(uint64_t used, uint64_t budget, size_t jobs) {
 
 std::shared_ptr<TierMetricsSink> ServerMetrics::TierSink(const std::string& job) {
   return std::make_shared<PrometheusTierSink>(
-      registry_, tier_bytes_read_.Add({{"job", job}}), tier_bytes_written_.Add({{"job", job}}),
+      registry_, tier_bytes_read_.Add(JobLabels(job)), tier_bytes_written_.Add(JobLabels(job)),
       tier_io_duration_.Add({{"op", "read"}}, IoBuckets()),
-      tier_io_duration_.Add({{"op", "write"}}, IoBuckets()), tier_queue_depth_.Add({{"job", job}}),
-      tier_cache_hits_.Add({{"job", job}}), tier_cache_misses_.Add({{"job", job}}));
+      tier_io_duration_.Add({{"op", "write"}}, IoBuckets()), tier_queue_depth_.Add(JobLabels(job)),
+      tier_cache_hits_.Add(JobLabels(job)), tier_cache_misses_.Add(JobLabels(job)));
 }
 
 }  // namespace zerostate::server

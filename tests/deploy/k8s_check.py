@@ -262,15 +262,17 @@ def check_monitoring(objs):
             problems.append("ServiceMonitor/zerostate-server: jobLabel does not name the scrape job zerostate-server")
         if [e["port"] for e in sm["spec"]["endpoints"]] != ["metrics"]:
             problems.append("ServiceMonitor/zerostate-server: endpoint is not the Service's metrics port")
-        relabels = sm["spec"]["endpoints"][0].get("metricRelabelings", [])
-        if not any(r.get("targetLabel") == "zerostate_job" for r in relabels):
-            problems.append("ServiceMonitor/zerostate-server: exported_job is not moved to zerostate_job")
     if pm:
         job = objs[JOB]
         labels = job["spec"]["template"]["metadata"]["labels"]
         if labels.get(pm["spec"].get("jobLabel")) != "zerostate-worker":
             problems.append("PodMonitor/zerostate-worker: jobLabel does not name the scrape job zerostate-worker")
         scraped = {e["port"] for e in pm["spec"]["podMetricsEndpoints"]}
+        # Workers do not label their series with the job; the rules and the
+        # dashboard select them by the `job_id` this relabelling adds.
+        for e in pm["spec"]["podMetricsEndpoints"]:
+            if not any(r.get("targetLabel") == "job_id" for r in e.get("relabelings", [])):
+                problems.append(f"PodMonitor/zerostate-worker: port {e['port']} does not set the job_id label")
         for port in sorted(set(ports_of(container(job))) - scraped):
             problems.append(f"PodMonitor/zerostate-worker: port {port} is not scraped")
     return problems

@@ -150,6 +150,11 @@ class BadManifestTest(unittest.TestCase):
         objs = mutated(labels + ("zerostate.io/job",), "other")
         self.assertReported(objs, "Job/zerostate-train", "zerostate.io/job=other")
 
+    def test_worker_port_without_job_id_relabelling(self):
+        endpoint = ("PodMonitor", "zerostate-worker"), "spec", "podMetricsEndpoints", 3
+        objs = mutated(endpoint + ("relabelings",), [])
+        self.assertReported(objs, "PodMonitor/zerostate-worker", "metrics-3", "job_id")
+
     def test_nvme_dir_off_the_state_volume(self):
         c = k.SERVER, "spec", "template", "spec", "containers", 0
         args = [a for a in k.container(k.index(base_objects())[k.SERVER])["args"]

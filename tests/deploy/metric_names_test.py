@@ -109,7 +109,7 @@ class DashboardTest(unittest.TestCase):
         names = [v["name"] for v in self.dash["templating"]["list"]]
         self.assertIn("job", names)
         for title, expr in lib.dashboard_queries(self.dash):
-            self.assertIn('zerostate_job="$job"', expr, f"panel '{title}' ignores $job")
+            self.assertIn('job_id="$job"', expr, f"panel '{title}' ignores $job")
 
     def test_shows_the_panels_operators_need(self):
         titles = {p["title"] for p in self.dash["panels"]}

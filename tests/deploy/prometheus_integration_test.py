@@ -3,15 +3,15 @@
 Starts, all on 127.0.0.1 with ephemeral ports: two zerostate-server
 processes, two simulated nodes of two zerostate-worker processes each
 (started by deploy/launcher/zerostate-launch, CPU backend), and Debian's
-/usr/bin/prometheus with deploy/prometheus/prometheus.yml's scrape jobs and
-relabelling (targets replaced), the recording and alert rules, a 1s scrape
-interval and a temporary storage directory. Then, through Prometheus' HTTP
-API (/api/v1/query), it waits until:
-  - the job's zerostate_job_steps_total (moved from `job` to
-    `zerostate_job` by the relabelling) has risen between two queries;
+/usr/bin/prometheus with deploy/prometheus/prometheus.yml's scrape jobs
+(targets replaced), the recording and alert rules, a 1s scrape interval and
+a temporary storage directory. Then, through Prometheus' HTTP API
+(/api/v1/query), it waits until:
+  - the job's zerostate_job_steps_total (labelled `job_id` by the server,
+    not renamed on scrape) has risen between two queries;
   - every server's byte counters and the workers' client byte counters are
     non-zero, the workers' step counter has risen;
-  - the recording rule zerostate_job:zerostate_job_steps:rate1m is > 0;
+  - the recording rule job_id:zerostate_job_steps:rate1m is > 0;
   - every query of the Grafana dashboard (but the error panels) has data;
 then kills one server and waits for ZerostateServerDown to be pending.
 
@@ -168,7 +168,7 @@ def prometheus_config(servers, workers, path):
     jobs = {j["job_name"]: j for j in cfg["scrape_configs"]}
     jobs["zerostate-server"]["static_configs"] = [{"targets": [s[1] for s in servers]}]
     jobs["zerostate-worker"]["static_configs"] = [{"targets": workers,
-                                                   "labels": {"zerostate_job": JOB}}]
+                                                   "labels": {"job_id": JOB}}]
     with open(path, "w") as f:
         yaml.safe_dump(cfg, f)
 
@@ -232,7 +232,7 @@ def run(server_bin, worker_bin, prom_bin, tmp):
 
 
 def checks(api, deadline):
-    steps = f'sum(zerostate_job_steps_total{{zerostate_job="{JOB}"}})'
+    steps = f'sum(zerostate_job_steps_total{{job_id="{JOB}"}})'
     wait_for("both servers scraped", lambda: total(api, 'up{job="zerostate-server"} == 1') == 2, deadline)
     wait_for("the four workers scraped", lambda: total(api, 'up{job="zerostate-worker"} == 1') == 4, deadline)
     wait_for("zerostate_job_steps_total of the job is > 0", lambda: total(api, steps) > 0, deadline)
@@ -243,18 +243,18 @@ def checks(api, deadline):
                  lambda m=metric: len(query(api, f"sum by (instance) ({m}) > 0")) == 2, deadline)
     for metric in ("zerostate_client_bytes_sent_total", "zerostate_client_bytes_received_total"):
         wait_for(f"{metric} > 0 towards both servers",
-                 lambda m=metric: len(query(api, f'sum by (server) ({m}{{zerostate_job="{JOB}"}}) > 0')) == 2,
+                 lambda m=metric: len(query(api, f'sum by (server) ({m}{{job_id="{JOB}"}}) > 0')) == 2,
                  deadline)
     wait_for("zerostate_worker_steps_total > 0",
-             lambda: total(api, f'zerostate_worker_steps_total{{zerostate_job="{JOB}"}}') > 0, deadline)
-    wait_for("recording rule zerostate_job:zerostate_job_steps:rate1m > 0",
-             lambda: total(api, f'zerostate_job:zerostate_job_steps:rate1m{{zerostate_job="{JOB}"}}') > 0,
+             lambda: total(api, f'zerostate_worker_steps_total{{job_id="{JOB}"}}') > 0, deadline)
+    wait_for("recording rule job_id:zerostate_job_steps:rate1m > 0",
+             lambda: total(api, f'job_id:zerostate_job_steps:rate1m{{job_id="{JOB}"}}') > 0,
              deadline)
 
 
 FIGURES = [  # (what, recording rule, unit): printed, never asserted
-    ("job steps/s", "zerostate_job:zerostate_job_steps:rate1m", ""),
-    ("optimizer params/s", "zerostate_job:zerostate_optimizer_params:rate1m", ""),
+    ("job steps/s", "job_id:zerostate_job_steps:rate1m", ""),
+    ("optimizer params/s", "job_id:zerostate_optimizer_params:rate1m", ""),
     ("bytes in/s", "instance:zerostate_rpc_bytes_received:rate1m", "B"),
     ("bytes out/s", "instance:zerostate_rpc_bytes_sent:rate1m", "B"),
 ]

@@ -275,7 +275,7 @@ TEST_F(AuthTest, TokensAppearNeitherInMetricsNorInTheLog) {
   }
   ASSERT_TRUE(Status("gen", generated).ok());
   const std::string metrics = Metrics(), log = Log();
-  EXPECT_NE(metrics.find("zerostate_job_state_bytes{job=\"gen\"}"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("zerostate_job_state_bytes{job_id=\"gen\"}"), std::string::npos) << metrics;
   EXPECT_NE(log.find("warning: --plaintext"), std::string::npos) << log;
   for (const std::string& secret :
        {generated, std::string(kTokenA), std::string(kTokenB), malformed}) {

@@ -31,7 +31,7 @@ class QuotaTest : public AuthServerTest {
     std::string line, out;
     while (std::getline(in, line)) {
       if (line.rfind("zerostate_ram_used_bytes", 0) == 0 || line.rfind("zerostate_jobs ", 0) == 0 ||
-          line.find("job=\"") != std::string::npos) {
+          line.find("job_id=\"") != std::string::npos) {
         out += line + "\n";
       }
     }
@@ -53,7 +53,7 @@ TEST_F(QuotaTest, RamQuotaRefusesABigJobBeforeAllocating) {
                   "job_ram_quota_bytes: job 'big' needs 802816 bytes of RAM on this server, "
                   "over the per-job quota of 100000");
   EXPECT_EQ(Holdings(), before);
-  EXPECT_NE(before.find("job=\"small\""), std::string::npos) << before;
+  EXPECT_NE(before.find("job_id=\"small\""), std::string::npos) << before;
   EXPECT_EQ(Status("big", kTokenA).error_code(), grpc::StatusCode::PERMISSION_DENIED)
       << "no job 'big' was made";
 }

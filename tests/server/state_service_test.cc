@@ -333,10 +333,10 @@ TEST_F(StateServiceTest, HealthMetricsAndCleanShutdown) {
   v1::StepResponse sresp;
   ASSERT_TRUE(stub_->Step(Context().get(), step, &sresp).ok());
   std::string metrics = Scrape();
-  EXPECT_NE(metrics.find("zerostate_job_steps_total{job=\"svc\"} 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("zerostate_job_steps_total{job_id=\"svc\"} 1"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("zerostate_rpc_bytes_received_total{method=\"PushGradients\"} 24576"),
             std::string::npos);
-  EXPECT_NE(metrics.find("zerostate_optimizer_params_total{job=\"svc\"} 3520"), std::string::npos);
+  EXPECT_NE(metrics.find("zerostate_optimizer_params_total{job_id=\"svc\"} 3520"), std::string::npos);
   EXPECT_NE(metrics.find("zerostate_ram_budget_bytes 100000000"), std::string::npos);
   EXPECT_NE(metrics.find("\nzerostate_disk_capacity_bytes "), std::string::npos);
   EXPECT_EQ(metrics.find("\nzerostate_disk_capacity_bytes 0\n"), std::string::npos);

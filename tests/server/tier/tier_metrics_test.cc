@@ -36,13 +36,13 @@ TEST(TierMetricsTest, SinkRecordsIntoTheServersRegistry) {
   sink->RecordCache(false);
   sink->RecordCache(false);
   auto m = Collect(*metrics.registry());
-  EXPECT_EQ(m["zerostate_tier_bytes_read_total,job=j1"], 8192);
-  EXPECT_EQ(m["zerostate_tier_bytes_written_total,job=j1"], 8192);
+  EXPECT_EQ(m["zerostate_tier_bytes_read_total,job_id=j1"], 8192);
+  EXPECT_EQ(m["zerostate_tier_bytes_written_total,job_id=j1"], 8192);
   EXPECT_EQ(m["zerostate_tier_io_duration_seconds,op=read"], 2);
   EXPECT_EQ(m["zerostate_tier_io_duration_seconds,op=write"], 1);
-  EXPECT_EQ(m["zerostate_tier_queue_depth,job=j1"], 5);
-  EXPECT_EQ(m["zerostate_tier_cache_hits_total,job=j1"], 1);
-  EXPECT_EQ(m["zerostate_tier_cache_misses_total,job=j1"], 2);
+  EXPECT_EQ(m["zerostate_tier_queue_depth,job_id=j1"], 5);
+  EXPECT_EQ(m["zerostate_tier_cache_hits_total,job_id=j1"], 1);
+  EXPECT_EQ(m["zerostate_tier_cache_misses_total,job_id=j1"], 2);
 }
 
 }  // namespace
