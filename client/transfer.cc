@@ -1,7 +1,10 @@
 #include "client/transfer.h"
 
+#include <poll.h>
+
 #include <cstring>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
 #include "common/convert.h"
@@ -185,10 +188,20 @@ absl::Status StatusOf(const v1::DataFrameMeta& meta) {
   return absl::Status(static_cast<absl::StatusCode>(meta.code()), meta.message());
 }
 
+// Marks the status of an ERROR frame refusing a connection at the
+// server's cap (--max_data_connections, server/data_plane.h).
+constexpr char kRefusedAtCap[] = "zerostate.io/data-plane-refused-at-cap";
+
+// True for a connection the server refused at its cap. It read nothing
+// from it, so the attempt is safely sent over gRPC instead, which has no
+// such cap (retrying the data plane would likely be refused again).
+bool RefusedAtCap(const absl::Status& s) { return s.GetPayload(kRefusedAtCap).has_value(); }
+
 // The next frame from the server, of type `want` or `also`. Every error
 // means the connection must be dropped: UNAVAILABLE / DEADLINE_EXCEEDED
 // (Broken), DATA_LOSS (a frame this client cannot read, or of another
-// type), or the code and message of an ERROR frame.
+// type), or the code and message of an ERROR frame (RESOURCE_EXHAUSTED:
+// RefusedAtCap).
 absl::StatusOr<FrameStart> RecvReply(const DataConnPool& pool, DataConn& conn, FrameType want,
                                      FrameType also) {
   absl::StatusOr<std::optional<FrameStart>> f = RecvFrameStart(conn.fd());
@@ -202,9 +215,11 @@ absl::StatusOr<FrameStart> RecvReply(const DataConnPool& pool, DataConn& conn, F
   if (!f->has_value()) return Broken(pool, absl::UnavailableError("server closed the connection"));
   FrameStart& start = **f;
   if (start.header.type == FrameType::kError) {
-    return absl::Status(StatusOf(start.meta).code(),
-                        absl::StrCat("data plane ", pool.address(), " refused a frame: ",
-                                     start.meta.message()));
+    absl::Status refused(StatusOf(start.meta).code(),
+                         absl::StrCat("data plane ", pool.address(), " refused a frame: ",
+                                      start.meta.message()));
+    if (absl::IsResourceExhausted(refused)) refused.SetPayload(kRefusedAtCap, absl::Cord());
+    return refused;
   }
   if (start.header.type != want && start.header.type != also) {
     return absl::DataLossError(absl::StrCat(
@@ -213,6 +228,18 @@ absl::StatusOr<FrameStart> RecvReply(const DataConnPool& pool, DataConn& conn, F
         FrameTypeName(static_cast<uint8_t>(want))));
   }
   return std::move(start);
+}
+
+// A send on `conn` that failed: when the server refused the connection at
+// its cap, it closed it at once, and its ERROR frame may be waiting to be
+// read (taken only when already there, without waiting); else Broken.
+absl::Status SendFailed(const DataConnPool& pool, DataConn& conn, const absl::Status& sent) {
+  pollfd p{conn.fd(), POLLIN, 0};
+  if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0) {
+    absl::StatusOr<FrameStart> f = RecvReply(pool, conn, FrameType::kError, FrameType::kError);
+    if (!f.ok() && RefusedAtCap(f.status())) return f.status();
+  }
+  return Broken(pool, sent);
 }
 
 // A connection to shard's data plane with the attempt's deadline, or null
@@ -269,7 +296,7 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
     job.budget->Acquire(bytes);
     absl::Status sent = SendFrame(c.fd(), FrameType::kPush, meta, payload, bytes);
     job.budget->Release(bytes);
-    if (!sent.ok()) return Broken(pool, sent);
+    if (!sent.ok()) return SendFailed(pool, c, sent);
     if (++unacked >= kPushWindow) {
       if (absl::Status s = read_ack(); !s.ok()) return s;
     }
@@ -296,7 +323,9 @@ absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& call,
   req->set_end(plan.elems.end);
   meta.set_timeout_ms(std::max<int64_t>(
       1, absl::ToInt64Milliseconds(absl::FromChrono(ctx.deadline()) - absl::Now())));
-  if (absl::Status s = SendFrame(c.fd(), FrameType::kGather, meta); !s.ok()) return Broken(pool, s);
+  if (absl::Status s = SendFrame(c.fd(), FrameType::kGather, meta); !s.ok()) {
+    return SendFailed(pool, c, s);
+  }
   uint64_t placed = 0;
   while (true) {
     absl::StatusOr<FrameStart> f =
@@ -361,8 +390,11 @@ absl::Status RunPushStream(const JobContext& job, const PushCall& call, const St
   absl::Status s = job.client->retrier().Run(call.method, server, [&](grpc::ClientContext& ctx) {
     std::unique_ptr<DataConn> conn;
     if (call.method == Method::kPushGradients) conn = AcquireConn(job, plan.shard, ctx);
-    return conn ? PushAttemptTcp(job, call, plan, std::move(conn))
-                : PushAttempt(job, call, plan, ticket, ctx);
+    if (conn) {
+      absl::Status s = PushAttemptTcp(job, call, plan, std::move(conn));
+      if (!RefusedAtCap(s)) return s;
+    }
+    return PushAttempt(job, call, plan, ticket, ctx);
   });
   if (s.ok()) job.client->metrics().AddBytesSent(plan.shard, plan.elems.size() * DTypeSize(call.wire));
   return s;
@@ -373,8 +405,11 @@ absl::Status RunGatherStream(const JobContext& job, const GatherCall& call,
   ServerConn& server = job.client->server(plan.shard);
   absl::Status s = job.client->retrier().Run(Method::kGather, server, [&](grpc::ClientContext& ctx) {
     std::unique_ptr<DataConn> conn = AcquireConn(job, plan.shard, ctx);
-    return conn ? GatherAttemptTcp(job, call, plan, std::move(conn), ctx)
-                : GatherAttempt(job, call, plan, ctx);
+    if (conn) {
+      absl::Status s = GatherAttemptTcp(job, call, plan, std::move(conn), ctx);
+      if (!RefusedAtCap(s)) return s;
+    }
+    return GatherAttempt(job, call, plan, ctx);
   });
   if (s.ok()) {
     job.client->metrics().AddBytesReceived(plan.shard, plan.elems.size() * DTypeSize(call.wire));

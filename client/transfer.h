@@ -2,8 +2,10 @@
 // stream moves one StreamPlan's range to or from one server in chunks,
 // straight from and into the caller's buffer, and is retried whole after
 // UNAVAILABLE or DEADLINE_EXCEEDED (the server acknowledges pieces it
-// already has, and serves the same data again). Thread-safe: streams of
-// one call run at once on the client's pool.
+// already has, and serves the same data again). An attempt whose data
+// plane connection the server refused at its cap (--max_data_connections)
+// goes over gRPC instead. Thread-safe: streams of one call run at once on
+// the client's pool.
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/frame_io.h"
 
 namespace zerostate::server {
 namespace {
@@ -61,18 +63,30 @@ absl::StatusOr<int> Listen(const std::string& listen, int* port) {
 
 }  // namespace
 
+absl::Status DataPlane::CheckMaxConnections(int max_connections) {
+  if (max_connections >= 1) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "max_data_connections: ", max_connections,
+      " must be at least 1 (each data plane connection costs the server two threads; to serve "
+      "push and gather over gRPC only, use --data_listen=off)"));
+}
+
 absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Start(const std::string& listen,
-                                                            const DataSessionContext& ctx) {
+                                                            const DataSessionContext& ctx,
+                                                            int max_connections) {
+  if (absl::Status s = CheckMaxConnections(max_connections); !s.ok()) return s;
   int port = 0;
   absl::StatusOr<int> fd = Listen(listen, &port);
   if (!fd.ok()) return fd.status();
-  std::unique_ptr<DataPlane> plane(new DataPlane(*fd, port, ctx));
+  std::unique_ptr<DataPlane> plane(new DataPlane(*fd, port, ctx, max_connections));
   plane->acceptor_ = std::thread([p = plane.get()] { p->AcceptLoop(); });
   return plane;
 }
 
-DataPlane::DataPlane(int listen_fd, int port, const DataSessionContext& ctx)
-    : listen_fd_(listen_fd), port_(port), ctx_(ctx) {}
+DataPlane::DataPlane(int listen_fd, int port, const DataSessionContext& ctx, int max_connections)
+    : listen_fd_(listen_fd), port_(port), ctx_(ctx), max_connections_(max_connections) {
+  ctx_.metrics->SetDataConnections(0);
+}
 
 void DataPlane::AcceptLoop() {
   while (true) {
@@ -83,22 +97,60 @@ void DataPlane::AcceptLoop() {
       if (shut_down_) return;
       continue;  // EMFILE and the like: keep serving the open connections
     }
-    absl::MutexLock lock(&mu_);
-    ReapLocked();
-    if (shut_down_) {
-      close(fd);
-      return;
-    }
-    conns_.push_back(Conn{fd, std::thread(), false});
-    Conn* conn = &conns_.back();
-    conn->thread = std::thread([this, conn] {
-      ServeDataConnection(ctx_, conn->fd);
-      shutdown(conn->fd, SHUT_RDWR);  // the peer sees the end now; closed when reaped
+    bool refuse = false;
+    {
       absl::MutexLock lock(&mu_);
-      conn->done = true;
-    });
+      ReapLocked();
+      if (shut_down_) {
+        close(fd);
+        return;
+      }
+      refuse = open_ >= max_connections_;
+      if (!refuse) {
+        ++open_;
+        PublishOpenLocked();
+        conns_.push_back(Conn{fd, std::thread(), false});
+        Conn* conn = &conns_.back();
+        conn->thread = std::thread([this, conn] {
+          ServeDataConnection(ctx_, conn->fd);
+          shutdown(conn->fd, SHUT_RDWR);  // the peer sees the end now; closed when reaped
+          absl::MutexLock lock(&mu_);
+          conn->done = true;
+          --open_;
+          PublishOpenLocked();
+        });
+      }
+    }
+    if (refuse) Refuse(fd);  // no lock held: others' sessions may end meanwhile
   }
 }
+
+// On the acceptor thread, spawning nothing: that is the point of the cap.
+// The frame is small and the socket new, so the send does not wait. The
+// client's first frames may have arrived already: they are read without
+// waiting and dropped, since closing with unread bytes sends a reset, which
+// can destroy the answer before the client reads it. The client reads the
+// answer as RESOURCE_EXHAUSTED and sends that attempt over gRPC instead
+// (client/transfer.cc), which has no such cap.
+void DataPlane::Refuse(int fd) {
+  ctx_.metrics->RecordDataConnectionRefused();
+  TuneDataSocket(fd);
+  SetSocketDeadline(fd, absl::Now() + absl::Milliseconds(100));
+  v1::DataFrameMeta meta;
+  meta.set_incarnation(ctx_.incarnation);
+  meta.set_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
+  meta.set_message(absl::StrCat("data plane: this server already serves ", max_connections_,
+                                " connections, its cap (--max_data_connections); this one is "
+                                "closed: use gRPC, or connect again later"));
+  (void)SendFrame(fd, FrameType::kError, meta);
+  shutdown(fd, SHUT_WR);
+  char sink[16 << 10];
+  for (int i = 0; i < 64 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; ++i) {
+  }
+  close(fd);
+}
+
+void DataPlane::PublishOpenLocked() { ctx_.metrics->SetDataConnections(open_); }
 
 void DataPlane::ReapLocked() {
   for (auto it = conns_.begin(); it != conns_.end();) {

@@ -4,7 +4,10 @@
 // connections per server, so threads stay few, and a gather that waits for
 // a version simply blocks its own thread). docs/architecture.md says why
 // there are two planes. Only for plaintext servers: plain TCP cannot carry
-// the guarantees of TLS.
+// the guarantees of TLS. Connections are capped (--max_data_connections):
+// each costs two threads, and a client that opens them without end must
+// not exhaust the server's; one over the cap gets an ERROR frame
+// (RESOURCE_EXHAUSTED) and is closed, and the client falls back to gRPC.
 // Thread-safe.
 #pragma once
 
@@ -23,11 +26,18 @@ namespace zerostate::server {
 class DataPlane {
  public:
   // Listens on `listen` ("host:port", IPv4 or a name; port 0: any free
-  // port) and serves connections with `ctx` (whose pointers must outlive
-  // the DataPlane). Errors: INVALID_ARGUMENT (not host:port; names
-  // --data_listen), UNAVAILABLE (cannot bind; names the address).
+  // port) and serves at most `max_connections` (> 0) connections at once
+  // with `ctx` (whose pointers must outlive the DataPlane). Errors:
+  // INVALID_ARGUMENT (not host:port, names --data_listen; max_connections
+  // < 1, names --max_data_connections), UNAVAILABLE (cannot bind; names
+  // the address).
   static absl::StatusOr<std::unique_ptr<DataPlane>> Start(const std::string& listen,
-                                                          const DataSessionContext& ctx);
+                                                          const DataSessionContext& ctx,
+                                                          int max_connections);
+  // OK for a connection cap of at least 1; else INVALID_ARGUMENT naming
+  // --max_data_connections.
+  static absl::Status CheckMaxConnections(int max_connections);
+
   // Shutdown(), then joins every thread.
   ~DataPlane();
 
@@ -44,16 +54,23 @@ class DataPlane {
     std::thread thread;
     bool done = false;
   };
-  DataPlane(int listen_fd, int port, const DataSessionContext& ctx);
+  DataPlane(int listen_fd, int port, const DataSessionContext& ctx, int max_connections);
   void AcceptLoop();
+  // Answers `fd` with an ERROR frame naming the cap, then closes it.
+  void Refuse(int fd);
+  // The gauge of open connections. REQUIRES: mu_ held.
+  void PublishOpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Joins and forgets sessions that ended. REQUIRES: mu_ held.
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int listen_fd_;
   const int port_;
   const DataSessionContext ctx_;
+  const int max_connections_;
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  // Sessions still running (conns_ also holds ended ones not yet reaped).
+  int open_ ABSL_GUARDED_BY(mu_) = 0;
   std::list<Conn> conns_ ABSL_GUARDED_BY(mu_);
   std::thread acceptor_;
 };

@@ -113,6 +113,13 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
       staging_waits_(BuildCounter().Name("zerostate_staging_waits_total")
                          .Help("Times a push waited for gradient staging memory")
                          .Register(*registry_).Add({})),
+      data_connections_(BuildGauge().Name("zerostate_data_connections")
+                            .Help("TCP data plane connections open")
+                            .Register(*registry_).Add({})),
+      data_connections_refused_(
+          BuildCounter().Name("zerostate_data_connections_refused_total")
+              .Help("TCP data plane connections refused at the cap (--max_data_connections)")
+              .Register(*registry_).Add({})),
       disk_used_(BuildGauge().Name("zerostate_disk_used_bytes")
                      .Help("Bytes used on the filesystem of --nvme_dir").Register(*registry_)
                      .Add({})),
@@ -158,6 +165,10 @@ void ServerMetrics::SetStaging(uint64_t used, uint64_t budget) {
 }
 
 void ServerMetrics::RecordStagingWait() { staging_waits_.Increment(); }
+
+void ServerMetrics::SetDataConnections(int open) { data_connections_.Set(open); }
+
+void ServerMetrics::RecordDataConnectionRefused() { data_connections_refused_.Increment(); }
 
 void ServerMetrics::SetDisk(uint64_t used, uint64_t capacity) {
   disk_used_.Set(used);

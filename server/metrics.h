@@ -36,6 +36,10 @@ class ServerMetrics {
   // --staging_budget_bytes; and one push that began waiting for it.
   void SetStaging(uint64_t used, uint64_t budget);
   void RecordStagingWait();
+  // The TCP data plane: connections open, and one refused at the cap
+  // (--max_data_connections).
+  void SetDataConnections(int open);
+  void RecordDataConnectionRefused();
   // The filesystem of --nvme_dir (checkpoints usually live elsewhere).
   void SetDisk(uint64_t used, uint64_t capacity);
 
@@ -70,6 +74,8 @@ class ServerMetrics {
   prometheus::Gauge& staging_used_;
   prometheus::Gauge& staging_budget_;
   prometheus::Counter& staging_waits_;
+  prometheus::Gauge& data_connections_;
+  prometheus::Counter& data_connections_refused_;
   prometheus::Gauge& disk_used_;
   prometheus::Gauge& disk_capacity_;
 };

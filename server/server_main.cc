@@ -39,6 +39,15 @@ ABSL_FLAG(std::string, data_listen, "",
           "empty: the host of --listen, any free port; off: none). Off with TLS");
 ABSL_FLAG(uint64_t, data_buffer_bytes, 64ull << 20,
           "RAM the data plane's frame buffers hold at most, all connections together");
+// Why 1024: each data plane connection costs two threads (about 16 MiB of
+// address space, little of it touched), so the cap keeps a server at a few
+// thousand threads, well under the usual limits; a client process holds up
+// to 2 * streams_per_server connections per server (8 by default), so 1024
+// serves 128 trainer processes at full speed, and connections beyond it
+// fall back to gRPC rather than fail.
+ABSL_FLAG(int, max_data_connections, 1024,
+          "TCP data plane connections served at once (>= 1; each costs two threads); one more "
+          "is refused with RESOURCE_EXHAUSTED and its client uses gRPC instead");
 ABSL_FLAG(uint64_t, max_jobs, 0, "jobs this server holds at most (0: unlimited)");
 ABSL_FLAG(uint64_t, job_ram_quota_bytes, 0, "RAM one job's shard may hold (0: unlimited)");
 ABSL_FLAG(uint64_t, job_disk_quota_bytes, 0,
@@ -82,6 +91,7 @@ int main(int argc, char** argv) {
   options.quotas.job_disk_bytes = absl::GetFlag(FLAGS_job_disk_quota_bytes);
   options.data_listen = absl::GetFlag(FLAGS_data_listen);
   options.data_buffer_bytes = absl::GetFlag(FLAGS_data_buffer_bytes);
+  options.max_data_connections = absl::GetFlag(FLAGS_max_data_connections);
   auto server = zerostate::server::StateServer::Start(options);
   if (!server.ok()) {
     std::cerr << "zerostate-server: " << server.status() << std::endl;

@@ -96,7 +96,7 @@ absl::Status StartDataPlane(const ServerOptions& opt, const DataSessionContext& 
   if (opt.data_listen == "off" || !opt.tls.plaintext) return absl::OkStatus();
   std::string listen =
       opt.data_listen.empty() ? absl::StrCat(HostOf(opt.listen), ":0") : opt.data_listen;
-  auto started = DataPlane::Start(listen, ctx);
+  auto started = DataPlane::Start(listen, ctx, opt.max_data_connections);
   if (!started.ok()) return started.status();
   *plane = *std::move(started);
   *bound = absl::StrCat(HostOf(listen), ":", (*plane)->port());
@@ -110,6 +110,8 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
     return absl::InvalidArgumentError(absl::StrCat("listen: '", opt.listen, "' is not host:port"));
   }
   if (auto st = CheckNvmeDir(opt.tiers.nvme_dir); !st.ok()) return st;
+  // Checked even when the data plane is off: a bad flag is refused alike.
+  if (auto st = DataPlane::CheckMaxConnections(opt.max_data_connections); !st.ok()) return st;
   auto credentials = ServerCredentialsFor(opt.tls);
   if (!credentials.ok()) return credentials.status();
   std::unique_ptr<StateServer> s(new StateServer());

@@ -49,6 +49,9 @@ struct ServerOptions {
   // RAM the data plane's frame buffers may hold, all connections together
   // (--data_buffer_bytes): pushes wait for room beyond it.
   uint64_t data_buffer_bytes = 64ull << 20;
+  // Data plane connections served at once (--max_data_connections, >= 1);
+  // more are refused (server/data_plane.h).
+  int max_data_connections = 1024;
 };
 
 class StateServer {

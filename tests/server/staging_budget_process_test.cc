@@ -10,8 +10,6 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
 #include "tests/client/cluster_fixture.h"
 #include "tests/client/reference_model.h"
 
@@ -22,16 +20,6 @@ constexpr uint32_t kNodes = 3;
 constexpr uint64_t kSteps = 2;
 // TestSpec's blocks are 512 fp32 elements: exactly one staging buffer.
 constexpr char kOneBuffer[] = "--staging_budget_bytes=2048";
-
-// A metric's value from a Prometheus text page; -1 when it is missing.
-double MetricValue(const std::string& page, const std::string& name) {
-  for (absl::string_view line : absl::StrSplit(page, '\n')) {
-    if (!absl::ConsumePrefix(&line, name + " ")) continue;
-    double v = 0;
-    if (absl::SimpleAtod(line, &v)) return v;
-  }
-  return -1;
-}
 
 double Metric(const ServerProcess& server, const std::string& name) {
   auto page = ScrapeMetrics(server.metrics_address());

@@ -19,6 +19,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace zerostate::testing {
 namespace {
@@ -259,6 +261,15 @@ absl::Status ServerProcess::Restart() {
                                             ", not on ", old_port));
   }
   return absl::OkStatus();
+}
+
+double MetricValue(const std::string& page, const std::string& name) {
+  for (absl::string_view line : absl::StrSplit(page, '\n')) {
+    if (!absl::ConsumePrefix(&line, name + " ")) continue;
+    double v = 0;
+    if (absl::SimpleAtod(line, &v)) return v;
+  }
+  return -1;
 }
 
 absl::StatusOr<std::string> ScrapeMetrics(const std::string& address) {

@@ -117,6 +117,11 @@ class ServerProcess {
 // Errors: UNAVAILABLE naming the address when it cannot be reached.
 absl::StatusOr<std::string> ScrapeMetrics(const std::string& address);
 
+// The value of series `name` on a Prometheus text page (from
+// ScrapeMetrics), labels written as the page writes them
+// (`x_total{method="Gather"}`); -1 when it is missing.
+double MetricValue(const std::string& page, const std::string& name);
+
 // N servers with the same options, in shard order.
 class ServerCluster {
  public:
