@@ -1,5 +1,6 @@
 """Every flag that deploy/ passes to zerostate-server or zerostate-worker
-(Kubernetes args, the systemd unit, the bare-metal launcher example) is a
+(Kubernetes args, args that kustomizations append, the systemd unit, the
+bare-metal launcher example) is a
 flag the built binary knows: absl rejects an unknown flag at start, which
 would crash-loop a pod.
 
@@ -40,6 +41,22 @@ def k8s_args(kind):
     return found
 
 
+def kustomize_patch_args(kind):
+    """{file: [args]} that kustomizations append to `kind` objects' args
+    (inline JSON patches adding to .../args/-)."""
+    found = {}
+    for f in glob.glob(os.path.join(K8S, "**", "kustomization.yaml"), recursive=True):
+        with open(f, encoding="utf-8") as fh:
+            kz = yaml.safe_load(fh)
+        for p in kz.get("patches", []):
+            if p.get("target", {}).get("kind") != kind or "patch" not in p:
+                continue
+            for op in yaml.safe_load(p["patch"]) or []:
+                if op.get("path", "").endswith("/args/-") and isinstance(op.get("value"), str):
+                    found.setdefault(f, []).append(op["value"])
+    return found
+
+
 def systemd_server_flags():
     with open(os.path.join(SYSTEMD, "zerostate-server.service"), encoding="utf-8") as f:
         return FLAG.findall(f.read().split("ExecStart=", 1)[1].split("\n\n")[0])
@@ -64,7 +81,7 @@ class FlagsTest(unittest.TestCase):
         used = systemd_server_flags()
         self.assertGreaterEqual(len(used), 4)
         self.assertEqual(unknown(used, known), [], "zerostate-server.service")
-        for f, args in k8s_args("StatefulSet").items():
+        for f, args in {**k8s_args("StatefulSet"), **kustomize_patch_args("StatefulSet")}.items():
             self.assertEqual(unknown(FLAG.findall(" ".join(args)), known), [], f)
 
     def test_worker_flags_in_kubernetes_and_launcher_example(self):
@@ -76,6 +93,10 @@ class FlagsTest(unittest.TestCase):
         for f, args in jobs.items():
             worker_args = args[args.index("--") + 1:] if "--" in args else args
             self.assertEqual(unknown(FLAG.findall(" ".join(worker_args)), known), [], f)
+        patched = kustomize_patch_args("Job")
+        self.assertTrue(patched, "no kustomization appends worker args (prod-nvme's checkpoints)")
+        for f, args in patched.items():
+            self.assertEqual(unknown(FLAG.findall(" ".join(args)), known), [], f)
 
     def test_every_server_chooses_a_transport(self):
         """--tls_cert and --tls_key, or --plaintext: a server without either exits."""

@@ -106,6 +106,67 @@ def check_server_resources(sts):
     return problems
 
 
+def check_server_budgets(sts):
+    """--staging_budget_bytes from ZEROSTATE_STAGING_BUDGET, at most the RAM
+    budget (else the server refuses to start), both below the memory limit;
+    --max_data_connections a count of at least 1 (else the same)."""
+    problems = []
+    c = container(sts)
+    args, env = c.get("args", []), env_of(c)
+    budget = env.get("ZEROSTATE_RAM_BUDGET", {}).get("value")
+    staging = env.get("ZEROSTATE_STAGING_BUDGET", {}).get("value")
+    limit = c.get("resources", {}).get("limits", {}).get("memory")
+    if staging is None or flag(args, "staging_budget_bytes") != "$(ZEROSTATE_STAGING_BUDGET)":
+        problems.append("StatefulSet/zerostate: --staging_budget_bytes is not set from ZEROSTATE_STAGING_BUDGET")
+    elif not staging.isdigit():
+        problems.append(f"StatefulSet/zerostate: ZEROSTATE_STAGING_BUDGET={staging} is not a byte count")
+    elif budget is not None and budget.isdigit():
+        if int(staging) > int(budget):
+            problems.append(f"StatefulSet/zerostate: staging budget {staging} is over the RAM budget {budget}")
+        elif limit is not None and int(budget) + int(staging) >= quantity(limit):
+            problems.append(f"StatefulSet/zerostate: RAM budget {budget} + staging budget {staging} "
+                            f"is not below the memory limit {limit}")
+    conns = flag(args, "max_data_connections")
+    if conns is None or not conns.isdigit() or int(conns) < 1:
+        problems.append(f"StatefulSet/zerostate: --max_data_connections={conns} is not a count of at least 1")
+    return problems
+
+
+def claim_mounted_at(obj, path):
+    """(claim name, read-only) of the persistentVolumeClaim volume whose mount
+    holds `path` (the deepest one), or (None, False)."""
+    spec = obj["spec"]["template"]["spec"]
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"]
+              for v in spec.get("volumes", []) if "persistentVolumeClaim" in v}
+    best = None
+    for m in container(obj).get("volumeMounts", []):
+        mp = m["mountPath"].rstrip("/")
+        if m["name"] in claims and (path == mp or path.startswith(mp + "/")):
+            if best is None or len(mp) > len(best["mountPath"].rstrip("/")):
+                best = m
+    return (claims[best["name"]], bool(best.get("readOnly"))) if best else (None, False)
+
+
+def check_checkpoint_mounts(sts, job):
+    """Where the workers checkpoint (--checkpoint_dir), the servers write and
+    rank 0 deletes old checkpoints (--keep_checkpoints): both mount the same
+    shared claim there, the workers read-write."""
+    ckpt = flag(container(job).get("args", []), "checkpoint_dir")
+    if ckpt is None:
+        return []
+    server_claim, _ = claim_mounted_at(sts, ckpt)
+    worker_claim, read_only = claim_mounted_at(job, ckpt)
+    if server_claim is None:
+        return [f"StatefulSet/zerostate: no shared volume mounted at the workers' --checkpoint_dir={ckpt}"]
+    if worker_claim != server_claim:
+        return [f"Job/zerostate-train: --checkpoint_dir={ckpt} is not on the servers' checkpoint volume "
+                f"(claim {server_claim}, mounted there in the servers); rank 0 prunes old checkpoints through it"]
+    if read_only:
+        return [f"Job/zerostate-train: the checkpoint volume at {ckpt} is mounted read-only; "
+                f"rank 0 deletes old checkpoints through it"]
+    return []
+
+
 def check_server_volumes(sts):
     problems = []
     templates = {t["metadata"]["name"]: t for t in sts["spec"].get("volumeClaimTemplates", [])}
@@ -293,7 +354,8 @@ def check_all(objects, gpu_expected=True):
         return missing
     sts, job = objs[SERVER], objs[JOB]
     problems = (check_server_ports_and_probes(sts) + check_server_resources(sts)
-                + check_server_volumes(sts) + check_service(sts, objs[SERVICE])
+                + check_server_budgets(sts) + check_server_volumes(sts)
+                + check_checkpoint_mounts(sts, job) + check_service(sts, objs[SERVICE])
                 + check_pdb(sts, objs[PDB]) + check_job_launch(job))
     if not problems:
         problems += (check_job_gpus_and_ports(job, gpu_expected) + check_worker_config(objs, job)

@@ -101,6 +101,13 @@ def mutated(path, value):
     return list(objs.values())
 
 
+def server_arg(name):
+    """The key path of the server container's --name=... argument in the base."""
+    args = k.container(k.index(base_objects())[k.SERVER])["args"]
+    i = next(i for i, a in enumerate(args) if a.startswith(f"--{name}="))
+    return k.SERVER, "spec", "template", "spec", "containers", 0, "args", i
+
+
 class BadManifestTest(unittest.TestCase):
     """Each inconsistency is reported, naming the object and the field."""
 
@@ -124,7 +131,31 @@ class BadManifestTest(unittest.TestCase):
     def test_ram_budget_above_memory_limit(self):
         env = k.SERVER, "spec", "template", "spec", "containers", 0, "env", 0
         objs = mutated(env, {"name": "ZEROSTATE_RAM_BUDGET", "value": str(64 << 30)})
-        self.assertReported(objs, "StatefulSet/zerostate", f"RAM budget {64 << 30}", "36Gi")
+        self.assertReported(objs, "StatefulSet/zerostate", f"RAM budget {64 << 30}", "40Gi")
+
+    def test_staging_budget_over_the_ram_budget(self):
+        env = k.SERVER, "spec", "template", "spec", "containers", 0, "env", 1
+        objs = mutated(env, {"name": "ZEROSTATE_STAGING_BUDGET", "value": str(33 << 30)})
+        self.assertReported(objs, "StatefulSet/zerostate", f"staging budget {33 << 30}", "over the RAM budget")
+
+    def test_staging_budget_leaves_no_room_below_the_memory_limit(self):
+        env = k.SERVER, "spec", "template", "spec", "containers", 0, "env", 1
+        objs = mutated(env, {"name": "ZEROSTATE_STAGING_BUDGET", "value": str(8 << 30)})
+        self.assertReported(objs, "StatefulSet/zerostate", f"staging budget {8 << 30}", "40Gi")
+
+    def test_staging_budget_not_set_from_its_variable(self):
+        objs = mutated(server_arg("staging_budget_bytes"), "--staging_budget_bytes=4294967296")
+        self.assertReported(objs, "StatefulSet/zerostate", "--staging_budget_bytes", "ZEROSTATE_STAGING_BUDGET")
+
+    def test_max_data_connections_zero(self):
+        objs = mutated(server_arg("max_data_connections"), "--max_data_connections=0")
+        self.assertReported(objs, "StatefulSet/zerostate", "--max_data_connections=0")
+
+    def test_checkpoint_dir_the_servers_do_not_mount(self):
+        c = k.JOB, "spec", "template", "spec", "containers", 0
+        args = k.container(k.index(base_objects())[k.JOB])["args"] + ["--checkpoint_dir=/checkpoints"]
+        objs = mutated(c + ("args",), args)
+        self.assertReported(objs, "StatefulSet/zerostate", "--checkpoint_dir=/checkpoints")
 
     def test_ram_budget_not_in_bytes(self):
         env = k.SERVER, "spec", "template", "spec", "containers", 0, "env", 0
@@ -260,6 +291,25 @@ class RenderTest(unittest.TestCase):
         self.assertEqual(mounts.get("checkpoints"), "/checkpoints")
         claim = next(v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if v["name"] == "checkpoints")
         self.assertEqual(by[("PersistentVolumeClaim", claim)]["spec"]["accessModes"], ["ReadWriteMany"])
+
+    def test_prod_nvme_workers_mount_the_checkpoints_read_write(self):
+        """Rank 0 prunes old checkpoints (--keep_checkpoints) at the servers' path."""
+        objs = render("prod-nvme")
+        job = k.container(k.index(objs)[k.JOB])
+        self.assertEqual(k.flag(job["args"], "checkpoint_dir"), "/checkpoints")
+        self.assertEqual(k.claim_mounted_at(k.index(objs)[k.JOB], "/checkpoints"), ("zerostate-checkpoints", False))
+        for mount, words in [(None, "is not on the servers' checkpoint volume"),
+                             (True, "read-only")]:
+            bad = copy.deepcopy(objs)
+            c = k.container(k.index(bad)[k.JOB])
+            m = next(m for m in c["volumeMounts"] if m["mountPath"] == "/checkpoints")
+            if mount is None:
+                c["volumeMounts"].remove(m)
+            else:
+                m["readOnly"] = True
+            with self.subTest(words=words):
+                problems = k.check_checkpoint_mounts(k.index(bad)[k.SERVER], k.index(bad)[k.JOB])
+                self.assertTrue(any("Job/zerostate-train" in p and words in p for p in problems), problems)
 
     def test_dev_uses_the_default_storage_class(self):
         sts = k.index(render("dev"))[k.SERVER]
