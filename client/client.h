@@ -178,17 +178,30 @@ class JobClient {
   // grad_dtype (sent as is) or FP32 (converted to grad_dtype).
   // Errors before sending: INVALID_ARGUMENT (range outside the layout, dtype
   // neither FP32 nor grad_dtype, node out of range).
-  // A step runs once every node has pushed all of [0, layout().used_elems),
-  // the alignment padding between tensors included (as zeros); pushes may
-  // come in any number of pieces, in any order, and be repeated.
+  // A step runs once every node has pushed every tensor's elements
+  // (layout().tensors); the alignment padding between tensors may be pushed
+  // or left out, and is ignored. Pushes may come in any number of pieces, in
+  // any order, and be repeated.
   Ticket PushAsync(uint64_t step, uint32_t node, Range elems, const void* data, v1::DType dtype);
   absl::Status Push(uint64_t step, uint32_t node, Range elems, const void* data, v1::DType dtype);
 
   // Gradient statistics of `step`, summed over servers in shard order.
   absl::StatusOr<GradStatsResult> GradStats(uint64_t step);
 
-  // Applies step `step` on every server (in parallel).
-  absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip);
+  // Applies step `step` on every server (in parallel). `trainer_state`
+  // (at most kMaxTrainerStateBytes, opaque) is kept by every server as the
+  // state of version step + 1 before any block is stepped, for
+  // TrainerState. Errors before sending: INVALID_ARGUMENT (trainer_state
+  // too large).
+  static constexpr size_t kMaxTrainerStateBytes = 1024;
+  absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip,
+                    const std::string& trainer_state = "");
+
+  // The trainer_state the Step that made `version` carried, from the first
+  // server (in shard order) that keeps it; a server keeps the newest 4.
+  // Errors: NOT_FOUND (no server keeps one for `version`), INVALID_ARGUMENT
+  // (version 0: no step made it), the servers' errors.
+  absl::StatusOr<std::string> TrainerState(uint64_t version);
 
   // Gathers flat elements `elems` at version >= min_version into `out`,
   // which holds elems.size() elements of `dtype`: FP32 (the wire carries the

@@ -107,13 +107,19 @@ absl::StatusOr<GradStatsResult> JobClient::Impl::GradStats(uint64_t step) {
   return total;
 }
 
-absl::Status JobClient::Impl::Step(uint64_t step, float lr, float grad_scale, bool skip) {
+absl::Status JobClient::Impl::Step(uint64_t step, float lr, float grad_scale, bool skip,
+                                   const std::string& trainer_state) {
+  if (trainer_state.size() > JobClient::kMaxTrainerStateBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("trainer_state: ", trainer_state.size(),
+                                                   " bytes exceed ", JobClient::kMaxTrainerStateBytes));
+  }
   v1::StepRequest req;
   req.set_job_id(spec_.job_id());
   req.set_step(step);
   req.set_lr(lr);
   req.set_grad_scale(grad_scale);
   req.set_skip(skip);
+  req.set_trainer_state(trainer_state);
   return client_->ForEachServer([&](int shard) {
     v1::StepResponse resp;
     absl::Status st =
@@ -175,6 +181,27 @@ absl::StatusOr<uint64_t> JobClient::Impl::Version() {
   return version;
 }
 
+absl::StatusOr<std::string> JobClient::Impl::TrainerState(uint64_t version) {
+  if (version == 0) {
+    return absl::InvalidArgumentError("version: 0 has no trainer state (no step made it)");
+  }
+  // One server after the other: the first usually keeps it.
+  for (int shard = 0; shard < client_->num_servers(); ++shard) {
+    v1::JobStatusRequest req;
+    req.set_job_id(spec_.job_id());
+    req.set_trainer_state_version(version);
+    v1::JobStatusResponse resp;
+    absl::Status st =
+        client_->Unary(Method::kJobStatus, shard, &v1::StateService::Stub::JobStatus, req, &resp);
+    if (st.ok()) st = CheckIncarnation(job_, shard, resp.incarnation());
+    if (!st.ok()) return st;
+    if (!resp.trainer_state().empty()) return resp.trainer_state();
+  }
+  return absl::NotFoundError(absl::StrCat("job '", spec_.job_id(), "': no server keeps a trainer ",
+                                          "state for version ", version,
+                                          " (each keeps the newest 4 its steps carried)"));
+}
+
 // The public JobClient forwards to its Impl.
 JobClient::JobClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 JobClient::~JobClient() = default;
@@ -204,8 +231,13 @@ absl::StatusOr<GradStatsResult> JobClient::GradStats(uint64_t step) {
   return impl_->GradStats(step);
 }
 
-absl::Status JobClient::Step(uint64_t step, float lr, float grad_scale, bool skip) {
-  return impl_->Step(step, lr, grad_scale, skip);
+absl::Status JobClient::Step(uint64_t step, float lr, float grad_scale, bool skip,
+                             const std::string& trainer_state) {
+  return impl_->Step(step, lr, grad_scale, skip, trainer_state);
+}
+
+absl::StatusOr<std::string> JobClient::TrainerState(uint64_t version) {
+  return impl_->TrainerState(version);
 }
 
 Ticket JobClient::GatherAsync(uint64_t min_version, Range elems, void* out, v1::DType dtype) {

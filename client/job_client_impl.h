@@ -44,7 +44,9 @@ class JobClient::Impl {
                      bool master);
   absl::Status InitWeights(Range elems, const float* data);
   absl::StatusOr<GradStatsResult> GradStats(uint64_t step);
-  absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip);
+  absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip,
+                    const std::string& trainer_state);
+  absl::StatusOr<std::string> TrainerState(uint64_t version);
   absl::StatusOr<uint64_t> Version();
   absl::StatusOr<std::string> Checkpoint(uint64_t version, const std::string& root);
   absl::Status Delete();

@@ -425,6 +425,7 @@ absl::StatusOr<Job::StepOutcome> Job::Step(const v1::StepRequest& req, absl::Tim
     return absl::InvalidArgumentError(
         absl::StrCat("grad_scale: ", req.grad_scale(), " must be finite and >= 0"));
   }
+  if (auto s = TrainerStates::Check(req.trainer_state()); !s.ok()) return s;
   const uint64_t step = req.step();
   // Phase 1: every block is in the window and complete, before anything changes.
   for (auto& bp : blocks_data_) {
@@ -433,6 +434,8 @@ absl::StatusOr<Job::StepOutcome> Job::Step(const v1::StepRequest& req, absl::Tim
     if (auto s = CheckStepWindow(b, step, /*for_stats=*/false); !s.ok()) return s;
     if (auto st = AwaitGradients(b, step, deadline); !st.ok()) return st;
   }
+  // Before any block commits: a gather of step + 1 may be answered then.
+  if (!req.trainer_state().empty()) trainer_states_.Record(step + 1, req.trainer_state());
   // Phase 2: the fused optimizer pass, blocks spread over the pool.
   absl::MutexLock step_lock(&step_mu_);
   uint64_t stepped = 0;

@@ -24,6 +24,7 @@
 #include "server/staging_budget.h"
 #include "server/tier/state_tier.h"
 #include "server/tier/tier_factory.h"
+#include "server/trainer_states.h"
 #include "server/thread_pool.h"
 #include "zerostate/v1/state_service.pb.h"
 
@@ -148,8 +149,14 @@ class Job {
   // Applies optimizer step req.step() to every block, in parallel on `pool`,
   // once all nodes contributed. Idempotent. Errors: INVALID_ARGUMENT (lr,
   // grad_scale), FAILED_PRECONDITION, DEADLINE_EXCEEDED, UNAVAILABLE.
+  // req.trainer_state is recorded for version step + 1 once every block is
+  // in the step's window, before any block is stepped (so a rank whose
+  // gather of that version succeeded finds it).
   absl::StatusOr<StepOutcome> Step(const v1::StepRequest& req, absl::Time deadline,
                                    ThreadPool& pool);
+
+  // What the coordinator's Steps carried (StepRequest.trainer_state).
+  const TrainerStates& trainer_states() const { return trainer_states_; }
 
   // Checks a gather request; returns the element range it covers.
   absl::StatusOr<Range> CheckGather(const v1::GatherRequest& req) const;
@@ -260,6 +267,7 @@ class Job {
   // Saves b's state before a step moves it past the checkpoint's version.
   void CopyOnWrite(Block& b, const float* state);
   std::atomic<bool> shutting_down_{false};
+  TrainerStates trainer_states_;
 };
 
 // Ends the checkpoint (stops copy-on-write, frees snapshots) when destroyed.

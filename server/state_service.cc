@@ -203,6 +203,10 @@ grpc::Status StateServiceImpl::JobStatus(grpc::ServerContext* ctx, const v1::Job
     auto job = JobFor(ctx, req->job_id());
     if (!job.ok()) return job.status();
     (*job)->FillStatus(resp);
+    if (req->trainer_state_version() > 0) {
+      auto state = (*job)->trainer_states().Find(req->trainer_state_version());
+      if (state.has_value()) resp->set_trainer_state(*std::move(state));
+    }
     resp->set_incarnation(incarnation_);
     resp->set_data_port(options_.data_port);
     return absl::OkStatus();

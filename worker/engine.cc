@@ -17,15 +17,12 @@ double Since(Clock::time_point t0) {
 
 }  // namespace
 
-Engine::Engine(client::Client* client, client::JobClient* job, Backend* backend,
-               const v1::TrainConfig& train, Topology topo, std::vector<uint64_t> ready_points,
-               std::string scope)
-    : client_(client),
-      job_(job),
+Engine::Engine(client::JobClient* job, Backend* backend, const v1::TrainConfig& train,
+               Topology topo, std::vector<uint64_t> ready_points)
+    : job_(job),
       backend_(backend),
       train_(train),
       topo_(topo),
-      scope_(std::move(scope)),
       scaler_(train.loss_scaling(), train.precision() == v1::PRECISION_FP16) {
   uint64_t staging = 0;
   for (Range elems : BackwardBuckets(job->layout(), std::move(ready_points))) {
@@ -107,10 +104,7 @@ absl::Status Engine::LoadWeights(uint64_t version) {
   return FinishGather(tickets, &ignored);
 }
 
-void Engine::SetJob(client::JobClient* job, uint32_t epoch) {
-  job_ = job;
-  epoch_ = epoch;
-}
+void Engine::SetJob(client::JobClient* job) { job_ = job; }
 
 void Engine::SaveScaler(uint64_t step) {
   saved_scalers_.insert_or_assign(step, scaler_);
@@ -124,20 +118,18 @@ bool Engine::RestoreScaler(uint64_t step) {
   return true;
 }
 
-// Tells every rank whether the coordinator skipped `step` (fp16 only).
-absl::StatusOr<bool> Engine::ShareSkip(uint64_t step, bool skip, bool failed) {
-  const bool coordinator = topo_.rank() == 0;
-  std::string key = epoch_ == 0 ? absl::StrCat("skip/", step) : absl::StrCat("e", epoch_, "/skip/", step);
-  std::string mine = !coordinator ? "" : failed ? "failed" : skip ? "1" : "0";
-  auto values = client_->Rendezvous(scope_, key, topo_.rank(), topo_.world(), mine);
-  if (!values.ok()) return values.status();
-  if (!values->empty() && (*values)[0] == "failed") {
-    return absl::AbortedError(absl::StrCat("step ", step, ": the coordinator's step failed"));
-  }
-  if (values->empty() || ((*values)[0] != "0" && (*values)[0] != "1")) {
-    return absl::InternalError(absl::StrCat("step ", step, ": rendezvous gave no coordinator decision"));
-  }
-  return (*values)[0] == "1";
+absl::StatusOr<TrainerState> Engine::CoordinatorScaler(uint64_t version) {
+  auto text = job_->TrainerState(version);
+  if (!text.ok()) return text.status();
+  return DecodeTrainerState(*text);
+}
+
+absl::Status Engine::ResumeScaler(uint64_t version) {
+  if (train_.precision() != v1::PRECISION_FP16 || version == 0) return absl::OkStatus();
+  auto state = CoordinatorScaler(version);
+  if (!state.ok()) return state.status();
+  scaler_.set_state(state->scaler);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro_batch) {
@@ -180,23 +172,34 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
       status = stats.status();
     }
   }
-  if (train_.precision() == v1::PRECISION_FP16) {
-    auto shared = ShareSkip(step, decision.skip, !status.ok());
-    if (status.ok() && !shared.ok()) status = shared.status();
-    if (status.ok()) decision.skip = *shared;
-  }
+  const bool fp16 = train_.precision() == v1::PRECISION_FP16;
+  LossScaler next = scaler_;  // the scaler after this step
   if (topo_.rank() == 0 && status.ok()) {
-    status = job_->Step(step, report.lr, decision.grad_scale, decision.skip);
+    next.Update(decision.skip);
+    // The servers keep the coordinator's decision; the other ranks read it
+    // below, and a resuming run at its start (ResumeScaler).
+    std::string state = fp16 ? EncodeTrainerState({next.state(), decision.skip}) : "";
+    status = job_->Step(step, report.lr, decision.grad_scale, decision.skip, state);
   }
   // Issued only now: a waiting gather stream holds a client pool thread,
   // and the coordinator's Step fans out on that pool too. The other ranks
   // get here early, so their gathers still stream blocks as they are stepped.
   std::vector<client::Ticket> gather;
   if (status.ok()) gather = StartGather(step + 1);
-  report.skipped = decision.skip;
   report.times.step = Since(t0);
   absl::Status gathered = FinishGather(gather, &report.times);  // all-gathers even after an error
   if (status.ok()) status = gathered;
+  // Version step+1 exists now, and with it the coordinator's scaler state.
+  if (fp16 && topo_.rank() != 0 && status.ok()) {
+    auto followed = CoordinatorScaler(step + 1);
+    if (followed.ok()) {
+      next.set_state(followed->scaler);
+      decision.skip = followed->skipped;
+    } else {
+      status = followed.status();
+    }
+  }
+  report.skipped = decision.skip;
   // The node's ranks agree on the outcome, so they roll back (or go on) together.
   auto any_failed = backend_->NodeAnyFailed(!status.ok());
   if (!any_failed.ok()) return any_failed.status();
@@ -204,7 +207,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
     status = absl::AbortedError(absl::StrCat("step ", step, " failed on another rank of node ", topo_.node));
   }
   if (!status.ok()) return status;
-  scaler_.Update(decision.skip);
+  scaler_ = next;
   report.seconds = Since(start);
   return report;
 }

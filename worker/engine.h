@@ -10,11 +10,15 @@
 //             overlaps backward of later layers);
 //   step      the coordinator (global rank 0) reads GradStats, decides the
 //             clip factor and the fp16 overflow skip, orders Step; in fp16
-//             mode it tells every rank the outcome through a Rendezvous so
-//             all loss scalers move together;
+//             mode the Step carries its loss scaler's next state
+//             (worker/trainer_state.h), which the servers keep;
 //   gather    GatherAsync of this rank's shares at version step+1 (the
 //             ranks other than the coordinator issue it while the servers
-//             step, so blocks stream back as they are stepped);
+//             step, so blocks stream back as they are stepped); in fp16
+//             mode the other ranks then read the coordinator's scaler state
+//             of that version from the servers, so all scalers move
+//             together, and nothing but the job is waited on: a rollback
+//             that deletes the job releases every rank (worker/recovery.h);
 //   exchange  all-gather inside the node: every rank has the new weights.
 //
 // Gradient scaling: Step's grad_scale folds 1/loss_scale, the clip factor
@@ -22,10 +26,9 @@
 // loss is already a mean over its micro-batch).
 //
 // Errors: a failed step still takes part in every intra-node collective
-// and every rendezvous of the step (the coordinator posts its failure), and
-// waits for every call it started, so peers are never left at a barrier and
-// no call of the failed step outlives it; then SetJob and LoadWeights can
-// roll the rank back (worker/recovery.h).
+// and waits for every call it started, so peers are never left at a
+// barrier and no call of the failed step outlives it; then SetJob and
+// LoadWeights can roll the rank back (worker/recovery.h).
 //
 // Thread safety: one thread per Engine. Give each Engine its own Client:
 // gathers waiting for the step hold threads of the client's pool, so ranks
@@ -41,6 +44,7 @@
 #include "client/client.h"
 #include "worker/backend.h"
 #include "worker/step_policy.h"
+#include "worker/trainer_state.h"
 #include "zerostate/v1/config.pb.h"
 
 namespace zerostate::worker {
@@ -78,13 +82,11 @@ using MicroBatchFn =
 
 class Engine {
  public:
-  // `client`, `job` and `backend` are not owned and must outlive the Engine.
+  // `job` and `backend` are not owned and must outlive the Engine.
   // `ready_points` are the flat offsets the model reports during backward.
   // REQUIRES: train normalized; topo.local_size == backend->local_size().
-  // `scope` namespaces the engine's rendezvous (RendezvousScope).
-  Engine(client::Client* client, client::JobClient* job, Backend* backend,
-         const v1::TrainConfig& train, Topology topo, std::vector<uint64_t> ready_points,
-         std::string scope);
+  Engine(client::JobClient* job, Backend* backend, const v1::TrainConfig& train, Topology topo,
+         std::vector<uint64_t> ready_points);
 
   // Loads the weights at version >= `version` into every local rank
   // (gather of this rank's shares, then all-gather). Collective.
@@ -95,10 +97,16 @@ class Engine {
   // status (client, backend or model).
   [[nodiscard]] absl::StatusOr<StepReport> Step(uint64_t step, const MicroBatchFn& micro_batch);
 
-  // Continues on `job` (not owned; a new handle after a restore) with
-  // rendezvous keys of recovery epoch `epoch`, so replayed steps never meet
-  // the keys of the steps they replace.
-  void SetJob(client::JobClient* job, uint32_t epoch);
+  // Continues on `job` (not owned; a new handle after a restore).
+  void SetJob(client::JobClient* job);
+
+  // fp16: takes the loss scaler's state at `version` from the servers (what
+  // the Step that made it carried), so a run that resumes the job goes on
+  // with the scale an uninterrupted run would have. No-op without fp16 or
+  // at version 0. Errors: NOT_FOUND (the servers keep none for `version`:
+  // the job was restored by hand, or stepped by an older worker; the scaler
+  // is left as it is), DATA_LOSS (malformed), the servers' errors.
+  [[nodiscard]] absl::Status ResumeScaler(uint64_t version);
 
   // Remembers the loss scaler's state as of the start of `step`, and puts
   // it back (fp16 loss scaling replays from the same scale). RestoreScaler
@@ -119,18 +127,15 @@ class Engine {
   absl::Status PushRemaining(uint64_t step);
   std::vector<client::Ticket> StartGather(uint64_t version);
   absl::Status FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times);
-  // `failed`: this rank's step failed (the coordinator posts that instead
-  // of a decision; the others still join and ignore the answer).
-  absl::StatusOr<bool> ShareSkip(uint64_t step, bool skip, bool failed);
+  // Ranks other than the coordinator: the scaler state and skip the
+  // coordinator left with the servers for `version`.
+  absl::StatusOr<TrainerState> CoordinatorScaler(uint64_t version);
 
-  client::Client* const client_;
   client::JobClient* job_;
-  uint32_t epoch_ = 0;
   std::map<uint64_t, LossScaler> saved_scalers_;
   Backend* const backend_;
   const v1::TrainConfig train_;
   const Topology topo_;
-  const std::string scope_;
   std::vector<Bucket> buckets_;  // in backward order
   absl::Status EnsureStaging();
 

@@ -60,7 +60,7 @@ absl::Status ValidateRecoveryOptions(const RecoveryOptions& options);
 struct RolledBack {
   std::unique_ptr<client::JobClient> job;  // the restored job's handle
   uint64_t version = 0;                    // continue with this step
-  uint32_t epoch = 0;                      // for Engine::SetJob
+  uint32_t epoch = 0;                      // for PeerWatch::Enter
 };
 
 class Recovery {

@@ -35,6 +35,21 @@ class LossScaler {
   // Records a step's outcome and adjusts the scale for the next one.
   void Update(bool overflow);
 
+  // What moves as steps go by: enough to go on from the same point in
+  // another process (a resumed run, another rank).
+  struct State {
+    float scale = 1;
+    uint32_t clean_steps = 0;      // clean steps since the last growth or overflow
+    uint32_t hysteresis_left = 0;  // overflows still tolerated before a backoff
+    bool operator==(const State&) const = default;
+  };
+  State state() const { return State{scale_, clean_steps_, hysteresis_left_}; }
+  void set_state(const State& s) {
+    scale_ = s.scale;
+    clean_steps_ = s.clean_steps;
+    hysteresis_left_ = s.hysteresis_left;
+  }
+
  private:
   v1::LossScaling config_;
   bool dynamic_;

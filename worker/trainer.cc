@@ -78,10 +78,19 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
   } else {
     backend = std::make_unique<CpuBackend>(run.group, run.topo.local_rank, std::move(model));
   }
-  Engine engine(run.client, job, backend.get(), train, run.topo, ready_points, scope);
+  Engine engine(job, backend.get(), train, run.topo, ready_points);
   RankResult result;
   result.start_version = opened->start_version;
   if (auto s = engine.LoadWeights(result.start_version); !s.ok()) return s;
+  if (auto s = engine.ResumeScaler(result.start_version); absl::IsNotFound(s)) {
+    // Every rank reads the same servers, so all go on from the same scale.
+    if (run.topo.rank() == 0) {
+      std::fprintf(stderr, "zerostate-worker rank 0: warning: %s; the fp16 loss scaler starts "
+                   "again from train.loss_scaling.initial_scale\n", s.ToString().c_str());
+    }
+  } else if (!s.ok()) {
+    return s;
+  }
 
   TeacherData data(train.model());
   std::vector<float> x(size_t{train.micro_batch_size()} * data.input_dim());
@@ -148,7 +157,7 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
     job_handle = std::move(back->job);
     job = job_handle.get();
     epoch = back->epoch;
-    engine.SetJob(job, epoch);
+    engine.SetJob(job);
     engine.RestoreScaler(back->version);
     step = back->version;
     if (auto s = engine.LoadWeights(step); !s.ok()) return s;

@@ -144,7 +144,7 @@ int Main() {
   auto group = MakeThreadGroup(1, job->layout().total_elems);
   std::vector<uint64_t> ready = model->ReadyPoints();
   CpuBackend backend(group.get(), 0, std::move(model));
-  Engine engine(client->get(), job, &backend, train, topo, ready, RendezvousScope(config));
+  Engine engine(job, &backend, train, topo, ready);
   Check(engine.LoadWeights(0), "load weights");
 
   Parts parts = MeasureParts(job, &backend, train);
