@@ -2,10 +2,14 @@
 // processes: every server keeps it as the state of the version the step
 // makes (the newest 4 versions), TrainerState reads it back, and bad
 // input is refused with nothing kept.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
 #include <string>
 #include <vector>
 
 #include "tests/client/cluster_fixture.h"
+#include "zerostate/v1/state_service.grpc.pb.h"
 
 namespace zerostate::testing {
 namespace {
@@ -80,6 +84,32 @@ TEST_F(TrainerStateTest, BadInputIsRefusedAndNothingIsKept) {
   // 1024 bytes is the limit, and is kept.
   ASSERT_TRUE(job_->Step(0, 0.01f, 1.0f, false, std::string(1024, 'y')).ok());
   EXPECT_EQ(*job_->TrainerState(1), std::string(1024, 'y'));
+}
+
+// The servers check too, for callers other than this client.
+TEST_F(TrainerStateTest, EachServerRefusesAnOversizedStateAndChangesNothing) {
+  std::vector<float> zeros(job_->layout().used_elems);
+  ASSERT_TRUE(job_->Push(0, 0, {0, zeros.size()}, zeros.data(), v1::DTYPE_FP32).ok());
+  for (const std::string& address : cluster_->addresses()) {
+    auto stub = v1::StateService::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    ctx.AddMetadata("zerostate-job-token", kTestJobToken);
+    v1::StepRequest req;
+    req.set_job_id("state");
+    req.set_step(0);
+    req.set_lr(0.01f);
+    req.set_trainer_state(std::string(1025, 'x'));
+    v1::StepResponse resp;
+    grpc::Status st = stub->Step(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << address << ": " << st.error_message();
+    EXPECT_NE(st.error_message().find("trainer_state: 1025 bytes exceed 1024"), std::string::npos)
+        << st.error_message();
+  }
+  EXPECT_EQ(*job_->Version(), 0u);
+  EXPECT_TRUE(absl::IsNotFound(job_->TrainerState(1).status()));
 }
 
 }  // namespace
