@@ -111,7 +111,8 @@ absl::Status JobClient::Impl::Step(uint64_t step, float lr, float grad_scale, bo
                                    const std::string& trainer_state) {
   if (trainer_state.size() > JobClient::kMaxTrainerStateBytes) {
     return absl::InvalidArgumentError(absl::StrCat("trainer_state: ", trainer_state.size(),
-                                                   " bytes exceed ", JobClient::kMaxTrainerStateBytes));
+                                                   " bytes exceed ",
+                                                   JobClient::kMaxTrainerStateBytes));
   }
   v1::StepRequest req;
   req.set_job_id(spec_.job_id());

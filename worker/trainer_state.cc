@@ -39,11 +39,14 @@ absl::StatusOr<TrainerState> DecodeTrainerState(absl::string_view text) {
   for (size_t i = 1; i < words.size(); ++i) {
     std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(words[i], '=');
     auto field = fields.find(kv.first);
-    if (field == fields.end()) return Malformed(text, absl::StrCat("unknown field '", kv.first, "'"));
+    if (field == fields.end()) {
+      return Malformed(text, absl::StrCat("unknown field '", kv.first, "'"));
+    }
     if (seen[kv.first]) return Malformed(text, absl::StrCat("field '", kv.first, "' repeated"));
     seen[kv.first] = true;
     if (!absl::SimpleAtoi(kv.second, &field->second)) {
-      return Malformed(text, absl::StrCat(kv.first, ": '", kv.second, "' is not a 32-bit unsigned"));
+      return Malformed(text,
+                       absl::StrCat(kv.first, ": '", kv.second, "' is not a 32-bit unsigned"));
     }
   }
   for (const auto& [name, value] : fields) {
