@@ -1,5 +1,6 @@
 #include "common/job_spec.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/container/flat_hash_set.h"
@@ -144,6 +145,20 @@ Layout LayoutOf(const v1::JobSpec& spec) {
   uint64_t b = layout.block_elems;
   layout.total_elems = std::max<uint64_t>(1, (pos + b - 1) / b) * b;
   return layout;
+}
+
+std::vector<std::pair<uint32_t, uint32_t>> TensorElements(const Layout& layout, uint64_t begin,
+                                                          uint64_t end) {
+  std::vector<std::pair<uint32_t, uint32_t>> out;
+  // The first tensor that ends after `begin` (offsets grow with the index).
+  auto it = std::partition_point(layout.tensors.begin(), layout.tensors.end(),
+                                 [begin](const TensorSlot& t) { return t.offset + t.numel <= begin; });
+  for (; it != layout.tensors.end() && it->offset < end; ++it) {
+    const uint64_t first = std::max(it->offset, begin);
+    const uint64_t last = std::min(it->offset + it->numel, end);
+    if (first < last) out.emplace_back(first - begin, last - begin);
+  }
+  return out;
 }
 
 std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b) {

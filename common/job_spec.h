@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -49,6 +50,13 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec);
 
 // The layout of a normalized spec. REQUIRES: spec came from NormalizeJobSpec.
 Layout LayoutOf(const v1::JobSpec& spec);
+
+// The elements of the flat range [begin, end) that belong to a tensor (not
+// to the alignment padding between tensors or after the last), as sorted,
+// disjoint [first, last) intervals relative to `begin`.
+// REQUIRES: end - begin < 2^32.
+std::vector<std::pair<uint32_t, uint32_t>> TensorElements(const Layout& layout, uint64_t begin,
+                                                          uint64_t end);
 
 // Names the first field where two normalized specs differ, or "" if equal.
 std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b);

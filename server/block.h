@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -16,13 +18,16 @@
 namespace zerostate::server {
 
 struct Block {
+  // `tensor_elems`: the block's elements that belong to a tensor
+  // (TensorElements of common/job_spec.h); the rest is padding.
   Block(uint64_t index, uint64_t local, uint64_t flat_begin, uint32_t required,
-        uint32_t block_elems, uint32_t num_nodes, bool has_lowp, StagingBudget* staging)
+        uint32_t block_elems, uint32_t num_nodes, bool has_lowp, StagingBudget* staging,
+        std::vector<std::pair<uint32_t, uint32_t>> tensor_elems)
       : index(index),
         local(local),
         flat_begin(flat_begin),
         required(required),
-        acc(num_nodes, block_elems, required, staging),
+        acc(num_nodes, block_elems, required, staging, std::move(tensor_elems)),
         lowp(has_lowp ? block_elems : 0) {}
 
   // Constant after construction.

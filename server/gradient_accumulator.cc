@@ -24,14 +24,51 @@ bool Overlaps(const std::vector<std::pair<uint32_t, uint32_t>>& ranges, uint32_t
 
 }  // namespace
 
+namespace {
+
+std::vector<std::pair<uint32_t, uint32_t>> AllOf(
+    uint32_t required, std::vector<std::pair<uint32_t, uint32_t>> tensor_elems) {
+  if (tensor_elems.empty() && required > 0) tensor_elems.emplace_back(0, required);
+  return tensor_elems;
+}
+
+}  // namespace
+
 GradientAccumulator::GradientAccumulator(uint32_t num_nodes, uint32_t block_elems,
-                                         uint32_t required, StagingBudget* staging)
+                                         uint32_t required, StagingBudget* staging,
+                                         std::vector<std::pair<uint32_t, uint32_t>> tensor_elems)
     : num_nodes_(num_nodes),
       block_elems_(block_elems),
       required_(required),
       staging_(staging),
+      tensor_elems_(AllOf(required, std::move(tensor_elems))),
       sum_(block_elems),
       nodes_(num_nodes) {}
+
+bool GradientAccumulator::CoversTensors(const NodeState& ns) const {
+  for (const auto& [b, e] : tensor_elems_) {
+    if (!ns.Covers(b, e)) return false;
+  }
+  return true;
+}
+
+template <class Fn>
+void GradientAccumulator::ForEachTensorPart(uint32_t begin, uint32_t end, Fn fn) const {
+  for (const auto& [b, e] : tensor_elems_) {
+    if (e <= begin) continue;
+    if (b >= end) break;
+    fn(std::max(b, begin), std::min(e, end));
+  }
+}
+
+void GradientAccumulator::ZeroPadding(uint32_t begin, uint32_t end) {
+  uint32_t at = begin;
+  ForEachTensorPart(begin, end, [&](uint32_t first, uint32_t last) {
+    std::fill(sum_.data() + at, sum_.data() + first, 0.0f);
+    at = last;
+  });
+  std::fill(sum_.data() + at, sum_.data() + end, 0.0f);
+}
 
 GradientAccumulator::~GradientAccumulator() {
   for (NodeState& ns : nodes_) FreeStaging(ns);
@@ -101,22 +138,30 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
   }
   Insert(ns, begin, end);  // cannot fail: checked above
   Fold(node, begin, end, data, dtype);
-  if (node == head_ && ns.Covers(0, required_)) AdvanceHead();
+  if (node == head_ && CoversTensors(ns)) AdvanceHead();
   return Outcome::kApplied;
 }
 
 bool GradientAccumulator::NeedsStaging(uint32_t node, uint32_t offset, uint32_t count) const {
   const NodeState& ns = nodes_[node];
-  return node != head_ && ns.staging.empty() &&
+  bool tensor = false;  // a piece of padding alone is never folded, so never staged
+  ForEachTensorPart(offset, std::min(offset + count, required_),
+                    [&](uint32_t, uint32_t) { tensor = true; });
+  return node != head_ && ns.staging.empty() && tensor &&
          !ns.Covers(offset, std::min(offset + count, required_));
 }
 
 void GradientAccumulator::Fold(uint32_t node, uint32_t begin, uint32_t end,
                                absl::Span<const ChunkView::Segment> data, v1::DType dtype) {
-  ForEachElementRun(data, DTypeSize(dtype), [&](const void* p, size_t first, size_t n) {
+  const size_t esize = DTypeSize(dtype);
+  ForEachElementRun(data, esize, [&](const void* p, size_t first, size_t n) {
     const uint64_t at = begin + first;
-    if (at >= end) return;  // layout padding
-    FoldRun(node, static_cast<uint32_t>(at), std::min<uint64_t>(n, end - at), p, dtype);
+    if (at >= end) return;  // tail padding
+    const auto run_end = static_cast<uint32_t>(std::min<uint64_t>(at + n, end));
+    // Only tensor elements are folded; alignment padding is skipped.
+    ForEachTensorPart(static_cast<uint32_t>(at), run_end, [&](uint32_t a, uint32_t b) {
+      FoldRun(node, a, b - a, static_cast<const uint8_t*>(p) + (a - at) * esize, dtype);
+    });
   });
 }
 
@@ -157,25 +202,31 @@ bool GradientAccumulator::Commit(uint32_t offset, uint32_t count, uint64_t epoch
   auto it = std::find(claimed_.begin(), claimed_.end(), std::make_pair(offset, offset + count));
   if (epoch != epoch_ || it == claimed_.end()) return false;
   claimed_.erase(it);
+  ZeroPadding(offset, offset + count);  // the payload's padding landed in the sum too
   Insert(nodes_[0], offset, offset + count);  // cannot overlap: Claim and Add saw to it
-  if (head_ == 0 && nodes_[0].Covers(0, required_)) AdvanceHead();
+  if (head_ == 0 && CoversTensors(nodes_[0])) AdvanceHead();
   return true;
 }
 
 void GradientAccumulator::Abandon(uint32_t offset, uint32_t count, uint64_t epoch) {
   auto it = std::find(claimed_.begin(), claimed_.end(), std::make_pair(offset, offset + count));
-  if (epoch == epoch_ && it != claimed_.end()) claimed_.erase(it);
+  if (epoch != epoch_ || it == claimed_.end()) return;
+  claimed_.erase(it);
+  ZeroPadding(offset, offset + count);  // tensor elements are overwritten by the piece resent
 }
 
 void GradientAccumulator::AdvanceHead() {
-  while (head_ < num_nodes_ && nodes_[head_].Covers(0, required_)) {
+  while (head_ < num_nodes_ && CoversTensors(nodes_[head_])) {
     ++head_;
     if (head_ == num_nodes_) break;
-    // The new head's pieces all arrived early: fold them now, in order.
+    // The new head's pieces all arrived early: fold them now, in order
+    // (their tensor elements: only those were staged).
     NodeState& next = nodes_[head_];
     if (next.staging.empty()) continue;
-    for (const auto& [b, e] : next.received) {
-      AccumulateFloats(next.staging.data() + b, e - b, v1::DTYPE_FP32, sum_.data() + b);
+    for (const auto& [rb, re] : next.received) {
+      ForEachTensorPart(rb, re, [&](uint32_t b, uint32_t e) {
+        AccumulateFloats(next.staging.data() + b, e - b, v1::DTYPE_FP32, sum_.data() + b);
+      });
     }
     FreeStaging(next);
   }
@@ -186,7 +237,7 @@ void GradientAccumulator::AdvanceHead() {
 std::vector<uint32_t> GradientAccumulator::MissingNodes() const {
   std::vector<uint32_t> missing;
   for (uint32_t k = head_; k < num_nodes_; ++k) {
-    if (!nodes_[k].Covers(0, required_)) missing.push_back(k);
+    if (!CoversTensors(nodes_[k])) missing.push_back(k);
   }
   return missing;
 }

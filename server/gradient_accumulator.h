@@ -43,12 +43,16 @@ class GradientAccumulator {
   // the staging budget has no room for one; nothing changed.
   enum class Outcome { kApplied, kDuplicate, kNoStaging };
 
-  // `required` elements at the start of the block must be covered by each
-  // node (the rest is layout padding, implicitly zero and never folded).
+  // Of the first `required` elements of the block, those in `tensor_elems`
+  // (sorted, disjoint [first, last) intervals; empty: all of them) must be
+  // covered by each node and are folded. The rest is layout padding (the
+  // alignment between tensors, and the tail past `required`): a node may
+  // push it or not; it is never folded, and the sum holds zero there.
   // Staging buffers come from `staging` (null: unbounded), which must
   // outlive the accumulator.
   GradientAccumulator(uint32_t num_nodes, uint32_t block_elems, uint32_t required,
-                      StagingBudget* staging = nullptr);
+                      StagingBudget* staging = nullptr,
+                      std::vector<std::pair<uint32_t, uint32_t>> tensor_elems = {});
   ~GradientAccumulator();
   GradientAccumulator(const GradientAccumulator&) = delete;
   GradientAccumulator& operator=(const GradientAccumulator&) = delete;
@@ -94,14 +98,14 @@ class GradientAccumulator {
   // claimed (an Add of it now would be UNAVAILABLE).
   bool Claimed(uint32_t node, uint32_t offset, uint32_t count) const;
 
-  // True once every node has covered the required range and all are folded.
+  // True once every node has covered the block's tensor elements and all are folded.
   bool complete() const { return head_ == num_nodes_; }
 
   // The summed gradient; valid in full once complete().
   const float* sum() const { return sum_.data(); }
   uint32_t required() const { return required_; }
 
-  // Node ids that have not yet covered the required range, for error messages.
+  // Node ids that have not yet covered the tensor elements, for error messages.
   std::vector<uint32_t> MissingNodes() const;
 
   // Forgets every piece and claim (the next step starts); staging buffers
@@ -122,6 +126,14 @@ class GradientAccumulator {
 
   // Records [begin, end) as received; false if it overlaps part of an earlier piece.
   static bool Insert(NodeState& node, uint32_t begin, uint32_t end);
+  // True when `ns` has covered every tensor element of the block.
+  bool CoversTensors(const NodeState& ns) const;
+  // Calls fn(first, last) for each part of [begin, end) that is tensor elements.
+  template <class Fn>
+  void ForEachTensorPart(uint32_t begin, uint32_t end, Fn fn) const;
+  // Zeroes the sum's padding elements within [begin, end) (written by a
+  // payload received in place).
+  void ZeroPadding(uint32_t begin, uint32_t end);
   // Folds the elements of `data` (starting at element `begin`) that lie below `end`.
   void Fold(uint32_t node, uint32_t begin, uint32_t end,
             absl::Span<const ChunkView::Segment> data, v1::DType dtype);
@@ -135,6 +147,7 @@ class GradientAccumulator {
   const uint32_t block_elems_;
   const uint32_t required_;
   StagingBudget* const staging_;
+  const std::vector<std::pair<uint32_t, uint32_t>> tensor_elems_;  // sorted, within [0, required_)
   AlignedBuffer<float> sum_;
   std::vector<NodeState> nodes_;
   uint32_t head_ = 0;  // nodes [0, head_) are complete and folded

@@ -29,9 +29,9 @@ Job::Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_inde
   for (uint64_t b = blocks_.begin; b < blocks_.end; ++b) {
     uint64_t begin = b * be;
     auto required = static_cast<uint32_t>(std::min<uint64_t>(be, layout_.used_elems - begin));
-    blocks_data_.push_back(std::make_unique<Block>(b, b - blocks_.begin, begin, required, be,
-                                                   spec_.num_nodes(), HasLowp(spec_),
-                                                   staging_.get()));
+    blocks_data_.push_back(std::make_unique<Block>(
+        b, b - blocks_.begin, begin, required, be, spec_.num_nodes(), HasLowp(spec_),
+        staging_.get(), TensorElements(layout_, begin, begin + required)));
   }
 }
 

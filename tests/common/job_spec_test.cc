@@ -72,6 +72,17 @@ TEST(JobSpecTest, LayoutAlignsTensorsAndPadsToBlocks) {
   EXPECT_EQ(layout.num_blocks(), 3u);
 }
 
+// w: [0, 70), padding [70, 128), b: [128, 138), padding to 192; blocks of 64.
+TEST(JobSpecTest, TensorElementsLeaveOutThePadding) {
+  Layout layout = LayoutOf(*NormalizeJobSpec(GoodSpec()));
+  using V = std::vector<std::pair<uint32_t, uint32_t>>;
+  EXPECT_EQ(TensorElements(layout, 0, 64), (V{{0, 64}}));
+  EXPECT_EQ(TensorElements(layout, 64, 128), (V{{0, 6}}));
+  EXPECT_EQ(TensorElements(layout, 128, 192), (V{{0, 10}}));
+  EXPECT_EQ(TensorElements(layout, 60, 140), (V{{0, 10}, {68, 78}}));
+  EXPECT_EQ(TensorElements(layout, 70, 128), V{});
+}
+
 TEST(JobSpecTest, FirstDifferenceNamesTheField) {
   auto a = *NormalizeJobSpec(GoodSpec());
   auto b = a;

@@ -276,5 +276,84 @@ TEST(GradientAccumulatorTest, LongFirstNodePiecesStreamTheSameBits) {
   }
 }
 
+// A block of 64 elements, 50 before the tail: tensors at [0, 20) and
+// [32, 50), alignment padding at [20, 32).
+const std::vector<std::pair<uint32_t, uint32_t>> kTensors = {{0, 20}, {32, 50}};
+
+// The sum's value at i: sum of the nodes' gradients on tensor elements,
+// zero on padding.
+std::vector<float> TensorSum(const std::vector<std::vector<float>>& grads) {
+  std::vector<float> want(64, 0.0f);
+  for (const auto& [b, e] : kTensors) {
+    for (uint32_t i = b; i < e; ++i) {
+      for (const auto& g : grads) want[i] += g[i];
+    }
+  }
+  return want;
+}
+
+// Nodes may push the padding or leave it out; either way it is never
+// folded and the sum holds zero there, in any arrival order, through
+// staging too.
+TEST(GradientAccumulatorTest, PaddingBetweenTensorsMayBeLeftOutAndIsNeverFolded) {
+  const auto g0 = RandomGrad(64, 21), g1 = RandomGrad(64, 22);  // padding not zero
+  for (bool node1_first : {false, true}) {
+    SCOPED_TRACE(node1_first ? "node 1 first (staged)" : "in order");
+    GradientAccumulator acc(2, 64, 50, nullptr, kTensors);
+    auto push_tensors = [&](uint32_t node, const std::vector<float>& g) {
+      for (const auto& [b, e] : kTensors) {
+        ASSERT_EQ(*acc.Add(node, b, e - b, g.data() + b, v1::DTYPE_FP32), Outcome::kApplied);
+      }
+    };
+    auto push_flat = [&](uint32_t node, const std::vector<float>& g) {
+      ASSERT_EQ(*acc.Add(node, 0, 64, g.data(), v1::DTYPE_FP32), Outcome::kApplied);
+    };
+    if (node1_first) {
+      push_flat(1, g1);
+      EXPECT_FALSE(acc.complete());
+      push_tensors(0, g0);
+    } else {
+      push_tensors(0, g0);
+      EXPECT_FALSE(acc.complete());
+      EXPECT_EQ(acc.MissingNodes(), std::vector<uint32_t>{1});
+      push_flat(1, g1);
+    }
+    ASSERT_TRUE(acc.complete());
+    const std::vector<float> want = TensorSum({g0, g1});
+    EXPECT_EQ(std::memcmp(acc.sum(), want.data(), 64 * 4), 0);
+  }
+}
+
+// A node that leaves out part of a tensor is still missing.
+TEST(GradientAccumulatorTest, TensorElementsLeftOutKeepTheNodeMissing) {
+  GradientAccumulator acc(1, 64, 50, nullptr, kTensors);
+  const auto g = RandomGrad(64, 23);
+  ASSERT_TRUE(acc.Add(0, 0, 20, g.data(), v1::DTYPE_FP32).ok());
+  ASSERT_TRUE(acc.Add(0, 32, 17, g.data() + 32, v1::DTYPE_FP32).ok());
+  EXPECT_FALSE(acc.complete());
+  EXPECT_EQ(acc.MissingNodes(), std::vector<uint32_t>{0});
+  ASSERT_TRUE(acc.Add(0, 49, 1, g.data() + 49, v1::DTYPE_FP32).ok());
+  EXPECT_TRUE(acc.complete());
+}
+
+// A payload received in place lands its padding in the sum: committing
+// zeroes it, and so does giving the claim back.
+TEST(GradientAccumulatorTest, ClaimedPaddingIsZeroedOnCommitAndAbandon) {
+  const auto g = RandomGrad(64, 24);
+  GradientAccumulator acc(1, 64, 50, nullptr, kTensors);
+  float* into = acc.Claim(0, 0, 50, v1::DTYPE_FP32);
+  ASSERT_NE(into, nullptr);
+  std::memcpy(into, g.data(), 50 * 4);
+  acc.Abandon(0, 50, acc.epoch());
+  for (uint32_t i = 20; i < 32; ++i) EXPECT_EQ(acc.sum()[i], 0.0f) << i;
+  into = acc.Claim(0, 0, 50, v1::DTYPE_FP32);
+  ASSERT_NE(into, nullptr);
+  std::memcpy(into, g.data(), 50 * 4);
+  ASSERT_TRUE(acc.Commit(0, 50, acc.epoch()));
+  ASSERT_TRUE(acc.complete());
+  const std::vector<float> want = TensorSum({g});
+  EXPECT_EQ(std::memcmp(acc.sum(), want.data(), 64 * 4), 0);
+}
+
 }  // namespace
 }  // namespace zerostate::server

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -65,8 +66,10 @@ class JobTest : public ::testing::Test {
   std::vector<float> Grad(uint32_t node, uint64_t step) {
     std::mt19937 rng(node * 1000 + step);
     std::uniform_real_distribution<float> d(-1, 1);
-    std::vector<float> g(job_->layout().total_elems);
-    for (uint64_t i = 0; i < job_->layout().used_elems; ++i) g[i] = d(rng);
+    std::vector<float> g(job_->layout().total_elems);  // padding stays zero
+    for (const TensorSlot& t : job_->layout().tensors) {
+      for (uint64_t i = t.offset; i < t.offset + t.numel; ++i) g[i] = d(rng);
+    }
     return g;
   }
 
@@ -209,6 +212,34 @@ TEST_F(JobTest, PushRacingAnInPlaceReceiveWaitsForIt) {
   }
   PushAll(1, 0, Grad(1, 0));
   EXPECT_TRUE(DoStep(0).ok());
+}
+
+// A trainer may push tensor by tensor, leaving out the alignment padding
+// between them: the step completes, and padding weights stay zero even
+// when a node does push non-zero padding.
+TEST_F(JobTest, TensorsPushedWithoutTheirPaddingCompleteTheStep) {
+  const Layout& layout = job_->layout();
+  auto g0 = Grad(0, 0);
+  for (const TensorSlot& t : layout.tensors) {
+    for (uint64_t at = t.offset; at < t.offset + t.numel;) {
+      const uint64_t block = at / kBlock;
+      const uint64_t end = std::min(t.offset + t.numel, (block + 1) * kBlock);
+      std::vector<float> piece(g0.begin() + at, g0.begin() + end);
+      auto r = job_->Push(GradChunk(0, 0, block, static_cast<uint32_t>(at % kBlock), piece));
+      ASSERT_TRUE(r.ok()) << r.status();
+      at = end;
+    }
+  }
+  auto g1 = Grad(1, 0);
+  std::fill(g1.begin() + layout.tensors[0].offset + layout.tensors[0].numel,
+            g1.begin() + layout.tensors[1].offset, 7.0f);  // non-zero padding
+  PushAll(1, 0, g1);
+  ASSERT_TRUE(DoStep(0).ok());
+  const std::vector<float> w = Weights(1);
+  for (uint64_t i = layout.tensors[0].offset + layout.tensors[0].numel;
+       i < layout.tensors[1].offset; ++i) {
+    ASSERT_EQ(w[i], 0.0f) << "padding element " << i;
+  }
 }
 
 TEST_F(JobTest, SkippedStepAdvancesVersionOnly) {
