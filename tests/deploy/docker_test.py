@@ -5,9 +5,13 @@ no Docker engine on the build machines):
                                           user, no build tools at run time
   docker_test.py LddTest SERVER WORKER    every shared library the built
                                           binaries load comes from a package
-                                          the runtime stage installs; exits
+                                          the runtime stage installs (or, for
+                                          a worker built with CUDA, is copied
+                                          from NVIDIA's image by the
+                                          ZEROSTATE_CUDA=ON stages); exits
                                           77 (skip) when a binary is absent
 """
+import fnmatch
 import os
 import re
 import shutil
@@ -24,8 +28,12 @@ BUILD_TOOL = re.compile(r"(-dev$|^g\+\+|^gcc|^clang|^cmake$|^ninja-build$|^make$
                         r"^pkg-config$|^protobuf-compiler)")
 
 
-def parse(path):
-    """Returns (default ARGs, {stage: (base, [instructions])}, final stage)."""
+CUDA_DIR = "/usr/local/cuda"
+
+
+def parse(path, overrides=None):
+    """Returns (ARGs, {stage: (base, [instructions])}, final stage): the ARGs'
+    defaults, with `overrides` (build args) applied."""
     with open(path, encoding="utf-8") as f:
         text = re.sub(r"\\\n", " ", f.read())
     args, stages, current = {}, {}, None
@@ -36,7 +44,7 @@ def parse(path):
         op, _, rest = line.partition(" ")
         if op == "ARG" and current is None and "=" in rest:
             k, v = rest.split("=", 1)
-            args[k] = v
+            args[k] = (overrides or {}).get(k, v)
         elif op == "FROM":
             m = re.fullmatch(r"(\S+)(?:\s+AS\s+(\S+))?", rest, re.I)
             base = re.sub(r"\$\{(\w+)\}", lambda g: args.get(g.group(1), ""), m.group(1))
@@ -64,10 +72,26 @@ def apt_packages(instructions):
     return pkgs
 
 
-def runtime_packages(path):
-    _, stages, final = parse(path)
+def copied_from_cuda(instructions):
+    """File name patterns that COPY --from=cuda brings in."""
+    names = []
+    for op, rest in instructions:
+        words = rest.split()
+        if op == "COPY" and "--from=cuda" in words:
+            names += [os.path.basename(w) for w in words[:-1] if not w.startswith("--")]
+    return names
+
+
+def runtime_packages(path, overrides=None):
+    _, stages, final = parse(path, overrides)
     names = chain(stages, final)
     return [p for n in names for p in apt_packages(stages[n][1])], stages[names[-1]][0]
+
+
+def runtime_cuda_files(path):
+    """What the runtime stage built with ZEROSTATE_CUDA=ON copies from NVIDIA's image."""
+    _, stages, final = parse(path, {"ZEROSTATE_CUDA": "ON"})
+    return [f for n in chain(stages, final) for f in copied_from_cuda(stages[n][1])]
 
 
 class StaticTest(unittest.TestCase):
@@ -113,10 +137,14 @@ class StaticTest(unittest.TestCase):
         self.assertFalse(BUILD_TOOL.search("libgrpc++1.51"))
 
 
-def ldd_packages(binary):
-    """Debian packages of the shared libraries `binary` loads."""
+def ldd_libraries(binary):
     out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
-    libs = re.findall(r"=> (/\S+)", out)
+    return re.findall(r"=> (/\S+)", out)
+
+
+def ldd_packages(binary, libs=None):
+    """Debian packages of the shared libraries `binary` loads (or of `libs`)."""
+    libs = ldd_libraries(binary) if libs is None else libs
     # Debian 12 is usr-merged: dpkg may know a library by either prefix.
     names = {c: lib for lib in libs for c in (lib, os.path.realpath(lib),
                                               re.sub(r"^/usr", "", lib), "/usr" + lib)}
@@ -135,8 +163,22 @@ class LddTest(unittest.TestCase):
     def test_runtime_stage_installs_every_loaded_library(self):
         for image, binary in self.binaries.items():
             with self.subTest(image=image):
-                have = set(runtime_packages(os.path.join(DOCKER, f"{image}.Dockerfile"))[0])
-                missing = sorted(ldd_packages(binary) - have - IN_SLIM)
+                dockerfile = os.path.join(DOCKER, f"{image}.Dockerfile")
+                libs = ldd_libraries(binary)
+                cuda = [lib for lib in libs if os.path.realpath(lib).startswith(CUDA_DIR)
+                        or lib.startswith(CUDA_DIR)]
+                # A binary built with the CUDA backend is what the
+                # ZEROSTATE_CUDA=ON build of the image holds.
+                overrides = {"ZEROSTATE_CUDA": "ON"} if cuda else None
+                have = set(runtime_packages(dockerfile, overrides)[0])
+                copied = runtime_cuda_files(dockerfile) if cuda else []
+                not_copied = [lib for lib in cuda
+                              if not any(fnmatch.fnmatch(os.path.basename(lib), pattern)
+                                         for pattern in copied)]
+                self.assertEqual(not_copied, [], f"{binary} loads CUDA libraries that "
+                                 f"{image}.Dockerfile's ZEROSTATE_CUDA=ON runtime does not copy")
+                others = [lib for lib in libs if lib not in cuda]
+                missing = sorted(ldd_packages(binary, others) - have - IN_SLIM)
                 self.assertEqual(missing, [], f"{binary} loads libraries of these packages, "
                                  f"not installed by {image}.Dockerfile's runtime stage")
 
