@@ -1,6 +1,8 @@
 // FaultProxy over real loopback sockets, in front of a real echo server.
 #include "tests/testing/fault_proxy.h"
 
+#include "absl/time/clock.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -122,6 +124,11 @@ class FaultProxyTest : public ::testing::Test {
 TEST_F(FaultProxyTest, ForwardsBothWays) {
   ExpectEcho(std::string(300000, 'x'));  // more than one read and one queue slot
   EXPECT_EQ(proxy_->accepted(), 1);
+  // The proxy counts bytes after it wrote them, so the echo can reach us
+  // before the count of its last piece: wait for the counts to settle.
+  for (int i = 0; i < 500 && proxy_->forwarded(FaultProxy::Direction::kToClient) < 300000u; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   EXPECT_EQ(proxy_->forwarded(FaultProxy::Direction::kToTarget), 300000u);
   EXPECT_EQ(proxy_->forwarded(FaultProxy::Direction::kToClient), 300000u);
 }
