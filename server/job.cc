@@ -671,6 +671,14 @@ absl::Status Job::SnapshotBlock(uint64_t local, uint64_t version, absl::Time dea
                                           " without a copy-on-write snapshot"));
 }
 
+absl::Status Job::RestoreTrainerState(uint64_t version, const std::string& state) {
+  if (auto s = TrainerStates::Check(state); !s.ok()) {
+    return absl::DataLossError(absl::StrCat("checkpoint manifest ", s.message()));
+  }
+  if (!state.empty()) trainer_states_.Record(version, state);
+  return absl::OkStatus();
+}
+
 absl::Status Job::RestoreBlock(uint64_t local, const float* state, uint64_t version) {
   Block& b = *blocks_data_[local];
   absl::MutexLock lock(&b.mu);

@@ -157,6 +157,9 @@ class Job {
 
   // What the coordinator's Steps carried (StepRequest.trainer_state).
   const TrainerStates& trainer_states() const { return trainer_states_; }
+  // Keeps a restored checkpoint's trainer state as version `version`'s.
+  // Errors: DATA_LOSS (too large to have come from a Step).
+  absl::Status RestoreTrainerState(uint64_t version, const std::string& state);
 
   // Checks a gather request; returns the element range it covers.
   absl::StatusOr<Range> CheckGather(const v1::GatherRequest& req) const;

@@ -193,7 +193,7 @@ absl::Status LoadShard(const CheckpointReader& reader, Job& job) {
     if (auto s = reader.ReadBlock(job.blocks().begin + local, state.data()); !s.ok()) return s;
     if (auto s = job.RestoreBlock(local, state.data(), reader.version()); !s.ok()) return s;
   }
-  return absl::OkStatus();
+  return job.RestoreTrainerState(reader.version(), reader.manifests()[0].trainer_state());
 }
 
 }  // namespace

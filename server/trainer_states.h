@@ -3,7 +3,8 @@
 // that every rank and a later run read what the coordinator decided
 // without a rendezvous. Opaque bytes; only the newest kKept versions are
 // kept: readers ask for the version they just reached or resume from.
-// Lives and dies with the Job (a restored job starts with none).
+// Lives and dies with the Job; a checkpoint keeps its version's state
+// (ShardManifest.trainer_state), and a restored job starts with it.
 // Thread-safe.
 #pragma once
 

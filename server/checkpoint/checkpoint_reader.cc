@@ -46,9 +46,9 @@ absl::Status CheckAgree(const v1::ShardManifest& first, const v1::ShardManifest&
                         const std::string& name) {
   std::string diff = FirstDifference(first.spec(), m.spec());
   if (!diff.empty() || m.version() != first.version() || m.arrays() != first.arrays() ||
-      m.num_shards() != first.num_shards()) {
+      m.num_shards() != first.num_shards() || m.trainer_state() != first.trainer_state()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        name, " disagrees with shard 0 on the job, version or layout ", diff));
+        name, " disagrees with shard 0 on the job, version, layout or trainer state ", diff));
   }
   return absl::OkStatus();
 }

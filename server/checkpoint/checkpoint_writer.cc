@@ -21,6 +21,9 @@ v1::ShardManifest ManifestOf(const Job& job, uint64_t version) {
   m.set_arrays(job.tier_shape().arrays);
   m.set_data_file(ShardDataName(job.shard_index(), job.servers().size()));
   m.set_created_at(absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
+  if (auto state = job.trainer_states().Find(version); state.has_value()) {
+    m.set_trainer_state(*std::move(state));
+  }
   return m;
 }
 

@@ -98,6 +98,7 @@ struct Cluster {
       v1::StepRequest req;
       req.set_step(step);
       req.set_lr(0.01f);
+      req.set_trainer_state(absl::StrCat("trainer state of version ", step + 1));
       ASSERT_TRUE(j.Step(req, absl::Now() + absl::Seconds(5), pool).ok());
     }
   }
@@ -388,6 +389,36 @@ class BadCheckpointTest : public CheckpointTest {
   std::unique_ptr<Cluster> target_;
   std::vector<float> before_;
 };
+
+// The trainer's state of the checkpoint's version (StepRequest.trainer_state)
+// comes back with the job, on every server of any count.
+TEST_F(CheckpointTest, RestoredJobKeepsTheTrainerStateOfItsVersion) {
+  Cluster a(2);
+  a.Register();
+  a.Step(0);
+  a.Step(1);
+  std::string dir = a.Checkpoint(root_, 2);
+  Cluster b(3);
+  ASSERT_TRUE(b.Restore(dir).ok());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(b.job(i).trainer_states().Find(2), "trainer state of version 2") << "server " << i;
+  }
+}
+
+TEST_F(BadCheckpointTest, TrainerStateTooLargeToComeFromAStep) {
+  for (uint32_t shard : {0u, 1u}) {
+    std::string path = dir_ + "/" + ShardManifestName(shard, 2);
+    auto m = *ReadManifest(path);
+    m.set_trainer_state(std::string(2000, 'x'));
+    ASSERT_TRUE(WriteManifest(path, m).ok());
+  }
+  ExpectRefused(absl::StatusCode::kDataLoss, "trainer_state");
+}
+
+TEST_F(BadCheckpointTest, ShardsThatDisagreeOnTheTrainerState) {
+  EditManifest([](v1::ShardManifest& m) { m.set_trainer_state("another"); });
+  ExpectRefused(absl::StatusCode::kFailedPrecondition, "trainer state");
+}
 
 TEST_F(BadCheckpointTest, MissingManifest) {
   std::filesystem::remove(dir_ + "/" + ShardManifestName(1, 2));
