@@ -188,54 +188,37 @@ class Session final : public Job::GatherSink {
                                                                              uint64_t{1} << 40)));
   }
 
-  // A push frame's payload claimed in place (Job::ClaimPush), with the job
-  // it belongs to kept alive: members go in reverse order, claim first.
-  struct InPlacePush {
-    std::shared_ptr<Job> job;
+  // What a push frame is for: its job, authorized once for the frame, and
+  // the claim on the block's sum when its payload is received in place.
+  // Members go in reverse order: the claim before the job it points into.
+  struct PushTarget {
+    absl::StatusOr<std::shared_ptr<Job>> job;
     Job::PushClaim claim;
   };
-
-  // The claim for push frame `f`'s payload; empty when the frame is not
-  // one to receive in place (or is bad: Push then says why).
-  InPlacePush ClaimInPlace(const FrameStart& f) {
-    InPlacePush p;
-    const v1::Chunk& c = f.meta.chunk();
-    if (c.node() != 0 || c.dtype() != v1::DTYPE_FP32) return p;  // never in place
-    auto job = ctx_.jobs->Authorize(c.job_id(), f.meta.token());
-    if (!job.ok()) return p;
-    p.job = *std::move(job);
-    p.claim = p.job->ClaimPush(FrameChunkView(f.meta.chunk(), nullptr, 0).fields,
-                               f.header.payload_len);
-    return p;
-  }
-
-  // A push that would wait for staging memory in Job::Push waits before
-  // its payload is read, not holding a frame buffer meanwhile: with many
-  // connections of early nodes waiting, their buffers could fill the pool
-  // the head node's frames need. Node 0 is always its blocks' head (or
-  // done), so its frames skip the look-up.
-  void AwaitStagingRoom(const FrameStart& f) {
-    const v1::Chunk& c = f.meta.chunk();
-    if (c.node() == 0) return;
-    auto job = ctx_.jobs->Authorize(c.job_id(), f.meta.token());
-    if (!job.ok()) return;  // Push says why
-    (*job)->AwaitStagingRoom(FrameChunkView(c, nullptr, 0).fields, f.header.payload_len,
-                             DeadlineOf(f.meta));
-  }
 
   absl::Status ServePush(const FrameStart& f) {
     const absl::Time start = absl::Now();
     const size_t bytes = f.header.payload_len;
-    // The first node's fp32 payload goes straight into the block's sum;
-    // any other into a buffer, held while it is read and folded (waiting
-    // while the server's frames in flight fill the budget; no lock held).
-    InPlacePush in_place = ClaimInPlace(f);
+    const ChunkFields fields = FrameChunkView(f.meta.chunk(), nullptr, 0).fields;
+    PushTarget target{ctx_.jobs->Authorize(fields.job_id, f.meta.token()), {}};
+    // The first node's fp32 payload goes straight into the block's sum
+    // (ClaimPush says when); any other into a buffer, held while it is read
+    // and folded (waiting while the server's frames in flight fill the
+    // budget; no lock held). A bad frame gets neither: Push says why.
+    if (target.job.ok()) target.claim = (*target.job)->ClaimPush(fields, bytes);
     DataBufferPool::Lease payload;
-    if (in_place.claim.data() == nullptr) {
-      AwaitStagingRoom(f);
+    if (target.claim.data() == nullptr) {
+      // A push that would wait for staging memory in Job::Push waits before
+      // its payload is read, not holding a frame buffer meanwhile: with many
+      // connections of early nodes waiting, their buffers could fill the
+      // pool the head node's frames need. Node 0 is always its blocks' head
+      // (or done), so its frames skip the look-up.
+      if (target.job.ok() && fields.node != 0) {
+        (*target.job)->AwaitStagingRoom(fields, bytes, DeadlineOf(f.meta));
+      }
       payload = ctx_.buffers->Borrow(bytes, /*wait=*/true);
     }
-    void* into = in_place.claim.data() != nullptr ? in_place.claim.data() : payload.data();
+    void* into = target.claim.data() != nullptr ? target.claim.data() : payload.data();
     absl::Status read = RecvExact(fd_, into, bytes);
     if (absl::IsDataLoss(read)) {
       return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
@@ -243,13 +226,14 @@ class Session final : public Job::GatherSink {
     if (!read.ok()) return read;  // the claim, if any, is given back
     // Applied and acknowledged on tasks_ while the next frame is read.
     const bool handed = tasks_.Run([this, start, meta = f.meta, payload = std::move(payload),
-                                    in_place = std::move(in_place), bytes]() mutable {
+                                    target = std::move(target), bytes]() mutable {
       bool duplicate = false;
-      absl::Status s = in_place.claim.data() != nullptr
-                           ? in_place.claim.Commit().status()
-                           : Push(meta, payload.data(), bytes, &duplicate);
+      absl::Status s = target.claim.data() != nullptr
+                           ? target.claim.Commit().status()
+                           : Push(target.job, meta, payload.data(), bytes, &duplicate);
       payload = DataBufferPool::Lease();  // given back
-      in_place = InPlacePush();
+      target.claim = Job::PushClaim();  // before the job it points into
+      target.job = nullptr;
       ctx_.metrics->RecordRpc(kPushMethod, s, absl::ToDoubleSeconds(absl::Now() - start), bytes, 0);
       v1::DataFrameMeta ack = Reply(ctx_.incarnation, s);
       ack.set_duplicate(duplicate);
@@ -258,9 +242,9 @@ class Session final : public Job::GatherSink {
     return handed ? absl::OkStatus() : absl::UnavailableError("client went away");
   }
 
-  absl::Status Push(const v1::DataFrameMeta& meta, const uint8_t* payload, size_t bytes,
-                    bool* duplicate) {
-    auto job = ctx_.jobs->Authorize(meta.chunk().job_id(), meta.token());
+  absl::Status Push(const absl::StatusOr<std::shared_ptr<Job>>& job,
+                    const v1::DataFrameMeta& meta, const uint8_t* payload, size_t bytes,
+                    bool* duplicate) const {
     if (!job.ok()) return job.status();
     // A push frame usually carries no timeout: it may wait for staging
     // memory (on this session's task thread, no lock held) as long as the

@@ -22,10 +22,6 @@ bool Overlaps(const std::vector<std::pair<uint32_t, uint32_t>>& ranges, uint32_t
   return false;
 }
 
-}  // namespace
-
-namespace {
-
 std::vector<std::pair<uint32_t, uint32_t>> AllOf(
     uint32_t required, std::vector<std::pair<uint32_t, uint32_t>> tensor_elems) {
   if (tensor_elems.empty() && required > 0) tensor_elems.emplace_back(0, required);
@@ -119,7 +115,7 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
   uint32_t end = std::min(offset + count, required_);
   NodeState& ns = nodes_[node];
   if (ns.Covers(begin, end)) return Outcome::kDuplicate;
-  if (node == 0 && Overlaps(claimed_, begin, end)) {
+  if (Claimed(node, begin, end - begin)) {
     return absl::UnavailableError(absl::StrCat(
         "chunk [", offset, ", ", offset + count, ") of node 0 is still being received on another "
         "connection; retry once that ends"));
@@ -144,11 +140,10 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
 
 bool GradientAccumulator::NeedsStaging(uint32_t node, uint32_t offset, uint32_t count) const {
   const NodeState& ns = nodes_[node];
+  const uint32_t end = std::min(offset + count, required_);
   bool tensor = false;  // a piece of padding alone is never folded, so never staged
-  ForEachTensorPart(offset, std::min(offset + count, required_),
-                    [&](uint32_t, uint32_t) { tensor = true; });
-  return node != head_ && ns.staging.empty() && tensor &&
-         !ns.Covers(offset, std::min(offset + count, required_));
+  ForEachTensorPart(offset, end, [&](uint32_t, uint32_t) { tensor = true; });
+  return node != head_ && ns.staging.empty() && tensor && !ns.Covers(offset, end);
 }
 
 void GradientAccumulator::Fold(uint32_t node, uint32_t begin, uint32_t end,
@@ -198,21 +193,25 @@ bool GradientAccumulator::Claimed(uint32_t node, uint32_t offset, uint32_t count
   return node == 0 && Overlaps(claimed_, offset, offset + count);
 }
 
-bool GradientAccumulator::Commit(uint32_t offset, uint32_t count, uint64_t epoch) {
+bool GradientAccumulator::EndClaim(uint32_t offset, uint32_t count, uint64_t epoch) {
   auto it = std::find(claimed_.begin(), claimed_.end(), std::make_pair(offset, offset + count));
   if (epoch != epoch_ || it == claimed_.end()) return false;
   claimed_.erase(it);
-  ZeroPadding(offset, offset + count);  // the payload's padding landed in the sum too
+  // The payload's padding landed in the sum too (its tensor elements, if
+  // given back, are overwritten by the piece resent).
+  ZeroPadding(offset, offset + count);
+  return true;
+}
+
+bool GradientAccumulator::Commit(uint32_t offset, uint32_t count, uint64_t epoch) {
+  if (!EndClaim(offset, count, epoch)) return false;
   Insert(nodes_[0], offset, offset + count);  // cannot overlap: Claim and Add saw to it
   if (head_ == 0 && CoversTensors(nodes_[0])) AdvanceHead();
   return true;
 }
 
 void GradientAccumulator::Abandon(uint32_t offset, uint32_t count, uint64_t epoch) {
-  auto it = std::find(claimed_.begin(), claimed_.end(), std::make_pair(offset, offset + count));
-  if (epoch != epoch_ || it == claimed_.end()) return;
-  claimed_.erase(it);
-  ZeroPadding(offset, offset + count);  // tensor elements are overwritten by the piece resent
+  EndClaim(offset, count, epoch);
 }
 
 void GradientAccumulator::AdvanceHead() {

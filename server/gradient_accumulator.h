@@ -134,6 +134,9 @@ class GradientAccumulator {
   // Zeroes the sum's padding elements within [begin, end) (written by a
   // payload received in place).
   void ZeroPadding(uint32_t begin, uint32_t end);
+  // Ends the claim of [offset, offset + count) made at `epoch`, zeroing its
+  // padding; false when there is none (Reset ran since).
+  bool EndClaim(uint32_t offset, uint32_t count, uint64_t epoch);
   // Folds the elements of `data` (starting at element `begin`) that lie below `end`.
   void Fold(uint32_t node, uint32_t begin, uint32_t end,
             absl::Span<const ChunkView::Segment> data, v1::DType dtype);

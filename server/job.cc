@@ -121,14 +121,27 @@ bool Job::IsStagingWait(const absl::Status& status) {
   return status.GetPayload(kStagingWaitPayload).has_value();
 }
 
-absl::StatusOr<Job::PushOutcome> Job::Push(const ChunkView& c, absl::Time deadline) {
+absl::StatusOr<Job::ChunkRef> Job::CheckPush(const ChunkView& c) const {
   auto ref = CheckChunk(c, spec_.grad_dtype(), "grad_dtype");
   if (!ref.ok()) return ref.status();
-  const ChunkFields& f = c.fields;
-  if (f.node >= spec_.num_nodes()) {
+  if (c.fields.node >= spec_.num_nodes()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("node: ", f.node, " is not below num_nodes ", spec_.num_nodes()));
+        absl::StrCat("node: ", c.fields.node, " is not below num_nodes ", spec_.num_nodes()));
   }
+  return ref;
+}
+
+absl::StatusOr<Job::ChunkRef> Job::CheckPush(const ChunkFields& fields, size_t data_bytes) const {
+  ChunkView view;
+  view.fields = fields;
+  view.data_bytes = data_bytes;
+  return CheckPush(view);
+}
+
+absl::StatusOr<Job::PushOutcome> Job::Push(const ChunkView& c, absl::Time deadline) {
+  auto ref = CheckPush(c);
+  if (!ref.ok()) return ref.status();
+  const ChunkFields& f = c.fields;
   Block& b = *ref->block;
   // Tries under the block's mutex; a piece that needs staging memory the
   // budget does not have waits for a change without the mutex (a wait under
@@ -182,11 +195,8 @@ absl::StatusOr<Job::PushOutcome> Job::Push(const ChunkView& c, absl::Time deadli
 
 void Job::AwaitStagingRoom(const ChunkFields& f, size_t data_bytes, absl::Time deadline) {
   if (staging_ == nullptr) return;
-  ChunkView view;
-  view.fields = f;
-  view.data_bytes = data_bytes;
-  auto ref = CheckChunk(view, spec_.grad_dtype(), "grad_dtype");
-  if (!ref.ok() || f.node >= spec_.num_nodes()) return;
+  auto ref = CheckPush(f, data_bytes);
+  if (!ref.ok()) return;
   Block& b = *ref->block;
   const uint64_t bytes = uint64_t{layout_.block_elems} * sizeof(float);
   while (!shutting_down_.load()) {
@@ -212,11 +222,8 @@ void Job::ReleaseStaging() {
 
 Job::PushClaim Job::ClaimPush(const ChunkFields& f, size_t data_bytes) {
   PushClaim claim;
-  ChunkView view;
-  view.fields = f;
-  view.data_bytes = data_bytes;
-  auto ref = CheckChunk(view, spec_.grad_dtype(), "grad_dtype");
-  if (!ref.ok() || f.node >= spec_.num_nodes()) return claim;
+  auto ref = CheckPush(f, data_bytes);
+  if (!ref.ok()) return claim;
   Block& b = *ref->block;
   absl::MutexLock lock(&b.mu);
   if (f.step != b.version) return claim;

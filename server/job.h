@@ -224,6 +224,10 @@ class Job {
   // Validates the placement and payload of a chunk of `dtype`.
   absl::StatusOr<ChunkRef> CheckChunk(const ChunkView& c, v1::DType dtype,
                                       const char* dtype_field) const;
+  // CheckChunk for a gradient push, and its node. With fields and a length
+  // only (no data): for the checks before a payload is read.
+  absl::StatusOr<ChunkRef> CheckPush(const ChunkView& c) const;
+  absl::StatusOr<ChunkRef> CheckPush(const ChunkFields& fields, size_t data_bytes) const;
   Block& block(uint64_t global_index) const { return *blocks_data_[global_index - blocks_.begin]; }
   // Waits under b.mu until pred() holds; the error names what was awaited.
   absl::Status AwaitBlock(Block& b, absl::Time deadline, const std::function<bool()>& pred,
