@@ -10,6 +10,7 @@
 #include "client/client.h"
 #include "client/ticket_state.h"
 #include "common/job_spec.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace zc = ::zerostate::client;
 namespace v1 = ::zerostate::v1;
@@ -122,6 +123,27 @@ int zs_attach_job(zs_client* client, const char* job_id, zs_job** out, char** er
 
 void zs_job_free(zs_job* job) { delete job; }
 
+int zs_register_job_json(zs_client* client, const char* spec_json, zs_job** out, char** error) {
+  v1::JobSpec parsed;
+  auto s = google::protobuf::util::JsonStringToMessage(spec_json != nullptr ? spec_json : "",
+                                                       &parsed);
+  if (!s.ok()) {
+    return Report(absl::InvalidArgumentError(absl::StrCat(
+                      "spec_json: not a zerostate.v1.JobSpec: ", s.message().as_string())),
+                  error);
+  }
+  std::string bytes = parsed.SerializeAsString();
+  return zs_register_job(client, bytes.data(), bytes.size(), out, error);
+}
+
+int zs_restore_job(zs_client* client, const char* path, uint32_t num_nodes, zs_job** out,
+                   char** error) {
+  auto job = client->client->RestoreJob(path != nullptr ? path : "", num_nodes);
+  if (!job.ok()) return Report(job.status(), error);
+  *out = new zs_job{*std::move(job)};
+  return Report(absl::OkStatus(), error);
+}
+
 uint64_t zs_job_total_elems(const zs_job* job) { return job->job->layout().total_elems; }
 uint64_t zs_job_used_elems(const zs_job* job) { return job->job->layout().used_elems; }
 uint32_t zs_job_num_nodes(const zs_job* job) { return job->job->spec().num_nodes(); }
@@ -210,6 +232,32 @@ int zs_version(zs_job* job, uint64_t* version, char** error) {
   *version = *v;
   return Report(absl::OkStatus(), error);
 }
+
+int zs_step_with_state(zs_job* job, uint64_t step, float lr, float grad_scale, int skip,
+                       const void* state, size_t state_len, char** error) {
+  std::string trainer_state;
+  if (state != nullptr) trainer_state.assign(static_cast<const char*>(state), state_len);
+  return Report(job->job->Step(step, lr, grad_scale, skip != 0, trainer_state), error);
+}
+
+int zs_trainer_state(zs_job* job, uint64_t version, char** out, size_t* out_len, char** error) {
+  auto state = job->job->TrainerState(version);
+  if (!state.ok()) return Report(state.status(), error);
+  *out = static_cast<char*>(std::malloc(state->size() + 1));
+  std::memcpy(*out, state->data(), state->size());
+  (*out)[state->size()] = '\0';
+  *out_len = state->size();
+  return Report(absl::OkStatus(), error);
+}
+
+int zs_checkpoint(zs_job* job, uint64_t version, const char* root, char** path, char** error) {
+  auto written = job->job->Checkpoint(version, root != nullptr ? root : "");
+  if (!written.ok()) return Report(written.status(), error);
+  *path = CopyString(*written);
+  return Report(absl::OkStatus(), error);
+}
+
+int zs_job_delete(zs_job* job, char** error) { return Report(job->job->Delete(), error); }
 
 char* zs_job_token(const zs_job* job) { return CopyString(job->job->token()); }
 

@@ -97,6 +97,17 @@ int zs_register_job(zs_client* client, const void* spec, size_t spec_len, zs_job
  * (the token of another job), whether or not the job exists. */
 int zs_attach_job(zs_client* client, const char* job_id, zs_job** out, char** error);
 void zs_job_free(zs_job* job);
+/* The same from a zerostate.v1.JobSpec in protobuf's JSON mapping (field
+ * names as in the proto or lowerCamelCase; enums by name), for callers
+ * without generated protobuf code. Errors: ZS_INVALID_ARGUMENT (not JSON,
+ * an unknown field: the parser's message), then as zs_register_job. */
+int zs_register_job_json(zs_client* client, const char* spec_json, zs_job** out, char** error);
+/* Loads the checkpoint directory `path` (zs_checkpoint's answer) onto the
+ * client's servers and attaches to the job (Client::RestoreJob);
+ * num_nodes 0 keeps the checkpoint's. A job of the same id must not exist
+ * there (zs_job_delete it first). Errors: as Client::RestoreJob. */
+int zs_restore_job(zs_client* client, const char* path, uint32_t num_nodes, zs_job** out,
+                   char** error);
 
 /* The job's flat space: padded size, used size, nodes. */
 uint64_t zs_job_total_elems(const zs_job* job);
@@ -145,6 +156,32 @@ int zs_init_weights(zs_job* job, uint64_t begin, uint64_t end, const float* data
 
 /* The lowest version over every server's shard. */
 int zs_version(zs_job* job, uint64_t* version, char** error);
+
+/* zs_step carrying the trainer's own state for version step + 1 (at most
+ * 1024 bytes, opaque; JobClient::Step). */
+int zs_step_with_state(zs_job* job, uint64_t step, float lr, float grad_scale, int skip,
+                       const void* state, size_t state_len, char** error);
+/* The trainer state the Step that made `version` carried (malloc'd into
+ * *out, *out_len bytes; release with zs_free_string). Errors: ZS_NOT_FOUND
+ * (no server keeps one), ZS_INVALID_ARGUMENT (version 0). */
+int zs_trainer_state(zs_job* job, uint64_t version, char** out, size_t* out_len, char** error);
+
+/* Makes every server write its shard at `version` under `root` (absolute,
+ * reached by every server); *path receives <root>/<job_id>/v<version>
+ * (release with zs_free_string). Errors: as JobClient::Checkpoint. */
+int zs_checkpoint(zs_job* job, uint64_t version, const char* root, char** path, char** error);
+
+/* Deletes the job on every server (JobClient::Delete); the handle must
+ * still be freed. */
+int zs_job_delete(zs_job* job, char** error);
+
+/* Maps a DeepSpeed ds_config.json (the text) as zerostate-worker does
+ * (worker/ds_config.h): *train_json receives the resulting
+ * zerostate.v1.TrainConfig in protobuf's JSON mapping, *warnings the keys
+ * ignored, one per line ("" if none); release both with zs_free_string.
+ * Errors: ZS_INVALID_ARGUMENT naming the key. In libzerostate_client.so
+ * only (not the static library). */
+int zs_parse_ds_config(const char* json, char** train_json, char** warnings, char** error);
 
 /* The job's token, for the nodes that attach (malloc'd, NUL-terminated;
  * release with zs_free_string). A secret: never log it. */

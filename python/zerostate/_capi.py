@@ -1,0 +1,112 @@
+"""The C API of client/zerostate_c.h through ctypes.
+
+The library is found in this order: $ZEROSTATE_CLIENT_LIB (a path), a
+libzerostate_client.so next to this package, the build tree of a source
+checkout (build/client/), then the loader's search path."""
+
+import ctypes
+import os
+
+DTYPE_FP32 = 1
+DTYPE_BF16 = 2
+DTYPE_FP16 = 3
+
+# gRPC code numbers, as the C API returns them.
+CODE_NAMES = {
+    1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED",
+    5: "NOT_FOUND", 6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED",
+    9: "FAILED_PRECONDITION", 10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED",
+    13: "INTERNAL", 14: "UNAVAILABLE", 15: "DATA_LOSS", 16: "UNAUTHENTICATED",
+}
+
+_u64, _u32, _sz, _int = ctypes.c_uint64, ctypes.c_uint32, ctypes.c_size_t, ctypes.c_int
+_p, _cp = ctypes.c_void_p, ctypes.c_char_p
+_err = ctypes.POINTER(ctypes.c_void_p)  # char** (read as void* to free it ourselves)
+
+
+class ClientOptions(ctypes.Structure):
+    _fields_ = [
+        ("servers", ctypes.POINTER(ctypes.c_char_p)), ("num_servers", _sz),
+        ("channels_per_server", _int), ("streams_per_server", _int),
+        ("chunk_bytes", _sz), ("max_bytes_in_flight", _sz), ("rpc_timeout_ms", ctypes.c_int64),
+        ("max_attempts", _int), ("initial_backoff_ms", ctypes.c_int64),
+        ("max_backoff_ms", ctypes.c_int64), ("threads", _int),
+        ("tls_ca_file", _cp), ("tls_cert_file", _cp), ("tls_key_file", _cp),
+        ("plaintext", _int), ("job_token", _cp), ("data_plane_off", _int),
+    ]
+
+
+_SIGNATURES = {
+    "zs_client_options_init": (None, [ctypes.POINTER(ClientOptions)]),
+    "zs_connect": (_int, [ctypes.POINTER(ClientOptions), ctypes.POINTER(_p), _err]),
+    "zs_client_free": (None, [_p]),
+    "zs_register_job_json": (_int, [_p, _cp, ctypes.POINTER(_p), _err]),
+    "zs_attach_job": (_int, [_p, _cp, ctypes.POINTER(_p), _err]),
+    "zs_restore_job": (_int, [_p, _cp, _u32, ctypes.POINTER(_p), _err]),
+    "zs_job_free": (None, [_p]),
+    "zs_job_total_elems": (_u64, [_p]),
+    "zs_job_used_elems": (_u64, [_p]),
+    "zs_job_num_nodes": (_u32, [_p]),
+    "zs_job_tensor_range": (_int, [_p, _cp, ctypes.POINTER(_u64), ctypes.POINTER(_u64), _err]),
+    "zs_push_async": (None, [_p, _u64, _u32, _u64, _u64, _p, _sz, _int, ctypes.POINTER(_p)]),
+    "zs_ticket_wait": (_int, [_p, _err]),
+    "zs_ticket_free": (None, [_p]),
+    "zs_grad_stats": (_int, [_p, _u64, ctypes.POINTER(ctypes.c_double),
+                             ctypes.POINTER(_u64), _err]),
+    "zs_step_with_state": (_int, [_p, _u64, ctypes.c_float, ctypes.c_float, _int, _p, _sz,
+                                  _err]),
+    "zs_trainer_state": (_int, [_p, _u64, ctypes.POINTER(_p), ctypes.POINTER(_sz), _err]),
+    "zs_gather_async": (None, [_p, _u64, _u64, _u64, _p, _sz, _int, ctypes.POINTER(_p)]),
+    "zs_gather_master": (_int, [_p, _u64, _u64, _u64, _p, _sz, _err]),
+    "zs_init_weights": (_int, [_p, _u64, _u64, _p, _sz, _err]),
+    "zs_version": (_int, [_p, ctypes.POINTER(_u64), _err]),
+    "zs_checkpoint": (_int, [_p, _u64, _cp, ctypes.POINTER(_p), _err]),
+    "zs_job_delete": (_int, [_p, _err]),
+    "zs_parse_ds_config": (_int, [_cp, ctypes.POINTER(_p), ctypes.POINTER(_p), _err]),
+    "zs_job_token": (_p, [_p]),
+    "zs_free_string": (None, [_p]),
+}
+
+
+def _candidates():
+    env = os.environ.get("ZEROSTATE_CLIENT_LIB")
+    if env:
+        yield env
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    yield os.path.join(here, "libzerostate_client.so")
+    root = os.path.dirname(os.path.dirname(here))
+    yield os.path.join(root, "build", "client", "libzerostate_client.so")
+    yield "libzerostate_client.so"
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(f"{path} (absent)")
+            continue
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            tried.append(f"{path} ({e})")
+            continue
+        for name, (res, args) in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.restype, fn.argtypes = res, args
+        return lib
+    raise ImportError("zerostate: cannot load libzerostate_client.so (build it with `make` or "
+                      "set ZEROSTATE_CLIENT_LIB); tried: " + "; ".join(tried))
+
+
+lib = _load()
+
+
+def take_string(ptr):
+    """The malloc'd C string at `ptr` as str; frees it."""
+    if not ptr:
+        return ""
+    try:
+        return ctypes.string_at(ptr).decode("utf-8", "replace")
+    finally:
+        lib.zs_free_string(ptr)

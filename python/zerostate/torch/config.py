@@ -1,0 +1,66 @@
+"""ds_config.json for the engine: read by the worker's own rules through
+the C API (zs_parse_ds_config, worker/ds_config.h), so a key means the same
+to zerostate-worker and to zerostate.torch."""
+
+import json
+import warnings
+
+from zerostate.client import parse_ds_config
+
+KINDS = {"OPTIMIZER_ADAMW": "adamw", "OPTIMIZER_ADAM": "adam",
+         "OPTIMIZER_SGD_MOMENTUM": "sgd", "OPTIMIZER_LION": "lion"}
+
+
+class EngineConfig:
+    """The parts of a TrainConfig (proto/zerostate/v1/config.proto) the
+    engine honours, with the proto's defaults filled in."""
+
+    def __init__(self, config):
+        if config is None:
+            config = {}
+        if isinstance(config, dict):
+            text = json.dumps(config)
+        else:
+            with open(config) as f:
+                text = f.read()
+        train, notes = parse_ds_config(text)
+        for note in notes:
+            # The worker warns of stage 0 also when the section is absent.
+            if note.startswith("zero_optimization.stage: 0") and \
+                    "zero_optimization" not in json.loads(text):
+                continue
+            warnings.warn(note)
+        opt = train.get("optimizer", {})
+        self.kind = KINDS.get(opt.get("kind", "OPTIMIZER_ADAMW"), "adamw")
+        self.optimizer = opt
+        lion = self.kind == "lion"
+        self.betas = (opt.get("beta1", 0.9), opt.get("beta2", 0.99 if lion else 0.999))
+        self.eps = opt.get("eps", 1e-8)
+        self.weight_decay = opt.get("weight_decay", 0.0)
+        self.momentum = opt.get("momentum", 0.9)
+        self.nesterov = bool(opt.get("nesterov", False))
+        self.schedule = train.get("lr", {})
+        self.lr = self.schedule.get("lr", 1e-3)
+        self.has_schedule = "warmup_steps" in self.schedule or "decay" in self.schedule
+        self.clip = float(train.get("gradient_clipping", 0.0))
+        self.precision = train.get("precision", "PRECISION_FP32")
+        self.loss_scaling = train.get("loss_scaling", {})
+        self.grad_accum = int(train.get("grad_accum_steps", 1))
+        self.block_elems = int(train.get("block_elems", 0))
+        self.seed = int(train.get("seed", 1))
+
+    def learning_rate(self, step):
+        """The LR schedule of worker/lr_schedule.cc at `step` (from 0)."""
+        s = self.schedule
+        peak, start = s.get("lr", 1e-3), s.get("warmup_start_lr", 0.0)
+        warm = int(s.get("warmup_steps", 0))
+        if step < warm:
+            return start + (peak - start) * (step + 1) / warm
+        decay = s.get("decay", "LR_DECAY_NONE")
+        if decay not in ("LR_DECAY_LINEAR", "LR_DECAY_COSINE"):
+            return peak
+        import math
+        t = min((step - warm) / max(1, int(s.get("decay_steps", 0))), 1.0)
+        w = 1.0 - t if decay == "LR_DECAY_LINEAR" else 0.5 * (1.0 + math.cos(math.pi * t))
+        low = s.get("min_lr", 0.0)
+        return low + (peak - low) * w

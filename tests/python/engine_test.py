@@ -1,0 +1,265 @@
+"""zerostate.torch against torch.optim.AdamW, through real servers.
+
+Run with Debian's /usr/bin/python3 (torch 1.13, CPU): engine_test.py
+[TestCase ...]. Exit 77 (skipped) without torch or a server binary."""
+
+import copy
+import math
+import os
+import sys
+import tempfile
+import unittest
+
+import zs_servers
+
+try:
+    import torch
+except ImportError:
+    print("skipped: no torch")
+    sys.exit(77)
+
+import zerostate.torch as zs
+
+STEPS = 100
+
+
+class Net(torch.nn.Module):
+    """A small residual MLP with a LayerNorm: weights, biases, norms."""
+
+    def __init__(self, d=16, hidden=48):
+        super().__init__()
+        self.inp = torch.nn.Linear(d, hidden)
+        self.norm = torch.nn.LayerNorm(hidden)
+        self.out = torch.nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.norm(self.inp(x)))) + x
+
+
+def batch(step, rank=0, d=16):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    x = torch.randn(8, d, generator=g)
+    return x, torch.tanh(x.flip(1) * 2)
+
+
+def loss_of(model, step, rank=0):
+    x, y = batch(step, rank)
+    return torch.nn.functional.mse_loss(model(x), y)
+
+
+def schedule(s):
+    return min(1.0, (s + 1) / 10) * (1 - s / (2 * STEPS))
+
+
+CONFIG = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "betas": [0.9, 0.95],
+                                                     "eps": 1e-8, "weight_decay": 0.1}},
+          "gradient_clipping": 0.5, "zerostate": {"train": {"block_elems": 256}}}
+
+
+def reference(model, steps, ranks=1):
+    """torch.optim.AdamW on the mean gradient of `ranks` ranks' batches."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95), eps=1e-8,
+                            weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    for s in range(steps):
+        opt.zero_grad()
+        for r in range(ranks):
+            (loss_of(model, s, r) / ranks).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        opt.step()
+        sched.step()
+    return model
+
+
+def train(engine, start, stop, rank=0):
+    for s in range(start, stop):
+        engine.backward(loss_of(engine, s, rank))
+        engine.step()
+    return engine
+
+
+def rank_main(rank, world, local_world, init_file, addresses, job, out, steps):
+    """One rank of a torch.distributed (gloo) job of `world` ranks, nodes of
+    `local_world` ranks; rank 0 saves the final weights to `out`."""
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank % local_world),
+                      LOCAL_WORLD_SIZE=str(local_world), GROUP_RANK=str(rank // local_world))
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+                                         world_size=world)
+    torch.manual_seed(0)
+    model = Net()
+    engine = zs.initialize(model=model, config=CONFIG, servers=addresses, job=job,
+                           plaintext=True, bucket_elems=600,
+                           lr_scheduler=lambda o: torch.optim.lr_scheduler.LambdaLR(o, schedule))
+    train(engine, 0, steps, rank)
+    if rank == 0:
+        torch.save(engine.module.state_dict(), out)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
+def max_relative(a, b):
+    worst = 0.0
+    for (n, p), q in zip(a.named_parameters(), b.parameters()):
+        d = (p.detach().double() - q.detach().double()).norm() / q.detach().double().norm()
+        worst = max(worst, float(d))
+    return worst
+
+
+class EngineTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.servers = zs_servers.start(2)
+        cls.addresses = ",".join(s.address for s in cls.servers)
+
+    @classmethod
+    def tearDownClass(cls):
+        for s in cls.servers:
+            s.stop()
+
+    def engine(self, model, job, **kw):
+        kw.setdefault("token", f"token-of-job-{job}".ljust(40, "x"))
+        kw.setdefault("lr_scheduler", lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule))
+        return zs.initialize(model=model, config=kw.pop("config", CONFIG), servers=self.addresses,
+                             job=job, plaintext=True, bucket_elems=600, **kw)
+
+    def test_adamw_clip_schedule_matches_torch(self):
+        torch.manual_seed(0)
+        model = Net()
+        ref = reference(copy.deepcopy(model), STEPS)
+        engine = train(self.engine(model, "adamw"), 0, STEPS)
+        self.assertEqual(engine.global_steps, STEPS)
+        err = max_relative(engine.module, ref)
+        print(f"AdamW over {STEPS} steps: max relative difference {err:.2e}")
+        self.assertLess(err, 1e-6)
+
+
+    def test_two_processes(self):
+        """2 ranks as one node of 2 (gradients all-reduced by gloo, each
+        pushes half) and as 2 nodes of 1: both equal AdamW on the mean."""
+        steps = 40
+        torch.manual_seed(0)
+        ref = reference(Net(), steps, ranks=2)
+        for local_world in (2, 1):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "weights.pt")
+                torch.multiprocessing.spawn(
+                    rank_main, nprocs=2,
+                    args=(2, local_world, os.path.join(tmp, "init"), self.addresses,
+                          f"two-{local_world}", out, steps))
+                model = Net()
+                model.load_state_dict(torch.load(out))
+            err = max_relative(model, ref)
+            print(f"2 processes, nodes of {local_world}: max relative difference {err:.2e}")
+            self.assertLess(err, 1e-6)
+
+
+    def test_resume_from_checkpoint_is_bit_identical(self):
+        steps = 30
+        torch.manual_seed(0)
+        whole = train(self.engine(Net(), "ck-whole"), 0, steps)
+        with tempfile.TemporaryDirectory() as tmp:
+            torch.manual_seed(0)
+            first = train(self.engine(Net(), "ck-resumed"), 0, steps // 2)
+            first.save_checkpoint(tmp)
+            train(first, steps // 2, steps // 2 + 4)  # the servers move past the checkpoint
+            torch.manual_seed(5)  # other weights: the checkpoint must bring them
+            second = self.engine(Net(), "ck-resumed")
+            self.assertEqual(second.global_steps, steps // 2 + 4)
+            second.load_checkpoint(tmp)
+            self.assertEqual(second.global_steps, steps // 2)
+            self.assertEqual(second.lr_scheduler.last_epoch, steps // 2)
+            train(second, steps // 2, steps)
+        for (n, p), q in zip(second.module.named_parameters(), whole.module.parameters()):
+            self.assertTrue(torch.equal(p, q), n)
+
+    def test_frozen_parameters_are_not_registered(self):
+        """A LoRA-style model: a frozen base and trainable low-rank adapters."""
+
+        class Lora(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.base = torch.nn.Linear(16, 16)
+                self.a = torch.nn.Linear(16, 4, bias=False)
+                self.b = torch.nn.Linear(4, 16, bias=False)
+                self.base.requires_grad_(False)
+
+            def forward(self, x):
+                return self.base(x) + self.b(self.a(x))
+
+        torch.manual_seed(0)
+        model = Lora()
+        base = copy.deepcopy(model.base.state_dict())
+        ref = copy.deepcopy(model)
+        opt = torch.optim.AdamW([p for p in ref.parameters() if p.requires_grad], lr=1e-2,
+                                betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+        for s in range(STEPS):
+            opt.zero_grad()
+            loss_of(ref, s).backward()
+            torch.nn.utils.clip_grad_norm_([p for p in ref.parameters() if p.requires_grad], 0.5)
+            opt.step()
+            sched.step()
+        engine = train(self.engine(model, "lora"), 0, STEPS)
+        for name in ("base.weight", "base.bias"):
+            with self.assertRaisesRegex(zs.ZerostateError, "NOT_FOUND"):
+                engine.job.tensor_range(name)
+        self.assertEqual(engine.job.tensor_range("a.weight")[0], 0)
+        for k, v in base.items():
+            self.assertTrue(torch.equal(model.base.state_dict()[k], v), k)
+        self.assertLess(max_relative(engine.module, ref), 1e-6)
+
+    def test_model_not_matching_the_job(self):
+        torch.manual_seed(0)
+        engine = train(self.engine(Net(), "mismatch"), 0, 3)
+        with self.assertRaisesRegex(zs.ZerostateError,
+                                    "the model does not match job 'mismatch'.*ALREADY_EXISTS"):
+            self.engine(Net(hidden=40), "mismatch")
+        self.assertEqual(engine.job.version(), 3)
+        train(engine, 3, 4)  # the job goes on
+
+    def test_wrong_token(self):
+        self.engine(Net(), "tokened", token="a" * 40)
+        with self.assertRaisesRegex(zs.ZerostateError,
+                                    "job 'tokened': the job token is not this job's"):
+            self.engine(Net(), "tokened", token="b" * 40)
+
+    def test_nan_gradient(self):
+        torch.manual_seed(0)
+        engine = train(self.engine(Net(), "nan"), 0, 2)
+        before = [p.detach().clone() for p in engine.module.parameters()]
+        engine.backward(loss_of(engine, 2) * float("nan"))
+        with self.assertRaisesRegex(zs.ZerostateError, "step 2: the summed gradient holds "
+                                    r"\d+ non-finite .* weights are unchanged"):
+            engine.step()
+        self.assertEqual(engine.job.version(), 2)
+        for (p, b, e), q in zip(engine._entries, before):
+            master = torch.empty(e - b)
+            engine.job.gather_master(2, b, e, master.data_ptr(), master.numel() * 4)
+            self.assertTrue(torch.equal(master.view(q.shape), q))
+        with self.assertRaisesRegex(zs.ZerostateError, "stopped at an earlier error"):
+            engine.backward(loss_of(engine, 3))
+
+    def test_bad_config_key(self):
+        with self.assertRaisesRegex(zs.ZerostateError, "fp16.foo: unsupported ds_config key"):
+            self.engine(Net(), "badconfig", config={"fp16": {"foo": 1}})
+
+
+class ServerGoneTest(unittest.TestCase):
+    def test_server_gone(self):
+        servers = zs_servers.start(1)
+        try:
+            torch.manual_seed(0)
+            engine = zs.initialize(model=Net(), config=CONFIG, servers=servers[0].address,
+                                   job="gone", plaintext=True, rpc_timeout_ms=2000,
+                                   max_attempts=2)
+            train(engine, 0, 2)
+            servers[0].stop()
+            engine.backward(loss_of(engine, 2))
+            with self.assertRaisesRegex(zs.ZerostateError, "step 2: .*UNAVAILABLE"):
+                engine.step()
+        finally:
+            servers[0].stop()
+
+
+if __name__ == "__main__":
+    unittest.main()

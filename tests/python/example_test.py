@@ -1,0 +1,63 @@
+"""examples/gpt/train.py and bench/torch/bench_gpt.py run end to end on the
+CPU against real servers: the tiny GPT learns (its loss falls), and the
+bench's CPU variant prints every figure it promises.
+
+Usage: example_test.py [TestCase ...]; exit 77 (skipped) without torch or
+a server binary."""
+
+import json
+import os
+import subprocess
+import sys
+import unittest
+
+import zs_servers
+
+try:
+    import torch  # noqa: F401
+except ImportError:
+    print("skipped: no torch")
+    sys.exit(77)
+
+ROOT = zs_servers.ROOT
+
+
+def run(argv, env=None):
+    proc = subprocess.run([sys.executable, *argv], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, **(env or {})), timeout=240)
+    if proc.returncode != 0:
+        raise AssertionError(f"{argv[0]} failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+class GptExampleTest(unittest.TestCase):
+    def test_tiny_gpt_learns(self):
+        servers = zs_servers.start(2)
+        try:
+            out = run(["examples/gpt/train.py", "--servers=" + ",".join(s.address for s in servers),
+                       "--plaintext", "--steps=30", "--json"])
+        finally:
+            for s in servers:
+                s.stop()
+        print(out)
+        self.assertEqual(out["steps"], 30)
+        self.assertLess(out["last_loss"], 0.7 * out["first_loss"])
+
+
+class BenchTinyTest(unittest.TestCase):
+    def test_cpu_variant_prints_every_figure(self):
+        out = run(["bench/torch/bench_gpt.py", "--device=cpu", "--tiny", "--json",
+                   "--server_bin=" + zs_servers.server_binary()])
+        print(out)
+        self.assertEqual(set(out["tokens_per_s"]), {"torch_adamw", "zerostate"})
+        self.assertIn("zerostate/torch_adamw", out["ratios"])
+        z = out["zerostate"]
+        self.assertEqual(set(z["split_s"]),
+                         {"forward", "backward", "push_wait", "server_step", "gather_wait"})
+        self.assertGreater(z["params"], 0)
+        self.assertGreater(z["floor_s"], 0)
+        self.assertGreater(z["step_over_floor"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
