@@ -56,6 +56,13 @@ def sync(device):
         torch.cuda.synchronize()
 
 
+def free_cuda(device):
+    import gc
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def run_loop(args, device, model, step_fn, name):
     """Tokens/s over args.steps steps after args.warmup."""
     for s in range(args.warmup + args.steps):
@@ -89,6 +96,7 @@ def bench_plain(args, device):
 
     tps = run_loop(args, device, model, step, "ddp" if device.type == "cuda" else "torch_adamw")
     del model, opt
+    free_cuda(device)
     return tps
 
 
@@ -112,6 +120,7 @@ def bench_fsdp2(args, device):
 
     tps = run_loop(args, device, model, step, "fsdp2_offload")
     del model, opt
+    free_cuda(device)
     return tps
 
 
@@ -182,6 +191,7 @@ def bench_zerostate(args, device, addresses):
     sync(device)
     seconds = time.perf_counter() - t0
     after = dict(engine.timers, **split)
+    engine.close()
     per_step = {k: (after[k] - before[k]) / args.steps for k in after}
     params = sum(p.numel() for _, p in engine._params)
     tps = args.steps * args.batch * args.seq / seconds

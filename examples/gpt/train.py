@@ -81,6 +81,7 @@ def main():
         if rank == 0 and not args.json and step % 10 == 0:
             print(f"step {step} loss {last:.4f}", flush=True)
     seconds = time.time() - t0
+    engine.close()
     if rank == 0:
         tokens = (args.steps * args.batch * args.seq * int(os.environ.get("WORLD_SIZE", "1")))
         print(json.dumps({"first_loss": first, "last_loss": last, "steps": args.steps,

@@ -4,7 +4,7 @@ Run with Debian's /usr/bin/python3 (torch 1.13, CPU): engine_test.py
 [TestCase ...]. Exit 77 (skipped) without torch or a server binary."""
 
 import copy
-import math
+import signal
 import os
 import sys
 import tempfile
@@ -93,6 +93,7 @@ def rank_main(rank, world, local_world, init_file, addresses, job, out, steps):
     train(engine, 0, steps, rank)
     if rank == 0:
         torch.save(engine.module.state_dict(), out)
+    engine.close()
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
 
@@ -116,11 +117,21 @@ class EngineTest(unittest.TestCase):
         for s in cls.servers:
             s.stop()
 
+    def setUp(self):
+        self.engines = []
+
+    def tearDown(self):
+        for e in self.engines:
+            e.close()  # the servers then stop at once
+
     def engine(self, model, job, **kw):
         kw.setdefault("token", f"token-of-job-{job}".ljust(40, "x"))
         kw.setdefault("lr_scheduler", lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule))
-        return zs.initialize(model=model, config=kw.pop("config", CONFIG), servers=self.addresses,
-                             job=job, plaintext=True, bucket_elems=600, **kw)
+        engine = zs.initialize(model=model, config=kw.pop("config", CONFIG),
+                               servers=self.addresses, job=job, plaintext=True, bucket_elems=600,
+                               **kw)
+        self.engines.append(engine)
+        return engine
 
     def test_adamw_clip_schedule_matches_torch(self):
         torch.manual_seed(0)
@@ -253,10 +264,11 @@ class ServerGoneTest(unittest.TestCase):
                                    job="gone", plaintext=True, rpc_timeout_ms=2000,
                                    max_attempts=2)
             train(engine, 0, 2)
-            servers[0].stop()
+            servers[0].stop(signal.SIGKILL)
             engine.backward(loss_of(engine, 2))
             with self.assertRaisesRegex(zs.ZerostateError, "step 2: .*UNAVAILABLE"):
                 engine.step()
+            engine.close()
         finally:
             servers[0].stop()
 

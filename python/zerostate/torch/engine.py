@@ -446,6 +446,20 @@ class Engine:
         for _, p in self._params:
             p.grad = None
 
+    def close(self):
+        """Removes the hooks and closes the connections (the job stays on
+        the servers). The engine is unusable afterwards."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks, self._grad_nodes = [], []
+        for w in self._weights:
+            w.ticket = None
+        for b in self._buckets:
+            b.reset()
+        self.job.close()
+        self.client.close()
+        self._failed = ZerostateError("the engine was closed", "FAILED_PRECONDITION")
+
     def _check_alive(self):
         if self._failed is not None:
             raise ZerostateError(f"the engine stopped at an earlier error (load a checkpoint to "
