@@ -144,6 +144,49 @@ class EngineTest(unittest.TestCase):
         self.assertLess(err, 1e-6)
 
 
+    def test_gradient_accumulation(self):
+        """gradient_accumulation_steps 2: the mean of two micro-batches."""
+        steps = 20
+        torch.manual_seed(0)
+        model = Net()
+        ref = copy.deepcopy(model)
+        opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, betas=(0.9, 0.95), eps=1e-8,
+                                weight_decay=0.1)
+        for s in range(steps):
+            opt.zero_grad()
+            for m in range(2):
+                (loss_of(ref, s, m) / 2).backward()
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
+            opt.step()
+        engine = self.engine(model, "accum", config=dict(CONFIG, gradient_accumulation_steps=2),
+                             lr_scheduler=None)
+        for s in range(steps):
+            for m in range(2):
+                engine.backward(loss_of(engine, s, m))
+                engine.step()
+        self.assertEqual(engine.global_steps, steps)
+        self.assertLess(max_relative(engine.module, ref), 1e-6)
+
+    def test_bf16_weights_are_the_masters_rounded(self):
+        """bf16 training: bf16 gradients on the wire, fp32 masters on the
+        servers, and the module's bf16 weights are the masters rounded."""
+        torch.manual_seed(0)
+        engine = self.engine(Net(), "bf16", config=dict(CONFIG, bf16={"enabled": True}))
+        x, y = batch(0)
+        first = float(torch.nn.functional.mse_loss(engine(x.bfloat16()).float(), y))
+        for s in range(30):
+            x, y = batch(s % 4)
+            engine.backward(torch.nn.functional.mse_loss(engine(x.bfloat16()).float(), y))
+            engine.step()
+        x, y = batch(0)
+        last = float(torch.nn.functional.mse_loss(engine(x.bfloat16()).float(), y))
+        self.assertLess(last, 0.7 * first)
+        for p, b, e in engine._entries:
+            self.assertEqual(p.dtype, torch.bfloat16)
+            master = torch.empty(e - b)
+            engine.job.gather_master(30, b, e, master.data_ptr(), master.numel() * 4)
+            self.assertTrue(torch.equal(master.bfloat16().view(p.shape), p))
+
     def test_two_processes(self):
         """2 ranks as one node of 2 (gradients all-reduced by gloo, each
         pushes half) and as 2 nodes of 1: both equal AdamW on the mean."""
@@ -249,6 +292,21 @@ class EngineTest(unittest.TestCase):
             self.assertTrue(torch.equal(master.view(q.shape), q))
         with self.assertRaisesRegex(zs.ZerostateError, "stopped at an earlier error"):
             engine.backward(loss_of(engine, 3))
+
+    def test_scheduler_changing_group_ratio(self):
+        torch.manual_seed(0)
+        model = Net()
+        groups = [{"params": [model.inp.weight, model.out.weight]},
+                  {"params": [model.inp.bias, model.out.bias, *model.norm.parameters()],
+                   "lr": 5e-3, "weight_decay": 0.0}]
+        engine = train(self.engine(model, "ratio", model_parameters=groups, lr_scheduler=None),
+                       0, 2)
+        engine.optimizer.param_groups[1]["lr"] = 1e-3
+        engine.backward(loss_of(engine, 2))
+        with self.assertRaisesRegex(zs.ZerostateError, r"step 2: param_groups\[1\]\['lr'\] / "
+                                    r"param_groups\[0\]\['lr'\] is 0.1, registered as 0.5"):
+            engine.step()
+        self.assertEqual(engine.job.version(), 2)
 
     def test_bad_config_key(self):
         with self.assertRaisesRegex(zs.ZerostateError, "fp16.foo: unsupported ds_config key"):
