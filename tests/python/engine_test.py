@@ -4,6 +4,7 @@ Run with Debian's /usr/bin/python3 (torch 1.13, CPU): engine_test.py
 [TestCase ...]. Exit 77 (skipped) without torch or a server binary."""
 
 import copy
+import json
 import signal
 import os
 import sys
@@ -186,6 +187,44 @@ class EngineTest(unittest.TestCase):
             master = torch.empty(e - b)
             engine.job.gather_master(30, b, e, master.data_ptr(), master.numel() * 4)
             self.assertTrue(torch.equal(master.bfloat16().view(p.shape), p))
+
+    def test_fp16_overflow_skips_and_backs_off(self):
+        """fp16 with dynamic loss scaling: a step whose scaled gradient
+        overflows is skipped on the servers (version advances, weights stay)
+        and the scale halves; the servers keep the scaler's state."""
+
+        class Scale(torch.nn.Module):  # elementwise: fp16 on the CPU
+            def __init__(self):
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.ones(16))
+                self.b = torch.nn.Parameter(torch.zeros(16))
+
+            def forward(self, x):
+                return x * self.w + self.b
+
+        config = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+                  "fp16": {"enabled": True, "initial_scale_power": 20, "hysteresis": 1}}
+        engine = self.engine(Scale(), "fp16", config=config, lr_scheduler=None)
+        self.assertEqual(engine.loss_scale, 2.0 ** 20)
+        skipped = 0
+        for s in range(12):
+            x, y = batch(s)
+            before = [p.detach().clone() for p in engine.module.parameters()]
+            scale = engine.loss_scale
+            engine.backward(((engine(x.half()).float() - y) ** 2).mean())
+            engine.step()
+            state = json.loads(engine.job.trainer_state(s + 1))
+            unchanged = all(torch.equal(a, b) for a, b in zip(before, engine.module.parameters()))
+            self.assertEqual(state["skipped"], unchanged, s)
+            self.assertEqual(state["loss_scale"], engine.loss_scale)
+            if unchanged:
+                skipped += 1
+                self.assertEqual(engine.loss_scale, scale / 2)
+            else:
+                self.assertEqual(engine.loss_scale, scale)
+        self.assertEqual(engine.global_steps, 12)
+        self.assertGreater(skipped, 0)
+        self.assertLess(skipped, 12)
 
     def test_two_processes(self):
         """2 ranks as one node of 2 (gradients all-reduced by gloo, each
