@@ -6,6 +6,8 @@ Run with Debian's /usr/bin/python3 (torch 1.13, CPU): engine_test.py
 import copy
 import json
 import signal
+import struct
+import subprocess
 import os
 import sys
 import tempfile
@@ -97,6 +99,24 @@ def rank_main(rank, world, local_world, init_file, addresses, job, out, steps):
     engine.close()
     torch.distributed.barrier()
     torch.distributed.destroy_process_group()
+
+
+def read_safetensors(path):
+    """{name: tensor} of an F32 safetensors file (8-byte header length, JSON
+    header, data)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        assert t["dtype"] == "F32", t
+        b, e = t["data_offsets"]
+        data = bytearray(raw[8 + n + b:8 + n + e])
+        out[name] = torch.frombuffer(data, dtype=torch.float32).reshape(t["shape"])
+    return out
 
 
 def max_relative(a, b):
@@ -263,6 +283,24 @@ class EngineTest(unittest.TestCase):
             self.assertEqual(second.lr_scheduler.last_epoch, steps // 2)
             train(second, steps // 2, steps)
         for (n, p), q in zip(second.module.named_parameters(), whole.module.parameters()):
+            self.assertTrue(torch.equal(p, q), n)
+
+    def test_exported_checkpoint_loads_into_the_model(self):
+        """`zerostate ckpt export` of an engine checkpoint writes safetensors
+        whose names are the model's: model.load_state_dict reads them back."""
+        cli = os.path.join(os.path.dirname(zs_servers.server_binary()), "zerostate")
+        if not os.path.exists(cli):
+            self.skipTest(f"no {cli}")
+        torch.manual_seed(0)
+        engine = train(self.engine(Net(), "export"), 0, 5)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = engine.save_checkpoint(tmp)
+            out = os.path.join(tmp, "model.safetensors")
+            subprocess.run([cli, "ckpt", "export", path, out], check=True, capture_output=True)
+            tensors = read_safetensors(out)
+        model = Net()
+        model.load_state_dict(tensors)
+        for (n, p), q in zip(model.named_parameters(), engine.module.parameters()):
             self.assertTrue(torch.equal(p, q), n)
 
     def test_frozen_parameters_are_not_registered(self):
