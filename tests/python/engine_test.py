@@ -165,6 +165,32 @@ class EngineTest(unittest.TestCase):
         self.assertLess(err, 1e-6)
 
 
+    def test_adam_and_sgd_match_torch(self):
+        """ds_config's Adam (adam_w_mode false: L2 decay) and SGD with
+        momentum against torch.optim.Adam and torch.optim.SGD."""
+        cases = [
+            ("adam", {"type": "Adam", "params": {"lr": 1e-2, "betas": [0.9, 0.99],
+                                                 "weight_decay": 0.05, "adam_w_mode": False}},
+             lambda ps: torch.optim.Adam(ps, lr=1e-2, betas=(0.9, 0.99), weight_decay=0.05)),
+            ("sgd", {"type": "SGD", "params": {"lr": 5e-2, "momentum": 0.9,
+                                               "weight_decay": 0.01}},
+             lambda ps: torch.optim.SGD(ps, lr=5e-2, momentum=0.9, weight_decay=0.01)),
+        ]
+        for name, section, make in cases:
+            torch.manual_seed(0)
+            model = Net()
+            ref = copy.deepcopy(model)
+            opt = make(ref.parameters())
+            for s in range(30):
+                opt.zero_grad()
+                loss_of(ref, s).backward()
+                opt.step()
+            engine = train(self.engine(model, f"opt-{name}", config={"optimizer": section},
+                                       lr_scheduler=None), 0, 30)
+            err = max_relative(engine.module, ref)
+            print(f"{name} over 30 steps: max relative difference {err:.2e}")
+            self.assertLess(err, 1e-6, name)
+
     def test_gradient_accumulation(self):
         """gradient_accumulation_steps 2: the mean of two micro-batches."""
         steps = 20
