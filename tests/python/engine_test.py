@@ -417,6 +417,46 @@ class EngineTest(unittest.TestCase):
 
 
 class ServerGoneTest(unittest.TestCase):
+    def test_rollback_to_the_last_checkpoint(self):
+        """A server killed and restarted empty at step 8: the step fails, the
+        engine restores its checkpoint of step 5 on both servers and says so;
+        the run goes on from there and ends bit-identical to one without
+        the fault."""
+        servers = zs_servers.start(2)
+        addresses = ",".join(s.address for s in servers)
+        token = "rollback-token".ljust(40, "x")
+
+        def engine(job, **kw):
+            return zs.initialize(model=Net(), config=CONFIG, servers=addresses, job=job,
+                                 plaintext=True, bucket_elems=600, token=token,
+                                 max_attempts=2, **kw)
+        try:
+            torch.manual_seed(0)
+            whole = train(engine("rb-whole"), 0, 12)
+            with tempfile.TemporaryDirectory() as tmp:
+                torch.manual_seed(0)
+                faulty = engine("rb-faulty", checkpoint_dir=tmp, checkpoint_every=5)
+                s, rolled = 0, []
+                while s < 12:
+                    if s == 8 and not rolled:
+                        servers[1].restart()
+                    try:
+                        faulty.backward(loss_of(faulty, s))
+                        faulty.step()
+                        s += 1
+                    except zs.RolledBack as e:
+                        rolled.append(str(e))
+                        s = faulty.global_steps
+            self.assertEqual(len(rolled), 1, rolled)
+            self.assertRegex(rolled[0], "step 8: .*rolled back to the checkpoint of step 5")
+            for (n, p), q in zip(faulty.module.named_parameters(), whole.module.parameters()):
+                self.assertTrue(torch.equal(p, q), n)
+            whole.close()
+            faulty.close()
+        finally:
+            for srv in servers:
+                srv.stop(signal.SIGKILL)
+
     def test_server_gone(self):
         servers = zs_servers.start(1)
         try:

@@ -16,11 +16,11 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 
 class Server:
-    def __init__(self, binary, args=(), log_dir=None):
+    def __init__(self, binary, args=(), log_dir=None, port=0):
         self.binary, self.args = binary, list(args)
         self.log = tempfile.NamedTemporaryFile("w+", prefix="zs-server-", suffix=".log",
                                                dir=log_dir, delete=False)
-        self.proc = subprocess.Popen([binary, "--listen=127.0.0.1:0", "--plaintext",
+        self.proc = subprocess.Popen([binary, f"--listen=127.0.0.1:{port}", "--plaintext",
                                       "--metrics_listen=", "--threads=1",
                                       f"--ram_budget_bytes={64 << 20}", *self.args],
                                      stdout=subprocess.PIPE, stderr=self.log, text=True,
@@ -41,6 +41,12 @@ class Server:
         # Keep reading stdout so the server never blocks on a full pipe.
         self.reader = threading.Thread(target=self.proc.stdout.read, daemon=True)
         self.reader.start()
+
+    def restart(self):
+        """A new process on the same port (a server that crashed and came
+        back, without its jobs)."""
+        self.stop(signal.SIGKILL)
+        self.__init__(self.binary, self.args, port=int(self.address.rsplit(":", 1)[1]))
 
     def stop(self, sig=signal.SIGTERM):
         if self.proc.poll() is None:

@@ -11,6 +11,6 @@
 See zerostate/torch/engine.py for the mechanism."""
 
 from zerostate.client import ZerostateError
-from zerostate.torch.engine import Engine, ZerostateOptimizer, initialize
+from zerostate.torch.engine import Engine, RolledBack, ZerostateOptimizer, initialize
 
-__all__ = ["Engine", "ZerostateError", "ZerostateOptimizer", "initialize"]
+__all__ = ["Engine", "RolledBack", "ZerostateError", "ZerostateOptimizer", "initialize"]

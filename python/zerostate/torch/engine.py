@@ -40,6 +40,16 @@ _ENGINE_FILE = "zerostate_engine.json"
 _EXTRA_FILE = "zerostate_engine.pt"
 
 
+class RolledBack(ZerostateError):
+    """engine.step() failed on the servers and the engine went back to its
+    last checkpoint (initialize's checkpoint_every): `version` is the step
+    to go on from (engine.global_steps), with the data of that step."""
+
+    def __init__(self, message, code, version):
+        super().__init__(message, code)
+        self.version = version
+
+
 class ZerostateOptimizer(torch.optim.Optimizer):
     """engine.optimizer: holds param_groups (lr, weight_decay, betas) for
     torch LR schedulers; step() is the engine's step. The state lives on
@@ -101,7 +111,8 @@ class Engine:
     def __init__(self, model, config=None, servers=None, job=None, model_parameters=None,
                  lr_scheduler=None, token=None, plaintext=False, tls_ca_file=None,
                  tls_cert_file=None, tls_key_file=None, bucket_elems=1 << 24, lazy_weights=False,
-                 rpc_timeout_ms=None, max_attempts=None):
+                 rpc_timeout_ms=None, max_attempts=None, checkpoint_dir=None,
+                 checkpoint_every=0):
         if not servers:
             raise ValueError("servers: give the state servers, e.g. 'host1:7070,host2:7070'")
         if not job:
@@ -114,6 +125,10 @@ class Engine:
         self.dtype = _PRECISION_DTYPE[self.config.precision]
         self.device = next(model.parameters()).device
         self.lazy_weights = lazy_weights
+        if checkpoint_every and not checkpoint_dir:
+            raise ValueError("checkpoint_every needs checkpoint_dir")
+        self.checkpoint_dir, self.checkpoint_every = checkpoint_dir, checkpoint_every
+        self.last_checkpoint = None
         self.global_steps = 0
         self.micro_steps = 0
         self._failed = None
@@ -371,10 +386,13 @@ class Engine:
             self.timers["push_wait"] += t1 - t0
             verdict = self._decide(step) if self.topo.coordinator else None
         except ZerostateError as e:
-            verdict = ("error", f"step {step}: {e}", e.code)
+            # A server call failed: roll back to the last checkpoint if any.
+            verdict = ("rollback" if self.last_checkpoint else "error", f"step {step}: {e}", e.code)
             t1 = time.perf_counter()
         verdict = self.topo.broadcast(verdict)
         self.timers["server_step"] += time.perf_counter() - t1
+        if verdict[0] == "rollback":
+            self._roll_back(verdict[1], verdict[2])
         if verdict[0] == "error":
             self._failed = ZerostateError(verdict[1], verdict[2])
             raise self._failed
@@ -387,6 +405,23 @@ class Engine:
             w.fetch(self.job, step + 1)
         if not self.lazy_weights:
             self.sync_weights()
+        if self.checkpoint_every and self.global_steps % self.checkpoint_every == 0:
+            where = os.path.join(self.checkpoint_dir, f"step{self.global_steps}")
+            self.save_checkpoint(where)
+            self.last_checkpoint = where
+
+    def _roll_back(self, failure, code):
+        """The servers lost the job or cannot be reached: every rank loads
+        the last checkpoint and raises RolledBack."""
+        try:
+            self.load_checkpoint(self.last_checkpoint)
+        except ZerostateError as e:
+            self._failed = ZerostateError(f"{failure}; rolling back to {self.last_checkpoint} "
+                                          f"failed: {e}", code)
+            raise self._failed from None
+        raise RolledBack(f"{failure}; rolled back to the checkpoint of step {self.global_steps} "
+                         f"({self.last_checkpoint}): go on from engine.global_steps", code,
+                         self.global_steps)
 
     def _decide(self, step):
         """The coordinator's step: statistics, clipping, loss scale, Step."""
@@ -518,8 +553,8 @@ class Engine:
             try:
                 try:
                     self.job.delete()
-                except ZerostateError as e:
-                    if e.code != "NOT_FOUND":
+                except ZerostateError as e:  # a restarted server lost the job
+                    if e.code not in ("NOT_FOUND", "UNAUTHENTICATED", "UNAVAILABLE"):
                         raise
                 self.job = self.client.restore_job(meta["path"], self.job_id)
                 verdict = ("ok",)
@@ -536,6 +571,8 @@ class Engine:
             w.ticket = None
         for b in self._buckets:
             b.reset()
+        self.zero_grad()
+        self._boundary = False
         self.global_steps = meta["version"]
         self.micro_steps = meta["micro_steps"]
         self._loss_scale = meta["loss_scale"]
@@ -564,5 +601,8 @@ def initialize(model, config=None, servers=None, job=None, model_parameters=None
       taking the optimizer; stepped by engine.step().
     options: token (else $ZEROSTATE_JOB_TOKEN), plaintext, tls_ca_file,
       tls_cert_file, tls_key_file, bucket_elems, lazy_weights,
-      rpc_timeout_ms, max_attempts."""
+      rpc_timeout_ms, max_attempts; checkpoint_dir and checkpoint_every
+      (a checkpoint every N steps under checkpoint_dir, a directory every
+      server reaches; a step that fails on the servers then rolls back to
+      the last one and raises RolledBack)."""
     return Engine(model, config, servers, job, model_parameters, lr_scheduler, **options)
