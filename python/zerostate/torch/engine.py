@@ -16,7 +16,8 @@ state servers.
   verdict goes to every rank; then every rank gathers the new version, per
   module, into the parameters in the training dtype: at once (default), or
   just before each module's forward (lazy_weights=True, forward pre-hooks;
-  every gather is in flight from the step on).
+  every gather is in flight from the step on). The coordinator's gathers go
+  out just before its Step, so blocks come back as the servers step them.
 """
 
 import json
@@ -401,8 +402,8 @@ class Engine:
         self.micro_steps += 1
         self._boundary = False
         self.zero_grad()
-        for w in self._weights:
-            w.fetch(self.job, step + 1)
+        if not self.topo.coordinator:
+            self._fetch(step + 1)
         if not self.lazy_weights:
             self.sync_weights()
         if self.checkpoint_every and self.global_steps % self.checkpoint_every == 0:
@@ -450,6 +451,8 @@ class Engine:
         new_scale = self._next_loss_scale(skip) if fp16 else self._loss_scale
         state = json.dumps({"loss_scale": new_scale, "skipped": skip,
                             "good_steps": self._good_steps}).encode()
+        # The gathers go out first: blocks stream back as the servers step them.
+        self._fetch(step + 1)
         self.job.step(step, groups[0]["lr"], scale, skip=skip, state=state)
         return ("ok", new_scale, skip)
 
@@ -469,6 +472,10 @@ class Engine:
             self._good_steps = 0
             return self._loss_scale * ls.get("growth_factor", 2.0)
         return self._loss_scale
+
+    def _fetch(self, version):
+        for w in self._weights:
+            w.fetch(self.job, version)
 
     def sync_weights(self):
         """Lands every gather still in flight into the parameters."""
