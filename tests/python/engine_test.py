@@ -191,6 +191,26 @@ class EngineTest(unittest.TestCase):
             print(f"{name} over 30 steps: max relative difference {err:.2e}")
             self.assertLess(err, 1e-6, name)
 
+    def test_torch_optimizer_given(self):
+        """initialize(optimizer=torch.optim.SGD(...)) as with DeepSpeed: the
+        job takes its kind and hyper-parameters."""
+        torch.manual_seed(0)
+        model = Net()
+        ref = copy.deepcopy(model)
+        opt = torch.optim.SGD(ref.parameters(), lr=5e-2, momentum=0.8, nesterov=True,
+                              weight_decay=0.01)
+        for s in range(30):
+            opt.zero_grad()
+            loss_of(ref, s).backward()
+            opt.step()
+        mine = torch.optim.SGD(model.parameters(), lr=5e-2, momentum=0.8, nesterov=True,
+                               weight_decay=0.01)
+        with self.assertRaisesRegex(ValueError, "the optimizer is given twice"):
+            self.engine(model, "given", optimizer=mine, lr_scheduler=None)
+        engine = train(self.engine(model, "given", optimizer=mine, config={},
+                                   lr_scheduler=None), 0, 30)
+        self.assertLess(max_relative(engine.module, ref), 1e-6)
+
     def test_gradient_accumulation(self):
         """gradient_accumulation_steps 2: the mean of two micro-batches."""
         steps = 20
@@ -299,12 +319,14 @@ class EngineTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as tmp:
             torch.manual_seed(0)
             first = train(self.engine(Net(), "ck-resumed"), 0, steps // 2)
-            first.save_checkpoint(tmp)
+            first.save_checkpoint(tmp, client_state={"epoch": 3})
             train(first, steps // 2, steps // 2 + 4)  # the servers move past the checkpoint
             torch.manual_seed(5)  # other weights: the checkpoint must bring them
             second = self.engine(Net(), "ck-resumed")
             self.assertEqual(second.global_steps, steps // 2 + 4)
-            second.load_checkpoint(tmp)
+            where, client_state = second.load_checkpoint(tmp)  # the tag "latest" names
+            self.assertEqual(where, os.path.join(tmp, f"global_step{steps // 2}"))
+            self.assertEqual(client_state, {"epoch": 3})
             self.assertEqual(second.global_steps, steps // 2)
             self.assertEqual(second.lr_scheduler.last_epoch, steps // 2)
             train(second, steps // 2, steps)

@@ -113,7 +113,7 @@ class Engine:
                  lr_scheduler=None, token=None, plaintext=False, tls_ca_file=None,
                  tls_cert_file=None, tls_key_file=None, bucket_elems=1 << 24, lazy_weights=False,
                  rpc_timeout_ms=None, max_attempts=None, checkpoint_dir=None,
-                 checkpoint_every=0):
+                 checkpoint_every=0, optimizer=None):
         if not servers:
             raise ValueError("servers: give the state servers, e.g. 'host1:7070,host2:7070'")
         if not job:
@@ -121,6 +121,8 @@ class Engine:
         self.module = model
         self._servers = servers
         self.config = EngineConfig(config)
+        if optimizer is not None:
+            model_parameters = self._take_optimizer(optimizer, config, model_parameters)
         self.topo = Topology()
         self.job_id = job
         self.dtype = _PRECISION_DTYPE[self.config.precision]
@@ -190,6 +192,37 @@ class Engine:
         self.lr_scheduler = self._scheduler(lr_scheduler)
 
     # ----- setup -----
+
+    def _take_optimizer(self, opt, config, model_parameters):
+        """initialize(optimizer=a torch optimizer): its kind and param_groups
+        replace the ds_config's optimizer section."""
+        if model_parameters is not None:
+            raise ValueError("optimizer= holds the param_groups: leave model_parameters out")
+        if isinstance(config, dict) and "optimizer" in config or \
+                "kind" in self.config.optimizer:
+            raise ValueError("the optimizer is given twice: in the ds_config's 'optimizer' "
+                             "section and as optimizer=")
+        g0 = opt.param_groups[0]
+        c = self.config
+        if isinstance(opt, torch.optim.AdamW) or isinstance(opt, torch.optim.Adam):
+            if any(g.get("amsgrad") for g in opt.param_groups):
+                raise ValueError("optimizer: amsgrad is not supported")
+            c.kind = "adamw" if isinstance(opt, torch.optim.AdamW) else "adam"
+            c.eps = g0["eps"]
+            c.optimizer = {"eps": g0["eps"]}
+        elif isinstance(opt, torch.optim.SGD):
+            if any(g.get("dampening", 0) for g in opt.param_groups):
+                raise ValueError("optimizer: SGD dampening is not supported (0 only)")
+            c.kind = "sgd"
+            c.optimizer = {"momentum": g0["momentum"], "nesterov": bool(g0["nesterov"])}
+        else:
+            raise ValueError(f"optimizer: {type(opt).__name__} is not supported; use "
+                             "torch.optim.AdamW, Adam or SGD, or the ds_config's section "
+                             "(AdamW, Adam, SGD, Lion)")
+        c.lr = g0["lr"]
+        c.betas = tuple(g0.get("betas", c.betas))
+        c.weight_decay = g0["weight_decay"]
+        return [dict(g) for g in opt.param_groups]
 
     def _group_lr_scales(self):
         groups = self.optimizer.param_groups
@@ -407,9 +440,9 @@ class Engine:
         if not self.lazy_weights:
             self.sync_weights()
         if self.checkpoint_every and self.global_steps % self.checkpoint_every == 0:
-            where = os.path.join(self.checkpoint_dir, f"step{self.global_steps}")
-            self.save_checkpoint(where)
-            self.last_checkpoint = where
+            tag = f"global_step{self.global_steps}"
+            self.save_checkpoint(self.checkpoint_dir, tag)
+            self.last_checkpoint = os.path.join(os.path.abspath(self.checkpoint_dir), tag)
 
     def _roll_back(self, failure, code):
         """The servers lost the job or cannot be reached: every rank loads
@@ -509,13 +542,18 @@ class Engine:
 
     # ----- checkpoints -----
 
-    def save_checkpoint(self, save_dir, client_state=None):
-        """Every rank calls it. The servers write their shards of the current
-        version under save_dir (a directory every server reaches); rank 0
-        writes the engine's own state (steps, loss scale, LR scheduler)."""
+    def save_checkpoint(self, save_dir, tag=None, client_state=None):
+        """Every rank calls it, as DeepSpeed's: the checkpoint goes to
+        save_dir/tag (tag default "global_step<N>") and save_dir/latest names
+        it. The servers write their shards of the current version there (a
+        directory every server reaches); rank 0 writes the engine's own state
+        (steps, loss scale, LR scheduler, client_state). Returns the
+        servers' checkpoint directory (for `zerostate ckpt export`)."""
         self._check_alive()
         self.sync_weights()
-        save_dir = os.path.abspath(save_dir)
+        root = os.path.abspath(save_dir)
+        tag = tag if tag is not None else f"global_step{self.global_steps}"
+        save_dir = os.path.join(root, str(tag))
         verdict = None
         if self.topo.coordinator:
             try:
@@ -532,6 +570,8 @@ class Engine:
                            os.path.join(save_dir, _EXTRA_FILE))
                 with open(os.path.join(save_dir, _ENGINE_FILE), "w") as f:
                     json.dump(meta, f)
+                with open(os.path.join(root, "latest"), "w") as f:
+                    f.write(str(tag))
                 verdict = ("ok", path)
             except (ZerostateError, OSError) as e:
                 verdict = ("error", f"save_checkpoint {save_dir}: {e}", "INTERNAL")
@@ -540,11 +580,18 @@ class Engine:
             raise ZerostateError(verdict[1], verdict[2])
         return verdict[1]
 
-    def load_checkpoint(self, load_dir):
-        """Every rank calls it. Rank 0 replaces the job on the servers with
-        the checkpoint in load_dir (deleting the job first), every rank
-        attaches and takes its weights; returns the client_state saved."""
+    def load_checkpoint(self, load_dir, tag=None):
+        """Every rank calls it, as DeepSpeed's: loads load_dir/tag (tag
+        default: the one load_dir/latest names). Rank 0 replaces the job on
+        the servers with that checkpoint (deleting the job first), every
+        rank attaches and takes its weights. Returns (the checkpoint's
+        directory, the client_state saved with it)."""
         load_dir = os.path.abspath(load_dir)
+        if tag is None and os.path.exists(os.path.join(load_dir, "latest")):
+            with open(os.path.join(load_dir, "latest")) as f:
+                tag = f.read().strip()
+        if tag is not None:
+            load_dir = os.path.join(load_dir, str(tag))
         try:
             with open(os.path.join(load_dir, _ENGINE_FILE)) as f:
                 meta = json.load(f)
@@ -591,7 +638,7 @@ class Engine:
             self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
         self._gather_into_model(self.global_steps, self.dtype)
         self.topo.barrier()
-        return extra["client_state"]
+        return load_dir, extra["client_state"]
 
 
 def initialize(model, config=None, servers=None, job=None, model_parameters=None,
@@ -611,5 +658,7 @@ def initialize(model, config=None, servers=None, job=None, model_parameters=None
       rpc_timeout_ms, max_attempts; checkpoint_dir and checkpoint_every
       (a checkpoint every N steps under checkpoint_dir, a directory every
       server reaches; a step that fails on the servers then rolls back to
-      the last one and raises RolledBack)."""
+      the last one and raises RolledBack); optimizer (a torch.optim AdamW,
+      Adam or SGD whose kind and param_groups the job takes, in place of
+      the ds_config's optimizer section)."""
     return Engine(model, config, servers, job, model_parameters, lr_scheduler, **options)
