@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/message_differencer.h"
@@ -80,6 +81,75 @@ absl::Status CheckTensor(const v1::TensorSpec& t, size_t i, uint64_t* numel) {
   return absl::OkStatus();
 }
 
+bool TakesBetas(v1::OptimizerKind kind) {
+  return kind == v1::OPTIMIZER_ADAMW || kind == v1::OPTIMIZER_ADAM || kind == v1::OPTIMIZER_LION;
+}
+
+// Checks group i's hyper-parameters and fills in the ones it leaves unset.
+absl::Status NormalizeGroupValues(const v1::OptimizerConfig& opt, int i, v1::TensorGroup* g) {
+  const std::string field = absl::StrCat("groups[", i, "]");
+  if (!g->has_weight_decay()) g->set_weight_decay(opt.weight_decay());
+  if (!(g->weight_decay() >= 0.0f && std::isfinite(g->weight_decay()))) {
+    return Invalid(absl::StrCat(field, ".weight_decay"),
+                   absl::StrCat(g->weight_decay(), " must be finite and >= 0"));
+  }
+  if (!g->has_lr_scale()) g->set_lr_scale(1.0f);
+  if (!(g->lr_scale() > 0.0f && std::isfinite(g->lr_scale()))) {
+    return Invalid(absl::StrCat(field, ".lr_scale"),
+                   absl::StrCat(g->lr_scale(), " must be finite and > 0"));
+  }
+  if (!TakesBetas(opt.kind())) {
+    for (auto [name, has] : {std::pair{".beta1", g->has_beta1()}, std::pair{".beta2", g->has_beta2()}}) {
+      if (has) {
+        return Invalid(absl::StrCat(field, name),
+                       absl::StrCat(v1::OptimizerKind_Name(opt.kind()),
+                                    " has no betas; only ADAMW, ADAM and LION take them"));
+      }
+    }
+    return absl::OkStatus();
+  }
+  if (!g->has_beta1()) g->set_beta1(opt.beta1());
+  if (!g->has_beta2()) g->set_beta2(opt.beta2());
+  for (auto [name, v] : {std::pair{".beta1", g->beta1()}, std::pair{".beta2", g->beta2()}}) {
+    if (!(v >= 0.0f && v < 1.0f)) {
+      return Invalid(absl::StrCat(field, name), absl::StrCat(v, " is not in [0, 1)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Checks that every group names existing tensors, each in one group at
+// most, and normalizes each group's values. REQUIRES: tensors and optimizer
+// checked and normalized.
+absl::Status NormalizeGroups(v1::JobSpec* spec) {
+  if (spec->groups_size() > spec->tensors_size()) {
+    return Invalid("groups", absl::StrCat(spec->groups_size(), " groups for ",
+                                          spec->tensors_size(),
+                                          " tensors; a tensor is in one group at most"));
+  }
+  absl::flat_hash_map<std::string, int> group_of;  // tensor name -> its group, -1: none yet
+  for (const v1::TensorSpec& t : spec->tensors()) group_of[t.name()] = -1;
+  for (int i = 0; i < spec->groups_size(); ++i) {
+    const v1::TensorGroup& g = spec->groups(i);
+    for (int j = 0; j < g.tensors_size(); ++j) {
+      const std::string field = absl::StrCat("groups[", i, "].tensors[", j, "]");
+      auto it = group_of.find(g.tensors(j));
+      if (it == group_of.end()) {
+        return Invalid(field, absl::StrCat("no tensor is named '", g.tensors(j), "'"));
+      }
+      if (it->second != -1) {
+        return Invalid(field, absl::StrCat("tensor '", g.tensors(j), "' is already in groups[",
+                                           it->second, "]; a tensor is in one group at most"));
+      }
+      it->second = i;
+    }
+    if (auto s = NormalizeGroupValues(spec->optimizer(), i, spec->mutable_groups(i)); !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateJobId(const std::string& id) {
@@ -122,12 +192,17 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& in) {
                                                kTensorAlignElems, " and at most ", kMaxBlockElems));
   }
   if (auto s = NormalizeOptimizer(spec.mutable_optimizer()); !s.ok()) return s;
+  if (auto s = NormalizeGroups(&spec); !s.ok()) return s;
   return spec;
 }
 
 Layout LayoutOf(const v1::JobSpec& spec) {
   Layout layout;
   layout.block_elems = spec.block_elems();
+  absl::flat_hash_map<std::string, uint32_t> group_of;
+  for (int i = 0; i < spec.groups_size(); ++i) {
+    for (const std::string& name : spec.groups(i).tensors()) group_of[name] = i + 1;
+  }
   uint64_t pos = 0;
   for (const auto& t : spec.tensors()) {
     TensorSlot slot;
@@ -138,6 +213,7 @@ Layout LayoutOf(const v1::JobSpec& spec) {
     slot.offset = pos;
     slot.init = t.init();
     slot.init_scale = t.init_scale();
+    if (auto it = group_of.find(t.name()); it != group_of.end()) slot.group = it->second;
     pos += (slot.numel + kTensorAlignElems - 1) / kTensorAlignElems * kTensorAlignElems;
     layout.tensors.push_back(std::move(slot));
   }
@@ -159,6 +235,22 @@ std::vector<std::pair<uint32_t, uint32_t>> TensorElements(const Layout& layout, 
     if (first < last) out.emplace_back(first - begin, last - begin);
   }
   return out;
+}
+
+std::vector<GroupRun> GroupRuns(const Layout& layout, uint64_t begin, uint64_t end) {
+  const auto n = static_cast<uint32_t>(end - begin);
+  std::vector<GroupRun> runs;
+  auto it = std::partition_point(layout.tensors.begin(), layout.tensors.end(),
+                                 [begin](const TensorSlot& t) { return t.offset + t.numel <= begin; });
+  for (; it != layout.tensors.end() && it->offset < end; ++it) {
+    if (!runs.empty() && runs.back().group == it->group) continue;
+    const auto first = static_cast<uint32_t>(it->offset > begin ? it->offset - begin : 0);
+    if (!runs.empty()) runs.back().end = first;
+    runs.push_back(GroupRun{first, n, it->group});
+  }
+  if (runs.empty()) runs.push_back(GroupRun{0, n, kNoGroup});
+  runs.front().begin = 0;
+  return runs;
 }
 
 std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b) {

@@ -30,7 +30,11 @@ struct TensorSlot {
   uint64_t numel = 0;
   v1::InitKind init = v1::INIT_DEFAULT;
   float init_scale = 0;
+  uint32_t group = 0;  // kNoGroup, or i + 1 for a tensor in spec.groups(i)
 };
+
+// TensorSlot::group of a tensor in no group: it steps with the job's optimizer.
+inline constexpr uint32_t kNoGroup = 0;
 
 // The flat space: tensors end to end, each aligned, the total padded to a
 // whole number of blocks. Padding elements are zero and never change
@@ -44,8 +48,12 @@ struct Layout {
 };
 
 // Checks every field of `spec` and returns a copy with defaults filled in
-// (block size, optimizer hyper-parameters). Errors are INVALID_ARGUMENT and
-// name the field, e.g. "tensors[3].shape[1]: dimension 0 must be >= 1".
+// (block size, optimizer hyper-parameters, and in each of `groups` every
+// value it leaves unset: weight_decay and, for ADAMW/ADAM/LION, the betas
+// from the optimizer, lr_scale 1). Normalizing a normalized spec changes
+// nothing. Errors are INVALID_ARGUMENT and name the field, e.g.
+// "tensors[3].shape[1]: dimension 0 must be >= 1" or
+// "groups[1].tensors[0]: no tensor is named 'bias'".
 absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec);
 
 // The layout of a normalized spec. REQUIRES: spec came from NormalizeJobSpec.
@@ -57,6 +65,26 @@ Layout LayoutOf(const v1::JobSpec& spec);
 // REQUIRES: end - begin < 2^32.
 std::vector<std::pair<uint32_t, uint32_t>> TensorElements(const Layout& layout, uint64_t begin,
                                                           uint64_t end);
+
+// A run of a block's elements [begin, end), relative to the block, whose
+// tensors are all in one group (TensorSlot::group).
+struct GroupRun {
+  uint32_t begin = 0;
+  uint32_t end = 0;
+  uint32_t group = kNoGroup;
+  bool operator==(const GroupRun& o) const {
+    return begin == o.begin && end == o.end && group == o.group;
+  }
+};
+
+// The flat range [begin, end) cut where the tensor group changes: sorted
+// runs that cover [0, end - begin) with no gap, adjacent runs in different
+// groups. Padding joins the run before it (leading padding the first run),
+// which is harmless since every optimizer maps zero state to zero. A cut
+// falls on a tensor's offset, so when `begin` is a multiple of
+// kTensorAlignElems every run but the first begins on one too. A range of
+// one group (the common case) is one run. REQUIRES: end - begin < 2^32.
+std::vector<GroupRun> GroupRuns(const Layout& layout, uint64_t begin, uint64_t end);
 
 // Names the first field where two normalized specs differ, or "" if equal.
 std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b);

@@ -11,22 +11,27 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "common/job_spec.h"
 #include "server/aligned_buffer.h"
 #include "server/gradient_accumulator.h"
 #include "server/optimizer/optimizer.h"
+#include "server/optimizer/param_groups.h"
 
 namespace zerostate::server {
 
 struct Block {
   // `tensor_elems`: the block's elements that belong to a tensor
   // (TensorElements of common/job_spec.h); the rest is padding.
+  // `group_runs`: GroupRuns of its first `required` elements.
   Block(uint64_t index, uint64_t local, uint64_t flat_begin, uint32_t required,
         uint32_t block_elems, uint32_t num_nodes, bool has_lowp, StagingBudget* staging,
-        std::vector<std::pair<uint32_t, uint32_t>> tensor_elems)
+        std::vector<std::pair<uint32_t, uint32_t>> tensor_elems,
+        std::vector<GroupRun> group_runs)
       : index(index),
         local(local),
         flat_begin(flat_begin),
         required(required),
+        group_runs(std::move(group_runs)),
         acc(num_nodes, block_elems, required, staging, std::move(tensor_elems)),
         lowp(has_lowp ? block_elems : 0) {}
 
@@ -35,6 +40,9 @@ struct Block {
   const uint64_t local;       // index within the shard, as the StateTier knows it
   const uint64_t flat_begin;  // first element in the flat space
   const uint32_t required;    // elements before the layout's tail padding
+  // Where the tensor group changes within the block: the runs a step gives
+  // their own hyper-parameters (one run when the block is in one group).
+  const std::vector<GroupRun> group_runs;
 
   mutable absl::Mutex mu;
   // Number of optimizer steps applied (skipped steps count).

@@ -31,7 +31,8 @@ Job::Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_inde
     auto required = static_cast<uint32_t>(std::min<uint64_t>(be, layout_.used_elems - begin));
     blocks_data_.push_back(std::make_unique<Block>(
         b, b - blocks_.begin, begin, required, be, spec_.num_nodes(), HasLowp(spec_),
-        staging_.get(), TensorElements(layout_, begin, begin + required)));
+        staging_.get(), TensorElements(layout_, begin, begin + required),
+        GroupRuns(layout_, begin, begin + required)));
   }
 }
 
@@ -360,7 +361,7 @@ absl::StatusOr<GradStats> Job::Stats(uint64_t step, absl::Time deadline) {
   return total;
 }
 
-void Job::ComputeBlock(Block& b, float* state, const StepParams& params) {
+void Job::ComputeBlock(Block& b, float* state, const std::vector<StepParams>& by_group) {
   const uint32_t be = layout_.block_elems;
   BlockRefs refs;
   refs.param = state;
@@ -375,7 +376,7 @@ void Job::ComputeBlock(Block& b, float* state, const StepParams& params) {
     refs.lowp = tier_->in_place() ? b.lowp.data() : b.next_lowp.data();
     refs.lowp_dtype = spec_.weight_dtype();
   }
-  StepBlock(params, refs);
+  StepBlockRuns(b.group_runs, by_group, refs);
 }
 
 void Job::CommitBlock(Block& b) {
@@ -396,11 +397,12 @@ absl::Status Job::RunStep(uint64_t step, const StepParams& params, ThreadPool& p
     if (bp->version == step) todo.push_back(bp->local);
   }
   std::atomic<uint64_t> count{0};
+  const std::vector<StepParams> by_group = GroupStepParams(spec_, params);
   auto compute = [&](uint64_t local, float* state) {
     Block& b = *blocks_data_[local];
     absl::MutexLock lock(&b.mu);
     if (b.version != step) return false;
-    ComputeBlock(b, state, params);
+    ComputeBlock(b, state, by_group);
     return true;
   };
   auto commit = [&](uint64_t local) {

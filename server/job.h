@@ -250,9 +250,10 @@ class Job {
   absl::Status RunStep(uint64_t step, const StepParams& params, ThreadPool& pool,
                        uint64_t* stepped);
   uint64_t SkipStep(uint64_t step);
-  // Runs the fused kernel on one block's state; the low-precision copy goes
-  // to b.lowp (in-place tiers) or b.next_lowp.
-  void ComputeBlock(Block& b, float* state, const StepParams& params);
+  // Runs the fused kernel on one block's state, each of its group runs with
+  // by_group[run.group] (GroupStepParams of the step's parameters); the
+  // low-precision copy goes to b.lowp (in-place tiers) or b.next_lowp.
+  void ComputeBlock(Block& b, float* state, const std::vector<StepParams>& by_group);
   void CommitBlock(Block& b);
 
   const v1::JobSpec spec_;

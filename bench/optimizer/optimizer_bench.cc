@@ -7,6 +7,10 @@
 //       v and the bf16 copy, the copy with non-temporal stores: 14 B per
 //       parameter), with the widest ISA;
 //   (b) StepBlock(AdamW) for every ISA this CPU has,
+//   (c) with the widest ISA, the job's path with tensor groups
+//       (StepBlockRuns): each block one run of one group, as most blocks
+//       are (it should equal (b)), and each block cut into 4 runs of 2
+//       groups (adamw_step_groups=4: a block where the group changes 3 times),
 // each with 1..nproc threads (--threads), which take blocks of 262144
 // parameters from a shared counter as the server's pool does. The passes of
 // (a) and (b) take turns; a figure is the best of --reps timed passes after
@@ -30,6 +34,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "server/optimizer/optimizer.h"
+#include "server/optimizer/param_groups.h"
 
 ABSL_FLAG(int64_t, params, int64_t{64} << 20, "parameters of state to step");
 ABSL_FLAG(int, threads, 0, "measure 1..threads threads (0: one per core)");
@@ -204,8 +209,30 @@ void ReportCpuShare(const Options& o, int threads, double share) {
 struct Timings {
   double limit_s = 1e30;
   std::vector<double> step_s;
+  double groups1_s = 1e30;  // StepBlockRuns, one run per block
+  double groups4_s = 1e30;  // StepBlockRuns, four runs per block
   double cpu_share = 0;
 };
+
+// Runs of a block of n elements: one, or four alternating between groups 1
+// and 2 (cut at multiples of 64, as GroupRuns cuts).
+std::vector<GroupRun> RunsOf(size_t n, int count) {
+  std::vector<GroupRun> runs;
+  const auto quarter = static_cast<uint32_t>(n / count / 64 * 64);
+  for (int i = 0; i < count; ++i) {
+    const uint32_t end = i + 1 == count ? static_cast<uint32_t>(n) : (i + 1) * quarter;
+    runs.push_back(GroupRun{i * quarter, end, static_cast<uint32_t>(1 + i % 2)});
+  }
+  return runs;
+}
+
+// The job's group parameters: no group, no weight decay, lr x 0.5.
+std::vector<StepParams> GroupParams(const StepParams& adamw) {
+  std::vector<StepParams> by(3, adamw);
+  by[1].config.set_weight_decay(0);
+  by[2].lr = adamw.lr * 0.5f;
+  return by;
+}
 
 Timings TimePasses(const Options& o, int threads, const State& state) {
   const std::vector<Isa> isas = SupportedIsas();
@@ -226,6 +253,15 @@ Timings TimePasses(const Options& o, int threads, const State& state) {
       wall_s += s;
       ++adamw.t;
     }
+    for (auto [count, best] : {std::pair{1, &t.groups1_s}, std::pair{4, &t.groups4_s}}) {
+      const std::vector<StepParams> by = GroupParams(adamw);
+      const double s = PassSeconds(threads, state, [&](const BlockRefs& b) {
+        StepBlockRuns(isas.back(), RunsOf(b.n, count), by, b);
+      });
+      if (r > 0) *best = std::min(*best, s);
+      wall_s += s;
+      ++adamw.t;
+    }
   }
   t.cpu_share = (ProcessCpuSeconds() - cpu_start) / (wall_s * threads);
   return t;
@@ -243,6 +279,9 @@ void MeasureThreads(const Options& o, int threads, const State& state) {
     Report(o, "adamw_step." + std::string(IsaName(isas[k])) + suffix, n / t.step_s[k],
            n / t.limit_s);
   }
+  const std::string widest(IsaName(isas.back()));
+  Report(o, "adamw_step_groups=1." + widest + suffix, n / t.groups1_s, n / t.limit_s);
+  Report(o, "adamw_step_groups=4." + widest + suffix, n / t.groups4_s, n / t.limit_s);
 }
 
 int Main(int argc, char** argv) {

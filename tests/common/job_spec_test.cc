@@ -83,6 +83,65 @@ TEST(JobSpecTest, TensorElementsLeaveOutThePadding) {
   EXPECT_EQ(TensorElements(layout, 70, 128), V{});
 }
 
+// GoodSpec plus c [40] at [192, 232) and d [64] at [256, 320): groups
+// {b} and {d}, w and c in none.
+v1::JobSpec GroupedSpec() {
+  v1::JobSpec spec = GoodSpec();
+  for (auto [name, n] : {std::pair{"c", 40}, std::pair{"d", 64}}) {
+    auto* t = spec.add_tensors();
+    t->set_name(name);
+    t->add_shape(n);
+  }
+  spec.add_groups()->add_tensors("b");
+  auto* g = spec.add_groups();
+  g->add_tensors("d");
+  g->set_lr_scale(2);
+  g->set_beta2(0.95f);
+  return spec;
+}
+
+TEST(JobSpecTest, NormalizeFillsEveryGroupValueOnceAndForAll) {
+  auto spec = GroupedSpec();
+  spec.mutable_optimizer()->set_weight_decay(0.05f);
+  auto r = NormalizeJobSpec(spec);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const v1::TensorGroup& g0 = r->groups(0);
+  EXPECT_EQ(g0.weight_decay(), 0.05f);
+  EXPECT_EQ(g0.lr_scale(), 1.0f);
+  EXPECT_EQ(g0.beta1(), 0.9f);
+  EXPECT_EQ(g0.beta2(), 0.999f);
+  EXPECT_EQ(r->groups(1).lr_scale(), 2.0f);
+  EXPECT_EQ(r->groups(1).beta2(), 0.95f);
+  auto again = NormalizeJobSpec(*r);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(FirstDifference(*again, *r), "");
+  // SGD has no betas: a normalized group states none.
+  spec.mutable_optimizer()->set_kind(v1::OPTIMIZER_SGD_MOMENTUM);
+  spec.mutable_groups(1)->clear_beta2();
+  auto sgd = NormalizeJobSpec(spec);
+  ASSERT_TRUE(sgd.ok()) << sgd.status();
+  EXPECT_FALSE(sgd->groups(0).has_beta1());
+  EXPECT_FALSE(sgd->groups(1).has_beta2());
+}
+
+TEST(JobSpecTest, GroupRunsCutWhereTheGroupChanges) {
+  Layout layout = LayoutOf(*NormalizeJobSpec(GroupedSpec()));
+  EXPECT_EQ(layout.tensors[0].group, kNoGroup);
+  EXPECT_EQ(layout.tensors[1].group, 1u);
+  EXPECT_EQ(layout.tensors[2].group, kNoGroup);
+  EXPECT_EQ(layout.tensors[3].group, 2u);
+  using R = std::vector<GroupRun>;
+  // One group in the range, padding included: one run.
+  EXPECT_EQ(GroupRuns(layout, 0, 64), (R{{0, 64, kNoGroup}}));
+  EXPECT_EQ(GroupRuns(layout, 64, 128), (R{{0, 64, kNoGroup}}));
+  // w's padding joins w; b and its padding, c (no group) from its offset.
+  EXPECT_EQ(GroupRuns(layout, 0, 320),
+            (R{{0, 128, kNoGroup}, {128, 192, 1}, {192, 256, kNoGroup}, {256, 320, 2}}));
+  // A range that starts in padding: the first run takes it.
+  EXPECT_EQ(GroupRuns(layout, 232, 300), (R{{0, 68, 2}}));
+  EXPECT_EQ(GroupRuns(layout, 100, 200), (R{{0, 92, 1}, {92, 100, kNoGroup}}));
+}
+
 TEST(JobSpecTest, FirstDifferenceNamesTheField) {
   auto a = *NormalizeJobSpec(GoodSpec());
   auto b = a;

@@ -13,6 +13,7 @@
 
 #include "common/init.h"
 #include "server/job_registry.h"
+#include "tests/server/gather_weights.h"
 
 namespace zerostate::server {
 namespace {
@@ -82,19 +83,7 @@ class JobTest : public ::testing::Test {
     }
   }
 
-  std::vector<float> Weights(uint64_t min_version = 0) {
-    std::vector<float> out;
-    v1::GatherRequest req;
-    req.set_dtype(v1::DTYPE_FP32);
-    auto s = job_->Gather(*job_->CheckGather(req), min_version, v1::DTYPE_FP32, 100,
-                          absl::Now() + absl::Seconds(5), [&](const v1::Chunk& c) {
-                            const float* f = reinterpret_cast<const float*>(c.data().data());
-                            out.insert(out.end(), f, f + c.data().size() / 4);
-                            return true;
-                          });
-    EXPECT_TRUE(s.ok()) << s;
-    return out;
-  }
+  std::vector<float> Weights(uint64_t min_version = 0) { return GatherWeights(*job_, min_version); }
 
   absl::StatusOr<Job::StepOutcome> DoStep(uint64_t step, absl::Duration wait = absl::Seconds(5)) {
     v1::StepRequest req;
