@@ -58,8 +58,16 @@ absl::Status InspectCheckpoint(const std::string& dir, std::ostream& out) {
       << r.layout().num_blocks() << " blocks\n"
       << "written by " << r.num_shards() << " shards: "
       << absl::StrJoin(r.manifests()[0].servers(), " ") << "\n";
+  for (int i = 0; i < spec.groups_size(); ++i) {
+    v1::TensorGroup values = spec.groups(i);
+    values.clear_tensors();
+    out << "groups[" << i << "] " << values.ShortDebugString() << ", "
+        << spec.groups(i).tensors_size() << " tensors\n";
+  }
   for (const auto& t : r.layout().tensors) {
-    out << "  " << t.name << " [" << absl::StrJoin(t.shape, ", ") << "] at " << t.offset << "\n";
+    out << "  " << t.name << " [" << absl::StrJoin(t.shape, ", ") << "] at " << t.offset;
+    if (t.group != kNoGroup) out << " in groups[" << t.group - 1 << "]";
+    out << "\n";
   }
   return absl::OkStatus();
 }

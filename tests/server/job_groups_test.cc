@@ -13,12 +13,14 @@
 #include <filesystem>
 #include <functional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/init.h"
 #include "server/aligned_buffer.h"
 #include "server/checkpoint/checkpoint_writer.h"
+#include "server/checkpoint/ckpt_tool.h"
 #include "server/job_registry.h"
 #include "server/optimizer/optimizer.h"
 #include "tests/server/gather_weights.h"
@@ -260,6 +262,14 @@ TEST(JobGroupsTest, GroupsSurviveACheckpointAndRestore) {
   Job& job_b = *restored->job;
   EXPECT_EQ(FirstDifference(job_b.spec(), job_a.spec()), "");
   ASSERT_EQ(job_b.spec().groups_size(), 2);
+  std::ostringstream inspected;  // `zerostate ckpt inspect` shows them
+  ASSERT_TRUE(InspectCheckpoint(written->dir, inspected).ok());
+  EXPECT_NE(inspected.str().find("groups[1] weight_decay: 0.1 lr_scale: 0.5 beta1: 0.8 "
+                                 "beta2: 0.95, 1 tensors\n"),
+            std::string::npos)
+      << inspected.str();
+  EXPECT_NE(inspected.str().find("  w2 [3, 100] at 640 in groups[1]\n"), std::string::npos)
+      << inspected.str();
   // The groups step the restored job: a job that lost them (all tensors at
   // weight decay 0.1 and the full lr) would part from `a` here.
   PushAndStep(job_a, 2, Gradient(job_a.layout(), 2), pool);
