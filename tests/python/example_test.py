@@ -35,13 +35,14 @@ class GptExampleTest(unittest.TestCase):
         servers = zs_servers.start(2)
         try:
             out = run(["examples/gpt/train.py", "--servers=" + ",".join(s.address for s in servers),
-                       "--plaintext", "--steps=30", "--json"])
+                       "--plaintext", "--steps=30", "--batch=4", "--seq=32", "--json"])
         finally:
             for s in servers:
                 s.stop()
         print(out)
         self.assertEqual(out["steps"], 30)
-        self.assertLess(out["last_loss"], 0.7 * out["first_loss"])
+        # ln(256) = 5.55 at the start; about 4.3 after 30 steps.
+        self.assertLess(out["last_loss"], 0.85 * out["first_loss"])
 
 
 class BenchTinyTest(unittest.TestCase):
