@@ -164,6 +164,32 @@ class EngineTest(unittest.TestCase):
         print(f"AdamW over {STEPS} steps: max relative difference {err:.2e}")
         self.assertLess(err, 1e-6)
 
+    def test_gpt_groups_with_clip_and_schedule(self):
+        """GPT-style param_groups: weight decay on matrices only, and the
+        vectors' group with its own lr and betas, as the job's tensor groups,
+        against torch.optim.AdamW with the same groups, clipping and
+        scheduler over 100 steps."""
+
+        def groups(model):
+            return [{"params": [model.inp.weight, model.out.weight], "weight_decay": 0.1},
+                    {"params": [model.inp.bias, model.out.bias, *model.norm.parameters()],
+                     "weight_decay": 0.0, "lr": 5e-3, "betas": (0.8, 0.9)}]
+
+        torch.manual_seed(0)
+        model = Net()
+        ref = copy.deepcopy(model)
+        opt = torch.optim.AdamW(groups(ref), lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+        for s in range(STEPS):
+            opt.zero_grad()
+            loss_of(ref, s).backward()
+            torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.5)
+            opt.step()
+            sched.step()
+        engine = train(self.engine(model, "groups", model_parameters=groups(model)), 0, STEPS)
+        err = max_relative(engine.module, ref)
+        print(f"AdamW with 2 groups over {STEPS} steps: max relative difference {err:.2e}")
+        self.assertLess(err, 1e-6)
 
     def test_adam_and_sgd_match_torch(self):
         """ds_config's Adam (adam_w_mode false: L2 decay) and SGD with
