@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/data_tls.h"
 #include "common/read_file.h"
 
 namespace zerostate::client {
@@ -68,6 +69,23 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
     ssl.pem_private_key = *key;
   }
   return grpc::SslCredentials(ssl);
+}
+
+absl::StatusOr<std::shared_ptr<SSL_CTX>> DataTlsContextFor(const ClientOptions& o) {
+  if (auto s = CheckChoice(o); !s.ok()) return s;
+  if (o.plaintext) return nullptr;
+  auto ca = ReadFile("tls_ca_file", o.tls_ca_file);
+  if (!ca.ok()) return ca.status();
+  std::string cert, key;
+  if (!o.tls_cert_file.empty()) {
+    auto read_cert = ReadFile("tls_cert_file", o.tls_cert_file);
+    if (!read_cert.ok()) return read_cert.status();
+    auto read_key = ReadFile("tls_key_file", o.tls_key_file);
+    if (!read_key.ok()) return read_key.status();
+    cert = *std::move(read_cert);
+    key = *std::move(read_key);
+  }
+  return ClientTlsContext(*ca, cert, key, o.data_ktls);
 }
 
 }  // namespace zerostate::client

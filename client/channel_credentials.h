@@ -9,6 +9,8 @@
 #include "client/client.h"
 #include "grpcpp/security/credentials.h"
 
+typedef struct ssl_ctx_st SSL_CTX;
+
 namespace zerostate::client {
 
 // Reads the PEM files options names and builds the channels' credentials.
@@ -18,5 +20,10 @@ namespace zerostate::client {
 // outside 32..256 printable characters.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
     const ClientOptions& options);
+
+// The TCP data plane's TLS context from the same files (common/data_tls.h),
+// null for plaintext. Errors: those of ChannelCredentialsFor, and
+// INVALID_ARGUMENT when a file does not parse.
+absl::StatusOr<std::shared_ptr<SSL_CTX>> DataTlsContextFor(const ClientOptions& options);
 
 }  // namespace zerostate::client

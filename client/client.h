@@ -86,11 +86,16 @@ struct ClientOptions {
   // attach); AttachJob and Rendezvous need a token.
   std::string job_token;
   // Push and gather over the servers' TCP data plane (framed messages on
-  // persistent plain TCP connections, several times gRPC's throughput per
-  // connection; docs/architecture.md) when the connection is plaintext and
-  // the server advertises one; else, or when false, over gRPC. Weight init
-  // and every other call always use gRPC.
+  // persistent TCP connections, several times gRPC's throughput per
+  // connection; docs/architecture.md) when the server advertises one; else,
+  // or when false, over gRPC. Under TLS the data plane speaks TLS 1.3 with
+  // the same files as the channels (tls_ca_file, and tls_cert_file /
+  // tls_key_file for mutual TLS). Weight init and every other call always
+  // use gRPC.
   bool data_plane = true;
+  // Under TLS, hand the data plane's TLS records to the kernel (kTLS) where
+  // it offers it; false: OpenSSL encrypts in userspace (for comparison).
+  bool data_ktls = true;
   // Optional: the data plane address of each server, in shard order, in
   // place of "<host of servers[i]>:<the port the server advertises>" (for a
   // proxy or NAT in between, and tests).

@@ -11,9 +11,19 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/data_tls.h"
 
 namespace zerostate::client {
 namespace {
+
+// The host of "host:port" ("[v6]:port" too).
+std::string HostOf(const std::string& address) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
 
 // Connects `fd` to `addr`, waiting until `deadline`.
 absl::Status ConnectBy(int fd, const addrinfo& addr, absl::Time deadline) {
@@ -33,10 +43,25 @@ absl::Status ConnectBy(int fd, const addrinfo& addr, absl::Time deadline) {
 
 }  // namespace
 
-DataConn::~DataConn() { close(fd_); }
+DataConn::~DataConn() {
+  stream_.reset();  // before its socket
+  close(fd_);
+}
 
-DataConnPool::DataConnPool(std::string address, size_t max_idle)
-    : address_(std::move(address)), max_idle_(max_idle) {}
+DataConnPool::DataConnPool(std::string address, size_t max_idle, std::shared_ptr<SSL_CTX> tls)
+    : address_(std::move(address)), max_idle_(max_idle), tls_(std::move(tls)) {}
+
+absl::StatusOr<std::unique_ptr<DataConn>> DataConnPool::Open(int fd, absl::Time deadline) {
+  TuneDataSocket(fd);
+  if (tls_ == nullptr) return std::make_unique<DataConn>(fd, std::make_unique<DataStream>(fd));
+  auto stream = TlsConnect(tls_.get(), fd, HostOf(address_), deadline);
+  if (!stream.ok()) {
+    close(fd);
+    return absl::Status(stream.status().code(),
+                        absl::StrCat("data plane ", address_, ": ", stream.status().message()));
+  }
+  return std::make_unique<DataConn>(fd, *std::move(stream));
+}
 
 absl::StatusOr<std::unique_ptr<DataConn>> DataConnPool::Acquire(absl::Time deadline) {
   {
@@ -48,10 +73,7 @@ absl::StatusOr<std::unique_ptr<DataConn>> DataConnPool::Acquire(absl::Time deadl
     }
   }
   size_t colon = address_.rfind(':');
-  std::string host = address_.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  std::string host = HostOf(address_);
   std::string port = colon == std::string::npos ? "" : address_.substr(colon + 1);
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
@@ -66,11 +88,8 @@ absl::StatusOr<std::unique_ptr<DataConn>> DataConnPool::Acquire(absl::Time deadl
     if (fd < 0) continue;
     s = ConnectBy(fd, *a, deadline);
     if (s.ok()) {
-      int flags = fcntl(fd, F_GETFL);
-      fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-      TuneDataSocket(fd);
       freeaddrinfo(res);
-      return std::make_unique<DataConn>(fd);
+      return Open(fd, deadline);
     }
     close(fd);
   }

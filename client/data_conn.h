@@ -1,7 +1,8 @@
 // The client's connections to one server's TCP data plane
 // (server/data_plane.h): a pool of persistent connections, one taken per
 // push or gather stream and given back when the stream ended cleanly (a
-// connection that broke or stopped mid-conversation is closed instead).
+// connection that broke or stopped mid-conversation is closed instead),
+// plaintext or TLS (common/data_tls.h; the handshake is part of Acquire).
 // Thread-safe.
 #pragma once
 
@@ -13,44 +14,57 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/data_stream.h"
 #include "common/frame_io.h"
+
+typedef struct ssl_ctx_st SSL_CTX;
 
 namespace zerostate::client {
 
 // One connection; closed when destroyed.
 class DataConn {
  public:
-  explicit DataConn(int fd) : fd_(fd) {}
+  // Owns `fd` and `stream` (which runs on fd).
+  DataConn(int fd, std::unique_ptr<DataStream> stream) : fd_(fd), stream_(std::move(stream)) {}
   ~DataConn();
   DataConn(const DataConn&) = delete;
   DataConn& operator=(const DataConn&) = delete;
 
   int fd() const { return fd_; }
+  DataStream& stream() { return *stream_; }
   // Scratch memory for encoded or received payloads.
   FrameBuffer& buffer() { return buffer_; }
 
  private:
   const int fd_;
+  std::unique_ptr<DataStream> stream_;
   FrameBuffer buffer_;
 };
 
 class DataConnPool {
  public:
   // Connections to `address` ("host:port"); at most `max_idle` are kept.
-  DataConnPool(std::string address, size_t max_idle);
+  // Under TLS with `tls` (a client context, ClientTlsContext) unless null.
+  DataConnPool(std::string address, size_t max_idle, std::shared_ptr<SSL_CTX> tls = nullptr);
 
   const std::string& address() const { return address_; }
 
-  // An idle connection, or a new one. Errors: UNAVAILABLE naming the
-  // address (cannot resolve or connect), DEADLINE_EXCEEDED.
+  // An idle connection, or a new one (connected, and its TLS handshake
+  // done). Errors: UNAVAILABLE naming the address (cannot resolve or
+  // connect, or the handshake failed: with OpenSSL's reason),
+  // DEADLINE_EXCEEDED.
   absl::StatusOr<std::unique_ptr<DataConn>> Acquire(absl::Time deadline);
   // Keeps `conn` for another stream. Only for a connection at a frame
   // boundary with nothing left to read.
   void Release(std::unique_ptr<DataConn> conn);
 
  private:
+  // The handshake of connected socket `fd` (plaintext: none).
+  absl::StatusOr<std::unique_ptr<DataConn>> Open(int fd, absl::Time deadline);
+
   const std::string address_;
   const size_t max_idle_;
+  const std::shared_ptr<SSL_CTX> tls_;
   absl::Mutex mu_;
   std::vector<std::unique_ptr<DataConn>> idle_ ABSL_GUARDED_BY(mu_);
 };

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
 #include "common/convert.h"
+#include "client/channel_credentials.h"
 #include "common/frame_io.h"
 #include "grpcpp/support/sync_stream.h"
 
@@ -204,7 +205,7 @@ bool RefusedAtCap(const absl::Status& s) { return s.GetPayload(kRefusedAtCap).ha
 // RefusedAtCap).
 absl::StatusOr<FrameStart> RecvReply(const DataConnPool& pool, DataConn& conn, FrameType want,
                                      FrameType also) {
-  absl::StatusOr<std::optional<FrameStart>> f = RecvFrameStart(conn.fd());
+  absl::StatusOr<std::optional<FrameStart>> f = RecvFrameStart(conn.stream());
   if (!f.ok()) {
     if (absl::IsInvalidArgument(f.status())) {
       return absl::DataLossError(absl::StrCat("data plane ", pool.address(), ": ",
@@ -234,8 +235,7 @@ absl::StatusOr<FrameStart> RecvReply(const DataConnPool& pool, DataConn& conn, F
 // its cap, it closed it at once, and its ERROR frame may be waiting to be
 // read (taken only when already there, without waiting); else Broken.
 absl::Status SendFailed(const DataConnPool& pool, DataConn& conn, const absl::Status& sent) {
-  pollfd p{conn.fd(), POLLIN, 0};
-  if (poll(&p, 1, 0) == 1 && (p.revents & POLLIN) != 0) {
+  if (conn.stream().WaitReadable(absl::Now())) {
     absl::StatusOr<FrameStart> f = RecvReply(pool, conn, FrameType::kError, FrameType::kError);
     if (!f.ok() && RefusedAtCap(f.status())) return f.status();
   }
@@ -252,7 +252,7 @@ std::unique_ptr<DataConn> AcquireConn(const JobContext& job, int shard,
   absl::Time deadline = absl::FromChrono(ctx.deadline());
   absl::StatusOr<std::unique_ptr<DataConn>> conn = job.data[shard]->Acquire(deadline);
   if (!conn.ok()) return nullptr;
-  SetSocketDeadline((*conn)->fd(), deadline);
+  (*conn)->stream().SetDeadline(deadline);
   return *std::move(conn);
 }
 
@@ -294,7 +294,7 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
       payload = encoded;
     }
     job.budget->Acquire(bytes);
-    absl::Status sent = SendFrame(c.fd(), FrameType::kPush, meta, payload, bytes);
+    absl::Status sent = SendFrame(c.stream(), FrameType::kPush, meta, payload, bytes);
     job.budget->Release(bytes);
     if (!sent.ok()) return SendFailed(pool, c, sent);
     if (++unacked >= kPushWindow) {
@@ -323,7 +323,7 @@ absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& call,
   req->set_end(plan.elems.end);
   meta.set_timeout_ms(std::max<int64_t>(
       1, absl::ToInt64Milliseconds(absl::FromChrono(ctx.deadline()) - absl::Now())));
-  if (absl::Status s = SendFrame(c.fd(), FrameType::kGather, meta); !s.ok()) {
+  if (absl::Status s = SendFrame(c.stream(), FrameType::kGather, meta); !s.ok()) {
     return SendFailed(pool, c, s);
   }
   uint64_t placed = 0;
@@ -350,7 +350,7 @@ absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& call,
     absl::StatusOr<uint8_t*> out = PlaceOf(job, call, plan, view.fields, bytes);
     if (!out.ok()) return out.status();
     void* into = call.wire == call.out_dtype ? static_cast<void*>(*out) : c.buffer().Reserve(bytes);
-    if (absl::Status s = RecvExact(c.fd(), into, bytes); !s.ok()) return Broken(pool, s);
+    if (absl::Status s = RecvExact(c.stream(), into, bytes); !s.ok()) return Broken(pool, s);
     if (into != *out) {
       CopyChunkData(FrameChunkView(f->meta.chunk(), into, bytes), call.wire, call.out_dtype, *out);
     }
@@ -363,7 +363,11 @@ absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& call,
 std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& options,
                                                      const std::vector<uint32_t>& ports) {
   std::vector<std::shared_ptr<DataConnPool>> pools(options.servers.size());
-  if (!options.data_plane || !options.plaintext) return pools;
+  if (!options.data_plane) return pools;
+  // The files were read and checked for the gRPC channels already; if they
+  // changed since and no longer load, push and gather use gRPC.
+  absl::StatusOr<std::shared_ptr<SSL_CTX>> tls = DataTlsContextFor(options);
+  if (!tls.ok()) return pools;
   for (size_t i = 0; i < ports.size() && i < pools.size(); ++i) {
     if (ports[i] == 0) continue;
     std::string address = options.data_servers.empty()
@@ -371,7 +375,7 @@ std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& option
                               : options.data_servers[i];
     // A push and a gather stream per stream slot may run at once.
     pools[i] = std::make_shared<DataConnPool>(
-        std::move(address), 2 * static_cast<size_t>(options.streams_per_server));
+        std::move(address), 2 * static_cast<size_t>(options.streams_per_server), *tls);
   }
   return pools;
 }

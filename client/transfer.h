@@ -35,8 +35,8 @@ struct JobContext {
 };
 
 // The data planes of a job's servers (one per options.servers) from the
-// ports they advertised (0 or missing: none): null for every shard unless
-// options.data_plane and options.plaintext.
+// ports they advertised (0 or missing: none), under TLS unless
+// options.plaintext: null for every shard unless options.data_plane.
 std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& options,
                                                      const std::vector<uint32_t>& ports);
 

@@ -1,6 +1,8 @@
-// Blocking socket I/O of data plane frames (common/frame.h), shared by the
-// server's sessions and the client's connections: a frame goes out in one
-// sendmsg of header, meta and payload straight from the caller's memory;
+// Blocking I/O of data plane frames (common/frame.h) on a DataStream
+// (plaintext or TLS; common/data_stream.h), shared by the server's sessions
+// and the client's connections: a frame goes out in one send of header,
+// meta and payload straight from the caller's memory (one sendmsg in
+// plaintext and under kTLS);
 // a frame comes in as header and meta, then its payload read wherever the
 // reader wants it (a reused aligned buffer, or the caller's output).
 // Thread-compatible: one thread per socket at a time.
@@ -13,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/data_stream.h"
 #include "common/frame.h"
 
 namespace zerostate {
@@ -35,13 +38,14 @@ class FrameBuffer {
 };
 
 // Sends one frame. Errors: UNAVAILABLE (the connection broke, with
-// strerror), DEADLINE_EXCEEDED (the socket's send timeout passed).
-absl::Status SendFrame(int fd, FrameType type, const v1::DataFrameMeta& meta,
+// the reason), DEADLINE_EXCEEDED (the stream's send deadline passed).
+absl::Status SendFrame(DataStream& stream, FrameType type, const v1::DataFrameMeta& meta,
                        const void* payload = nullptr, size_t payload_len = 0);
 
 // Reads exactly `n` bytes. Errors: DATA_LOSS "connection closed after k of
-// n bytes", UNAVAILABLE (strerror), DEADLINE_EXCEEDED (receive timeout).
-absl::Status RecvExact(int fd, void* p, size_t n);
+// n bytes", UNAVAILABLE (the reason), DEADLINE_EXCEEDED (the stream's
+// receive deadline).
+absl::Status RecvExact(DataStream& stream, void* p, size_t n);
 
 struct FrameStart {
   FrameHeader header;
@@ -53,11 +57,7 @@ struct FrameStart {
 // boundary. Errors: those of ParseFrameHeader / ParseFrameMeta
 // (INVALID_ARGUMENT), DATA_LOSS "truncated frame: ..." when the peer closed
 // mid-frame, those of RecvExact.
-absl::StatusOr<std::optional<FrameStart>> RecvFrameStart(int fd);
-
-// Sets the socket's send and receive timeouts to reach `deadline`
-// (at least 1 ms; absl::InfiniteFuture(): none).
-void SetSocketDeadline(int fd, absl::Time deadline);
+absl::StatusOr<std::optional<FrameStart>> RecvFrameStart(DataStream& stream);
 
 // Sets TCP_NODELAY (socket buffers stay auto-tuned by the kernel).
 void TuneDataSocket(int fd);

@@ -12,7 +12,10 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include <iostream>
+
 #include "absl/time/clock.h"
+#include "common/data_tls.h"
 #include "common/frame_io.h"
 
 namespace zerostate::server {
@@ -73,18 +76,24 @@ absl::Status DataPlane::CheckMaxConnections(int max_connections) {
 
 absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Start(const std::string& listen,
                                                             const DataSessionContext& ctx,
-                                                            int max_connections) {
+                                                            int max_connections,
+                                                            DataTlsContext* tls) {
   if (absl::Status s = CheckMaxConnections(max_connections); !s.ok()) return s;
   int port = 0;
   absl::StatusOr<int> fd = Listen(listen, &port);
   if (!fd.ok()) return fd.status();
-  std::unique_ptr<DataPlane> plane(new DataPlane(*fd, port, ctx, max_connections));
+  std::unique_ptr<DataPlane> plane(new DataPlane(*fd, port, ctx, max_connections, tls));
   plane->acceptor_ = std::thread([p = plane.get()] { p->AcceptLoop(); });
   return plane;
 }
 
-DataPlane::DataPlane(int listen_fd, int port, const DataSessionContext& ctx, int max_connections)
-    : listen_fd_(listen_fd), port_(port), ctx_(ctx), max_connections_(max_connections) {
+DataPlane::DataPlane(int listen_fd, int port, const DataSessionContext& ctx, int max_connections,
+                     DataTlsContext* tls)
+    : listen_fd_(listen_fd),
+      port_(port),
+      ctx_(ctx),
+      max_connections_(max_connections),
+      tls_(tls) {
   ctx_.metrics->SetDataConnections(0);
 }
 
@@ -112,7 +121,7 @@ void DataPlane::AcceptLoop() {
         conns_.push_back(Conn{fd, std::thread(), false});
         Conn* conn = &conns_.back();
         conn->thread = std::thread([this, conn] {
-          ServeDataConnection(ctx_, conn->fd);
+          Serve(conn->fd);
           shutdown(conn->fd, SHUT_RDWR);  // the peer sees the end now; closed when reaped
           absl::MutexLock lock(&mu_);
           conn->done = true;
@@ -125,6 +134,28 @@ void DataPlane::AcceptLoop() {
   }
 }
 
+void DataPlane::Serve(int fd) {
+  TuneDataSocket(fd);
+  if (tls_ == nullptr) {
+    DataStream stream(fd);
+    ServeDataConnection(ctx_, stream);
+    return;
+  }
+  // A client whose certificate the CA did not sign (or none, under mutual
+  // TLS), or one that does not speak TLS, ends here: nothing of it is read
+  // as a frame.
+  auto stream = TlsAccept(tls_->Current().get(), fd, absl::Now() + kHandshakeTimeout);
+  if (!stream.ok()) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!std::exchange(described_, true)) {
+      std::cerr << "zerostate-server: data plane TLS: first connection: " << (*stream)->Describe()
+                << std::endl;
+    }
+  }
+  ServeDataConnection(ctx_, **stream);
+}
+
 // On the acceptor thread, spawning nothing: that is the point of the cap.
 // The frame is small and the socket new, so the send does not wait. The
 // client's first frames may have arrived already: they are read without
@@ -134,15 +165,20 @@ void DataPlane::AcceptLoop() {
 // (client/transfer.cc), which has no such cap.
 void DataPlane::Refuse(int fd) {
   ctx_.metrics->RecordDataConnectionRefused();
+  if (tls_ != nullptr) {  // a plaintext frame would only break its handshake
+    close(fd);
+    return;
+  }
   TuneDataSocket(fd);
-  SetSocketDeadline(fd, absl::Now() + absl::Milliseconds(100));
+  DataStream stream(fd);
+  stream.SetDeadline(absl::Now() + absl::Milliseconds(100));
   v1::DataFrameMeta meta;
   meta.set_incarnation(ctx_.incarnation);
   meta.set_code(static_cast<int>(absl::StatusCode::kResourceExhausted));
   meta.set_message(absl::StrCat("data plane: this server already serves ", max_connections_,
                                 " connections, its cap (--max_data_connections); this one is "
                                 "closed: use gRPC, or connect again later"));
-  (void)SendFrame(fd, FrameType::kError, meta);
+  (void)SendFrame(stream, FrameType::kError, meta);
   shutdown(fd, SHUT_WR);
   char sink[16 << 10];
   for (int i = 0; i < 64 && recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; ++i) {

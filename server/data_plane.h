@@ -3,11 +3,14 @@
 // (common/frame.h), a thread per connection (clients hold a few persistent
 // connections per server, so threads stay few, and a gather that waits for
 // a version simply blocks its own thread). docs/architecture.md says why
-// there are two planes. Only for plaintext servers: plain TCP cannot carry
-// the guarantees of TLS. Connections are capped (--max_data_connections):
+// there are two planes. Plaintext, or TLS 1.3 with the gRPC port's
+// certificates (DataTlsContext; mutual TLS with its client CA), the
+// handshake done on the connection's own thread within kHandshakeTimeout.
+// Connections are capped (--max_data_connections):
 // each costs two threads, and a client that opens them without end must
 // not exhaust the server's; one over the cap gets an ERROR frame
-// (RESOURCE_EXHAUSTED) and is closed, and the client falls back to gRPC.
+// (RESOURCE_EXHAUSTED) and is closed (under TLS closed at once: no
+// handshake is spent on it), and the client falls back to gRPC.
 // Thread-safe.
 #pragma once
 
@@ -19,21 +22,26 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "server/auth_tls.h"
 #include "server/data_session.h"
 
 namespace zerostate::server {
+
+inline constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
 
 class DataPlane {
  public:
   // Listens on `listen` ("host:port", IPv4 or a name; port 0: any free
   // port) and serves at most `max_connections` (> 0) connections at once
-  // with `ctx` (whose pointers must outlive the DataPlane). Errors:
+  // with `ctx` (whose pointers must outlive the DataPlane), under TLS with
+  // `tls` unless null (which must outlive the DataPlane too). Errors:
   // INVALID_ARGUMENT (not host:port, names --data_listen; max_connections
   // < 1, names --max_data_connections), UNAVAILABLE (cannot bind; names
   // the address).
   static absl::StatusOr<std::unique_ptr<DataPlane>> Start(const std::string& listen,
                                                           const DataSessionContext& ctx,
-                                                          int max_connections);
+                                                          int max_connections,
+                                                          DataTlsContext* tls);
   // OK for a connection cap of at least 1; else INVALID_ARGUMENT naming
   // --max_data_connections.
   static absl::Status CheckMaxConnections(int max_connections);
@@ -54,8 +62,12 @@ class DataPlane {
     std::thread thread;
     bool done = false;
   };
-  DataPlane(int listen_fd, int port, const DataSessionContext& ctx, int max_connections);
+  DataPlane(int listen_fd, int port, const DataSessionContext& ctx, int max_connections,
+            DataTlsContext* tls);
   void AcceptLoop();
+  // Serves accepted socket `fd` (not closed): its handshake under TLS,
+  // then its session.
+  void Serve(int fd);
   // Answers `fd` with an ERROR frame naming the cap, then closes it.
   void Refuse(int fd);
   // The gauge of open connections. REQUIRES: mu_ held.
@@ -67,7 +79,10 @@ class DataPlane {
   const int port_;
   const DataSessionContext ctx_;
   const int max_connections_;
+  DataTlsContext* const tls_;
   absl::Mutex mu_;
+  // Whether a TLS connection's records were described on stderr (once).
+  bool described_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   // Sessions still running (conns_ also holds ended ones not yet reaped).
   int open_ ABSL_GUARDED_BY(mu_) = 0;

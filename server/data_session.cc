@@ -19,8 +19,8 @@ namespace {
 constexpr char kPushMethod[] = "DataPush";
 constexpr char kGatherMethod[] = "DataGather";
 
-// The longest a read or write inside a frame may block.
-constexpr absl::Duration kMidFrameTimeout = absl::Seconds(60);
+// The longest sending one answer may take (a client that stopped reading).
+constexpr absl::Duration kSendTimeout = absl::Seconds(60);
 
 v1::DataFrameMeta Reply(uint64_t incarnation, const absl::Status& status) {
   v1::DataFrameMeta meta;
@@ -103,17 +103,20 @@ class TaskThread {
 
 class Session final : public Job::GatherSink {
  public:
-  Session(const DataSessionContext& ctx, int fd) : ctx_(ctx), fd_(fd) {}
+  Session(const DataSessionContext& ctx, DataStream& stream)
+      : ctx_(ctx), stream_(stream), opened_(absl::Now()) {}
 
   void Run() {
     while (true) {
-      // Idle between frames for as long as the client likes; within a
-      // frame, socket reads and writes time out (kMidFrameTimeout), so a
-      // stalled client gives its buffer back.
-      pollfd p{fd_, POLLIN, 0};
-      while (poll(&p, 1, -1) < 0 && errno == EINTR) {
+      // Idle between frames for as long as the client likes once it sent
+      // an authorized frame; within a frame, reads end at the frame timeout,
+      // so a stalled client gives its buffer back.
+      if (!stream_.WaitReadable(authorized_ ? absl::InfiniteFuture()
+                                            : opened_ + ctx_.frame_timeout)) {
+        return;
       }
-      absl::StatusOr<std::optional<FrameStart>> start = RecvFrameStart(fd_);
+      stream_.SetRecvDeadline(absl::Now() + ctx_.frame_timeout);
+      absl::StatusOr<std::optional<FrameStart>> start = RecvFrameStart(stream_);
       if (start.ok() && !start->has_value()) return;  // closed at a frame boundary
       absl::Status s = start.ok() ? Serve(**start) : start.status();
       if (s.ok()) continue;
@@ -121,8 +124,8 @@ class Session final : public Job::GatherSink {
       // of the byte stream cannot be trusted).
       if (absl::IsInvalidArgument(s) || absl::IsDataLoss(s)) {
         (void)tasks_.Drain();  // the answers before it go first
-        (void)SendFrame(fd_, FrameType::kError,
-                        Reply(ctx_.incarnation, absl::InvalidArgumentError(s.message())));
+        (void)Send(FrameType::kError,
+                   Reply(ctx_.incarnation, absl::InvalidArgumentError(s.message())));
         LingeringClose();
       }
       return;
@@ -133,11 +136,20 @@ class Session final : public Job::GatherSink {
   // sends (briefly, and a bounded amount): closing with unread bytes would
   // send a reset, which can destroy the answer before the client reads it.
   void LingeringClose() {
-    shutdown(fd_, SHUT_WR);
-    SetSocketDeadline(fd_, absl::Now() + absl::Seconds(1));
-    char sink[64 << 10];
-    for (int i = 0; i < 256 && recv(fd_, sink, sizeof(sink), 0) > 0; ++i) {
+    shutdown(stream_.fd(), SHUT_WR);
+    stream_.SetRecvDeadline(absl::Now() + absl::Seconds(1));
+    char sink[16 << 10];
+    for (int i = 0; i < 1024; ++i) {
+      absl::StatusOr<size_t> r = stream_.RecvSome(sink, sizeof(sink));
+      if (!r.ok() || *r == 0) break;
     }
+  }
+
+  // Sends a frame, taking at most kSendTimeout.
+  absl::Status Send(FrameType type, const v1::DataFrameMeta& meta, const void* payload = nullptr,
+                    size_t bytes = 0) {
+    stream_.SetSendDeadline(absl::Now() + kSendTimeout);
+    return SendFrame(stream_, type, meta, payload, bytes);
   }
 
   // Job::GatherSink. Buffer() runs under a block's mutex, which pushes
@@ -157,7 +169,7 @@ class Session final : public Job::GatherSink {
     c->set_version(piece.version);
     return tasks_.Run(
         [this, meta = std::move(meta), piece = std::move(piece_), bytes = piece_bytes_]() mutable {
-          if (!SendFrame(fd_, FrameType::kGatherPiece, meta, piece.data(), bytes).ok())
+          if (!Send(FrameType::kGatherPiece, meta, piece.data(), bytes).ok())
             return false;
           gathered_ += bytes;
           return true;
@@ -201,11 +213,13 @@ class Session final : public Job::GatherSink {
     const size_t bytes = f.header.payload_len;
     const ChunkFields fields = FrameChunkView(f.meta.chunk(), nullptr, 0).fields;
     PushTarget target{ctx_.jobs->Authorize(fields.job_id, f.meta.token()), {}};
+    if (!target.job.ok()) return RefusePush(f, target.job.status(), start);
+    authorized_ = true;
     // The first node's fp32 payload goes straight into the block's sum
     // (ClaimPush says when); any other into a buffer, held while it is read
     // and folded (waiting while the server's frames in flight fill the
     // budget; no lock held). A bad frame gets neither: Push says why.
-    if (target.job.ok()) target.claim = (*target.job)->ClaimPush(fields, bytes);
+    target.claim = (*target.job)->ClaimPush(fields, bytes);
     DataBufferPool::Lease payload;
     if (target.claim.data() == nullptr) {
       // A push that would wait for staging memory in Job::Push waits before
@@ -213,13 +227,14 @@ class Session final : public Job::GatherSink {
       // connections of early nodes waiting, their buffers could fill the
       // pool the head node's frames need. Node 0 is always its blocks' head
       // (or done), so its frames skip the look-up.
-      if (target.job.ok() && fields.node != 0) {
+      if (fields.node != 0) {
         (*target.job)->AwaitStagingRoom(fields, bytes, DeadlineOf(f.meta));
       }
       payload = ctx_.buffers->Borrow(bytes, /*wait=*/true);
     }
     void* into = target.claim.data() != nullptr ? target.claim.data() : payload.data();
-    absl::Status read = RecvExact(fd_, into, bytes);
+    stream_.SetRecvDeadline(absl::Now() + ctx_.frame_timeout);  // the waits above do not count
+    absl::Status read = RecvExact(stream_, into, bytes);
     if (absl::IsDataLoss(read)) {
       return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
     }
@@ -237,7 +252,29 @@ class Session final : public Job::GatherSink {
       ctx_.metrics->RecordRpc(kPushMethod, s, absl::ToDoubleSeconds(absl::Now() - start), bytes, 0);
       v1::DataFrameMeta ack = Reply(ctx_.incarnation, s);
       ack.set_duplicate(duplicate);
-      return SendFrame(fd_, FrameType::kPushAck, ack).ok();
+      return Send(FrameType::kPushAck, ack).ok();
+    });
+    return handed ? absl::OkStatus() : absl::UnavailableError("client went away");
+  }
+
+  // A push whose token or job was refused: its payload is read into a
+  // small scratch buffer and dropped (no pool buffer, no claim), and the
+  // refusal is the frame's answer, in order.
+  absl::Status RefusePush(const FrameStart& f, const absl::Status& refused, absl::Time start) {
+    char scratch[16 << 10];
+    for (uint64_t left = f.header.payload_len; left > 0;) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(left, sizeof(scratch)));
+      absl::Status read = RecvExact(stream_, scratch, n);
+      if (absl::IsDataLoss(read)) {
+        return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
+      }
+      if (!read.ok()) return read;
+      left -= n;
+    }
+    const bool handed = tasks_.Run([this, refused, start] {
+      ctx_.metrics->RecordRpc(kPushMethod, refused, absl::ToDoubleSeconds(absl::Now() - start), 0,
+                              0);
+      return Send(FrameType::kPushAck, Reply(ctx_.incarnation, refused)).ok();
     });
     return handed ? absl::OkStatus() : absl::UnavailableError("client went away");
   }
@@ -245,7 +282,6 @@ class Session final : public Job::GatherSink {
   absl::Status Push(const absl::StatusOr<std::shared_ptr<Job>>& job,
                     const v1::DataFrameMeta& meta, const uint8_t* payload, size_t bytes,
                     bool* duplicate) const {
-    if (!job.ok()) return job.status();
     // A push frame usually carries no timeout: it may wait for staging
     // memory (on this session's task thread, no lock held) as long as the
     // server lets any call wait, like a gather without one.
@@ -268,13 +304,14 @@ class Session final : public Job::GatherSink {
     if (absl::IsCancelled(s)) return absl::UnavailableError("client went away");
     v1::DataFrameMeta end = Reply(ctx_.incarnation, s);
     end.set_bytes(gathered_);
-    return SendFrame(fd_, FrameType::kGatherEnd, end);
+    return Send(FrameType::kGatherEnd, end);
   }
 
   absl::Status Gather(const v1::DataFrameMeta& meta) {
     const v1::GatherRequest& req = meta.gather();
     auto job = ctx_.jobs->Authorize(req.job_id(), meta.token());
     if (!job.ok()) return job.status();
+    authorized_ = true;
     auto range = (*job)->CheckGather(req);
     if (!range.ok()) return range.status();
     return (*job)->Gather(*range, req.min_version(), req.dtype(), ctx_.gather_piece_elems,
@@ -282,7 +319,9 @@ class Session final : public Job::GatherSink {
   }
 
   const DataSessionContext& ctx_;
-  const int fd_;
+  DataStream& stream_;
+  const absl::Time opened_;
+  bool authorized_ = false;  // a frame of this connection was authorized (session thread only)
   DataBufferPool::Lease piece_;  // the gather piece being filled
   size_t piece_bytes_ = 0;
   uint64_t gathered_ = 0;  // written by tasks_ during a gather
@@ -291,12 +330,8 @@ class Session final : public Job::GatherSink {
 
 }  // namespace
 
-void ServeDataConnection(const DataSessionContext& ctx, int fd) {
-  TuneDataSocket(fd);
-  timeval tv = absl::ToTimeval(kMidFrameTimeout);
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  Session(ctx, fd).Run();
+void ServeDataConnection(const DataSessionContext& ctx, DataStream& stream) {
+  Session(ctx, stream).Run();
 }
 
 }  // namespace zerostate::server

@@ -8,6 +8,17 @@
 // order. Every reply carries the server's incarnation; an error is a
 // status code and message. A frame that cannot be parsed is answered by an
 // ERROR frame, then the connection is closed.
+//
+// What a client that has no valid token can take (docs/reliability.md): a
+// frame is authorized (JobRegistry::Authorize) from its header and meta,
+// before any of its payload is read; an unauthorized push's payload is
+// read into a small scratch buffer and dropped, never into the shared
+// pool, and answered with the refusal. Every frame must arrive whole
+// within the frame timeout of its first byte (its payload within the
+// frame timeout of the server being ready for it), so a frame that
+// trickles gives its buffer back when the connection is closed; a
+// connection that has not yet sent an authorized frame is closed after
+// that long idle.
 #pragma once
 
 #include <cstdint>
@@ -28,10 +39,13 @@ struct DataSessionContext {
   uint32_t gather_piece_elems = 256 * 1024;
   // Payload buffers of every session (required).
   DataBufferPool* buffers = nullptr;
+  // How long a frame may take to arrive (--data_frame_timeout_seconds).
+  absl::Duration frame_timeout = absl::Seconds(60);
 };
 
-// Serves connection `fd` until the peer closes it, a frame is malformed or
-// the connection breaks. Does not close fd.
-void ServeDataConnection(const DataSessionContext& ctx, int fd);
+// Serves `stream` until the peer closes it, a frame is malformed, a
+// timeout above passes or the connection breaks. Does not close its
+// socket.
+void ServeDataConnection(const DataSessionContext& ctx, DataStream& stream);
 
 }  // namespace zerostate::server

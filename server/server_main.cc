@@ -48,6 +48,12 @@ ABSL_FLAG(uint64_t, data_buffer_bytes, 64ull << 20,
 ABSL_FLAG(int, max_data_connections, 1024,
           "TCP data plane connections served at once (>= 1; each costs two threads); one more "
           "is refused with RESOURCE_EXHAUSTED and its client uses gRPC instead");
+ABSL_FLAG(double, data_frame_timeout_seconds, 60,
+          "how long one data plane frame (at most 64 MiB) may take to arrive, and a new data "
+          "connection may wait before its first authorized frame; a slower one is closed");
+ABSL_FLAG(bool, data_ktls, true,
+          "under TLS, hand the data plane's TLS records to the kernel (kTLS) where it offers "
+          "it; false: OpenSSL encrypts in userspace");
 ABSL_FLAG(uint64_t, max_jobs, 0, "jobs this server holds at most (0: unlimited)");
 ABSL_FLAG(uint64_t, job_ram_quota_bytes, 0, "RAM one job's shard may hold (0: unlimited)");
 ABSL_FLAG(uint64_t, job_disk_quota_bytes, 0,
@@ -92,6 +98,8 @@ int main(int argc, char** argv) {
   options.data_listen = absl::GetFlag(FLAGS_data_listen);
   options.data_buffer_bytes = absl::GetFlag(FLAGS_data_buffer_bytes);
   options.max_data_connections = absl::GetFlag(FLAGS_max_data_connections);
+  options.data_ktls = absl::GetFlag(FLAGS_data_ktls);
+  options.data_frame_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_frame_timeout_seconds));
   auto server = zerostate::server::StateServer::Start(options);
   if (!server.ok()) {
     std::cerr << "zerostate-server: " << server.status() << std::endl;
@@ -103,11 +111,8 @@ int main(int argc, char** argv) {
               << std::endl;
   }
   if (!(*server)->data_address().empty()) {
-    std::cout << "zerostate-server data plane on " << (*server)->data_address() << std::endl;
-  } else if (!options.tls.plaintext) {
-    std::cerr << "zerostate-server: data plane off: TLS is on, and the plain TCP data plane "
-                 "cannot carry its guarantees; push and gather use gRPC"
-              << std::endl;
+    std::cout << "zerostate-server data plane on " << (*server)->data_address() << " ("
+              << (*server)->data_security() << ")" << std::endl;
   } else {
     std::cerr << "zerostate-server: data plane off (--data_listen=off); push and gather use gRPC"
               << std::endl;

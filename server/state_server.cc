@@ -12,6 +12,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/data_tls.h"
 #include "prometheus/exposer.h"
 
 namespace zerostate::server {
@@ -89,21 +90,39 @@ absl::StatusOr<uint64_t> StagingBudgetBytes(uint64_t requested, uint64_t ram_bud
   return requested;
 }
 
-// Starts the data plane unless it is off; "" means the host of `listen`
-// with any free port.
-absl::Status StartDataPlane(const ServerOptions& opt, const DataSessionContext& ctx,
-                            std::unique_ptr<DataPlane>* plane, std::string* bound) {
-  if (opt.data_listen == "off" || !opt.tls.plaintext) return absl::OkStatus();
-  std::string listen =
-      opt.data_listen.empty() ? absl::StrCat(HostOf(opt.listen), ":0") : opt.data_listen;
-  auto started = DataPlane::Start(listen, ctx, opt.max_data_connections);
-  if (!started.ok()) return started.status();
-  *plane = *std::move(started);
-  *bound = absl::StrCat(HostOf(listen), ":", (*plane)->port());
-  return absl::OkStatus();
+// What the data plane's connections will be, for the log at start.
+std::string DescribeDataSecurity(const ServerOptions& opt) {
+  if (opt.tls.plaintext) return "plaintext";
+  std::string records =
+      !opt.data_ktls          ? "records in OpenSSL (userspace; --data_ktls=false)"
+      : KernelTlsAvailable() ? "records in the kernel (kTLS) where OpenSSL can hand them over"
+                             : "records in OpenSSL (userspace: this kernel offers no TLS; "
+                               "load its tls module for kTLS)";
+  return absl::StrCat("TLS 1.3 (TLS_AES_256_GCM_SHA384 or TLS_AES_128_GCM_SHA256), ",
+                      opt.tls.client_ca_file.empty() ? "" : "client certificates required, ",
+                      records);
 }
 
 }  // namespace
+
+// Starts the data plane unless it is off; "" means the host of `listen`
+// with any free port.
+absl::Status StateServer::StartDataPlane(const ServerOptions& opt, const DataSessionContext& ctx) {
+  if (opt.data_listen == "off") return absl::OkStatus();
+  if (!opt.tls.plaintext) {
+    auto tls = DataTlsContext::Load(opt.tls, opt.data_ktls);
+    if (!tls.ok()) return tls.status();
+    data_tls_ = *std::move(tls);
+  }
+  std::string listen =
+      opt.data_listen.empty() ? absl::StrCat(HostOf(opt.listen), ":0") : opt.data_listen;
+  auto started = DataPlane::Start(listen, ctx, opt.max_data_connections, data_tls_.get());
+  if (!started.ok()) return started.status();
+  data_plane_ = *std::move(started);
+  data_address_ = absl::StrCat(HostOf(listen), ":", data_plane_->port());
+  data_security_ = DescribeDataSecurity(opt);
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOptions& opt) {
   if (opt.listen.rfind(':') == std::string::npos) {
@@ -112,6 +131,11 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   if (auto st = CheckNvmeDir(opt.tiers.nvme_dir); !st.ok()) return st;
   // Checked even when the data plane is off: a bad flag is refused alike.
   if (auto st = DataPlane::CheckMaxConnections(opt.max_data_connections); !st.ok()) return st;
+  if (opt.data_frame_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data_frame_timeout_seconds: ", absl::FormatDuration(opt.data_frame_timeout),
+                     " must be more than 0"));
+  }
   auto credentials = ServerCredentialsFor(opt.tls);
   if (!credentials.ok()) return credentials.status();
   std::unique_ptr<StateServer> s(new StateServer());
@@ -138,10 +162,9 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   service.nvme_dir = opt.tiers.nvme_dir;
   s->data_buffers_ = std::make_unique<DataBufferPool>(opt.data_buffer_bytes);
   DataSessionContext data{s->jobs_.get(),   s->metrics_.get(),          s->incarnation_,
-                          service.max_wait, service.gather_piece_elems, s->data_buffers_.get()};
-  if (auto st = StartDataPlane(opt, data, &s->data_plane_, &s->data_address_); !st.ok()) {
-    return st;
-  }
+                          service.max_wait, service.gather_piece_elems, s->data_buffers_.get(),
+                          opt.data_frame_timeout};
+  if (auto st = s->StartDataPlane(opt, data); !st.ok()) return st;
   service.data_port = s->data_plane_ ? s->data_plane_->port() : 0;
   s->service_ = std::make_unique<StateServiceImpl>(service, *s->jobs_, *s->rendezvous_,
                                                    *s->pool_, *s->metrics_, s->incarnation_);

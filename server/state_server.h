@@ -43,12 +43,19 @@ struct ServerOptions {
   JobQuotas quotas;
   // The TCP data plane (server/data_plane.h) for PushGradients and Gather:
   // "host:port" (port 0: any free port), "" for the host of `listen` on any
-  // free port, "off" for none. Always off with TLS (plain TCP cannot carry
-  // TLS's guarantees).
+  // free port, "off" for none. Under TLS it speaks TLS 1.3 with the files
+  // of `tls` (reloaded when they change; DataTlsContext).
   std::string data_listen;
+  // Under TLS, hand the data plane's records to the kernel (kTLS) where it
+  // offers it (--data_ktls); false: OpenSSL does them in userspace.
+  bool data_ktls = true;
   // RAM the data plane's frame buffers may hold, all connections together
   // (--data_buffer_bytes): pushes wait for room beyond it.
   uint64_t data_buffer_bytes = 64ull << 20;
+  // How long one data plane frame may take to arrive, and a new connection
+  // may wait before its first authorized frame (--data_frame_timeout_seconds;
+  // server/data_session.h).
+  absl::Duration data_frame_timeout = absl::Seconds(60);
   // Data plane connections served at once (--max_data_connections, >= 1);
   // more are refused (server/data_plane.h).
   int max_data_connections = 1024;
@@ -67,6 +74,9 @@ class StateServer {
   const std::string& metrics_address() const { return metrics_address_; }
   // The data plane's bound address, "" when it is off.
   const std::string& data_address() const { return data_address_; }
+  // The data plane's transport, for the log at start: "plaintext", or TLS
+  // with its suites and whether records go to the kernel; "" when off.
+  const std::string& data_security() const { return data_security_; }
   uint64_t incarnation() const { return incarnation_; }
 
   // Stops: waiting calls fail with UNAVAILABLE at once, other in-flight
@@ -77,11 +87,14 @@ class StateServer {
 
  private:
   StateServer() = default;
+  // Starts data_plane_ (and data_tls_) unless --data_listen=off.
+  absl::Status StartDataPlane(const ServerOptions& opt, const DataSessionContext& ctx);
 
   uint64_t incarnation_ = 0;
   std::string address_;
   std::string metrics_address_;
   std::string data_address_;
+  std::string data_security_;
   // Destroyed in reverse: jobs_ (whose accumulators give staging back to
   // staging_, which updates metrics_) before staging_ before metrics_.
   std::unique_ptr<ServerMetrics> metrics_;
@@ -93,6 +106,7 @@ class StateServer {
   std::unique_ptr<StateServiceImpl> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<DataBufferPool> data_buffers_;
+  std::unique_ptr<DataTlsContext> data_tls_;  // null in plaintext
   std::unique_ptr<DataPlane> data_plane_;  // destroyed before jobs_ and data_buffers_
   bool shut_down_ = false;
 };

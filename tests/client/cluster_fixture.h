@@ -9,8 +9,12 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "tests/testing/server_process.h"
+#include "tests/testing/test_certificates.h"
 
 namespace zerostate::testing {
 
@@ -43,6 +47,34 @@ inline client::ClientOptions TestClientOptions(const std::vector<std::string>& s
   o.plaintext = true;  // loopback, servers started with --plaintext
   o.job_token = kTestJobToken;
   return o;
+}
+
+// This test process's certificates (tests/testing/test_certificates.h),
+// made at first use.
+inline const TestCertificates& SharedCertificates() {
+  static const TestCertificates* certs = new TestCertificates(
+      absl::StrCat(::testing::TempDir(), "zerostate_test_certs.", getpid()));
+  return *certs;
+}
+
+// Mutual TLS on both ports of a server: the shared certificates' server
+// certificate, clients must present one the CA signed.
+inline void UseMutualTls(ServerProcessOptions& o) {
+  const TestCertificates& certs = SharedCertificates();
+  o.plaintext = false;
+  o.args.push_back("--tls_cert=" + certs.Path("server.pem"));
+  o.args.push_back("--tls_key=" + certs.Path("server.key"));
+  o.args.push_back("--tls_client_ca=" + certs.Path("ca.pem"));
+}
+
+// A client of such servers presenting certificate `name` ("client",
+// "stranger", "expired"; "" for none).
+inline void UseMutualTls(client::ClientOptions& o, const std::string& name = "client") {
+  const TestCertificates& certs = SharedCertificates();
+  o.plaintext = false;
+  o.tls_ca_file = certs.Path("ca.pem");
+  o.tls_cert_file = name.empty() ? "" : certs.Path(name + ".pem");
+  o.tls_key_file = name.empty() ? "" : certs.Path(name + ".key");
 }
 
 // A job of three odd-sized tensors with 512-element blocks.

@@ -4,32 +4,47 @@
 // closes, and the job is left as it was; a push cut mid-payload leaves
 // nothing behind; a wrong token gets the same
 // answer whether or not the job exists; the client's pushes and gathers
-// are served (and counted) by the data plane.
+// are served (and counted) by the data plane. Each case runs twice: in
+// plaintext, and under mutual TLS on both ports (the frames inside TLS
+// records).
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
 
+#include "client/channel_credentials.h"
 #include "client/data_conn.h"
 #include "common/frame_io.h"
 #include "tests/client/cluster_fixture.h"
+#include "tests/client/data_plane_helpers.h"
 #include "tests/client/reference_model.h"
 #include "tests/testing/frame_cases.h"
 
 namespace zerostate::testing {
 namespace {
 
-class DataPlaneTest : public ::testing::Test {
+// The parameter: mutual TLS on both planes (else plaintext).
+class DataPlaneTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     ServerProcessOptions o = TestServerOptions();
     o.args.push_back("--metrics_listen=127.0.0.1:0");
+    client::ClientOptions options = TestClientOptions({});
+    if (GetParam()) {
+      ASSERT_TRUE(SharedCertificates().ok()) << SharedCertificates().Log();
+      UseMutualTls(o);
+      UseMutualTls(options);
+    }
+    auto tls = client::DataTlsContextFor(options);
+    ASSERT_TRUE(tls.ok()) << tls.status();
+    tls_ = *std::move(tls);
     auto server = ServerProcess::Start(o);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
     ASSERT_FALSE(server_->data_address().empty()) << "the server printed no data plane address";
-    auto c = client::Client::Connect(TestClientOptions({server_->address()}));
+    options.servers = {server_->address()};
+    auto c = client::Client::Connect(options);
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = *std::move(c);
     auto job = client_->RegisterJob(TestSpec("dp", 1, v1::DTYPE_FP32, v1::DTYPE_FP32));
@@ -39,78 +54,54 @@ class DataPlaneTest : public ::testing::Test {
 
   // A raw connection to the data plane.
   std::unique_ptr<client::DataConn> Connect() {
-    client::DataConnPool pool(server_->data_address(), 0);
+    client::DataConnPool pool(server_->data_address(), 0, tls_);
     auto conn = pool.Acquire(absl::Now() + absl::Seconds(10));
     EXPECT_TRUE(conn.ok()) << conn.status();
     if (!conn.ok()) return nullptr;
-    SetSocketDeadline((*conn)->fd(), absl::Now() + absl::Seconds(10));
+    (*conn)->stream().SetDeadline(absl::Now() + absl::Seconds(10));
     return *std::move(conn);
   }
 
   // The next frame the server sends on `conn` (which must not be closed).
   FrameStart Reply(client::DataConn& conn) {
-    absl::StatusOr<std::optional<FrameStart>> f = RecvFrameStart(conn.fd());
+    absl::StatusOr<std::optional<FrameStart>> f = RecvFrameStart(conn.stream());
     EXPECT_TRUE(f.ok() && f->has_value()) << (f.ok() ? "closed" : f.status().ToString());
     return f.ok() && f->has_value() ? **f : FrameStart{};
   }
 
+  std::shared_ptr<SSL_CTX> tls_;  // null in plaintext
   std::unique_ptr<ServerProcess> server_;
   std::unique_ptr<client::Client> client_;
   std::unique_ptr<client::JobClient> job_;
 };
 
-// 16 elements of node 0's step-0 gradient for block 0 of job `job_id`.
-v1::Chunk PushFields(const std::string& job_id) {
-  v1::Chunk c;
-  c.set_job_id(job_id);
-  c.set_dtype(v1::DTYPE_FP32);
-  return c;
-}
-const std::string kPayload(16 * 4, '\x01');
-
-// After the bad frames, the job must take node 0's full gradient as if
-// nothing had come before: a piece of the bad frames applied would make the
-// client's chunks partial overlaps or duplicates, and the weights differ.
-void ExpectJobUntouched(client::JobClient& job) {
-  ReferenceModel ref(job.spec());
-  const Layout& layout = ref.layout();
-  std::vector<float> g = NodeGradient(layout, 0, 0);
-  ASSERT_TRUE(job.Push(0, 0, {0, layout.used_elems}, g.data(), v1::DTYPE_FP32).ok());
-  ASSERT_TRUE(job.Step(0, 0.01f, 1.0f, false).ok());
-  ref.Step(0, {g}, 0.01f, 1.0f);
-  std::vector<float> got(layout.total_elems);
-  ASSERT_TRUE(job.Gather(1, {0, got.size()}, got.data(), v1::DTYPE_FP32).ok());
-  ExpectBitIdentical(got.data(), ref.GatheredWeights().data(), got.size(), "weights");
-}
-
-TEST_F(DataPlaneTest, EachMalformedFrameIsAnsweredNamingItThenClosedAndChangesNothing) {
+TEST_P(DataPlaneTest, EachMalformedFrameIsAnsweredNamingItThenClosedAndChangesNothing) {
   const std::string good = PushFrame(PushFields("dp"), kTestJobToken, kPayload);
   for (const BadFrame& bad : BadFrames(good)) {
     SCOPED_TRACE(bad.name);
     std::unique_ptr<client::DataConn> conn = Connect();
     ASSERT_NE(conn, nullptr);
-    ASSERT_EQ(send(conn->fd(), bad.bytes.data(), bad.bytes.size(), MSG_NOSIGNAL),
-              static_cast<ssize_t>(bad.bytes.size()));
+    ASSERT_TRUE(Write(*conn, bad.bytes));
     shutdown(conn->fd(), SHUT_WR);  // a truncated frame ends here
     FrameStart reply = Reply(*conn);
     EXPECT_EQ(reply.header.type, FrameType::kError);
     EXPECT_EQ(reply.meta.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
     EXPECT_NE(reply.meta.message().find(bad.error), std::string::npos) << reply.meta.message();
     EXPECT_NE(reply.meta.incarnation(), 0u);
-    absl::StatusOr<std::optional<FrameStart>> after = RecvFrameStart(conn->fd());
+    absl::StatusOr<std::optional<FrameStart>> after = RecvFrameStart(conn->stream());
     EXPECT_TRUE(after.ok() && !after->has_value()) << "the server kept the connection open";
   }
   ExpectJobUntouched(*job_);
 }
 
-TEST_F(DataPlaneTest, WrongTokenGetsTheSameAnswerForAnExistingAndAnUnknownJob) {
+TEST_P(DataPlaneTest, WrongTokenGetsTheSameAnswerForAnExistingAndAnUnknownJob) {
   const std::string wrong = "wrong-token-0123456789abcdef0123456789abcdef";
   std::unique_ptr<client::DataConn> conn = Connect();
   ASSERT_NE(conn, nullptr);
   std::vector<v1::DataFrameMeta> acks;
   for (const char* job_id : {"dp", "no-such-job"}) {
     std::string frame = PushFrame(PushFields(job_id), wrong, kPayload);
-    ASSERT_TRUE(send(conn->fd(), frame.data(), frame.size(), MSG_NOSIGNAL) > 0);
+    ASSERT_TRUE(Write(*conn, frame));
     FrameStart reply = Reply(*conn);
     EXPECT_EQ(reply.header.type, FrameType::kPushAck);
     acks.push_back(reply.meta);
@@ -122,14 +113,14 @@ TEST_F(DataPlaneTest, WrongTokenGetsTheSameAnswerForAnExistingAndAnUnknownJob) {
   gather.set_token(wrong);
   gather.mutable_gather()->set_job_id("dp");
   gather.mutable_gather()->set_end(10);
-  ASSERT_TRUE(SendFrame(conn->fd(), FrameType::kGather, gather).ok());
+  ASSERT_TRUE(SendFrame(conn->stream(), FrameType::kGather, gather).ok());
   FrameStart end = Reply(*conn);
   EXPECT_EQ(end.header.type, FrameType::kGatherEnd);
   EXPECT_EQ(end.meta.code(), acks[0].code());
   EXPECT_EQ(end.meta.bytes(), 0u);
   // The connection still serves a well-formed frame with the right token.
   std::string frame = PushFrame(PushFields("dp"), kTestJobToken, kPayload);
-  ASSERT_TRUE(send(conn->fd(), frame.data(), frame.size(), MSG_NOSIGNAL) > 0);
+  ASSERT_TRUE(Write(*conn, frame));
   FrameStart ok = Reply(*conn);
   EXPECT_EQ(ok.meta.code(), 0) << ok.meta.message();
   EXPECT_FALSE(ok.meta.duplicate());
@@ -139,19 +130,18 @@ TEST_F(DataPlaneTest, WrongTokenGetsTheSameAnswerForAnExistingAndAnUnknownJob) {
 // while it reads the next frame or fills the next piece: frames sent back
 // to back are still answered in their order, a gather only after the
 // pushes before it are acknowledged, and a resent push exactly once.
-TEST_F(DataPlaneTest, FramesSentBackToBackAreAnsweredInOrder) {
+TEST_P(DataPlaneTest, FramesSentBackToBackAreAnsweredInOrder) {
   std::unique_ptr<client::DataConn> conn = Connect();
   ASSERT_NE(conn, nullptr);
   std::string frames;
   for (int i = 0; i < 3; ++i) frames += PushFrame(PushFields("dp"), kTestJobToken, kPayload);
-  ASSERT_EQ(send(conn->fd(), frames.data(), frames.size(), MSG_NOSIGNAL),
-            static_cast<ssize_t>(frames.size()));
+  ASSERT_TRUE(Write(*conn, frames));
   v1::DataFrameMeta gather;
   gather.set_token(kTestJobToken);
   gather.mutable_gather()->set_job_id("dp");
   gather.mutable_gather()->set_dtype(v1::DTYPE_FP32);
   gather.mutable_gather()->set_end(16);
-  ASSERT_TRUE(SendFrame(conn->fd(), FrameType::kGather, gather).ok());
+  ASSERT_TRUE(SendFrame(conn->stream(), FrameType::kGather, gather).ok());
   for (int i = 0; i < 3; ++i) {
     SCOPED_TRACE(absl::StrCat("push ", i));
     FrameStart ack = Reply(*conn);
@@ -163,7 +153,7 @@ TEST_F(DataPlaneTest, FramesSentBackToBackAreAnsweredInOrder) {
   ASSERT_EQ(piece.header.type, FrameType::kGatherPiece);
   ASSERT_EQ(piece.header.payload_len, 16u * 4);
   std::string weights(piece.header.payload_len, '\0');
-  ASSERT_TRUE(RecvExact(conn->fd(), weights.data(), weights.size()).ok());
+  ASSERT_TRUE(RecvExact(conn->stream(), weights.data(), weights.size()).ok());
   FrameStart end = Reply(*conn);
   ASSERT_EQ(end.header.type, FrameType::kGatherEnd);
   EXPECT_EQ(end.meta.code(), 0) << end.meta.message();
@@ -174,19 +164,18 @@ TEST_F(DataPlaneTest, FramesSentBackToBackAreAnsweredInOrder) {
 // retry of a frame whose payload is still arriving on another connection
 // waits for that attempt to end; when the connection breaks mid-payload,
 // the range is free again and the retry is applied, exactly once.
-TEST_F(DataPlaneTest, PushCutMidPayloadIsGivenBackAndItsRetryApplied) {
+TEST_P(DataPlaneTest, PushCutMidPayloadIsGivenBackAndItsRetryApplied) {
   const std::string frame = PushFrame(PushFields("dp"), kTestJobToken, kPayload);
   std::unique_ptr<client::DataConn> cut = Connect();
   ASSERT_NE(cut, nullptr);
   const size_t partial = frame.size() - kPayload.size() / 2;
-  ASSERT_EQ(send(cut->fd(), frame.data(), partial, MSG_NOSIGNAL), static_cast<ssize_t>(partial));
+  ASSERT_TRUE(Write(*cut, frame.substr(0, partial)));
   absl::SleepFor(absl::Milliseconds(300));  // the server reads the frame's start and waits
 
   std::unique_ptr<client::DataConn> retry = Connect();
   ASSERT_NE(retry, nullptr);
   auto send_retry = [&] {
-    EXPECT_EQ(send(retry->fd(), frame.data(), frame.size(), MSG_NOSIGNAL),
-              static_cast<ssize_t>(frame.size()));
+    EXPECT_TRUE(Write(*retry, frame));
   };
   send_retry();            // waits on the server for the first attempt
   cut.reset();             // which breaks mid-payload
@@ -199,7 +188,7 @@ TEST_F(DataPlaneTest, PushCutMidPayloadIsGivenBackAndItsRetryApplied) {
   EXPECT_TRUE(again.duplicate());
 }
 
-TEST_F(DataPlaneTest, ClientPushAndGatherAreServedByTheDataPlane) {
+TEST_P(DataPlaneTest, ClientPushAndGatherAreServedByTheDataPlane) {
   ExpectJobUntouched(*job_);
   auto metrics = ScrapeMetrics(server_->metrics_address());
   ASSERT_TRUE(metrics.ok()) << metrics.status();
@@ -208,6 +197,9 @@ TEST_F(DataPlaneTest, ClientPushAndGatherAreServedByTheDataPlane) {
   EXPECT_EQ(metrics->find("method=\"PushGradients\""), std::string::npos)
       << "a push went over gRPC";
 }
+
+INSTANTIATE_TEST_SUITE_P(Planes, DataPlaneTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "MutualTls" : "Plaintext"; });
 
 // A bad --data_listen stops the server at start, naming the flag.
 TEST(DataListenTest, BadAddressIsRefusedNamingTheFlag) {

@@ -6,9 +6,10 @@
 // weights and the final fp32 masters equal a single-process reference bit
 // for bit (a push applied twice would double a gradient, a lost one would
 // leave it out), the job's version equals the number of steps, and the
-// client's retry counters show the faults were hit. Each fault runs twice:
-// push and gather over gRPC, and over the servers' TCP data plane (its
-// connections through FaultProxies of their own).
+// client's retry counters show the faults were hit. Each fault runs three
+// times: push and gather over gRPC, over the servers' TCP data plane (its
+// connections through FaultProxies of their own), and over the data plane
+// under mutual TLS on both ports (a cut then lands inside a TLS record).
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -54,8 +55,11 @@ struct Fault {
   std::function<std::function<void()>(std::vector<std::unique_ptr<FaultProxy>>&)> inject;
 };
 
-// A fault, and whether push and gather use the TCP data plane.
-using FaultParam = std::tuple<Fault, bool>;
+// Where push and gather go.
+enum class Plane { kGrpc, kTcp, kTcpTls };
+
+// A fault, and the plane of push and gather.
+using FaultParam = std::tuple<Fault, Plane>;
 
 // A FaultProxy in front of `target`; its address is appended to `through`.
 void AddProxy(const std::string& target, std::vector<std::unique_ptr<FaultProxy>>* proxies,
@@ -69,7 +73,12 @@ void AddProxy(const std::string& target, std::vector<std::unique_ptr<FaultProxy>
 class NetworkFaultTest : public ::testing::TestWithParam<FaultParam> {
  protected:
   void SetUp() override {
-    auto cluster = ServerCluster::Start(2, TestServerOptions());
+    ServerProcessOptions server_options = TestServerOptions();
+    if (tls()) {
+      ASSERT_TRUE(SharedCertificates().ok()) << SharedCertificates().Log();
+      UseMutualTls(server_options);
+    }
+    auto cluster = ServerCluster::Start(2, server_options);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
     std::vector<std::string> through, data_through;
@@ -85,12 +94,14 @@ class NetworkFaultTest : public ::testing::TestWithParam<FaultParam> {
     options.initial_backoff = std::chrono::milliseconds(10);
     options.max_backoff = std::chrono::milliseconds(100);
     options.metrics = registry_;
+    if (tls()) UseMutualTls(options);
     auto client = client::Client::Connect(options);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
   }
 
-  bool data_plane() const { return std::get<1>(GetParam()); }
+  bool data_plane() const { return std::get<1>(GetParam()) != Plane::kGrpc; }
+  bool tls() const { return std::get<1>(GetParam()) == Plane::kTcpTls; }
 
   // The proxies a fault in `phase` acts on: the data plane's for push and
   // gather when the client uses it.
@@ -221,10 +232,11 @@ INSTANTIATE_TEST_SUITE_P(
                 proxies[0]->SetBlackHole(true);
                 return ReleaseLater(proxies[0].get(), absl::Seconds(2));
               }}),
-        ::testing::Bool()),
+        ::testing::Values(Plane::kGrpc, Plane::kTcp, Plane::kTcpTls)),
     [](const auto& info) {
+      const Plane plane = std::get<1>(info.param);
       return std::string(std::get<0>(info.param).name) +
-             (std::get<1>(info.param) ? "_tcp" : "_grpc");
+             (plane == Plane::kGrpc ? "_grpc" : plane == Plane::kTcp ? "_tcp" : "_tcp_tls");
     });
 
 }  // namespace

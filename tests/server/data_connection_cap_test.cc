@@ -55,14 +55,14 @@ std::unique_ptr<client::DataConn> Connect(const ServerProcess& server) {
   auto conn = pool.Acquire(absl::Now() + absl::Seconds(10));
   EXPECT_TRUE(conn.ok()) << conn.status();
   if (!conn.ok()) return nullptr;
-  SetSocketDeadline((*conn)->fd(), absl::Now() + absl::Seconds(30));
+  (*conn)->stream().SetDeadline(absl::Now() + absl::Seconds(30));
   return *std::move(conn);
 }
 
 // The next frame on `conn`; a default FrameStart (and a failure) when the
 // connection ended instead.
 FrameStart Reply(client::DataConn& conn) {
-  absl::StatusOr<std::optional<FrameStart>> f = RecvFrameStart(conn.fd());
+  absl::StatusOr<std::optional<FrameStart>> f = RecvFrameStart(conn.stream());
   EXPECT_TRUE(f.ok() && f->has_value()) << (f.ok() ? "closed" : f.status().ToString());
   return f.ok() && f->has_value() ? **f : FrameStart{};
 }
@@ -94,7 +94,7 @@ void ExpectRefused(client::DataConn& conn, int cap) {
   EXPECT_NE(reply.meta.message().find(absl::StrCat(cap, " connections")), std::string::npos)
       << reply.meta.message();
   EXPECT_NE(reply.meta.incarnation(), 0u);
-  absl::StatusOr<std::optional<FrameStart>> after = RecvFrameStart(conn.fd());
+  absl::StatusOr<std::optional<FrameStart>> after = RecvFrameStart(conn.stream());
   EXPECT_TRUE(after.ok() && !after->has_value()) << "the server kept the connection open";
 }
 

@@ -1,0 +1,94 @@
+// The byte stream under the TCP data plane's frames (common/frame_io.h):
+// a connected TCP socket, plaintext or TLS (common/data_tls.h). Under TLS
+// each direction's records are done by the kernel where the handshake
+// handed them to it (kTLS: the stream then sends and receives on the
+// socket exactly as in plaintext, zero-copy on the user side), else by
+// OpenSSL in userspace.
+//
+// Every wait is bounded by an absolute deadline per direction (none by
+// default): a frame that trickles in one byte at a time still ends at its
+// deadline. The socket is non-blocking; waits are poll(2).
+//
+// Thread-safety: one thread may send while another receives (the server's
+// sessions do); two threads must not both send, or both receive. The
+// OpenSSL object, which is not thread-safe, is only touched under mu_.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+typedef struct ssl_st SSL;
+
+namespace zerostate {
+
+class DataStream {
+ public:
+  // A plaintext stream on connected socket `fd` (not owned; made
+  // non-blocking).
+  explicit DataStream(int fd);
+  // A TLS stream on `fd` whose handshake `ssl` (owned) completed; each
+  // direction goes through the kernel when OpenSSL enabled kTLS for it.
+  DataStream(int fd, SSL* ssl);
+  ~DataStream();
+  DataStream(const DataStream&) = delete;
+  DataStream& operator=(const DataStream&) = delete;
+
+  int fd() const { return fd_; }
+  bool tls() const { return ssl_ != nullptr; }
+  // Whether the kernel does the records of each direction (plaintext: true).
+  bool kernel_send() const { return kernel_send_; }
+  bool kernel_recv() const { return kernel_recv_; }
+  // "plaintext", or the TLS version and cipher with where the records are
+  // done, e.g. "TLSv1.3 TLS_AES_256_GCM_SHA384, records in the kernel (kTLS)".
+  std::string Describe() const;
+  // The subject of the peer's certificate ("/CN=..."); "" in plaintext or
+  // when the peer presented none.
+  std::string PeerSubject() const;
+
+  // Waits of the sending / receiving side end at these (InfiniteFuture():
+  // never). Each is set and used by that side's thread only.
+  void SetSendDeadline(absl::Time deadline) { send_deadline_ = deadline; }
+  void SetRecvDeadline(absl::Time deadline) { recv_deadline_ = deadline; }
+  void SetDeadline(absl::Time deadline) {
+    SetSendDeadline(deadline);
+    SetRecvDeadline(deadline);
+  }
+
+  // Sends all of `iov[0..count)` (modified). Errors: UNAVAILABLE (the
+  // connection broke, with the reason), DEADLINE_EXCEEDED.
+  absl::Status SendAll(iovec* iov, int count);
+  // Reads between 1 and `n` (> 0) bytes into `p`; 0 when the peer closed
+  // the stream. Errors: UNAVAILABLE (with the reason; under TLS a peer's
+  // alert, e.g. a refused certificate), DEADLINE_EXCEEDED.
+  absl::StatusOr<size_t> RecvSome(void* p, size_t n);
+  // Waits until a read would not wait (bytes, or the end); false when
+  // `deadline` passed first.
+  bool WaitReadable(absl::Time deadline);
+  // Whether bytes already received wait to be read (a read returns them
+  // without waiting).
+  bool Buffered();
+
+ private:
+  // Waits for `events` on the socket until `deadline`; false on timeout.
+  bool Wait(short events, absl::Time deadline);
+  // One SSL_write / SSL_read under mu_: >0 bytes, or the negated
+  // SSL_get_error code (-SSL_ERROR_WANT_READ, ...); *error gets the reason.
+  int SslIo(bool write, void* p, size_t n, std::string* error);
+
+  mutable absl::Mutex mu_;  // serializes every use of ssl_ after the handshake
+  const int fd_;
+  SSL* const ssl_ ABSL_PT_GUARDED_BY(mu_);
+  const bool kernel_send_;
+  const bool kernel_recv_;
+  absl::Time send_deadline_ = absl::InfiniteFuture();
+  absl::Time recv_deadline_ = absl::InfiniteFuture();
+};
+
+}  // namespace zerostate

@@ -1,0 +1,208 @@
+#include "common/data_tls.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace zerostate {
+namespace {
+
+// TLS 1.3's AES-GCM suites, the ones the kernel offloads.
+constexpr char kSuites[] = "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256";
+
+std::string SslErrors() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    absl::StrAppend(&out, out.empty() ? "" : "; ", buf);
+  }
+  return out.empty() ? "no PEM data" : out;
+}
+
+absl::Status Invalid(const char* what) {
+  return absl::InvalidArgumentError(absl::StrCat("data plane TLS: ", what, ": ", SslErrors()));
+}
+
+std::shared_ptr<SSL_CTX> NewContext(const SSL_METHOD* method, bool kernel) {
+  std::shared_ptr<SSL_CTX> ctx(SSL_CTX_new(method), SSL_CTX_free);
+  if (!ctx) return ctx;
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_3_VERSION);
+  SSL_CTX_set_ciphersuites(ctx.get(), kSuites);
+  SSL_CTX_set_mode(ctx.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  uint64_t options = SSL_OP_NO_TICKET | SSL_OP_IGNORE_UNEXPECTED_EOF;
+  if (kernel) options |= SSL_OP_ENABLE_KTLS;
+  SSL_CTX_set_options(ctx.get(), options);
+  SSL_CTX_set_num_tickets(ctx.get(), 0);
+  return ctx;
+}
+
+// Adds every certificate of `pem` to the context's trust store.
+absl::Status Trust(SSL_CTX* ctx, const std::string& pem, const char* what) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  X509_STORE* store = SSL_CTX_get_cert_store(ctx);
+  int added = 0;
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    added += X509_STORE_add_cert(store, cert) == 1;
+    X509_free(cert);
+  }
+  BIO_free(bio);
+  ERR_clear_error();  // the end of the PEM data
+  if (added == 0) return Invalid(what);
+  return absl::OkStatus();
+}
+
+// Loads the certificate chain and its key.
+absl::Status UseIdentity(SSL_CTX* ctx, const std::string& cert_pem, const std::string& key_pem) {
+  BIO* bio = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+  X509* leaf = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+  bool ok = leaf != nullptr && SSL_CTX_use_certificate(ctx, leaf) == 1;
+  X509_free(leaf);
+  while (ok) {
+    X509* extra = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
+    if (extra == nullptr) break;
+    if (SSL_CTX_add_extra_chain_cert(ctx, extra) != 1) X509_free(extra);  // owned on success
+  }
+  BIO_free(bio);
+  ERR_clear_error();
+  if (!ok) return Invalid("the certificate does not parse");
+  bio = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+  EVP_PKEY* key = PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  ok = key != nullptr && SSL_CTX_use_PrivateKey(ctx, key) == 1;
+  EVP_PKEY_free(key);
+  if (!ok) return Invalid("the private key does not parse");
+  if (SSL_CTX_check_private_key(ctx) != 1) return Invalid("the key does not match the certificate");
+  return absl::OkStatus();
+}
+
+// Runs `step` (SSL_accept / SSL_connect) on non-blocking `fd` until done.
+absl::StatusOr<std::unique_ptr<DataStream>> Handshake(SSL* ssl, int fd, absl::Time deadline,
+                                                      int (*step)(SSL*)) {
+  int flags = fcntl(fd, F_GETFL);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  ERR_clear_error();
+  while (true) {
+    int r = step(ssl);
+    if (r == 1) return std::make_unique<DataStream>(fd, ssl);
+    int code = SSL_get_error(ssl, r);
+    short events = code == SSL_ERROR_WANT_READ ? POLLIN : code == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+    if (events == 0) {
+      long verify = SSL_get_verify_result(ssl);
+      std::string why = code == SSL_ERROR_SYSCALL && ERR_peek_error() == 0
+                            ? (errno != 0 ? std::strerror(errno) : "connection closed")
+                            : SslErrors();
+      absl::StatusCode status = absl::StatusCode::kUnavailable;
+      if (verify != X509_V_OK) {
+        status = SSL_is_server(ssl) ? absl::StatusCode::kUnauthenticated : status;
+        why = absl::StrCat("the peer's certificate was refused: ",
+                           X509_verify_cert_error_string(verify), " (", why, ")");
+      }
+      SSL_free(ssl);
+      return absl::Status(status, absl::StrCat("TLS handshake: ", why));
+    }
+    absl::Duration left = deadline - absl::Now();
+    pollfd p{fd, events, 0};
+    int ms = deadline == absl::InfiniteFuture()
+                 ? -1
+                 : static_cast<int>(std::max<int64_t>(0, absl::ToInt64Milliseconds(left) + 1));
+    if (ms == 0 || (poll(&p, 1, ms) == 0)) {
+      SSL_free(ssl);
+      return absl::DeadlineExceededError("TLS handshake: deadline exceeded");
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<SSL_CTX>> ServerTlsContext(const std::string& cert_pem,
+                                                         const std::string& key_pem,
+                                                         const std::string& client_ca_pem,
+                                                         bool kernel) {
+  std::shared_ptr<SSL_CTX> ctx = NewContext(TLS_server_method(), kernel);
+  if (!ctx) return Invalid("cannot make a context");
+  if (auto s = UseIdentity(ctx.get(), cert_pem, key_pem); !s.ok()) return s;
+  if (!client_ca_pem.empty()) {
+    if (auto s = Trust(ctx.get(), client_ca_pem, "the client CA does not parse"); !s.ok()) {
+      return s;
+    }
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return ctx;
+}
+
+absl::StatusOr<std::shared_ptr<SSL_CTX>> ClientTlsContext(const std::string& ca_pem,
+                                                         const std::string& cert_pem,
+                                                         const std::string& key_pem, bool kernel) {
+  std::shared_ptr<SSL_CTX> ctx = NewContext(TLS_client_method(), kernel);
+  if (!ctx) return Invalid("cannot make a context");
+  if (auto s = Trust(ctx.get(), ca_pem, "the CA does not parse"); !s.ok()) return s;
+  SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+  if (!cert_pem.empty()) {
+    if (auto s = UseIdentity(ctx.get(), cert_pem, key_pem); !s.ok()) return s;
+  }
+  return ctx;
+}
+
+absl::StatusOr<std::unique_ptr<DataStream>> TlsAccept(SSL_CTX* ctx, int fd, absl::Time deadline) {
+  SSL* ssl = SSL_new(ctx);
+  if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
+    SSL_free(ssl);
+    return absl::UnavailableError(absl::StrCat("TLS: ", SslErrors()));
+  }
+  return Handshake(ssl, fd, deadline, SSL_accept);
+}
+
+absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(SSL_CTX* ctx, int fd,
+                                                       const std::string& host,
+                                                       absl::Time deadline) {
+  SSL* ssl = SSL_new(ctx);
+  if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
+    SSL_free(ssl);
+    return absl::UnavailableError(absl::StrCat("TLS: ", SslErrors()));
+  }
+  // An address is checked against the certificate's IP names, a name
+  // against its DNS names (and sent as SNI).
+  in6_addr any;
+  X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+  bool ip = inet_pton(AF_INET, host.c_str(), &any) == 1 || inet_pton(AF_INET6, host.c_str(), &any) == 1;
+  if (ip) {
+    X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str());
+  } else {
+    X509_VERIFY_PARAM_set1_host(param, host.c_str(), host.size());
+    SSL_set_tlsext_host_name(ssl, host.c_str());
+  }
+  return Handshake(ssl, fd, deadline, SSL_connect);
+}
+
+bool KernelTlsAvailable() {
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bool ok = listener >= 0 && bind(listener, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+            listen(listener, 1) == 0 &&
+            getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  int fd = ok ? socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
+  ok = fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+       setsockopt(fd, SOL_TCP, TCP_ULP, "tls", sizeof("tls")) == 0;
+  if (fd >= 0) close(fd);
+  if (listener >= 0) close(listener);
+  return ok;
+}
+
+}  // namespace zerostate

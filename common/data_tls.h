@@ -1,0 +1,59 @@
+// TLS for the TCP data plane (common/data_stream.h): OpenSSL contexts
+// made from the same PEM files as the gRPC port's credentials, and the
+// handshakes of both ends. TLS 1.3 only, AES-GCM suites only (what the
+// kernel's TLS offload takes), no session tickets (a ticket after the
+// handshake would be a record the kernel cannot hand to a plain recv),
+// and the records handed to the kernel (kTLS) after the handshake unless
+// `kernel` is false or the kernel has no TLS.
+// Thread-safe: a context is shared by every handshake made with it.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/data_stream.h"
+
+typedef struct ssl_ctx_st SSL_CTX;
+
+namespace zerostate {
+
+// A server's context: certificate chain `cert_pem`, its key `key_pem`,
+// and when `client_ca_pem` is not empty, clients must present a
+// certificate that CA signed (mutual TLS). Errors: INVALID_ARGUMENT naming
+// what did not parse or match (cert, key, CA).
+absl::StatusOr<std::shared_ptr<SSL_CTX>> ServerTlsContext(const std::string& cert_pem,
+                                                         const std::string& key_pem,
+                                                         const std::string& client_ca_pem,
+                                                         bool kernel);
+
+// A client's context: trusts servers that `ca_pem` signed and, when
+// `cert_pem` is not empty, presents it with `key_pem`. Errors:
+// INVALID_ARGUMENT as above.
+absl::StatusOr<std::shared_ptr<SSL_CTX>> ClientTlsContext(const std::string& ca_pem,
+                                                         const std::string& cert_pem,
+                                                         const std::string& key_pem, bool kernel);
+
+// The server's handshake on accepted socket `fd` (not owned), done by
+// `deadline`. Errors: UNAUTHENTICATED (the client's certificate was
+// refused, or none given under mutual TLS), UNAVAILABLE (not TLS, or the
+// connection broke; with OpenSSL's reason), DEADLINE_EXCEEDED.
+absl::StatusOr<std::unique_ptr<DataStream>> TlsAccept(SSL_CTX* ctx, int fd, absl::Time deadline);
+
+// The client's handshake on connected socket `fd` (not owned) with the
+// server at `host` (a name or an IP address, checked against the server's
+// certificate as gRPC does), done by `deadline`. Errors: UNAVAILABLE
+// (the server's certificate was refused, not TLS, or the connection broke;
+// with OpenSSL's reason), DEADLINE_EXCEEDED. Under TLS 1.3 a server that
+// refuses this client's certificate says so after the client's handshake
+// ended: the stream's first read fails (UNAVAILABLE naming the alert).
+absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(SSL_CTX* ctx, int fd,
+                                                       const std::string& host,
+                                                       absl::Time deadline);
+
+// Whether this kernel offers TLS offload (the "tls" TCP upper layer can be
+// set on a connected socket). Opens and closes a loopback connection.
+bool KernelTlsAvailable();
+
+}  // namespace zerostate
