@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/data_tls.h"
 
 namespace zerostate {
 namespace {
@@ -28,18 +29,6 @@ absl::Status Errno(const char* what, int err) {
 
 absl::Status Timeout(const char* what) {
   return absl::DeadlineExceededError(absl::StrCat(what, ": deadline exceeded"));
-}
-
-// OpenSSL's error queue as one line (the alert a peer sent, a refused
-// certificate), emptied.
-std::string SslErrors() {
-  std::string out;
-  while (unsigned long e = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof(buf));
-    absl::StrAppend(&out, out.empty() ? "" : "; ", buf);
-  }
-  return out;
 }
 
 }  // namespace
@@ -105,7 +94,7 @@ int DataStream::SslIo(bool write, void* p, size_t n, std::string* error) {
   if (code == SSL_ERROR_SYSCALL) {
     *error = errno != 0 ? std::strerror(errno) : "connection closed";
   } else if (code == SSL_ERROR_SSL) {
-    *error = absl::StrCat("TLS: ", SslErrors());
+    *error = absl::StrCat("TLS: ", TakeOpenSslErrors());
   }
   return -code;
 }

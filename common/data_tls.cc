@@ -23,18 +23,10 @@ namespace {
 // TLS 1.3's AES-GCM suites, the ones the kernel offloads.
 constexpr char kSuites[] = "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256";
 
-std::string SslErrors() {
-  std::string out;
-  while (unsigned long e = ERR_get_error()) {
-    char buf[256];
-    ERR_error_string_n(e, buf, sizeof(buf));
-    absl::StrAppend(&out, out.empty() ? "" : "; ", buf);
-  }
-  return out.empty() ? "no PEM data" : out;
-}
-
 absl::Status Invalid(const char* what) {
-  return absl::InvalidArgumentError(absl::StrCat("data plane TLS: ", what, ": ", SslErrors()));
+  std::string why = TakeOpenSslErrors();
+  return absl::InvalidArgumentError(
+      absl::StrCat("data plane TLS: ", what, ": ", why.empty() ? "no PEM data" : why));
 }
 
 std::shared_ptr<SSL_CTX> NewContext(const SSL_METHOD* method, bool kernel) {
@@ -104,7 +96,7 @@ absl::StatusOr<std::unique_ptr<DataStream>> Handshake(SSL* ssl, int fd, absl::Ti
       long verify = SSL_get_verify_result(ssl);
       std::string why = code == SSL_ERROR_SYSCALL && ERR_peek_error() == 0
                             ? (errno != 0 ? std::strerror(errno) : "connection closed")
-                            : SslErrors();
+                            : TakeOpenSslErrors();
       absl::StatusCode status = absl::StatusCode::kUnavailable;
       if (verify != X509_V_OK) {
         status = SSL_is_server(ssl) ? absl::StatusCode::kUnauthenticated : status;
@@ -127,6 +119,16 @@ absl::StatusOr<std::unique_ptr<DataStream>> Handshake(SSL* ssl, int fd, absl::Ti
 }
 
 }  // namespace
+
+std::string TakeOpenSslErrors() {
+  std::string out;
+  while (unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    absl::StrAppend(&out, out.empty() ? "" : "; ", buf);
+  }
+  return out;
+}
 
 absl::StatusOr<std::shared_ptr<SSL_CTX>> ServerTlsContext(const std::string& cert_pem,
                                                          const std::string& key_pem,
@@ -161,7 +163,7 @@ absl::StatusOr<std::unique_ptr<DataStream>> TlsAccept(SSL_CTX* ctx, int fd, absl
   SSL* ssl = SSL_new(ctx);
   if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
     SSL_free(ssl);
-    return absl::UnavailableError(absl::StrCat("TLS: ", SslErrors()));
+    return absl::UnavailableError(absl::StrCat("TLS: ", TakeOpenSslErrors()));
   }
   return Handshake(ssl, fd, deadline, SSL_accept);
 }
@@ -172,7 +174,7 @@ absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(SSL_CTX* ctx, int fd,
   SSL* ssl = SSL_new(ctx);
   if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
     SSL_free(ssl);
-    return absl::UnavailableError(absl::StrCat("TLS: ", SslErrors()));
+    return absl::UnavailableError(absl::StrCat("TLS: ", TakeOpenSslErrors()));
   }
   // An address is checked against the certificate's IP names, a name
   // against its DNS names (and sent as SNI).

@@ -52,6 +52,10 @@ absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(SSL_CTX* ctx, int fd,
                                                        const std::string& host,
                                                        absl::Time deadline);
 
+// This thread's OpenSSL error queue as one line (e.g. the alert a peer
+// sent, a refused certificate), emptied; "" when empty.
+std::string TakeOpenSslErrors();
+
 // Whether this kernel offers TLS offload (the "tls" TCP upper layer can be
 // set on a connected socket). Opens and closes a loopback connection.
 bool KernelTlsAvailable();
