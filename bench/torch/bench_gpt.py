@@ -12,6 +12,7 @@ Here (CPU, tiny):
 torch AdamW.)"""
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -82,15 +83,18 @@ def bench_plain(args, device):
     """The peer on the CPU, or DDP (world 1) with fused AdamW on the GPU."""
     torch.manual_seed(0)
     model = build(args, device)
-    if device.type == "cuda":
-        model = model.to(torch.bfloat16) if args.bf16 else model
+    if device.type == "cuda":  # fp32 master weights, bf16 compute (autocast)
         model = torch.nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     else:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    cast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=bool(args.bf16)) \
+        if device.type == "cuda" else contextlib.nullcontext()
 
     def step(x, y):
-        loss_of(model, x, y, args.hf).backward()
+        with cast:
+            loss = loss_of(model, x, y, args.hf)
+        loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
@@ -236,7 +240,13 @@ def main():
                   "model": {"layers": args.layers, "d": args.d, "heads": args.heads,
                             "vocab": args.vocab, "seq": args.seq, "micro_batch": args.batch,
                             "hf": args.hf, "bf16": bool(args.bf16)},
-                  "steps": args.steps, "tokens_per_s": {}}
+                  "steps": args.steps, "tokens_per_s": {},
+                  "precision": {"ddp": "fp32 weights and fused AdamW on the GPU, bf16 autocast",
+                                "fsdp2_offload_fused": "fp32 weights and fused AdamW on the "
+                                "CPU, bf16 params on the GPU (MixedPrecisionPolicy)",
+                                "zerostate": "bf16 params on the GPU and on the wire, fp32 "
+                                "masters and AdamW on the state servers"}
+                  if args.bf16 else "fp32"}
         tps = result["tokens_per_s"]
         if "ddp" in systems:
             tps["ddp" if device.type == "cuda" else "torch_adamw"] = bench_plain(args, device)
