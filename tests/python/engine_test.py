@@ -492,6 +492,22 @@ class EngineTest(unittest.TestCase):
             engine.step()
         self.assertEqual(engine.job.version(), 2)
 
+    def test_bad_spec_and_config_text(self):
+        """The C API's JSON inputs: each refused with the parser's reason."""
+        from zerostate.client import Client, parse_ds_config
+        client = Client(self.addresses, plaintext=True)
+        with self.assertRaisesRegex(zs.ZerostateError, "INVALID_ARGUMENT: spec_json: not a "
+                                    "zerostate.v1.JobSpec: .*no_such_field"):
+            client.register_job({"job_id": "bad-spec", "no_such_field": 1})
+        with self.assertRaisesRegex(zs.ZerostateError, "INVALID_ARGUMENT: spec: tensors: a job needs at least one"):
+            client.register_job({"job_id": "bad-spec", "num_nodes": 1})
+        with self.assertRaisesRegex(zs.ZerostateError, "ds_config: not a JSON object"):
+            parse_ds_config("{not json")
+        with self.assertRaisesRegex(zs.ZerostateError, "optimizer.type: 'Adagrad' is not "
+                                    "supported"):
+            parse_ds_config('{"optimizer": {"type": "Adagrad"}}')
+        client.close()
+
     def test_bad_config_key(self):
         with self.assertRaisesRegex(zs.ZerostateError, "fp16.foo: unsupported ds_config key"):
             self.engine(Net(), "badconfig", config={"fp16": {"foo": 1}})
