@@ -8,8 +8,11 @@ traffic floor for our path with our ratio to it.
 GPU machine: bench/torch/device_gpt.sh $OUT (the issue's 759M model, bf16).
 Here (CPU, tiny):
   python3 bench/torch/bench_gpt.py --device=cpu --tiny --json
-(DDP and FSDP2 need CUDA and are skipped on the CPU; the CPU peer is plain
-torch AdamW.)"""
+(FSDP2 needs CUDA and is skipped on the CPU; the CPU peer is torch AdamW,
+under DDP over gloo with more than one rank.) Under torchrun every system
+runs on every rank (DDP and FSDP2 over the ranks; zerostate as one node
+whose ranks reduce-scatter before the push; rank 0 starts the servers);
+tokens/s count every rank's tokens."""
 
 import argparse
 import contextlib
@@ -64,17 +67,24 @@ def free_cuda(device):
         torch.cuda.empty_cache()
 
 
+def barrier():
+    if torch.distributed.get_world_size() > 1:
+        torch.distributed.barrier()
+
+
 def run_loop(args, device, model, step_fn, name):
-    """Tokens/s over args.steps steps after args.warmup."""
+    """Tokens/s (every rank's) over args.steps steps after args.warmup."""
     for s in range(args.warmup + args.steps):
         if s == args.warmup:
             sync(device)
+            barrier()
             t0 = time.perf_counter()
-        x, y = synthetic_batch(s, args.batch, args.seq, args.vocab, device)
+        x, y = synthetic_batch(s, args.batch, args.seq, args.vocab, device, args.rank)
         step_fn(x, y)
     sync(device)
+    barrier()
     seconds = time.perf_counter() - t0
-    tps = args.steps * args.batch * args.seq / seconds
+    tps = args.steps * args.batch * args.seq * args.world / seconds
     print(f"{name}: {tps:,.0f} tokens/s", file=sys.stderr, flush=True)
     return tps
 
@@ -84,9 +94,11 @@ def bench_plain(args, device):
     torch.manual_seed(0)
     model = build(args, device)
     if device.type == "cuda":  # fp32 master weights, bf16 compute (autocast)
-        model = torch.nn.parallel.DistributedDataParallel(model)
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     else:
+        if args.world > 1:
+            model = torch.nn.parallel.DistributedDataParallel(model)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     cast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=bool(args.bf16)) \
         if device.type == "cuda" else contextlib.nullcontext()
@@ -183,22 +195,25 @@ def bench_zerostate(args, device, addresses):
         split["backward"] += t2 - t1
 
     for s in range(args.warmup):
-        x, y = synthetic_batch(s, args.batch, args.seq, args.vocab, device)
+        x, y = synthetic_batch(s, args.batch, args.seq, args.vocab, device, args.rank)
         step(x, y)
     sync(device)
+    barrier()
     before = dict(engine.timers, **split)
     t0 = time.perf_counter()
     for s in range(args.steps):
-        x, y = synthetic_batch(args.warmup + s, args.batch, args.seq, args.vocab, device)
+        x, y = synthetic_batch(args.warmup + s, args.batch, args.seq, args.vocab, device,
+                               args.rank)
         step(x, y)
     engine.sync_weights()
     sync(device)
+    barrier()
     seconds = time.perf_counter() - t0
     after = dict(engine.timers, **split)
     engine.close()
     per_step = {k: (after[k] - before[k]) / args.steps for k in after}
     params = sum(p.numel() for _, p in engine._params)
-    tps = args.steps * args.batch * args.seq / seconds
+    tps = args.steps * args.batch * args.seq * args.world / seconds
     print(f"zerostate: {tps:,.0f} tokens/s", file=sys.stderr, flush=True)
     return tps, seconds / args.steps, per_step, params
 
@@ -230,13 +245,21 @@ def main():
     device = torch.device(args.device)
     if device.type == "cpu":
         args.bf16 = 0
+    args.rank = int(os.environ.get("RANK", "0"))
+    args.world = int(os.environ.get("WORLD_SIZE", "1"))
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
     systems = args.systems.split(",")
     with tempfile.TemporaryDirectory() as tmp:
-        if not torch.distributed.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        if args.world > 1:  # torchrun's variables
+            torch.distributed.init_process_group(backend)
+        else:
             torch.distributed.init_process_group(
-                "nccl" if device.type == "cuda" else "gloo",
-                init_method=f"file://{os.path.join(tmp, 'pg')}", rank=0, world_size=1)
+                backend, init_method=f"file://{os.path.join(tmp, 'pg')}", rank=0, world_size=1)
         result = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                  "world": args.world,
                   "model": {"layers": args.layers, "d": args.d, "heads": args.heads,
                             "vocab": args.vocab, "seq": args.seq, "micro_batch": args.batch,
                             "hf": args.hf, "bf16": bool(args.bf16)},
@@ -253,15 +276,18 @@ def main():
         if "fsdp2" in systems and device.type == "cuda":
             tps["fsdp2_offload_fused"] = bench_fsdp2(args, device)
         if "zerostate" in systems:
-            procs, addresses = start_servers(args, tmp)
+            procs, addresses = start_servers(args, tmp) if args.rank == 0 else ([], None)
+            box = [addresses]
+            if args.world > 1:
+                torch.distributed.broadcast_object_list(box, src=0)
             try:
-                z, step_s, split, params = bench_zerostate(args, device, addresses)
+                z, step_s, split, params = bench_zerostate(args, device, box[0])
             finally:
                 for p in procs:
                     p.terminate()
                     p.wait()
             tps["zerostate"] = z
-            bw = memory_bandwidth()
+            bw = memory_bandwidth() if args.rank == 0 else 1.0
             floor = params * FLOOR_BYTES_PER_PARAM / bw
             result["zerostate"] = {
                 "params": params, "step_s": step_s,
@@ -273,6 +299,8 @@ def main():
         names = sorted(tps)
         result["ratios"] = {f"{a}/{b}": tps[a] / tps[b] for a in names for b in names if a != b}
         torch.distributed.destroy_process_group()
+    if args.rank != 0:
+        return
     if args.json:
         print(json.dumps(result))
     else:
