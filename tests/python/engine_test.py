@@ -511,6 +511,28 @@ class EngineTest(unittest.TestCase):
     def test_bad_config_key(self):
         with self.assertRaisesRegex(zs.ZerostateError, "fp16.foo: unsupported ds_config key"):
             self.engine(Net(), "badconfig", config={"fp16": {"foo": 1}})
+        with self.assertRaisesRegex(ValueError, "train_batch_size: 64 != "
+                                    "train_micro_batch_size_per_gpu 8 \\* "
+                                    "gradient_accumulation_steps 2 \\* world size 1"):
+            self.engine(Net(), "badconfig", config={
+                "train_batch_size": 64, "train_micro_batch_size_per_gpu": 8,
+                "gradient_accumulation_steps": 2})
+
+    def test_ds_config_scheduler(self):
+        """WarmupDecayLR as the worker reads it (worker/lr_schedule.cc): linear
+        warm-up reaching the peak at the end of warm-up, then linear decay."""
+        config = dict(CONFIG, scheduler={"type": "WarmupDecayLR", "params": {
+            "warmup_min_lr": 0, "warmup_max_lr": 0.02, "warmup_num_steps": 4,
+            "total_num_steps": 8, "warmup_type": "linear"}})
+        engine = self.engine(Net(), "dsched", config=config, lr_scheduler=None)
+        lrs = []
+        for s in range(9):
+            lrs.append(engine.optimizer.param_groups[0]["lr"])
+            engine.backward(loss_of(engine, s))
+            engine.step()
+        want = [0.005, 0.01, 0.015, 0.02, 0.02, 0.015, 0.01, 0.005, 0.0]
+        for got, w in zip(lrs, want):
+            self.assertAlmostEqual(got, w, places=7)
 
 
 class ServerGoneTest(unittest.TestCase):

@@ -46,8 +46,21 @@ class EngineConfig:
         self.precision = train.get("precision", "PRECISION_FP32")
         self.loss_scaling = train.get("loss_scaling", {})
         self.grad_accum = int(train.get("grad_accum_steps", 1))
+        self.micro_batch = int(train.get("micro_batch_size", 0))
+        self.global_batch = int(train.get("global_batch_size", 0))
         self.block_elems = int(train.get("block_elems", 0))
         self.seed = int(train.get("seed", 1))
+
+    def check_batch(self, world):
+        """DeepSpeed's rule: train_batch_size = train_micro_batch_size_per_gpu
+        * gradient_accumulation_steps * world size, when both are given."""
+        if self.global_batch and self.micro_batch:
+            want = self.micro_batch * self.grad_accum * world
+            if self.global_batch != want:
+                raise ValueError(f"ds_config train_batch_size: {self.global_batch} != "
+                                 f"train_micro_batch_size_per_gpu {self.micro_batch} * "
+                                 f"gradient_accumulation_steps {self.grad_accum} * world size "
+                                 f"{world}")
 
     def learning_rate(self, step):
         """The LR schedule of worker/lr_schedule.cc at `step` (from 0)."""

@@ -124,6 +124,7 @@ class Engine:
         if optimizer is not None:
             model_parameters = self._take_optimizer(optimizer, config, model_parameters)
         self.topo = Topology()
+        self.config.check_batch(self.topo.world)
         self.job_id = job
         self.dtype = _PRECISION_DTYPE[self.config.precision]
         self.device = next(model.parameters()).device
