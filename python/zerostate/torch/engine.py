@@ -596,7 +596,9 @@ class Engine:
         try:
             with open(os.path.join(load_dir, _ENGINE_FILE)) as f:
                 meta = json.load(f)
-            extra = torch.load(os.path.join(load_dir, _EXTRA_FILE))
+            # Our own file; client_state may hold any object (torch >= 2.6 would
+            # refuse it by default).
+            extra = torch.load(os.path.join(load_dir, _EXTRA_FILE), weights_only=False)
         except (OSError, ValueError) as e:
             raise ZerostateError(f"load_checkpoint {load_dir}: not an engine checkpoint: {e}",
                                  "NOT_FOUND") from None
