@@ -271,10 +271,22 @@ def main():
                                 "masters and AdamW on the state servers"}
                   if args.bf16 else "fp32"}
         tps = result["tokens_per_s"]
+        result["torch"], result["python"] = torch.__version__, sys.version.split()[0]
+        errors = result["errors"] = {}  # a system that failed; the others still run
+
+        def attempt(name, fn):
+            try:
+                tps[name] = fn()
+            except Exception as e:  # noqa: BLE001 - reported in the JSON, by name
+                errors[name] = f"{type(e).__name__}: {e}"
+                print(f"{name} failed: {errors[name]}", file=sys.stderr, flush=True)
+                free_cuda(device)
+
         if "ddp" in systems:
-            tps["ddp" if device.type == "cuda" else "torch_adamw"] = bench_plain(args, device)
+            attempt("ddp" if device.type == "cuda" else "torch_adamw",
+                    lambda: bench_plain(args, device))
         if "fsdp2" in systems and device.type == "cuda":
-            tps["fsdp2_offload_fused"] = bench_fsdp2(args, device)
+            attempt("fsdp2_offload_fused", lambda: bench_fsdp2(args, device))
         if "zerostate" in systems:
             procs, addresses = start_servers(args, tmp) if args.rank == 0 else ([], None)
             box = [addresses]
@@ -282,10 +294,14 @@ def main():
                 torch.distributed.broadcast_object_list(box, src=0)
             try:
                 z, step_s, split, params = bench_zerostate(args, device, box[0])
+            except Exception as e:  # noqa: BLE001 - reported in the JSON
+                errors["zerostate"] = f"{type(e).__name__}: {e}"
+                print(f"zerostate failed: {errors['zerostate']}", file=sys.stderr, flush=True)
             finally:
                 for p in procs:
                     p.terminate()
                     p.wait()
+        if "zerostate" in systems and "zerostate" not in errors:
             tps["zerostate"] = z
             bw = memory_bandwidth() if args.rank == 0 else 1.0
             floor = params * FLOOR_BYTES_PER_PARAM / bw

@@ -58,6 +58,7 @@ class BenchTinyTest(unittest.TestCase):
         self.assertGreater(z["params"], 0)
         self.assertGreater(z["floor_s"], 0)
         self.assertGreater(z["step_over_floor"], 0)
+        self.assertEqual(out["errors"], {})
 
 
 if __name__ == "__main__":
