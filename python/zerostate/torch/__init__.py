@@ -11,6 +11,8 @@
 See zerostate/torch/engine.py for the mechanism."""
 
 from zerostate.client import ZerostateError
-from zerostate.torch.engine import Engine, RolledBack, ZerostateOptimizer, initialize
+from zerostate.torch.checkpoint import RolledBack
+from zerostate.torch.engine import Engine, initialize
+from zerostate.torch.optimizer import ZerostateOptimizer
 
 __all__ = ["Engine", "RolledBack", "ZerostateError", "ZerostateOptimizer", "initialize"]

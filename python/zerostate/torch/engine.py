@@ -18,6 +18,11 @@ state servers.
   just before each module's forward (lazy_weights=True, forward pre-hooks;
   every gather is in flight from the step on). The coordinator's gathers go
   out just before its Step, so blocks come back as the servers step them.
+
+The pieces: topology.py (ranks and nodes), config.py (ds_config), optimizer.py
+(param_groups, the job's spec), buckets.py (gradients out), weights.py
+(weights back), scaler.py (fp16 loss scale), checkpoint.py (save, load,
+roll back).
 """
 
 import json
@@ -28,84 +33,15 @@ import torch
 
 from zerostate.client import Client, ZerostateError
 from zerostate.torch import buckets as bk
+from zerostate.torch import checkpoint as ckpt
+from zerostate.torch import optimizer as zopt
 from zerostate.torch.config import EngineConfig
+from zerostate.torch.scaler import LossScaler
 from zerostate.torch.topology import Topology
+from zerostate.torch.weights import gather_into, module_weights
 
-_KIND_PROTO = {"adamw": "OPTIMIZER_ADAMW", "adam": "OPTIMIZER_ADAM",
-               "sgd": "OPTIMIZER_SGD_MOMENTUM", "lion": "OPTIMIZER_LION"}
 _PRECISION_DTYPE = {"PRECISION_FP32": torch.float32, "PRECISION_BF16": torch.bfloat16,
                     "PRECISION_FP16": torch.float16}
-_DTYPE_PROTO = {torch.float32: "DTYPE_FP32", torch.bfloat16: "DTYPE_BF16",
-                torch.float16: "DTYPE_FP16"}
-_ENGINE_FILE = "zerostate_engine.json"
-_EXTRA_FILE = "zerostate_engine.pt"
-
-
-class RolledBack(ZerostateError):
-    """engine.step() failed on the servers and the engine went back to its
-    last checkpoint (initialize's checkpoint_every): `version` is the step
-    to go on from (engine.global_steps), with the data of that step."""
-
-    def __init__(self, message, code, version):
-        super().__init__(message, code)
-        self.version = version
-
-
-class ZerostateOptimizer(torch.optim.Optimizer):
-    """engine.optimizer: holds param_groups (lr, weight_decay, betas) for
-    torch LR schedulers; step() is the engine's step. The state lives on
-    the servers."""
-
-    def __init__(self, groups, defaults, engine):
-        super().__init__(groups, defaults)
-        self._engine = engine
-
-    def step(self, closure=None):
-        loss = closure() if closure is not None else None
-        self._engine._service_step()
-        return loss
-
-    def zero_grad(self, set_to_none=True):
-        self._engine.zero_grad()
-
-
-class _ModuleWeights:
-    """The parameters one module owns and their gather buffer."""
-
-    def __init__(self, entries, dtype, pin, timers):
-        self.timers = timers
-        self.entries = entries  # [(param, begin, end)]
-        self.begin = min(e[1] for e in entries)
-        self.end = max(e[2] for e in entries)
-        self.buffer = torch.empty(self.end - self.begin, dtype=dtype, pin_memory=pin)
-        self.ticket = None
-
-    def fetch(self, job, version):
-        self.ticket = job.gather_async(version, self.begin, self.end, self.buffer.data_ptr(),
-                                       self.buffer.numel() * self.buffer.element_size(),
-                                       bk.wire_dtype(self.buffer.dtype), keep=self.buffer)
-
-    def land(self):
-        if self.ticket is None:
-            return
-        ticket, self.ticket = self.ticket, None
-        t0 = time.perf_counter()
-        ticket.wait()
-        self.timers["gather_wait"] += time.perf_counter() - t0
-        with torch.no_grad():
-            for p, b, e in self.entries:
-                src = self.buffer[b - self.begin:e - self.begin].view(p.shape)
-                p.data.copy_(src, non_blocking=True)
-
-
-def _groups_of(model_parameters, trainable):
-    """torch param_groups (list of dicts) from model_parameters, or one group."""
-    if model_parameters is None:
-        return [{"params": trainable}]
-    groups = list(model_parameters)
-    if groups and not isinstance(groups[0], dict):
-        return [{"params": groups}]
-    return [dict(g, params=list(g["params"])) for g in groups]
 
 
 class Engine:
@@ -122,7 +58,8 @@ class Engine:
         self._servers = servers
         self.config = EngineConfig(config)
         if optimizer is not None:
-            model_parameters = self._take_optimizer(optimizer, config, model_parameters)
+            model_parameters = zopt.take_optimizer(optimizer, config, self.config,
+                                                   model_parameters)
         self.topo = Topology()
         self.config.check_batch(self.topo.world)
         self.job_id = job
@@ -136,40 +73,29 @@ class Engine:
         self.global_steps = 0
         self.micro_steps = 0
         self._failed = None
-        self._loss_scale = float(self.config.loss_scaling.get("initial_scale", 65536.0))
-        self._good_steps = 0
-        self._hysteresis = int(self.config.loss_scaling.get("hysteresis", 1))
-        self._last_skipped = False
+        self._boundary = False
+        self.scaler = LossScaler(self.config.loss_scaling)
         # Seconds spent waiting, summed since initialize (for benchmarks): for
         # pushes after backward, for the coordinator's statistics and Step
         # (and its verdict), for gathered weights.
         self.timers = {"push_wait": 0.0, "server_step": 0.0, "gather_wait": 0.0}
 
-        names = {id(p): n for n, p in model.named_parameters()}
-        trainable = [p for p in model.parameters() if p.requires_grad]
-        groups = _groups_of(model_parameters, trainable)
-        for i, g in enumerate(groups):
-            for p in g["params"]:
-                if id(p) not in names:
-                    raise ValueError(f"model_parameters group {i} holds a tensor that is not a "
-                                     "parameter of the model")
-            g["params"] = [p for p in g["params"] if p.requires_grad]
-        groups = [g for g in groups if g["params"]]
-        if not groups:
-            raise ValueError("the model has no trainable parameter (requires_grad=True)")
+        groups = zopt.groups_of(model, model_parameters)
         c = self.config
         defaults = {"lr": c.lr, "betas": c.betas, "eps": c.eps, "weight_decay": c.weight_decay}
-        self.optimizer = ZerostateOptimizer(groups, defaults, self)
+        self.optimizer = zopt.ZerostateOptimizer(groups, defaults, self)
         for g in self.optimizer.param_groups:
             g.setdefault("initial_lr", g["lr"])
-        self._lr_scales = self._group_lr_scales()
+        self._lr_scales = zopt.lr_scales(self.optimizer.param_groups)
 
         # The job's tensors: trainable parameters in the model's order.
         order = {id(p): i for i, p in enumerate(model.parameters())}
         params = sorted((p for g in self.optimizer.param_groups for p in g["params"]),
                         key=lambda p: order[id(p)])
+        names = {id(p): n for n, p in model.named_parameters()}
         self._params = [(names[id(p)], p) for p in params]
-        spec = self._spec()
+        spec = zopt.job_spec(job, self._params, self.optimizer.param_groups, self._lr_scales,
+                             c, self.topo.num_nodes, self.dtype)
         self.client, self.job = self._connect(spec, token, plaintext, tls_ca_file, tls_cert_file,
                                               tls_key_file, rpc_timeout_ms, max_attempts)
         self._entries = []
@@ -179,6 +105,14 @@ class Engine:
         self._start()
         if self.dtype != torch.float32:
             model.to(self.dtype)
+        self._install(bucket_elems, lazy_weights)
+        self.lr_scheduler = self._scheduler(lr_scheduler)
+
+    # ----- setup -----
+
+    def _install(self, bucket_elems, lazy_weights):
+        """Buckets and gradient hooks; gather buffers and (lazy) forward
+        pre-hooks."""
         self._buckets = bk.make_buckets(self._entries, bucket_elems, self.dtype, self.device,
                                         self.topo.local_world)
         self._bucket_of = {}
@@ -189,71 +123,12 @@ class Engine:
         self._grad_nodes = []
         for _, p in self._params:
             self._hook(p)
-        self._weights = self._module_weights()
-        self.lr_scheduler = self._scheduler(lr_scheduler)
-
-    # ----- setup -----
-
-    def _take_optimizer(self, opt, config, model_parameters):
-        """initialize(optimizer=a torch optimizer): its kind and param_groups
-        replace the ds_config's optimizer section."""
-        if model_parameters is not None:
-            raise ValueError("optimizer= holds the param_groups: leave model_parameters out")
-        if isinstance(config, dict) and "optimizer" in config or \
-                "kind" in self.config.optimizer:
-            raise ValueError("the optimizer is given twice: in the ds_config's 'optimizer' "
-                             "section and as optimizer=")
-        g0 = opt.param_groups[0]
-        c = self.config
-        if isinstance(opt, torch.optim.AdamW) or isinstance(opt, torch.optim.Adam):
-            if any(g.get("amsgrad") for g in opt.param_groups):
-                raise ValueError("optimizer: amsgrad is not supported")
-            c.kind = "adamw" if isinstance(opt, torch.optim.AdamW) else "adam"
-            c.eps = g0["eps"]
-            c.optimizer = {"eps": g0["eps"]}
-        elif isinstance(opt, torch.optim.SGD):
-            if any(g.get("dampening", 0) for g in opt.param_groups):
-                raise ValueError("optimizer: SGD dampening is not supported (0 only)")
-            c.kind = "sgd"
-            c.optimizer = {"momentum": g0["momentum"], "nesterov": bool(g0["nesterov"])}
-        else:
-            raise ValueError(f"optimizer: {type(opt).__name__} is not supported; use "
-                             "torch.optim.AdamW, Adam or SGD, or the ds_config's section "
-                             "(AdamW, Adam, SGD, Lion)")
-        c.lr = g0["lr"]
-        c.betas = tuple(g0.get("betas", c.betas))
-        c.weight_decay = g0["weight_decay"]
-        return [dict(g) for g in opt.param_groups]
-
-    def _group_lr_scales(self):
-        groups = self.optimizer.param_groups
-        base = groups[0]["lr"]
-        return [g["lr"] / base if base else 1.0 for g in groups]
-
-    def _spec(self):
-        c = self.config
-        opt = dict(c.optimizer, kind=_KIND_PROTO[c.kind])
-        g0 = self.optimizer.param_groups[0]
-        if c.kind in ("adamw", "adam", "lion"):
-            opt["beta1"], opt["beta2"] = g0["betas"]
-            opt["eps"] = g0["eps"]
-        opt["weight_decay"] = g0["weight_decay"]
-        names = {id(p): n for n, p in self._params}
-        groups = []
-        for g, scale in zip(self.optimizer.param_groups[1:], self._lr_scales[1:]):
-            tg = {"tensors": [names[id(p)] for p in g["params"]],
-                  "weight_decay": g["weight_decay"], "lr_scale": scale}
-            if c.kind in ("adamw", "adam", "lion"):
-                tg["beta1"], tg["beta2"] = g["betas"]
-            groups.append(tg)
-        spec = {"job_id": self.job_id,
-                "tensors": [{"name": n, "shape": list(p.shape) or [1]} for n, p in self._params],
-                "optimizer": opt, "num_nodes": self.topo.num_nodes,
-                "grad_dtype": _DTYPE_PROTO[self.dtype], "weight_dtype": _DTYPE_PROTO[self.dtype],
-                "block_elems": c.block_elems, "streamed_init": True, "seed": c.seed}
-        if groups:
-            spec["groups"] = groups
-        return spec
+        self._weights = []
+        for module, w in module_weights(self.module, self._entries, self.dtype,
+                                        self.device.type != "cpu", self.timers):
+            self._weights.append(w)
+            if lazy_weights:
+                self._hooks.append(module.register_forward_pre_hook(lambda m, i, w=w: w.land()))
 
     def _connect(self, spec, token, plaintext, ca, cert, key, timeout, attempts):
         """Rank 0 registers (or attaches to an equal job); the others attach
@@ -302,16 +177,7 @@ class Engine:
         self.topo.barrier()
         self.global_steps = version
         if version > 0:
-            self._gather_into_model(version, torch.float32)
-
-    def _gather_into_model(self, version, dtype):
-        for p, b, e in self._entries:
-            buf = torch.empty(e - b, dtype=dtype)
-            t = self.job.gather_async(version, b, e, buf.data_ptr(), buf.numel() * buf.element_size(),
-                                      bk.wire_dtype(dtype), keep=buf)
-            t.wait()
-            with torch.no_grad():
-                p.data.copy_(buf.view(p.shape))
+            gather_into(self.job, self._entries, version, torch.float32)
 
     def _hook(self, p):
         bucket = self._bucket_of[id(p)]
@@ -325,26 +191,6 @@ class Engine:
             node = p.expand_as(p).grad_fn.next_functions[0][0]
             self._grad_nodes.append(node)
             self._hooks.append(node.register_hook(ready))
-
-    def _module_weights(self):
-        """One _ModuleWeights per module owning trainable parameters (a tied
-        parameter goes to the first module that holds it)."""
-        at = {id(p): (p, b, e) for p, b, e in self._entries}
-        seen, out = set(), []
-        pin = self.device.type != "cpu"
-        for module in self.module.modules():
-            mine = []
-            for p in module._parameters.values():
-                if p is not None and id(p) in at and id(p) not in seen:
-                    seen.add(id(p))
-                    mine.append(at[id(p)])
-            if not mine:
-                continue
-            w = _ModuleWeights(sorted(mine, key=lambda x: x[1]), self.dtype, pin, self.timers)
-            out.append(w)
-            if self.lazy_weights:
-                self._hooks.append(module.register_forward_pre_hook(lambda m, i, w=w: w.land()))
-        return out
 
     def _scheduler(self, sched):
         if sched is None and self.config.has_schedule:
@@ -376,7 +222,7 @@ class Engine:
 
     @property
     def loss_scale(self):
-        return self._loss_scale if self.dtype == torch.float16 else 1.0
+        return self.scaler.scale if self.dtype == torch.float16 else 1.0
 
     def backward(self, loss):
         """loss.backward() (times the fp16 loss scale); at the accumulation
@@ -390,7 +236,7 @@ class Engine:
         return loss
 
     def _grad_ready(self, bucket):
-        if not getattr(self, "_boundary", False):
+        if not self._boundary:
             return
         bucket.ready += 1
         if bucket.ready == len(bucket.entries):
@@ -427,11 +273,11 @@ class Engine:
         verdict = self.topo.broadcast(verdict)
         self.timers["server_step"] += time.perf_counter() - t1
         if verdict[0] == "rollback":
-            self._roll_back(verdict[1], verdict[2])
+            ckpt.roll_back(self, verdict[1], verdict[2])
         if verdict[0] == "error":
             self._failed = ZerostateError(verdict[1], verdict[2])
             raise self._failed
-        _, self._loss_scale, self._last_skipped = verdict
+        self.scaler.scale = verdict[1]
         self.global_steps = step + 1
         self.micro_steps += 1
         self._boundary = False
@@ -445,19 +291,6 @@ class Engine:
             self.save_checkpoint(self.checkpoint_dir, tag)
             self.last_checkpoint = os.path.join(os.path.abspath(self.checkpoint_dir), tag)
 
-    def _roll_back(self, failure, code):
-        """The servers lost the job or cannot be reached: every rank loads
-        the last checkpoint and raises RolledBack."""
-        try:
-            self.load_checkpoint(self.last_checkpoint)
-        except ZerostateError as e:
-            self._failed = ZerostateError(f"{failure}; rolling back to {self.last_checkpoint} "
-                                          f"failed: {e}", code)
-            raise self._failed from None
-        raise RolledBack(f"{failure}; rolled back to the checkpoint of step {self.global_steps} "
-                         f"({self.last_checkpoint}): go on from engine.global_steps", code,
-                         self.global_steps)
-
     def _decide(self, step):
         """The coordinator's step: statistics, clipping, loss scale, Step."""
         ss, nonfinite = self.job.grad_stats(step)
@@ -467,7 +300,7 @@ class Engine:
                     "(NaN or Inf) values; the step was not applied and the weights are "
                     "unchanged on the servers", "INVALID_ARGUMENT")
         groups = self.optimizer.param_groups
-        scales = self._group_lr_scales()
+        scales = zopt.lr_scales(groups)
         for i, (now, was) in enumerate(zip(scales, self._lr_scales)):
             if abs(now - was) > 1e-6 * max(abs(was), 1e-30) and groups[0]["lr"] != 0:
                 return ("error", f"step {step}: param_groups[{i}]['lr'] / param_groups[0]['lr'] "
@@ -482,30 +315,12 @@ class Engine:
             coef = self.config.clip / (norm + 1e-6)
             if coef < 1.0:
                 scale *= coef
-        new_scale = self._next_loss_scale(skip) if fp16 else self._loss_scale
-        state = json.dumps({"loss_scale": new_scale, "skipped": skip,
-                            "good_steps": self._good_steps}).encode()
+        new_scale = self.scaler.update(skip) if fp16 else self.scaler.scale
+        state = json.dumps(dict(self.scaler.state(), skipped=skip)).encode()
         # The gathers go out first: blocks stream back as the servers step them.
         self._fetch(step + 1)
         self.job.step(step, groups[0]["lr"], scale, skip=skip, state=state)
         return ("ok", new_scale, skip)
-
-    def _next_loss_scale(self, overflow):
-        ls = self.config.loss_scaling
-        if ls.get("static_scale"):
-            return self._loss_scale
-        if overflow:
-            self._good_steps = 0
-            self._hysteresis -= 1
-            if self._hysteresis > 0:
-                return self._loss_scale
-            self._hysteresis = int(ls.get("hysteresis", 1))
-            return max(self._loss_scale * ls.get("backoff_factor", 0.5), ls.get("min_scale", 1.0))
-        self._good_steps += 1
-        if self._good_steps >= int(ls.get("growth_interval", 1000)):
-            self._good_steps = 0
-            return self._loss_scale * ls.get("growth_factor", 2.0)
-        return self._loss_scale
 
     def _fetch(self, version):
         for w in self._weights:
@@ -541,88 +356,25 @@ class Engine:
             raise ZerostateError(f"the engine stopped at an earlier error (load a checkpoint to "
                                  f"go on): {self._failed}", self._failed.code)
 
-    # ----- checkpoints -----
+    # ----- checkpoints (checkpoint.py) -----
 
     def save_checkpoint(self, save_dir, tag=None, client_state=None):
         """Every rank calls it, as DeepSpeed's: the checkpoint goes to
-        save_dir/tag (tag default "global_step<N>") and save_dir/latest names
-        it. The servers write their shards of the current version there (a
-        directory every server reaches); rank 0 writes the engine's own state
-        (steps, loss scale, LR scheduler, client_state). Returns the
-        servers' checkpoint directory (for `zerostate ckpt export`)."""
+        save_dir/tag (tag default "global_step<N>"), save_dir/latest names
+        it; save_dir must be reached by every server. Returns the servers'
+        checkpoint directory (for `zerostate ckpt export`)."""
         self._check_alive()
         self.sync_weights()
-        root = os.path.abspath(save_dir)
-        tag = tag if tag is not None else f"global_step{self.global_steps}"
-        save_dir = os.path.join(root, str(tag))
-        verdict = None
-        if self.topo.coordinator:
-            try:
-                os.makedirs(save_dir, exist_ok=True)
-                path = self.job.checkpoint(self.global_steps, save_dir)
-                meta = {"job": self.job_id, "path": path, "version": self.global_steps,
-                        "micro_steps": self.micro_steps, "loss_scale": self._loss_scale,
-                        "good_steps": self._good_steps, "hysteresis": self._hysteresis}
-                torch.save({"lr_scheduler": self.lr_scheduler.state_dict()
-                            if self.lr_scheduler is not None else None,
-                            "param_groups": [{k: v for k, v in g.items() if k != "params"}
-                                             for g in self.optimizer.param_groups],
-                            "client_state": client_state},
-                           os.path.join(save_dir, _EXTRA_FILE))
-                with open(os.path.join(save_dir, _ENGINE_FILE), "w") as f:
-                    json.dump(meta, f)
-                with open(os.path.join(root, "latest"), "w") as f:
-                    f.write(str(tag))
-                verdict = ("ok", path)
-            except (ZerostateError, OSError) as e:
-                verdict = ("error", f"save_checkpoint {save_dir}: {e}", "INTERNAL")
-        verdict = self.topo.broadcast(verdict)
-        if verdict[0] != "ok":
-            raise ZerostateError(verdict[1], verdict[2])
-        return verdict[1]
+        return ckpt.save(self, save_dir, tag, client_state)
 
     def load_checkpoint(self, load_dir, tag=None):
-        """Every rank calls it, as DeepSpeed's: loads load_dir/tag (tag
-        default: the one load_dir/latest names). Rank 0 replaces the job on
-        the servers with that checkpoint (deleting the job first), every
-        rank attaches and takes its weights. Returns (the checkpoint's
-        directory, the client_state saved with it)."""
-        load_dir = os.path.abspath(load_dir)
-        if tag is None and os.path.exists(os.path.join(load_dir, "latest")):
-            with open(os.path.join(load_dir, "latest")) as f:
-                tag = f.read().strip()
-        if tag is not None:
-            load_dir = os.path.join(load_dir, str(tag))
-        try:
-            with open(os.path.join(load_dir, _ENGINE_FILE)) as f:
-                meta = json.load(f)
-            # Our own file; client_state may hold any object (torch >= 2.6 would
-            # refuse it by default).
-            extra = torch.load(os.path.join(load_dir, _EXTRA_FILE), weights_only=False)
-        except (OSError, ValueError) as e:
-            raise ZerostateError(f"load_checkpoint {load_dir}: not an engine checkpoint: {e}",
-                                 "NOT_FOUND") from None
-        if meta["job"] != self.job_id:
-            raise ZerostateError(f"load_checkpoint {load_dir}: it is job '{meta['job']}', this "
-                                 f"engine runs '{self.job_id}'", "INVALID_ARGUMENT")
-        verdict = None
-        if self.topo.coordinator:
-            try:
-                try:
-                    self.job.delete()
-                except ZerostateError as e:  # a restarted server lost the job
-                    if e.code not in ("NOT_FOUND", "UNAUTHENTICATED", "UNAVAILABLE"):
-                        raise
-                self.job = self.client.restore_job(meta["path"], self.job_id)
-                verdict = ("ok",)
-            except ZerostateError as e:
-                verdict = ("error", f"load_checkpoint {load_dir}: {e}", e.code)
-        verdict = self.topo.broadcast(verdict)
-        if verdict[0] != "ok":
-            self._failed = ZerostateError(verdict[1], verdict[2])
-            raise self._failed
-        if not self.topo.coordinator:
-            self.job = self.client.attach_job(self.job_id)
+        """Every rank calls it, as DeepSpeed's: loads load_dir/tag (default:
+        the tag load_dir/latest names) onto the servers in place of the job
+        and into the module. Returns (its directory, its client_state)."""
+        return ckpt.load(self, load_dir, tag)
+
+    def _reset(self, version, micro_steps):
+        """After a restore: nothing in flight, no gradient, at `version`."""
         self._failed = None
         for w in self._weights:
             w.ticket = None
@@ -630,18 +382,7 @@ class Engine:
             b.reset()
         self.zero_grad()
         self._boundary = False
-        self.global_steps = meta["version"]
-        self.micro_steps = meta["micro_steps"]
-        self._loss_scale = meta["loss_scale"]
-        self._good_steps = meta["good_steps"]
-        self._hysteresis = meta["hysteresis"]
-        for g, saved in zip(self.optimizer.param_groups, extra["param_groups"]):
-            g.update(saved)
-        if self.lr_scheduler is not None and extra["lr_scheduler"] is not None:
-            self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
-        self._gather_into_model(self.global_steps, self.dtype)
-        self.topo.barrier()
-        return load_dir, extra["client_state"]
+        self.global_steps, self.micro_steps = version, micro_steps
 
 
 def initialize(model, config=None, servers=None, job=None, model_parameters=None,
