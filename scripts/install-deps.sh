@@ -10,8 +10,10 @@ pkgs=(
   python3-numpy python3-grpcio
   prometheus python3-yaml
   libclang-rt-14-dev
+  python3-torch
 )
 # libclang-rt-14-dev: the libFuzzer runtime of tests/fuzz (make fuzz).
+# python3-torch: PyTorch on the CPU for tests/python (the zerostate package).
 pkgs+=("$@")
 missing=()
 for p in "${pkgs[@]}"; do
