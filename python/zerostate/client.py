@@ -144,6 +144,7 @@ class Client:
 
     def __init__(self, servers, plaintext=False, tls_ca_file=None, tls_cert_file=None,
                  tls_key_file=None, job_token=None, rpc_timeout_ms=None, max_attempts=None):
+        self._h = ctypes.c_void_p()
         if isinstance(servers, str):
             servers = [s.strip() for s in servers.split(",") if s.strip()]
         opts = _capi.ClientOptions()

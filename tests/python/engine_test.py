@@ -535,6 +535,32 @@ class EngineTest(unittest.TestCase):
             self.assertAlmostEqual(got, w, places=7)
 
 
+class TlsTest(unittest.TestCase):
+    def test_mutual_tls(self):
+        """Servers requiring client certificates: the engine trains with the
+        CA and its certificate; without the CA it is refused, by address."""
+        with tempfile.TemporaryDirectory() as tmp:
+            c = zs_servers.make_certificates(tmp)
+            servers = zs_servers.start(2, [f"--tls_cert={c['server.pem']}",
+                                           f"--tls_key={c['server.key']}",
+                                           f"--tls_client_ca={c['ca.pem']}"], plaintext=False)
+            addresses = ",".join(s.address for s in servers)
+            try:
+                torch.manual_seed(0)
+                engine = zs.initialize(model=Net(), config=CONFIG, servers=addresses, job="tls",
+                                       tls_ca_file=c["ca.pem"], tls_cert_file=c["client.pem"],
+                                       tls_key_file=c["client.key"])
+                train(engine, 0, 3)
+                self.assertEqual(engine.job.version(), 3)
+                engine.close()
+                with self.assertRaisesRegex(zs.ZerostateError, "connect to 127.0.0.1:.*"
+                                            "INVALID_ARGUMENT.*plaintext"):
+                    zs.initialize(model=Net(), config=CONFIG, servers=addresses, job="tls")
+            finally:
+                for srv in servers:
+                    srv.stop()
+
+
 class ServerGoneTest(unittest.TestCase):
     def test_rollback_to_the_last_checkpoint(self):
         """A server killed and restarted empty at step 8: the step fails, the

@@ -16,11 +16,13 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 
 class Server:
-    def __init__(self, binary, args=(), log_dir=None, port=0):
+    def __init__(self, binary, args=(), log_dir=None, port=0, plaintext=True):
         self.binary, self.args = binary, list(args)
         self.log = tempfile.NamedTemporaryFile("w+", prefix="zs-server-", suffix=".log",
                                                dir=log_dir, delete=False)
-        self.proc = subprocess.Popen([binary, f"--listen=127.0.0.1:{port}", "--plaintext",
+        self.plaintext = plaintext
+        self.proc = subprocess.Popen([binary, f"--listen=127.0.0.1:{port}",
+                                      *(["--plaintext"] if plaintext else []),
                                       "--metrics_listen=", "--threads=1",
                                       f"--ram_budget_bytes={64 << 20}", *self.args],
                                      stdout=subprocess.PIPE, stderr=self.log, text=True,
@@ -46,7 +48,8 @@ class Server:
         """A new process on the same port (a server that crashed and came
         back, without its jobs)."""
         self.stop(signal.SIGKILL)
-        self.__init__(self.binary, self.args, port=int(self.address.rsplit(":", 1)[1]))
+        self.__init__(self.binary, self.args, port=int(self.address.rsplit(":", 1)[1]),
+                      plaintext=self.plaintext)
 
     def stop(self, sig=signal.SIGTERM):
         if self.proc.poll() is None:
@@ -72,6 +75,32 @@ def server_binary():
     return path
 
 
-def start(n, args=()):
+def start(n, args=(), plaintext=True):
     binary = server_binary()
-    return [Server(binary, args) for _ in range(n)]
+    return [Server(binary, args, plaintext=plaintext) for _ in range(n)]
+
+
+def make_certificates(directory):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate it
+    signed (EC P-256, by the openssl tool, as tests/testing/test_certificates.h);
+    {name: path}. Exit 77 (skipped) without openssl."""
+    new_key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+
+    def run(*argv):
+        try:
+            subprocess.run(["openssl", *argv], cwd=directory, check=True, capture_output=True)
+        except FileNotFoundError:
+            print("skipped: no openssl")
+            sys.exit(77)
+
+    with open(os.path.join(directory, "server.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    run("req", "-x509", *new_key, "-days", "2", "-subj", "/CN=zs-test-ca", "-keyout", "ca.key",
+        "-out", "ca.pem")
+    for name, ext in (("server", ["-extfile", "server.ext"]), ("client", [])):
+        run("req", *new_key, "-subj", f"/CN=zs-test-{name}", "-keyout", f"{name}.key", "-out",
+            f"{name}.csr")
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", "-out", f"{name}.pem", *ext)
+    return {n: os.path.join(directory, n) for n in
+            ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
