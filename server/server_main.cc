@@ -36,7 +36,8 @@ ABSL_FLAG(bool, plaintext, false,
           "serve gRPC without TLS (required when no --tls_cert/--tls_key is given)");
 ABSL_FLAG(std::string, data_listen, "",
           "TCP data plane address host:port for push and gather (port 0: any free port; "
-          "empty: the host of --listen, any free port; off: none). Off with TLS");
+          "empty: the host of --listen, any free port; off: none). Under TLS it speaks TLS 1.3 "
+          "with --tls_cert/--tls_key/--tls_client_ca");
 ABSL_FLAG(uint64_t, data_buffer_bytes, 64ull << 20,
           "RAM the data plane's frame buffers hold at most, all connections together");
 // Why 1024: each data plane connection costs two threads (about 16 MiB of
