@@ -20,8 +20,9 @@
 namespace zerostate {
 namespace {
 
-// TLS 1.3's AES-GCM suites, the ones the kernel offloads.
-constexpr char kSuites[] = "TLS_AES_256_GCM_SHA384:TLS_AES_128_GCM_SHA256";
+// TLS 1.3's AES-GCM suites, the ones the kernel offloads; AES-128 first
+// (the fewer rounds, the more GB/s per core; both are TLS 1.3 defaults).
+constexpr char kSuites[] = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
 
 absl::Status Invalid(const char* what) {
   std::string why = TakeOpenSslErrors();
@@ -34,9 +35,18 @@ std::shared_ptr<SSL_CTX> NewContext(const SSL_METHOD* method, bool kernel) {
   if (!ctx) return ctx;
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_3_VERSION);
   SSL_CTX_set_ciphersuites(ctx.get(), kSuites);
-  SSL_CTX_set_mode(ctx.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // A write that would block is retried with the same buffer, and whole
+  // (not record by record: fewer calls under the stream's lock).
+  SSL_CTX_set_mode(ctx.get(), SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   uint64_t options = SSL_OP_NO_TICKET | SSL_OP_IGNORE_UNEXPECTED_EOF;
-  if (kernel) options |= SSL_OP_ENABLE_KTLS;
+  if (kernel && KernelTlsAvailable()) {
+    options |= SSL_OP_ENABLE_KTLS;
+  } else {
+    // Userspace records: read the socket in large pieces rather than a
+    // record header and a record at a time (kTLS takes no read-ahead).
+    SSL_CTX_set_read_ahead(ctx.get(), 1);
+    SSL_CTX_set_default_read_buffer_len(ctx.get(), 256 << 10);
+  }
   SSL_CTX_set_options(ctx.get(), options);
   SSL_CTX_set_num_tickets(ctx.get(), 0);
   return ctx;

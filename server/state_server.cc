@@ -98,7 +98,7 @@ std::string DescribeDataSecurity(const ServerOptions& opt) {
       : KernelTlsAvailable() ? "records in the kernel (kTLS) where OpenSSL can hand them over"
                              : "records in OpenSSL (userspace: this kernel offers no TLS; "
                                "load its tls module for kTLS)";
-  return absl::StrCat("TLS 1.3 (TLS_AES_256_GCM_SHA384 or TLS_AES_128_GCM_SHA256), ",
+  return absl::StrCat("TLS 1.3 (TLS_AES_128_GCM_SHA256 or TLS_AES_256_GCM_SHA384), ",
                       opt.tls.client_ca_file.empty() ? "" : "client certificates required, ",
                       records);
 }

@@ -19,15 +19,24 @@
 // to that too ("tensor ratio"). --json prints one object per figure:
 // {"figure":..., "value":..., "unit":..., "limit":..., "ratio":...,
 //  "tensor_limit":..., "tensor_ratio":...} (the last two where measured).
-// --tls_dir=DIR runs the servers with TLS (DIR/server.pem, DIR/server.key
-// for 127.0.0.1, DIR/ca.pem its CA; docs/operations.md, "Security") and
-// names the figures "...tls", to compare with a plaintext run.
+// --tls_dir=DIR also measures every figure with the servers under TLS
+// (DIR/server.pem, DIR/server.key for 127.0.0.1, DIR/ca.pem its CA; with
+// DIR/client.pem and DIR/client.key, mutual TLS: the servers require a
+// client certificate; docs/operations.md, "Security"), in the same run as
+// plaintext: "...tls" with the data plane's records in the kernel (kTLS)
+// where it offers it, "...tls_user" with OpenSSL's userspace records on
+// both ends (--data_ktls=false). Those figures carry "plain" (the same
+// figure in plaintext) and "plain_ratio", and "records" (how the data
+// plane's TLS records were done, from the first server's log).
 // Other work on the machine lowers every figure.
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,6 +45,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/marshalling.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/transport/cpu_usage.h"
 #include "bench/transport/raw_tcp.h"
@@ -59,7 +69,8 @@ ABSL_FLAG(std::string, planes, "grpc,tcp", "data paths to measure: grpc, tcp (th
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 ABSL_FLAG(std::string, server_binary, ZEROSTATE_SERVER_PATH, "the zerostate-server to start");
 ABSL_FLAG(std::string, tls_dir, "",
-          "TLS between client and servers with DIR/{ca,server}.pem and DIR/server.key (\"\": plaintext)");
+          "also measure under TLS with DIR/{ca,server}.pem and DIR/server.key (mutual TLS with "
+          "DIR/client.{pem,key} when present), against plaintext in the same run");
 
 namespace zerostate::bench {
 namespace {
@@ -107,11 +118,25 @@ absl::Status TimeOp(uint64_t bytes, const std::vector<pid_t>& servers, Figure* f
   return s;
 }
 
-// Prints a figure against `limit`, and against `tensor_limit` unless it is 0.
-void Print(const std::string& figure, const Figure& f, double limit, double tensor_limit = 0) {
+// A TLS figure's plaintext counterpart (plain_bytes_per_s > 0) and how
+// its data plane records were done.
+struct Versus {
+  double plain_bytes_per_s = 0;
+  std::string records;
+};
+
+// Prints a figure against `limit`, against `tensor_limit` unless it is 0,
+// and against plaintext where `versus` has it.
+void Print(const std::string& figure, const Figure& f, double limit, double tensor_limit = 0,
+           const Versus& versus = {}) {
+  const double plain = versus.plain_bytes_per_s;
   if (absl::GetFlag(FLAGS_json)) {
     std::printf("{\"figure\":\"%s\",\"value\":%.6g,\"unit\":\"GB/s\",\"limit\":%.6g,\"ratio\":%.4f",
                 figure.c_str(), f.bytes_per_s / 1e9, limit / 1e9, f.bytes_per_s / limit);
+    if (plain > 0) {
+      std::printf(",\"plain\":%.6g,\"plain_ratio\":%.4f,\"records\":\"%s\"", plain / 1e9,
+                  f.bytes_per_s / plain, versus.records.c_str());
+    }
     if (tensor_limit > 0) {
       std::printf(",\"tensor_limit\":%.6g,\"tensor_ratio\":%.4f", tensor_limit / 1e9,
                   f.bytes_per_s / tensor_limit);
@@ -127,6 +152,7 @@ void Print(const std::string& figure, const Figure& f, double limit, double tens
     std::printf("%-28s %7.3f GB/s  limit %7.3f GB/s  ratio %.3f", figure.c_str(),
                 f.bytes_per_s / 1e9, limit / 1e9, f.bytes_per_s / limit);
     if (tensor_limit > 0) std::printf("  tensor ratio %.3f", f.bytes_per_s / tensor_limit);
+    if (plain > 0) std::printf("  vs plaintext %.3f", f.bytes_per_s / plain);
     if (f.raw) {
       std::printf("  CPU s/GB %.2f (both ends)  host busy %.0f%%", f.PerGb(f.client_cpu_s),
                   100 * f.HostBusy());
@@ -134,6 +160,7 @@ void Print(const std::string& figure, const Figure& f, double limit, double tens
       std::printf("  CPU s/GB client %.2f servers %.2f  host busy %.0f%%", f.PerGb(f.client_cpu_s),
                   f.PerGb(f.server_cpu_s), 100 * f.HostBusy());
     }
+    if (plain > 0) std::printf("  [%s]", versus.records.c_str());
     std::printf("\n");
   }
   std::fflush(stdout);
@@ -182,20 +209,43 @@ int ConnectionsPerServer(const std::string& plane, int servers) {
   return plane == "tcp" ? StreamsPerServer(servers) : absl::GetFlag(FLAGS_channels);
 }
 
-// The planes to measure; with TLS only gRPC (servers turn the data plane off).
 std::vector<std::string> Planes() {
-  if (!absl::GetFlag(FLAGS_tls_dir).empty()) return {"grpc"};
   return absl::StrSplit(absl::GetFlag(FLAGS_planes), ',', absl::SkipEmpty());
 }
 
+// How client and servers talk: plaintext, or TLS with the data plane's
+// records in the kernel where it can (ktls) or in OpenSSL.
+struct Security {
+  std::string suffix;  // of the figures' names: "", ".tls", ".tls_user"
+  bool tls = false;
+  bool ktls = true;
+};
+
+std::vector<Security> Securities() {
+  if (absl::GetFlag(FLAGS_tls_dir).empty()) return {Security{}};
+  return {Security{}, Security{".tls", true, true}, Security{".tls_user", true, false}};
+}
+
+// Mutual TLS: the directory holds a client certificate.
+bool MutualTls() {
+  return std::filesystem::exists(absl::GetFlag(FLAGS_tls_dir) + "/client.pem");
+}
+
 client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers,
-                                         const std::string& plane) {
+                                         const std::string& plane, const Security& security) {
   client::ClientOptions o;
   o.servers = servers;
   o.data_plane = plane == "tcp";
   const std::string tls = absl::GetFlag(FLAGS_tls_dir);
-  o.plaintext = tls.empty();
-  if (!tls.empty()) o.tls_ca_file = tls + "/ca.pem";
+  o.plaintext = !security.tls;
+  o.data_ktls = security.ktls;
+  if (security.tls) {
+    o.tls_ca_file = tls + "/ca.pem";
+    if (MutualTls()) {
+      o.tls_cert_file = tls + "/client.pem";
+      o.tls_key_file = tls + "/client.key";
+    }
+  }
   o.channels_per_server = absl::GetFlag(FLAGS_channels);
   o.streams_per_server = StreamsPerServer(static_cast<int>(servers.size()));
   o.chunk_bytes = size_t{1024} * absl::GetFlag(FLAGS_chunk_kib);
@@ -234,21 +284,43 @@ absl::Status MeasureJob(client::Client& c, const std::vector<pid_t>& servers,
   return absl::OkStatus();
 }
 
-absl::Status MeasureServers(int servers, const RawTcp& tcp) {
+// How the first server's data plane did its TLS records ("" if unknown):
+// from its log line "data plane TLS: first connection: ...".
+std::string RecordsFromLog(const std::string& log) {
+  std::ifstream in(log);
+  const std::string marker = "first connection: ";
+  for (std::string line; std::getline(in, line);) {
+    size_t at = line.find(marker);
+    if (at != std::string::npos) return line.substr(at + marker.size());
+  }
+  return "";
+}
+
+// Plaintext rates by figure name without the security suffix.
+using PlainRates = std::map<std::string, double>;
+
+absl::Status MeasureServers(int servers, const RawTcp& tcp, const Security& security,
+                            PlainRates* plain) {
   testing::ServerProcessOptions so;
   so.binary = absl::GetFlag(FLAGS_server_binary);
   so.args = {"--metrics_listen=", "--threads=" + std::to_string(absl::GetFlag(FLAGS_server_threads))};
-  if (const std::string tls = absl::GetFlag(FLAGS_tls_dir); !tls.empty()) {
+  const std::string log = absl::StrCat("/tmp/transport_bench.", getpid(), ".servers.log");
+  if (security.tls) {
+    const std::string tls = absl::GetFlag(FLAGS_tls_dir);
     so.plaintext = false;
     so.args.push_back("--tls_cert=" + tls + "/server.pem");
     so.args.push_back("--tls_key=" + tls + "/server.key");
+    if (MutualTls()) so.args.push_back("--tls_client_ca=" + tls + "/ca.pem");
+    so.args.push_back(absl::StrCat("--data_ktls=", security.ktls ? "true" : "false"));
+    std::remove(log.c_str());
+    so.stderr_path = log;
   }
   auto cluster = testing::ServerCluster::Start(servers, so);
   if (!cluster.ok()) return cluster.status();
   std::vector<pid_t> pids;
   for (int i = 0; i < servers; ++i) pids.push_back((*cluster)->server(i).pid());
   for (const std::string& plane : Planes()) {
-    auto c = client::Client::Connect(BenchClientOptions((*cluster)->addresses(), plane));
+    auto c = client::Client::Connect(BenchClientOptions((*cluster)->addresses(), plane, security));
     if (!c.ok()) return c.status();
     const int connections = servers * ConnectionsPerServer(plane, servers);
     const double limit = tcp.cached.at(connections);
@@ -256,11 +328,18 @@ absl::Status MeasureServers(int servers, const RawTcp& tcp) {
     for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
       Figure push, gather;
       if (absl::Status s = MeasureJob(**c, pids, plane, dtype, &push, &gather); !s.ok()) return s;
-      std::string suffix = std::string(".") + DTypeName(dtype) + ".servers=" +
-                           std::to_string(servers) + "." + plane +
-                           (absl::GetFlag(FLAGS_tls_dir).empty() ? "" : ".tls");
-      Print("push" + suffix, push, limit, tensor_limit);
-      Print("gather" + suffix, gather, limit, tensor_limit);
+      const std::string suffix = std::string(".") + DTypeName(dtype) +
+                                 ".servers=" + std::to_string(servers) + "." + plane;
+      for (auto [name, figure] : {std::pair{"push" + suffix, &push}, {"gather" + suffix, &gather}}) {
+        Versus versus;
+        if (security.tls) {
+          versus.plain_bytes_per_s = (*plain)[name];
+          versus.records = plane == "tcp" ? RecordsFromLog(log) : "gRPC";
+        } else {
+          (*plain)[name] = figure->bytes_per_s;
+        }
+        Print(name + security.suffix, *figure, limit, tensor_limit, versus);
+      }
     }
   }
   return (*cluster)->StopAll();
@@ -296,10 +375,14 @@ int Main() {
     Print("raw_tcp.connections=" + std::to_string(n), cached[n], limit);
     Print("raw_tcp_tensor.connections=" + std::to_string(n), tensor_figures[n], limit);
   }
+  PlainRates plain;
   for (int s : server_counts) {
-    if (absl::Status st = MeasureServers(s, tcp); !st.ok()) {
-      std::fprintf(stderr, "servers=%d: %s\n", s, st.ToString().c_str());
-      return 1;
+    for (const Security& security : Securities()) {
+      if (absl::Status st = MeasureServers(s, tcp, security, &plain); !st.ok()) {
+        std::fprintf(stderr, "servers=%d%s: %s\n", s, security.suffix.c_str(),
+                     st.ToString().c_str());
+        return 1;
+      }
     }
   }
   return 0;

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# transport_bench under TLS against plaintext, in one run, on the device
+# machine (issue 18's target: the TLS data plane at >= 0.6 of the plaintext
+# data plane at 1 and 4 servers; CPU s/GB with kTLS and with OpenSSL's
+# userspace records). Figures "...tcp.tls" use kTLS where the kernel
+# offers it ("records" in the JSON says what was used), "...tcp.tls_user"
+# force userspace records on both ends.
+# Bundle first: ../shared/tools/device-bundle .device \
+#   build/bench/transport/transport_bench build/server/zerostate-server
+# then, there: source .device/env.sh && bench/transport/device_tls.sh $OUT
+# Extra arguments go to every transport_bench run, last (they win): e.g.
+# a small check: device_tls.sh /tmp/out --tensor_mib=16 --servers=1 --reps=1
+# Needs the openssl tool, or certificates made beforehand in .device/tls
+# (ca.pem, server.pem/.key for 127.0.0.1, client.pem/.key).
+set -u
+out=$1
+shift
+mkdir -p "$out"
+source "$(dirname "$0")/device_common.sh"
+bin=${ZS_DEVICE_BIN:-.device/bin}
+b=$bin/transport_bench
+s=$bin/zerostate-server
+certs=.device/tls
+if [ ! -f "$certs/client.pem" ]; then
+  certs=$out/tls
+  mkdir -p "$certs"
+  key="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+  (cd "$certs" &&
+    openssl req -x509 $key -days 30 -subj /CN=zs-bench-ca -keyout ca.key -out ca.pem &&
+    echo "subjectAltName=IP:127.0.0.1,DNS:localhost" > server.ext &&
+    for n in server client; do
+      openssl req $key -subj /CN=zs-bench-$n -keyout $n.key -out $n.csr &&
+        openssl x509 -req -in $n.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 30 \
+          -out $n.pem $([ $n = server ] && echo -extfile server.ext) || exit 1
+    done) > "$out/openssl.log" 2>&1 || { echo "cannot make certificates: see $out/openssl.log"; exit 1; }
+fi
+# Whether the kernel offers TLS offload: modprobe where allowed (may fail
+# without privileges; the bench's "records" field says what was used).
+{ modprobe tls 2>&1; echo "tcp_available_ulp: $(cat /proc/sys/net/ipv4/tcp_available_ulp)";
+  grep -w '^tls' /proc/modules; } > "$out/ktls.txt" 2>&1
+cat "$out/ktls.txt"
+# The data plane, plaintext / kTLS / userspace TLS, mutual TLS, 1 and 4 servers.
+run tls-tcp 330 --server_binary=$s --planes=tcp --servers=1,4 --reps=2 --tls_dir=$certs --json "$@"
+# gRPC under TLS against plaintext, for the table (smaller tensor).
+run tls-grpc 150 --server_binary=$s --planes=grpc --servers=1,4 --reps=1 --tensor_mib=64 \
+  --tls_dir=$certs --json "$@"
+# The target: TLS data plane over plaintext data plane, fp32 and bf16.
+grep -h '"figure":"[a-z]*\.[a-z0-9]*\.servers=[14]\.tcp\.tls' "$out/tls-tcp.log" |
+  sed 's/.*"figure":"\([^"]*\)".*"plain_ratio":\([0-9.]*\).*/\1 \2/' | tee "$out/target.txt"
