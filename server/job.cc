@@ -1,6 +1,7 @@
 #include "server/job.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -14,6 +15,26 @@ namespace zerostate::server {
 namespace {
 
 bool HasLowp(const v1::JobSpec& spec) { return spec.weight_dtype() != v1::DTYPE_FP32; }
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Seconds summed over the threads of a pass.
+class ThreadSeconds {
+ public:
+  void Add(Clock::time_point start) {
+    nanos_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start)
+                         .count(),
+                     std::memory_order_relaxed);
+  }
+  double seconds() const { return nanos_.load(std::memory_order_relaxed) * 1e-9; }
+
+ private:
+  std::atomic<int64_t> nanos_{0};
+};
 
 }  // namespace
 
@@ -175,7 +196,10 @@ absl::StatusOr<Job::PushOutcome> Job::Push(const ChunkView& c, absl::Time deadli
       if (staging_ != nullptr) seen = staging_->generation();
       auto added = b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);
       if (!added.ok()) return added.status();
-      if (*added == GradientAccumulator::Outcome::kApplied) return PushOutcome::kApplied;
+      if (*added == GradientAccumulator::Outcome::kApplied) {
+        StatsOnComplete(b);
+        return PushOutcome::kApplied;
+      }
       if (*added == GradientAccumulator::Outcome::kDuplicate) return PushOutcome::kDuplicate;
     }
     // kNoStaging (only with a budget). The head node's pieces never need
@@ -230,6 +254,7 @@ Job::PushClaim Job::ClaimPush(const ChunkFields& f, size_t data_bytes) {
   if (f.step != b.version) return claim;
   float* into = b.acc.Claim(f.node, ref->offset, ref->count, f.dtype);
   if (into == nullptr) return claim;
+  claim.job_ = this;
   claim.block_ = &b;
   claim.offset_ = ref->offset;
   claim.count_ = ref->count;
@@ -240,6 +265,7 @@ Job::PushClaim Job::ClaimPush(const ChunkFields& f, size_t data_bytes) {
 
 Job::PushClaim& Job::PushClaim::operator=(PushClaim&& other) noexcept {
   Release();
+  job_ = other.job_;
   block_ = std::exchange(other.block_, nullptr);
   offset_ = other.offset_;
   count_ = other.count_;
@@ -255,6 +281,7 @@ absl::StatusOr<Job::PushOutcome> Job::PushClaim::Commit() {
     return absl::UnavailableError(absl::StrCat("block ", b->index,
                                                " was restored while the chunk arrived; push it again"));
   }
+  job_->StatsOnComplete(*b);
   return PushOutcome::kApplied;
 }
 
@@ -343,21 +370,34 @@ absl::Status Job::CheckStepWindow(const Block& b, uint64_t step, bool for_stats)
   return absl::OkStatus();
 }
 
-absl::StatusOr<GradStats> Job::Stats(uint64_t step, absl::Time deadline) {
-  GradStats total;
+void Job::StatsOnComplete(Block& b) {
+  if (!b.acc.complete() || (b.stats.has_value() && b.stats_step == b.version)) return;
+  b.stats = ComputeGradStats(b.acc.sum(), b.required);
+  b.stats_step = b.version;
+}
+
+absl::StatusOr<GradStats> Job::Stats(uint64_t step, absl::Time deadline,
+                                     StepPhaseTimes* times) {
+  auto start = Clock::now();
   for (auto& bp : blocks_data_) {
     Block& b = *bp;
     absl::MutexLock lock(&b.mu);
     if (auto s = CheckStepWindow(b, step, /*for_stats=*/true); !s.ok()) return s;
     if (auto st = AwaitGradients(b, step, deadline); !st.ok()) return st;
-    if (b.version == step && (!b.stats.has_value() || b.stats_step != step)) {
-      b.stats = ComputeGradStats(b.acc.sum(), b.required);
-      b.stats_step = step;
-    }
+  }
+  if (times != nullptr) times->wait_gradients = SecondsSince(start);
+  start = Clock::now();
+  // The push that completed each block computed its part; summed in block order.
+  GradStats total;
+  for (auto& bp : blocks_data_) {
+    Block& b = *bp;
+    absl::MutexLock lock(&b.mu);
+    if (b.version == step) StatsOnComplete(b);
     if (auto s = CheckStepWindow(b, step, /*for_stats=*/true); !s.ok()) return s;
     total.sum_squares += b.stats->sum_squares;
     total.nonfinite += b.stats->nonfinite;
   }
+  if (times != nullptr) times->grad_stats = SecondsSince(start);
   return total;
 }
 
@@ -369,7 +409,6 @@ void Job::ComputeBlock(Block& b, float* state, const std::vector<StepParams>& by
   refs.v = tier_->shape().arrays > 2 ? state + 2 * be : nullptr;
   refs.grad = b.acc.sum();
   refs.n = b.required;
-  CopyOnWrite(b, state);
   b.stepping = true;
   if (!b.lowp.empty()) {
     if (!tier_->in_place()) b.next_lowp = AlignedBuffer<uint16_t>(be);
@@ -390,7 +429,7 @@ void Job::CommitBlock(Block& b) {
 }
 
 absl::Status Job::RunStep(uint64_t step, const StepParams& params, ThreadPool& pool,
-                          uint64_t* stepped) {
+                          uint64_t* stepped, StepPhaseTimes* times) {
   std::vector<uint64_t> todo;
   for (auto& bp : blocks_data_) {
     absl::MutexLock lock(&bp->mu);
@@ -398,20 +437,33 @@ absl::Status Job::RunStep(uint64_t step, const StepParams& params, ThreadPool& p
   }
   std::atomic<uint64_t> count{0};
   const std::vector<StepParams> by_group = GroupStepParams(spec_, params);
+  std::atomic<bool> copied{false};
+  ThreadSeconds commit_time, cow_time;
   auto compute = [&](uint64_t local, float* state) {
     Block& b = *blocks_data_[local];
     absl::MutexLock lock(&b.mu);
     if (b.version != step) return false;
+    const auto start = Clock::now();
+    if (CopyOnWrite(b, state)) {
+      cow_time.Add(start);
+      copied = true;
+    }
     ComputeBlock(b, state, by_group);
     return true;
   };
   auto commit = [&](uint64_t local) {
+    const auto start = Clock::now();
     Block& b = *blocks_data_[local];
     absl::MutexLock lock(&b.mu);
     CommitBlock(b);
     count += b.required;
+    commit_time.Add(start);
   };
+  const auto start = Clock::now();
   absl::Status s = tier_->Update(todo, pool, compute, commit);
+  times->optimizer = SecondsSince(start);
+  times->commit = commit_time.seconds();
+  if (copied) times->copy_on_write = cow_time.seconds();
   // A block whose new state could not be stored was never committed: it
   // keeps its previous state (StateTier::Update), readable again.
   for (uint64_t local : todo) {
@@ -436,13 +488,16 @@ absl::StatusOr<Job::StepOutcome> Job::Step(const v1::StepRequest& req, absl::Tim
   }
   if (auto s = TrainerStates::Check(req.trainer_state()); !s.ok()) return s;
   const uint64_t step = req.step();
+  StepOutcome out;
   // Phase 1: every block is in the window and complete, before anything changes.
+  const auto start = Clock::now();
   for (auto& bp : blocks_data_) {
     Block& b = *bp;
     absl::MutexLock lock(&b.mu);
     if (auto s = CheckStepWindow(b, step, /*for_stats=*/false); !s.ok()) return s;
     if (auto st = AwaitGradients(b, step, deadline); !st.ok()) return st;
   }
+  out.times.wait_gradients = SecondsSince(start);
   // Before any block commits: a gather of step + 1 may be answered then.
   if (!req.trainer_state().empty()) trainer_states_.Record(step + 1, req.trainer_state());
   // Phase 2: the fused optimizer pass, blocks spread over the pool.
@@ -456,9 +511,8 @@ absl::StatusOr<Job::StepOutcome> Job::Step(const v1::StepRequest& req, absl::Tim
     params.lr = req.lr();
     params.grad_scale = req.grad_scale() == 0 ? 1.0f : req.grad_scale();
     params.t = step + 1;
-    if (auto s = RunStep(step, params, pool, &stepped); !s.ok()) return s;
+    if (auto s = RunStep(step, params, pool, &stepped, &out.times); !s.ok()) return s;
   }
-  StepOutcome out;
   out.version = step + 1;
   out.already_applied = stepped == 0;
   out.params_stepped = req.skip() ? 0 : stepped;
@@ -618,10 +672,11 @@ void Job::Shutdown() {
   if (staging_ != nullptr) staging_->Notify();  // pushes waiting for staging
 }
 
-void Job::CopyOnWrite(Block& b, const float* state) {
-  if (b.version != cow_version_.load() || !b.snapshot.empty()) return;
+bool Job::CopyOnWrite(Block& b, const float* state) {
+  if (b.version != cow_version_.load() || !b.snapshot.empty()) return false;
   b.snapshot = AlignedBuffer<float>(tier_->shape().block_floats());
   std::memcpy(b.snapshot.data(), state, b.snapshot.size() * sizeof(float));
+  return true;
 }
 
 absl::StatusOr<std::unique_ptr<Job::CheckpointGuard>> Job::BeginCheckpoint(uint64_t version) {

@@ -22,6 +22,7 @@
 #include "common/shard_map.h"
 #include "server/block.h"
 #include "server/staging_budget.h"
+#include "server/step_phases.h"
 #include "server/tier/state_tier.h"
 #include "server/tier/tier_factory.h"
 #include "server/trainer_states.h"
@@ -38,6 +39,7 @@ class Job {
     uint64_t version = 0;
     bool already_applied = false;
     uint64_t params_stepped = 0;  // 0 when already applied or skipped
+    StepPhaseTimes times;         // wait_gradients; the pass's phases when it ran one
   };
 
   // Allocates the shard's blocks and initializes the weights (seeded, or
@@ -122,6 +124,7 @@ class Job {
    private:
     friend class Job;
     void Release();
+    Job* job_ = nullptr;
     Block* block_ = nullptr;  // null: empty or committed
     uint32_t offset_ = 0;
     uint32_t count_ = 0;
@@ -141,10 +144,15 @@ class Job {
   absl::Status InitWeights(const v1::Chunk& chunk) { return InitWeights(ViewOf(chunk)); }
 
   // Statistics of the summed gradient of `step` over the shard, once every
-  // block has every node's gradient. Errors: FAILED_PRECONDITION (step from
-  // the past or too far ahead), DEADLINE_EXCEEDED (names missing nodes),
-  // UNAVAILABLE (shutting down).
-  absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline);
+  // block has every node's gradient: the sum over blocks, in block order, of
+  // each block's ComputeGradStats. The push that completes a block computes
+  // the block's part then, while the sum it just wrote is in cache, so this
+  // mostly waits and adds. `times` (null: not measured) gets wait_gradients
+  // and grad_stats. Errors: FAILED_PRECONDITION (step from the past or too
+  // far ahead), DEADLINE_EXCEEDED (names missing nodes), UNAVAILABLE
+  // (shutting down).
+  absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline,
+                                  StepPhaseTimes* times = nullptr);
 
   // Applies optimizer step req.step() to every block, in parallel on `pool`,
   // once all nodes contributed. Idempotent. Errors: INVALID_ARGUMENT (lr,
@@ -246,11 +254,17 @@ class Job {
   absl::Status InitializeWeights();
   // Builds tier_ (spec_.tier()) and sets state_bytes_.
   absl::Status CreateTier(const TierOptions& tiers);
-  // Phase 2 of Step: the optimizer pass over blocks still at `step`.
+  // Phase 2 of Step: the optimizer pass over blocks still at `step`; its
+  // phases go to `times`.
   absl::Status RunStep(uint64_t step, const StepParams& params, ThreadPool& pool,
-                       uint64_t* stepped);
+                       uint64_t* stepped, StepPhaseTimes* times);
+  // Under b.mu: once the block has every node's gradient of the step in
+  // progress, computes their statistics unless it holds them already.
+  // Called by the push that completes the block (the sum it just wrote is
+  // in cache) and by Stats.
+  void StatsOnComplete(Block& b);
   uint64_t SkipStep(uint64_t step);
-  // Runs the fused kernel on one block's state, each of its group runs with
+  // Runs the fused kernel on one block's state (after CopyOnWrite), each of its group runs with
   // by_group[run.group] (GroupStepParams of the step's parameters); the
   // low-precision copy goes to b.lowp (in-place tiers) or b.next_lowp.
   void ComputeBlock(Block& b, float* state, const std::vector<StepParams>& by_group);
@@ -272,8 +286,9 @@ class Job {
   bool checkpoint_running_ ABSL_GUARDED_BY(checkpoint_mu_) = false;  // one at a time
   static constexpr uint64_t kNoCheckpoint = UINT64_MAX;
   std::atomic<uint64_t> cow_version_{kNoCheckpoint};
-  // Saves b's state before a step moves it past the checkpoint's version.
-  void CopyOnWrite(Block& b, const float* state);
+  // Saves b's state before a step moves it past the checkpoint's version;
+  // false when there was nothing to save.
+  bool CopyOnWrite(Block& b, const float* state);
   std::atomic<bool> shutting_down_{false};
   TrainerStates trainer_states_;
 };

@@ -21,6 +21,14 @@ prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   return b;
 }
 
+// 10 us .. ~250 s: one phase of a step, from a wait that did not wait to
+// a pass over a large shard on disk.
+prometheus::Histogram::BucketBoundaries PhaseBuckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 1e-5; v < 300; v *= 2.5) b.push_back(v);
+  return b;
+}
+
 // 10 us .. ~2.5 s: one direct read or write of a block.
 prometheus::Histogram::BucketBoundaries IoBuckets() {
   prometheus::Histogram::BucketBoundaries b;
@@ -73,6 +81,10 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
                     .Register(*registry_)),
       step_duration_(BuildHistogram().Name("zerostate_step_duration_seconds")
                          .Help("Optimizer pass of one Step over the shard").Register(*registry_)),
+      phase_buckets_(PhaseBuckets()),
+      step_phase_(BuildHistogram().Name("zerostate_step_phase_seconds")
+                      .Help("Time one GradStats or Step call spent in each phase of the step")
+                      .Register(*registry_)),
       optimizer_params_(BuildCounter().Name("zerostate_optimizer_params_total")
                             .Help("Parameters stepped by the optimizer").Register(*registry_)),
       job_version_(BuildGauge().Name("zerostate_job_version")
@@ -144,6 +156,12 @@ void ServerMetrics::RecordStep(const std::string& job, double seconds, uint64_t 
   optimizer_params_.Add(JobLabels(job)).Increment(params);
   (skipped ? job_skipped_ : job_steps_).Add(JobLabels(job)).Increment();
   job_version_.Add(JobLabels(job)).Set(version);
+}
+
+void ServerMetrics::RecordStepPhases(const std::string& job, const StepPhaseTimes& times) {
+  times.ForEach([&](const char* phase, double seconds) {
+    step_phase_.Add({{"job_id", job}, {"phase", phase}}, phase_buckets_).Observe(seconds);
+  });
 }
 
 void ServerMetrics::SetJob(const std::string& job, uint64_t state_bytes, uint64_t version) {

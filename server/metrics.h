@@ -13,6 +13,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/step_phases.h"
 #include "server/tier/tier_metrics.h"
 
 namespace zerostate::server {
@@ -28,6 +29,9 @@ class ServerMetrics {
   // One Step RPC that ran the optimizer (or skipped) on `job`'s shard.
   void RecordStep(const std::string& job, double seconds, uint64_t params, bool skipped,
                   uint64_t version);
+
+  // The phases one GradStats or Step call on `job`'s shard spent (those it measured).
+  void RecordStepPhases(const std::string& job, const StepPhaseTimes& times);
 
   void SetJob(const std::string& job, uint64_t state_bytes, uint64_t version);
   void ForgetJob(const std::string& job);
@@ -57,6 +61,8 @@ class ServerMetrics {
   prometheus::Family<prometheus::Histogram>& rpc_duration_;
   prometheus::Family<prometheus::Counter>& rejected_;
   prometheus::Family<prometheus::Histogram>& step_duration_;
+  const prometheus::Histogram::BucketBoundaries phase_buckets_;
+  prometheus::Family<prometheus::Histogram>& step_phase_;
   prometheus::Family<prometheus::Counter>& optimizer_params_;
   prometheus::Family<prometheus::Gauge>& job_version_;
   prometheus::Family<prometheus::Counter>& job_steps_;

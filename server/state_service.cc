@@ -147,8 +147,10 @@ grpc::Status StateServiceImpl::GradStats(grpc::ServerContext* ctx, const v1::Gra
   return Serve("GradStats", [&](Traffic&) -> absl::Status {
     auto job = JobFor(ctx, req->job_id());
     if (!job.ok()) return job.status();
-    auto stats = (*job)->Stats(req->step(), DeadlineOf(ctx));
+    StepPhaseTimes times;
+    auto stats = (*job)->Stats(req->step(), DeadlineOf(ctx), &times);
     if (!stats.ok()) return stats.status();
+    metrics_.RecordStepPhases(req->job_id(), times);
     resp->set_sum_squares(stats->sum_squares);
     resp->set_nonfinite_count(stats->nonfinite);
     resp->set_incarnation(incarnation_);
@@ -168,6 +170,7 @@ grpc::Status StateServiceImpl::Step(grpc::ServerContext* ctx, const v1::StepRequ
       PublishUsage();
       metrics_.RecordStep(req->job_id(), absl::ToDoubleSeconds(absl::Now() - start),
                           out->params_stepped, req->skip(), out->version);
+      metrics_.RecordStepPhases(req->job_id(), out->times);
     }
     resp->set_version(out->version);
     resp->set_already_applied(out->already_applied);

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "common/init.h"
+#include "server/aligned_buffer.h"
 #include "server/job_registry.h"
 #include "tests/server/gather_weights.h"
 
@@ -229,6 +231,79 @@ TEST_F(JobTest, TensorsPushedWithoutTheirPaddingCompleteTheStep) {
        i < layout.tensors[1].offset; ++i) {
     ASSERT_EQ(w[i], 0.0f) << "padding element " << i;
   }
+}
+
+// The statistics are each block's ComputeGradStats of the node-ordered
+// sum, added in block order, bit for bit, whichever path completed the
+// block (and computed its part): node 0's payload received in place, the
+// head node's push, or an early node's staged pieces folded in its turn.
+TEST_F(JobTest, StatsAreThePerBlockKernelAddedInBlockOrder) {
+  const auto g0 = Grad(0, 0), g1 = Grad(1, 0);
+  const uint64_t blocks = job_->layout().num_blocks();
+  auto piece = [&](const std::vector<float>& g, uint64_t b) {
+    return std::vector<float>(g.begin() + b * kBlock, g.begin() + (b + 1) * kBlock);
+  };
+  const v1::Chunk first = GradChunk(0, 0, 0, 0, piece(g0, 0));
+  Job::PushClaim claim = job_->ClaimPush(ViewOf(first).fields, kBlock * 4);
+  ASSERT_NE(claim.data(), nullptr);
+  std::memcpy(claim.data(), first.data().data(), kBlock * 4);
+  ASSERT_TRUE(claim.Commit().ok());
+  ASSERT_TRUE(job_->Push(GradChunk(0, 1, 0, 0, piece(g1, 0))).ok());
+  for (uint64_t b = 1; b < blocks; ++b) {
+    const uint32_t early = b % 2;  // odd blocks: node 1 early, folded when node 0 completes
+    ASSERT_TRUE(job_->Push(GradChunk(0, early, b, 0, piece(early ? g1 : g0, b))).ok());
+    ASSERT_TRUE(job_->Push(GradChunk(0, 1 - early, b, 0, piece(early ? g0 : g1, b))).ok());
+  }
+  AlignedBuffer<float> sum(blocks * kBlock);
+  for (size_t i = 0; i < g0.size(); ++i) sum.data()[i] = g0[i] + g1[i];
+  GradStats expected;
+  for (uint64_t b = 0; b < blocks; ++b) {
+    const uint64_t n = std::min<uint64_t>(kBlock, job_->layout().used_elems - b * kBlock);
+    const GradStats part = ComputeGradStats(sum.data() + b * kBlock, n);
+    expected.sum_squares += part.sum_squares;
+    expected.nonfinite += part.nonfinite;
+  }
+  auto stats = job_->Stats(0, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->sum_squares, expected.sum_squares);
+  EXPECT_EQ(stats->nonfinite, expected.nonfinite);
+  // Asked again after the step, the same.
+  ASSERT_TRUE(DoStep(0).ok());
+  auto again = job_->Stats(0, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->sum_squares, expected.sum_squares);
+}
+
+// Each call says which phases of the step it went through
+// (zerostate_step_phase_seconds): Stats the wait and the statistics, Step
+// the wait and its pass; copy-on-write only when a checkpoint needed a
+// snapshot.
+TEST_F(JobTest, StatsAndStepReportTheirPhases) {
+  auto phases = [](const StepPhaseTimes& t) {
+    std::vector<std::string> names;
+    t.ForEach([&](const char* name, double seconds) {
+      EXPECT_GE(seconds, 0) << name;
+      names.push_back(name);
+    });
+    return names;
+  };
+  using Names = std::vector<std::string>;
+  PushAll(0, 0, Grad(0, 0));
+  PushAll(1, 0, Grad(1, 0));
+  StepPhaseTimes stats_times;
+  ASSERT_TRUE(job_->Stats(0, absl::Now() + absl::Seconds(5), &stats_times).ok());
+  EXPECT_EQ(phases(stats_times), (Names{"wait_gradients", "grad_stats"}));
+  auto out = DoStep(0);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(phases(out->times), (Names{"wait_gradients", "optimizer", "commit"}));
+
+  auto guard = job_->BeginCheckpoint(1);  // step 1 saves every block first
+  ASSERT_TRUE(guard.ok()) << guard.status();
+  PushAll(0, 1, Grad(0, 1));
+  PushAll(1, 1, Grad(1, 1));
+  out = DoStep(1);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(phases(out->times), (Names{"wait_gradients", "optimizer", "commit", "copy_on_write"}));
 }
 
 TEST_F(JobTest, SkippedStepAdvancesVersionOnly) {

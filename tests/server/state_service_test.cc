@@ -328,12 +328,26 @@ TEST_F(StateServiceTest, HealthMetricsAndCleanShutdown) {
   v1::JobInfo info = Register();
   v1::PushResponse presp;
   for (uint32_t n = 0; n < kNodes; ++n) ASSERT_TRUE(Push(0, n, info, 1.0f, &presp).ok());
+  v1::GradStatsRequest greq;
+  greq.set_job_id("svc");
+  v1::GradStatsResponse gresp;
+  ASSERT_TRUE(stub_->GradStats(Context().get(), greq, &gresp).ok());
   v1::StepRequest step;
   step.set_job_id("svc");
   step.set_lr(0.1f);
   v1::StepResponse sresp;
   ASSERT_TRUE(stub_->Step(Context().get(), step, &sresp).ok());
   std::string metrics = Scrape();
+  // The step's phases: both calls waited for gradients; no checkpoint ran,
+  // so nothing was copied on write.
+  for (auto [phase, count] : {std::pair{"wait_gradients", 2}, {"grad_stats", 1}, {"optimizer", 1},
+                              {"commit", 1}}) {
+    EXPECT_NE(metrics.find(absl::StrCat("zerostate_step_phase_seconds_count{job_id=\"svc\",phase=\"",
+                                        phase, "\"} ", count, "\n")),
+              std::string::npos)
+        << phase << "\n" << metrics;
+  }
+  EXPECT_EQ(metrics.find("phase=\"copy_on_write\""), std::string::npos);
   EXPECT_NE(metrics.find("zerostate_job_steps_total{job_id=\"svc\"} 1"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("zerostate_rpc_bytes_received_total{method=\"PushGradients\"} 24576"),
             std::string::npos);
