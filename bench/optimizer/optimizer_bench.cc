@@ -21,11 +21,9 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -33,6 +31,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/optimizer/step_state.h"
 #include "server/optimizer/optimizer.h"
 #include "server/optimizer/param_groups.h"
 
@@ -43,9 +42,6 @@ ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 
 namespace zerostate::server {
 namespace {
-
-constexpr size_t kBlockElems = 262144;
-constexpr double kBytesPerParam = 16 + 14;  // read p, g, m, v; write p, m, v, bf16
 
 struct Options {
   size_t params = 0;
@@ -73,99 +69,12 @@ bool ReadFlags(Options* o) {
   return true;
 }
 
-// Runs work(block) for every block, on `threads` threads that take blocks
-// from a shared counter; returns the wall time in seconds.
-double RunBlocks(int threads, size_t num_blocks, const std::function<void(size_t)>& work) {
-  std::atomic<size_t> next{0};
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) {
-    pool.emplace_back([&] {
-      for (size_t b; (b = next.fetch_add(1, std::memory_order_relaxed)) < num_blocks;) work(b);
-    });
-  }
-  for (std::thread& t : pool) t.join();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-template <class T>
-T* AllocAligned(size_t n) {
-  const size_t bytes = (n * sizeof(T) + 4095) / 4096 * 4096;
-  return static_cast<T*>(std::aligned_alloc(4096, bytes));
-}
-
-// The state of N parameters, laid out as the server's blocks would be.
-class State {
- public:
-  explicit State(size_t n)
-      : n_(n),
-        p_(AllocAligned<float>(n)),
-        g_(AllocAligned<float>(n)),
-        m_(AllocAligned<float>(n)),
-        v_(AllocAligned<float>(n)),
-        lowp_(AllocAligned<uint16_t>(n)) {}
-  ~State() {
-    for (void* ptr : {static_cast<void*>(p_), static_cast<void*>(g_), static_cast<void*>(m_),
-                      static_cast<void*>(v_), static_cast<void*>(lowp_)}) {
-      std::free(ptr);
-    }
-  }
-  State(const State&) = delete;
-  State& operator=(const State&) = delete;
-
-  bool ok() const { return p_ && g_ && m_ && v_ && lowp_; }
-  size_t params() const { return n_; }
-  size_t num_blocks() const { return (n_ + kBlockElems - 1) / kBlockElems; }
-
-  BlockRefs Block(size_t b) const {
-    const size_t begin = b * kBlockElems;
-    BlockRefs r;
-    r.param = p_ + begin;
-    r.m = m_ + begin;
-    r.v = v_ + begin;
-    r.grad = g_ + begin;
-    r.lowp = lowp_ + begin;
-    r.lowp_dtype = v1::DTYPE_BF16;
-    r.n = std::min(kBlockElems, n_ - begin);
-    return r;
-  }
-
-  // Normal, finite values (no denormals to slow the arithmetic), written by
-  // the threads that will use them.
-  void Fill(int threads) {
-    RunBlocks(threads, num_blocks(), [this](size_t b) {
-      const BlockRefs r = Block(b);
-      for (size_t i = 0; i < r.n; ++i) {
-        const float x = static_cast<float>(((b * kBlockElems + i) * 2654435761u) % 1000) * 1e-3f;
-        r.param[i] = 0.5f + x;
-        r.m[i] = 0;
-        r.v[i] = 0;
-        const_cast<float*>(r.grad)[i] = x - 0.5f;
-        static_cast<uint16_t*>(r.lowp)[i] = 0;
-      }
-    });
-  }
-
- private:
-  size_t n_;
-  float* p_;
-  float* g_;
-  float* m_;
-  float* v_;
-  uint16_t* lowp_;
-};
-
 // CPU seconds this process has used, user and system.
 double ProcessCpuSeconds() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
   return sec(ru.ru_utime) + sec(ru.ru_stime);
-}
-
-// One pass over every block with `threads` threads.
-double PassSeconds(int threads, const State& s, const std::function<void(const BlockRefs&)>& pass) {
-  return RunBlocks(threads, s.num_blocks(), [&](size_t b) { pass(s.Block(b)); });
 }
 
 StepParams AdamWParams() {
@@ -189,7 +98,7 @@ void PrintJson(const std::string& figure, double value, const char* unit, double
 void Report(const Options& o, const std::string& figure, double params_per_s, double limit_pps) {
   if (o.json) return PrintJson(figure, params_per_s, "params/s", limit_pps);
   std::printf("%-34s %8.3f Gparam/s %8.2f GB/s %7.3f ns/param  ratio %.3f\n", figure.c_str(),
-              params_per_s / 1e9, params_per_s * kBytesPerParam / 1e9, 1e9 / params_per_s,
+              params_per_s / 1e9, params_per_s * kStepBytesPerParam / 1e9, 1e9 / params_per_s,
               params_per_s / limit_pps);
 }
 
@@ -234,7 +143,7 @@ std::vector<StepParams> GroupParams(const StepParams& adamw) {
   return by;
 }
 
-Timings TimePasses(const Options& o, int threads, const State& state) {
+Timings TimePasses(const Options& o, int threads, const StepState& state) {
   const std::vector<Isa> isas = SupportedIsas();
   StepParams adamw = AdamWParams();
   Timings t;
@@ -267,7 +176,7 @@ Timings TimePasses(const Options& o, int threads, const State& state) {
   return t;
 }
 
-void MeasureThreads(const Options& o, int threads, const State& state) {
+void MeasureThreads(const Options& o, int threads, const StepState& state) {
   const std::vector<Isa> isas = SupportedIsas();
   const Timings t = TimePasses(o, threads, state);
   const double n = static_cast<double>(state.params());
@@ -288,7 +197,7 @@ int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   Options o;
   if (!ReadFlags(&o)) return 2;
-  State state(o.params);
+  StepState state(o.params);
   if (!state.ok()) {
     std::fprintf(stderr, "optimizer_bench: cannot allocate %zu params\n", o.params);
     return 1;
@@ -296,7 +205,7 @@ int Main(int argc, char** argv) {
   state.Fill(o.max_threads);
   if (!o.json) {
     std::printf("optimizer_bench: %zu params in %zu blocks of %zu, %.0f bytes/param, best of %d\n",
-                o.params, state.num_blocks(), kBlockElems, kBytesPerParam, o.reps);
+                o.params, state.num_blocks(), kBenchBlockElems, kStepBytesPerParam, o.reps);
   }
   for (int t = 1; t <= o.max_threads; ++t) MeasureThreads(o, t, state);
   return 0;

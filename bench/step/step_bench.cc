@@ -3,13 +3,23 @@
 // of its parts measured alone: compute (forward+backward), exchange (the
 // node's reduce-scatter and all-gather), push, step (GradStats + Step),
 // gather. With perfect overlap a step takes as long as its longest part;
-// the bench prints how close it comes.
-//   step_bench [--json] [--servers=1] [--hidden=8192,8192] [--steps=3]
+// the bench prints how close it comes (`overlap`: the longest part's time
+// over the step's).
+// `server_step` is the server's own step inside the job (its gradient
+// statistics and optimizer pass, from its zerostate_step_phase_seconds in
+// the fastest timed step, waiting for gradients left out) in parameters per
+// second, against the memory limit of an AdamW step (optimizer_bench's
+// TrafficPass, best of a measure before and one after the steps) in this
+// process with as many threads as the server's pass runs on
+// (--server_threads plus the calling thread).
+//   step_bench [--json] [--servers=1] [--server_threads=N] [--hidden=8192,8192] [--steps=3]
 // --json prints one object per line: {"figure","value","unit","limit","ratio"}.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -17,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/optimizer/step_state.h"
 #include "tests/testing/server_process.h"
 #include "worker/config.h"
 #include "worker/cpu_backend.h"
@@ -25,7 +36,10 @@
 
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 ABSL_FLAG(int, servers, 1, "state servers to start");
-ABSL_FLAG(int, server_threads, 2, "--threads of each server");
+ABSL_FLAG(int, server_threads, 0, "--threads of each server (0: one less than the cores)");
+ABSL_FLAG(std::string, server_binary, ZEROSTATE_SERVER_PATH, "the zerostate-server to start");
+ABSL_FLAG(int64_t, limit_params, int64_t{64} << 20,
+          "parameters of the memory limit pass (at most the model's)");
 ABSL_FLAG(uint32_t, input, 2048, "input width");
 ABSL_FLAG(std::string, hidden, "8192,8192", "hidden widths");
 ABSL_FLAG(uint32_t, output, 2048, "output width");
@@ -72,6 +86,48 @@ v1::WorkerConfig BenchConfig() {
   return *NormalizeConfig(c, 1);
 }
 
+int ServerThreads() {
+  const int t = absl::GetFlag(FLAGS_server_threads);
+  if (t > 0) return t;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+}
+
+// The phases of zerostate_step_phase_seconds (server/step_phases.h).
+constexpr const char* kPhases[] = {"wait_gradients", "grad_stats", "optimizer", "commit",
+                                   "copy_on_write"};
+using PhaseSeconds = std::map<std::string, double>;
+
+// Each server's seconds so far in each phase of `job`'s steps.
+std::vector<PhaseSeconds> ScrapePhases(testing::ServerCluster& cluster, const std::string& job) {
+  std::vector<PhaseSeconds> out;
+  for (int i = 0; i < cluster.size(); ++i) {
+    auto page = testing::ScrapeMetrics(cluster.server(i).metrics_address());
+    Check(page.status(), "scrape server metrics");
+    PhaseSeconds& phases = out.emplace_back();
+    for (const char* phase : kPhases) {
+      const double v = testing::MetricValue(
+          *page, absl::StrCat("zerostate_step_phase_seconds_sum{job_id=\"", job, "\",phase=\"",
+                              phase, "\"}"));
+      phases[phase] = std::max(0.0, v);  // -1: never observed
+    }
+  }
+  return out;
+}
+
+// The server's own step: its gradient statistics and optimizer pass.
+double ServerStep(const PhaseSeconds& p) { return p.at("grad_stats") + p.at("optimizer"); }
+
+// Each phase between two scrapes, of the server whose own step took longest.
+PhaseSeconds Slowest(const std::vector<PhaseSeconds>& before, const std::vector<PhaseSeconds>& after) {
+  PhaseSeconds slowest;
+  for (size_t i = 0; i < after.size(); ++i) {
+    PhaseSeconds d;
+    for (const char* phase : kPhases) d[phase] = after[i].at(phase) - before[i].at(phase);
+    if (slowest.empty() || ServerStep(d) > ServerStep(slowest)) slowest = d;
+  }
+  return slowest;
+}
+
 struct Parts {
   double compute = 0, exchange = 0, push = 0, step = 0, gather = 0;
 };
@@ -98,6 +154,29 @@ Parts MeasureParts(client::JobClient* job, CpuBackend* backend, const v1::TrainC
   return p;
 }
 
+// The memory limit of an AdamW step with as many threads as the server's
+// pass (its pool and the calling thread), in parameters per second.
+double MemoryLimit(uint64_t params) {
+  const int threads = ServerThreads() + 1;
+  server::StepState state(std::min<uint64_t>(params, absl::GetFlag(FLAGS_limit_params)));
+  if (!state.ok()) Check(absl::ResourceExhaustedError("memory limit state"), "allocate");
+  state.Fill(threads);
+  return server::MemoryLimitParamsPerSecond(state, threads, 5);
+}
+
+// The server's step inside the job (its best timed step) against `limit`.
+// `worker_step`: the step part as the worker saw it (GradStats and Step).
+void PrintServerStep(PhaseSeconds phases, uint64_t params, double worker_step, double limit) {
+  for (const char* phase : kPhases) {
+    Print(absl::StrCat("server_", phase), phases[phase], "s", phases["optimizer"],
+          phases[phase] / phases["optimizer"]);
+  }
+  const double rate = params / ServerStep(phases);
+  Print(absl::StrCat("memory_limit.threads=", ServerThreads() + 1), limit, "params/s", limit, 1.0);
+  Print("worker_step_rate", params / worker_step, "params/s", limit, params / worker_step / limit);
+  Print("server_step", rate, "params/s", limit, rate / limit);
+}
+
 // Every figure against the longest part (the step's limit with perfect overlap).
 void PrintFigures(const Parts& parts, double median, uint64_t params, const StepReport& last) {
   const double longest = std::max({parts.compute, parts.exchange, parts.push, parts.step, parts.gather});
@@ -112,6 +191,7 @@ void PrintFigures(const Parts& parts, double median, uint64_t params, const Step
   }
   Print("push_ns_per_param", parts.push / params * 1e9, "ns", parts.push / params * 1e9, 1.0);
   Print("step_end_to_end", median, "s", longest, longest / median);
+  Print("overlap", median, "s", longest, longest / median);
   Print("step_sum_of_parts", parts.compute + parts.exchange + parts.push + parts.step + parts.gather, "s",
         longest, longest / (parts.compute + parts.exchange + parts.push + parts.step + parts.gather));
   const auto& t = last.times;
@@ -125,8 +205,8 @@ int Main() {
   const v1::WorkerConfig config = BenchConfig();
   const v1::TrainConfig& train = config.train();
   testing::ServerProcessOptions options;
-  options.binary = ZEROSTATE_SERVER_PATH;
-  options.args = {absl::StrCat("--threads=", absl::GetFlag(FLAGS_server_threads)), "--metrics_listen="};
+  options.binary = absl::GetFlag(FLAGS_server_binary);
+  options.args = {absl::StrCat("--threads=", ServerThreads()), "--metrics_listen=127.0.0.1:0"};
   auto cluster = testing::ServerCluster::Start(absl::GetFlag(FLAGS_servers), options);
   Check(cluster.status(), "start servers");
   client::ClientOptions copts;
@@ -147,6 +227,9 @@ int Main() {
   Engine engine(job, &backend, train, topo, ready);
   Check(engine.LoadWeights(0), "load weights");
 
+  // The limit before and after the steps, the best counts (as every figure
+  // here, it is low when other work shares the machine).
+  double limit = MemoryLimit(params);
   Parts parts = MeasureParts(job, &backend, train);
   TeacherData data(train.model());
   const uint32_t n = train.micro_batch_size();
@@ -157,18 +240,29 @@ int Main() {
     return backend.ForwardBackward(x.data(), y.data(), n, scale, r);
   };
   Check(engine.Step(step++, micro).status(), "warm-up step");
-  std::vector<double> seconds;
+  auto phases_seen = ScrapePhases(**cluster, train.job_id());
+  PhaseSeconds best;  // the timed step where the server's own step was fastest
+  std::vector<double> seconds, step_seconds;
   StepReport last;
   for (int i = 0; i < absl::GetFlag(FLAGS_steps); ++i) {
     auto r = engine.Step(step++, micro);
     Check(r.status(), "step");
     seconds.push_back(r->seconds);
+    step_seconds.push_back(r->times.step);
+    auto phases_now = ScrapePhases(**cluster, train.job_id());
+    PhaseSeconds d = Slowest(phases_seen, phases_now);
+    if (best.empty() || ServerStep(d) < ServerStep(best)) best = d;
+    phases_seen = std::move(phases_now);
     last = *r;
   }
   std::sort(seconds.begin(), seconds.end());
   const double median = seconds[seconds.size() / 2];
+  std::sort(step_seconds.begin(), step_seconds.end());
+  const double worker_step = step_seconds[step_seconds.size() / 2];
   PrintFigures(parts, median, params, last);
   Check((*cluster)->StopAll(), "stop servers");
+  limit = std::max(limit, MemoryLimit(params));
+  PrintServerStep(best, params, worker_step, limit);
   return 0;
 }
 

@@ -1,0 +1,61 @@
+// The state of N parameters laid out as a server's blocks, and the passes
+// over it that optimizer_bench and step_bench time: the memory limit of an
+// AdamW step (TrafficPass) with a given number of threads.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+
+#include "server/optimizer/optimizer.h"
+
+namespace zerostate::server {
+
+// Parameters per block, as a job's default block_elems.
+constexpr size_t kBenchBlockElems = 262144;
+// Bytes an AdamW step moves per parameter: reads p, g, m, v (16 B); writes
+// p, m, v and the bf16 copy (14 B).
+constexpr double kStepBytesPerParam = 16 + 14;
+
+// Runs work(block) for every block, on `threads` threads that take blocks
+// from a shared counter as the server's pool does; returns the wall time in
+// seconds.
+double RunBlocks(int threads, size_t num_blocks, const std::function<void(size_t)>& work);
+
+// p, g, m, v and a bf16 copy of N parameters, 4 KiB aligned.
+class StepState {
+ public:
+  explicit StepState(size_t n);
+  ~StepState();
+  StepState(const StepState&) = delete;
+  StepState& operator=(const StepState&) = delete;
+
+  // False when an allocation failed (then nothing else may be called).
+  bool ok() const { return p_ && g_ && m_ && v_ && lowp_; }
+  size_t params() const { return n_; }
+  size_t num_blocks() const { return (n_ + kBenchBlockElems - 1) / kBenchBlockElems; }
+  BlockRefs Block(size_t b) const;
+
+  // Normal, finite values (no denormals to slow the arithmetic), written by
+  // the threads that will use them.
+  void Fill(int threads);
+
+ private:
+  size_t n_;
+  float* p_;
+  float* g_;
+  float* m_;
+  float* v_;
+  uint16_t* lowp_;
+};
+
+// One pass of pass(block) over every block with `threads` threads; seconds.
+double PassSeconds(int threads, const StepState& s,
+                   const std::function<void(const BlockRefs&)>& pass);
+
+// The memory limit: the best of `reps` TrafficPass passes (after one
+// warm-up) with the widest ISA and `threads` threads, in parameters per
+// second. REQUIRES: s.ok(), reps >= 1.
+double MemoryLimitParamsPerSecond(const StepState& s, int threads, int reps);
+
+}  // namespace zerostate::server
