@@ -34,8 +34,9 @@ class Ticket:
     """An asynchronous push or gather; wait() raises its error. The buffer
     it reads or writes is kept alive until then."""
 
-    def __init__(self, handle, what, keep):
+    def __init__(self, handle, what, keep, job):
         self._handle, self._what, self._keep = handle, what, keep
+        self._job = job  # the job's handle outlives its calls
 
     def wait(self):
         if self._handle is None:
@@ -44,7 +45,7 @@ class Ticket:
         err = ctypes.c_void_p()
         rc = lib.zs_ticket_wait(handle, ctypes.byref(err))
         lib.zs_ticket_free(handle)
-        self._keep = None
+        self._keep = self._job = None
         _check(rc, err, self._what)
 
     def __del__(self):
@@ -89,13 +90,13 @@ class Job:
     def push_async(self, step, node, begin, end, ptr, nbytes, dtype, keep=None):
         t = ctypes.c_void_p()
         lib.zs_push_async(self._h, step, node, begin, end, ptr, nbytes, dtype, ctypes.byref(t))
-        return Ticket(t, f"job {self.job_id}: push of step {step} [{begin}, {end})", keep)
+        return Ticket(t, f"job {self.job_id}: push of step {step} [{begin}, {end})", keep, self)
 
     def gather_async(self, min_version, begin, end, ptr, nbytes, dtype, keep=None):
         t = ctypes.c_void_p()
         lib.zs_gather_async(self._h, min_version, begin, end, ptr, nbytes, dtype, ctypes.byref(t))
         return Ticket(t, f"job {self.job_id}: gather of version {min_version} [{begin}, {end})",
-                      keep)
+                      keep, self)
 
     def gather_master(self, min_version, begin, end, ptr, nbytes):
         _call(f"job {self.job_id}: gather of masters", lib.zs_gather_master, self._h,
