@@ -234,7 +234,8 @@ def main():
     ap.add_argument("--bf16", type=int, default=1)
     ap.add_argument("--servers", type=int, default=2)
     ap.add_argument("--server_threads", type=int, default=4)
-    ap.add_argument("--server_bin", default=os.path.join(ROOT, "build", "server", "zerostate-server"))
+    ap.add_argument("--server_bin",
+                    default=os.path.join(ROOT, "build", "server", "zerostate-server"))
     ap.add_argument("--bucket_elems", type=int, default=1 << 25)
     ap.add_argument("--systems", default="ddp,fsdp2,zerostate")
     ap.add_argument("--json", action="store_true")

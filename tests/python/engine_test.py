@@ -499,7 +499,8 @@ class EngineTest(unittest.TestCase):
         with self.assertRaisesRegex(zs.ZerostateError, "INVALID_ARGUMENT: spec_json: not a "
                                     "zerostate.v1.JobSpec: .*no_such_field"):
             client.register_job({"job_id": "bad-spec", "no_such_field": 1})
-        with self.assertRaisesRegex(zs.ZerostateError, "INVALID_ARGUMENT: spec: tensors: a job needs at least one"):
+        with self.assertRaisesRegex(zs.ZerostateError,
+                                    "INVALID_ARGUMENT: spec: tensors: a job needs at least one"):
             client.register_job({"job_id": "bad-spec", "num_nodes": 1})
         with self.assertRaisesRegex(zs.ZerostateError, "ds_config: not a JSON object"):
             parse_ds_config("{not json")

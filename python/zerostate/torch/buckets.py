@@ -47,7 +47,8 @@ class Bucket:
             if topo.local_group is not None:
                 r = topo.local_rank
                 if dist.get_backend(topo.local_group) == "nccl":
-                    mine = torch.empty(self.chunk, dtype=self.buffer.dtype, device=self.buffer.device)
+                    mine = torch.empty(self.chunk, dtype=self.buffer.dtype,
+                                       device=self.buffer.device)
                     dist.reduce_scatter_tensor(mine, self.buffer, group=topo.local_group)
                 else:
                     dist.all_reduce(self.buffer, group=topo.local_group)

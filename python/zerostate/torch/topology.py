@@ -28,7 +28,8 @@ class Topology:
                 raise RuntimeError(f"WORLD_SIZE={self.world}: call torch.distributed."
                                    "init_process_group before zerostate.torch.initialize")
             if dist.get_world_size() != self.world or dist.get_rank() != self.rank:
-                raise RuntimeError("torch.distributed's rank/world size differ from RANK/WORLD_SIZE")
+                raise RuntimeError("torch.distributed's rank/world size differ from "
+                                   "RANK/WORLD_SIZE")
             if self.local_world > 1:
                 # Every rank creates every node's group (new_group is collective).
                 for n in range(self.num_nodes):
