@@ -7,7 +7,7 @@
 source .device/env.sh
 bin=.device/bin
 nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$out/gpus.txt"
-"$bin/zerostate-server" --listen=127.0.0.1:0 --plaintext --metrics_listen= --threads=8 >"$out/server.log" 2>&1 &
+"$bin/zerostate-server" --listen=127.0.0.1:0 --plaintext --metrics_listen="${SERVER_METRICS:-}" --threads="${SERVER_THREADS:-8}" >"$out/server.log" 2>&1 &
 server_pid=$!
 trap 'kill $server_pid 2>/dev/null; wait $server_pid 2>/dev/null' EXIT
 for _ in $(seq 100); do grep -q "listening on" "$out/server.log" && break; sleep 0.1; done

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The offloaded step's figures on the GPU machine (nvidia-h200: one H200,
+# 16 cores), in one run, against their peers run in the same run:
+#  1. step_bench --json (CPU backend, its own server on loopback):
+#     server_step (the server's step inside the job against the AdamW
+#     memory limit at the same thread count) and overlap, on these cores;
+#  2. the 100.7M-parameter MLP of device_big.sh (2048 -> 8192 -> 8192 ->
+#     2048, micro-batch 64, AdamW) end to end through zerostate on the GPU,
+#     one server on loopback (--threads=$SERVER_THREADS, default 15, plus
+#     the calling thread: 16), TCP data plane, and the server's step
+#     phases from its metrics;
+#  3. the same model and batch under PyTorch FSDP2 + CPUOffloadPolicy(
+#     pin_memory=True) + AdamW(fused=True) (bench/step/fsdp2_step.py);
+# 2 and 3 at fp32 on the wire, then at bf16 (zerostate: bf16 gradients and
+# weights on the wire; FSDP2: MixedPrecisionPolicy(param_dtype=bf16)).
+# Prints --json: ms per step of each and fsdp2 ms / zerostate ms (> 1:
+# zerostate is faster). Bundle on the development machine:
+#   ../shared/tools/device-bundle .device build-cuda-auto/worker/zerostate-worker \
+#     build/server/zerostate-server build/bench/step/step_bench
+# then, there:  bash bench/step/device_step.sh $OUT
+set -uo pipefail
+out=${1:-${OUT:-/tmp/zerostate-gpu}}
+mkdir -p "$out"
+here=$(dirname "$0")
+export SERVER_THREADS=${SERVER_THREADS:-15} SERVER_METRICS=127.0.0.1:0
+source "$here/device_server.sh"  # bin, srv, the job token
+"$bin/step_bench" --json --server_binary="$bin/zerostate-server" \
+  --server_threads="$SERVER_THREADS" 2>"$out/step_bench.err" | tee "$out/step_bench.json"
+metrics=$(sed -n 's/.*metrics on \([^ ]*\).*/\1/p' "$out/server.log")
+for wire in fp32 bf16; do
+  dtypes=""
+  [[ $wire == bf16 ]] && dtypes="grad_dtype: DTYPE_BF16 weight_dtype: DTYPE_BF16"
+  cat > "$out/big_$wire.textproto" <<CFG
+train { job_id: "big_$wire" model { input_dim: 2048 hidden: [8192, 8192] output_dim: 2048 }
+        micro_batch_size: 64 steps: 12 block_elems: 262144 $dtypes }
+CFG
+  WORLD_SIZE=1 "$bin/zerostate-worker" --config="$out/big_$wire.textproto" --servers="$srv" \
+    --plaintext --metrics_port=0 --backend=cuda >"$out/big_$wire.log" 2>&1
+  python3 -c "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen('http://$metrics/metrics').read().decode())" \
+    >"$out/metrics_$wire.txt" 2>&1
+  flag=""
+  [[ $wire == bf16 ]] && flag=--bf16
+  PYTHONUNBUFFERED=1 python3 "$here/fsdp2_step.py" --batch 64 $flag >"$out/fsdp2_$wire.json" 2>"$out/fsdp2_$wire.err" ||
+    tail -n 5 "$out/fsdp2_$wire.err"
+  python3 "$here/device_step_summary.py" --wire "$wire" --batch 64 --worker_log "$out/big_$wire.log" \
+    --metrics "$out/metrics_$wire.txt" --job "big_$wire" --fsdp2 "$out/fsdp2_$wire.json" |
+    tee "$out/summary_$wire.json"
+done

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""The figures of one wire precision of bench/step/device_step.sh, one JSON
+object per line as step_bench prints them: zerostate's median ms per step
+(from the worker's progress lines, the first --skip steps left out) against
+FSDP2's (ratio = fsdp2 / zerostate: above 1, zerostate is faster), the
+worker's step parts (medians) and the server's step phases (means over the
+job's calls, from zerostate_step_phase_seconds).
+  device_step_summary.py --wire fp32 --batch 64 --worker_log LOG --metrics PAGE --job ID --fsdp2 JSON
+"""
+import argparse, json, re, statistics
+
+p = argparse.ArgumentParser()
+p.add_argument("--wire", required=True)
+p.add_argument("--batch", type=int, required=True)
+p.add_argument("--worker_log", required=True)
+p.add_argument("--metrics", required=True)
+p.add_argument("--job", required=True)
+p.add_argument("--fsdp2", required=True)
+p.add_argument("--skip", type=int, default=2)
+a = p.parse_args()
+
+PARTS = ("compute", "exchange", "push", "step", "gather")
+PHASES = ("wait_gradients", "grad_stats", "optimizer", "commit", "copy_on_write")
+
+
+def emit(figure, value, unit, limit=None, ratio=None):
+    print(json.dumps({"figure": figure, "value": value, "unit": unit, "limit": limit, "ratio": ratio}),
+          flush=True)
+
+
+def worker_steps(path):
+    """[(samples/s, {part: ms})] of every progress line after the first --skip steps."""
+    line = re.compile(r"^step (\d+) .*samples/s (\d+(?:\.\d+)?)[^|]*\| (.*)$")
+    steps = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for text in f:
+            m = line.match(text.strip())
+            if m and int(m.group(1)) >= a.skip:
+                parts = dict(re.findall(r"(\w+) ([\d.]+)ms", m.group(3)))
+                steps.append((float(m.group(2)), {k: float(v) for k, v in parts.items()}))
+    return steps
+
+
+def phase_means(path, job):
+    """{phase: mean seconds per observation} on a Prometheus text page."""
+    sums, counts = {}, {}
+    pat = re.compile(r'^zerostate_step_phase_seconds_(sum|count)\{job_id="%s",phase="(\w+)"\} (\S+)$'
+                     % re.escape(job))
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for text in f:
+            m = pat.match(text.strip())
+            if m:
+                (sums if m.group(1) == "sum" else counts)[m.group(2)] = float(m.group(3))
+    return {k: sums[k] / counts[k] for k in sums if counts.get(k)}
+
+
+def fsdp2_seconds(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            for text in f:
+                fig = json.loads(text)
+                if fig["figure"].endswith("_step"):
+                    return fig["value"]
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+steps = worker_steps(a.worker_log)
+if not steps:
+    raise SystemExit(f"{a.worker_log}: no progress lines past step {a.skip}")
+zs_ms = statistics.median(a.batch / s * 1e3 for s, _ in steps)
+peer = fsdp2_seconds(a.fsdp2)
+peer_ms = peer * 1e3 if peer else None
+emit(f"zerostate_{a.wire}_step_ms", zs_ms, "ms", peer_ms, peer_ms / zs_ms if peer_ms else None)
+emit(f"fsdp2_offload_{a.wire}_step_ms", peer_ms, "ms")
+for part in PARTS:
+    values = [parts[part] for _, parts in steps if part in parts]
+    if values:
+        emit(f"zerostate_{a.wire}_part_{part}_ms", statistics.median(values), "ms", zs_ms,
+             statistics.median(values) / zs_ms)
+for phase, sec in sorted(phase_means(a.metrics, a.job).items(), key=lambda kv: PHASES.index(kv[0])
+                         if kv[0] in PHASES else len(PHASES)):
+    emit(f"zerostate_{a.wire}_server_{phase}_ms", sec * 1e3, "ms")
