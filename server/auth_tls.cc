@@ -1,6 +1,8 @@
 #include "server/auth_tls.h"
 
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/security/tls_certificate_provider.h>
+#include <grpcpp/security/tls_credentials_options.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
@@ -76,6 +78,30 @@ absl::Status CheckCa(const std::string& ca_pem) {
   return absl::OkStatus();
 }
 
+// The PEM contents of the files of TlsOptions.
+struct Pem {
+  std::string cert, key, ca;  // ca: "" without --tls_client_ca
+};
+
+// Reads the TLS files and checks them (parse, key matches certificate).
+absl::StatusOr<Pem> ReadAndCheck(const TlsOptions& o) {
+  Pem pem;
+  auto cert = ReadPemFile("--tls_cert", o.cert_file);
+  if (!cert.ok()) return cert.status();
+  auto key = ReadPemFile("--tls_key", o.key_file);
+  if (!key.ok()) return key.status();
+  if (auto s = CheckPair(*cert, *key); !s.ok()) return s;
+  pem.cert = *std::move(cert);
+  pem.key = *std::move(key);
+  if (!o.client_ca_file.empty()) {
+    auto ca = ReadPemFile("--tls_client_ca", o.client_ca_file);
+    if (!ca.ok()) return ca.status();
+    if (auto s = CheckCa(*ca); !s.ok()) return s;
+    pem.ca = *std::move(ca);
+  }
+  return pem;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path) {
@@ -87,21 +113,22 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::stri
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(const TlsOptions& o) {
   if (auto s = CheckFlags(o); !s.ok()) return s;
   if (o.plaintext) return grpc::InsecureServerCredentials();
-  auto cert = ReadPemFile("--tls_cert", o.cert_file);
-  if (!cert.ok()) return cert.status();
-  auto key = ReadPemFile("--tls_key", o.key_file);
-  if (!key.ok()) return key.status();
-  if (auto s = CheckPair(*cert, *key); !s.ok()) return s;
-  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  ssl.pem_key_cert_pairs.push_back({*key, *cert});
-  if (!o.client_ca_file.empty()) {
-    auto ca = ReadPemFile("--tls_client_ca", o.client_ca_file);
-    if (!ca.ok()) return ca.status();
-    if (auto s = CheckCa(*ca); !s.ok()) return s;
-    ssl.pem_root_certs = *ca;
-    ssl.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  if (auto pem = ReadAndCheck(o); !pem.ok()) return pem.status();
+  // Checked above, then watched: gRPC reads the files again when they
+  // change (looked at every second), so a renewed certificate serves new
+  // connections without a restart; a pair that does not match yet keeps
+  // the previous one.
+  auto provider = std::make_shared<grpc::experimental::FileWatcherCertificateProvider>(
+      o.key_file, o.cert_file, o.client_ca_file, /*refresh_interval_sec=*/1);
+  grpc::experimental::TlsServerCredentialsOptions tls(provider);
+  tls.watch_identity_key_cert_pairs();
+  if (o.client_ca_file.empty()) {
+    tls.set_cert_request_type(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  } else {
+    tls.watch_root_certs();
+    tls.set_cert_request_type(GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
   }
-  return grpc::SslServerCredentials(ssl);
+  return grpc::experimental::TlsServerCredentials(tls);
 }
 
 bool DataTlsContext::Stamp::operator==(const Stamp& o) const {
@@ -129,19 +156,9 @@ DataTlsContext::Stamp DataTlsContext::Look() const {
 }
 
 absl::StatusOr<std::shared_ptr<SSL_CTX>> DataTlsContext::Make() const {
-  auto cert = ReadPemFile("--tls_cert", options_.cert_file);
-  if (!cert.ok()) return cert.status();
-  auto key = ReadPemFile("--tls_key", options_.key_file);
-  if (!key.ok()) return key.status();
-  if (auto s = CheckPair(*cert, *key); !s.ok()) return s;
-  std::string ca;
-  if (!options_.client_ca_file.empty()) {
-    auto read = ReadPemFile("--tls_client_ca", options_.client_ca_file);
-    if (!read.ok()) return read.status();
-    if (auto s = CheckCa(*read); !s.ok()) return s;
-    ca = *std::move(read);
-  }
-  return ServerTlsContext(*cert, *key, ca, kernel_);
+  auto pem = ReadAndCheck(options_);
+  if (!pem.ok()) return pem.status();
+  return ServerTlsContext(pem->cert, pem->key, pem->ca, kernel_);
 }
 
 absl::StatusOr<std::unique_ptr<DataTlsContext>> DataTlsContext::Load(const TlsOptions& options,

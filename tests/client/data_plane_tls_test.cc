@@ -64,12 +64,14 @@ class DataPlaneTlsTest : public ::testing::Test {
   }
 
   // A raw data plane connection presenting certificate `name` ("" none;
-  // "plaintext": no TLS at all).
-  absl::StatusOr<std::unique_ptr<client::DataConn>> Connect(const std::string& name) {
+  // "plaintext": no TLS at all), trusting servers `ca` signed.
+  absl::StatusOr<std::unique_ptr<client::DataConn>> Connect(const std::string& name,
+                                                            const std::string& ca = "ca") {
     std::shared_ptr<SSL_CTX> tls;
     if (name != "plaintext") {
       client::ClientOptions o = TestClientOptions({});
       UseMutualTls(o, name);
+      o.tls_ca_file = certs_.Path(ca + ".pem");
       auto ctx = client::DataTlsContextFor(o);
       if (!ctx.ok()) return ctx.status();
       tls = *std::move(ctx);
@@ -78,6 +80,15 @@ class DataPlaneTlsTest : public ::testing::Test {
     auto conn = pool.Acquire(absl::Now() + absl::Seconds(10));
     if (conn.ok()) (*conn)->stream().SetDeadline(absl::Now() + absl::Seconds(10));
     return conn;
+  }
+
+  // Replaces the served certificate by `name`'s, the key first (a reader
+  // may see the new key with the old certificate meanwhile).
+  void Renew(const std::string& name) {
+    fs::copy_file(certs_.Path(name + ".key"), Served("server.key.new"));
+    fs::copy_file(certs_.Path(name + ".pem"), Served("server.pem.new"));
+    fs::rename(Served("server.key.new"), Served("server.key"));
+    fs::rename(Served("server.pem.new"), Served("server.pem"));
   }
 
   // Sends a valid push of job "tls" on `conn` and returns its answer.
@@ -187,12 +198,7 @@ TEST_F(DataPlaneTlsTest, RenewedCertificateServesNewConnectionsWhileLiveOnesKeep
         job_->PushAsync(step, 0, {0, half}, grads[0].data(), v1::DTYPE_FP32),
         job_->PushAsync(step, 0, {half, layout.used_elems}, grads[0].data() + half,
                         v1::DTYPE_FP32)};
-    if (step == 2) {  // renewed in place while the pushes are in flight
-      fs::copy_file(certs_.Path("server2.key"), Served("server.key.new"));
-      fs::copy_file(certs_.Path("server2.pem"), Served("server.pem.new"));
-      fs::rename(Served("server.key.new"), Served("server.key"));
-      fs::rename(Served("server.pem.new"), Served("server.pem"));
-    }
+    if (step == 2) Renew("server2");  // while the pushes are in flight
     for (auto& t : pushes) ASSERT_TRUE(t.Wait().ok()) << "step " << step << ": " << t.Wait();
     ASSERT_TRUE(job_->Step(step, 0.01f, 1.0f, false).ok());
     ref.Step(step, grads, 0.01f, 1.0f);
@@ -217,6 +223,34 @@ TEST_F(DataPlaneTlsTest, RenewedCertificateServesNewConnectionsWhileLiveOnesKeep
   auto ack = PushOn(**before);
   EXPECT_TRUE(ack.ok()) << ack.status();
   EXPECT_NE(Log().find("certificate files reloaded"), std::string::npos) << Log();
+}
+
+// A certificate of another CA: clients that trust only that CA are served
+// on both planes once the server has looked at its files again (gRPC's
+// file watcher and the data plane's look, each about once a second).
+TEST_F(DataPlaneTlsTest, CertificateRenewedOnDiskServesNewConnectionsOnBothPlanes) {
+  StartServer();
+  auto before = Connect("client", "other_ca");
+  EXPECT_FALSE(before.ok()) << "a client trusting another CA was served";
+  Renew("server_other");
+  client::ClientOptions o = TestClientOptions({server_->address()});
+  UseMutualTls(o);
+  o.tls_ca_file = certs_.Path("other_ca.pem");
+  o.max_attempts = 1;
+  o.rpc_timeout = std::chrono::milliseconds(2000);
+  absl::Status grpc_plane = absl::UnknownError("not tried");
+  absl::Status data_plane = absl::UnknownError("not tried");
+  // Polls (the test's timeout is the backstop): the reload is asynchronous.
+  for (int i = 0; i < 200 && (!grpc_plane.ok() || !data_plane.ok()); ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    if (!grpc_plane.ok()) {
+      auto c = client::Client::Connect(o);
+      grpc_plane = c.ok() ? (*c)->AttachJob("tls").status() : c.status();
+    }
+    if (!data_plane.ok()) data_plane = Connect("client", "other_ca").status();
+  }
+  EXPECT_TRUE(grpc_plane.ok()) << grpc_plane;
+  EXPECT_TRUE(data_plane.ok()) << data_plane;
 }
 
 // A renewal that does not load (a key of another certificate) keeps the

@@ -1,7 +1,8 @@
 // Certificates for TLS tests, made by the openssl tool at test time in a
 // directory of this process's own (ctest runs tests as processes, several
 // at once): a CA; a server certificate for 127.0.0.1 and localhost and a
-// second one (for reloads), both signed by the CA; a client certificate
+// second one (for reloads), both signed by the CA, and a third one
+// another CA signed (a reload a client can tell apart); a client certificate
 // the CA signed, one another CA signed, and one the CA signed that has
 // expired. EC P-256 keys: quick to make. Header-only: tests and benchmarks
 // share it.
@@ -27,7 +28,8 @@ class TestCertificates {
     std::filesystem::create_directories(dir_);
     std::ofstream(Path("server.ext")) << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
     ok_ = SelfSigned("ca") && SelfSigned("other_ca") && Sign("server", "ca", 2, "server.ext") &&
-          Sign("server2", "ca", 2, "server.ext") && Sign("client", "ca", 2, "") &&
+          Sign("server2", "ca", 2, "server.ext") && Sign("server_other", "other_ca", 2, "server.ext") &&
+          Sign("client", "ca", 2, "") &&
           Sign("stranger", "other_ca", 2, "") && Sign("expired", "ca", -1, "");
   }
 
