@@ -16,8 +16,9 @@ WORKDIR /src
 COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DZEROSTATE_CUDA=OFF -DZEROSTATE_BENCH=OFF \
- && cmake --build /build --target zerostate-server \
- && install -D -s /build/server/zerostate-server /out/zerostate-server
+ && cmake --build /build --target zerostate-server zerostate \
+ && install -D -s /build/server/zerostate-server /out/zerostate-server \
+ && install -D -s /build/server/zerostate /out/zerostate
 
 FROM debian:12-slim AS runtime
 # The libraries of `ldd zerostate-server` by Debian package; libc6,
@@ -34,10 +35,14 @@ RUN apt-get update \
       --no-create-home --shell /usr/sbin/nologin zerostate \
  && install -d -o 10001 -g 10001 -m 0750 /var/lib/zerostate
 COPY --from=build /out/zerostate-server /usr/local/bin/zerostate-server
+# The operator's tool: `zerostate health` is the Kubernetes probe, `zerostate
+# ckpt` lists, verifies and exports checkpoints.
+COPY --from=build /out/zerostate /usr/local/bin/zerostate
 USER 10001:10001
 WORKDIR /var/lib/zerostate
-# gRPC (with health checking and reflection) and Prometheus metrics.
-EXPOSE 7070 9464
+# gRPC (with health checking and reflection), the TCP data plane (with
+# --data_listen=0.0.0.0:7071) and Prometheus metrics.
+EXPOSE 7070 7071 9464
 ENTRYPOINT ["/usr/local/bin/zerostate-server"]
 # TLS with a certificate mounted at /etc/zerostate/tls (add
 # --tls_client_ca for mutual TLS); --plaintext only on a trusted network.

@@ -128,8 +128,15 @@ class StaticTest(unittest.TestCase):
                 _, stages, final = parse(os.path.join(DOCKER, f"{image}.Dockerfile"))
                 ops = dict((op, r) for op, r in stages[final][1])
                 self.assertIn(f"/usr/local/bin/{entry}", ops["ENTRYPOINT"])
-                self.assertIn("--from=build", ops["COPY"])
-                self.assertIn(entry, ops["COPY"])
+                copies = [r for op, r in stages[final][1] if op == "COPY"]
+                self.assertTrue(any("--from=build" in c and f"/out/{entry}" in c.split() for c in copies),
+                                copies)
+
+    def test_server_image_has_the_health_probe(self):
+        # The Kubernetes probes exec `zerostate health` (deploy/k8s/base).
+        _, stages, final = parse(os.path.join(DOCKER, "server.Dockerfile"))
+        copies = [r.split() for op, r in stages[final][1] if op == "COPY"]
+        self.assertIn(["--from=build", "/out/zerostate", "/usr/local/bin/zerostate"], copies)
 
     def test_a_build_tool_in_the_runtime_is_caught(self):
         self.assertTrue(BUILD_TOOL.search("libgrpc++-dev"))

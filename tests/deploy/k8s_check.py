@@ -63,7 +63,7 @@ def check_server_ports_and_probes(sts):
     problems = []
     c = container(sts)
     ports = ports_of(c)
-    for name in ("grpc", "metrics"):
+    for name in ("grpc", "data", "metrics"):
         if name not in ports:
             problems.append(f"StatefulSet/zerostate: container port '{name}' missing")
     if problems:
@@ -73,11 +73,24 @@ def check_server_ports_and_probes(sts):
         problems.append(f"StatefulSet/zerostate: --listen={listen} is not port grpc {ports['grpc']}")
     if not metrics or not metrics.endswith(f":{ports['metrics']}"):
         problems.append(f"StatefulSet/zerostate: --metrics_listen={metrics} is not port metrics {ports['metrics']}")
-    # TCP probes: Kubernetes' gRPC probe speaks plaintext, the port TLS.
+    data = flag(c.get("args", []), "data_listen")
+    if not data or not data.endswith(f":{ports['data']}"):
+        problems.append(f"StatefulSet/zerostate: --data_listen={data} is not port data {ports['data']}")
+    # Exec probes running `zerostate health` on the gRPC port with the
+    # server's own TLS files: Kubernetes' gRPC probe speaks plaintext only.
+    args = c.get("args", [])
+    # (A server without TLS is check_security's to report.)
+    want = {f"--{probe_flag}={flag(args, server_flag)}"
+            for probe_flag, server_flag in (("tls_ca", "tls_client_ca"), ("tls_cert", "tls_cert"),
+                                            ("tls_key", "tls_key"))
+            if flag(args, server_flag) is not None}
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        port = c.get(probe, {}).get("tcpSocket", {}).get("port")
-        if port != ports["grpc"]:
-            problems.append(f"StatefulSet/zerostate: {probe} is not a tcpSocket probe on port {ports['grpc']} (got {port})")
+        command = c.get(probe, {}).get("exec", {}).get("command", [])
+        ok = (command[1:3] == ["health", f"localhost:{ports['grpc']}"]
+              and command[0].endswith("/zerostate") and want <= set(command))
+        if not ok:
+            problems.append(f"StatefulSet/zerostate: {probe} is not `zerostate health localhost:{ports['grpc']}` "
+                            f"with the server's --tls_* files (got {command or c.get(probe)})")
     annotated = sts["spec"]["template"]["metadata"].get("annotations", {}).get("prometheus.io/port")
     if annotated != str(ports["metrics"]):
         problems.append(f"StatefulSet/zerostate: annotation prometheus.io/port={annotated}, metrics port is {ports['metrics']}")

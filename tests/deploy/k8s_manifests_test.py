@@ -120,6 +120,22 @@ class BadManifestTest(unittest.TestCase):
         objs = mutated(c + ("readinessProbe",), {"tcpSocket": {"port": 9464}})
         self.assertReported(objs, "StatefulSet/zerostate", "readinessProbe", "7070")
 
+    def test_tcp_probe_instead_of_the_health_check(self):
+        c = ("StatefulSet", "zerostate"), "spec", "template", "spec", "containers", 0
+        objs = mutated(c + ("livenessProbe",), {"tcpSocket": {"port": 7070}})
+        self.assertReported(objs, "StatefulSet/zerostate", "livenessProbe", "zerostate health")
+
+    def test_probe_with_another_certificate(self):
+        c = ("StatefulSet", "zerostate"), "spec", "template", "spec", "containers", 0
+        objs = mutated(c + ("startupProbe",), {"exec": {"command": [
+            "/usr/local/bin/zerostate", "health", "localhost:7070", "--tls_ca=/etc/other/ca.crt",
+            "--tls_cert=/etc/zerostate/tls/tls.crt", "--tls_key=/etc/zerostate/tls/tls.key"]}})
+        self.assertReported(objs, "StatefulSet/zerostate", "startupProbe", "--tls_* files")
+
+    def test_data_plane_off_its_port(self):
+        objs = mutated(server_arg("data_listen"), "--data_listen=0.0.0.0:7072")
+        self.assertReported(objs, "StatefulSet/zerostate", "--data_listen=0.0.0.0:7072", "7071")
+
     def test_server_list_shorter_than_replicas(self):
         objs = mutated((k.SERVER, "spec", "replicas"), 5)
         self.assertReported(objs, "ConfigMap/zerostate-worker", "cluster.servers", "5")
