@@ -456,10 +456,12 @@ class EngineTest(unittest.TestCase):
         train(engine, 3, 4)  # the job goes on
 
     def test_wrong_token(self):
-        self.engine(Net(), "tokened", token="a" * 40)
+        engine = train(self.engine(Net(), "tokened", token="a" * 40), 0, 2)
         with self.assertRaisesRegex(zs.ZerostateError,
                                     "job 'tokened': the job token is not this job's"):
             self.engine(Net(), "tokened", token="b" * 40)
+        self.assertEqual(engine.job.version(), 2)
+        train(engine, 2, 3)  # the job goes on
 
     def test_nan_gradient(self):
         torch.manual_seed(0)
