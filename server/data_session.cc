@@ -10,6 +10,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/answer_deadline.h"
 
 namespace zerostate::server {
 namespace {
@@ -193,11 +194,15 @@ class Session final : public Job::GatherSink {
     }
   }
 
+  // The frame's timeout counts from its arrival; the answer comes a margin
+  // before it (answer_deadline.h), as on the gRPC plane.
   absl::Time DeadlineOf(const v1::DataFrameMeta& meta) const {
-    absl::Time cap = absl::Now() + ctx_.max_wait;
-    if (meta.timeout_ms() == 0) return cap;
-    return std::min(cap, absl::Now() + absl::Milliseconds(std::min<uint64_t>(meta.timeout_ms(),
-                                                                             uint64_t{1} << 40)));
+    const absl::Time now = absl::Now();
+    const absl::Time caller =
+        meta.timeout_ms() == 0
+            ? absl::InfiniteFuture()
+            : now + absl::Milliseconds(std::min<uint64_t>(meta.timeout_ms(), uint64_t{1} << 40));
+    return AnswerDeadline(now, caller, ctx_.max_wait);
   }
 
   // What a push frame is for: its job, authorized once for the frame, and

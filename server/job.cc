@@ -317,10 +317,27 @@ absl::Status Job::InitWeights(const ChunkView& c) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// How often a wait that may be cancelled asks whether it was.
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
+
+}  // namespace
+
 absl::Status Job::AwaitBlock(Block& b, absl::Time deadline, const std::function<bool()>& pred,
-                             const std::function<std::string()>& what) const {
+                             const std::function<std::string()>& what,
+                             const std::function<bool()>& cancelled) const {
   std::function<bool()> ready = [&] { return shutting_down_.load() || pred(); };
-  bool ok = b.mu.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  bool ok = false;
+  while (true) {
+    const absl::Time until = cancelled ? std::min(deadline, absl::Now() + kCancelPoll) : deadline;
+    ok = b.mu.AwaitWithDeadline(absl::Condition(&ready), until);
+    if (ok || until == deadline) break;
+    b.mu.Unlock();  // asked without the block's mutex: it may ask the network
+    const bool gone = cancelled();
+    b.mu.Lock();
+    if (gone) return absl::CancelledError(absl::StrCat("cancelled by the caller: ", what()));
+  }
   if (shutting_down_.load()) return absl::UnavailableError("server is shutting down");
   if (!ok) return absl::DeadlineExceededError(what());
   return absl::OkStatus();
@@ -345,14 +362,16 @@ absl::Status Job::AwaitReadable(Block& b, uint64_t version, absl::Time deadline)
       });
 }
 
-absl::Status Job::AwaitGradients(Block& b, uint64_t step, absl::Time deadline) const {
+absl::Status Job::AwaitGradients(Block& b, uint64_t step, absl::Time deadline,
+                                 const std::function<bool()>& cancelled) const {
   return AwaitBlock(
       b, deadline, [&] { return b.version != step || b.acc.complete(); },
       [&] {
         return absl::StrCat("step ", step, ": block ", b.index,
                             " is still missing gradients from nodes [",
                             absl::StrJoin(b.acc.MissingNodes(), ", "), "]");
-      });
+      },
+      cancelled);
 }
 
 absl::Status Job::CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const {
@@ -478,7 +497,8 @@ absl::Status Job::RunStep(uint64_t step, const StepParams& params, ThreadPool& p
 }
 
 absl::StatusOr<Job::StepOutcome> Job::Step(const v1::StepRequest& req, absl::Time deadline,
-                                           ThreadPool& pool) {
+                                           ThreadPool& pool,
+                                           const std::function<bool()>& cancelled) {
   if (!std::isfinite(req.lr()) || req.lr() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("lr: ", req.lr(), " must be finite and >= 0"));
   }
@@ -491,26 +511,43 @@ absl::StatusOr<Job::StepOutcome> Job::Step(const v1::StepRequest& req, absl::Tim
   StepOutcome out;
   // Phase 1: every block is in the window and complete, before anything changes.
   const auto start = Clock::now();
+  bool pending = false;  // a block still to step (else a retry: already applied)
   for (auto& bp : blocks_data_) {
     Block& b = *bp;
     absl::MutexLock lock(&b.mu);
     if (auto s = CheckStepWindow(b, step, /*for_stats=*/false); !s.ok()) return s;
-    if (auto st = AwaitGradients(b, step, deadline); !st.ok()) return st;
+    if (auto st = AwaitGradients(b, step, deadline, cancelled); !st.ok()) return st;
+    pending = pending || b.version == step;
   }
   out.times.wait_gradients = SecondsSince(start);
+  absl::MutexLock step_lock(&step_mu_);
+  // The decision: applied only while the caller still waits for the answer
+  // (the deadline is a margin before the caller's, answer_deadline.h).
+  if (pending && cancelled && cancelled()) {
+    return absl::CancelledError(absl::StrCat(
+        "step ", step, ": cancelled by the caller before it was applied; nothing changed"));
+  }
+  if (pending && absl::Now() >= deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "step ", step, ": the call's deadline came before it was applied; nothing changed"));
+  }
   // Before any block commits: a gather of step + 1 may be answered then.
   if (!req.trainer_state().empty()) trainer_states_.Record(step + 1, req.trainer_state());
+  if (blocks_data_.empty()) {  // an empty shard: nothing to step, the count kept alike
+    if (req.skip()) applied_steps_.RecordSkip(step);
+    return out;  // version 0, not applied
+  }
   // Phase 2: the fused optimizer pass, blocks spread over the pool.
-  absl::MutexLock step_lock(&step_mu_);
   uint64_t stepped = 0;
   if (req.skip()) {
     stepped = SkipStep(step);
+    if (stepped > 0) applied_steps_.RecordSkip(step);
   } else {
     StepParams params;
     params.config = spec_.optimizer();
     params.lr = req.lr();
     params.grad_scale = req.grad_scale() == 0 ? 1.0f : req.grad_scale();
-    params.t = step + 1;
+    params.t = applied_steps_.Before(step) + 1;  // bias correction counts applied steps
     if (auto s = RunStep(step, params, pool, &stepped, &out.times); !s.ok()) return s;
   }
   out.version = step + 1;
@@ -541,7 +578,8 @@ absl::StatusOr<Range> Job::CheckGather(const v1::GatherRequest& req) const {
                      DTypeName(spec_.weight_dtype())));
   }
   Range shard{blocks_.begin * layout_.block_elems, blocks_.end * layout_.block_elems};
-  // begin = end = 0 asks for the whole shard.
+  // begin = end = 0 asks for the whole shard: nothing on an empty one.
+  if (req.begin() == 0 && req.end() == 0 && shard.empty()) return shard;
   Range r = req.begin() == 0 && req.end() == 0 ? shard : Range{req.begin(), req.end()};
   if (r.begin >= r.end || r.begin < shard.begin || r.end > shard.end) {
     return absl::InvalidArgumentError(absl::StrCat("range: [", r.begin, ", ", r.end,

@@ -20,6 +20,7 @@
 #include "common/chunk_wire.h"
 #include "common/job_spec.h"
 #include "common/shard_map.h"
+#include "server/applied_steps.h"
 #include "server/block.h"
 #include "server/staging_budget.h"
 #include "server/step_phases.h"
@@ -144,24 +145,35 @@ class Job {
   absl::Status InitWeights(const v1::Chunk& chunk) { return InitWeights(ViewOf(chunk)); }
 
   // Statistics of the summed gradient of `step` over the shard, once every
-  // block has every node's gradient: the sum over blocks, in block order, of
-  // each block's ComputeGradStats. The push that completes a block computes
-  // the block's part then, while the sum it just wrote is in cache, so this
-  // mostly waits and adds. `times` (null: not measured) gets wait_gradients
-  // and grad_stats. Errors: FAILED_PRECONDITION (step from the past or too
-  // far ahead), DEADLINE_EXCEEDED (names missing nodes), UNAVAILABLE
-  // (shutting down).
+  // block has every node's gradient (zeros on an empty shard): the sum
+  // over blocks, in block order, of each block's ComputeGradStats. The push
+  // that completes a block computes the block's part then, while the sum it
+  // just wrote is in cache, so this mostly waits and adds. `times` (null:
+  // not measured) gets wait_gradients and grad_stats. Errors:
+  // FAILED_PRECONDITION (step from the past or too far ahead),
+  // DEADLINE_EXCEEDED (names missing nodes), UNAVAILABLE (shutting down).
   absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline,
                                   StepPhaseTimes* times = nullptr);
 
   // Applies optimizer step req.step() to every block, in parallel on `pool`,
-  // once all nodes contributed. Idempotent. Errors: INVALID_ARGUMENT (lr,
-  // grad_scale), FAILED_PRECONDITION, DEADLINE_EXCEEDED, UNAVAILABLE.
-  // req.trainer_state is recorded for version step + 1 once every block is
-  // in the step's window, before any block is stepped (so a rank whose
-  // gather of that version succeeded finds it).
+  // once all nodes contributed. Idempotent. Adam's bias correction counts
+  // the steps applied before this one (a skipped step does not count;
+  // AppliedSteps). Errors: INVALID_ARGUMENT (lr, grad_scale),
+  // FAILED_PRECONDITION, DEADLINE_EXCEEDED (names missing nodes),
+  // CANCELLED, UNAVAILABLE.
+  //
+  // The step is decided, once every block has its gradients, only if
+  // `cancelled` (null: never; polled while waiting) is false and `deadline`
+  // has not passed; after an error nothing was applied, so a call its
+  // caller gave up on never takes effect afterwards. req.trainer_state is
+  // recorded for version step + 1 then, before any block is stepped (so a
+  // rank whose gather of that version succeeded finds it).
+  //
+  // On an empty shard (no block: fewer blocks than servers) there is
+  // nothing to step: the answer is version 0, not applied.
   absl::StatusOr<StepOutcome> Step(const v1::StepRequest& req, absl::Time deadline,
-                                   ThreadPool& pool);
+                                   ThreadPool& pool,
+                                   const std::function<bool()>& cancelled = nullptr);
 
   // What the coordinator's Steps carried (StepRequest.trainer_state).
   const TrainerStates& trainer_states() const { return trainer_states_; }
@@ -169,7 +181,8 @@ class Job {
   // Errors: DATA_LOSS (too large to have come from a Step).
   absl::Status RestoreTrainerState(uint64_t version, const std::string& state);
 
-  // Checks a gather request; returns the element range it covers.
+  // Checks a gather request; returns the element range it covers (empty
+  // for the whole shard of an empty shard).
   absl::StatusOr<Range> CheckGather(const v1::GatherRequest& req) const;
 
   // Receives the pieces of a Gather, in order. Buffer() and Emit() alternate
@@ -220,6 +233,13 @@ class Job {
   // Loads block `local`'s state (from a checkpoint) and sets its version.
   // Only for a job not yet visible to callers (JobRegistry::Restore).
   absl::Status RestoreBlock(uint64_t local, const float* state, uint64_t version);
+  // Of the steps before `version`, `applied` applied the optimizer (the
+  // checkpoint's ShardManifest.applied_steps). Same restriction.
+  void RestoreAppliedSteps(uint64_t version, uint64_t applied) {
+    applied_steps_.Restore(version, applied);
+  }
+  // Steps among [0, version) that applied the optimizer (a checkpoint's).
+  uint64_t AppliedStepsBefore(uint64_t version) const { return applied_steps_.Before(version); }
 
   const TierShape& tier_shape() const { return tier_->shape(); }
 
@@ -238,8 +258,11 @@ class Job {
   absl::StatusOr<ChunkRef> CheckPush(const ChunkFields& fields, size_t data_bytes) const;
   Block& block(uint64_t global_index) const { return *blocks_data_[global_index - blocks_.begin]; }
   // Waits under b.mu until pred() holds; the error names what was awaited.
+  // With `cancelled` (polled every kCancelPoll, b.mu released meanwhile)
+  // CANCELLED once it is true.
   absl::Status AwaitBlock(Block& b, absl::Time deadline, const std::function<bool()>& pred,
-                          const std::function<std::string()>& what) const;
+                          const std::function<std::string()>& what,
+                          const std::function<bool()>& cancelled = nullptr) const;
   // Under b.mu: until the block reaches `version`, or until every node's
   // gradient for `step` is in (or the block moved on).
   absl::Status AwaitVersion(Block& b, uint64_t version, absl::Time deadline) const;
@@ -247,7 +270,8 @@ class Job {
   // computing and committing it (Block::stepping), so what is read is
   // the state its version says.
   absl::Status AwaitReadable(Block& b, uint64_t version, absl::Time deadline) const;
-  absl::Status AwaitGradients(Block& b, uint64_t step, absl::Time deadline) const;
+  absl::Status AwaitGradients(Block& b, uint64_t step, absl::Time deadline,
+                              const std::function<bool()>& cancelled = nullptr) const;
   absl::Status CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const;
   Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index,
       std::shared_ptr<StagingBudget> staging);
@@ -291,6 +315,7 @@ class Job {
   bool CopyOnWrite(Block& b, const float* state);
   std::atomic<bool> shutting_down_{false};
   TrainerStates trainer_states_;
+  AppliedSteps applied_steps_;
 };
 
 // Ends the checkpoint (stops copy-on-write, frees snapshots) when destroyed.

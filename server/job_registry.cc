@@ -65,6 +65,10 @@ absl::StatusOr<std::string> TokenOrNew(const std::string& token, std::string* ge
 }  // namespace
 
 absl::Status JobRegistry::AuthorizeLocked(const std::string& job_id, const TokenHash& hash) const {
+  if (job_id.empty()) {
+    return absl::InvalidArgumentError("job_id: missing; every call (and every pushed chunk) "
+                                      "names the job it is for");
+  }
   if (hash.empty()) {
     return absl::UnauthenticatedError(absl::StrCat(
         "the call carries no job token (metadata '", kJobTokenMetadata, "')"));
@@ -193,7 +197,10 @@ absl::Status LoadShard(const CheckpointReader& reader, Job& job) {
     if (auto s = reader.ReadBlock(job.blocks().begin + local, state.data()); !s.ok()) return s;
     if (auto s = job.RestoreBlock(local, state.data(), reader.version()); !s.ok()) return s;
   }
-  return job.RestoreTrainerState(reader.version(), reader.manifests()[0].trainer_state());
+  const v1::ShardManifest& first = reader.manifests()[0];
+  job.RestoreAppliedSteps(reader.version(),
+                          first.has_applied_steps() ? first.applied_steps() : reader.version());
+  return job.RestoreTrainerState(reader.version(), first.trainer_state());
 }
 
 }  // namespace

@@ -72,9 +72,10 @@ class JobRegistry {
   absl::StatusOr<Registered> Restore(const v1::RestoreRequest& req,
                                      const std::string& token = "");
 
-  // The job, if `token` is its token. Errors: UNAUTHENTICATED (no token, or
-  // one no job here has), PERMISSION_DENIED (the token of another job). The
-  // answer is the same whether or not `job_id` exists.
+  // The job, if `token` is its token. Errors: INVALID_ARGUMENT (job_id
+  // empty; names the field), UNAUTHENTICATED (no token, or one no job here
+  // has), PERMISSION_DENIED (the token of another job). The answer is the
+  // same whether or not `job_id` exists.
   absl::StatusOr<std::shared_ptr<Job>> Authorize(const std::string& job_id,
                                                  const std::string& token) const;
 

@@ -7,6 +7,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
+#include "server/answer_deadline.h"
 #include "server/auth_token.h"
 #include "server/checkpoint/checkpoint_writer.h"
 
@@ -38,10 +39,11 @@ grpc::Status StateServiceImpl::Record(const char* method, absl::Time start,
 }
 
 absl::Time StateServiceImpl::DeadlineOf(const grpc::ServerContextBase* ctx) const {
-  absl::Time cap = absl::Now() + options_.max_wait;
   auto d = ctx->deadline();
-  if (d == std::chrono::system_clock::time_point::max()) return cap;
-  return std::min(cap, absl::FromChrono(d));
+  return AnswerDeadline(absl::Now(),
+                        d == std::chrono::system_clock::time_point::max() ? absl::InfiniteFuture()
+                                                                          : absl::FromChrono(d),
+                        options_.max_wait);
 }
 
 absl::StatusOr<std::shared_ptr<Job>> StateServiceImpl::JobFor(const grpc::ServerContextBase* ctx,
@@ -164,7 +166,7 @@ grpc::Status StateServiceImpl::Step(grpc::ServerContext* ctx, const v1::StepRequ
     auto job = JobFor(ctx, req->job_id());
     if (!job.ok()) return job.status();
     absl::Time start = absl::Now();
-    auto out = (*job)->Step(*req, DeadlineOf(ctx), pool_);
+    auto out = (*job)->Step(*req, DeadlineOf(ctx), pool_, [ctx] { return ctx->IsCancelled(); });
     if (!out.ok()) return out.status();
     if (!out->already_applied) {
       PublishUsage();

@@ -82,6 +82,8 @@ class StateServiceImpl final : public StateServiceBase {
   // Records a call that began at `start` and returns its status.
   grpc::Status Record(const char* method, absl::Time start, const Traffic& traffic,
                       const absl::Status& status);
+  // How long the call may wait: AnswerDeadline of its deadline (a margin
+  // before it; answer_deadline.h), at most options_.max_wait.
   absl::Time DeadlineOf(const grpc::ServerContextBase* ctx) const;
   // The job a call names, if the call carries its token (metadata
   // kJobTokenMetadata). Every handler that acts on an existing job goes

@@ -46,9 +46,12 @@ absl::Status CheckAgree(const v1::ShardManifest& first, const v1::ShardManifest&
                         const std::string& name) {
   std::string diff = FirstDifference(first.spec(), m.spec());
   if (!diff.empty() || m.version() != first.version() || m.arrays() != first.arrays() ||
-      m.num_shards() != first.num_shards() || m.trainer_state() != first.trainer_state()) {
+      m.num_shards() != first.num_shards() || m.trainer_state() != first.trainer_state() ||
+      m.has_applied_steps() != first.has_applied_steps() ||
+      m.applied_steps() != first.applied_steps()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        name, " disagrees with shard 0 on the job, version, layout or trainer state ", diff));
+        name, " disagrees with shard 0 on the job, version, layout, trainer state or applied "
+        "steps ", diff));
   }
   return absl::OkStatus();
 }
@@ -65,6 +68,10 @@ absl::Status CheckHeader(const v1::ShardManifest& m, uint32_t count, const std::
   if (m.data_file() != ShardDataName(m.shard_index(), count)) {
     return absl::DataLossError(absl::StrCat(name, ": data_file '", m.data_file(), "' is not ",
                                             ShardDataName(m.shard_index(), count)));
+  }
+  if (m.applied_steps() > m.version()) {
+    return absl::DataLossError(absl::StrCat(name, ": applied_steps ", m.applied_steps(),
+                                            " is more than the version ", m.version()));
   }
   if (m.num_shards() != count) {
     return absl::DataLossError(absl::StrCat(name, ": num_shards ", m.num_shards(),

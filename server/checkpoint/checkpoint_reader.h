@@ -21,8 +21,9 @@ class CheckpointReader {
   // Opens the checkpoint in `dir` (<root>/<job_id>/v<version>).
   // Errors: NOT_FOUND (no manifest, a shard's manifest or data file
   // missing; names it), FAILED_PRECONDITION (a newer format version, shards
-  // that disagree on job, version or layout), DATA_LOSS (an unparsable
-  // manifest, a data file of the wrong size, too few checksums).
+  // that disagree on job, version, layout, trainer state or applied steps),
+  // DATA_LOSS (an unparsable manifest, applied_steps over the version, a
+  // data file of the wrong size, too few checksums).
   static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& dir);
 
   const v1::JobSpec& spec() const { return manifests_[0].spec(); }

@@ -13,6 +13,7 @@ v1::ShardManifest ManifestOf(const Job& job, uint64_t version) {
   m.set_format_version(kCheckpointFormatVersion);
   *m.mutable_spec() = job.spec();
   m.set_version(version);
+  m.set_applied_steps(job.AppliedStepsBefore(version));
   m.set_num_shards(job.servers().size());
   m.set_shard_index(job.shard_index());
   for (const auto& s : job.servers()) m.add_servers(s);

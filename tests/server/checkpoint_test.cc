@@ -80,8 +80,9 @@ struct Cluster {
     return absl::OkStatus();
   }
   Job& job(size_t i) { return **registries[i]->Get("ck"); }
-  // One step with a gradient that depends only on (step, element).
-  void Step(uint64_t step) {
+  // One step with a gradient that depends only on (step, element); `skip`:
+  // sent as skipped (an fp16 overflow).
+  void Step(uint64_t step, bool skip = false) {
     for (size_t i = 0; i < registries.size(); ++i) {
       Job& j = job(i);
       for (uint64_t b = j.blocks().begin; b < j.blocks().end; ++b) {
@@ -98,6 +99,7 @@ struct Cluster {
       v1::StepRequest req;
       req.set_step(step);
       req.set_lr(0.01f);
+      req.set_skip(skip);
       req.set_trainer_state(absl::StrCat("trainer state of version ", step + 1));
       ASSERT_TRUE(j.Step(req, absl::Now() + absl::Seconds(5), pool).ok());
     }
@@ -403,6 +405,56 @@ TEST_F(CheckpointTest, RestoredJobKeepsTheTrainerStateOfItsVersion) {
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(b.job(i).trainer_states().Find(2), "trainer state of version 2") << "server " << i;
   }
+}
+
+// Adam's bias correction counts applied steps; a checkpoint keeps the count
+// (ShardManifest.applied_steps), so a restored job continues as the
+// original does after a skipped step.
+TEST_F(CheckpointTest, SkippedStepsStayUncountedAcrossARestore) {
+  Cluster a(2);
+  a.Register();
+  a.Step(0);
+  a.Step(1, /*skip=*/true);
+  a.Step(2);
+  std::string dir = a.Checkpoint(root_, 3);
+  auto reader = CheckpointReader::Open(dir);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  for (const auto& m : (*reader)->manifests()) {
+    EXPECT_TRUE(m.has_applied_steps());
+    EXPECT_EQ(m.applied_steps(), 2u);
+  }
+  Cluster b(3);
+  ASSERT_TRUE(b.Restore(dir).ok());
+  a.Step(3);
+  b.Step(3);
+  EXPECT_EQ(b.Weights(4), a.Weights(4));
+
+  // A checkpoint from before the field counts every step, as its writer did.
+  for (uint32_t shard : {0u, 1u}) {
+    std::string path = dir + "/" + ShardManifestName(shard, 2);
+    auto m = *ReadManifest(path);
+    m.clear_applied_steps();
+    ASSERT_TRUE(WriteManifest(path, m).ok());
+  }
+  Cluster c(1);
+  ASSERT_TRUE(c.Restore(dir).ok());
+  c.Step(3);
+  EXPECT_NE(c.Weights(4), a.Weights(4));
+}
+
+TEST_F(BadCheckpointTest, MoreAppliedStepsThanTheVersion) {
+  for (uint32_t shard : {0u, 1u}) {
+    std::string path = dir_ + "/" + ShardManifestName(shard, 2);
+    auto m = *ReadManifest(path);
+    m.set_applied_steps(2);
+    ASSERT_TRUE(WriteManifest(path, m).ok());
+  }
+  ExpectRefused(absl::StatusCode::kDataLoss, "applied_steps 2 is more than the version 1");
+}
+
+TEST_F(BadCheckpointTest, ShardsThatDisagreeOnTheAppliedSteps) {
+  EditManifest([](v1::ShardManifest& m) { m.set_applied_steps(0); });
+  ExpectRefused(absl::StatusCode::kFailedPrecondition, "applied steps");
 }
 
 TEST_F(BadCheckpointTest, TrainerStateTooLargeToComeFromAStep) {

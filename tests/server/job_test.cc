@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/init.h"
+#include "common/job_spec.h"
 #include "server/aligned_buffer.h"
 #include "server/job_registry.h"
 #include "tests/server/gather_weights.h"
@@ -96,10 +97,36 @@ class JobTest : public ::testing::Test {
     return job_->Step(req, absl::Now() + wait, pool_);
   }
 
+  // What DoStep does to `param`, `m` and `v` with the summed gradient
+  // `sum`, as the kernel's step number `t` (1-based).
+  void ReferenceStep(const std::vector<float>& sum, uint64_t t, std::vector<float>& param,
+                     std::vector<float>& m, std::vector<float>& v) {
+    StepParams p;
+    p.config = job_->spec().optimizer();
+    p.lr = 1e-2f;
+    p.grad_scale = 0.5f;
+    p.t = t;
+    for (uint64_t b = 0; b < job_->layout().num_blocks(); ++b) {
+      BlockRefs r;
+      r.param = param.data() + b * kBlock;
+      r.m = m.data() + b * kBlock;
+      r.v = v.data() + b * kBlock;
+      r.grad = sum.data() + b * kBlock;
+      r.n = std::min<uint64_t>(kBlock, job_->layout().used_elems - b * kBlock);
+      StepBlock(p, r);
+    }
+  }
+
   JobRegistry registry_;
   ThreadPool pool_;
   std::shared_ptr<Job> job_;
 };
+
+std::vector<float> Sum(const std::vector<float>& a, const std::vector<float>& b) {
+  std::vector<float> sum(a.size());
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = a[i] + b[i];
+  return sum;
+}
 
 TEST_F(JobTest, StepMatchesTheKernelOnTheNodeOrderedSum) {
   auto w0 = Weights();
@@ -127,20 +154,7 @@ TEST_F(JobTest, StepMatchesTheKernelOnTheNodeOrderedSum) {
   EXPECT_FALSE(out->already_applied);
 
   std::vector<float> m(sum.size()), v(sum.size());
-  StepParams p;
-  p.config = job_->spec().optimizer();
-  p.lr = 1e-2f;
-  p.grad_scale = 0.5f;
-  p.t = 1;
-  for (uint64_t b = 0; b < job_->layout().num_blocks(); ++b) {
-    BlockRefs r;
-    r.param = expected.data() + b * kBlock;
-    r.m = m.data() + b * kBlock;
-    r.v = v.data() + b * kBlock;
-    r.grad = sum.data() + b * kBlock;
-    r.n = std::min<uint64_t>(kBlock, job_->layout().used_elems - b * kBlock);
-    StepBlock(p, r);
-  }
+  ReferenceStep(sum, 1, expected, m, v);
   auto w1 = Weights(1);
   ASSERT_EQ(w1.size(), expected.size());
   EXPECT_EQ(std::memcmp(w1.data(), expected.data(), w1.size() * 4), 0);
@@ -323,6 +337,96 @@ TEST_F(JobTest, SkippedStepAdvancesVersionOnly) {
 void ExpectError(const absl::Status& s, absl::StatusCode code, const std::string& needle) {
   EXPECT_EQ(s.code(), code) << s;
   EXPECT_NE(s.message().find(needle), std::string::npos) << "'" << needle << "' not in: " << s;
+}
+
+// Adam's bias correction counts applied steps, as torch's GradScaler and
+// DeepSpeed's overflow skip do (the optimizer's step is not called): after
+// a skipped step 1, step 2 is the optimizer's second step (t = 2, not 3).
+TEST_F(JobTest, SkippedStepsDoNotCountTowardsBiasCorrection) {
+  std::vector<float> expected = Weights();
+  std::vector<float> m(expected.size()), v(expected.size());
+  uint64_t applied = 0;
+  for (uint64_t step = 0; step < 4; ++step) {
+    const bool skip = step == 1;
+    auto g0 = Grad(0, step), g1 = Grad(1, step);
+    PushAll(0, step, g0);
+    PushAll(1, step, g1);
+    v1::StepRequest req;
+    req.set_step(step);
+    req.set_lr(1e-2f);
+    req.set_grad_scale(0.5f);
+    req.set_skip(skip);
+    auto out = job_->Step(req, absl::Now() + absl::Seconds(5), pool_);
+    ASSERT_TRUE(out.ok()) << out.status();
+    if (!skip) ReferenceStep(Sum(g0, g1), ++applied, expected, m, v);
+  }
+  auto w = Weights(4);
+  ASSERT_EQ(w.size(), expected.size());
+  EXPECT_EQ(std::memcmp(w.data(), expected.data(), w.size() * 4), 0);
+}
+
+// A Step whose caller cancels is never applied afterwards, wherever in its
+// wait the cancellation comes. `cancelled` is the hook: each time the wait
+// asks it, node 0's next block arrives (so the wait moves on block by
+// block), and the i-th question answers "cancelled". i = 1..blocks cancels
+// at block i - 1 just as its gradients completed; i = blocks + 1 at the
+// decision, after every gradient arrived. Then the rest arrives, and the
+// next Step applies with its own parameters.
+TEST_F(JobTest, ACancelledStepIsNeverAppliedWhereverItsWaitWas) {
+  const uint64_t blocks = job_->layout().num_blocks();
+  ASSERT_GE(blocks, 2u);
+  auto g0 = Grad(0, 0), g1 = Grad(1, 0);
+  auto push0 = [&](uint64_t b) {
+    std::vector<float> piece(g0.begin() + b * kBlock, g0.begin() + (b + 1) * kBlock);
+    EXPECT_TRUE(job_->Push(GradChunk(0, 0, b, 0, piece)).ok());
+  };
+  for (uint64_t i = 1; i <= blocks + 1; ++i) {
+    SCOPED_TRACE(testing::Message() << "cancelled at question " << i);
+    auto created = Job::Create(*NormalizeJobSpec(MakeRequest().spec()), {"a:1"}, 0);
+    ASSERT_TRUE(created.ok()) << created.status();
+    job_ = *std::move(created);
+    std::vector<float> w0 = Weights();
+    PushAll(1, 0, g1);
+    uint64_t asked = 0, pushed = 0;
+    std::function<bool()> cancelled = [&] {
+      if (pushed < blocks) push0(pushed++);
+      return ++asked == i;
+    };
+    v1::StepRequest abandoned;
+    abandoned.set_step(0);
+    abandoned.set_lr(0.5f);
+    auto out = job_->Step(abandoned, absl::Now() + absl::Seconds(60), pool_, cancelled);
+    ExpectError(out.status(), absl::StatusCode::kCancelled, "cancelled by the caller");
+    EXPECT_EQ(asked, i);
+    while (pushed < blocks) push0(pushed++);
+    EXPECT_EQ(job_->Info().version(), 0u);
+    EXPECT_EQ(Weights(), w0);
+    auto next = DoStep(0);
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_FALSE(next->already_applied);
+    std::vector<float> m(w0.size()), v(w0.size());
+    ReferenceStep(Sum(g0, g1), 1, w0, m, v);
+    EXPECT_EQ(Weights(1), w0);
+  }
+}
+
+// A Step whose deadline passes as its gradients complete is not applied
+// either: the decision comes only before the deadline.
+TEST_F(JobTest, AStepPastItsDeadlineAtTheDecisionIsNotApplied) {
+  auto g = Grad(0, 0);
+  PushAll(0, 0, g);
+  PushAll(1, 0, g);
+  v1::StepRequest req;
+  req.set_step(0);
+  req.set_lr(1e-2f);
+  ExpectError(job_->Step(req, absl::Now() - absl::Milliseconds(1), pool_).status(),
+              absl::StatusCode::kDeadlineExceeded, "before it was applied; nothing changed");
+  EXPECT_EQ(job_->Info().version(), 0u);
+  ASSERT_TRUE(DoStep(0).ok());
+  // A retry of an applied step is answered whatever its deadline.
+  auto again = job_->Step(req, absl::Now() - absl::Milliseconds(1), pool_);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->already_applied);
 }
 
 TEST_F(JobTest, BadPushesAreRefusedAndChangeNothing) {

@@ -69,12 +69,13 @@ std::vector<float> NodeGradient(const v1::TrainConfig& t, const Topology& topo, 
   return sum;
 }
 
-void ApplyStep(State& s, uint64_t step, float lr, float grad_scale) {
+// `applied`: the steps applied before this one (skipped ones do not count).
+void ApplyStep(State& s, uint64_t applied, float lr, float grad_scale) {
   server::StepParams p;
   p.config = s.spec.optimizer();
   p.lr = lr;
   p.grad_scale = grad_scale == 0 ? 1.0f : grad_scale;
-  p.t = step + 1;
+  p.t = applied + 1;
   const uint64_t b = s.layout.block_elems;
   const size_t lowp_size = DTypeSize(s.spec.weight_dtype());
   for (uint64_t begin = 0; begin < s.layout.used_elems; begin += b) {
@@ -118,6 +119,7 @@ ReferenceResult RunReference(const v1::WorkerConfig& config, const Topology& top
   LossScaler scaler(t.loss_scaling(), t.precision() == v1::PRECISION_FP16);
   ReferenceResult out;
   std::vector<char> wire(s.layout.total_elems * 4);
+  uint64_t applied = 0;
   for (uint64_t step = 0; step < t.steps(); ++step) {
     std::fill_n(s.acc.f(), s.layout.total_elems, 0.0f);
     float loss0 = 0;
@@ -129,7 +131,7 @@ ReferenceResult RunReference(const v1::WorkerConfig& config, const Topology& top
     auto stats = SumStats(s);
     StepDecision d = DecideStep(stats.sum_squares, stats.nonfinite, scaler.scale(),
                                 double{topo.world()} * t.grad_accum_steps(), t.gradient_clipping());
-    if (!d.skip) ApplyStep(s, step, LearningRate(t.lr(), step), d.grad_scale);
+    if (!d.skip) ApplyStep(s, applied++, LearningRate(t.lr(), step), d.grad_scale);
     scaler.Update(d.skip);
     s.RefreshWorking();
     out.skipped.push_back(d.skip);

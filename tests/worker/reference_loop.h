@@ -7,7 +7,8 @@
 //   - the node sum crosses the wire in grad_dtype (encoded, decoded);
 //   - the servers fold node sums in node-id order, in fp32, from zero;
 //   - the optimizer is zerostate_optimizer's StepBlock on the same block
-//     boundaries, with t = step + 1 and the same grad_scale (DecideStep);
+//     boundaries, with t = the steps applied so far + 1 (a skipped step
+//     does not count, as on the server) and the same grad_scale (DecideStep);
 //   - the model then computes with the weight_dtype copy of the masters.
 // Gradient statistics are summed over blocks in order; with one server
 // this is the servers' order too (with several, clipping may differ in
