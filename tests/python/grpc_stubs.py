@@ -31,6 +31,10 @@ def generate(out, *protos):
                     f"--grpc_out={out}",
                     f"--plugin=protoc-gen-grpc={shutil.which('grpc_python_plugin')}",
                     *[os.path.join(PROTO, "zerostate", "v1", p) for p in protos]], check=True)
+    # Regular packages, found before python/zerostate (zs_servers puts it on
+    # the path), which a namespace package would not be.
+    for package in ("zerostate", os.path.join("zerostate", "v1")):
+        open(os.path.join(out, package, "__init__.py"), "a").close()
     sys.path.insert(0, out)
 
 

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <future>
 #include <thread>
 #include <vector>
@@ -30,6 +31,7 @@ namespace {
 
 constexpr uint32_t kBlock = 256;
 constexpr char kToken[] = "step-semantics-test-token-0123456789abcd";
+constexpr uint32_t kWaitBlocks = 3;  // blocks of the jobs whose step waits
 
 v1::RegisterJobRequest JobRequest(const std::string& job, uint32_t blocks,
                                   const std::vector<std::string>& servers, uint32_t shard) {
@@ -224,6 +226,27 @@ class StepSemanticsTest : public ::testing::Test {
     for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
   }
 
+  // For k = 0 .. kWaitBlocks - 1, with every core busy: a job whose step 0
+  // has node 1's gradient; abandon(job, k) has node 0 push blocks [0, k)
+  // and gives up a Step with lr 0.9 waiting at block k; then node 0 pushes
+  // the rest, and the next Step must apply with its own lr.
+  void AtEveryPointOfTheWait(const std::string& name,
+                             const std::function<void(const std::string&, uint32_t)>& abandon) {
+    CpuLoad load;
+    for (uint32_t k = 0; k < kWaitBlocks; ++k) {
+      SCOPED_TRACE(absl::StrCat("the Step given up at block ", k));
+      const std::string job = absl::StrCat(name, k);
+      Register(job, kWaitBlocks);
+      grpc::Status gs;
+      std::vector<float> initial = GatherFp32(job, 0, &gs);
+      ASSERT_TRUE(gs.ok()) << gs.error_message();
+      PushBlocks(job, 1, 0, kWaitBlocks);
+      ASSERT_NO_FATAL_FAILURE(abandon(job, k));
+      PushBlocks(job, 0, k, kWaitBlocks);
+      ExpectNextStepAppliesItsOwnLr(job, initial, kWaitBlocks);
+    }
+  }
+
   std::unique_ptr<testing::ServerCluster> cluster_;
   std::vector<std::unique_ptr<v1::StateService::Stub>> stubs_;
 };
@@ -285,45 +308,25 @@ TEST_F(StepSemanticsTest, WaitsAnswerBeforeTheCallersDeadlineNamingWhatTheyWaitF
   EXPECT_NE(end->message().find("did not reach version 1"), std::string::npos) << end->message();
 }
 
-constexpr uint32_t kWaitBlocks = 3;
-
 // Defect: a Step whose caller saw it time out was applied later, when the
 // missing gradients came, with its own (abandoned) lr. Node 1 pushes
 // everything, node 0 the first k blocks; the Step times out waiting at
 // block k, for every k; then node 0 pushes the rest at once.
 TEST_F(StepSemanticsTest, AStepThatTimedOutIsNeverAppliedAfterwards) {
-  CpuLoad load;
-  for (uint32_t k = 0; k < kWaitBlocks; ++k) {
-    SCOPED_TRACE(absl::StrCat("node 0 pushed ", k, " blocks before the deadline"));
-    const std::string job = absl::StrCat("expired", k);
-    Register(job, kWaitBlocks);
-    grpc::Status gs;
-    std::vector<float> initial = GatherFp32(job, 0, &gs);
-    ASSERT_TRUE(gs.ok()) << gs.error_message();
-    PushBlocks(job, 1, 0, kWaitBlocks);
+  AtEveryPointOfTheWait("expired", [&](const std::string& job, uint32_t k) {
     PushBlocks(job, 0, 0, k);
     v1::StepResponse resp;
     ExpectCode(stubs_[0]->Step(Context(absl::Seconds(1)).get(), StepReq(job, 0, 0.9f), &resp),
                grpc::StatusCode::DEADLINE_EXCEEDED,
                absl::StrCat("block ", k, " is still missing gradients from nodes [0]"));
-    PushBlocks(job, 0, k, kWaitBlocks);
-    ExpectNextStepAppliesItsOwnLr(job, initial, kWaitBlocks);
-  }
+  });
 }
 
-// The same with the caller cancelling: once the server has seen the
-// cancellation (its Step answered CANCELLED), the gradients that complete
-// the step no longer apply it.
+// The same with the caller cancelling, after node 0 pushed k blocks while
+// the Step waited: once the server has seen the cancellation (its Step
+// answered CANCELLED), the gradients that complete the step do not apply it.
 TEST_F(StepSemanticsTest, ACancelledStepIsNeverAppliedAfterwards) {
-  CpuLoad load;
-  for (uint32_t k = 0; k < kWaitBlocks; ++k) {
-    SCOPED_TRACE(absl::StrCat("node 0 pushed ", k, " blocks before the cancellation"));
-    const std::string job = absl::StrCat("cancelled", k);
-    Register(job, kWaitBlocks);
-    grpc::Status gs;
-    std::vector<float> initial = GatherFp32(job, 0, &gs);
-    ASSERT_TRUE(gs.ok()) << gs.error_message();
-    PushBlocks(job, 1, 0, kWaitBlocks);
+  AtEveryPointOfTheWait("cancelled", [&](const std::string& job, uint32_t k) {
     const double cancelled_before = StepsRejected("CANCELLED");
     auto ctx = Context();
     v1::StepRequest req = StepReq(job, 0, 0.9f);
@@ -344,9 +347,7 @@ TEST_F(StepSemanticsTest, ACancelledStepIsNeverAppliedAfterwards) {
     }
     ASSERT_GE(StepsRejected("CANCELLED"), cancelled_before + 1)
         << "the server never answered the cancelled Step";
-    PushBlocks(job, 0, k, kWaitBlocks);
-    ExpectNextStepAppliesItsOwnLr(job, initial, kWaitBlocks);
-  }
+  });
 }
 
 // Defect: on a server whose shard holds no block, Step answered
