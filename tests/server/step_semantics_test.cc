@@ -290,9 +290,9 @@ TEST_F(StepSemanticsTest, WaitsAnswerBeforeTheCallersDeadlineNamingWhatTheyWaitF
     meta.mutable_gather()->set_min_version(1);
     meta.mutable_gather()->set_dtype(v1::DTYPE_FP32);
     meta.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
-    SetSocketDeadline((*conn)->fd(), absl::Now() + timeout);
-    if (auto s = SendFrame((*conn)->fd(), FrameType::kGather, meta); !s.ok()) return s;
-    auto end = RecvFrameStart((*conn)->fd());
+    (*conn)->stream().SetDeadline(absl::Now() + timeout);
+    if (auto s = SendFrame((*conn)->stream(), FrameType::kGather, meta); !s.ok()) return s;
+    auto end = RecvFrameStart((*conn)->stream());
     if (!end.ok()) return end.status();
     if (!end->has_value()) return absl::DataLossError("closed");
     return (*end)->meta;
@@ -403,14 +403,14 @@ TEST_F(StepSemanticsTest, AChunkWithoutJobIdIsInvalidArgumentNamingTheField) {
   client::DataConnPool pool(cluster_->server(0).data_address(), 0);
   auto conn = pool.Acquire(absl::Now() + absl::Seconds(10));
   ASSERT_TRUE(conn.ok()) << conn.status();
-  SetSocketDeadline((*conn)->fd(), absl::Now() + absl::Seconds(10));
+  (*conn)->stream().SetDeadline(absl::Now() + absl::Seconds(10));
   v1::DataFrameMeta meta;
   meta.set_token(kToken);
   *meta.mutable_chunk() = c;
   meta.mutable_chunk()->clear_data();
-  ASSERT_TRUE(SendFrame((*conn)->fd(), FrameType::kPush, meta, c.data().data(), c.data().size())
+  ASSERT_TRUE(SendFrame((*conn)->stream(), FrameType::kPush, meta, c.data().data(), c.data().size())
                   .ok());
-  auto ack = RecvFrameStart((*conn)->fd());
+  auto ack = RecvFrameStart((*conn)->stream());
   ASSERT_TRUE(ack.ok() && ack->has_value()) << (ack.ok() ? "closed" : ack.status().ToString());
   EXPECT_EQ((*ack)->header.type, FrameType::kPushAck);
   EXPECT_EQ((*ack)->meta.code(), static_cast<int>(absl::StatusCode::kInvalidArgument))
