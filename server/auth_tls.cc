@@ -143,8 +143,7 @@ bool DataTlsContext::Stamp::operator==(const Stamp& o) const {
 
 DataTlsContext::Stamp DataTlsContext::Look() const {
   Stamp stamp;
-  const std::string* files[3] = {&options_.cert_file, &options_.key_file,
-                                 &options_.client_ca_file};
+  const std::string* files[3] = {&options_.cert_file, &options_.key_file, &options_.client_ca_file};
   for (int i = 0; i < 3; ++i) {
     struct stat st {};
     if (files[i]->empty() || stat(files[i]->c_str(), &st) != 0) continue;

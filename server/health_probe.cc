@@ -13,8 +13,9 @@ namespace {
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const HealthProbeOptions& o) {
   if (o.plaintext != o.ca_file.empty()) {
-    return absl::InvalidArgumentError("choose --tls_ca (with --tls_cert/--tls_key for mutual TLS) "
-                                      "or --plaintext, as the server's clients do");
+    return absl::InvalidArgumentError(
+        "choose --tls_ca (with --tls_cert/--tls_key for mutual TLS) "
+        "or --plaintext, as the server's clients do");
   }
   if (o.plaintext) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions ssl;
@@ -23,7 +24,8 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const Heal
                                   {"--tls_key", &o.key_file, &ssl.pem_private_key}}) {
     if (path->empty()) continue;
     auto text = ReadWholeFile(*path);
-    if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", text.status().message()));
+    if (!text.ok())
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": ", text.status().message()));
     *into = *std::move(text);
   }
   return grpc::SslCredentials(ssl);
@@ -33,7 +35,7 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> Credentials(const Heal
 std::string EncodeRequest(const std::string& service) {
   if (service.empty()) return "";
   std::string out = "\x0a";
-  for (size_t n = service.size(); ; n >>= 7) {  // varint length
+  for (size_t n = service.size();; n >>= 7) {  // varint length
     out += static_cast<char>((n & 0x7f) | (n >= 0x80 ? 0x80 : 0));
     if (n < 0x80) break;
   }
@@ -71,7 +73,8 @@ absl::Status CheckHealth(const HealthProbeOptions& o) {
   std::vector<grpc::Slice> slices;
   std::string bytes;
   if (response.Dump(&slices).ok()) {
-    for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    for (const grpc::Slice& s : slices)
+      bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   // HealthCheckResponse{status}: field 1, a varint; SERVING = 1 (absent: 0, UNKNOWN).
   const int serving = bytes.size() == 2 && bytes[0] == '\x08' ? bytes[1] : 0;

@@ -13,10 +13,10 @@
 namespace zerostate::server {
 
 struct HealthProbeOptions {
-  std::string address;      // host:port of the gRPC port
-  std::string service;      // the service to ask about; "": the server as a whole
-  std::string ca_file;      // PEM CA that signed the server's certificate
-  std::string cert_file;    // PEM client certificate (mutual TLS), with key_file
+  std::string address;    // host:port of the gRPC port
+  std::string service;    // the service to ask about; "": the server as a whole
+  std::string ca_file;    // PEM CA that signed the server's certificate
+  std::string cert_file;  // PEM client certificate (mutual TLS), with key_file
   std::string key_file;
   std::string server_name;  // the name to check the certificate for ("": address's host)
   bool plaintext = false;

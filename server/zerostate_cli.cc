@@ -23,13 +23,14 @@
 namespace {
 
 int Usage() {
-  std::cerr << "usage: zerostate ckpt list <root>\n"
-               "       zerostate ckpt verify <dir>\n"
-               "       zerostate ckpt inspect <dir>\n"
-               "       zerostate ckpt export <dir> <out.safetensors>\n"
-               "       zerostate health <host:port> (--tls_ca=F [--tls_cert=F --tls_key=F] | "
-               "--plaintext)\n"
-               "                        [--tls_server_name=N] [--service=S] [--timeout_seconds=T]\n";
+  std::cerr
+      << "usage: zerostate ckpt list <root>\n"
+         "       zerostate ckpt verify <dir>\n"
+         "       zerostate ckpt inspect <dir>\n"
+         "       zerostate ckpt export <dir> <out.safetensors>\n"
+         "       zerostate health <host:port> (--tls_ca=F [--tls_cert=F --tls_key=F] | "
+         "--plaintext)\n"
+         "                        [--tls_server_name=N] [--service=S] [--timeout_seconds=T]\n";
   return 2;
 }
 
@@ -56,7 +57,8 @@ int Health(const std::vector<std::string>& args) {
   for (size_t i = 2; i < args.size(); ++i) {
     const std::string& a = args[i];
     const size_t eq = a.find('=');
-    const std::string flag = a.substr(0, eq), value = eq == std::string::npos ? "" : a.substr(eq + 1);
+    const std::string flag = a.substr(0, eq),
+                      value = eq == std::string::npos ? "" : a.substr(eq + 1);
     double seconds = 0;
     if (a == "--plaintext") {
       o.plaintext = true;

@@ -46,7 +46,8 @@ ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for servers that r
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(bool, plaintext, false, "talk to the state servers without TLS (servers on --plaintext)");
 ABSL_FLAG(bool, data_plane, true,
-          "push and gather over the servers' TCP data plane when plaintext (false: over gRPC)");
+          "push and gather over the servers' TCP data plane, under TLS when the servers are "
+          "(false: over gRPC)");
 
 namespace zerostate::worker {
 namespace {

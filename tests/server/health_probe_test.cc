@@ -34,7 +34,8 @@ std::string TlsArgs(const std::string& ca, const std::string& client) {
   const TestCertificates& certs = SharedCertificates();
   std::string args = " --tls_ca=" + certs.Path(ca + ".pem");
   if (!client.empty()) {
-    args += " --tls_cert=" + certs.Path(client + ".pem") + " --tls_key=" + certs.Path(client + ".key");
+    args +=
+        " --tls_cert=" + certs.Path(client + ".pem") + " --tls_key=" + certs.Path(client + ".key");
   }
   return args + " --timeout_seconds=5";
 }
@@ -52,11 +53,12 @@ TEST(HealthProbeTest, MutualTlsServerIsServingOnlyForAProbeItTrusts) {
   EXPECT_NE(ok.output.find(address + ": SERVING"), std::string::npos) << ok.output;
   // The name checked against the certificate may differ from the address
   // dialled (a pod probing itself on localhost).
-  ProbeRun named = Probe("localhost:" + address.substr(address.rfind(':') + 1) + TlsArgs("ca", "client") +
-                    " --tls_server_name=localhost");
+  ProbeRun named = Probe("localhost:" + address.substr(address.rfind(':') + 1) +
+                         TlsArgs("ca", "client") + " --tls_server_name=localhost");
   EXPECT_EQ(named.exit_code, 0) << named.output;
 
-  for (const auto& [ca, client] : {std::pair{"ca", ""}, {"other_ca", "client"}, {"ca", "stranger"}}) {
+  for (const auto& [ca, client] :
+       {std::pair{"ca", ""}, {"other_ca", "client"}, {"ca", "stranger"}}) {
     ProbeRun refused = Probe(address + TlsArgs(ca, client));
     EXPECT_EQ(refused.exit_code, 1) << ca << " " << client << ": " << refused.output;
     EXPECT_NE(refused.output.find("health check of " + address), std::string::npos)

@@ -28,8 +28,8 @@ class TestCertificates {
     std::filesystem::create_directories(dir_);
     std::ofstream(Path("server.ext")) << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
     ok_ = SelfSigned("ca") && SelfSigned("other_ca") && Sign("server", "ca", 2, "server.ext") &&
-          Sign("server2", "ca", 2, "server.ext") && Sign("server_other", "other_ca", 2, "server.ext") &&
-          Sign("client", "ca", 2, "") &&
+          Sign("server2", "ca", 2, "server.ext") &&
+          Sign("server_other", "other_ca", 2, "server.ext") && Sign("client", "ca", 2, "") &&
           Sign("stranger", "other_ca", 2, "") && Sign("expired", "ca", -1, "");
   }
 
@@ -45,8 +45,7 @@ class TestCertificates {
   }
 
  private:
-  static constexpr char kNewKey[] =
-      "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  static constexpr char kNewKey[] = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
 
   bool SelfSigned(const std::string& name) {
     return Run(absl::StrCat("openssl req -x509 ", kNewKey, " -days 2 -subj /CN=zs-test-", name,
@@ -54,8 +53,8 @@ class TestCertificates {
   }
   // `name`.pem/.key signed by `ca`, valid for `days` (negative: expired).
   bool Sign(const std::string& name, const std::string& ca, int days, const std::string& ext) {
-    return Run(absl::StrCat("openssl req ", kNewKey, " -subj /CN=zs-test-", name, " -keyout ",
-                            name, ".key -out ", name, ".csr")) &&
+    return Run(absl::StrCat("openssl req ", kNewKey, " -subj /CN=zs-test-", name, " -keyout ", name,
+                            ".key -out ", name, ".csr")) &&
            Run(absl::StrCat("openssl x509 -req -in ", name, ".csr -CA ", ca, ".pem -CAkey ", ca,
                             ".key -CAcreateserial -days ", days, " -out ", name, ".pem",
                             ext.empty() ? "" : " -extfile " + ext));
