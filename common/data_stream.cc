@@ -86,6 +86,7 @@ bool DataStream::Wait(short events, absl::Time deadline) {
 
 int DataStream::SslIo(bool write, void* p, size_t n, std::string* error) {
   absl::MutexLock lock(&mu_);
+  ScopedNoSigpipe no_sigpipe;
   ERR_clear_error();
   int len = static_cast<int>(std::min<size_t>(n, 1 << 30));
   int r = write ? SSL_write(ssl_, p, len) : SSL_read(ssl_, p, len);

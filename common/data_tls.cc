@@ -10,6 +10,8 @@
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -98,7 +100,11 @@ absl::StatusOr<std::unique_ptr<DataStream>> Handshake(SSL* ssl, int fd, absl::Ti
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
   ERR_clear_error();
   while (true) {
-    int r = step(ssl);
+    int r;
+    {
+      ScopedNoSigpipe no_sigpipe;
+      r = step(ssl);
+    }
     if (r == 1) return std::make_unique<DataStream>(fd, ssl);
     int code = SSL_get_error(ssl, r);
     short events = code == SSL_ERROR_WANT_READ ? POLLIN : code == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
@@ -129,6 +135,41 @@ absl::StatusOr<std::unique_ptr<DataStream>> Handshake(SSL* ssl, int fd, absl::Ti
 }
 
 }  // namespace
+
+namespace {
+
+sigset_t PipeSet() {
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  return pipe;
+}
+
+bool SigpipePending() {
+  sigset_t pending;
+  sigpending(&pending);
+  return sigismember(&pending, SIGPIPE) == 1;
+}
+
+}  // namespace
+
+ScopedNoSigpipe::ScopedNoSigpipe() {
+  const sigset_t pipe = PipeSet();
+  was_pending_ = SigpipePending();  // someone else's: left alone
+  pthread_sigmask(SIG_BLOCK, &pipe, &old_);
+}
+
+ScopedNoSigpipe::~ScopedNoSigpipe() {
+  const int saved_errno = errno;  // what the OpenSSL call left, for its caller
+  if (!was_pending_ && SigpipePending()) {
+    const sigset_t pipe = PipeSet();
+    const timespec now{0, 0};
+    while (sigtimedwait(&pipe, nullptr, &now) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  errno = saved_errno;
+}
 
 std::string TakeOpenSslErrors() {
   std::string out;

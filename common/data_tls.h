@@ -8,6 +8,8 @@
 // Thread-safe: a context is shared by every handshake made with it.
 #pragma once
 
+#include <signal.h>
+
 #include <memory>
 #include <string>
 
@@ -51,6 +53,23 @@ absl::StatusOr<std::unique_ptr<DataStream>> TlsAccept(SSL_CTX* ctx, int fd, absl
 absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(SSL_CTX* ctx, int fd,
                                                        const std::string& host,
                                                        absl::Time deadline);
+
+// While alive, a SIGPIPE raised on this thread is dropped: OpenSSL writes
+// to the socket with write(2), not send(MSG_NOSIGNAL), and a peer that went
+// away must be an error, not the death of the process (a library must not
+// change the process's signal handling). Around every OpenSSL call on a
+// socket. Blocks SIGPIPE for the thread meanwhile; not reentrant.
+class ScopedNoSigpipe {
+ public:
+  ScopedNoSigpipe();
+  ~ScopedNoSigpipe();
+  ScopedNoSigpipe(const ScopedNoSigpipe&) = delete;
+  ScopedNoSigpipe& operator=(const ScopedNoSigpipe&) = delete;
+
+ private:
+  sigset_t old_;
+  bool was_pending_ = false;
+};
 
 // This thread's OpenSSL error queue as one line (e.g. the alert a peer
 // sent, a refused certificate), emptied; "" when empty.
