@@ -35,7 +35,7 @@ openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca -keyout "$tm
 openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=localhost -keyout "$tmp/server.key" \
   -out "$tmp/server.pem" >/dev/null 2>&1 || fail "openssl: cannot make a certificate"
 exec_line=$(sed -n '/^ExecStart=/,/[^\\]$/p' "$unit" | sed 's/^ExecStart=//; s/\\$//' | tr '\n' ' ')
-args=$(set -a; source "$envfile"; ZEROSTATE_LISTEN=127.0.0.1:0 ZEROSTATE_METRICS_LISTEN=127.0.0.1:0 \
+args=$(set -a; source "$envfile"; ZEROSTATE_LISTEN=127.0.0.1:0 ZEROSTATE_METRICS_LISTEN=127.0.0.1:0 ZEROSTATE_DATA_LISTEN=127.0.0.1:0 \
   ZEROSTATE_THREADS=1 ZEROSTATE_NVME_DIR=$tmp ZEROSTATE_TLS_CERT=$tmp/server.pem \
   ZEROSTATE_TLS_KEY=$tmp/server.key ZEROSTATE_TLS_CLIENT_CA=$tmp/ca.pem; eval "echo $exec_line")
 read -r -a argv <<<"$args"
