@@ -31,9 +31,10 @@ class DataPlaneTlsTest : public ::testing::Test {
 
   // A server under mutual TLS whose certificate files are copies (so a
   // test may renew them), with a legitimate client and job "tls".
-  void StartServer(bool tls = true) {
+  void StartServer(bool tls = true, bool ktls = true) {
     ServerProcessOptions o = TestServerOptions();
     o.args.push_back("--metrics_listen=127.0.0.1:0");
+    if (!ktls) o.args.push_back("--data_ktls=false");
     if (tls) {
       fs::copy_file(certs_.Path("server.pem"), Served("server.pem"),
                     fs::copy_options::overwrite_existing);
@@ -51,6 +52,7 @@ class DataPlaneTlsTest : public ::testing::Test {
     ASSERT_FALSE(server_->data_address().empty());
     client::ClientOptions options = TestClientOptions({server_->address()});
     if (tls) UseMutualTls(options);
+    options.data_ktls = ktls;
     auto c = client::Client::Connect(options);
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = *std::move(c);
@@ -131,6 +133,18 @@ TEST_F(DataPlaneTlsTest, ClientWithACertificateTheCaSignedIsServedOverTls) {
   // The server's log names the suite and where the records are done.
   EXPECT_NE(Log().find("data plane TLS: first connection: TLSv1.3 TLS_AES_"), std::string::npos)
       << Log();
+}
+
+// OpenSSL's userspace records forced on both ends (what a kernel without
+// the tls module gets anyway): the job's pushes and gathers are served by
+// the data plane, and the server says how its records are done.
+TEST_F(DataPlaneTlsTest, UserspaceRecordsForcedOnBothEndsServeTheJob) {
+  StartServer(/*tls=*/true, /*ktls=*/false);
+  ExpectJobUntouched(*job_);
+  auto page = ScrapeMetrics(server_->metrics_address());
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_GT(MetricValue(*page, "zerostate_rpc_duration_seconds_count{method=\"DataPush\"}"), 0);
+  EXPECT_NE(Log().find("records in OpenSSL (userspace)"), std::string::npos) << Log();
 }
 
 // Refused at the handshake: the server reads nothing of the client as a
