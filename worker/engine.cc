@@ -174,6 +174,12 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   }
   const bool fp16 = train_.precision() == v1::PRECISION_FP16;
   LossScaler next = scaler_;  // the scaler after this step
+  // Every rank's gathers go out before the coordinator's Step returns, so
+  // the servers answer each block as soon as their pass has stepped it and
+  // the gather overlaps the pass. Gathers run on the client's gather pool,
+  // the Step on threads of its own: neither waits for the other.
+  std::vector<client::Ticket> gather;
+  if (status.ok()) gather = StartGather(step + 1);
   if (topo_.rank() == 0 && status.ok()) {
     next.Update(decision.skip);
     // The servers keep the coordinator's decision; the other ranks read it
@@ -181,11 +187,6 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
     std::string state = fp16 ? EncodeTrainerState({next.state(), decision.skip}) : "";
     status = job_->Step(step, report.lr, decision.grad_scale, decision.skip, state);
   }
-  // Issued only now: a waiting gather stream holds a client pool thread,
-  // and the coordinator's Step fans out on that pool too. The other ranks
-  // get here early, so their gathers still stream blocks as they are stepped.
-  std::vector<client::Ticket> gather;
-  if (status.ok()) gather = StartGather(step + 1);
   report.times.step = Since(t0);
   absl::Status gathered = FinishGather(gather, &report.times);  // all-gathers even after an error
   if (status.ok()) status = gathered;

@@ -12,9 +12,10 @@
 //             clip factor and the fp16 overflow skip, orders Step; in fp16
 //             mode the Step carries its loss scaler's next state
 //             (worker/trainer_state.h), which the servers keep;
-//   gather    GatherAsync of this rank's shares at version step+1 (the
-//             ranks other than the coordinator issue it while the servers
-//             step, so blocks stream back as they are stepped); in fp16
+//   gather    GatherAsync of this rank's shares at version step+1, issued
+//             before the coordinator's Step returns (the coordinator's
+//             right before it orders the Step), so blocks stream back as
+//             the servers step them; in fp16
 //             mode the other ranks then read the coordinator's scaler state
 //             of that version from the servers, so all scalers move
 //             together, and nothing but the job is waited on: a rollback
