@@ -32,8 +32,8 @@
 // LoadWeights can roll the rank back (worker/recovery.h).
 //
 // Thread safety: one thread per Engine. Give each Engine its own Client:
-// gathers waiting for the step hold threads of the client's pool, so ranks
-// sharing one Client could starve the coordinator's Step.
+// gathers waiting for the step hold threads of the client's gather pool,
+// which is sized for one rank (the Step fans out on threads of its own).
 #pragma once
 
 #include <cstdint>
