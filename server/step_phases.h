@@ -27,8 +27,10 @@ struct StepPhaseTimes {
   template <class Fn>
   void ForEach(Fn fn) const {
     const std::pair<const char*, const std::optional<double>*> phases[] = {
-        {"wait_gradients", &wait_gradients}, {"grad_stats", &grad_stats},
-        {"optimizer", &optimizer},           {"commit", &commit},
+        {"wait_gradients", &wait_gradients},
+        {"grad_stats", &grad_stats},
+        {"optimizer", &optimizer},
+        {"commit", &commit},
         {"copy_on_write", &copy_on_write}};
     for (const auto& [name, value] : phases) {
       if (value->has_value()) fn(name, **value);

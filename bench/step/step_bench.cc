@@ -118,7 +118,8 @@ std::vector<PhaseSeconds> ScrapePhases(testing::ServerCluster& cluster, const st
 double ServerStep(const PhaseSeconds& p) { return p.at("grad_stats") + p.at("optimizer"); }
 
 // Each phase between two scrapes, of the server whose own step took longest.
-PhaseSeconds Slowest(const std::vector<PhaseSeconds>& before, const std::vector<PhaseSeconds>& after) {
+PhaseSeconds Slowest(const std::vector<PhaseSeconds>& before,
+                     const std::vector<PhaseSeconds>& after) {
   PhaseSeconds slowest;
   for (size_t i = 0; i < after.size(); ++i) {
     PhaseSeconds d;

@@ -342,10 +342,9 @@ TEST_F(StateServiceTest, HealthMetricsAndCleanShutdown) {
   // so nothing was copied on write.
   for (auto [phase, count] : {std::pair{"wait_gradients", 2}, {"grad_stats", 1}, {"optimizer", 1},
                               {"commit", 1}}) {
-    EXPECT_NE(metrics.find(absl::StrCat("zerostate_step_phase_seconds_count{job_id=\"svc\",phase=\"",
-                                        phase, "\"} ", count, "\n")),
-              std::string::npos)
-        << phase << "\n" << metrics;
+    const std::string series = absl::StrCat(
+        "zerostate_step_phase_seconds_count{job_id=\"svc\",phase=\"", phase, "\"} ", count, "\n");
+    EXPECT_NE(metrics.find(series), std::string::npos) << series << metrics;
   }
   EXPECT_EQ(metrics.find("phase=\"copy_on_write\""), std::string::npos);
   EXPECT_NE(metrics.find("zerostate_job_steps_total{job_id=\"svc\"} 1"), std::string::npos) << metrics;
