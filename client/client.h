@@ -93,6 +93,11 @@ struct ClientOptions {
   // tls_key_file for mutual TLS). Weight init and every other call always
   // use gRPC.
   bool data_plane = true;
+  // With data_plane, reach a server that shares this host through shared
+  // memory (a memfd segment per connection; docs/architecture.md) instead
+  // of loopback TCP, found automatically; false: TCP. Not tried when
+  // data_servers is given.
+  bool data_shm = true;
   // Under TLS, hand the data plane's TLS records to the kernel (kTLS) where
   // it offers it; false: OpenSSL encrypts in userspace (for comparison).
   bool data_ktls = true;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "client/shm_conn.h"
 #include "common/data_tls.h"
 
 namespace zerostate::client {
@@ -48,8 +49,12 @@ DataConn::~DataConn() {
   close(fd_);
 }
 
-DataConnPool::DataConnPool(std::string address, size_t max_idle, std::shared_ptr<SSL_CTX> tls)
-    : address_(std::move(address)), max_idle_(max_idle), tls_(std::move(tls)) {}
+DataConnPool::DataConnPool(std::string address, size_t max_idle, std::shared_ptr<SSL_CTX> tls,
+                           SameHostPlane same_host)
+    : address_(std::move(address)),
+      max_idle_(max_idle),
+      tls_(std::move(tls)),
+      same_host_(same_host) {}
 
 absl::StatusOr<std::unique_ptr<DataConn>> DataConnPool::Open(int fd, absl::Time deadline) {
   TuneDataSocket(fd);
@@ -71,6 +76,13 @@ absl::StatusOr<std::unique_ptr<DataConn>> DataConnPool::Acquire(absl::Time deadl
       idle_.pop_back();
       return conn;
     }
+  }
+  if (tries_same_host()) {
+    absl::StatusOr<std::unique_ptr<DataConn>> conn = ConnectSameHost(
+        same_host_.port, same_host_.incarnation, same_host_.segment_bytes, deadline);
+    if (conn.ok()) return conn;
+    absl::MutexLock lock(&mu_);
+    same_host_failed_ = true;  // not on this host, or refused: TCP from now on
   }
   size_t colon = address_.rfind(':');
   std::string host = HostOf(address_);

@@ -3,6 +3,10 @@
 // push or gather stream and given back when the stream ended cleanly (a
 // connection that broke or stopped mid-conversation is closed instead),
 // plaintext or TLS (common/data_tls.h; the handshake is part of Acquire).
+// When the server shares this host, a new connection is made to its
+// same-host plane instead (client/shm_conn.h): a unix socket whose payloads
+// travel in a shared memory segment; if that cannot be attached, the pool
+// uses TCP from then on.
 // Thread-safe.
 #pragma once
 
@@ -16,6 +20,7 @@
 #include "absl/time/time.h"
 #include "common/data_stream.h"
 #include "common/frame_io.h"
+#include "common/shm_segment.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
 
@@ -24,8 +29,10 @@ namespace zerostate::client {
 // One connection; closed when destroyed.
 class DataConn {
  public:
-  // Owns `fd` and `stream` (which runs on fd).
-  DataConn(int fd, std::unique_ptr<DataStream> stream) : fd_(fd), stream_(std::move(stream)) {}
+  // Owns `fd` and `stream` (which runs on fd), and the same-host plane's
+  // segment `shm` unless null.
+  DataConn(int fd, std::unique_ptr<DataStream> stream, std::unique_ptr<ShmSegment> shm = nullptr)
+      : fd_(fd), stream_(std::move(stream)), shm_(std::move(shm)) {}
   ~DataConn();
   DataConn(const DataConn&) = delete;
   DataConn& operator=(const DataConn&) = delete;
@@ -34,25 +41,41 @@ class DataConn {
   DataStream& stream() { return *stream_; }
   // Scratch memory for encoded or received payloads.
   FrameBuffer& buffer() { return buffer_; }
+  // The segment payloads travel in (same-host plane), or null (TCP).
+  const ShmSegment* shm() const { return shm_.get(); }
 
  private:
   const int fd_;
   std::unique_ptr<DataStream> stream_;
+  std::unique_ptr<ShmSegment> shm_;
   FrameBuffer buffer_;
+};
+
+// Where a DataConnPool tries a server on this host first (port 0: never).
+struct SameHostPlane {
+  int port = 0;              // the server's TCP data port: names its unix socket
+  uint64_t incarnation = 0;  // the server's, seen at register: it must answer with it
+  size_t segment_bytes = 0;  // of each connection's segment
 };
 
 class DataConnPool {
  public:
   // Connections to `address` ("host:port"); at most `max_idle` are kept.
   // Under TLS with `tls` (a client context, ClientTlsContext) unless null.
-  DataConnPool(std::string address, size_t max_idle, std::shared_ptr<SSL_CTX> tls = nullptr);
+  // New connections try `same_host` first, unless its port is 0.
+  DataConnPool(std::string address, size_t max_idle, std::shared_ptr<SSL_CTX> tls = nullptr,
+               SameHostPlane same_host = {});
 
   const std::string& address() const { return address_; }
+  // Whether the pool still tries the same-host plane for new connections.
+  bool tries_same_host() const {
+    absl::MutexLock lock(&mu_);
+    return same_host_.port != 0 && !same_host_failed_;
+  }
 
   // An idle connection, or a new one (connected, and its TLS handshake
-  // done). Errors: UNAVAILABLE naming the address (cannot resolve or
-  // connect, or the handshake failed: with OpenSSL's reason),
-  // DEADLINE_EXCEEDED.
+  // done; or attached to the same-host plane). Errors: UNAVAILABLE naming the address (cannot
+  // resolve or connect, or the handshake failed: with OpenSSL's reason), DEADLINE_EXCEEDED.
   absl::StatusOr<std::unique_ptr<DataConn>> Acquire(absl::Time deadline);
   // Keeps `conn` for another stream. Only for a connection at a frame
   // boundary with nothing left to read.
@@ -65,7 +88,10 @@ class DataConnPool {
   const std::string address_;
   const size_t max_idle_;
   const std::shared_ptr<SSL_CTX> tls_;
-  absl::Mutex mu_;
+  const SameHostPlane same_host_;
+  mutable absl::Mutex mu_;
+  // The same-host plane could not be attached: TCP from then on.
+  bool same_host_failed_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<DataConn>> idle_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -18,8 +18,8 @@ JobClient::Impl::Impl(std::shared_ptr<Client::Impl> client, v1::JobSpec spec,
       spec_(std::move(spec)),
       layout_(LayoutOf(spec_)),
       budget_(client_->options().max_bytes_in_flight),
-      job_{client_.get(), spec_.job_id(), layout_.block_elems, std::move(incarnations), &budget_,
-           DataPools(client_->options(), data_ports)},
+      job_{client_.get(), spec_.job_id(), layout_.block_elems, incarnations, &budget_,
+           DataPools(client_->options(), data_ports, incarnations)},
       calls_(std::make_shared<Ticket::State>(1)) {}
 
 JobClient::Impl::~Impl() {

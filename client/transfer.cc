@@ -2,13 +2,14 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "client/channel_credentials.h"
 #include "common/chunk_wire.h"
 #include "common/convert.h"
-#include "client/channel_credentials.h"
 #include "common/frame_io.h"
 #include "grpcpp/support/sync_stream.h"
 
@@ -175,6 +176,31 @@ absl::Status GatherAttempt(const JobContext& job, const GatherCall& call, const 
 // Push frames sent ahead of their acknowledgements.
 constexpr int kPushWindow = 8;
 
+// --- The same-host plane (shm_conn.h): payloads in the connection's segment ---
+
+// A same-host connection's segment: a slot per push in flight, each a
+// chunk rounded up to whole pages, at most kMaxShmSegmentBytes (fewer
+// pushes in flight for larger chunks); a gather's pieces fill all of it.
+constexpr size_t kMaxShmSegmentBytes = 64 << 20;
+constexpr size_t kShmPage = 4096;
+
+size_t ShmSlotBytes(size_t chunk_bytes) {
+  return (chunk_bytes + kShmPage - 1) / kShmPage * kShmPage;
+}
+
+size_t ShmSegmentBytes(const ClientOptions& options) {
+  size_t slot = ShmSlotBytes(options.chunk_bytes);
+  return std::max(slot, std::min(kPushWindow * slot, kMaxShmSegmentBytes));
+}
+
+// Pushes in flight on `conn`: kPushWindow on TCP; on the same-host plane
+// as many as its segment has slots of `chunk_bytes`.
+int PushWindow(const DataConn& conn, size_t chunk_bytes) {
+  if (conn.shm() == nullptr) return kPushWindow;
+  return static_cast<int>(
+      std::min<size_t>(kPushWindow, conn.shm()->size() / ShmSlotBytes(chunk_bytes)));
+}
+
 // A data connection that broke or timed out: UNAVAILABLE (retried) or
 // DEADLINE_EXCEEDED, naming the data plane's address.
 absl::Status Broken(const DataConnPool& pool, const absl::Status& s) {
@@ -281,6 +307,9 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
   };
   uint32_t chunk = ChunkElems(job.client->options().chunk_bytes, DTypeSize(call.wire),
                               job.block_elems);
+  const size_t slot = ShmSlotBytes(size_t{chunk} * DTypeSize(call.wire));
+  const int window = PushWindow(c, size_t{chunk} * DTypeSize(call.wire));
+  uint64_t sent_frames = 0;
   for (const BlockPiece& piece : SplitByBlock(plan.elems, job.block_elems, chunk)) {
     if (!refused.ok()) break;
     fields->set_block(piece.block);
@@ -288,16 +317,30 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
     const uint8_t* src = PieceSource(job, call, piece);
     size_t bytes = piece.count * DTypeSize(call.wire);
     const void* payload = src;
+    // Same host: the payload goes into the slot of the push `window`
+    // frames back, acknowledged (so read) by now, and the frame carries
+    // where it is; else it follows the frame on the socket.
+    uint8_t* staged = nullptr;
+    if (c.shm() != nullptr) {
+      meta.set_shm_offset((sent_frames % window) * slot);
+      meta.set_shm_bytes(bytes);
+      staged = c.shm()->data() + meta.shm_offset();
+    }
     if (call.src != call.wire) {
-      uint8_t* encoded = c.buffer().Reserve(bytes);
+      uint8_t* encoded = staged != nullptr ? staged : c.buffer().Reserve(bytes);
       EncodeFloats(reinterpret_cast<const float*>(src), piece.count, call.wire, encoded);
       payload = encoded;
+    } else if (staged != nullptr) {
+      std::memcpy(staged, src, bytes);
     }
     job.budget->Acquire(bytes);
-    absl::Status sent = SendFrame(c.stream(), FrameType::kPush, meta, payload, bytes);
+    absl::Status sent = staged != nullptr
+                            ? SendFrame(c.stream(), FrameType::kPush, meta)
+                            : SendFrame(c.stream(), FrameType::kPush, meta, payload, bytes);
     job.budget->Release(bytes);
     if (!sent.ok()) return SendFailed(pool, c, sent);
-    if (++unacked >= kPushWindow) {
+    ++sent_frames;
+    if (++unacked >= window) {
       if (absl::Status s = read_ack(); !s.ok()) return s;
     }
   }
@@ -308,60 +351,102 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
   return refused;
 }
 
-absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& call,
-                              const StreamPlan& plan, std::unique_ptr<DataConn> conn,
-                              grpc::ClientContext& ctx) {
-  DataConnPool& pool = *job.data[plan.shard];
-  DataConn& c = *conn;
+// One GATHER frame on `c` for `part` (within plan.elems), its pieces placed
+// into the caller's buffer as they arrive: read from the socket, or copied
+// out of the segment on the same-host plane (whose whole segment is the
+// pieces' region). Errors: as GatherAttemptTcp's; the connection must then
+// be dropped unless the error is the server's answer (*answered).
+absl::Status GatherPart(const JobContext& job, const GatherCall& call, const StreamPlan& plan,
+                        DataConnPool& pool, DataConn& c, Range part, grpc::ClientContext& ctx,
+                        bool* answered) {
+  *answered = false;
   v1::DataFrameMeta meta;
   meta.set_token(job.client->job_token().Get());
   v1::GatherRequest* req = meta.mutable_gather();
   req->set_job_id(job.job_id);
   req->set_min_version(call.min_version);
   req->set_dtype(call.wire);
-  req->set_begin(plan.elems.begin);
-  req->set_end(plan.elems.end);
+  req->set_begin(part.begin);
+  req->set_end(part.end);
+  if (c.shm() != nullptr) meta.set_shm_bytes(c.shm()->size());
   meta.set_timeout_ms(std::max<int64_t>(
       1, absl::ToInt64Milliseconds(absl::FromChrono(ctx.deadline()) - absl::Now())));
   if (absl::Status s = SendFrame(c.stream(), FrameType::kGather, meta); !s.ok()) {
     return SendFailed(pool, c, s);
   }
+  StreamPlan part_plan = plan;
+  part_plan.elems = part;
   uint64_t placed = 0;
   while (true) {
     absl::StatusOr<FrameStart> f =
         RecvReply(pool, c, FrameType::kGatherPiece, FrameType::kGatherEnd);
     if (!f.ok()) return f.status();
     if (f->header.type == FrameType::kGatherEnd) {
-      pool.Release(std::move(conn));
+      *answered = true;
       if (absl::Status s = StatusOf(f->meta); !s.ok()) return s;
       if (absl::Status s = CheckIncarnation(job, plan.shard, f->meta.incarnation()); !s.ok()) {
         return s;
       }
-      if (placed != plan.elems.size()) {
-        return absl::DataLossError(absl::StrCat("stream ended after ", placed, " of ",
-                                                plan.elems.size(), " elements"));
+      if (placed != part.size()) {
+        return absl::DataLossError(
+            absl::StrCat("stream ended after ", placed, " of ", part.size(), " elements"));
       }
       return absl::OkStatus();
     }
     // A piece: checked before its payload is read, which then goes straight
     // into the caller's buffer when no conversion is needed.
-    size_t bytes = f->header.payload_len;
+    const bool in_shm = c.shm() != nullptr;
+    size_t bytes = in_shm ? f->meta.shm_bytes() : f->header.payload_len;
     ChunkView view = FrameChunkView(f->meta.chunk(), nullptr, 0);
-    absl::StatusOr<uint8_t*> out = PlaceOf(job, call, plan, view.fields, bytes);
+    absl::StatusOr<uint8_t*> out = PlaceOf(job, call, part_plan, view.fields, bytes);
     if (!out.ok()) return out.status();
-    void* into = call.wire == call.out_dtype ? static_cast<void*>(*out) : c.buffer().Reserve(bytes);
-    if (absl::Status s = RecvExact(c.stream(), into, bytes); !s.ok()) return Broken(pool, s);
-    if (into != *out) {
-      CopyChunkData(FrameChunkView(f->meta.chunk(), into, bytes), call.wire, call.out_dtype, *out);
+    const void* from = nullptr;
+    if (in_shm) {
+      absl::StatusOr<uint8_t*> at = c.shm()->At(f->meta.shm_offset(), bytes);
+      if (!at.ok() || f->header.payload_len != 0) {
+        return absl::DataLossError(absl::StrCat("data plane ", pool.address(),
+                                                ": a same-host GATHER_PIECE outside the segment"));
+      }
+      from = *at;
+    } else {
+      void* into =
+          call.wire == call.out_dtype ? static_cast<void*>(*out) : c.buffer().Reserve(bytes);
+      if (absl::Status s = RecvExact(c.stream(), into, bytes); !s.ok()) return Broken(pool, s);
+      from = into;
+    }
+    if (from != *out) {
+      CopyChunkData(FrameChunkView(f->meta.chunk(), from, bytes), call.wire, call.out_dtype, *out);
     }
     placed += bytes / DTypeSize(call.wire);
   }
 }
 
+// A gather over the data plane: one GATHER frame on TCP; on the same-host
+// plane one per segmentful of the range, one after another.
+absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& call, const StreamPlan& plan,
+                              std::unique_ptr<DataConn> conn, grpc::ClientContext& ctx) {
+  DataConnPool& pool = *job.data[plan.shard];
+  const uint64_t part_elems =
+      conn->shm() != nullptr ? std::max<uint64_t>(1, conn->shm()->size() / DTypeSize(call.wire))
+                             : plan.elems.size();
+  for (uint64_t begin = plan.elems.begin; begin < plan.elems.end; begin += part_elems) {
+    Range part{begin, std::min(plan.elems.end, begin + part_elems)};
+    bool answered = false;
+    absl::Status s = GatherPart(job, call, plan, pool, *conn, part, ctx, &answered);
+    if (!s.ok()) {
+      if (answered) pool.Release(std::move(conn));
+      return s;
+    }
+  }
+  pool.Release(std::move(conn));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& options,
-                                                     const std::vector<uint32_t>& ports) {
+                                                     const std::vector<uint32_t>& ports,
+                                                     const std::vector<uint64_t>& incarnations) {
   std::vector<std::shared_ptr<DataConnPool>> pools(options.servers.size());
   if (!options.data_plane) return pools;
   // The files were read and checked for the gRPC channels already; if they
@@ -374,8 +459,12 @@ std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& option
                               ? DataAddress(options.servers[i], static_cast<int>(ports[i]))
                               : options.data_servers[i];
     // A push and a gather stream per stream slot may run at once.
+    SameHostPlane same_host;
+    if (options.data_shm && options.data_servers.empty() && i < incarnations.size()) {
+      same_host = {static_cast<int>(ports[i]), incarnations[i], ShmSegmentBytes(options)};
+    }
     pools[i] = std::make_shared<DataConnPool>(
-        std::move(address), 2 * static_cast<size_t>(options.streams_per_server), *tls);
+        std::move(address), 2 * static_cast<size_t>(options.streams_per_server), *tls, same_host);
   }
   return pools;
 }

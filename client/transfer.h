@@ -36,9 +36,13 @@ struct JobContext {
 
 // The data planes of a job's servers (one per options.servers) from the
 // ports they advertised (0 or missing: none), under TLS unless
-// options.plaintext: null for every shard unless options.data_plane.
+// options.plaintext: null for every shard unless options.data_plane. Each
+// tries the server's same-host plane first (client/shm_conn.h; the
+// server's incarnation from `incarnations` identifies it) when
+// options.data_shm and no options.data_servers are given.
 std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& options,
-                                                     const std::vector<uint32_t>& ports);
+                                                     const std::vector<uint32_t>& ports,
+                                                     const std::vector<uint64_t>& incarnations);
 
 // ABORTED naming the server when `incarnation` differs from the one seen
 // when the job was registered or attached: the server restarted and lost

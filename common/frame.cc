@@ -42,6 +42,8 @@ std::string FrameTypeName(uint8_t type) {
       return "GATHER_END";
     case FrameType::kError:
       return "ERROR";
+    case FrameType::kShmReady:
+      return "SHM_READY";
   }
   return absl::StrCat("type ", type);
 }
@@ -65,7 +67,7 @@ absl::StatusOr<FrameHeader> ParseFrameHeader(const uint8_t b[kFrameHeaderBytes])
     return Bad(absl::StrCat("version ", b[4], " (this server speaks ", kFrameVersion, ")"));
   }
   if (b[5] < static_cast<uint8_t>(FrameType::kPush) ||
-      b[5] > static_cast<uint8_t>(FrameType::kError)) {
+      b[5] > static_cast<uint8_t>(FrameType::kShmReady)) {
     return Bad(absl::StrCat("unknown frame type ", b[5]));
   }
   if (LoadLE(b + 6, 2) != 0 || LoadLE(b + 12, 4) != 0) return Bad("reserved bytes are not zero");

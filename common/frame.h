@@ -17,7 +17,10 @@
 // may send several before reading the answers) and GATHER frames (answered
 // by GATHER_PIECE frames and one GATHER_END). A frame the server cannot
 // parse is answered by an ERROR frame naming what was wrong, and the
-// connection is closed. The parser is strict: a frame is accepted only if
+// connection is closed. On the same-host plane (common/shm_segment.h) the
+// server first answers the segment with SHM_READY (code 0: attached), and
+// PUSH and GATHER_PIECE carry their payload in the segment (meta shm_offset
+// and shm_bytes, payload_len 0). The parser is strict: a frame is accepted only if
 // every field above holds. Pure functions; thread-safe.
 #pragma once
 
@@ -45,6 +48,7 @@ enum class FrameType : uint8_t {
   kGatherPiece = 4,  // server -> client: chunk fields; payload
   kGatherEnd = 5,    // server -> client: incarnation, code, message, bytes
   kError = 6,        // server -> client: a frame it could not parse; then it closes
+  kShmReady = 7,     // server -> client, same host only: incarnation, code, message
 };
 
 // "PUSH", "GATHER_END", ...; "type <n>" for a value outside FrameType.

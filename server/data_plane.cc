@@ -3,20 +3,23 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <iostream>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include <iostream>
-
 #include "absl/time/clock.h"
 #include "common/data_tls.h"
 #include "common/frame_io.h"
+#include "common/shm_segment.h"
+#include "server/shm_session.h"
 
 namespace zerostate::server {
 namespace {
@@ -77,19 +80,43 @@ absl::Status DataPlane::CheckMaxConnections(int max_connections) {
 absl::StatusOr<std::unique_ptr<DataPlane>> DataPlane::Start(const std::string& listen,
                                                             const DataSessionContext& ctx,
                                                             int max_connections,
-                                                            DataTlsContext* tls) {
+                                                            DataTlsContext* tls, bool shm) {
   if (absl::Status s = CheckMaxConnections(max_connections); !s.ok()) return s;
   int port = 0;
   absl::StatusOr<int> fd = Listen(listen, &port);
   if (!fd.ok()) return fd.status();
-  std::unique_ptr<DataPlane> plane(new DataPlane(*fd, port, ctx, max_connections, tls));
-  plane->acceptor_ = std::thread([p = plane.get()] { p->AcceptLoop(); });
+  int shm_fd = -1;
+  if (shm) {
+    absl::StatusOr<int> unix_fd = ListenShm(port);
+    if (unix_fd.ok()) {
+      shm_fd = *unix_fd;
+    } else {
+      std::cerr << "zerostate-server: same-host data plane off: " << unix_fd.status().message()
+                << std::endl;
+    }
+  }
+  int wake_fd = eventfd(0, EFD_CLOEXEC);
+  if (wake_fd < 0) {
+    absl::Status s =
+        absl::UnavailableError(absl::StrCat("data plane: eventfd: ", std::strerror(errno)));
+    close(*fd);
+    if (shm_fd >= 0) close(shm_fd);
+    return s;
+  }
+  std::unique_ptr<DataPlane> plane(
+      new DataPlane(*fd, shm_fd, wake_fd, port, ctx, max_connections, tls));
+  plane->acceptor_ = std::thread([p = plane.get()] { p->AcceptLoop(p->listen_fd_, false); });
+  if (shm_fd >= 0) {
+    plane->shm_acceptor_ = std::thread([p = plane.get()] { p->AcceptLoop(p->shm_fd_, true); });
+  }
   return plane;
 }
 
-DataPlane::DataPlane(int listen_fd, int port, const DataSessionContext& ctx, int max_connections,
-                     DataTlsContext* tls)
+DataPlane::DataPlane(int listen_fd, int shm_fd, int wake_fd, int port,
+                     const DataSessionContext& ctx, int max_connections, DataTlsContext* tls)
     : listen_fd_(listen_fd),
+      shm_fd_(shm_fd),
+      wake_fd_(wake_fd),
       port_(port),
       ctx_(ctx),
       max_connections_(max_connections),
@@ -97,9 +124,13 @@ DataPlane::DataPlane(int listen_fd, int port, const DataSessionContext& ctx, int
   ctx_.metrics->SetDataConnections(0);
 }
 
-void DataPlane::AcceptLoop() {
+void DataPlane::AcceptLoop(int listen_fd, bool shm) {
   while (true) {
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    pollfd fds[2] = {{listen_fd, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) continue;
+    if (fds[1].revents != 0) return;  // Shutdown
+    if (fds[0].revents == 0) continue;
+    int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       absl::MutexLock lock(&mu_);
@@ -120,8 +151,8 @@ void DataPlane::AcceptLoop() {
         PublishOpenLocked();
         conns_.push_back(Conn{fd, std::thread(), false});
         Conn* conn = &conns_.back();
-        conn->thread = std::thread([this, conn] {
-          Serve(conn->fd);
+        conn->thread = std::thread([this, conn, shm] {
+          Serve(conn->fd, shm);
           shutdown(conn->fd, SHUT_RDWR);  // the peer sees the end now; closed when reaped
           absl::MutexLock lock(&mu_);
           conn->done = true;
@@ -130,11 +161,15 @@ void DataPlane::AcceptLoop() {
         });
       }
     }
-    if (refuse) Refuse(fd);  // no lock held: others' sessions may end meanwhile
+    if (refuse) Refuse(fd, shm);  // no lock held: others' sessions may end meanwhile
   }
 }
 
-void DataPlane::Serve(int fd) {
+void DataPlane::Serve(int fd, bool shm) {
+  if (shm) {
+    ServeShmConnection(ctx_, fd, kHandshakeTimeout);
+    return;
+  }
   TuneDataSocket(fd);
   if (tls_ == nullptr) {
     DataStream stream(fd);
@@ -163,13 +198,13 @@ void DataPlane::Serve(int fd) {
 // can destroy the answer before the client reads it. The client reads the
 // answer as RESOURCE_EXHAUSTED and sends that attempt over gRPC instead
 // (client/transfer.cc), which has no such cap.
-void DataPlane::Refuse(int fd) {
+void DataPlane::Refuse(int fd, bool shm) {
   ctx_.metrics->RecordDataConnectionRefused();
-  if (tls_ != nullptr) {  // a plaintext frame would only break its handshake
+  if (tls_ != nullptr && !shm) {  // a plaintext frame would only break its handshake
     close(fd);
     return;
   }
-  TuneDataSocket(fd);
+  if (!shm) TuneDataSocket(fd);
   DataStream stream(fd);
   stream.SetDeadline(absl::Now() + absl::Milliseconds(100));
   v1::DataFrameMeta meta;
@@ -204,6 +239,8 @@ void DataPlane::Shutdown() {
   absl::MutexLock lock(&mu_);
   if (shut_down_) return;
   shut_down_ = true;
+  uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));
   shutdown(listen_fd_, SHUT_RDWR);
   for (Conn& c : conns_) shutdown(c.fd, SHUT_RDWR);
 }
@@ -211,7 +248,10 @@ void DataPlane::Shutdown() {
 DataPlane::~DataPlane() {
   Shutdown();
   acceptor_.join();
+  if (shm_acceptor_.joinable()) shm_acceptor_.join();
   close(listen_fd_);
+  if (shm_fd_ >= 0) close(shm_fd_);
+  close(wake_fd_);
   std::list<Conn> conns;
   {
     absl::MutexLock lock(&mu_);

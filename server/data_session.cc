@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -16,9 +17,12 @@ namespace zerostate::server {
 namespace {
 
 // The metrics' method names of the data plane's operations (the gRPC
-// path records "PushGradients" and "Gather").
+// path records "PushGradients" and "Gather"; the same-host plane "ShmPush"
+// and "ShmGather").
 constexpr char kPushMethod[] = "DataPush";
 constexpr char kGatherMethod[] = "DataGather";
+constexpr char kShmPushMethod[] = "ShmPush";
+constexpr char kShmGatherMethod[] = "ShmGather";
 
 // The longest sending one answer may take (a client that stopped reading).
 constexpr absl::Duration kSendTimeout = absl::Seconds(60);
@@ -104,8 +108,13 @@ class TaskThread {
 
 class Session final : public Job::GatherSink {
  public:
-  Session(const DataSessionContext& ctx, DataStream& stream)
-      : ctx_(ctx), stream_(stream), opened_(absl::Now()) {}
+  Session(const DataSessionContext& ctx, DataStream& stream, const ShmSegment* shm)
+      : ctx_(ctx),
+        stream_(stream),
+        shm_(shm),
+        push_method_(shm != nullptr ? kShmPushMethod : kPushMethod),
+        gather_method_(shm != nullptr ? kShmGatherMethod : kGatherMethod),
+        opened_(absl::Now()) {}
 
   void Run() {
     while (true) {
@@ -155,8 +164,17 @@ class Session final : public Job::GatherSink {
 
   // Job::GatherSink. Buffer() runs under a block's mutex, which pushes
   // holding buffers may need: it must not wait for the budget.
+  // On the same-host plane the piece goes into the next bytes of the
+  // GATHER's region (checked to hold the range; a pool buffer, and the
+  // gather stopped, should the pieces ever pass it).
   void* Buffer(size_t bytes) override {
     piece_bytes_ = bytes;
+    if (shm_ != nullptr && region_used_ + bytes <= region_bytes_) {
+      piece_at_ = region_offset_ + region_used_;
+      region_used_ += bytes;
+      return shm_->data() + piece_at_;
+    }
+    region_overflow_ = shm_ != nullptr;
     piece_ = ctx_.buffers->Borrow(bytes, /*wait=*/false);
     return piece_.data();
   }
@@ -168,6 +186,16 @@ class Session final : public Job::GatherSink {
     c->set_offset(piece.offset);
     c->set_dtype(piece.dtype);
     c->set_version(piece.version);
+    if (region_overflow_) return false;
+    if (shm_ != nullptr) {
+      meta.set_shm_offset(piece_at_);
+      meta.set_shm_bytes(piece_bytes_);
+      return tasks_.Run([this, meta = std::move(meta), bytes = piece_bytes_] {
+        if (!Send(FrameType::kGatherPiece, meta).ok()) return false;
+        gathered_ += bytes;
+        return true;
+      });
+    }
     return tasks_.Run(
         [this, meta = std::move(meta), piece = std::move(piece_), bytes = piece_bytes_]() mutable {
           if (!Send(FrameType::kGatherPiece, meta, piece.data(), bytes).ok())
@@ -213,9 +241,31 @@ class Session final : public Job::GatherSink {
     Job::PushClaim claim;
   };
 
+  // Where a frame's payload is in the segment: null on a TCP connection.
+  // Errors: INVALID_ARGUMENT (a bad frame: shm fields on TCP, a payload on
+  // the socket of a same-host connection, or a range outside the segment).
+  absl::StatusOr<const uint8_t*> ShmPayload(const FrameStart& f) const {
+    if (shm_ == nullptr) {
+      if (f.meta.shm_offset() == 0 && f.meta.shm_bytes() == 0) return nullptr;
+      return absl::InvalidArgumentError(
+          "data plane frame: shm_offset / shm_bytes on a TCP connection");
+    }
+    if (f.header.payload_len != 0) {
+      return absl::InvalidArgumentError(
+          "data plane frame: a payload on the socket of a same-host (shm) connection");
+    }
+    absl::StatusOr<uint8_t*> at = shm_->At(f.meta.shm_offset(), f.meta.shm_bytes());
+    if (!at.ok())
+      return absl::InvalidArgumentError(absl::StrCat("data plane frame: ", at.status().message()));
+    return *at;
+  }
+
   absl::Status ServePush(const FrameStart& f) {
     const absl::Time start = absl::Now();
-    const size_t bytes = f.header.payload_len;
+    absl::StatusOr<const uint8_t*> in_shm = ShmPayload(f);
+    if (!in_shm.ok()) return in_shm.status();
+    const uint8_t* shm_payload = *in_shm;
+    const size_t bytes = shm_ != nullptr ? f.meta.shm_bytes() : f.header.payload_len;
     const ChunkFields fields = FrameChunkView(f.meta.chunk(), nullptr, 0).fields;
     PushTarget target{ctx_.jobs->Authorize(fields.job_id, f.meta.token()), {}};
     if (!target.job.ok()) return RefusePush(f, target.job.status(), start);
@@ -235,26 +285,33 @@ class Session final : public Job::GatherSink {
       if (fields.node != 0) {
         (*target.job)->AwaitStagingRoom(fields, bytes, DeadlineOf(f.meta));
       }
-      payload = ctx_.buffers->Borrow(bytes, /*wait=*/true);
+      // A payload in the segment is folded from there: no buffer.
+      if (shm_payload == nullptr) payload = ctx_.buffers->Borrow(bytes, /*wait=*/true);
     }
-    void* into = target.claim.data() != nullptr ? target.claim.data() : payload.data();
-    stream_.SetRecvDeadline(absl::Now() + ctx_.frame_timeout);  // the waits above do not count
-    absl::Status read = RecvExact(stream_, into, bytes);
-    if (absl::IsDataLoss(read)) {
-      return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
+    if (shm_payload != nullptr) {
+      if (target.claim.data() != nullptr) std::memcpy(target.claim.data(), shm_payload, bytes);
+    } else {
+      void* into = target.claim.data() != nullptr ? target.claim.data() : payload.data();
+      stream_.SetRecvDeadline(absl::Now() + ctx_.frame_timeout);  // the waits above do not count
+      absl::Status read = RecvExact(stream_, into, bytes);
+      if (absl::IsDataLoss(read)) {
+        return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
+      }
+      if (!read.ok()) return read;  // the claim, if any, is given back
     }
-    if (!read.ok()) return read;  // the claim, if any, is given back
+    const uint8_t* source = shm_payload != nullptr ? shm_payload : payload.data();
     // Applied and acknowledged on tasks_ while the next frame is read.
     const bool handed = tasks_.Run([this, start, meta = f.meta, payload = std::move(payload),
-                                    target = std::move(target), bytes]() mutable {
+                                    target = std::move(target), source, bytes]() mutable {
       bool duplicate = false;
       absl::Status s = target.claim.data() != nullptr
                            ? target.claim.Commit().status()
-                           : Push(target.job, meta, payload.data(), bytes, &duplicate);
+                           : Push(target.job, meta, source, bytes, &duplicate);
       payload = DataBufferPool::Lease();  // given back
       target.claim = Job::PushClaim();  // before the job it points into
       target.job = nullptr;
-      ctx_.metrics->RecordRpc(kPushMethod, s, absl::ToDoubleSeconds(absl::Now() - start), bytes, 0);
+      ctx_.metrics->RecordRpc(push_method_, s, absl::ToDoubleSeconds(absl::Now() - start), bytes,
+                              0);
       v1::DataFrameMeta ack = Reply(ctx_.incarnation, s);
       ack.set_duplicate(duplicate);
       return Send(FrameType::kPushAck, ack).ok();
@@ -277,7 +334,7 @@ class Session final : public Job::GatherSink {
       left -= n;
     }
     const bool handed = tasks_.Run([this, refused, start] {
-      ctx_.metrics->RecordRpc(kPushMethod, refused, absl::ToDoubleSeconds(absl::Now() - start), 0,
+      ctx_.metrics->RecordRpc(push_method_, refused, absl::ToDoubleSeconds(absl::Now() - start), 0,
                               0);
       return Send(FrameType::kPushAck, Reply(ctx_.incarnation, refused)).ok();
     });
@@ -304,7 +361,7 @@ class Session final : public Job::GatherSink {
     gathered_ = 0;
     absl::Status s = Gather(f.meta);
     if (!tasks_.Drain() && s.ok()) s = absl::CancelledError("client went away");
-    ctx_.metrics->RecordRpc(kGatherMethod, s, absl::ToDoubleSeconds(absl::Now() - start), 0,
+    ctx_.metrics->RecordRpc(gather_method_, s, absl::ToDoubleSeconds(absl::Now() - start), 0,
                             gathered_);
     if (absl::IsCancelled(s)) return absl::UnavailableError("client went away");
     v1::DataFrameMeta end = Reply(ctx_.incarnation, s);
@@ -319,12 +376,43 @@ class Session final : public Job::GatherSink {
     authorized_ = true;
     auto range = (*job)->CheckGather(req);
     if (!range.ok()) return range.status();
+    if (shm_ != nullptr) {
+      if (absl::Status s = UseRegion(meta, range->size() * DTypeSize(req.dtype())); !s.ok()) {
+        return s;
+      }
+    }
     return (*job)->Gather(*range, req.min_version(), req.dtype(), ctx_.gather_piece_elems,
                           DeadlineOf(meta), *this);
   }
 
+  // Takes the GATHER's region of the segment for its `bytes` of pieces.
+  // Errors: INVALID_ARGUMENT naming what does not fit.
+  absl::Status UseRegion(const v1::DataFrameMeta& meta, uint64_t bytes) {
+    absl::StatusOr<uint8_t*> at = shm_->At(meta.shm_offset(), meta.shm_bytes());
+    if (!at.ok())
+      return absl::InvalidArgumentError(absl::StrCat("GATHER region: ", at.status().message()));
+    if (meta.shm_bytes() < bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("GATHER region of ", meta.shm_bytes(),
+                                                     " bytes cannot hold the range's ", bytes));
+    }
+    region_offset_ = meta.shm_offset();
+    region_bytes_ = meta.shm_bytes();
+    region_used_ = 0;
+    region_overflow_ = false;
+    return absl::OkStatus();
+  }
+
   const DataSessionContext& ctx_;
   DataStream& stream_;
+  const ShmSegment* const shm_;    // the same-host plane's segment, or null
+  const char* const push_method_;  // for the metrics
+  const char* const gather_method_;
+  // The current GATHER's region of shm_ (gathering thread only).
+  uint64_t region_offset_ = 0;
+  uint64_t region_bytes_ = 0;
+  uint64_t region_used_ = 0;
+  bool region_overflow_ = false;
+  uint64_t piece_at_ = 0;  // where the piece being filled starts in shm_
   const absl::Time opened_;
   bool authorized_ = false;  // a frame of this connection was authorized (session thread only)
   DataBufferPool::Lease piece_;  // the gather piece being filled
@@ -335,8 +423,8 @@ class Session final : public Job::GatherSink {
 
 }  // namespace
 
-void ServeDataConnection(const DataSessionContext& ctx, DataStream& stream) {
-  Session(ctx, stream).Run();
+void ServeDataConnection(const DataSessionContext& ctx, DataStream& stream, const ShmSegment* shm) {
+  Session(ctx, stream, shm).Run();
 }
 
 }  // namespace zerostate::server

@@ -19,12 +19,20 @@
 // trickles gives its buffer back when the connection is closed; a
 // connection that has not yet sent an authorized frame is closed after
 // that long idle.
+//
+// On the same-host plane (server/shm_session.h) the session is the same but
+// for where payloads are: with a segment, a PUSH's payload is read (and
+// folded) straight from the segment and a gather's pieces are written into
+// the region its GATHER names, each GATHER_PIECE saying where; a frame
+// whose payload lies outside the segment, or a TCP-style payload on such a
+// connection (or shm fields on a TCP one), is a bad frame.
 #pragma once
 
 #include <cstdint>
 
 #include "absl/time/time.h"
 #include "common/frame_io.h"
+#include "common/shm_segment.h"
 #include "server/data_buffers.h"
 #include "server/job_registry.h"
 #include "server/metrics.h"
@@ -45,7 +53,9 @@ struct DataSessionContext {
 
 // Serves `stream` until the peer closes it, a frame is malformed, a
 // timeout above passes or the connection breaks. Does not close its
-// socket.
-void ServeDataConnection(const DataSessionContext& ctx, DataStream& stream);
+// socket. Payloads travel in `shm` (the connection's segment, which must
+// outlive the call) unless null.
+void ServeDataConnection(const DataSessionContext& ctx, DataStream& stream,
+                         const ShmSegment* shm = nullptr);
 
 }  // namespace zerostate::server

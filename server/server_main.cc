@@ -38,6 +38,9 @@ ABSL_FLAG(std::string, data_listen, "",
           "TCP data plane address host:port for push and gather (port 0: any free port; "
           "empty: the host of --listen, any free port; off: none). Under TLS it speaks TLS 1.3 "
           "with --tls_cert/--tls_key/--tls_client_ca");
+ABSL_FLAG(bool, data_shm, true,
+          "serve clients on this host through shared memory (a memfd segment per connection, "
+          "over an abstract unix socket named after the data port) instead of loopback TCP");
 ABSL_FLAG(uint64_t, data_buffer_bytes, 64ull << 20,
           "RAM the data plane's frame buffers hold at most, all connections together");
 // Why 1024: each data plane connection costs two threads (about 16 MiB of
@@ -103,6 +106,7 @@ int main(int argc, char** argv) {
   options.quotas.job_disk_bytes = absl::GetFlag(FLAGS_job_disk_quota_bytes);
   options.data_listen = absl::GetFlag(FLAGS_data_listen);
   options.data_buffer_bytes = absl::GetFlag(FLAGS_data_buffer_bytes);
+  options.data_shm = absl::GetFlag(FLAGS_data_shm);
   options.max_data_connections = absl::GetFlag(FLAGS_max_data_connections);
   options.data_ktls = absl::GetFlag(FLAGS_data_ktls);
   options.data_frame_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_frame_timeout_seconds));
@@ -118,7 +122,9 @@ int main(int argc, char** argv) {
   }
   if (!(*server)->data_address().empty()) {
     std::cout << "zerostate-server data plane on " << (*server)->data_address() << " ("
-              << (*server)->data_security() << ")" << std::endl;
+              << (*server)->data_security() << ")"
+              << ((*server)->data_shm() ? ", same-host clients through shared memory" : "")
+              << std::endl;
   } else {
     std::cerr << "zerostate-server: data plane off (--data_listen=off); push and gather use gRPC"
               << std::endl;

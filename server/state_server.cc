@@ -116,7 +116,8 @@ absl::Status StateServer::StartDataPlane(const ServerOptions& opt, const DataSes
   }
   std::string listen =
       opt.data_listen.empty() ? absl::StrCat(HostOf(opt.listen), ":0") : opt.data_listen;
-  auto started = DataPlane::Start(listen, ctx, opt.max_data_connections, data_tls_.get());
+  auto started =
+      DataPlane::Start(listen, ctx, opt.max_data_connections, data_tls_.get(), opt.data_shm);
   if (!started.ok()) return started.status();
   data_plane_ = *std::move(started);
   data_address_ = absl::StrCat(HostOf(listen), ":", data_plane_->port());

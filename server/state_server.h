@@ -49,6 +49,9 @@ struct ServerOptions {
   // Under TLS, hand the data plane's records to the kernel (kTLS) where it
   // offers it (--data_ktls); false: OpenSSL does them in userspace.
   bool data_ktls = true;
+  // Serve clients on this host through shared memory (--data_shm;
+  // common/shm_segment.h, server/shm_session.h).
+  bool data_shm = true;
   // RAM the data plane's frame buffers may hold, all connections together
   // (--data_buffer_bytes): pushes wait for room beyond it.
   uint64_t data_buffer_bytes = 64ull << 20;
@@ -77,6 +80,8 @@ class StateServer {
   // The data plane's transport, for the log at start: "plaintext", or TLS
   // with its suites and whether records go to the kernel; "" when off.
   const std::string& data_security() const { return data_security_; }
+  // Whether clients on this host reach the data plane through shared memory.
+  bool data_shm() const { return data_plane_ != nullptr && data_plane_->shm(); }
   uint64_t incarnation() const { return incarnation_; }
 
   // Stops: waiting calls fail with UNAVAILABLE at once, other in-flight

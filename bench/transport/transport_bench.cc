@@ -6,7 +6,8 @@
 // as many connections as the client opens to S servers (S x --channels
 // gRPC channels; S x --streams data plane connections), then (b) for S in
 // --servers (default 1,2,4), each plane in --planes (grpc: push and gather
-// over gRPC; tcp: over the servers' TCP data plane) and wire dtypes fp32
+// over gRPC; tcp: over the servers' TCP data plane; shm: the same-host
+// plane, payloads in shared memory) and wire dtypes fp32
 // and bf16, a push of one step's gradient and a gather of the stepped
 // weights of a --tensor_mib tensor (one node, data already in the wire
 // dtype, as a GPU trainer holds it). A figure is the best of --reps. It
@@ -19,6 +20,9 @@
 // to that too ("tensor ratio"). --json prints one object per figure:
 // {"figure":..., "value":..., "unit":..., "limit":..., "ratio":...,
 //  "tensor_limit":..., "tensor_ratio":...} (the last two where measured).
+// With both tcp and shm measured, "push.<dtype>.servers=S.shm_vs_tcp" (and
+// gather) is the shm figure with the TCP plane's as its limit: its ratio is
+// shm / TCP in the same run.
 // --tls_dir=DIR also measures every figure with the servers under TLS
 // (DIR/server.pem, DIR/server.key for 127.0.0.1, DIR/ca.pem its CA; with
 // DIR/client.pem and DIR/client.key, mutual TLS: the servers require a
@@ -65,7 +69,8 @@ ABSL_FLAG(int, window_mib, 0, "grpc.http2.lookahead_bytes in MiB (0: the library
 ABSL_FLAG(std::vector<std::string>, channel_args, {},
           "extra integer channel arguments NAME=VALUE, comma-separated, applied last");
 ABSL_FLAG(int, server_threads, 2, "zerostate-server --threads");
-ABSL_FLAG(std::string, planes, "grpc,tcp", "data paths to measure: grpc, tcp (the TCP data plane)");
+ABSL_FLAG(std::string, planes, "grpc,tcp,shm",
+          "data paths to measure: grpc, tcp (the TCP data plane), shm (the same-host plane)");
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 ABSL_FLAG(std::string, server_binary, ZEROSTATE_SERVER_PATH, "the zerostate-server to start");
 ABSL_FLAG(std::string, tls_dir, "",
@@ -206,7 +211,8 @@ int StreamsPerServer(int servers) {
 
 // Connections the client opens to each of `servers` servers on `plane`.
 int ConnectionsPerServer(const std::string& plane, int servers) {
-  return plane == "tcp" ? StreamsPerServer(servers) : absl::GetFlag(FLAGS_channels);
+  return plane == "tcp" || plane == "shm" ? StreamsPerServer(servers)
+                                          : absl::GetFlag(FLAGS_channels);
 }
 
 std::vector<std::string> Planes() {
@@ -235,7 +241,8 @@ client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers
                                          const std::string& plane, const Security& security) {
   client::ClientOptions o;
   o.servers = servers;
-  o.data_plane = plane == "tcp";
+  o.data_plane = plane == "tcp" || plane == "shm";
+  o.data_shm = plane == "shm";
   const std::string tls = absl::GetFlag(FLAGS_tls_dir);
   o.plaintext = !security.tls;
   o.data_ktls = security.ktls;
@@ -319,6 +326,7 @@ absl::Status MeasureServers(int servers, const RawTcp& tcp, const Security& secu
   if (!cluster.ok()) return cluster.status();
   std::vector<pid_t> pids;
   for (int i = 0; i < servers; ++i) pids.push_back((*cluster)->server(i).pid());
+  std::map<std::string, double> tcp_plane;  // "push.fp32" -> the TCP plane's GB/s
   for (const std::string& plane : Planes()) {
     auto c = client::Client::Connect(BenchClientOptions((*cluster)->addresses(), plane, security));
     if (!c.ok()) return c.status();
@@ -334,11 +342,24 @@ absl::Status MeasureServers(int servers, const RawTcp& tcp, const Security& secu
         Versus versus;
         if (security.tls) {
           versus.plain_bytes_per_s = (*plain)[name];
-          versus.records = plane == "tcp" ? RecordsFromLog(log) : "gRPC";
+          versus.records = plane == "tcp"   ? RecordsFromLog(log)
+                           : plane == "shm" ? "none: shared memory on this host"
+                                            : "gRPC";
         } else {
           (*plain)[name] = figure->bytes_per_s;
         }
         Print(name + security.suffix, *figure, limit, tensor_limit, versus);
+      }
+      const std::string d = std::string(".") + DTypeName(dtype);
+      if (plane == "tcp") {
+        tcp_plane["push" + d] = push.bytes_per_s;
+        tcp_plane["gather" + d] = gather.bytes_per_s;
+      }
+      if (plane == "shm" && tcp_plane.count("push" + d) != 0) {
+        const std::string vs =
+            d + ".servers=" + std::to_string(servers) + ".shm_vs_tcp" + security.suffix;
+        Print("push" + vs, push, tcp_plane["push" + d]);
+        Print("gather" + vs, gather, tcp_plane["gather" + d]);
       }
     }
   }

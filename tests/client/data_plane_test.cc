@@ -31,6 +31,7 @@ class DataPlaneTest : public ::testing::TestWithParam<bool> {
     ServerProcessOptions o = TestServerOptions();
     o.args.push_back("--metrics_listen=127.0.0.1:0");
     client::ClientOptions options = TestClientOptions({});
+    options.data_shm = false;  // the TCP plane (shm_plane_test.cc: the same-host one)
     if (GetParam()) {
       ASSERT_TRUE(SharedCertificates().ok()) << SharedCertificates().Log();
       UseMutualTls(o);
