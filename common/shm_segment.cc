@@ -39,6 +39,16 @@ sockaddr_un ShmAddress(int data_port, socklen_t* len) {
 
 std::string ShmSocketName(int data_port) { return absl::StrCat("zerostate-data-", data_port); }
 
+absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Map(int fd, size_t bytes) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    absl::Status s = Errno("shm segment: mmap");
+    close(fd);
+    return s;
+  }
+  return std::unique_ptr<ShmSegment>(new ShmSegment(fd, static_cast<uint8_t*>(p), bytes));
+}
+
 absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(size_t bytes) {
   if (bytes == 0) return absl::InvalidArgumentError("shm segment: size 0");
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
@@ -50,13 +60,7 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(size_t bytes) {
     close(fd);
     return s;
   }
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    absl::Status s = Errno("shm segment: mmap");
-    close(fd);
-    return s;
-  }
-  return std::unique_ptr<ShmSegment>(new ShmSegment(fd, static_cast<uint8_t*>(p), bytes));
+  return Map(fd, bytes);
 }
 
 absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Attach(int fd) {
@@ -68,13 +72,7 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Attach(int fd) {
         "shm segment: not a memfd sealed against shrinking and growing, or empty");
   }
   const size_t bytes = static_cast<size_t>(st.st_size);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    absl::Status s = Errno("shm segment: mmap");
-    close(fd);
-    return s;
-  }
-  return std::unique_ptr<ShmSegment>(new ShmSegment(fd, static_cast<uint8_t*>(p), bytes));
+  return Map(fd, bytes);
 }
 
 ShmSegment::~ShmSegment() {

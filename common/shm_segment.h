@@ -55,6 +55,8 @@ class ShmSegment {
 
  private:
   ShmSegment(int fd, uint8_t* data, size_t size) : fd_(fd), data_(data), size_(size) {}
+  // Maps `bytes` of `fd` (owned; closed on error). Errors: UNAVAILABLE.
+  static absl::StatusOr<std::unique_ptr<ShmSegment>> Map(int fd, size_t bytes);
   const int fd_;
   uint8_t* const data_;
   const size_t size_;

@@ -132,6 +132,14 @@ class ShmPlaneTest : public ::testing::Test {
     return f.ok() && f->has_value() ? **f : FrameStart{};
   }
 
+  // `job` takes a push, a step and a gather, all served by the TCP plane.
+  void ExpectServedByTcp(client::JobClient& job) {
+    ExpectJobUntouched(job);
+    EXPECT_GT(Calls(server_->metrics_address(), "DataPush"), 0);
+    EXPECT_EQ(Calls(server_->metrics_address(), "ShmPush"), -1);
+    EXPECT_EQ(Calls(server_->metrics_address(), "ShmGather"), -1);
+  }
+
   std::unique_ptr<ServerProcess> server_;
   int port_ = 0;
   std::vector<std::unique_ptr<client::Client>> clients_;
@@ -277,9 +285,7 @@ TEST_F(ShmPlaneTest, ServerFlagTurnsItOff) {
   EXPECT_FALSE(pool.tries_same_host());
   std::unique_ptr<client::JobClient> job = Job("flag");
   ASSERT_NE(job, nullptr);
-  ExpectJobUntouched(*job);
-  EXPECT_GT(Calls(server_->metrics_address(), "DataPush"), 0);
-  EXPECT_EQ(Calls(server_->metrics_address(), "ShmPush"), -1);
+  ExpectServedByTcp(*job);
 }
 
 TEST_F(ShmPlaneTest, ClientOptionTurnsItOff) {
@@ -287,9 +293,7 @@ TEST_F(ShmPlaneTest, ClientOptionTurnsItOff) {
   std::unique_ptr<client::JobClient> job =
       Job("option", [](client::ClientOptions& o) { o.data_shm = false; });
   ASSERT_NE(job, nullptr);
-  ExpectJobUntouched(*job);
-  EXPECT_GT(Calls(server_->metrics_address(), "DataPush"), 0);
-  EXPECT_EQ(Calls(server_->metrics_address(), "ShmPush"), -1);
+  ExpectServedByTcp(*job);
 }
 
 // The server that answers on the unix socket is not the one registered
