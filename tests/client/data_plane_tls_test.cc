@@ -53,6 +53,7 @@ class DataPlaneTlsTest : public ::testing::Test {
     client::ClientOptions options = TestClientOptions({server_->address()});
     if (tls) UseMutualTls(options);
     options.data_ktls = ktls;
+    options.data_shm = false;  // TLS on TCP (this host would use shared memory)
     auto c = client::Client::Connect(options);
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = *std::move(c);
