@@ -9,9 +9,10 @@
 //
 // Every call has a deadline (ClientOptions::rpc_timeout). UNAVAILABLE and
 // DEADLINE_EXCEEDED are retried with exponential backoff up to
-// ClientOptions::max_attempts; this is safe because pushes and steps are
-// idempotent on the server. A server that stays down yields UNAVAILABLE
-// naming its address.
+// ClientOptions::max_attempts, UNAVAILABLE for at least
+// ClientOptions::unavailable_wait; this is safe because pushes and steps
+// are idempotent on the server. A server that stays down yields
+// UNAVAILABLE naming its address.
 //
 // Thread safety: Client and JobClient are thread-safe; any number of calls
 // may run at once. Buffers passed to an async call must stay valid until
@@ -55,6 +56,13 @@ struct ClientOptions {
   std::chrono::milliseconds rpc_timeout{60000};
   // Attempts per RPC for UNAVAILABLE / DEADLINE_EXCEEDED (1 = no retry).
   int max_attempts = 5;
+  // How long a server may stay unreachable: UNAVAILABLE (connection
+  // refused or reset, no server) is retried past max_attempts, at least
+  // every max_backoff, until this long after the call began; other codes
+  // keep to max_attempts. 0: max_attempts bounds UNAVAILABLE too. A
+  // trainer that must outlive a restarted server sets it to how long a
+  // restart may take (zerostate-worker: --server_wait_seconds).
+  std::chrono::milliseconds unavailable_wait{0};
   std::chrono::milliseconds initial_backoff{50};
   std::chrono::milliseconds max_backoff{2000};
   // Optional: where the library registers its metrics (bytes, latency, retries).
@@ -227,7 +235,11 @@ class JobClient {
   // Streams initial fp32 weights (jobs registered with streamed_init).
   absl::Status InitWeights(Range elems, const float* data);
 
-  // The lowest version over all servers' shards.
+  // The lowest version over all servers' shards. Errors: ABORTED naming a
+  // server that restarted or no longer holds the job; FAILED_PRECONDITION
+  // naming each server's version when the shards are more than one step
+  // apart (a lost shard registered again), saying what to do. RegisterJob
+  // and AttachJob refuse such a job the same way.
   absl::StatusOr<uint64_t> Version();
 
   // Makes every server write its shard at `version` under `root` (an

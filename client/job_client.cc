@@ -169,17 +169,17 @@ absl::StatusOr<uint64_t> JobClient::Impl::Version() {
     absl::Status st =
         client_->Unary(Method::kJobStatus, shard, &v1::StateService::Stub::JobStatus, req, &resp);
     versions[shard] = resp.min_version();
+    if (absl::IsNotFound(st) || absl::IsUnauthenticated(st)) {
+      // This handle attached with this token: the server no longer has the
+      // job (it restarted, or the job was deleted there).
+      return absl::AbortedError(absl::StrCat(
+          "server ", client_->server(shard).address(), " no longer holds job ", spec_.job_id(),
+          " (it restarted and lost its shard, or the job was deleted there)"));
+    }
     return st.ok() ? CheckIncarnation(job_, shard, resp.incarnation()) : st;
   });
   if (!s.ok()) return s;
-  // A server that holds no block of the job has no version to report.
-  uint64_t version = std::numeric_limits<uint64_t>::max();
-  for (int shard = 0; shard < client_->num_servers(); ++shard) {
-    if (!ShardBlocks(layout_.num_blocks(), client_->num_servers(), shard).empty()) {
-      version = std::min(version, versions[shard]);
-    }
-  }
-  return version;
+  return AgreedVersion(*client_, layout_, spec_.job_id(), versions);
 }
 
 absl::StatusOr<std::string> JobClient::Impl::TrainerState(uint64_t version) {

@@ -15,6 +15,16 @@
 
 namespace zerostate::client {
 
+// The job's version from each server's lowest block version (`versions`,
+// shard order; servers that hold no block are left out): the lowest.
+// Errors: FAILED_PRECONDITION naming every server's version, and what to
+// do, when they are more than one step apart (one step: a step in flight)
+// -- e.g. a restarted server's shard registered again at version 0 next
+// to shards that trained on (client/job_setup.cc).
+absl::StatusOr<uint64_t> AgreedVersion(Client::Impl& client, const Layout& layout,
+                                       const std::string& job_id,
+                                       const std::vector<uint64_t>& versions);
+
 class JobClient::Impl {
  public:
   // Registers a normalized spec on every server (client/job_setup.cc).

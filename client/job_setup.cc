@@ -1,7 +1,11 @@
 // JobClient::Impl::Register and Attach: bring a job up on every server (or
 // find it there), check that each server's shard matches the client's shard
 // map, and record each server's incarnation.
+#include <algorithm>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/job_client_impl.h"
 
 namespace zerostate::client {
@@ -23,6 +27,30 @@ absl::Status CheckShard(Client::Impl& client, const Layout& layout, int shard,
       ") of ", layout.num_blocks(), " (", layout.total_elems,
       " elements): is the server list the same, in the same order?"));
 }
+
+}  // namespace
+
+absl::StatusOr<uint64_t> AgreedVersion(Client::Impl& client, const Layout& layout,
+                                       const std::string& job_id,
+                                       const std::vector<uint64_t>& versions) {
+  uint64_t lowest = std::numeric_limits<uint64_t>::max(), highest = 0;
+  std::vector<std::string> each;
+  for (int shard = 0; shard < client.num_servers(); ++shard) {
+    if (ShardBlocks(layout.num_blocks(), client.num_servers(), shard).empty()) continue;
+    lowest = std::min(lowest, versions[shard]);
+    highest = std::max(highest, versions[shard]);
+    each.push_back(absl::StrCat("server ", client.server(shard).address(), " at version ",
+                                versions[shard]));
+  }
+  if (each.empty() || highest - lowest <= 1) return lowest;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "job ", job_id, ": its shards disagree (", absl::StrJoin(each, ", "),
+      "): a server lost its shard and the job was registered again there; nothing can train "
+      "on it: restore one checkpoint of the job on every server (RestoreJob, version ", highest,
+      " or the newest before it), or delete the job (DeleteJob) and start again"));
+}
+
+namespace {
 
 absl::StatusOr<v1::JobStatusResponse> JobStatus(Client::Impl& client, int shard,
                                                 const std::string& job_id) {
@@ -59,6 +87,7 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Register(
   const Layout layout = LayoutOf(spec);
   std::vector<uint64_t> incarnations(client->num_servers());
   std::vector<uint32_t> data_ports(client->num_servers());
+  std::vector<uint64_t> versions(client->num_servers());
   absl::Status s = ForEachServerWithToken(*client, [&](int shard) {
     v1::RegisterJobRequest req;
     *req.mutable_spec() = spec;
@@ -71,9 +100,11 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Register(
     if (!resp.token().empty()) client->job_token().Adopt(resp.token());
     incarnations[shard] = resp.incarnation();
     data_ports[shard] = resp.data_port();
+    versions[shard] = resp.info().version();
     return CheckShard(*client, layout, shard, resp.info());
   });
   if (!s.ok()) return s;
+  if (auto v = AgreedVersion(*client, layout, spec.job_id(), versions); !v.ok()) return v.status();
   return MakeJobClient(std::move(client), spec, std::move(incarnations), data_ports);
 }
 
@@ -109,15 +140,18 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Attach(
   const Layout layout = LayoutOf(*spec);
   std::vector<uint64_t> incarnations(client->num_servers());
   std::vector<uint32_t> data_ports(client->num_servers());
+  std::vector<uint64_t> versions(client->num_servers());
   absl::Status s = client->ForEachServer([&](int shard) {
     absl::StatusOr<v1::JobStatusResponse> st =
         shard == 0 ? first : JobStatus(*client, shard, job_id);
     if (!st.ok()) return st.status();
     incarnations[shard] = st->incarnation();
     data_ports[shard] = st->data_port();
+    versions[shard] = st->min_version();
     return CheckShard(*client, layout, shard, st->info());
   });
   if (!s.ok()) return s;
+  if (auto v = AgreedVersion(*client, layout, job_id, versions); !v.ok()) return v.status();
   return MakeJobClient(std::move(client), *std::move(spec), std::move(incarnations), data_ports);
 }
 

@@ -43,7 +43,11 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
     if (!token.empty()) ctx.AddMetadata(kJobTokenMetadata, token);
     status = attempt(ctx);
     ++attempts;
-    if (status.ok() || !IsRetryable(status) || attempts >= options_.max_attempts) break;
+    if (status.ok() || !IsRetryable(status)) break;
+    const bool server_may_return =
+        absl::IsUnavailable(status) &&
+        absl::Now() - start < absl::FromChrono(options_.unavailable_wait);
+    if (attempts >= options_.max_attempts && !server_may_return) break;
     metrics_->AddRetry(method);
     if (shutdown_->WaitForNotificationWithTimeout(Backoff(attempts - 1))) {
       status = absl::CancelledError(absl::StrCat("client shut down; last error: ",

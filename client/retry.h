@@ -1,7 +1,8 @@
 // Deadlines and retries for every RPC the client makes: each attempt gets a
 // fresh context with deadline now + rpc_timeout; UNAVAILABLE and
 // DEADLINE_EXCEEDED are retried with exponential backoff and jitter up to
-// max_attempts (safe: every RPC of the service is idempotent). The final
+// max_attempts, UNAVAILABLE also until unavailable_wait after the call
+// began (a server restarting; safe: every RPC of the service is idempotent). The final
 // error keeps the gRPC code and names the method and the server.
 // Thread-safe.
 #pragma once
@@ -60,7 +61,8 @@ class Retrier {
           const absl::Notification* shutdown, const JobToken* token);
 
   // Runs `attempt` (one RPC on `ctx`) until it returns OK, a code that is
-  // not retryable, or max_attempts are spent. Records the call's latency
+  // not retryable, or max_attempts are spent (for UNAVAILABLE: and
+  // unavailable_wait has passed since the first attempt). Records the call's latency
   // and its retries. Errors: the last attempt's code, message prefixed with
   // "<Method> to <address>: " and the attempt count when it was retried.
   absl::Status Run(Method method, const ServerConn& server,

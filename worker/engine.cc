@@ -17,6 +17,16 @@ double Since(Clock::time_point t0) {
 
 }  // namespace
 
+const char* PhaseName(Phase phase) {
+  switch (phase) {
+    case Phase::kPush: return "push";
+    case Phase::kStep: return "step";
+    case Phase::kGather: return "gather";
+    case Phase::kCheckpoint: return "checkpoint";
+  }
+  return "?";
+}
+
 Engine::Engine(client::JobClient* job, Backend* backend, const v1::TrainConfig& train,
                Topology topo, std::vector<uint64_t> ready_points)
     : job_(job),
@@ -45,6 +55,10 @@ absl::Status Engine::EnsureStaging() {
 }
 
 void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
+  if (!pushing_) {
+    pushing_ = true;
+    if (hook_) hook_(Phase::kPush, step);
+  }
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].elems.begin >= ready_begin) {
     const Bucket& b = buckets_[next_bucket_++];
     if (!push_error_.ok()) continue;  // keep the collective going; report later
@@ -138,6 +152,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   report.step = step;
   report.lr = LearningRate(train_.lr(), step);
   report.loss_scale = scaler_.scale();
+  pushing_ = false;
   next_bucket_ = 0;
   push_tickets_.clear();
   push_error_ = absl::OkStatus();
@@ -160,6 +175,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   report.times.push = Since(t0);
 
   t0 = Clock::now();
+  if (hook_) hook_(Phase::kStep, step);
   StepDecision decision;
   if (topo_.rank() == 0 && status.ok()) {
     auto stats = job_->GradStats(step);
@@ -187,6 +203,11 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
     std::string state = fp16 ? EncodeTrainerState({next.state(), decision.skip}) : "";
     status = job_->Step(step, report.lr, decision.grad_scale, decision.skip, state);
   }
+  // The gathers are out and, on the coordinator, the Step is done.
+  if (hook_) hook_(Phase::kGather, step);
+  // No Step brings step+1 now: the coordinator makes the waits on it end
+  // (its own gathers' too) before it waits in the node's collectives.
+  if (!status.ok() && topo_.rank() == 0 && failure_hook_) failure_hook_(status);
   report.times.step = Since(t0);
   absl::Status gathered = FinishGather(gather, &report.times);  // all-gathers even after an error
   if (status.ok()) status = gathered;

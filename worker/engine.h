@@ -76,6 +76,17 @@ struct StepReport {
   PhaseTimes times;
 };
 
+// Points of a step where a test can stop global rank 0 (--test_pause), so
+// that a fault lands in that phase: before its first push, before the
+// coordinator's GradStats and Step, after the Step while the gathers of
+// the new version are out, and (worker/trainer.h) before the checkpoint of
+// a version.
+enum class Phase { kPush, kStep, kGather, kCheckpoint };
+const char* PhaseName(Phase phase);  // "push", "step", "gather", "checkpoint"
+// Called on the rank's thread at `phase` of step `step` (for kCheckpoint:
+// of version `step`); may block.
+using PhaseHook = std::function<void(Phase phase, uint64_t step)>;
+
 // Runs micro-batch `micro` of the current step: forward and backward on the
 // backend with `loss_scale`, passing `ready` on; returns the loss.
 using MicroBatchFn =
@@ -100,6 +111,18 @@ class Engine {
 
   // Continues on `job` (not owned; a new handle after a restore).
   void SetJob(client::JobClient* job);
+
+  // Calls `hook` at each phase of every step from now on (empty: none).
+  void SetPhaseHook(PhaseHook hook) { hook_ = std::move(hook); }
+
+  // Coordinator: calls `hook` with the error when a step fails on this rank
+  // before or in its Step, i.e. no Step will bring the version the ranks
+  // are waiting for; it must make their waits end (Recovery::Prepare
+  // deletes a job that lost a shard), or the local peers waiting on them
+  // in the node's all-gather would never get here.
+  void SetFailureHook(std::function<void(const absl::Status&)> hook) {
+    failure_hook_ = std::move(hook);
+  }
 
   // fp16: takes the loss scaler's state at `version` from the servers (what
   // the Step that made it carried), so a run that resumes the job goes on
@@ -144,7 +167,11 @@ class Engine {
   HostBuffer push_staging_, gather_staging_;  // from the backend (pinned on a GPU)
   LossScaler scaler_;
 
+  PhaseHook hook_;
+  std::function<void(const absl::Status&)> failure_hook_;
+
   // Per-step state, reset by Step().
+  bool pushing_ = false;  // the push phase began (hook_ called)
   size_t next_bucket_ = 0;
   std::vector<client::Ticket> push_tickets_;
   absl::Status push_error_;

@@ -3,7 +3,9 @@
 #include <string>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 
 namespace zerostate::worker {
 
@@ -21,21 +23,40 @@ v1::JobSpec BuildJobSpec(const v1::TrainConfig& train, const Mlp& model, uint32_
 }
 
 absl::StatusOr<OpenedJob> OpenJob(client::Client* client, const v1::JobSpec& spec,
-                                  const Topology& topo, const std::string& scope) {
+                                  const Topology& topo, const std::string& scope,
+                                  client::Client* meet) {
+  constexpr char kFailed[] = "failed: ";
   OpenedJob opened;
   std::string version;
+  absl::Status registered;
   if (topo.rank() == 0) {
     auto job = client->RegisterJob(spec);
-    if (!job.ok()) return job.status();
-    auto v = (*job)->Version();
-    if (!v.ok()) return v.status();
-    opened.job = *std::move(job);
-    version = absl::StrCat(*v);
+    auto v = job.ok() ? (*job)->Version() : job.status();
+    if (v.ok()) {
+      opened.job = *std::move(job);
+      version = absl::StrCat(*v);
+    } else {
+      // The other ranks wait for the answer: tell them why there is none.
+      registered = v.status();
+      version = absl::StrCat(kFailed, registered.ToString());
+    }
   }
   // Rank 0 answers with the start version once the job exists everywhere.
-  auto values = client->Rendezvous(scope, "registered", topo.rank(), topo.world(), version);
-  if (!values.ok()) return values.status();
-  if (values->empty() || !absl::SimpleAtoi((*values)[0], &opened.start_version)) {
+  auto values = (meet != nullptr ? meet : client)
+                    ->Rendezvous(scope, "registered", topo.rank(), topo.world(), version);
+  if (!registered.ok()) return registered;
+  if (!values.ok()) {
+    return absl::Status(values.status().code(),
+                        absl::StrCat("waiting for rank 0 (node 0, local rank 0) to register job ",
+                                     spec.job_id(), ": ", values.status().message()));
+  }
+  const std::string answer = values->empty() ? "" : (*values)[0];
+  if (absl::StartsWith(answer, kFailed)) {
+    return absl::AbortedError(absl::StrCat("rank 0 (node 0, local rank 0) could not register job ",
+                                           spec.job_id(), ": ",
+                                           absl::StripPrefix(answer, kFailed)));
+  }
+  if (!absl::SimpleAtoi(answer, &opened.start_version)) {
     return absl::InternalError("rendezvous 'registered': rank 0 sent no start version");
   }
   if (topo.rank() != 0) {

@@ -17,6 +17,7 @@
 #include "worker/launch_env.h"
 #include "worker/metrics.h"
 #include "worker/progress.h"
+#include "worker/test_pause.h"
 #include "worker/trainer.h"
 #ifdef ZEROSTATE_WITH_CUDA
 #include "worker/cuda/cuda_backend.h"
@@ -41,6 +42,12 @@ ABSL_FLAG(int64_t, keep_checkpoints, 2,
 ABSL_FLAG(double, peer_timeout_seconds, 600,
           "a rank that waits this long on a peer that does not come names it and exits "
           "non-zero (0: wait forever); keep it above the slowest step and checkpoint");
+ABSL_FLAG(double, server_wait_seconds, 300,
+          "how long a state server may be unreachable (restarting, its pod rescheduled) before "
+          "the run fails; every call and the rollback wait this long for it to come back");
+ABSL_FLAG(std::string, test_pause, "",
+          "testing: PHASE:STEP:FILE stops rank 0 before that phase (push, step, gather, "
+          "checkpoint) of that step until FILE exists, so a fault test lands a kill there");
 ABSL_FLAG(std::string, tls_ca, "", "PEM CA of the state servers' certificates (TLS)");
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for servers that require one (mTLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
@@ -153,6 +160,9 @@ absl::StatusOr<RankResult> RunRank(const ProcessRun& p, uint32_t index) {
     std::fprintf(stderr, "zerostate-worker rank %u: %s\n", rank, message.c_str());
     std::_Exit(1);  // the rank's own thread may be blocked on the dead peer for good
   };
+  auto pause = TestPauseHook(absl::GetFlag(FLAGS_test_pause), rank);
+  if (!pause.ok()) return pause.status();
+  run.on_phase = *std::move(pause);
   run.group = p.thread_group;
   std::unique_ptr<LocalGroup> shm_group;
   if (run.group == nullptr && absl::GetFlag(FLAGS_backend) == "cpu") {
@@ -240,6 +250,16 @@ int Main() {
                         peer_timeout), 2;
   }
   if (peer_timeout > 0) run.peer_timeout = absl::Seconds(peer_timeout);
+  const double server_wait = absl::GetFlag(FLAGS_server_wait_seconds);
+  if (!(server_wait >= 0)) {
+    return std::fprintf(stderr, "zerostate-worker: --server_wait_seconds: %g must be >= 0\n",
+                        server_wait), 2;
+  }
+  run.recovery.server_wait = absl::Seconds(server_wait);
+  if (auto pause = TestPauseHook(absl::GetFlag(FLAGS_test_pause), topo->rank()); !pause.ok()) {
+    return std::fprintf(stderr, "zerostate-worker: %s\n", pause.status().ToString().c_str()), 2;
+  }
+  run.client_options.unavailable_wait = absl::ToChronoMilliseconds(absl::Seconds(server_wait));
   std::unique_ptr<LocalGroup> group;
   if (threads > 0 && absl::GetFlag(FLAGS_backend) == "cpu") {
     group = MakeThreadGroup(threads, FlatElems(*config), run.peer_timeout);

@@ -1,5 +1,6 @@
 #include "worker/peer_watch.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +15,8 @@ std::string RankName(const Topology& topo, uint32_t rank) {
 
 absl::StatusOr<std::unique_ptr<client::Client>> MakeControlClient(client::ClientOptions options,
                                                                   absl::Duration timeout) {
-  options.rpc_timeout = absl::ToChronoMilliseconds(timeout);
+  options.rpc_timeout = std::max(absl::ToChronoMilliseconds(timeout / 3),
+                                 std::chrono::milliseconds(1));
   options.max_attempts = 2;  // a rank that comes a little late still meets its partner
   options.metrics = nullptr;
   options.threads = 4;
@@ -59,9 +61,9 @@ void PeerWatch::Run() {
     uint32_t epoch;
     {
       absl::MutexLock lock(&mu_);
-      // Wakes on stop, or when the current step has lasted `timeout`.
+      // Wakes on stop, or when the current step has lasted a third of `timeout`.
       auto due = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stop_ || (in_step_ && !called_ && absl::Now() - entered_ >= timeout_);
+        return stop_ || (in_step_ && !called_ && absl::Now() - entered_ >= timeout_ / 3);
       };
       while (!due()) {
         mu_.AwaitWithTimeout(absl::Condition(+[](bool* stop) { return *stop; }, &stop_),
@@ -101,8 +103,8 @@ std::string PeerWatch::RollCall(uint64_t step, uint32_t epoch) {
     auto met = control_->Rendezvous(scope_, absl::StrCat("alive/", prefix, me), 1, 2, "");
     if (!met.ok()) return coordinator_gone("answer a roll call", met.status());
     // The coordinator sends the verdict once it has met or given up on
-    // every rank, up to 2 * timeout after this meeting; a retry of the same
-    // key is answered the same.
+    // every rank, up to 2/3 of timeout after this meeting; a retry of the
+    // same key is answered the same.
     absl::StatusOr<std::vector<std::string>> verdict;
     for (int attempt = 0; attempt < 3; ++attempt) {
       verdict = control_->Rendezvous(scope_, absl::StrCat("verdict/", prefix, me), 1, 2, "");

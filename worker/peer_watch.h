@@ -3,22 +3,26 @@
 // A rank waiting on a dead peer in another node never gets an error: its
 // gathers wait for a version the servers cannot reach, the coordinator's
 // GradStats for gradients that never come. So every rank runs a PeerWatch:
-// once the rank has been inside one step for `timeout`, the watch holds a
-// roll call through the rendezvous of the state service, star-shaped so
-// that each missing rank is known without parsing a server's message:
+// once the rank has been inside one step for a third of `timeout`, the
+// watch holds a roll call through the rendezvous of the state service,
+// star-shaped so that each missing rank is known without parsing a
+// server's message:
 //   - the coordinator (rank 0) meets every other rank q on its own key
 //     "alive/<epoch>/<n>/<q>" (world 2; n counts roll calls, the same on
-//     every rank), all at once, waiting up to 2 * timeout;
-//     the ranks that do not come are gone;
+//     every rank), all at once, waiting up to two thirds of `timeout` (two
+//     calls of a third each, so a rank that comes a little late still
+//     meets it); the ranks that do not come are gone, named `timeout`
+//     after their step stalled;
 //   - then it tells every rank that came who is gone ("verdict/..." keys);
 //   - a rank whose coordinator does not come (or sends no verdict) reports
 //     rank 0 gone.
 // If someone is gone, on_gone gets a message naming each gone rank as
 // "rank R (node N, local rank L)"; zerostate-worker prints it and exits
 // non-zero. If everyone came (a slow step, not a dead peer), the watch
-// calls again after another `timeout` of the same step. Keep `timeout`
-// above the slowest step: a rank that computes for longer never stalls
-// and does not come.
+// calls again after another third of `timeout` of the same step. Keep
+// `timeout` above the slowest step. A state server that is away (its
+// calls UNAVAILABLE) is waited for as every call does
+// (ClientOptions::unavailable_wait), not taken for a gone rank.
 //
 // Thread safety: Enter/Leave from the rank's thread; the roll call runs on
 // the watch's own thread.
@@ -78,7 +82,7 @@ class PeerWatch {
 };
 
 // A client to the same servers as `options` for the roll call: each call
-// waits at most `timeout`, once.
+// waits at most a third of `timeout`, and is made at most twice.
 absl::StatusOr<std::unique_ptr<client::Client>> MakeControlClient(client::ClientOptions options,
                                                                   absl::Duration timeout);
 

@@ -1,7 +1,9 @@
 #include "worker/recovery.h"
 
 #include <cstdio>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -11,7 +13,8 @@
 namespace zerostate::worker {
 namespace {
 
-constexpr char kFailed[] = "failed: ";
+constexpr char kFailed[] = "failed: ";  // no rollback; why (the rank's own failure follows)
+constexpr char kLost[] = "lost: ";      // no rollback: a server lost the job; the whole story
 
 // `failure` with why it was not rolled back.
 absl::Status NotRolledBack(const absl::Status& failure, absl::string_view why) {
@@ -116,8 +119,11 @@ std::string Recovery::Decide(client::JobClient* job) {
   // on it (see recovery.h).
   absl::Status deleted = job->Delete();
   if (last_checkpoint_.empty()) {
-    return absl::StrCat(kFailed, *lost, "; there is no checkpoint to roll back to ",
-                        "(--checkpoint_every is ", options_.checkpoint_every, ")");
+    return absl::StrCat(kLost, *lost, "; there is no checkpoint to roll back to (--checkpoint_every=",
+                        options_.checkpoint_every, "), so job ", job->spec().job_id(),
+                        " was deleted on every server: restore it from a checkpoint of yours "
+                        "(RestoreJob) or start the run again, with --checkpoint_every=N to roll "
+                        "back by itself next time");
   }
   if (!deleted.ok() && !ShardLost(deleted)) {  // the restarted server has nothing to delete
     return absl::StrCat(kFailed, *lost, "; deleting the job: ", deleted.ToString());
@@ -125,19 +131,15 @@ std::string Recovery::Decide(client::JobClient* job) {
   return "";
 }
 
-absl::Status Recovery::GiveUp(client::JobClient* job, const absl::Status& failure) {
-  if (topo_.rank() != 0) return failure;
-  auto lost = LostShard(job);
-  if (!lost.ok() || lost->empty()) return failure;
-  (void)job->Delete();  // the job is lost; wake every rank still waiting on it
-  return NotRolledBack(failure, absl::StrCat(*lost, "; there is no checkpoint to roll back to ",
-                                             "(--checkpoint_every is 0); the job was deleted"));
+void Recovery::Prepare(client::JobClient* job) {
+  if (topo_.rank() == 0 && !verdict_.has_value()) verdict_ = Decide(job);
 }
 
 absl::StatusOr<RolledBack> Recovery::RollBack(client::JobClient* job, const absl::Status& failure) {
   ++epoch_;
   const bool coordinator = topo_.rank() == 0;
-  std::string verdict = coordinator ? Decide(job) : "";
+  if (coordinator) Prepare(job);
+  std::string verdict = coordinator ? *std::exchange(verdict_, std::nullopt) : "";
   auto entered = Meet("enter", "");
   if (!entered.ok()) return NotRolledBack(failure, entered.status().ToString());
   std::unique_ptr<client::JobClient> restored;
@@ -156,6 +158,11 @@ absl::StatusOr<RolledBack> Recovery::RollBack(client::JobClient* job, const absl
   if (!go.ok()) return NotRolledBack(failure, go.status().ToString());
   RolledBack back;
   const std::string& answer = go->empty() ? "" : (*go)[0];
+  if (absl::StartsWith(answer, kLost)) {
+    // The coordinator's account is the story; this rank's own error (say,
+    // the restarted server not knowing its token) would only mislead.
+    return absl::AbortedError(absl::StrCat("step failed: ", absl::StripPrefix(answer, kLost)));
+  }
   if (!absl::SimpleAtoi(answer, &back.version)) {
     return NotRolledBack(failure, absl::StripPrefix(answer, kFailed));
   }

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -43,15 +44,17 @@ namespace zerostate::worker {
 
 struct RecoveryOptions {
   // Checkpoint every this many steps; 0: never (a restarted server then
-  // ends the run with an error naming it).
+  // ends the run on every rank with an error naming it).
   uint64_t checkpoint_every = 0;
   // Absolute directory every server can write and read.
   std::string checkpoint_dir;
   // Checkpoints of the job kept on disk, the newest first; older ones are
   // deleted after each new one is complete. 0: keep all. Negative: invalid.
   int64_t keep_checkpoints = 2;
-  // How long the coordinator waits for a restarted server to answer again.
-  absl::Duration server_wait = absl::Seconds(60);
+  // How long the coordinator waits for a restarted server to answer again
+  // (zerostate-worker: --server_wait_seconds, which also sets the clients'
+  // ClientOptions::unavailable_wait, so every rank's calls wait as long).
+  absl::Duration server_wait = absl::Seconds(300);
 };
 
 // Checks the options. Errors: INVALID_ARGUMENT naming the flag.
@@ -79,14 +82,19 @@ class Recovery {
   // Others: no-op. Errors: JobClient::Checkpoint's.
   absl::Status AfterStep(client::JobClient* job, uint64_t version, uint64_t start_version);
 
-  // Collective over every rank, after a failed step (`failure`). Errors:
-  // `failure`, with the reason no rollback was possible appended.
-  absl::StatusOr<RolledBack> RollBack(client::JobClient* job, const absl::Status& failure);
+  // Coordinator, as soon as its part of a step failed (Engine's failure
+  // hook): decides what RollBack will do, now, so that a job that lost a
+  // shard is deleted before this rank waits in the node's collectives for
+  // local peers that wait on the job. Others: no-op.
+  void Prepare(client::JobClient* job);
 
-  // Without checkpoints: `failure`, and on the coordinator, if a server
-  // lost its shard, the job is deleted everywhere (so no rank keeps waiting
-  // on a survivor) and the error says so. Not collective.
-  absl::Status GiveUp(client::JobClient* job, const absl::Status& failure);
+  // Collective over every rank, after a failed step (`failure`), with or
+  // without checkpoints. Errors: ABORTED, the same on every rank, when a
+  // server lost its shard and there is no checkpoint (checkpoint_every 0):
+  // it names the server, says the job was deleted everywhere (no rank
+  // keeps waiting on a survivor) and to restore it from a checkpoint;
+  // else `failure`, with the reason no rollback was possible appended.
+  absl::StatusOr<RolledBack> RollBack(client::JobClient* job, const absl::Status& failure);
 
   // Coordinator: "" if every server holds the job, else what the servers
   // answered (naming the one that restarted and lost its shard). Waits up
@@ -106,6 +114,7 @@ class Recovery {
   const std::string scope_;
   const RecoveryOptions options_;
   uint32_t epoch_ = 0;
+  std::optional<std::string> verdict_;  // coordinator: Decide's, from Prepare
   std::string last_checkpoint_;  // coordinator: path of the last complete one
   uint64_t last_checkpoint_version_ = 0;
 };

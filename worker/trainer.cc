@@ -64,7 +64,15 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
   const v1::TrainConfig& train = run.config.train();
   auto model = std::make_unique<Mlp>(train.model());
   const std::string scope = RendezvousScope(run.config);
-  auto opened = OpenJob(run.client, BuildJobSpec(train, *model, run.topo.num_nodes), run.topo, scope);
+  // The peer watch's client: it also bounds the wait for rank 0 at the start.
+  std::unique_ptr<client::Client> control;
+  if (run.on_peer_gone && run.peer_timeout != absl::InfiniteDuration()) {
+    auto made = MakeControlClient(run.client->options(), run.peer_timeout);
+    if (!made.ok()) return made.status();
+    control = *std::move(made);
+  }
+  auto opened = OpenJob(run.client, BuildJobSpec(train, *model, run.topo.num_nodes), run.topo,
+                        scope, control.get());
   if (!opened.ok()) return opened.status();
   std::unique_ptr<client::JobClient> job_handle = std::move(opened->job);
   client::JobClient* job = job_handle.get();
@@ -79,6 +87,7 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
     backend = std::make_unique<CpuBackend>(run.group, run.topo.local_rank, std::move(model));
   }
   Engine engine(job, backend.get(), train, run.topo, ready_points);
+  engine.SetPhaseHook(run.on_phase);
   RankResult result;
   result.start_version = opened->start_version;
   if (auto s = engine.LoadWeights(result.start_version); !s.ok()) return s;
@@ -99,12 +108,9 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
   uint64_t step = start;
   MicroBatchFn micro = MakeMicroBatches(train, run.topo, &data, backend.get(), &step, &x, &y);
   Recovery recovery(run.client, run.topo, scope, run.recovery);
-  std::unique_ptr<client::Client> control;
+  engine.SetFailureHook([&](const absl::Status&) { recovery.Prepare(job); });
   std::unique_ptr<PeerWatch> watch;
-  if (run.on_peer_gone && run.peer_timeout != absl::InfiniteDuration()) {
-    auto made = MakeControlClient(run.client->options(), run.peer_timeout);
-    if (!made.ok()) return made.status();
-    control = *std::move(made);
+  if (control) {
     watch = std::make_unique<PeerWatch>(control.get(), scope, run.topo, run.peer_timeout,
                                         run.on_peer_gone);
   }
@@ -112,6 +118,7 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
   // Checkpoints `step` if due; the loss scaler's state goes with it.
   auto checkpoint = [&]() -> absl::Status {
     if (!recovery.CheckpointDue(step, start)) return absl::OkStatus();
+    if (run.on_phase) run.on_phase(Phase::kCheckpoint, step);
     engine.SaveScaler(step);
     return recovery.AfterStep(job, step, start);
   };
@@ -131,7 +138,6 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
       }
       failed = report.status();
     }
-    if (!recovery.enabled()) return recovery.GiveUp(job, failed);
     if (checkpoint_failed) {
       // Only the coordinator is here; the others train on. Without a lost
       // server it is just a missed checkpoint: the previous one stays.

@@ -47,6 +47,9 @@ struct RankRun {
   // calls it when a step stalls and some rank of the job is gone.
   absl::Duration peer_timeout = absl::InfiniteDuration();
   PeerGoneFn on_peer_gone;
+  // If set, called at each phase of every step (Engine::SetPhaseHook) and
+  // before each checkpoint (Phase::kCheckpoint); for fault tests.
+  PhaseHook on_phase;
 };
 
 // Trains run.config.train().steps() steps (or fewer if the job is further

@@ -64,6 +64,75 @@ TEST(ClientFaultTest, KilledServerIsNamedAndRestartedServerIsDetected) {
   ExpectError((*job)->Step(0, 0.1f, 1.0f, false), absl::StatusCode::kAborted, victim);
 }
 
+TEST(ClientFaultTest, UnavailableWaitRidesOutARestartingServer) {
+  auto cluster = ServerCluster::Start(2, TestServerOptions());
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  client::ClientOptions options = TestClientOptions((*cluster)->addresses());
+  // Two quick attempts alone give up long before the server is back.
+  options.max_attempts = 2;
+  options.initial_backoff = std::chrono::milliseconds(20);
+  options.max_backoff = std::chrono::milliseconds(200);
+  options.unavailable_wait = std::chrono::minutes(2);
+  const std::string victim = (*cluster)->server(1).address();
+  std::unique_ptr<Client> client = Connect(options);
+  auto job = client->RegisterJob(TestSpec("absent", 1, v1::DTYPE_FP32, v1::DTYPE_FP32));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const Layout& layout = (*job)->layout();
+  std::vector<float> g = NodeGradient(layout, 0, 0);
+
+  ASSERT_TRUE((*cluster)->server(1).Kill().ok());
+  client::Ticket push = (*job)->PushAsync(0, 0, {0, layout.used_elems}, g.data(), v1::DTYPE_FP32);
+  // The push keeps trying while the server is away (the outage's length,
+  // not a speed bound), then gets the restarted server's own answer: the
+  // job's shard is gone, not "connection refused".
+  absl::SleepFor(absl::Seconds(2));
+  EXPECT_FALSE(push.Done());
+  ASSERT_TRUE((*cluster)->server(1).Restart().ok());
+  ExpectError(push.Wait(), absl::StatusCode::kUnauthenticated, victim);
+}
+
+TEST(ClientFaultTest, ShardsAtDifferentVersionsAreRefusedNamingEachServer) {
+  auto cluster = ServerCluster::Start(2, TestServerOptions());
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  client::ClientOptions options = TestClientOptions((*cluster)->addresses());
+  options.initial_backoff = std::chrono::milliseconds(20);
+  options.max_backoff = std::chrono::milliseconds(200);
+  options.unavailable_wait = std::chrono::seconds(60);
+  std::unique_ptr<Client> client = Connect(options);
+  v1::JobSpec spec = TestSpec("mixed", 1, v1::DTYPE_FP32, v1::DTYPE_FP32);
+  auto job = client->RegisterJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const Layout& layout = (*job)->layout();
+  std::vector<float> g = NodeGradient(layout, 0, 0);
+  for (uint64_t step = 0; step < 3; ++step) {
+    ASSERT_TRUE((*job)->Push(step, 0, {0, layout.used_elems}, g.data(), v1::DTYPE_FP32).ok());
+    ASSERT_TRUE((*job)->Step(step, 0.01f, 1.0f, false).ok());
+  }
+  ASSERT_EQ(*(*job)->Version(), 3u);
+  // Server 1 restarts empty; a run started again registers a fresh shard
+  // there, next to server 0's at version 3.
+  ASSERT_TRUE((*cluster)->server(1).Kill().ok());
+  ASSERT_TRUE((*cluster)->server(1).Restart().ok());
+  const std::string a = (*cluster)->server(0).address(), b = (*cluster)->server(1).address();
+  auto check = [&](const absl::Status& s) {
+    ExpectError(s, absl::StatusCode::kFailedPrecondition, "shards disagree");
+    ExpectError(s, absl::StatusCode::kFailedPrecondition, "server " + a + " at version 3");
+    ExpectError(s, absl::StatusCode::kFailedPrecondition, "server " + b + " at version 0");
+    ExpectError(s, absl::StatusCode::kFailedPrecondition, "restore");
+    ExpectError(s, absl::StatusCode::kFailedPrecondition, "delete the job");
+  };
+  // The old handle names the server that lost its shard.
+  ExpectError((*job)->Version().status(), absl::StatusCode::kAborted, "server " + b);
+  std::unique_ptr<Client> again = Connect(options);
+  check(again->RegisterJob(spec).status());
+  check(again->AttachJob("mixed").status());
+  // Deleting the job (what the message says) lets a run start over.
+  ASSERT_TRUE((*job)->Delete().ok());
+  auto fresh = again->RegisterJob(spec);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(*(*fresh)->Version(), 0u);
+}
+
 TEST(ClientFaultTest, StalledServerIsRetriedAndAppliesThePushExactlyOnce) {
   auto server = ServerProcess::Start(TestServerOptions());
   ASSERT_TRUE(server.ok()) << server.status();

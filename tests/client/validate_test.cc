@@ -95,6 +95,9 @@ TEST(ValidateTest, Options) {
   bad.max_attempts = 0;
   ExpectInvalid(ValidateOptions(bad), "max_attempts");
   bad = o;
+  bad.unavailable_wait = std::chrono::milliseconds(-1);
+  ExpectInvalid(ValidateOptions(bad), "unavailable_wait");
+  bad = o;
   bad.max_backoff = std::chrono::milliseconds(1);
   ExpectInvalid(ValidateOptions(bad), "backoff");
   bad = o;

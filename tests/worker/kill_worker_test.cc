@@ -33,6 +33,22 @@ TEST_F(KillWorkerTest, KilledWorkerIsNamedAndTheJobResumes) {
   EXPECT_TRUE(weights == reference) << "the resumed run ended with other weights";
 }
 
+// The dead node is named about --peer_timeout_seconds after it died: the
+// roll call starts when a third of it has passed and waits two thirds, not
+// the timeout and then twice the timeout (3x). The bound below is against
+// that slack (it holds on a loaded machine), not a speed figure.
+TEST_F(KillWorkerTest, KilledWorkerIsNamedWithinThePeerTimeout) {
+  constexpr int kTimeoutS = 8;
+  auto nodes = StartNodes("wtime", {absl::StrCat("--peer_timeout_seconds=", kTimeoutS)});
+  ASSERT_TRUE(nodes[0]->AwaitLog("step 12 loss", kRunTimeout)) << nodes[0]->Log();
+  const absl::Time killed = absl::Now();
+  nodes[1]->Kill();
+  EXPECT_EQ(nodes[0]->Wait(kRunTimeout), 1) << nodes[0]->Log();
+  const absl::Duration took = absl::Now() - killed;
+  EXPECT_NE(nodes[0]->Log().find("are gone"), std::string::npos) << nodes[0]->Log();
+  EXPECT_LT(took, absl::Seconds(2 * kTimeoutS)) << "named after " << took;
+}
+
 // Local ranks as processes sharing memory: rank 3's process dies; its node
 // peer (rank 2) stops waiting at the node's barrier, and the coordinator's
 // roll call names rank 3.

@@ -38,7 +38,12 @@ INSTANTIATE_TEST_SUITE_P(
                  "--keep_checkpoints: -1 must be >= 0"},
         BadFlags{"negative_timeout", {"--peer_timeout_seconds=-1"},
                  "--peer_timeout_seconds: -1 must be >= 0"},
-        BadFlags{"nan_timeout", {"--peer_timeout_seconds=nan"}, "--peer_timeout_seconds: nan"}),
+        BadFlags{"nan_timeout", {"--peer_timeout_seconds=nan"}, "--peer_timeout_seconds: nan"},
+        BadFlags{"negative_server_wait", {"--server_wait_seconds=-3"},
+                 "--server_wait_seconds: -3 must be >= 0"},
+        BadFlags{"pause_phase", {"--test_pause=backward:3:/tmp/x"},
+                 "--test_pause: 'backward:3:/tmp/x' names no phase"},
+        BadFlags{"pause_parts", {"--test_pause=push:3"}, "--test_pause: 'push:3' has too few parts"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
