@@ -21,9 +21,9 @@
 set -uo pipefail
 out=${1:-${OUT:-/tmp/zerostate-gpu}}
 mkdir -p "$out"
-here=$(dirname "$0")
+step_dir=$(dirname "$0")  # not "here": .device/env.sh sets that
 export SERVER_THREADS=${SERVER_THREADS:-15} SERVER_METRICS=127.0.0.1:0
-source "$here/device_server.sh"  # bin, srv, the job token
+source "$step_dir/device_server.sh"  # bin, srv, the job token
 "$bin/step_bench" --json --server_binary="$bin/zerostate-server" \
   --server_threads="$SERVER_THREADS" 2>"$out/step_bench.err" | tee "$out/step_bench.json"
 metrics=$(sed -n 's/.*metrics on \([^ ]*\).*/\1/p' "$out/server.log")
@@ -40,9 +40,9 @@ CFG
     >"$out/metrics_$wire.txt" 2>&1
   flag=""
   [[ $wire == bf16 ]] && flag=--bf16
-  PYTHONUNBUFFERED=1 python3 "$here/fsdp2_step.py" --batch 64 $flag >"$out/fsdp2_$wire.json" 2>"$out/fsdp2_$wire.err" ||
+  PYTHONUNBUFFERED=1 python3 "$step_dir/fsdp2_step.py" --batch 64 $flag >"$out/fsdp2_$wire.json" 2>"$out/fsdp2_$wire.err" ||
     tail -n 5 "$out/fsdp2_$wire.err"
-  python3 "$here/device_step_summary.py" --wire "$wire" --batch 64 --worker_log "$out/big_$wire.log" \
+  python3 "$step_dir/device_step_summary.py" --wire "$wire" --batch 64 --worker_log "$out/big_$wire.log" \
     --metrics "$out/metrics_$wire.txt" --job "big_$wire" --fsdp2 "$out/fsdp2_$wire.json" |
     tee "$out/summary_$wire.json"
 done
