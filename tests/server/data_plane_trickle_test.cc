@@ -70,6 +70,7 @@ TEST(DataPlaneTrickleTest, UnauthorizedTricklingPushHoldsNoBufferAndIsClosed) {
   // Meanwhile a job with a valid token is served over the data plane
   // (its frames need the buffers: it pushes in BF16), without a retry.
   client::ClientOptions o = TestClientOptions({server->address()});
+  o.data_shm = false;  // the TCP plane under test (this host would use shared memory)
   o.max_attempts = 1;
   auto c = client::Client::Connect(o);
   ASSERT_TRUE(c.ok()) << c.status();
