@@ -35,6 +35,22 @@ sockaddr_un ShmAddress(int data_port, socklen_t* len) {
   return addr;
 }
 
+// A one-byte message with room for one descriptor (SCM_RIGHTS).
+struct FdMessage {
+  explicit FdMessage(char b) : byte(b) {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+  }
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+  char byte;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+};
+
 }  // namespace
 
 std::string ShmSocketName(int data_port) { return absl::StrCat("zerostate-data-", data_port); }
@@ -119,14 +135,8 @@ absl::StatusOr<int> ConnectShm(int data_port) {
 }
 
 absl::Status SendSegmentFd(int sock, int segment_fd) {
-  char byte = 'S';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
+  FdMessage m('S');
+  msghdr& msg = m.msg;
   cmsghdr* c = CMSG_FIRSTHDR(&msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
@@ -146,14 +156,8 @@ absl::StatusOr<int> RecvSegmentFd(int sock, absl::Time deadline) {
     int r = poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, 1 << 30)));
     if (r < 0 && errno != EINTR) return Errno("shm: poll");
     if (r <= 0) continue;
-    char byte = 0;
-    iovec iov{&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
+    FdMessage m(0);
+    msghdr& msg = m.msg;
     ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n < 0) return Errno("shm: receive the segment");
