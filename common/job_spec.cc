@@ -5,6 +5,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/escaping.h"
+#include "common/field_limits.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/util/field_comparator.h"
@@ -61,6 +63,9 @@ absl::Status NormalizeOptimizer(v1::OptimizerConfig* opt) {
 absl::Status CheckTensor(const v1::TensorSpec& t, size_t i, uint64_t* numel) {
   std::string field = absl::StrCat("tensors[", i, "]");
   if (t.name().empty()) return Invalid(absl::StrCat(field, ".name"), "must not be empty");
+  if (auto s = CheckLength(absl::StrCat(field, ".name"), t.name(), kMaxNameBytes); !s.ok()) {
+    return s;
+  }
   if (t.shape_size() == 0) return Invalid(absl::StrCat(field, ".shape"), "must have a dimension");
   uint64_t n = 1;
   for (int d = 0; d < t.shape_size(); ++d) {
@@ -153,12 +158,24 @@ absl::Status NormalizeGroups(v1::JobSpec* spec) {
 }  // namespace
 
 absl::Status ValidateJobId(const std::string& id) {
-  if (id.empty() || id.size() > 128) return Invalid("job_id", "must be 1 to 128 characters");
-  for (char c : id) {
+  // The id is not echoed when too long: a 100 MB id made a status that
+  // could not be delivered.
+  if (id.empty() || id.size() > kMaxJobIdBytes) {
+    return Invalid("job_id", absl::StrCat("must be 1 to ", kMaxJobIdBytes, " characters, not ",
+                                          id.size(), " bytes"));
+  }
+  for (size_t i = 0; i < id.size(); ++i) {
+    char c = id[i];
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '.' || c == '_' || c == '-';
-    if (!ok) return Invalid("job_id", absl::StrCat("character '", std::string(1, c),
-                                                   "' is not in [A-Za-z0-9._-]"));
+    if (ok) continue;
+    // The whole UTF-8 sequence of a non-ASCII character, escaped: its first
+    // byte alone is not a character, and raw bytes may not print.
+    size_t len = 1;
+    auto lead = static_cast<unsigned char>(c);
+    if (lead >= 0xC0) len = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    return Invalid("job_id", absl::StrCat("character \"", absl::CHexEscape(id.substr(i, len)),
+                                          "\" at byte ", i, " is not in [A-Za-z0-9._-]"));
   }
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/field_limits.h"
 #include "zerostate/v1/state_service.pb.h"
 
 namespace zerostate {
@@ -89,7 +90,9 @@ std::vector<GroupRun> GroupRuns(const Layout& layout, uint64_t begin, uint64_t e
 // Names the first field where two normalized specs differ, or "" if equal.
 std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b);
 
-// Checks a job id: [A-Za-z0-9._-]{1,128}.
+// Checks a job id: [A-Za-z0-9._-]{1,128}. INVALID_ARGUMENT naming the first
+// bad character escaped (a non-ASCII one whole) and its byte offset; an id
+// too long is not echoed.
 absl::Status ValidateJobId(const std::string& job_id);
 
 // Bytes of one element of `dtype`; 0 for DTYPE_UNSPECIFIED or unknown values.

@@ -85,7 +85,10 @@ uint64_t Job::EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks,
   const uint64_t elems = shard_blocks * spec.block_elems();
   const uint64_t state = elems * 4 * (1 + MomentCount(spec.optimizer().kind()));
   const uint64_t in_ram = elems * (4 /* gradient sum */ + (HasLowp(spec) ? 2 : 0));
-  return in_ram + TierRamBytes(spec.tier(), state, tiers);
+  // The spec itself (tensor names above all): the job keeps it, its layout
+  // a copy of every name, its info and metrics labels another.
+  const uint64_t spec_bytes = 3 * spec.ByteSizeLong();
+  return in_ram + spec_bytes + TierRamBytes(spec.tier(), state, tiers);
 }
 
 

@@ -57,7 +57,8 @@ class Job {
 
   // RAM a job with this spec and shard would hold, before any staging: on
   // TIER_NVME only the low-precision copy, the gradient accumulator and the
-  // tier's cache budget.
+  // tier's cache budget. The spec counts too (3x its size: names are kept
+  // thrice), so that long tensor names are charged to the budget.
   static uint64_t EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks,
                                 const TierOptions& tiers = TierOptions());
 

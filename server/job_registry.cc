@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/field_limits.h"
 #include "common/job_spec.h"
 #include "server/aligned_buffer.h"
 #include "server/checkpoint/checkpoint_reader.h"
@@ -21,6 +22,8 @@ absl::Status CheckServers(const Request& req) {
     if (req.servers(i).empty()) {
       return absl::InvalidArgumentError(absl::StrCat("servers[", i, "]: empty address"));
     }
+    auto s = CheckLength(absl::StrCat("servers[", i, "]"), req.servers(i), kMaxAddressBytes);
+    if (!s.ok()) return s;
   }
   if (req.shard_index() >= static_cast<uint32_t>(req.servers_size())) {
     return absl::InvalidArgumentError(absl::StrCat("shard_index: ", req.shard_index(),
@@ -69,6 +72,8 @@ absl::Status JobRegistry::AuthorizeLocked(const std::string& job_id, const Token
     return absl::InvalidArgumentError("job_id: missing; every call (and every pushed chunk) "
                                       "names the job it is for");
   }
+  // Before the token: a bad id is refused alike whoever asks, and never echoed.
+  if (auto s = ValidateJobId(job_id); !s.ok()) return s;
   if (hash.empty()) {
     return absl::UnauthenticatedError(absl::StrCat(
         "the call carries no job token (metadata '", kJobTokenMetadata, "')"));
@@ -80,6 +85,15 @@ absl::Status JobRegistry::AuthorizeLocked(const std::string& job_id, const Token
         absl::StrCat("the job token does not grant access to job '", job_id, "'"));
   }
   return absl::UnauthenticatedError("the job token is not valid on this server");
+}
+
+absl::Status JobRegistry::CheckTakenLocked(const std::string& job_id, const TokenHash& hash) const {
+  auto s = AuthorizeLocked(job_id, hash);
+  if (s.ok() || hash.empty()) return s;
+  // Ids are unique per server: registering one says that it is taken,
+  // whatever the caller's token (docs/operations.md, "Job tokens").
+  return absl::AlreadyExistsError(absl::StrCat(
+      "job '", job_id, "' is taken: it was registered with another token; choose another job_id"));
 }
 
 absl::Status JobRegistry::CheckQuotasLocked(const std::string& job_id, uint64_t ram,
@@ -130,7 +144,7 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
   if (auto it = jobs_.find(spec->job_id()); it != jobs_.end()) {
-    if (auto s = AuthorizeLocked(spec->job_id(), HashToken(token)); !s.ok()) return s;
+    if (auto s = CheckTakenLocked(spec->job_id(), HashToken(token)); !s.ok()) return s;
     if (auto s = CheckSameJob(*it->second, *spec, req); !s.ok()) return s;
     return Registered{it->second, false, ""};
   }
@@ -207,6 +221,7 @@ absl::Status LoadShard(const CheckpointReader& reader, Job& job) {
 
 absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRequest& req,
                                                              const std::string& token) {
+  if (auto s = CheckLength("path", req.path(), kMaxPathBytes); !s.ok()) return s;
   if (auto s = CheckServers(req); !s.ok()) return s;
   auto reader = CheckpointReader::Open(req.path());
   if (!reader.ok()) return reader.status();
@@ -326,6 +341,13 @@ uint64_t JobRegistry::ram_used() const {
 size_t JobRegistry::size() const {
   absl::MutexLock lock(&mu_);
   return jobs_.size();
+}
+
+bool JobRegistry::HoldsJob(const std::string& token) const {
+  if (token.empty()) return false;
+  TokenHash hash = HashToken(token);
+  absl::MutexLock lock(&mu_);
+  return jobs_with_token_.contains(hash);
 }
 
 void JobRegistry::Shutdown() {

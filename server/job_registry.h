@@ -52,9 +52,9 @@ class JobRegistry {
   // the existing one if its spec, server list and shard index are the same
   // and `token` is its token. Errors: INVALID_ARGUMENT (spec, servers,
   // shard_index; names the field), FAILED_PRECONDITION (a tier this server
-  // does not offer; names the flag), UNAUTHENTICATED / PERMISSION_DENIED
-  // (the job exists with another token, as Authorize), ALREADY_EXISTS
-  // (names the first differing field), RESOURCE_EXHAUSTED (a quota or the
+  // does not offer; names the flag), UNAUTHENTICATED (no token), ALREADY_EXISTS
+  // (the id is taken by a job of another token: says so, whatever the
+  // caller's token; or the job differs: names the first differing field), RESOURCE_EXHAUSTED (a quota or the
   // RAM budget; names it and the figures), UNAVAILABLE (shutting down).
   // Nothing is allocated on error.
   absl::StatusOr<Registered> Register(const v1::RegisterJobRequest& req,
@@ -95,12 +95,19 @@ class JobRegistry {
   uint64_t ram_budget() const { return ram_budget_; }
   size_t size() const;
 
+  // Whether `token` is the token of a job on this server.
+  bool HoldsJob(const std::string& token) const;
+
   // Fails waiting calls of every job with UNAVAILABLE and refuses new jobs.
   void Shutdown();
 
  private:
   // OK when job `job_id` exists with token hash `hash` (see Authorize).
   absl::Status AuthorizeLocked(const std::string& job_id, const TokenHash& hash) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AuthorizeLocked, but ALREADY_EXISTS "taken" for a token that is not the
+  // job's (what RegisterJob of an existing id answers).
+  absl::Status CheckTakenLocked(const std::string& job_id, const TokenHash& hash) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED naming the quota a new job of `ram` and `disk`
   // bytes would exceed (`replacing`: it takes an existing job's place).

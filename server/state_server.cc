@@ -12,8 +12,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/data_tls.h"
-#include "prometheus/exposer.h"
+#include "common/metrics_exposer.h"
 
 namespace zerostate::server {
 namespace {
@@ -33,6 +34,17 @@ void SetTransportArguments(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
 }
 
+// What a client without a valid token can make the server hold or do
+// before any check. gRPC binds with SO_REUSEPORT by default: a second
+// server on a port in use would start, and the kernel would split new
+// connections between the two. Metadata (headers) is capped well below
+// gRPC's 8 KiB default: a 100 MB value cost the server 90 s of CPU before
+// the token check; a token is at most 256 characters.
+void SetUntrustedNetworkArguments(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
+}
+
 uint64_t DefaultRamBudget() {
   uint64_t pages = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES));
   uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -45,21 +57,6 @@ uint64_t NewIncarnation() {
 }
 
 std::string HostOf(const std::string& addr) { return addr.substr(0, addr.rfind(':')); }
-
-absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartExposer(
-    const std::string& addr, const std::shared_ptr<prometheus::Registry>& registry,
-    std::string* bound) {
-  try {
-    auto exposer = std::make_unique<prometheus::Exposer>(addr);
-    exposer->RegisterCollectable(registry);
-    auto ports = exposer->GetListeningPorts();
-    *bound = absl::StrCat(HostOf(addr), ":", ports.empty() ? 0 : ports.front());
-    return exposer;
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(
-        absl::StrCat("metrics_listen: cannot listen on ", addr, ": ", e.what()));
-  }
-}
 
 absl::Status CheckNvmeDir(const std::string& dir) {
   if (dir.empty()) return absl::OkStatus();
@@ -155,9 +152,11 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   s->pool_ = std::make_unique<ThreadPool>(threads);
   s->metrics_->SetRam(0, budget, 0);
   if (!opt.metrics_listen.empty()) {
-    auto exposer = StartExposer(opt.metrics_listen, s->metrics_->registry(), &s->metrics_address_);
-    if (!exposer.ok()) return exposer.status();
-    s->exposer_ = *std::move(exposer);
+    auto endpoint =
+        StartMetricsEndpoint("metrics_listen", opt.metrics_listen, s->metrics_->registry());
+    if (!endpoint.ok()) return endpoint.status();
+    s->exposer_ = std::move(endpoint->exposer);
+    s->metrics_address_ = endpoint->address;
   }
   ServiceOptions service = opt.service;
   service.nvme_dir = opt.tiers.nvme_dir;
@@ -179,21 +178,43 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   SetTransportArguments(builder);
+  SetUntrustedNetworkArguments(builder);
   s->grpc_server_ = builder.BuildAndStart();
   if (!s->grpc_server_ || port == 0) {
-    return absl::UnavailableError(absl::StrCat("listen: cannot listen on ", opt.listen));
+    return absl::UnavailableError(absl::StrCat(
+        "listen: cannot listen on ", opt.listen, " (in use by another process, or no such address)"));
   }
   s->address_ = absl::StrCat(HostOf(opt.listen), ":", port);
+  s->SetServing(true);
   return s;
+}
+
+void StateServer::SetServing(bool serving) {
+  auto* health = grpc_server_->GetHealthCheckService();
+  if (health == nullptr) return;
+  health->SetServingStatus(serving);  // "" and every name set before
+  health->SetServingStatus(v1::StateService::service_full_name(), serving);
 }
 
 void StateServer::Shutdown(absl::Duration grace) {
   if (shut_down_) return;
   shut_down_ = true;
-  jobs_->Shutdown();
-  rendezvous_->Shutdown();
-  if (data_plane_) data_plane_->Shutdown();
-  grpc_server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  SetServing(false);
+  // Calls waiting on a step, a gather or a rendezvous keep waiting through
+  // the grace period like every other call; at its end (or once every call
+  // has finished) they are woken with UNAVAILABLE, so that gRPC's cancel
+  // does not wait for handlers blocked until their own deadlines.
+  absl::Time deadline = absl::Now() + grace;
+  absl::Notification calls_done;
+  std::thread cut([&] {
+    calls_done.WaitForNotificationWithDeadline(deadline);
+    jobs_->Shutdown();
+    rendezvous_->Shutdown();
+    if (data_plane_) data_plane_->Shutdown();
+  });
+  grpc_server_->Shutdown(absl::ToChronoTime(deadline));
+  calls_done.Notify();
+  cut.join();
 }
 
 void StateServer::Wait() { grpc_server_->Wait(); }

@@ -23,6 +23,10 @@ class Exposer;
 
 namespace zerostate::server {
 
+// The largest request metadata (all headers together) the gRPC port takes;
+// a call with more is refused by gRPC before any handler runs.
+inline constexpr int kMaxMetadataBytes = 16 << 10;
+
 struct ServerOptions {
   std::string listen = "0.0.0.0:7070";           // gRPC; port 0 picks a free one
   std::string metrics_listen = "0.0.0.0:9464";   // Prometheus; "" disables
@@ -84,8 +88,11 @@ class StateServer {
   bool data_shm() const { return data_plane_ != nullptr && data_plane_->shm(); }
   uint64_t incarnation() const { return incarnation_; }
 
-  // Stops: waiting calls fail with UNAVAILABLE at once, other in-flight
-  // calls get `grace` to finish, then are cancelled. Idempotent.
+  // Stops: the health service answers NOT_SERVING (for "" and for
+  // "zerostate.v1.StateService"), new calls are refused, and in-flight
+  // calls, waiting ones included, get `grace` to finish; then waiting calls
+  // fail with UNAVAILABLE and the rest are cancelled. Blocks until then.
+  // Idempotent.
   void Shutdown(absl::Duration grace);
   // Blocks until the gRPC server has stopped.
   void Wait();
@@ -94,6 +101,8 @@ class StateServer {
   StateServer() = default;
   // Starts data_plane_ (and data_tls_) unless --data_listen=off.
   absl::Status StartDataPlane(const ServerOptions& opt, const DataSessionContext& ctx);
+  // Sets the health service's status of "" and of the service's name.
+  void SetServing(bool serving);
 
   uint64_t incarnation_ = 0;
   std::string address_;

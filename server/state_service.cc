@@ -272,15 +272,16 @@ grpc::Status StateServiceImpl::Rendezvous(grpc::ServerContext* ctx,
                                           v1::RendezvousResponse* resp) {
   return Serve("Rendezvous", [&](Traffic&) -> absl::Status {
     // Scoped by the caller's token: only holders of the same token meet,
-    // whether or not a job of that token is registered yet.
+    // whether or not a job of that token is registered yet; a token with a
+    // job here has a larger quota of keys (server/rendezvous.h).
     auto token = TokenOf(*ctx);
     if (!token.ok()) return token.status();
     if (token->empty()) {
       return absl::UnauthenticatedError(absl::StrCat(
           "Rendezvous needs the job's token (metadata '", kJobTokenMetadata, "')"));
     }
-    std::string scope = absl::StrCat(absl::BytesToHexString(HashToken(*token)), "/", req->job_id());
-    auto values = rendezvous_.Join(scope, req->key(), req->rank(), req->world(),
+    RendezvousOwner owner{absl::BytesToHexString(HashToken(*token)), jobs_.HoldsJob(*token)};
+    auto values = rendezvous_.Join(owner, req->job_id(), req->key(), req->rank(), req->world(),
                                    req->value(), DeadlineOf(ctx));
     if (!values.ok()) return values.status();
     for (auto& v : *values) resp->add_values(std::move(v));

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/struct.pb.h"
@@ -50,6 +51,45 @@ constexpr const char* kHarmlessKeys[] = {
     "zero_optimization.offload_param.pin_memory",
 };
 
+// Keys that place memory (where parameters, optimizer state and I/O
+// buffers live, how ZeRO-3 partitions parameters): they do not change the
+// training's math, and in zerostate the state servers' flags do their job.
+// A key at or under one of these paths is ignored, with one warning per
+// path naming those flags. docs/ds_config.md lists them.
+struct PlacementKeys {
+  const char* path;     // a key path, or a prefix ending in '_'
+  const char* warning;  // what does its job in zerostate
+};
+constexpr PlacementKeys kPlacementKeys[] = {
+    {"aio",
+     "DeepSpeed's asynchronous NVMe I/O; the state servers' NVMe tier does that job: "
+     "--nvme_queue_depth (blocks in flight per job), --nvme_dir (the drive), --nvme_cache_bytes"},
+    {"zero_optimization.offload_param",
+     "parameter offload; the trainers keep their working weights, and the master weights and "
+     "optimizer state live on the state servers, in RAM or with --nvme_dir on their NVMe tier"},
+    {"zero_optimization.stage3_",
+     "ZeRO-3 parameter partitioning; the trainers keep whole working weights (as with stage 2)"},
+    {"zero_optimization.sub_group_size",
+     "ZeRO-3 optimizer sub-groups; the state servers step their shard in blocks "
+     "(JobSpec.block_elems) with --threads"},
+};
+
+// The placement entry `path` falls under, or null.
+const PlacementKeys* PlacementOf(const std::string& path) {
+  for (const auto& p : kPlacementKeys) {
+    std::string key = p.path;
+    bool prefix = key.back() == '_';
+    if (path == key || path.rfind(prefix ? key : key + ".", 0) == 0) return &p;
+  }
+  return nullptr;
+}
+
+void WarnPlacement(const PlacementKeys& p, std::vector<std::string>* warnings) {
+  std::string w = absl::StrCat("ds_config '", p.path, p.path[std::strlen(p.path) - 1] == '_' ? "*" : "",
+                               "': ", p.warning, "; ignored");
+  if (std::find(warnings->begin(), warnings->end(), w) == warnings->end()) warnings->push_back(w);
+}
+
 absl::Status Invalid(const std::string& key, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(key, ": ", what));
 }
@@ -82,6 +122,10 @@ absl::Status CheckKeys(const Struct& in, const Descriptor* type, const std::stri
   for (const std::string& key : keys) {
     const auto& value = in.fields().at(key);
     std::string path = prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+    if (const PlacementKeys* p = PlacementOf(path)) {
+      WarnPlacement(*p, warnings);
+      continue;
+    }
     const FieldDescriptor* f = FindField(type, key);
     if (f == nullptr) {
       if (!IsHarmless(path)) return Invalid(path, "unsupported ds_config key");
@@ -180,21 +224,21 @@ absl::Status MapPrecision(const DsConfig& ds, v1::TrainConfig* t) {
 }
 
 absl::Status MapZero(const DsConfig::ZeroOptimization& z, std::vector<std::string>* warnings) {
-  if (z.stage() >= 3) {
-    return Invalid("zero_optimization.stage",
-                   absl::StrCat(z.stage(), " is not supported: zerostate partitions gradients and optimizer "
-                                           "state (stages 1 and 2), working weights stay on the trainers"));
+  if (z.stage() > 3) return Invalid("zero_optimization.stage", absl::StrCat(z.stage(), " is not a ZeRO stage (0 to 3)"));
+  if (z.stage() == 3) {
+    warnings->push_back(
+        "zero_optimization.stage: 3 requested; zerostate partitions gradients and optimizer state over the "
+        "state servers, and the trainers keep whole working weights (as with stage 2): the same math, more "
+        "GPU memory per trainer than DeepSpeed's stage 3");
   }
   if (z.stage() == 0) {
     warnings->push_back("zero_optimization.stage: 0 requested; zerostate always partitions and offloads optimizer state");
   }
-  const std::string& po = z.offload_param().device();
-  if (!po.empty() && po != "none") {
-    return Invalid("zero_optimization.offload_param.device", absl::StrCat("'", po, "' is not supported: working weights stay on the trainers"));
-  }
   const std::string& oo = z.offload_optimizer().device();
   if (oo == "nvme" || !z.offload_optimizer().nvme_path().empty()) {
-    warnings->push_back("zero_optimization.offload_optimizer: the NVMe tier is a state server setting; nvme_path ignored");
+    warnings->push_back(
+        "zero_optimization.offload_optimizer: the NVMe tier is a state server setting (--nvme_dir, "
+        "--nvme_queue_depth; a job's tier is JobSpec.tier); nvme_path ignored");
   } else if (!oo.empty() && oo != "cpu" && oo != "none") {
     return Invalid("zero_optimization.offload_optimizer.device", absl::StrCat("'", oo, "' is not one of none, cpu, nvme"));
   }

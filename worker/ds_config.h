@@ -5,8 +5,12 @@
 // against that message: a key zerostate does not know is an error naming
 // its path ("fp16.foo"), except keys known to be harmless (logging,
 // profiling, communication tuning that the service does its own way), which
-// become warnings. Values zerostate cannot honour (ZeRO stage 3, parameter
-// offload, an unknown optimizer or scheduler) are errors naming the key.
+// become warnings. Keys that only place memory (the `aio` block, parameter
+// offload, ZeRO-3's partitioning knobs) are ignored with one warning each
+// that names the server flags doing their job. Values that would change the
+// training's math and that zerostate cannot honour (an unknown optimizer or
+// scheduler, fp16 and bf16 together, ...) are errors naming the key.
+// docs/ds_config.md lists every key and what becomes of it.
 // Thread-safe: pure function.
 #pragma once
 

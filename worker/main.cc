@@ -11,6 +11,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/metrics_exposer.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "worker/config.h"
@@ -219,8 +220,12 @@ int Main() {
   std::unique_ptr<prometheus::Exposer> exposer;
   if (const auto& c = config->cluster(); c.metrics_port() != 0) {
     std::string addr = absl::StrCat(c.metrics_host(), ":", c.metrics_port() + topo->local_rank);
-    exposer = std::make_unique<prometheus::Exposer>(addr);
-    exposer->RegisterCollectable(registry);
+    auto endpoint = StartMetricsEndpoint("metrics_port", addr, registry);
+    if (!endpoint.ok()) {
+      return std::fprintf(stderr, "zerostate-worker rank %u: %s (--metrics_port=0: no metrics)\n",
+                          topo->rank(), endpoint.status().ToString().c_str()), 2;
+    }
+    exposer = std::move(endpoint->exposer);
     std::printf("zerostate-worker rank %u: metrics on http://%s/metrics\n", topo->rank(), addr.c_str());
   }
   WorkerMetrics metrics(*registry);

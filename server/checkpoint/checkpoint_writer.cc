@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/field_limits.h"
 #include "server/aligned_buffer.h"
 #include "server/checkpoint/checkpoint_files.h"
 
@@ -32,6 +33,7 @@ v1::ShardManifest ManifestOf(const Job& job, uint64_t version) {
 
 absl::StatusOr<CheckpointWritten> WriteCheckpoint(Job& job, uint64_t version,
                                                   const std::string& root, absl::Time deadline) {
+  if (auto s = CheckLength("root", root, kMaxPathBytes); !s.ok()) return s;
   if (root.empty() || root[0] != '/') {
     return absl::InvalidArgumentError(absl::StrCat("root: '", root, "' is not an absolute path"));
   }
@@ -44,6 +46,7 @@ absl::StatusOr<CheckpointWritten> WriteCheckpoint(Job& job,
                                                   std::unique_ptr<Job::CheckpointGuard> guard,
                                                   uint64_t version, const std::string& root,
                                                   absl::Time deadline) {
+  if (auto s = CheckLength("root", root, kMaxPathBytes); !s.ok()) return s;
   if (root.empty() || root[0] != '/') {
     return absl::InvalidArgumentError(absl::StrCat("root: '", root, "' is not an absolute path"));
   }

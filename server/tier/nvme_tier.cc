@@ -61,6 +61,10 @@ absl::Status NvmeTier::Open() {
     return absl::InternalError(absl::StrCat("no free file name for ", options_.name, " in ",
                                             options_.dir, " after ", kMaxNameAttempts, " tries"));
   }
+  // Scratch space: unlinked at once, so that its blocks go back to the
+  // filesystem when the process ends, even by kill -9 (the open file
+  // keeps them until then).
+  if (auto s = env.DeleteFile(file_->path()); !s.ok()) return s;
   if (auto s = file_->Allocate(shape().num_blocks * 2 * layout_.slot_bytes); !s.ok()) return s;
   auto queue = env.NewQueue(options_.queue_depth);
   if (!queue.ok()) return queue.status();
@@ -70,12 +74,7 @@ absl::Status NvmeTier::Open() {
   return absl::OkStatus();
 }
 
-NvmeTier::~NvmeTier() {
-  if (file_ == nullptr) return;
-  std::string path = file_->path();
-  file_.reset();
-  options_.env->DeleteFile(path).IgnoreError();  // scratch space; a leftover is harmless
-}
+NvmeTier::~NvmeTier() = default;  // the file was unlinked when opened
 
 uint64_t NvmeTier::SlotOffset(uint64_t b, int slot) const {
   return (b * 2 + static_cast<uint64_t>(slot)) * layout_.slot_bytes;

@@ -65,7 +65,9 @@ class NvmeTier final : public StateTier {
   // RESOURCE_EXHAUSTED (no room for the file), INTERNAL (directory, io_uring).
   static absl::StatusOr<std::unique_ptr<NvmeTier>> Create(TierShape shape,
                                                           NvmeTierOptions options);
-  ~NvmeTier() override;  // deletes the file
+  // The file is unlinked once open (scratch space: the filesystem takes its
+  // blocks back when the process ends, however it ends).
+  ~NvmeTier() override;
 
   // Blocks never stored read as zeros, as in the RAM tier.
   absl::Status Load(uint64_t b, float* out) override;
@@ -82,6 +84,7 @@ class NvmeTier final : public StateTier {
   // Cache entries plus bounce buffers.
   uint64_t ram_bytes() const override;
 
+  // The name the file had, for messages (unlinked).
   const std::string& path() const { return file_->path(); }
   bool direct() const { return file_->direct(); }
   const SlotLayout& slot_layout() const { return layout_; }

@@ -153,12 +153,14 @@ TEST_F(AuthTest, EveryCallAnswersTheSameWhetherOrNotTheJobExists) {
   EXPECT_FALSE(std::filesystem::exists(root + "/b")) << "nothing checkpointed";
 }
 
-TEST_F(AuthTest, RegisteringAnExistingJobWithAnotherTokenIsRefused) {
+// Ids are unique per server: whatever the caller's token, registering a
+// taken id says that it is taken (docs/operations.md, "Job tokens").
+TEST_F(AuthTest, RegisteringAnExistingJobWithAnotherTokenSaysTheIdIsTaken) {
   StartServer({});
   ASSERT_TRUE(Register("a", kTokenA).ok());
   ASSERT_TRUE(Register("b", kTokenB).ok());
-  ExpectCode(Register("a", kTokenB), grpc::StatusCode::PERMISSION_DENIED, "job 'a'");
-  ExpectCode(Register("a", kUnknownToken), grpc::StatusCode::UNAUTHENTICATED, "not valid");
+  ExpectCode(Register("a", kTokenB), grpc::StatusCode::ALREADY_EXISTS, "job 'a' is taken");
+  ExpectCode(Register("a", kUnknownToken), grpc::StatusCode::ALREADY_EXISTS, "job 'a' is taken");
   ExpectCode(Register("a", ""), grpc::StatusCode::UNAUTHENTICATED, "no job token");
   EXPECT_TRUE(Status("a", kTokenA).ok());
   ExpectCode(Status("a", kTokenB), grpc::StatusCode::PERMISSION_DENIED, "job 'a'");

@@ -11,7 +11,7 @@
 namespace zerostate::testing {
 namespace {
 
-constexpr int64_t kBigElems = 50000;  // 49 blocks: 802816 bytes of RAM
+constexpr int64_t kBigElems = 50000;  // 49 blocks: 802816 bytes of RAM, plus 3x its 45-byte spec
 
 class QuotaTest : public AuthServerTest {
  protected:
@@ -50,7 +50,7 @@ TEST_F(QuotaTest, RamQuotaRefusesABigJobBeforeAllocating) {
   ASSERT_TRUE(Register("small", kTokenA).ok());
   const std::string before = Holdings();
   ExpectExhausted(Register("big", kTokenA, nullptr, kBigElems),
-                  "job_ram_quota_bytes: job 'big' needs 802816 bytes of RAM on this server, "
+                  "job_ram_quota_bytes: job 'big' needs 802951 bytes of RAM on this server, "
                   "over the per-job quota of 100000");
   EXPECT_EQ(Holdings(), before);
   EXPECT_NE(before.find("job_id=\"small\""), std::string::npos) << before;

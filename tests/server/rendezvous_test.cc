@@ -5,8 +5,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace zerostate::server {
 namespace {
+
+const RendezvousOwner kOwner{"owner", true};
 
 TEST(RendezvousTest, EveryRankGetsEveryValue) {
   RendezvousTable table;
@@ -15,7 +19,7 @@ TEST(RendezvousTest, EveryRankGetsEveryValue) {
   std::vector<std::thread> threads;
   for (uint32_t r = 0; r < kWorld; ++r) {
     threads.emplace_back([&, r] {
-      auto v = table.Join("job", "nccl-id", r, kWorld, "v" + std::to_string(r),
+      auto v = table.Join(kOwner, "job", "nccl-id", r, kWorld, "v" + std::to_string(r),
                           absl::Now() + absl::Seconds(10));
       ASSERT_TRUE(v.ok()) << v.status();
       got[r] = *v;
@@ -26,7 +30,7 @@ TEST(RendezvousTest, EveryRankGetsEveryValue) {
     EXPECT_EQ(got[r], (std::vector<std::string>{"v0", "v1", "v2", "v3"}));
   }
   // A retry after completion is answered the same.
-  auto again = table.Join("job", "nccl-id", 2, kWorld, "v2", absl::Now());
+  auto again = table.Join(kOwner, "job", "nccl-id", 2, kWorld, "v2", absl::Now());
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->at(3), "v3");
 }
@@ -34,21 +38,87 @@ TEST(RendezvousTest, EveryRankGetsEveryValue) {
 TEST(RendezvousTest, BadCallsAreNamed) {
   RendezvousTable table;
   auto deadline = absl::Now() + absl::Milliseconds(30);
-  auto late = table.Join("job", "k", 0, 3, "a", deadline);
+  auto late = table.Join(kOwner, "job", "k", 0, 3, "a", deadline);
   EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_NE(late.status().message().find("ranks [1, 2]"), std::string::npos) << late.status();
-  auto world = table.Join("job", "k", 1, 2, "b", deadline);
+  auto world = table.Join(kOwner, "job", "k", 1, 2, "b", deadline);
   EXPECT_EQ(world.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(world.status().message().find("world"), std::string::npos);
-  auto changed = table.Join("job", "k", 0, 3, "other", deadline);
+  auto changed = table.Join(kOwner, "job", "k", 0, 3, "other", deadline);
   EXPECT_EQ(changed.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(changed.status().message().find("another value"), std::string::npos);
-  auto rank = table.Join("job", "k2", 5, 3, "", deadline);
+  auto rank = table.Join(kOwner, "job", "k2", 5, 3, "", deadline);
   EXPECT_EQ(rank.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(rank.status().message().find("rank"), std::string::npos);
-  auto big = table.Join("job", "k3", 0, 1, std::string(5000, 'x'), deadline);
+  auto big = table.Join(kOwner, "job", "k3", 0, 1, std::string(5000, 'x'), deadline);
   EXPECT_EQ(big.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(big.status().message().find("value"), std::string::npos);
+}
+
+// Keys whose calls have returned are dropped to make room: 100,000 keys
+// of one token (before: a server-wide cap of 100,000 keys, after which
+// every job's rendezvous failed) leave the table at its quota, and another
+// token's rendezvous works.
+TEST(RendezvousTest, FinishedAndAbandonedKeysMakeRoomAndNeverBlockAnotherToken) {
+  RendezvousTable table;
+  const RendezvousOwner guest{"guest", false};
+  for (int i = 0; i < 100000; ++i) {
+    auto v = table.Join(guest, "ns", absl::StrCat("k", i), 0, 1, "", absl::Now());
+    ASSERT_TRUE(v.ok()) << i << ": " << v.status();
+  }
+  EXPECT_LE(table.keys(), RendezvousOptions().guest.keys);
+  // Abandoned keys of a world of 65536: memory follows the ranks that came.
+  for (int i = 0; i < 3000; ++i) {
+    auto v = table.Join(guest, "ns", absl::StrCat("w", i), 0, 65536, "x", absl::InfinitePast());
+    ASSERT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded) << v.status();
+  }
+  EXPECT_LE(table.keys(), RendezvousOptions().guest.keys);
+  EXPECT_LE(table.bytes(), RendezvousOptions().guest.bytes);
+  auto other = table.Join(kOwner, "job", "barrier", 0, 1, "", absl::Now());
+  EXPECT_TRUE(other.ok()) << other.status();
+}
+
+// A token with no job may hold a few keys with waiting calls; at its quota
+// it is refused, naming the quota, and other tokens are not.
+TEST(RendezvousTest, ATokenWithNoJobHasASmallQuotaOfWaitingKeys) {
+  RendezvousOptions options;
+  options.guest = {4, 1 << 20};
+  options.guests = {6, 1 << 20};
+  RendezvousTable table(options);
+  const RendezvousOwner a{"a", false}, b{"b", false};
+  std::vector<std::thread> waiting;
+  auto wait = [&](const RendezvousOwner& o, int i) {
+    waiting.emplace_back([&table, o, i] {
+      (void)table.Join(o, "ns", absl::StrCat("k", i), 0, 2, "", absl::InfiniteFuture());
+    });
+  };
+  // Waits until the waiting threads' keys are in the table.
+  auto await_keys = [&](size_t n) {
+    while (table.keys() < n) std::this_thread::yield();
+  };
+  for (int i = 0; i < 4; ++i) wait(a, i);
+  await_keys(4);
+  auto refused = table.Join(a, "ns", "k4", 0, 1, "", absl::Now());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+  EXPECT_NE(refused.status().message().find("4 keys"), std::string::npos) << refused.status();
+  for (int i = 0; i < 2; ++i) wait(b, i);
+  await_keys(6);
+  auto full = table.Join(b, "ns", "k9", 0, 1, "", absl::Now());
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted) << full.status();
+  EXPECT_NE(full.status().message().find("register the job"), std::string::npos);
+  // A token with a job is not limited by tokens without one.
+  auto job = table.Join(kOwner, "job", "barrier", 0, 1, "", absl::Now());
+  EXPECT_TRUE(job.ok()) << job.status();
+  table.Shutdown();
+  for (auto& t : waiting) t.join();
+}
+
+TEST(RendezvousTest, AHugeKeyIsRefusedWithoutEchoingIt) {
+  RendezvousTable table;
+  std::string key(1 << 20, 'k');
+  auto v = table.Join(kOwner, "job", key, 0, 1, "", absl::Now());
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(v.status().message().size(), 200u) << "the key must not be echoed";
 }
 
 }  // namespace

@@ -272,7 +272,7 @@ double MetricValue(const std::string& page, const std::string& name) {
   return -1;
 }
 
-absl::StatusOr<std::string> ScrapeMetrics(const std::string& address) {
+absl::StatusOr<std::string> ScrapeMetrics(const std::string& address, absl::Duration timeout) {
   size_t colon = address.rfind(':');
   int port = 0;
   sockaddr_in addr{};
@@ -289,6 +289,10 @@ absl::StatusOr<std::string> ScrapeMetrics(const std::string& address) {
         absl::UnavailableError(absl::StrCat("metrics at ", address, ": ", strerror(errno)));
     if (fd >= 0) close(fd);
     return s;
+  }
+  if (timeout != absl::InfiniteDuration()) {
+    timeval tv = absl::ToTimeval(timeout);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   }
   const std::string req = "GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n";
   std::string body;

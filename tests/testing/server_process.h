@@ -114,8 +114,10 @@ class ServerProcess {
 };
 
 // The body of GET /metrics from a "HOST:PORT" metrics address (IPv4).
-// Errors: UNAVAILABLE naming the address when it cannot be reached.
-absl::StatusOr<std::string> ScrapeMetrics(const std::string& address);
+// Errors: UNAVAILABLE naming the address when it cannot be reached, or when
+// no answer came within `timeout` of silence.
+absl::StatusOr<std::string> ScrapeMetrics(const std::string& address,
+                                          absl::Duration timeout = absl::InfiniteDuration());
 
 // The value of series `name` on a Prometheus text page (from
 // ScrapeMetrics), labels written as the page writes them

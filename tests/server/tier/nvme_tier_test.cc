@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "server/io/uring_env.h"
@@ -118,23 +120,23 @@ INSTANTIATE_TEST_SUITE_P(DepthsAndBudgets, NvmeVsRamTest,
                          ::testing::Values(Config{0, 2}, Config{0, 8}, Config{4, 3},
                                            Config{13, 16}, Config{2, 4, /*sync=*/true}));
 
-TEST(NvmeTierTest, NeverStoredBlocksReadAsZerosAndFileIsRemoved) {
+// The scratch file is unlinked as soon as it is open, so that nothing is
+// left behind even by kill -9 (tests/server/operations_test.cc); a name
+// taken by a leftover of an older server is skipped.
+TEST(NvmeTierTest, NeverStoredBlocksReadAsZerosAndTheFileIsUnlinkedAtOnce) {
   ScratchDir dir;
-  std::string path;
-  {
-    auto nvme = MakeNvme(dir.path(), 0, 4);
-    ASSERT_NE(nvme, nullptr);
-    path = nvme->path();
-    EXPECT_EQ(path, dir.path() + "/shard.zst");
-    auto second = MakeNvme(dir.path(), 0, 4);  // the name is taken: another file
-    EXPECT_EQ(second->path(), dir.path() + "/shard.1.zst");
-    AlignedBuffer<float> out(kShape.block_floats());
-    out.data()[5] = 1;
-    ASSERT_TRUE(nvme->Load(7, out.data()).ok());
-    EXPECT_EQ(out.data()[5], 0.0f);
-    EXPECT_FALSE(nvme->in_place());
-  }
-  EXPECT_FALSE(std::filesystem::exists(path));
+  std::ofstream(dir.path() + "/shard.zst") << "left by an older server";
+  auto nvme = MakeNvme(dir.path(), 0, 4);
+  ASSERT_NE(nvme, nullptr);
+  EXPECT_EQ(nvme->path(), dir.path() + "/shard.1.zst");
+  EXPECT_FALSE(std::filesystem::exists(nvme->path()));
+  auto second = MakeNvme(dir.path(), 0, 4);  // the name is free again
+  EXPECT_EQ(second->path(), dir.path() + "/shard.1.zst");
+  AlignedBuffer<float> out(kShape.block_floats());
+  out.data()[5] = 1;
+  ASSERT_TRUE(nvme->Load(7, out.data()).ok());
+  EXPECT_EQ(out.data()[5], 0.0f);
+  EXPECT_FALSE(nvme->in_place());
 }
 
 TEST(NvmeTierTest, CacheStaysWithinBudgetAndCounts) {
