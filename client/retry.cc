@@ -43,6 +43,7 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
     if (!token.empty()) ctx.AddMetadata(kJobTokenMetadata, token);
     status = attempt(ctx);
     ++attempts;
+    if (!absl::IsUnavailable(status)) server.MarkAnswered();
     if (status.ok() || !IsRetryable(status)) break;
     const bool server_may_return =
         absl::IsUnavailable(status) &&
@@ -59,8 +60,9 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
   if (status.ok()) return status;
   std::string retried = attempts > 1 ? absl::StrCat(" (after ", attempts, " attempts)") : "";
   // A transport mismatch (TLS client, plaintext server or the reverse, an
-  // untrusted certificate) looks like any connection failure from here.
-  std::string hint = absl::IsUnavailable(status)
+  // untrusted certificate) looks like any connection failure from here;
+  // the hint is for a server never reached, not one that went away mid-run.
+  std::string hint = absl::IsUnavailable(status) && !server.answered()
                          ? " (is the server up, and do both sides use TLS with a CA the client "
                            "trusts, or both plaintext?)"
                          : "";

@@ -38,12 +38,19 @@ class ServerConn {
   grpc::Channel* NextChannel();
   v1::StateService::Stub* NextStub();
 
+  // Whether a call to this server has ever been answered (with any status
+  // but UNAVAILABLE): a failure to connect after that is the server going
+  // away, not a transport mismatch.
+  bool answered() const { return answered_.load(std::memory_order_relaxed); }
+  void MarkAnswered() const { answered_.store(true, std::memory_order_relaxed); }
+
  private:
   const std::string address_;
   const int index_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::StateService::Stub>> stubs_;
   std::atomic<uint32_t> next_{0};
+  mutable std::atomic<bool> answered_{false};
 };
 
 }  // namespace zerostate::client

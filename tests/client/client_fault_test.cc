@@ -133,6 +133,28 @@ TEST(ClientFaultTest, ShardsAtDifferentVersionsAreRefusedNamingEachServer) {
   EXPECT_EQ(*(*fresh)->Version(), 0u);
 }
 
+// The transport hint (TLS or plaintext on both sides?) is for a server
+// never reached; one that went away mid-run is reported without it.
+TEST(ClientFaultTest, AServerGoneMidRunIsReportedWithoutTheTransportHint) {
+  constexpr char kHint[] = "do both sides use TLS";
+  auto cluster = ServerCluster::Start(1, TestServerOptions());
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  client::ClientOptions options = TestClientOptions((*cluster)->addresses());
+  options.initial_backoff = std::chrono::milliseconds(10);
+  options.max_backoff = std::chrono::milliseconds(20);
+  std::unique_ptr<Client> client = Connect(options);
+  auto job = client->RegisterJob(TestSpec("gone", 1, v1::DTYPE_FP32, v1::DTYPE_FP32));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE((*cluster)->server(0).Kill().ok());
+  auto version = (*job)->Version();
+  ExpectError(version.status(), absl::StatusCode::kUnavailable, (*cluster)->server(0).address());
+  EXPECT_EQ(version.status().message().find(kHint), absl::string_view::npos) << version.status();
+  // A client that never reached it gets the hint.
+  std::unique_ptr<Client> fresh = Connect(options);
+  auto never = fresh->RegisterJob(TestSpec("never", 1, v1::DTYPE_FP32, v1::DTYPE_FP32));
+  ExpectError(never.status(), absl::StatusCode::kUnavailable, kHint);
+}
+
 TEST(ClientFaultTest, StalledServerIsRetriedAndAppliesThePushExactlyOnce) {
   auto server = ServerProcess::Start(TestServerOptions());
   ASSERT_TRUE(server.ok()) << server.status();

@@ -12,8 +12,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const fuzz::Record& r : fuzz::SplitRecords(data, size)) {
     v1::RendezvousRequest req;
     if (!req.ParseFromString(r.bytes)) continue;
-    auto values = table.Join(req.job_id(), req.key(), req.rank(), req.world(), req.value(),
-                             absl::Now() + absl::Microseconds(200));
+    // Two owners, one with a job: both quotas and their evictions are reachable.
+    const bool job = req.job_id().size() % 2 == 0;
+    const server::RendezvousOwner owner{job ? "job" : "guest", job};
+    auto values = table.Join(owner, req.job_id(), req.key(), req.rank(), req.world(),
+                             req.value(), absl::Now() + absl::Microseconds(200));
     if (values.ok() && values->size() != req.world()) __builtin_trap();
   }
   table.Shutdown();

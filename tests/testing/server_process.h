@@ -119,6 +119,11 @@ class ServerProcess {
 absl::StatusOr<std::string> ScrapeMetrics(const std::string& address,
                                           absl::Duration timeout = absl::InfiniteDuration());
 
+// A socket listening on 127.0.0.1 on a free port, which it writes to
+// `port`: an address in use, for tests of what a server or worker does
+// then. The caller closes it. -1 on failure (errno set).
+int ListenOnLoopback(int* port);
+
 // The value of series `name` on a Prometheus text page (from
 // ScrapeMetrics), labels written as the page writes them
 // (`x_total{method="Gather"}`); -1 when it is missing.

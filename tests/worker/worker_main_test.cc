@@ -2,10 +2,10 @@
 // separate processes exchanging through shared memory, or as threads of one
 // process per node; both must end with the same bits. Bad launcher
 // variables and configs are refused with a message naming them.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <gtest/gtest.h>
 
@@ -115,16 +115,9 @@ TEST_F(WorkerMainTest, BadConfigKeyIsNamed) {
 
 // Before: civetweb's CivetException escaped main and the worker dumped core.
 TEST_F(WorkerMainTest, AMetricsPortInUseIsAClearError) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 1), 0);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  const int port = ntohs(addr.sin_port);
+  int port = 0;
+  const int fd = testing::ListenOnLoopback(&port);
+  ASSERT_GE(fd, 0) << strerror(errno);
   auto flags = Flags("metrics-in-use");
   for (auto& f : flags) {
     if (f == "--metrics_port=0") f = absl::StrCat("--metrics_port=", port);

@@ -155,6 +155,10 @@ class Engine:
         return client, job
 
     def _explain(self, e):
+        if e.code == "ALREADY_EXISTS" and "is taken" in str(e):
+            return (f"job '{self.job_id}': the job token is not this job's (the id is taken by "
+                    f"a job of another token: check ZEROSTATE_JOB_TOKEN or token=, or choose "
+                    f"another job id; nothing was changed): {e}")
         if e.code == "ALREADY_EXISTS":
             return (f"the model does not match job '{self.job_id}' registered on the servers "
                     f"(its tensors, shapes, optimizer or nodes differ; nothing was changed): {e}")
