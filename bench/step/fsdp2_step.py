@@ -48,8 +48,8 @@ x, y = batch(a, a.device)
 
 
 def step():
-    opt.zero_grad(set_to_none=False)
-    loss = torch.nn.functional.mse_loss(model(x), y)
+    opt.zero_grad(set_to_none=True)
+    loss = torch.nn.functional.mse_loss(model(x).float(), y)
     loss.backward()
     opt.step()
     if cuda:
