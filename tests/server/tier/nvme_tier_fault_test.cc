@@ -3,6 +3,8 @@
 // a message naming the problem, the block and the file; every block keeps
 // its previous state; and the tier works again once the fault is gone.
 #include <fcntl.h>
+
+#include <filesystem>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -67,10 +69,23 @@ class NvmeTierFaultTest : public ::testing::Test {
     }
   }
 
+  // The tier's file, opened again through /proc: it was unlinked when the
+  // tier opened it (no scratch file survives the process), so its path no
+  // longer names it. -1 if no descriptor of this process holds it.
+  int ReopenTierFile() {
+    const std::string deleted = tier_->path() + " (deleted)";
+    for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+      std::error_code ec;
+      std::filesystem::path target = std::filesystem::read_symlink(entry.path(), ec);
+      if (!ec && target.string() == deleted) return open(entry.path().c_str(), O_WRONLY);
+    }
+    return -1;
+  }
+
   // Overwrites bytes of block b's slot (0: A, 1: B) behind the tier's back.
   void Scribble(uint64_t b, int slot, uint64_t at, size_t n) {
-    int fd = open(tier_->path().c_str(), O_WRONLY);
-    ASSERT_GE(fd, 0);
+    int fd = ReopenTierFile();
+    ASSERT_GE(fd, 0) << tier_->path() << " is not open in this process";
     std::string junk(n, '\x77');
     off_t off = static_cast<off_t>((b * 2 + slot) * tier_->slot_layout().slot_bytes + at);
     ASSERT_EQ(pwrite(fd, junk.data(), n, off), static_cast<ssize_t>(n));
