@@ -1,0 +1,70 @@
+// Membership of a replicated cluster of state servers: who is alive, who
+// serves each (job, shard) as primary, and under which fencing epoch
+// (issue 19). The replication path (primaries, backups, failover) codes
+// against this interface; EtcdMembership (server/membership/etcd_membership.h)
+// implements it over etcd leases and revisions. No home-made consensus: the
+// engine behind it decides.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace zerostate::server {
+
+// Who serves (job, shard) as primary, under which fencing epoch.
+struct PrimaryTerm {
+  std::string primary;  // the holder's advertised data address (Membership::self())
+  // The etcd revision at which the holder claimed the shard: a new claim
+  // (after the holder's lease is gone) always has a larger epoch, so a
+  // message stamped with an older epoch comes from a deposed primary.
+  int64_t epoch = 0;
+};
+
+// Thread safety: every method may be called from any thread at once.
+// Errors: UNAVAILABLE when the engine (etcd) cannot be reached in time,
+// naming the endpoint and key; INVALID_ARGUMENT for a bad job or shard.
+class Membership {
+ public:
+  virtual ~Membership() = default;
+
+  // This server's advertised data address: what Primary() and Members()
+  // name it by. Constant after construction.
+  virtual const std::string& self() const = 0;
+
+  // The live primary of (job, shard). NOT_FOUND when none holds it (never
+  // claimed, or its holder's lease expired).
+  virtual absl::StatusOr<PrimaryTerm> Primary(const std::string& job, int shard) = 0;
+
+  // Become primary of (job, shard) if no live primary holds it; else return
+  // the holder's term (compare `primary` with self() to know which). A
+  // server that already holds the shard gets its own term back, unchanged.
+  // FAILED_PRECONDITION when this server's lease is not valid (it must not
+  // claim what it could not keep).
+  virtual absl::StatusOr<PrimaryTerm> Claim(const std::string& job, int shard) = 0;
+
+  // False once this server's lease may have expired: it must stop answering
+  // as primary (fencing). It errs on the side of stopping: false as soon as
+  // a keepalive has not been confirmed within the lease's TTL minus a
+  // margin, so it turns false before the engine can give the shard to
+  // another server. Never blocks.
+  virtual bool LeaseValid() const = 0;
+
+  // The live servers' advertised addresses (this one included while its
+  // lease holds), sorted.
+  virtual absl::StatusOr<std::vector<std::string>> Members() = 0;
+
+  // Registers the callback called (from a membership thread, never under a
+  // lock of the caller's) when the primary of a (job, shard) of this
+  // cluster is gone: its claim vanished (the holder's lease expired or was
+  // revoked). It is called for every such shard but this server's own; the
+  // callee ignores the shards it does not back. It should claim or hand off
+  // quickly, and may call back into this object. Replaces an earlier
+  // callback; an empty function stops the calls.
+  virtual void OnPrimaryLost(std::function<void(const std::string& job, int shard)> cb) = 0;
+};
+
+}  // namespace zerostate::server
