@@ -53,6 +53,17 @@ class Membership {
   // another server. Never blocks.
   virtual bool LeaseValid() const = 0;
 
+  // Whether `term` is this server's own claim of (job, shard), still in
+  // force: what a primary checks before it acts as one. An implementation
+  // whose claims can die with a lease (EtcdMembership) also checks that
+  // the claim was made under the lease it holds now; this default only
+  // checks the name and LeaseValid(). Never blocks.
+  virtual bool Holds(const std::string& job, int shard, const PrimaryTerm& term) const {
+    (void)job;
+    (void)shard;
+    return term.primary == self() && LeaseValid();
+  }
+
   // The live servers' advertised addresses (this one included while its
   // lease holds), sorted.
   virtual absl::StatusOr<std::vector<std::string>> Members() = 0;

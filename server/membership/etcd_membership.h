@@ -1,0 +1,151 @@
+// Membership over etcd (issue 19): etcd decides, through leases and
+// revisions; this class only keeps them.
+//
+// Keys, under /zerostate/<cluster>/:
+//   members/<self>            value self, on this server's lease
+//   primaries/<job>/<shard>   value the primary's self, on its lease,
+//                             created by a Txn that succeeds only when the
+//                             key does not exist (create_revision == 0);
+//                             its create revision is the term's epoch.
+// When a lease expires (its server died, or was cut off from etcd for a
+// TTL) or is revoked (the server stopped cleanly), etcd deletes its keys,
+// and every other member's watch of primaries/ sees the deletions:
+// OnPrimaryLost. Epochs are etcd revisions, so a later claim always has a
+// larger one.
+//
+// Fencing: a keepalive is sent every TTL/3; one answered confirms the
+// lease until (the time it was SENT) + TTL - TTL/4. etcd renews the lease to
+// TTL from when it RECEIVES the keepalive, later than it was sent, so
+// LeaseValid() turns false at least TTL/4 before etcd can expire the lease
+// and let another server claim the shard; the margin is the time a primary
+// may take between checking LeaseValid() and acting on it.
+//
+// A lease found gone (etcd answered a keepalive with TTL 0) is not
+// revived: a new lease is granted and the member key put again, and every
+// claim made under the old one is void (Holds() says false), since etcd
+// deleted those keys and another server may hold them now.
+//
+// At start, a member key of this same address on another lease (this
+// server's previous incarnation, killed) has its lease revoked: its claims
+// go at once rather than a TTL later, and their backups hear of it.
+//
+// Thread safety: every method may be called from any thread at once.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/membership/etcd_client.h"
+#include "server/membership/membership.h"
+#include "server/membership/membership_metrics.h"
+
+namespace zerostate::server {
+
+struct EtcdMembershipOptions {
+  // --etcd_endpoints, one entry each ("host:port" or "http://host:port").
+  std::vector<std::string> endpoints;
+  // --cluster: servers with the same name form one cluster (the key prefix
+  // /zerostate/<cluster>/). 1-128 of [A-Za-z0-9._-].
+  std::string cluster = "default";
+  // This server's advertised address (Membership::self()). Required, no '/'.
+  std::string self;
+  // --etcd_lease_ttl_seconds: how long etcd keeps this server's lease (and
+  // so its primaries) after its last keepalive. Whole seconds, >= 2 (etcd's
+  // own minimum with its default election timeout). Failover takes about
+  // this long after a crash.
+  int64_t lease_ttl_seconds = 10;
+  // Deadline of each call to etcd; 0: a third of the TTL.
+  absl::Duration call_timeout = absl::ZeroDuration();
+  // Where the zerostate_membership_* metrics go; null: nowhere.
+  std::shared_ptr<prometheus::Registry> metrics;
+};
+
+class EtcdMembership final : public Membership {
+ public:
+  // Checks the options (INVALID_ARGUMENT naming the field), grants a lease
+  // and puts the member key (UNAVAILABLE naming the endpoint when etcd does
+  // not answer within the call timeout, on every endpoint), then starts
+  // the keepalive and watch threads.
+  static absl::StatusOr<std::unique_ptr<EtcdMembership>> Start(EtcdMembershipOptions options);
+
+  // Stops the threads and revokes the lease (bounded by the call timeout),
+  // so that this server's primaries are free at once.
+  ~EtcdMembership() override;
+
+  const std::string& self() const override { return options_.self; }
+  absl::StatusOr<PrimaryTerm> Primary(const std::string& job, int shard) override;
+  absl::StatusOr<PrimaryTerm> Claim(const std::string& job, int shard) override;
+  bool LeaseValid() const override;
+  absl::StatusOr<std::vector<std::string>> Members() override;
+  void OnPrimaryLost(std::function<void(const std::string& job, int shard)> cb) override;
+
+  // Whether `term` is this server's claim under its current lease, and
+  // that lease valid: what a primary checks before acting as one.
+  bool Holds(const std::string& job, int shard, const PrimaryTerm& term) const override;
+
+  // The lease this server holds now (it changes when one is lost).
+  int64_t lease_id() const;
+  // The key of (job, shard)'s primary and of this server's member entry.
+  std::string PrimaryKey(const std::string& job, int shard) const;
+  std::string MemberKey() const;
+
+ private:
+  using ShardKey = std::pair<std::string, int>;
+  explicit EtcdMembership(EtcdMembershipOptions options, std::unique_ptr<EtcdClient> etcd);
+  // Grants a lease and puts the member key on it (revoking a previous
+  // incarnation's lease first); then LeaseValid() holds.
+  absl::Status Join();
+  // Records a keepalive sent at `sent_ns` (steady clock) that etcd
+  // answered with `ttl` seconds.
+  void Confirm(int64_t sent_ns, int64_t ttl);
+  void KeepAliveLoop();
+  void WatchLoop();
+  // One watch of primaries/ from a fresh read of it, until it fails.
+  absl::Status WatchOnce();
+  // A primary key deleted: forget the claim if it was ours, else tell the
+  // callback.
+  void Lost(const std::string& key, const etcdserverpb::KeyValue& prev);
+  // Waits up to `d`, or until Stop; false when stopping.
+  bool Pause(absl::Duration d);
+  // One line on stderr, naming this server.
+  void Log(const std::string& what) const;
+  absl::Status CheckShard(const std::string& job, int shard) const;
+  // (job, shard) of a key under primaries/, false when it is not one.
+  bool ParsePrimaryKey(const std::string& key, ShardKey* out) const;
+
+  const EtcdMembershipOptions options_;
+  const std::string prefix_;  // /zerostate/<cluster>/
+  const absl::Duration margin_;
+  const std::unique_ptr<EtcdClient> etcd_;
+  const std::unique_ptr<MembershipMetrics> metrics_;
+  // Until when the lease is known valid (steady clock nanoseconds), read
+  // by LeaseValid() without a lock.
+  std::atomic<int64_t> valid_until_ns_{0};
+
+  mutable absl::Mutex mu_;
+  int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t ttl_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // as granted
+  // This server's claims under lease_: (job, shard) -> epoch.
+  absl::flat_hash_map<ShardKey, int64_t> held_ ABSL_GUARDED_BY(mu_);
+  std::function<void(const std::string&, int)> on_lost_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  EtcdWatch* watch_ ABSL_GUARDED_BY(mu_) = nullptr;  // the one WatchOnce reads, to cancel
+  // The primaries/ keys as the watch last saw them. Watcher thread only.
+  absl::flat_hash_map<std::string, etcdserverpb::KeyValue> known_;
+  std::thread keepalive_;
+  std::thread watcher_;
+};
+
+}  // namespace zerostate::server
