@@ -4,12 +4,14 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "server/membership/membership_setup.h"
 #include "server/state_server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070", "gRPC address host:port (port 0: any free port)");
@@ -62,6 +64,40 @@ ABSL_FLAG(uint64_t, max_jobs, 0, "jobs this server holds at most (0: unlimited)"
 ABSL_FLAG(uint64_t, job_ram_quota_bytes, 0, "RAM one job's shard may hold (0: unlimited)");
 ABSL_FLAG(uint64_t, job_disk_quota_bytes, 0,
           "disk one job's shard may use under --nvme_dir (0: unlimited)");
+ABSL_FLAG(std::string, etcd_endpoints, "",
+          "etcd client endpoints, comma-separated host:port or http://host:port: this server "
+          "joins the cluster's membership there (a lease, a member key, primaries of replicated "
+          "shards and their fencing); empty: no membership (jobs without backups need none)");
+ABSL_FLAG(std::string, cluster, "default",
+          "name of this server's cluster in etcd (keys under /zerostate/<cluster>/)");
+ABSL_FLAG(int64_t, etcd_lease_ttl_seconds, 10,
+          "seconds etcd keeps this server's lease after its last keepalive (>= 2): a crashed "
+          "primary's shards are free this long after it died; it stops acting as primary a "
+          "quarter of this before");
+ABSL_FLAG(std::string, advertise_address, "",
+          "host:port other servers and clients dial to reach this server's gRPC port, as "
+          "named in etcd (empty: --listen, a wildcard host replaced by this host's name)");
+
+namespace {
+
+// The server's membership in etcd (server/membership/membership_setup.h);
+// null without --etcd_endpoints. Exits on an error.
+std::shared_ptr<zerostate::server::EtcdMembership> JoinMembership(
+    const std::string& listen, std::shared_ptr<prometheus::Registry> registry) {
+  zerostate::server::MembershipConfig config;
+  config.etcd_endpoints = absl::GetFlag(FLAGS_etcd_endpoints);
+  config.cluster = absl::GetFlag(FLAGS_cluster);
+  config.lease_ttl_seconds = absl::GetFlag(FLAGS_etcd_lease_ttl_seconds);
+  config.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  auto membership = zerostate::server::StartMembership(config, listen, std::move(registry));
+  if (!membership.ok()) {
+    std::cerr << "zerostate-server: " << membership.status() << std::endl;
+    std::exit(1);
+  }
+  return *std::move(membership);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("zerostate state server: holds sharded training state");
@@ -89,6 +125,8 @@ int main(int argc, char** argv) {
 
   zerostate::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
+  options.metrics_registry = std::make_shared<prometheus::Registry>();
+  auto membership = JoinMembership(options.listen, options.metrics_registry);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   options.ram_budget_bytes = absl::GetFlag(FLAGS_ram_budget_bytes);
   options.staging_budget_bytes = absl::GetFlag(FLAGS_staging_budget_bytes);
@@ -129,6 +167,15 @@ int main(int argc, char** argv) {
     std::cerr << "zerostate-server: data plane off (--data_listen=off); push and gather use gRPC"
               << std::endl;
   }
+  if (membership) {
+    // This process holds the address now: its previous process is gone.
+    if (auto st = membership->ReplacePreviousIncarnation(); !st.ok()) {
+      std::cerr << "zerostate-server: membership: " << st << std::endl;
+    }
+    std::cout << "zerostate-server member of cluster " << absl::GetFlag(FLAGS_cluster)
+              << " in etcd as " << membership->self() << " (lease " << membership->lease_id()
+              << ", TTL " << absl::GetFlag(FLAGS_etcd_lease_ttl_seconds) << " s)" << std::endl;
+  }
   std::cout << "zerostate-server listening on " << (*server)->address() << " metrics on "
             << ((*server)->metrics_address().empty() ? "(off)" : (*server)->metrics_address())
             << std::endl;
@@ -141,6 +188,9 @@ int main(int argc, char** argv) {
   });
   (*server)->Wait();
   waiter.join();
+  // After the calls in flight finished: fenced, then the lease revoked, so
+  // backups take this server's primaries at once.
+  if (membership) membership->Leave();
   std::cout << "zerostate-server: stopped" << std::endl;
   return 0;
 }

@@ -143,7 +143,8 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   if (!staging_bytes.ok()) return staging_bytes.status();
   int threads = opt.threads > 0 ? opt.threads
                                 : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  s->metrics_ = std::make_unique<ServerMetrics>(std::make_shared<prometheus::Registry>());
+  s->metrics_ = std::make_unique<ServerMetrics>(
+      opt.metrics_registry ? opt.metrics_registry : std::make_shared<prometheus::Registry>());
   TierOptions tiers = opt.tiers;
   tiers.metrics = [m = s->metrics_.get()](const std::string& job) { return m->TierSink(job); };
   s->staging_ = std::make_shared<StagingBudget>(*staging_bytes, s->metrics_.get());

@@ -19,6 +19,7 @@ class Server;
 }
 namespace prometheus {
 class Exposer;
+class Registry;
 }
 
 namespace zerostate::server {
@@ -30,6 +31,10 @@ inline constexpr int kMaxMetadataBytes = 16 << 10;
 struct ServerOptions {
   std::string listen = "0.0.0.0:7070";           // gRPC; port 0 picks a free one
   std::string metrics_listen = "0.0.0.0:9464";   // Prometheus; "" disables
+  // The registry the metrics go to (and `metrics_listen` serves), shared
+  // with what main() builds beside the server (its membership); null: a
+  // new one.
+  std::shared_ptr<prometheus::Registry> metrics_registry;
   uint64_t ram_budget_bytes = 0;                 // 0: 80% of physical RAM
   // Gradient staging of early nodes' pieces (--staging_budget_bytes), on top
   // of the RAM budget; 0: an eighth of the RAM budget. At most the RAM budget.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <iostream>
+#include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -69,22 +70,26 @@ absl::StatusOr<std::unique_ptr<EtcdMembership>> EtcdMembership::Start(
   return m;
 }
 
-EtcdMembership::~EtcdMembership() {
+EtcdMembership::~EtcdMembership() { Leave(); }
+
+void EtcdMembership::Leave() {
   {
     absl::MutexLock lock(&mu_);
+    if (stop_) return;
     stop_ = true;
     if (watch_ != nullptr) watch_->Cancel();
   }
   if (keepalive_.joinable()) keepalive_.join();
   if (watcher_.joinable()) watcher_.join();
+  // Fenced before the lease goes: nothing here acts as primary once
+  // another server can claim.
   valid_until_ns_ = 0;
   metrics_->SetLeaseValid(false);
   int64_t lease = lease_id();
-  if (lease != 0) {
-    if (auto st = etcd_->LeaseRevoke(lease); !st.ok() && !absl::IsNotFound(st)) {
-      Log(absl::StrCat("could not revoke lease ", lease,
-                       " (its primaries stay held until it expires): ", st.ToString()));
-    }
+  if (lease == 0) return;
+  if (auto st = etcd_->LeaseRevoke(lease); !st.ok() && !absl::IsNotFound(st)) {
+    Log(absl::StrCat("could not revoke lease ", lease,
+                     " (its primaries stay held until it expires): ", st.ToString()));
   }
 }
 
@@ -94,6 +99,18 @@ std::string EtcdMembership::PrimaryKey(const std::string& job, int shard) const 
 
 std::string EtcdMembership::MemberKey() const {
   return absl::StrCat(prefix_, "members/", options_.self);
+}
+
+absl::Status EtcdMembership::ReplacePreviousIncarnation() {
+  int64_t previous;
+  {
+    absl::MutexLock lock(&mu_);
+    previous = std::exchange(previous_lease_, 0);
+  }
+  if (previous == 0) return absl::OkStatus();
+  Log(absl::StrCat("revoking lease ", previous, " of this address's previous process"));
+  auto st = etcd_->LeaseRevoke(previous);
+  return absl::IsNotFound(st) ? absl::OkStatus() : st;
 }
 
 void EtcdMembership::Log(const std::string& what) const {
@@ -113,11 +130,9 @@ absl::Status EtcdMembership::Join() {
   const int64_t lease = grant->id();
   auto old = etcd_->Range(MemberKey());
   if (!old.ok()) return old.status();
+  int64_t previous = 0;
   for (const KeyValue& kv : old->kvs()) {
-    if (kv.lease() == 0 || kv.lease() == lease) continue;
-    // This address's previous incarnation: its claims are of a process
-    // that is gone (this one holds its address now).
-    if (auto st = etcd_->LeaseRevoke(kv.lease()); !st.ok() && !absl::IsNotFound(st)) return st;
+    if (kv.lease() != 0 && kv.lease() != lease) previous = kv.lease();
   }
   if (auto put = etcd_->Put(MemberKey(), options_.self, lease); !put.ok()) return put.status();
   {
@@ -125,6 +140,7 @@ absl::Status EtcdMembership::Join() {
     lease_ = lease;
     ttl_seconds_ = grant->ttl();
     held_.clear();
+    if (previous != 0) previous_lease_ = previous;
   }
   Confirm(sent_ns, grant->ttl());
   return absl::OkStatus();

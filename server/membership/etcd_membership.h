@@ -25,9 +25,11 @@
 // claim made under the old one is void (Holds() says false), since etcd
 // deleted those keys and another server may hold them now.
 //
-// At start, a member key of this same address on another lease (this
-// server's previous incarnation, killed) has its lease revoked: its claims
-// go at once rather than a TTL later, and their backups hear of it.
+// A member key of this same address on another lease, found at start, is
+// this server's previous process (killed): ReplacePreviousIncarnation(),
+// called once this process holds the address (its port bound), revokes
+// that lease, so its claims go at once rather than a TTL later, and their
+// backups hear of it.
 //
 // Thread safety: every method may be called from any thread at once.
 #pragma once
@@ -80,9 +82,15 @@ class EtcdMembership final : public Membership {
   // the keepalive and watch threads.
   static absl::StatusOr<std::unique_ptr<EtcdMembership>> Start(EtcdMembershipOptions options);
 
-  // Stops the threads and revokes the lease (bounded by the call timeout),
-  // so that this server's primaries are free at once.
+  // Leave().
   ~EtcdMembership() override;
+
+  // Leaves the cluster: stops the threads, turns LeaseValid() false for
+  // good (Claim then fails, Holds is false), and revokes the lease (bounded
+  // by the call timeout), so that this server's primaries and member key
+  // go at once rather than a TTL later. Primary() and Members() still
+  // answer. Idempotent. REQUIRES: not called from an OnPrimaryLost callback.
+  void Leave();
 
   const std::string& self() const override { return options_.self; }
   absl::StatusOr<PrimaryTerm> Primary(const std::string& job, int shard) override;
@@ -90,6 +98,11 @@ class EtcdMembership final : public Membership {
   bool LeaseValid() const override;
   absl::StatusOr<std::vector<std::string>> Members() override;
   void OnPrimaryLost(std::function<void(const std::string& job, int shard)> cb) override;
+
+  // Revokes the lease of the previous process of this address, if Start
+  // found one. REQUIRES: this process has bound the advertised address
+  // (proof that the other is gone). Errors: UNAVAILABLE (etcd).
+  absl::Status ReplacePreviousIncarnation();
 
   // Whether `term` is this server's claim under its current lease, and
   // that lease valid: what a primary checks before acting as one.
@@ -104,8 +117,8 @@ class EtcdMembership final : public Membership {
  private:
   using ShardKey = std::pair<std::string, int>;
   explicit EtcdMembership(EtcdMembershipOptions options, std::unique_ptr<EtcdClient> etcd);
-  // Grants a lease and puts the member key on it (revoking a previous
-  // incarnation's lease first); then LeaseValid() holds.
+  // Grants a lease and puts the member key on it (noting a previous
+  // incarnation's lease); then LeaseValid() holds.
   absl::Status Join();
   // Records a keepalive sent at `sent_ns` (steady clock) that etcd
   // answered with `ttl` seconds.
@@ -137,6 +150,7 @@ class EtcdMembership final : public Membership {
   mutable absl::Mutex mu_;
   int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t ttl_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // as granted
+  int64_t previous_lease_ ABSL_GUARDED_BY(mu_) = 0;  // ReplacePreviousIncarnation's
   // This server's claims under lease_: (job, shard) -> epoch.
   absl::flat_hash_map<ShardKey, int64_t> held_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&, int)> on_lost_ ABSL_GUARDED_BY(mu_);

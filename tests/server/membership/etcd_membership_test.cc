@@ -315,6 +315,11 @@ TEST_F(EtcdMembershipTest, RestartRevokesThePreviousIncarnationsClaims) {
   ASSERT_TRUE(raw->Put("/zerostate/test/members/a:1", "a:1", old->id()).ok());
   auto a = Member("a:1");
   ASSERT_TRUE(a);
+  auto before = a->Primary("job", 0);  // not before a holds the address
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->primary, "a:1");
+  EXPECT_FALSE(a->Holds("job", 0, *before));
+  ASSERT_TRUE(a->ReplacePreviousIncarnation().ok());
   EXPECT_TRUE(absl::IsNotFound(a->Primary("job", 0).status()));
   EXPECT_TRUE(lost.WaitFor("job/0"));
   auto t = a->Claim("job", 0);
