@@ -20,16 +20,18 @@ using etcdserverpb::WatchResponse;
 // Why these channel settings: the default reconnect backoff grows to 120 s,
 // so a member cut off from etcd for a while would stay away long after the
 // network healed (and lose its lease meanwhile). Keepalive pings find a
-// connection that silently died (a partition) so that a watch waiting on it
-// ends; 5 s is etcd's --grpc-keepalive-min-time, faster pings get GOAWAY.
+// connection that silently died (a partition), so that a watch waiting on
+// it ends. etcd answers pings more often than its --grpc-keepalive-min-time
+// (5 s) or without a stream open with GOAWAY, so: every 10 s, and only
+// while a call is open (the watch always is).
 grpc::ChannelArguments ChannelArgs() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 3000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   return args;
 }
