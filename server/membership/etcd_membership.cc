@@ -277,6 +277,25 @@ absl::StatusOr<PrimaryTerm> EtcdMembership::Claim(const std::string& job, int sh
   return term;
 }
 
+absl::Status EtcdMembership::Release(const std::string& job, int shard) {
+  if (auto st = CheckShard(job, shard); !st.ok()) return st;
+  const std::string key = PrimaryKey(job, shard);
+  const int64_t lease = lease_id();
+  {
+    absl::MutexLock lock(&mu_);
+    held_.erase(ShardKey(job, shard));  // void from now, whatever etcd answers
+  }
+  TxnRequest txn;
+  Compare* ours = txn.add_compare();
+  ours->set_key(key);
+  ours->set_target(Compare::LEASE);
+  ours->set_result(Compare::EQUAL);
+  ours->set_lease(lease);
+  txn.add_success()->mutable_request_delete_range()->set_key(key);
+  auto resp = etcd_->Txn(txn, key);
+  return resp.ok() ? absl::OkStatus() : resp.status();
+}
+
 bool EtcdMembership::Holds(const std::string& job, int shard, const PrimaryTerm& term) const {
   if (term.primary != options_.self || !LeaseValid()) return false;
   absl::MutexLock lock(&mu_);

@@ -96,6 +96,9 @@ class EtcdMembership final : public Membership {
   absl::StatusOr<PrimaryTerm> Primary(const std::string& job, int shard) override;
   absl::StatusOr<PrimaryTerm> Claim(const std::string& job, int shard) override;
   bool LeaseValid() const override;
+  // Deletes the key only if it is on this server's current lease (a Txn
+  // comparing its lease), so it never removes another server's claim.
+  absl::Status Release(const std::string& job, int shard) override;
   absl::StatusOr<std::vector<std::string>> Members() override;
   void OnPrimaryLost(std::function<void(const std::string& job, int shard)> cb) override;
 

@@ -64,6 +64,18 @@ class Membership {
     return term.primary == self() && LeaseValid();
   }
 
+  // Gives up this server's claim of (job, shard) (its job was deleted, or
+  // it hands the shard off): the claim is removed if, and only if, it is
+  // this server's; other members then hear of it through OnPrimaryLost.
+  // OK when this server does not hold it. Implementations without a shared
+  // engine have nothing to release beyond their own record; this default
+  // says so.
+  virtual absl::Status Release(const std::string& job, int shard) {
+    (void)job;
+    (void)shard;
+    return absl::UnimplementedError("this membership cannot release a claim");
+  }
+
   // The live servers' advertised addresses (this one included while its
   // lease holds), sorted.
   virtual absl::StatusOr<std::vector<std::string>> Members() = 0;

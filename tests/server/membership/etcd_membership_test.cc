@@ -126,6 +126,31 @@ TEST_F(EtcdMembershipTest, ClaimIsExclusive) {
   EXPECT_TRUE(absl::IsNotFound(b->Primary("job", 1).status()));
 }
 
+TEST_F(EtcdMembershipTest, ReleaseRemovesOnlyItsOwnClaim) {
+  LostLog lost;  // outlives b, whose thread calls into it
+  auto a = Member("a:1");
+  auto b = Member("b:1");
+  ASSERT_TRUE(a && b);
+  b->OnPrimaryLost([&](const std::string& job, int shard) { lost.Add(job, shard); });
+  auto term = a->Claim("job", 0);
+  ASSERT_TRUE(term.ok()) << term.status();
+  ASSERT_TRUE(b->Release("job", 0).ok());  // not b's: nothing changes
+  auto still = b->Primary("job", 0);
+  ASSERT_TRUE(still.ok()) << still.status();
+  EXPECT_EQ(still->epoch, term->epoch);
+  EXPECT_TRUE(a->Holds("job", 0, *term));
+  ASSERT_TRUE(a->Release("job", 0).ok());
+  EXPECT_FALSE(a->Holds("job", 0, *term));
+  EXPECT_TRUE(absl::IsNotFound(b->Primary("job", 0).status()));
+  EXPECT_TRUE(lost.WaitFor("job/0"));
+  auto taken = b->Claim("job", 0);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_EQ(taken->primary, "b:1");
+  EXPECT_GT(taken->epoch, term->epoch);
+  EXPECT_TRUE(a->Release("job", 7).ok());  // never held: OK
+  b->OnPrimaryLost(nullptr);
+}
+
 TEST_F(EtcdMembershipTest, ConcurrentClaimsHaveOneWinnerEach) {
   std::vector<std::unique_ptr<EtcdMembership>> members;
   for (int i = 0; i < 4; ++i) members.push_back(Member("m:" + std::to_string(i)));
