@@ -18,13 +18,12 @@
 #include "absl/synchronization/notification.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
-#include "tests/testing/etcd_process.h"
+#include "tests/server/membership/etcd_fixture.h"
 #include "tests/testing/fault_proxy.h"
 
 namespace zerostate::server {
 namespace {
 
-using testing::EtcdProcess;
 using testing::FaultProxy;
 
 constexpr absl::Duration kBound = absl::Seconds(30);  // reached only on failure
@@ -67,38 +66,9 @@ class LostLog {
   std::vector<std::string> lost_ ABSL_GUARDED_BY(mu_);
 };
 
-class EtcdMembershipTest : public ::testing::Test {
+class EtcdMembershipTest : public EtcdFixture {
  protected:
-  void SetUp() override {
-    if (!EtcdProcess::Available()) GTEST_SKIP() << "no " << testing::kEtcdBinary;
-    auto etcd = EtcdProcess::Start();
-    ASSERT_TRUE(etcd.ok()) << etcd.status();
-    etcd_ = *std::move(etcd);
-  }
-
-  EtcdMembershipOptions Options(const std::string& self, const std::string& endpoint = "") {
-    EtcdMembershipOptions o;
-    o.endpoints = {endpoint.empty() ? etcd_->endpoint() : endpoint};
-    o.cluster = "test";
-    o.self = self;
-    o.lease_ttl_seconds = 2;
-    return o;
-  }
-
-  std::unique_ptr<EtcdMembership> Member(const std::string& self,
-                                         const std::string& endpoint = "") {
-    auto m = EtcdMembership::Start(Options(self, endpoint));
-    EXPECT_TRUE(m.ok()) << m.status();
-    return m.ok() ? *std::move(m) : nullptr;
-  }
-
-  std::unique_ptr<EtcdClient> Client() {
-    auto c = EtcdClient::Create({{etcd_->endpoint()}, absl::Seconds(5)});
-    EXPECT_TRUE(c.ok()) << c.status();
-    return *std::move(c);
-  }
-
-  std::unique_ptr<EtcdProcess> etcd_;
+  EtcdMembershipTest() : EtcdFixture("test") {}
 };
 
 TEST_F(EtcdMembershipTest, ClaimIsExclusive) {

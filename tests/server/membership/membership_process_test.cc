@@ -3,9 +3,8 @@
 // SIGKILL, and a restart on the same address revokes its previous
 // process's lease before it serves. Real etcd, real processes; skipped
 // when /usr/bin/etcd is missing.
-#include <unistd.h>
-
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -18,43 +17,37 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
 #include "server/membership/etcd_membership.h"
-#include "tests/testing/etcd_process.h"
+#include "tests/server/membership/etcd_fixture.h"
 #include "tests/testing/server_process.h"
 
 namespace zerostate::server {
 namespace {
 
-using testing::EtcdProcess;
 using testing::ServerProcess;
 using testing::ServerProcessOptions;
 
 constexpr absl::Duration kBound = absl::Seconds(30);  // reached only on failure
 
-class MembershipProcessTest : public ::testing::Test {
+class MembershipProcessTest : public EtcdFixture {
  protected:
+  MembershipProcessTest() : EtcdFixture("proc") {}
+
   void SetUp() override {
-    if (!EtcdProcess::Available()) GTEST_SKIP() << "no " << testing::kEtcdBinary;
-    auto etcd = EtcdProcess::Start();
-    ASSERT_TRUE(etcd.ok()) << etcd.status();
-    etcd_ = *std::move(etcd);
-    EtcdMembershipOptions o;
-    o.endpoints = {etcd_->endpoint()};
-    o.cluster = "proc";
-    o.self = "observer:1";
-    o.lease_ttl_seconds = 2;
-    auto observer = EtcdMembership::Start(o);
-    ASSERT_TRUE(observer.ok()) << observer.status();
-    observer_ = *std::move(observer);
-    auto raw = EtcdClient::Create({{etcd_->endpoint()}, absl::Seconds(5)});
-    ASSERT_TRUE(raw.ok()) << raw.status();
-    raw_ = *std::move(raw);
+    EtcdFixture::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    observer_ = Member("observer:1");
+    raw_ = Client();
+    ASSERT_TRUE(observer_ && raw_);
   }
 
   ServerProcessOptions ServerOptions(std::vector<std::string> extra = {}) {
     ServerProcessOptions o;
     o.binary = ZEROSTATE_SERVER_PATH;
-    o.args = {"--etcd_endpoints=" + etcd_->endpoint(), "--cluster=proc",
-              "--etcd_lease_ttl_seconds=2", "--threads=1", "--metrics_listen=127.0.0.1:0",
+    o.args = {"--etcd_endpoints=" + etcd_->endpoint(),
+              "--cluster=proc",
+              "--etcd_lease_ttl_seconds=2",
+              "--threads=1",
+              "--metrics_listen=127.0.0.1:0",
               "--ram_budget_bytes=67108864"};
     o.args.insert(o.args.end(), extra.begin(), extra.end());
     return o;
@@ -89,7 +82,6 @@ class MembershipProcessTest : public ::testing::Test {
     return r.ok() && r->kvs_size() > 0 ? r->kvs(0).lease() : 0;
   }
 
-  std::unique_ptr<EtcdProcess> etcd_;
   std::unique_ptr<EtcdMembership> observer_;
   std::unique_ptr<EtcdClient> raw_;
 };
@@ -157,8 +149,7 @@ TEST_F(MembershipProcessTest, BadMembershipFlagsStopTheServerNamingThem) {
   ASSERT_GE(fd, 0);
   close(fd);
   std::string unreachable = run({"--etcd_endpoints=127.0.0.1:1"}, port);
-  EXPECT_NE(unreachable.find("etcd at 127.0.0.1:1: LeaseGrant"), std::string::npos)
-      << unreachable;
+  EXPECT_NE(unreachable.find("etcd at 127.0.0.1:1: LeaseGrant"), std::string::npos) << unreachable;
   std::string ephemeral = run({}, 0);
   EXPECT_NE(ephemeral.find("advertise_address"), std::string::npos) << ephemeral;
   std::string ttl = run({"--etcd_lease_ttl_seconds=1"}, port);
