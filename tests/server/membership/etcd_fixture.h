@@ -1,6 +1,8 @@
 // A test fixture with a real etcd (tests/testing/etcd_process.h) and
-// EtcdMembership members in cluster `cluster_` with 2 s leases; skips the
-// test where /usr/bin/etcd is missing.
+// EtcdMembership members in cluster `cluster_` with 4 s leases; skips the
+// test where /usr/bin/etcd is missing. Why 4 s: a member fences itself when
+// a keepalive is 3 s overdue, which a loaded CI machine (ASan, 2 cores)
+// does not reach by accident, and a lease still expires within seconds.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,6 +14,8 @@
 #include "tests/testing/etcd_process.h"
 
 namespace zerostate::server {
+
+inline constexpr int kTestTtlSeconds = 4;
 
 class EtcdFixture : public ::testing::Test {
  protected:
@@ -30,7 +34,7 @@ class EtcdFixture : public ::testing::Test {
     o.endpoints = {endpoint.empty() ? etcd_->endpoint() : endpoint};
     o.cluster = cluster_;
     o.self = self;
-    o.lease_ttl_seconds = 2;
+    o.lease_ttl_seconds = kTestTtlSeconds;
     return o;
   }
 

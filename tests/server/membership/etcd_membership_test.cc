@@ -1,8 +1,9 @@
 // EtcdMembership against a real etcd (tests/testing/etcd_process.h), over
 // real gRPC on loopback; partitions through the fault proxy. Skipped when
-// /usr/bin/etcd is missing. Leases of 2 s keep each case to seconds. Every
-// wait has a generous bound that only a failure reaches; the assertions
-// are on the order of events, never on how long something took.
+// /usr/bin/etcd is missing. Leases of 4 s (etcd_fixture.h) keep each case
+// to seconds. Every wait has a generous bound that only a failure reaches;
+// the assertions are on the order of events, never on how long something
+// took.
 #include "server/membership/etcd_membership.h"
 
 #include <gtest/gtest.h>

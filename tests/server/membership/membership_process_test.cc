@@ -45,7 +45,7 @@ class MembershipProcessTest : public EtcdFixture {
     o.binary = ZEROSTATE_SERVER_PATH;
     o.args = {"--etcd_endpoints=" + etcd_->endpoint(),
               "--cluster=proc",
-              "--etcd_lease_ttl_seconds=2",
+              absl::StrCat("--etcd_lease_ttl_seconds=", kTestTtlSeconds),
               "--threads=1",
               "--metrics_listen=127.0.0.1:0",
               "--ram_budget_bytes=67108864"};
