@@ -253,7 +253,12 @@ absl::StatusOr<PrimaryTerm> EtcdMembership::Claim(const std::string& job, int sh
   auto resp = etcd_->Txn(txn, key);
   if (!resp.ok()) {
     metrics_->RecordClaim(MembershipMetrics::Claim::kFailed);
-    return resp.status();
+    if (!absl::IsNotFound(resp.status())) return resp.status();
+    // etcd no longer has the lease (expired before a keepalive told us):
+    // not "no primary", which is what NOT_FOUND means elsewhere here.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "claim of job '", job, "' shard ", shard, ": this server's lease ", lease,
+        " has expired in etcd (", resp.status().message(), "); it joins again on a new one"));
   }
   PrimaryTerm term;
   bool mine;

@@ -284,6 +284,36 @@ TEST_F(EtcdMembershipTest, FrozenEtcdFencesEveryMember) {
   }
 }
 
+// etcd drops a member's lease before the member learns it (an operator's
+// `etcdctl lease revoke`, or an expiry its keepalive has not seen yet): a
+// claim is refused as FAILED_PRECONDITION, not "no primary"; the member
+// joins again on a new lease and its old claims stay void.
+TEST_F(EtcdMembershipTest, ALeaseGoneBehindTheMembersBackIsRefusedThenReplaced) {
+  auto a = Member("a:1");
+  ASSERT_TRUE(a);
+  auto term = a->Claim("job", 0);
+  ASSERT_TRUE(term.ok()) << term.status();
+  const int64_t old_lease = a->lease_id();
+  auto raw = Client();
+  ASSERT_TRUE(raw->LeaseRevoke(old_lease).ok());
+  auto refused = a->Claim("job", 1);
+  if (refused.ok()) {  // only if the keepalive thread had joined again meanwhile
+    EXPECT_NE(a->lease_id(), old_lease);
+  } else {
+    EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+  }
+  ASSERT_TRUE(WaitUntil([&] { return a->lease_id() != old_lease && a->LeaseValid(); }));
+  EXPECT_FALSE(a->Holds("job", 0, *term));
+  auto again = a->Claim("job", 0);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->primary, "a:1");
+  EXPECT_GT(again->epoch, term->epoch);
+  EXPECT_TRUE(a->Holds("job", 0, *again));
+  auto members = a->Members();
+  ASSERT_TRUE(members.ok()) << members.status();
+  EXPECT_EQ(*members, std::vector<std::string>{"a:1"});
+}
+
 TEST_F(EtcdMembershipTest, MembersAreTheLiveServers) {
   auto a = Member("a:1");
   auto b = Member("b:1");
