@@ -192,6 +192,10 @@ int zs_step(zs_job* job, uint64_t step, float lr, float grad_scale, int skip, ch
   return Report(job->job->Step(step, lr, grad_scale, skip != 0), error);
 }
 
+int zs_step_ahead(zs_job* job, uint64_t step, float lr, float grad_scale, char** error) {
+  return Report(job->job->StepAhead(step, lr, grad_scale), error);
+}
+
 void zs_gather_async(zs_job* job, uint64_t min_version, uint64_t begin, uint64_t end, void* out,
                      size_t out_bytes, int dtype, zs_ticket** out_ticket) {
   absl::Status s =

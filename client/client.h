@@ -215,6 +215,16 @@ class JobClient {
   absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip,
                     const std::string& trainer_state = "");
 
+  // Sends step `step`'s parameters ahead of its gradients to every server
+  // (a job registered with speculative_step; StepRequest.ahead): lr and the
+  // grad_scale its Step will carry if no clipping applies and the gradients
+  // are finite. Each server then steps every block as soon as its gradients
+  // are in, and the Step commits (or redoes) them: bit-identical to a plain
+  // step, the optimizer pass overlapping the pushes. Does not wait for the
+  // gradients. Errors: the servers' (FAILED_PRECONDITION for a job without
+  // speculative_step).
+  absl::Status StepAhead(uint64_t step, float lr, float grad_scale);
+
   // The trainer_state the Step that made `version` carried, from the first
   // server (in shard order) that keeps it; a server keeps the newest 4.
   // Errors: NOT_FOUND (no server keeps one for `version`), INVALID_ARGUMENT

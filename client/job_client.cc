@@ -121,6 +121,20 @@ absl::Status JobClient::Impl::Step(uint64_t step, float lr, float grad_scale, bo
   req.set_grad_scale(grad_scale);
   req.set_skip(skip);
   req.set_trainer_state(trainer_state);
+  return SendStep(req);
+}
+
+absl::Status JobClient::Impl::StepAhead(uint64_t step, float lr, float grad_scale) {
+  v1::StepRequest req;
+  req.set_job_id(spec_.job_id());
+  req.set_step(step);
+  req.set_lr(lr);
+  req.set_grad_scale(grad_scale);
+  req.set_ahead(true);
+  return SendStep(req);
+}
+
+absl::Status JobClient::Impl::SendStep(const v1::StepRequest& req) {
   return client_->ForEachServer([&](int shard) {
     v1::StepResponse resp;
     absl::Status st =
@@ -235,6 +249,10 @@ absl::StatusOr<GradStatsResult> JobClient::GradStats(uint64_t step) {
 absl::Status JobClient::Step(uint64_t step, float lr, float grad_scale, bool skip,
                              const std::string& trainer_state) {
   return impl_->Step(step, lr, grad_scale, skip, trainer_state);
+}
+
+absl::Status JobClient::StepAhead(uint64_t step, float lr, float grad_scale) {
+  return impl_->StepAhead(step, lr, grad_scale);
 }
 
 absl::StatusOr<std::string> JobClient::TrainerState(uint64_t version) {

@@ -56,12 +56,15 @@ class JobClient::Impl {
   absl::StatusOr<GradStatsResult> GradStats(uint64_t step);
   absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip,
                     const std::string& trainer_state);
+  absl::Status StepAhead(uint64_t step, float lr, float grad_scale);
   absl::StatusOr<std::string> TrainerState(uint64_t version);
   absl::StatusOr<uint64_t> Version();
   absl::StatusOr<std::string> Checkpoint(uint64_t version, const std::string& root);
   absl::Status Delete();
 
  private:
+  // Sends a Step request to every server, in parallel.
+  absl::Status SendStep(const v1::StepRequest& req);
   // A ticket of `parts` parts that also counts as one call in flight.
   std::shared_ptr<Ticket::State> BeginCall(int parts);
   // Runs run(plan, ticket) -> absl::Status for each stream of `elems` on

@@ -139,6 +139,11 @@ int zs_grad_stats(zs_job* job, uint64_t step, double* sum_squares, uint64_t* non
 /* Applies step `step` on every server. skip != 0: advance without changes. */
 int zs_step(zs_job* job, uint64_t step, float lr, float grad_scale, int skip, char** error);
 
+/* Sends step `step`'s parameters ahead of its gradients (a job registered
+ * with speculative_step): the grad_scale its zs_step will carry if no
+ * clipping applies and the gradients are finite (JobClient::StepAhead). */
+int zs_step_ahead(zs_job* job, uint64_t step, float lr, float grad_scale, char** error);
+
 /* Gathers flat elements [begin, end) at version >= min_version into `out`
  * (`out_bytes` bytes of `dtype`: fp32, or the job's weight dtype).
  * Errors: ZS_INVALID_ARGUMENT (range, dtype, null or too small out). */

@@ -210,6 +210,12 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& in) {
   }
   if (auto s = NormalizeOptimizer(spec.mutable_optimizer()); !s.ok()) return s;
   if (auto s = NormalizeGroups(&spec); !s.ok()) return s;
+  if (spec.speculative_step() && spec.tier() != v1::TIER_RAM) {
+    // Speculation keeps a copy of every stepped block's state in RAM, which
+    // is what the NVMe tier exists to avoid.
+    return Invalid("speculative_step", "needs tier TIER_RAM (it keeps each block's previous "
+                                       "state in RAM until its Step)");
+  }
   return spec;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
 #include "server/aligned_buffer.h"
+#include "server/core/kept_state.h"
 #include "server/gradient_accumulator.h"
 #include "server/optimizer/optimizer.h"
 #include "server/optimizer/param_groups.h"
@@ -23,17 +24,21 @@ struct Block {
   // `tensor_elems`: the block's elements that belong to a tensor
   // (TensorElements of common/job_spec.h); the rest is padding.
   // `group_runs`: GroupRuns of its first `required` elements.
+  // `speculative`: the job steps speculatively (JobSpec.speculative_step),
+  // so the kept state and the next low-precision copy keep their memory.
   Block(uint64_t index, uint64_t local, uint64_t flat_begin, uint32_t required,
         uint32_t block_elems, uint32_t num_nodes, bool has_lowp, StagingBudget* staging,
         std::vector<std::pair<uint32_t, uint32_t>> tensor_elems,
-        std::vector<GroupRun> group_runs)
+        std::vector<GroupRun> group_runs, bool speculative = false)
       : index(index),
         local(local),
         flat_begin(flat_begin),
         required(required),
         group_runs(std::move(group_runs)),
+        speculative(speculative),
         acc(num_nodes, block_elems, required, staging, std::move(tensor_elems)),
-        lowp(has_lowp ? block_elems : 0) {}
+        lowp(has_lowp ? block_elems : 0),
+        kept(speculative) {}
 
   // Constant after construction.
   const uint64_t index;       // global block index
@@ -43,6 +48,7 @@ struct Block {
   // Where the tensor group changes within the block: the runs a step gives
   // their own hyper-parameters (one run when the block is in one group).
   const std::vector<GroupRun> group_runs;
+  const bool speculative;
 
   mutable absl::Mutex mu;
   // Number of optimizer steps applied (skipped steps count).
@@ -58,11 +64,19 @@ struct Block {
   uint64_t stats_step ABSL_GUARDED_BY(mu) = 0;
   AlignedBuffer<uint16_t> lowp ABSL_GUARDED_BY(mu);  // empty when weight dtype is FP32
   // The next low-precision copy, written by a step whose new state is not
-  // yet stored (tiers that do not update in place); swapped in on commit.
+  // yet stored (tiers that do not update in place) or not yet confirmed
+  // (a speculative step); swapped in on commit.
   AlignedBuffer<uint16_t> next_lowp ABSL_GUARDED_BY(mu);
-  // The block's state at the version a running checkpoint writes, saved
-  // just before a step moves the block past it (copy-on-write).
-  AlignedBuffer<float> snapshot ABSL_GUARDED_BY(mu);
+  // The block's state before a step changed it in place, while a running
+  // checkpoint of that version or a speculation needs it (kept_state.h).
+  KeptState kept ABSL_GUARDED_BY(mu);
+
+  // Speculative step (server/core/job_step.h). kQueued: a pool task will
+  // try it; kDone: the tier holds the state stepped with `spec_params`
+  // (the block is `stepping`, its previous state in `kept`), not committed.
+  enum class Speculation { kNone, kQueued, kDone };
+  Speculation speculation ABSL_GUARDED_BY(mu) = Speculation::kNone;
+  StepParams spec_params ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace zerostate::server

@@ -10,31 +10,12 @@
 #include "absl/strings/str_join.h"
 #include "common/convert.h"
 #include "common/init.h"
+#include "server/core/block_wait.h"
 
 namespace zerostate::server {
 namespace {
 
 bool HasLowp(const v1::JobSpec& spec) { return spec.weight_dtype() != v1::DTYPE_FP32; }
-
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Seconds summed over the threads of a pass.
-class ThreadSeconds {
- public:
-  void Add(Clock::time_point start) {
-    nanos_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start)
-                         .count(),
-                     std::memory_order_relaxed);
-  }
-  double seconds() const { return nanos_.load(std::memory_order_relaxed) * 1e-9; }
-
- private:
-  std::atomic<int64_t> nanos_{0};
-};
 
 }  // namespace
 
@@ -53,7 +34,7 @@ Job::Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_inde
     blocks_data_.push_back(std::make_unique<Block>(
         b, b - blocks_.begin, begin, required, be, spec_.num_nodes(), HasLowp(spec_),
         staging_.get(), TensorElements(layout_, begin, begin + required),
-        GroupRuns(layout_, begin, begin + required)));
+        GroupRuns(layout_, begin, begin + required), spec_.speculative_step()));
   }
 }
 
@@ -88,7 +69,11 @@ uint64_t Job::EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks,
   // The spec itself (tensor names above all): the job keeps it, its layout
   // a copy of every name, its info and metrics labels another.
   const uint64_t spec_bytes = 3 * spec.ByteSizeLong();
-  return in_ram + spec_bytes + TierRamBytes(spec.tier(), state, tiers);
+  // Speculation keeps each stepped block's previous state until its Step,
+  // and the next low-precision copy aside (server/core/job_step.h).
+  const uint64_t speculation =
+      spec.speculative_step() ? state + elems * (HasLowp(spec) ? 2 : 0) : 0;
+  return in_ram + spec_bytes + speculation + TierRamBytes(spec.tier(), state, tiers);
 }
 
 
@@ -200,7 +185,7 @@ absl::StatusOr<Job::PushOutcome> Job::Push(const ChunkView& c, absl::Time deadli
       auto added = b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);
       if (!added.ok()) return added.status();
       if (*added == GradientAccumulator::Outcome::kApplied) {
-        StatsOnComplete(b);
+        step_.OnComplete(b);
         return PushOutcome::kApplied;
       }
       if (*added == GradientAccumulator::Outcome::kDuplicate) return PushOutcome::kDuplicate;
@@ -284,7 +269,7 @@ absl::StatusOr<Job::PushOutcome> Job::PushClaim::Commit() {
     return absl::UnavailableError(absl::StrCat("block ", b->index,
                                                " was restored while the chunk arrived; push it again"));
   }
-  job_->StatsOnComplete(*b);
+  job_->step_.OnComplete(*b);
   return PushOutcome::kApplied;
 }
 
@@ -304,9 +289,9 @@ absl::Status Job::InitWeights(const ChunkView& c) {
   if (!ref.ok()) return ref.status();
   Block& b = *ref->block;
   absl::MutexLock lock(&b.mu);
-  if (b.version != 0) {
+  if (b.version != 0 || b.stepping) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "block ", b.index, " is at version ", b.version,
+        "block ", b.index, " is at version ", b.version, b.stepping ? " (being stepped)" : "",
         "; initial weights can be streamed only before the first step"));
   }
   AlignedBuffer<float> state(tier_->shape().block_floats());
@@ -320,30 +305,10 @@ absl::Status Job::InitWeights(const ChunkView& c) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// How often a wait that may be cancelled asks whether it was.
-constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
-
-}  // namespace
-
 absl::Status Job::AwaitBlock(Block& b, absl::Time deadline, const std::function<bool()>& pred,
                              const std::function<std::string()>& what,
                              const std::function<bool()>& cancelled) const {
-  std::function<bool()> ready = [&] { return shutting_down_.load() || pred(); };
-  bool ok = false;
-  while (true) {
-    const absl::Time until = cancelled ? std::min(deadline, absl::Now() + kCancelPoll) : deadline;
-    ok = b.mu.AwaitWithDeadline(absl::Condition(&ready), until);
-    if (ok || until == deadline) break;
-    b.mu.Unlock();  // asked without the block's mutex: it may ask the network
-    const bool gone = cancelled();
-    b.mu.Lock();
-    if (gone) return absl::CancelledError(absl::StrCat("cancelled by the caller: ", what()));
-  }
-  if (shutting_down_.load()) return absl::UnavailableError("server is shutting down");
-  if (!ok) return absl::DeadlineExceededError(what());
-  return absl::OkStatus();
+  return server::AwaitBlock(b, shutting_down_, deadline, pred, what, cancelled);
 }
 
 absl::Status Job::AwaitVersion(Block& b, uint64_t version, absl::Time deadline) const {
@@ -363,215 +328,6 @@ absl::Status Job::AwaitReadable(Block& b, uint64_t version, absl::Time deadline)
                             b.stepping ? " (a step in progress)" : "",
                             " and did not reach version ", version, " in time");
       });
-}
-
-absl::Status Job::AwaitGradients(Block& b, uint64_t step, absl::Time deadline,
-                                 const std::function<bool()>& cancelled) const {
-  return AwaitBlock(
-      b, deadline, [&] { return b.version != step || b.acc.complete(); },
-      [&] {
-        return absl::StrCat("step ", step, ": block ", b.index,
-                            " is still missing gradients from nodes [",
-                            absl::StrJoin(b.acc.MissingNodes(), ", "), "]");
-      },
-      cancelled);
-}
-
-absl::Status Job::CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const {
-  if (step > b.version) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("step: ", step, " is too far ahead; block ", b.index, " is at version ",
-                     b.version, " and step ", b.version, " comes first"));
-  }
-  if (step + 1 < b.version || (for_stats && step + 1 == b.version &&
-                               (!b.stats.has_value() || b.stats_step != step))) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("step: ", step, " is from the past; block ", b.index,
-                     " is already at version ", b.version));
-  }
-  return absl::OkStatus();
-}
-
-void Job::StatsOnComplete(Block& b) {
-  if (!b.acc.complete() || (b.stats.has_value() && b.stats_step == b.version)) return;
-  b.stats = ComputeGradStats(b.acc.sum(), b.required);
-  b.stats_step = b.version;
-}
-
-absl::StatusOr<GradStats> Job::Stats(uint64_t step, absl::Time deadline,
-                                     StepPhaseTimes* times) {
-  auto start = Clock::now();
-  for (auto& bp : blocks_data_) {
-    Block& b = *bp;
-    absl::MutexLock lock(&b.mu);
-    if (auto s = CheckStepWindow(b, step, /*for_stats=*/true); !s.ok()) return s;
-    if (auto st = AwaitGradients(b, step, deadline); !st.ok()) return st;
-  }
-  if (times != nullptr) times->wait_gradients = SecondsSince(start);
-  start = Clock::now();
-  // The push that completed each block computed its part; summed in block order.
-  GradStats total;
-  for (auto& bp : blocks_data_) {
-    Block& b = *bp;
-    absl::MutexLock lock(&b.mu);
-    if (b.version == step) StatsOnComplete(b);
-    if (auto s = CheckStepWindow(b, step, /*for_stats=*/true); !s.ok()) return s;
-    total.sum_squares += b.stats->sum_squares;
-    total.nonfinite += b.stats->nonfinite;
-  }
-  if (times != nullptr) times->grad_stats = SecondsSince(start);
-  return total;
-}
-
-void Job::ComputeBlock(Block& b, float* state, const std::vector<StepParams>& by_group) {
-  const uint32_t be = layout_.block_elems;
-  BlockRefs refs;
-  refs.param = state;
-  refs.m = tier_->shape().arrays > 1 ? state + be : nullptr;
-  refs.v = tier_->shape().arrays > 2 ? state + 2 * be : nullptr;
-  refs.grad = b.acc.sum();
-  refs.n = b.required;
-  b.stepping = true;
-  if (!b.lowp.empty()) {
-    if (!tier_->in_place()) b.next_lowp = AlignedBuffer<uint16_t>(be);
-    refs.lowp = tier_->in_place() ? b.lowp.data() : b.next_lowp.data();
-    refs.lowp_dtype = spec_.weight_dtype();
-  }
-  StepBlockRuns(b.group_runs, by_group, refs);
-}
-
-void Job::CommitBlock(Block& b) {
-  if (!b.next_lowp.empty()) {
-    std::swap(b.lowp, b.next_lowp);
-    b.next_lowp = AlignedBuffer<uint16_t>();
-  }
-  ++b.version;
-  b.stepping = false;
-  b.acc.Reset();
-}
-
-absl::Status Job::RunStep(uint64_t step, const StepParams& params, ThreadPool& pool,
-                          uint64_t* stepped, StepPhaseTimes* times) {
-  std::vector<uint64_t> todo;
-  for (auto& bp : blocks_data_) {
-    absl::MutexLock lock(&bp->mu);
-    if (bp->version == step) todo.push_back(bp->local);
-  }
-  std::atomic<uint64_t> count{0};
-  const std::vector<StepParams> by_group = GroupStepParams(spec_, params);
-  std::atomic<bool> copied{false};
-  ThreadSeconds commit_time, cow_time;
-  auto compute = [&](uint64_t local, float* state) {
-    Block& b = *blocks_data_[local];
-    absl::MutexLock lock(&b.mu);
-    if (b.version != step) return false;
-    const auto start = Clock::now();
-    if (CopyOnWrite(b, state)) {
-      cow_time.Add(start);
-      copied = true;
-    }
-    ComputeBlock(b, state, by_group);
-    return true;
-  };
-  auto commit = [&](uint64_t local) {
-    const auto start = Clock::now();
-    Block& b = *blocks_data_[local];
-    absl::MutexLock lock(&b.mu);
-    CommitBlock(b);
-    count += b.required;
-    commit_time.Add(start);
-  };
-  const auto start = Clock::now();
-  absl::Status s = tier_->Update(todo, pool, compute, commit);
-  times->optimizer = SecondsSince(start);
-  times->commit = commit_time.seconds();
-  if (copied) times->copy_on_write = cow_time.seconds();
-  // A block whose new state could not be stored was never committed: it
-  // keeps its previous state (StateTier::Update), readable again.
-  for (uint64_t local : todo) {
-    Block& b = *blocks_data_[local];
-    absl::MutexLock lock(&b.mu);
-    if (!b.stepping) continue;
-    b.stepping = false;
-    b.next_lowp = AlignedBuffer<uint16_t>();
-  }
-  *stepped = count.load();
-  return s;
-}
-
-absl::StatusOr<Job::StepOutcome> Job::Step(const v1::StepRequest& req, absl::Time deadline,
-                                           ThreadPool& pool,
-                                           const std::function<bool()>& cancelled) {
-  if (!std::isfinite(req.lr()) || req.lr() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("lr: ", req.lr(), " must be finite and >= 0"));
-  }
-  if (!std::isfinite(req.grad_scale()) || req.grad_scale() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("grad_scale: ", req.grad_scale(), " must be finite and >= 0"));
-  }
-  if (auto s = TrainerStates::Check(req.trainer_state()); !s.ok()) return s;
-  const uint64_t step = req.step();
-  StepOutcome out;
-  // Phase 1: every block is in the window and complete, before anything changes.
-  const auto start = Clock::now();
-  bool pending = false;  // a block still to step (else a retry: already applied)
-  for (auto& bp : blocks_data_) {
-    Block& b = *bp;
-    absl::MutexLock lock(&b.mu);
-    if (auto s = CheckStepWindow(b, step, /*for_stats=*/false); !s.ok()) return s;
-    if (auto st = AwaitGradients(b, step, deadline, cancelled); !st.ok()) return st;
-    pending = pending || b.version == step;
-  }
-  out.times.wait_gradients = SecondsSince(start);
-  absl::MutexLock step_lock(&step_mu_);
-  // The decision: applied only while the caller still waits for the answer
-  // (the deadline is a margin before the caller's, answer_deadline.h).
-  if (pending && cancelled && cancelled()) {
-    return absl::CancelledError(absl::StrCat(
-        "step ", step, ": cancelled by the caller before it was applied; nothing changed"));
-  }
-  if (pending && absl::Now() >= deadline) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "step ", step, ": the call's deadline came before it was applied; nothing changed"));
-  }
-  // Before any block commits: a gather of step + 1 may be answered then.
-  if (!req.trainer_state().empty()) trainer_states_.Record(step + 1, req.trainer_state());
-  if (blocks_data_.empty()) {  // an empty shard: nothing to step, the count kept alike
-    if (req.skip()) applied_steps_.RecordSkip(step);
-    return out;  // version 0, not applied
-  }
-  // Phase 2: the fused optimizer pass, blocks spread over the pool.
-  uint64_t stepped = 0;
-  if (req.skip()) {
-    stepped = SkipStep(step);
-    if (stepped > 0) applied_steps_.RecordSkip(step);
-  } else {
-    StepParams params;
-    params.config = spec_.optimizer();
-    params.lr = req.lr();
-    params.grad_scale = req.grad_scale() == 0 ? 1.0f : req.grad_scale();
-    params.t = applied_steps_.Before(step) + 1;  // bias correction counts applied steps
-    if (auto s = RunStep(step, params, pool, &stepped, &out.times); !s.ok()) return s;
-  }
-  out.version = step + 1;
-  out.already_applied = stepped == 0;
-  out.params_stepped = req.skip() ? 0 : stepped;
-  return out;
-}
-
-uint64_t Job::SkipStep(uint64_t step) {
-  uint64_t skipped = 0;
-  for (auto& bp : blocks_data_) {
-    absl::MutexLock lock(&bp->mu);
-    if (bp->version != step) continue;
-    if (bp->version == cow_version_.load() && bp->snapshot.empty()) {
-      AlignedBuffer<float> state(tier_->shape().block_floats());
-      if (tier_->Load(bp->local, state.data()).ok()) bp->snapshot = std::move(state);
-    }
-    CommitBlock(*bp);
-    skipped += bp->required;
-  }
-  return skipped;
 }
 
 absl::StatusOr<Range> Job::CheckGather(const v1::GatherRequest& req) const {
@@ -694,16 +450,18 @@ v1::JobInfo Job::Info() const {
 void Job::FillStatus(v1::JobStatusResponse* out) const {
   *out->mutable_info() = Info();
   *out->mutable_spec() = spec_;
-  uint64_t lo = UINT64_MAX, hi = 0, waiting = 0;
+  uint64_t lo = UINT64_MAX, hi = 0, waiting = 0, speculated = 0;
   for (const auto& bp : blocks_data_) {
     absl::MutexLock lock(&bp->mu);
     lo = std::min(lo, bp->version);
     hi = std::max(hi, bp->version);
     if (!bp->acc.complete()) ++waiting;
+    if (bp->speculation == Block::Speculation::kDone) ++speculated;
   }
   out->set_min_version(blocks_data_.empty() ? 0 : lo);
   out->set_max_version(hi);
   out->set_blocks_waiting(waiting);
+  out->set_blocks_speculated(speculated);
 }
 
 void Job::Shutdown() {
@@ -713,20 +471,13 @@ void Job::Shutdown() {
   if (staging_ != nullptr) staging_->Notify();  // pushes waiting for staging
 }
 
-bool Job::CopyOnWrite(Block& b, const float* state) {
-  if (b.version != cow_version_.load() || !b.snapshot.empty()) return false;
-  b.snapshot = AlignedBuffer<float>(tier_->shape().block_floats());
-  std::memcpy(b.snapshot.data(), state, b.snapshot.size() * sizeof(float));
-  return true;
-}
-
 absl::StatusOr<std::unique_ptr<Job::CheckpointGuard>> Job::BeginCheckpoint(uint64_t version) {
   auto guard = std::make_unique<CheckpointGuard>(this);
   // No optimizer pass may be under way: one that had computed a block at
   // `version` before copy-on-write was in force would commit it past
   // `version` with no snapshot, and until it commits the block's version
   // passes the check below while the tier already holds the next state.
-  absl::MutexLock step_lock(&step_mu_);
+  absl::MutexLock pass_lock(&step_.pass_mu());
   cow_version_ = version;
   for (auto& bp : blocks_data_) {
     absl::MutexLock lock(&bp->mu);
@@ -750,7 +501,7 @@ Job::CheckpointGuard::~CheckpointGuard() {
   job_->cow_version_ = kNoCheckpoint;
   for (auto& bp : job_->blocks_data_) {
     absl::MutexLock lock(&bp->mu);
-    bp->snapshot = AlignedBuffer<float>();
+    bp->kept.Release(KeptState::kCheckpoint);
   }
   absl::MutexLock lock(&job_->checkpoint_mu_);
   job_->checkpoint_running_ = false;
@@ -766,9 +517,10 @@ absl::Status Job::SnapshotBlock(uint64_t local, uint64_t version, absl::Time dea
   // tier has the new state (RAM: updated in place; NVMe: written), so even
   // while b.version == version the tier may hold version + 1: the snapshot
   // is the state at `version` whenever there is one.
-  if (!b.snapshot.empty()) {
-    std::memcpy(out, b.snapshot.data(), b.snapshot.size() * sizeof(float));
-    b.snapshot = AlignedBuffer<float>();
+  // A speculated block (not yet committed) keeps its state at `version` there too.
+  if (b.kept.held() && b.kept.version() == version) {
+    std::memcpy(out, b.kept.data(), b.kept.size() * sizeof(float));
+    b.kept.Release(KeptState::kCheckpoint);
     return absl::OkStatus();
   }
   if (b.version == version) return tier_->Load(local, out);
@@ -780,7 +532,7 @@ absl::Status Job::RestoreTrainerState(uint64_t version, const std::string& state
   if (auto s = TrainerStates::Check(state); !s.ok()) {
     return absl::DataLossError(absl::StrCat("checkpoint manifest ", s.message()));
   }
-  if (!state.empty()) trainer_states_.Record(version, state);
+  if (!state.empty()) step_.trainer_states().Record(version, state);
   return absl::OkStatus();
 }
 

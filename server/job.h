@@ -22,6 +22,7 @@
 #include "common/shard_map.h"
 #include "server/applied_steps.h"
 #include "server/block.h"
+#include "server/core/job_step.h"
 #include "server/staging_budget.h"
 #include "server/step_phases.h"
 #include "server/tier/state_tier.h"
@@ -36,12 +37,7 @@ class Job {
  public:
   enum class PushOutcome { kApplied, kDuplicate };
 
-  struct StepOutcome {
-    uint64_t version = 0;
-    bool already_applied = false;
-    uint64_t params_stepped = 0;  // 0 when already applied or skipped
-    StepPhaseTimes times;         // wait_gradients; the pass's phases when it ran one
-  };
+  using StepOutcome = server::StepOutcome;
 
   // Allocates the shard's blocks and initializes the weights (seeded, or
   // zero awaiting InitWeights). The state lives in the tier spec.tier() chooses,
@@ -145,39 +141,21 @@ class Job {
   absl::Status InitWeights(const ChunkView& chunk);
   absl::Status InitWeights(const v1::Chunk& chunk) { return InitWeights(ViewOf(chunk)); }
 
-  // Statistics of the summed gradient of `step` over the shard, once every
-  // block has every node's gradient (zeros on an empty shard): the sum
-  // over blocks, in block order, of each block's ComputeGradStats. The push
-  // that completes a block computes the block's part then, while the sum it
-  // just wrote is in cache, so this mostly waits and adds. `times` (null:
-  // not measured) gets wait_gradients and grad_stats. Errors:
-  // FAILED_PRECONDITION (step from the past or too far ahead),
-  // DEADLINE_EXCEEDED (names missing nodes), UNAVAILABLE (shutting down).
+  // The step and its statistics (server/core/job_step.h has the contract).
   absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline,
-                                  StepPhaseTimes* times = nullptr);
-
-  // Applies optimizer step req.step() to every block, in parallel on `pool`,
-  // once all nodes contributed. Idempotent. Adam's bias correction counts
-  // the steps applied before this one (a skipped step does not count;
-  // AppliedSteps). Errors: INVALID_ARGUMENT (lr, grad_scale),
-  // FAILED_PRECONDITION, DEADLINE_EXCEEDED (names missing nodes),
-  // CANCELLED, UNAVAILABLE.
-  //
-  // The step is decided, once every block has its gradients, only if
-  // `cancelled` (null: never; polled while waiting) is false and `deadline`
-  // has not passed; after an error nothing was applied, so a call its
-  // caller gave up on never takes effect afterwards. req.trainer_state is
-  // recorded for version step + 1 then, before any block is stepped (so a
-  // rank whose gather of that version succeeded finds it).
-  //
-  // On an empty shard (no block: fewer blocks than servers) there is
-  // nothing to step: the answer is version 0, not applied.
+                                  StepPhaseTimes* times = nullptr) {
+    return step_.Stats(step, deadline, times);
+  }
+  // A Step (req.ahead false: JobStep::Step; true: JobStep::StepAhead).
   absl::StatusOr<StepOutcome> Step(const v1::StepRequest& req, absl::Time deadline,
                                    ThreadPool& pool,
-                                   const std::function<bool()>& cancelled = nullptr);
+                                   const std::function<bool()>& cancelled = nullptr) {
+    if (req.ahead()) return step_.StepAhead(req, pool);
+    return step_.Step(req, deadline, pool, cancelled);
+  }
 
   // What the coordinator's Steps carried (StepRequest.trainer_state).
-  const TrainerStates& trainer_states() const { return trainer_states_; }
+  const TrainerStates& trainer_states() const { return step_.trainer_states(); }
   // Keeps a restored checkpoint's trainer state as version `version`'s.
   // Errors: DATA_LOSS (too large to have come from a Step).
   absl::Status RestoreTrainerState(uint64_t version, const std::string& state);
@@ -237,10 +215,12 @@ class Job {
   // Of the steps before `version`, `applied` applied the optimizer (the
   // checkpoint's ShardManifest.applied_steps). Same restriction.
   void RestoreAppliedSteps(uint64_t version, uint64_t applied) {
-    applied_steps_.Restore(version, applied);
+    step_.applied_steps().Restore(version, applied);
   }
   // Steps among [0, version) that applied the optimizer (a checkpoint's).
-  uint64_t AppliedStepsBefore(uint64_t version) const { return applied_steps_.Before(version); }
+  uint64_t AppliedStepsBefore(uint64_t version) const {
+    return step_.applied_steps().Before(version);
+  }
 
   const TierShape& tier_shape() const { return tier_->shape(); }
 
@@ -271,29 +251,11 @@ class Job {
   // computing and committing it (Block::stepping), so what is read is
   // the state its version says.
   absl::Status AwaitReadable(Block& b, uint64_t version, absl::Time deadline) const;
-  absl::Status AwaitGradients(Block& b, uint64_t step, absl::Time deadline,
-                              const std::function<bool()>& cancelled = nullptr) const;
-  absl::Status CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const;
   Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index,
       std::shared_ptr<StagingBudget> staging);
   absl::Status InitializeWeights();
   // Builds tier_ (spec_.tier()) and sets state_bytes_.
   absl::Status CreateTier(const TierOptions& tiers);
-  // Phase 2 of Step: the optimizer pass over blocks still at `step`; its
-  // phases go to `times`.
-  absl::Status RunStep(uint64_t step, const StepParams& params, ThreadPool& pool,
-                       uint64_t* stepped, StepPhaseTimes* times);
-  // Under b.mu: once the block has every node's gradient of the step in
-  // progress, computes their statistics unless it holds them already.
-  // Called by the push that completes the block (the sum it just wrote is
-  // in cache) and by Stats.
-  void StatsOnComplete(Block& b);
-  uint64_t SkipStep(uint64_t step);
-  // Runs the fused kernel on one block's state (after CopyOnWrite), each of its group runs with
-  // by_group[run.group] (GroupStepParams of the step's parameters); the
-  // low-precision copy goes to b.lowp (in-place tiers) or b.next_lowp.
-  void ComputeBlock(Block& b, float* state, const std::vector<StepParams>& by_group);
-  void CommitBlock(Block& b);
 
   const v1::JobSpec spec_;
   const Layout layout_;
@@ -305,18 +267,14 @@ class Job {
   std::vector<std::unique_ptr<Block>> blocks_data_;
   std::unique_ptr<StateTier> tier_;
   uint64_t state_bytes_ = 0;  // constant after Create
-  // One optimizer pass per job at a time; BeginCheckpoint waits for it too.
-  absl::Mutex step_mu_;
   absl::Mutex checkpoint_mu_;
   bool checkpoint_running_ ABSL_GUARDED_BY(checkpoint_mu_) = false;  // one at a time
   static constexpr uint64_t kNoCheckpoint = UINT64_MAX;
   std::atomic<uint64_t> cow_version_{kNoCheckpoint};
-  // Saves b's state before a step moves it past the checkpoint's version;
-  // false when there was nothing to save.
-  bool CopyOnWrite(Block& b, const float* state);
   std::atomic<bool> shutting_down_{false};
-  TrainerStates trainer_states_;
-  AppliedSteps applied_steps_;
+  // Last: destroyed first, once its speculation tasks ended, while the
+  // blocks and the tier they use are still there.
+  JobStep step_{JobStep::Env{&spec_, &blocks_data_, &tier_, &shutting_down_, &cow_version_}};
 };
 
 // Ends the checkpoint (stops copy-on-write, frees snapshots) when destroyed.

@@ -93,6 +93,11 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
                      .Help("Steps applied").Register(*registry_)),
       job_skipped_(BuildCounter().Name("zerostate_job_steps_skipped_total")
                        .Help("Steps skipped on the coordinator's word").Register(*registry_)),
+      speculative_blocks_(BuildCounter().Name("zerostate_speculative_blocks_total")
+                              .Help("Blocks stepped speculatively, by what their Step made "
+                                    "of it: confirmed (only committed) or redone (stepped "
+                                    "again or restored)")
+                              .Register(*registry_)),
       job_state_bytes_(BuildGauge().Name("zerostate_job_state_bytes")
                            .Help("RAM the job holds on this server").Register(*registry_)),
       tier_bytes_read_(BuildCounter().Name("zerostate_tier_bytes_read_total")
@@ -162,6 +167,16 @@ void ServerMetrics::RecordStepPhases(const std::string& job, const StepPhaseTime
   times.ForEach([&](const char* phase, double seconds) {
     step_phase_.Add({{"job_id", job}, {"phase", phase}}, phase_buckets_).Observe(seconds);
   });
+}
+
+void ServerMetrics::RecordSpeculation(const std::string& job, uint64_t confirmed,
+                                      uint64_t redone) {
+  if (confirmed > 0) {
+    speculative_blocks_.Add({{"job_id", job}, {"outcome", "confirmed"}}).Increment(confirmed);
+  }
+  if (redone > 0) {
+    speculative_blocks_.Add({{"job_id", job}, {"outcome", "redone"}}).Increment(redone);
+  }
 }
 
 void ServerMetrics::SetJob(const std::string& job, uint64_t state_bytes, uint64_t version) {

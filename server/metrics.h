@@ -33,6 +33,10 @@ class ServerMetrics {
   // The phases one GradStats or Step call on `job`'s shard spent (those it measured).
   void RecordStepPhases(const std::string& job, const StepPhaseTimes& times);
 
+  // What one Step made of the speculation (server/core/job_step.h): blocks
+  // it only committed, and blocks it stepped again or restored.
+  void RecordSpeculation(const std::string& job, uint64_t confirmed, uint64_t redone);
+
   void SetJob(const std::string& job, uint64_t state_bytes, uint64_t version);
   void ForgetJob(const std::string& job);
   void SetRam(uint64_t used, uint64_t budget, size_t jobs);
@@ -67,6 +71,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& job_version_;
   prometheus::Family<prometheus::Counter>& job_steps_;
   prometheus::Family<prometheus::Counter>& job_skipped_;
+  prometheus::Family<prometheus::Counter>& speculative_blocks_;
   prometheus::Family<prometheus::Gauge>& job_state_bytes_;
   prometheus::Family<prometheus::Counter>& tier_bytes_read_;
   prometheus::Family<prometheus::Counter>& tier_bytes_written_;

@@ -168,8 +168,9 @@ grpc::Status StateServiceImpl::Step(grpc::ServerContext* ctx, const v1::StepRequ
     absl::Time start = absl::Now();
     auto out = (*job)->Step(*req, DeadlineOf(ctx), pool_, [ctx] { return ctx->IsCancelled(); });
     if (!out.ok()) return out.status();
-    if (!out->already_applied) {
+    if (!out->already_applied && !req->ahead()) {
       PublishUsage();
+      metrics_.RecordSpeculation(req->job_id(), out->blocks_confirmed, out->blocks_redone);
       metrics_.RecordStep(req->job_id(), absl::ToDoubleSeconds(absl::Now() - start),
                           out->params_stepped, req->skip(), out->version);
       metrics_.RecordStepPhases(req->job_id(), out->times);

@@ -60,4 +60,9 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   done.Wait();
 }
 
+void ThreadPool::Schedule(std::function<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(fn));
+}
+
 }  // namespace zerostate::server

@@ -27,6 +27,10 @@ class ThreadPool {
   // The calling thread takes part, so this never deadlocks on a busy pool.
   void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
 
+  // Runs fn() on a pool thread, later; returns at once. The caller keeps
+  // what fn uses alive until it ran (the destructor still runs it).
+  void Schedule(std::function<void()> fn);
+
   int size() const { return static_cast<int>(threads_.size()); }
 
  private:

@@ -1,0 +1,413 @@
+#include "server/core/job_step.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/core/block_wait.h"
+
+namespace zerostate::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Seconds summed over the threads of a pass.
+class ThreadSeconds {
+ public:
+  void Add(Clock::time_point start) {
+    nanos_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start)
+                         .count(),
+                     std::memory_order_relaxed);
+  }
+  double seconds() const { return nanos_.load(std::memory_order_relaxed) * 1e-9; }
+
+ private:
+  std::atomic<int64_t> nanos_{0};
+};
+
+// Bit for bit: a speculation is confirmed only by the very same numbers.
+bool SameParams(const StepParams& a, const StepParams& b) {
+  return std::memcmp(&a.lr, &b.lr, sizeof(float)) == 0 &&
+         std::memcmp(&a.grad_scale, &b.grad_scale, sizeof(float)) == 0 && a.t == b.t;
+}
+
+}  // namespace
+
+JobStep::~JobStep() {
+  absl::MutexLock lock(&tasks_mu_);
+  tasks_mu_.Await(absl::Condition(
+      +[](uint64_t* tasks) { return *tasks == 0; }, &tasks_));
+}
+
+absl::Status JobStep::CheckRequest(const v1::StepRequest& req) {
+  if (!std::isfinite(req.lr()) || req.lr() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("lr: ", req.lr(), " must be finite and >= 0"));
+  }
+  if (!std::isfinite(req.grad_scale()) || req.grad_scale() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grad_scale: ", req.grad_scale(), " must be finite and >= 0"));
+  }
+  return TrainerStates::Check(req.trainer_state());
+}
+
+StepParams JobStep::ParamsOf(const v1::StepRequest& req) const {
+  StepParams params;
+  params.config = spec().optimizer();
+  params.lr = req.lr();
+  params.grad_scale = req.grad_scale() == 0 ? 1.0f : req.grad_scale();
+  params.t = applied_steps_.Before(req.step()) + 1;  // bias correction counts applied steps
+  return params;
+}
+
+absl::Status JobStep::CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const {
+  if (step > b.version) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step: ", step, " is too far ahead; block ", b.index, " is at version ",
+                     b.version, " and step ", b.version, " comes first"));
+  }
+  if (step + 1 < b.version || (for_stats && step + 1 == b.version &&
+                               (!b.stats.has_value() || b.stats_step != step))) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step: ", step, " is from the past; block ", b.index,
+                     " is already at version ", b.version));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobStep::AwaitGradients(Block& b, uint64_t step, absl::Time deadline,
+                                     const std::function<bool()>& cancelled) const {
+  return AwaitBlock(
+      b, *env_.shutting_down, deadline, [&] { return b.version != step || b.acc.complete(); },
+      [&] {
+        return absl::StrCat("step ", step, ": block ", b.index,
+                            " is still missing gradients from nodes [",
+                            absl::StrJoin(b.acc.MissingNodes(), ", "), "]");
+      },
+      cancelled);
+}
+
+void JobStep::StatsOnComplete(Block& b) {
+  if (!b.acc.complete() || (b.stats.has_value() && b.stats_step == b.version)) return;
+  b.stats = ComputeGradStats(b.acc.sum(), b.required);
+  b.stats_step = b.version;
+}
+
+void JobStep::OnComplete(Block& b) {
+  StatsOnComplete(b);
+  MaybeSpeculate(b);
+}
+
+absl::StatusOr<GradStats> JobStep::Stats(uint64_t step, absl::Time deadline,
+                                         StepPhaseTimes* times) {
+  auto start = Clock::now();
+  for (const auto& bp : blocks()) {
+    Block& b = *bp;
+    absl::MutexLock lock(&b.mu);
+    if (auto s = CheckStepWindow(b, step, /*for_stats=*/true); !s.ok()) return s;
+    if (auto st = AwaitGradients(b, step, deadline); !st.ok()) return st;
+  }
+  if (times != nullptr) times->wait_gradients = SecondsSince(start);
+  start = Clock::now();
+  // The push that completed each block computed its part; summed in block order.
+  GradStats total;
+  for (const auto& bp : blocks()) {
+    Block& b = *bp;
+    absl::MutexLock lock(&b.mu);
+    if (b.version == step) StatsOnComplete(b);
+    if (auto s = CheckStepWindow(b, step, /*for_stats=*/true); !s.ok()) return s;
+    total.sum_squares += b.stats->sum_squares;
+    total.nonfinite += b.stats->nonfinite;
+  }
+  if (times != nullptr) times->grad_stats = SecondsSince(start);
+  return total;
+}
+
+// --- Speculation ---
+
+absl::StatusOr<StepOutcome> JobStep::StepAhead(const v1::StepRequest& req, ThreadPool& pool) {
+  if (!spec().speculative_step()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("ahead: job ", spec().job_id(),
+                     " was registered without speculative_step; send the Step only"));
+  }
+  if (auto s = CheckRequest(req); !s.ok()) return s;
+  if (req.skip()) {
+    return absl::InvalidArgumentError(
+        "skip: a Step sent ahead assumes finite gradients; only the Step itself skips");
+  }
+  if (!req.trainer_state().empty()) {
+    return absl::InvalidArgumentError(
+        "trainer_state: only the Step itself records it, not the one sent ahead");
+  }
+  const uint64_t step = req.step();
+  StepOutcome out;
+  bool pending = false;
+  for (const auto& bp : blocks()) {
+    absl::MutexLock lock(&bp->mu);
+    if (auto s = CheckStepWindow(*bp, step, /*for_stats=*/false); !s.ok()) return s;
+    pending = pending || bp->version == step;
+  }
+  if (blocks().empty()) return out;
+  out.version = pending ? step : step + 1;
+  out.already_applied = !pending;
+  if (!pending) return out;
+  {
+    absl::MutexLock lock(&ahead_mu_);
+    ahead_ = Ahead{step, ParamsOf(req), &pool};
+  }
+  // Blocks completed before the parameters came; a push completing one
+  // meanwhile may queue it too (Speculate runs it once).
+  for (const auto& bp : blocks()) {
+    absl::MutexLock lock(&bp->mu);
+    MaybeSpeculate(*bp);
+  }
+  return out;
+}
+
+void JobStep::MaybeSpeculate(Block& b) {
+  if (!b.speculative || b.speculation != Block::Speculation::kNone || b.stepping ||
+      !b.acc.complete() || env_.shutting_down->load()) {
+    return;
+  }
+  ThreadPool* pool = nullptr;
+  {
+    absl::MutexLock lock(&ahead_mu_);
+    if (!ahead_.has_value() || ahead_->step != b.version) return;
+    pool = ahead_->pool;
+  }
+  b.speculation = Block::Speculation::kQueued;
+  {
+    absl::MutexLock lock(&tasks_mu_);
+    ++tasks_;
+  }
+  pool->Schedule([this, local = b.local, pool] {
+    Speculate(local, *pool);
+    absl::MutexLock lock(&tasks_mu_);
+    --tasks_;
+  });
+}
+
+void JobStep::Speculate(uint64_t local, ThreadPool& pool) {
+  Block& b = *blocks()[local];
+  auto compute = [&](uint64_t, float* state) {
+    absl::MutexLock lock(&b.mu);
+    if (b.speculation != Block::Speculation::kQueued) return false;  // the Step came first
+    b.speculation = Block::Speculation::kNone;
+    if (b.stepping || !b.acc.complete() || env_.shutting_down->load()) return false;
+    // A checkpoint still holds the state of an older version: the Step
+    // steps this block in its plain pass.
+    if (b.kept.held() && b.kept.version() != b.version) return false;
+    StepParams params;
+    {
+      absl::MutexLock ahead_lock(&ahead_mu_);
+      if (!ahead_.has_value() || ahead_->step != b.version) return false;
+      params = ahead_->params;
+    }
+    b.kept.Keep(KeptState::kSpeculation, b.version, state, tier().shape().block_floats());
+    ComputeBlock(b, state, GroupStepParams(spec(), params), /*aside=*/true);
+    b.speculation = Block::Speculation::kDone;
+    b.spec_params = params;
+    return true;
+  };
+  // Stored, but not committed: the version moves only with the Step.
+  auto stored = [](uint64_t) {};
+  absl::Status s = tier().Update({local}, pool, compute, stored);
+  if (!s.ok()) {  // the tier kept the block's previous state: as if never speculated
+    absl::MutexLock lock(&b.mu);
+    if (b.speculation == Block::Speculation::kDone) {
+      b.speculation = Block::Speculation::kNone;
+      b.stepping = false;
+      b.next_lowp = AlignedBuffer<uint16_t>();
+      b.kept.Release(KeptState::kSpeculation);
+    }
+  }
+}
+
+// --- The step ---
+
+void JobStep::ComputeBlock(Block& b, float* state, const std::vector<StepParams>& by_group,
+                           bool aside) {
+  const uint32_t be = tier().shape().block_elems;
+  BlockRefs refs;
+  refs.param = state;
+  refs.m = tier().shape().arrays > 1 ? state + be : nullptr;
+  refs.v = tier().shape().arrays > 2 ? state + 2 * be : nullptr;
+  refs.grad = b.acc.sum();
+  refs.n = b.required;
+  b.stepping = true;
+  if (!b.lowp.empty()) {
+    aside = aside || !tier().in_place();
+    if (aside && b.next_lowp.empty()) b.next_lowp = AlignedBuffer<uint16_t>(be);
+    refs.lowp = aside ? b.next_lowp.data() : b.lowp.data();
+    refs.lowp_dtype = spec().weight_dtype();
+  }
+  StepBlockRuns(b.group_runs, by_group, refs);
+}
+
+void JobStep::CommitBlock(Block& b) {
+  if (!b.next_lowp.empty()) {
+    std::swap(b.lowp, b.next_lowp);
+    b.next_lowp = AlignedBuffer<uint16_t>();
+  }
+  if (b.speculation == Block::Speculation::kDone) {
+    // A checkpoint of the version this step leaves reads the kept state.
+    if (b.version == env_.cow_version->load()) b.kept.Share(KeptState::kCheckpoint);
+    b.kept.Release(KeptState::kSpeculation);
+  }
+  b.speculation = Block::Speculation::kNone;
+  ++b.version;
+  b.stepping = false;
+  b.acc.Reset();
+}
+
+bool JobStep::CopyOnWrite(Block& b, const float* state) {
+  if (b.version != env_.cow_version->load()) return false;
+  if (b.kept.held() && b.kept.version() != b.version) return false;  // never: one checkpoint at a time
+  return b.kept.Keep(KeptState::kCheckpoint, b.version, state, tier().shape().block_floats());
+}
+
+absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPool& pool,
+                              uint64_t* stepped, StepOutcome* out) {
+  std::vector<uint64_t> todo;
+  for (const auto& bp : blocks()) {
+    absl::MutexLock lock(&bp->mu);
+    if (bp->version == step) todo.push_back(bp->local);
+  }
+  std::atomic<uint64_t> count{0}, confirmed{0}, redone{0};
+  const std::vector<StepParams> by_group = GroupStepParams(spec(), params);
+  std::atomic<bool> copied{false};
+  ThreadSeconds commit_time, cow_time;
+  auto compute = [&](uint64_t local, float* state) {
+    Block& b = *blocks()[local];
+    absl::MutexLock lock(&b.mu);
+    if (b.version != step) return false;
+    if (b.speculation == Block::Speculation::kDone) {
+      if (SameParams(b.spec_params, params)) {
+        ++confirmed;
+        return true;
+      }
+      // Clipping or other parameters: the step again, from the kept state.
+      std::memcpy(state, b.kept.data(), b.kept.size() * sizeof(float));
+      ComputeBlock(b, state, by_group, /*aside=*/true);
+      ++redone;
+      return true;
+    }
+    b.speculation = Block::Speculation::kNone;  // a queued speculation comes too late
+    const auto start = Clock::now();
+    if (CopyOnWrite(b, state)) {
+      cow_time.Add(start);
+      copied = true;
+    }
+    ComputeBlock(b, state, by_group, /*aside=*/false);
+    return true;
+  };
+  auto commit = [&](uint64_t local) {
+    const auto start = Clock::now();
+    Block& b = *blocks()[local];
+    absl::MutexLock lock(&b.mu);
+    CommitBlock(b);
+    count += b.required;
+    commit_time.Add(start);
+  };
+  const auto start = Clock::now();
+  absl::Status s = tier().Update(todo, pool, compute, commit);
+  out->times.optimizer = SecondsSince(start);
+  out->times.commit = commit_time.seconds();
+  if (copied) out->times.copy_on_write = cow_time.seconds();
+  // A block whose new state could not be stored was never committed: it
+  // keeps its previous state (StateTier::Update), readable again; a
+  // speculated one stays speculated, for the Step's retry.
+  for (uint64_t local : todo) {
+    Block& b = *blocks()[local];
+    absl::MutexLock lock(&b.mu);
+    if (!b.stepping || b.speculation == Block::Speculation::kDone) continue;
+    b.stepping = false;
+    b.next_lowp = AlignedBuffer<uint16_t>();
+  }
+  *stepped = count.load();
+  out->blocks_confirmed = confirmed.load();
+  out->blocks_redone = redone.load();
+  return s;
+}
+
+absl::StatusOr<uint64_t> JobStep::SkipPass(uint64_t step, StepOutcome* out) {
+  uint64_t skipped = 0;
+  const size_t floats = tier().shape().block_floats();
+  for (const auto& bp : blocks()) {
+    Block& b = *bp;
+    absl::MutexLock lock(&b.mu);
+    if (b.version != step) continue;
+    if (b.speculation == Block::Speculation::kDone) {
+      // The speculation is undone: the state it kept goes back.
+      if (auto s = tier().Store(b.local, b.kept.data()); !s.ok()) return s;
+      b.next_lowp = AlignedBuffer<uint16_t>();
+      ++out->blocks_redone;
+    } else if (b.version == env_.cow_version->load() && !b.kept.held()) {
+      AlignedBuffer<float> state(floats);
+      if (tier().Load(b.local, state.data()).ok()) {
+        b.kept.Keep(KeptState::kCheckpoint, b.version, state.data(), floats);
+      }
+    }
+    CommitBlock(b);
+    skipped += b.required;
+  }
+  return skipped;
+}
+
+absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time deadline,
+                                          ThreadPool& pool,
+                                          const std::function<bool()>& cancelled) {
+  if (auto s = CheckRequest(req); !s.ok()) return s;
+  const uint64_t step = req.step();
+  StepOutcome out;
+  // Phase 1: every block is in the window and complete, before anything changes.
+  const auto start = Clock::now();
+  bool pending = false;  // a block still to step (else a retry: already applied)
+  for (const auto& bp : blocks()) {
+    Block& b = *bp;
+    absl::MutexLock lock(&b.mu);
+    if (auto s = CheckStepWindow(b, step, /*for_stats=*/false); !s.ok()) return s;
+    if (auto st = AwaitGradients(b, step, deadline, cancelled); !st.ok()) return st;
+    pending = pending || b.version == step;
+  }
+  out.times.wait_gradients = SecondsSince(start);
+  absl::MutexLock pass_lock(&pass_mu_);
+  // The decision: applied only while the caller still waits for the answer
+  // (the deadline is a margin before the caller's, answer_deadline.h).
+  if (pending && cancelled && cancelled()) {
+    return absl::CancelledError(absl::StrCat(
+        "step ", step, ": cancelled by the caller before it was applied; nothing changed"));
+  }
+  if (pending && absl::Now() >= deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "step ", step, ": the call's deadline came before it was applied; nothing changed"));
+  }
+  // Before any block commits: a gather of step + 1 may be answered then.
+  if (!req.trainer_state().empty()) trainer_states_.Record(step + 1, req.trainer_state());
+  if (blocks().empty()) {  // an empty shard: nothing to step, the count kept alike
+    if (req.skip()) applied_steps_.RecordSkip(step);
+    return out;  // version 0, not applied
+  }
+  // Phase 2: the fused optimizer pass, blocks spread over the pool.
+  uint64_t stepped = 0;
+  if (req.skip()) {
+    auto skipped = SkipPass(step, &out);
+    if (!skipped.ok()) return skipped.status();
+    stepped = *skipped;
+    if (stepped > 0) applied_steps_.RecordSkip(step);
+  } else {
+    if (auto s = RunPass(step, ParamsOf(req), pool, &stepped, &out); !s.ok()) return s;
+  }
+  out.version = step + 1;
+  out.already_applied = stepped == 0;
+  out.params_stepped = req.skip() ? 0 : stepped;
+  return out;
+}
+
+}  // namespace zerostate::server

@@ -1,0 +1,193 @@
+// The step of one job's shard and its gradient statistics: GradStats, Step,
+// the Step sent ahead of its gradients (speculation), and the optimizer
+// pass. A part of Job (server/job.h), which owns one and forwards to it.
+//
+// Plain step. Step(s) checks every block (window, completeness) before
+// anything changes, waits until each has every node's gradient, then
+// decides under the pass mutex: applied only while its caller still waits
+// (not cancelled, not past its answer deadline, answer_deadline.h), so a
+// Step its caller gave up on never takes effect. It records the trainer
+// state for version s+1, then runs the fused kernel over the blocks on the
+// pool and commits each (version s+1, accumulator reset). Adam's bias
+// correction counts applied steps (applied_steps.h). Exactly once: a Step
+// of blocks already at s+1 is acknowledged (already_applied).
+//
+// Speculative step (JobSpec.speculative_step; the parameters come from a
+// Step sent ahead, StepRequest.ahead, since the loss scale and the lr
+// schedule are the trainer's). StepAhead(s) records lr, grad_scale and the
+// bias-correction count; from then on each block at version s is stepped
+// on the pool as soon as it has every node's gradient (the push that
+// completes it schedules it), assuming the clip factor 1 and finite
+// gradients. The block's previous state is kept (KeptState, shared with a
+// checkpoint's copy-on-write), the new low-precision copy goes aside, and
+// the block stays `stepping` and at version s: gathers wait for the Step,
+// so a gathered version is always final. Step(s) then decides exactly as a
+// plain one and, per block: speculated with the same parameters (bit for
+// bit): commit only; with others (clipping, another lr): restore the kept
+// state and step again; a skip restores it; not speculated: the plain
+// pass. The result is bit-identical to the plain step in every case: the
+// kernel is deterministic and each block's inputs (state, summed gradient,
+// parameters) are the same.
+//
+// Thread-safe. Lock order: the pass mutex, then a block's mutex, then the
+// ahead mutex.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/applied_steps.h"
+#include "server/block.h"
+#include "server/step_phases.h"
+#include "server/thread_pool.h"
+#include "server/tier/state_tier.h"
+#include "server/trainer_states.h"
+#include "zerostate/v1/state_service.pb.h"
+
+namespace zerostate::server {
+
+struct StepOutcome {
+  uint64_t version = 0;
+  bool already_applied = false;
+  uint64_t params_stepped = 0;  // 0 when already applied or skipped
+  StepPhaseTimes times;         // wait_gradients; the pass's phases when it ran one
+  // Speculative jobs: blocks whose speculation the Step confirmed (only
+  // committed), and blocks it redid or restored (clipping, a skip, other
+  // parameters).
+  uint64_t blocks_confirmed = 0;
+  uint64_t blocks_redone = 0;
+};
+
+class JobStep {
+ public:
+  // What the step uses of its job; every pointer outlives the JobStep.
+  struct Env {
+    const v1::JobSpec* spec = nullptr;  // normalized
+    const std::vector<std::unique_ptr<Block>>* blocks = nullptr;
+    const std::unique_ptr<StateTier>* tier = nullptr;  // set before the first call
+    const std::atomic<bool>* shutting_down = nullptr;
+    // The version a running checkpoint writes (copy-on-write), or UINT64_MAX.
+    const std::atomic<uint64_t>* cow_version = nullptr;
+  };
+  explicit JobStep(Env env) : env_(env) {}
+  // Waits for speculation tasks still queued on a pool (they do nothing
+  // once the job shuts down).
+  ~JobStep();
+  JobStep(const JobStep&) = delete;
+  JobStep& operator=(const JobStep&) = delete;
+
+  // Statistics of the summed gradient of `step` over the shard, once every
+  // block has every node's gradient (zeros on an empty shard): the sum over
+  // blocks, in block order, of each block's ComputeGradStats, computed by
+  // the push that completed the block (OnComplete) while its sum was in
+  // cache, kept until the block's next step commits (a retry gets the same
+  // answer). `times` (null: not measured) gets wait_gradients and
+  // grad_stats. Errors: FAILED_PRECONDITION (step from the past or too far
+  // ahead), DEADLINE_EXCEEDED (names missing nodes), UNAVAILABLE.
+  absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline, StepPhaseTimes* times);
+
+  // Applies step req.step() (ahead false) as described above. Errors:
+  // INVALID_ARGUMENT (lr, grad_scale, trainer_state), FAILED_PRECONDITION,
+  // DEADLINE_EXCEEDED (names missing nodes), CANCELLED, UNAVAILABLE, the
+  // tier's errors; after any error nothing was applied (a block whose new
+  // state could not be stored keeps its previous one). On an empty shard:
+  // version 0, not applied (the trainer state and a skip still recorded).
+  absl::StatusOr<StepOutcome> Step(const v1::StepRequest& req, absl::Time deadline,
+                                   ThreadPool& pool, const std::function<bool()>& cancelled);
+
+  // The Step sent ahead (req.ahead): records its parameters and schedules
+  // every complete block at version req.step() on `pool` (which must outlive
+  // the job). Does not wait; commits nothing. Answer: version req.step()
+  // (step + 1 and already_applied once applied; 0 on an empty shard).
+  // Errors: FAILED_PRECONDITION (job without speculative_step; step from
+  // the past or too far ahead), INVALID_ARGUMENT (lr, grad_scale, skip set,
+  // trainer_state set). A retry is harmless.
+  absl::StatusOr<StepOutcome> StepAhead(const v1::StepRequest& req, ThreadPool& pool);
+
+  // Called by the push that completes block b (every node's gradient in):
+  // computes the block's statistics, and schedules its speculation when the
+  // step's parameters are known. REQUIRES: b.mu held.
+  void OnComplete(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+
+  // Held by a pass over the blocks (Step). BeginCheckpoint takes it, so no
+  // pass straddles the start of copy-on-write.
+  absl::Mutex& pass_mu() ABSL_LOCK_RETURNED(pass_mu_) { return pass_mu_; }
+
+  TrainerStates& trainer_states() { return trainer_states_; }
+  const TrainerStates& trainer_states() const { return trainer_states_; }
+  AppliedSteps& applied_steps() { return applied_steps_; }
+  const AppliedSteps& applied_steps() const { return applied_steps_; }
+
+ private:
+  struct Ahead {
+    uint64_t step = 0;
+    StepParams params;
+    ThreadPool* pool = nullptr;
+  };
+
+  const v1::JobSpec& spec() const { return *env_.spec; }
+  StateTier& tier() const { return **env_.tier; }
+  const std::vector<std::unique_ptr<Block>>& blocks() const { return *env_.blocks; }
+
+  // The checks of a Step's numbers, ahead or not.
+  static absl::Status CheckRequest(const v1::StepRequest& req);
+  // The parameters req asks for: lr, grad_scale (0 means 1) and t, the
+  // steps applied before req.step() + 1.
+  StepParams ParamsOf(const v1::StepRequest& req) const;
+  absl::Status CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+  absl::Status AwaitGradients(Block& b, uint64_t step, absl::Time deadline,
+                              const std::function<bool()>& cancelled = nullptr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+  // Unless it holds them already, the block's gradient statistics once complete.
+  void StatsOnComplete(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+
+  // Queues b's speculation when it is complete, not stepped, and the
+  // parameters of its step are known.
+  void MaybeSpeculate(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+  // A pool task: steps block `local` speculatively if it still may.
+  void Speculate(uint64_t local, ThreadPool& pool);
+
+  // The optimizer pass of the Step over the blocks still at `step`.
+  absl::Status RunPass(uint64_t step, const StepParams& params, ThreadPool& pool,
+                       uint64_t* stepped, StepOutcome* out);
+  // The Step's skip: the version moves on, the state stays (a speculated
+  // block gets its kept state back, counted in out->blocks_redone).
+  // Returns the elements skipped.
+  absl::StatusOr<uint64_t> SkipPass(uint64_t step, StepOutcome* out);
+  // Runs the fused kernel on b's state; the low-precision copy goes to
+  // b.next_lowp when `aside` or the tier does not update in place, else
+  // straight into b.lowp. Marks the block stepping.
+  void ComputeBlock(Block& b, float* state, const std::vector<StepParams>& by_group, bool aside)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+  // The new state is stored: version + 1, low-precision copy swapped in,
+  // accumulator reset, a speculation's kept state handed to a running
+  // checkpoint of the old version or let go.
+  void CommitBlock(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+  // Keeps b's state before a step moves it past a running checkpoint's
+  // version; false when there was nothing to keep.
+  bool CopyOnWrite(Block& b, const float* state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+
+  const Env env_;
+  // One pass per job at a time (speculation tasks step single blocks
+  // outside it, under each block's mutex).
+  absl::Mutex pass_mu_;
+  TrainerStates trainer_states_;
+  AppliedSteps applied_steps_;
+
+  mutable absl::Mutex ahead_mu_;
+  std::optional<Ahead> ahead_ ABSL_GUARDED_BY(ahead_mu_);
+
+  absl::Mutex tasks_mu_;
+  uint64_t tasks_ ABSL_GUARDED_BY(tasks_mu_) = 0;  // speculation tasks queued or running
+};
+
+}  // namespace zerostate::server

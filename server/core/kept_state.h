@@ -1,0 +1,68 @@
+// A block's state as it was at one version, kept after a step changes the
+// tier's copy in place, for as long as someone needs it:
+//   - a running checkpoint of that version (copy-on-write, Job::BeginCheckpoint),
+//     until its writer took the block or the checkpoint ended;
+//   - a speculative step of that version (server/core/job_step.h), until its
+//     Step confirmed it, redid it from here, or restored it (a skip).
+// Both want the state at the version the block is at when its step begins,
+// so one copy serves both; it is freed when the last holder lets go.
+//
+// Not thread-safe: the owning block's mutex guards it.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "server/aligned_buffer.h"
+
+namespace zerostate::server {
+
+class KeptState {
+ public:
+  enum Holder : unsigned { kCheckpoint = 1, kSpeculation = 2 };
+
+  // `reuse`: keep the memory allocated when the last holder lets go, for
+  // the next Keep (a speculative job keeps a block's state every step; a
+  // fresh allocation would cost its page faults each time).
+  explicit KeptState(bool reuse = false) : reuse_(reuse) {}
+
+  bool held() const { return holders_ != 0; }
+  bool HeldBy(Holder h) const { return (holders_ & h) != 0; }
+  // The version of what is kept. REQUIRES: held().
+  uint64_t version() const { return version_; }
+  // `floats` floats of the kept state. REQUIRES: held().
+  const float* data() const { return data_.data(); }
+  size_t size() const { return data_.size(); }
+
+  // Keeps `n` floats of `state`, the block's state at `version`, for
+  // `holder`. When a state of that version is already kept, only adds the
+  // holder and copies nothing. Returns whether it copied.
+  // REQUIRES: !held() || version() == version.
+  bool Keep(Holder holder, uint64_t version, const float* state, size_t n) {
+    const bool copy = !held();
+    if (copy) {
+      if (data_.size() != n) data_ = AlignedBuffer<float>(n);
+      std::memcpy(data_.data(), state, n * sizeof(float));
+      version_ = version;
+    }
+    holders_ |= holder;
+    return copy;
+  }
+
+  // Adds `holder` to what is kept. REQUIRES: held().
+  void Share(Holder holder) { holders_ |= holder; }
+
+  // `holder` lets go; the memory goes when no holder is left (unless reused).
+  void Release(Holder holder) {
+    holders_ &= ~static_cast<unsigned>(holder);
+    if (holders_ == 0 && !reuse_) data_ = AlignedBuffer<float>();
+  }
+
+ private:
+  const bool reuse_;
+  AlignedBuffer<float> data_;
+  uint64_t version_ = 0;
+  unsigned holders_ = 0;
+};
+
+}  // namespace zerostate::server

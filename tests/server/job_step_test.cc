@@ -1,0 +1,348 @@
+// The speculative step (server/core/job_step.h) driven without a network:
+// two jobs with the same spec, one plain and one speculative_step, take
+// the same gradients; every case compares the speculative job's whole
+// state (weights and moments, read as a checkpoint reads them) and its
+// low-precision copy bit for bit with the plain job's. Bad Steps sent
+// ahead leave the job as it was.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/job_spec.h"
+#include "server/job.h"
+#include "tests/server/gather_weights.h"
+
+namespace zerostate::server {
+namespace {
+
+constexpr uint32_t kBlock = 256;
+constexpr uint32_t kNodes = 2;
+
+v1::JobSpec Spec(bool speculative) {
+  v1::JobSpec spec;
+  spec.set_job_id(speculative ? "spec" : "plain");
+  auto* w = spec.add_tensors();
+  w->set_name("w");
+  w->add_shape(40);
+  w->add_shape(30);
+  auto* b = spec.add_tensors();
+  b->set_name("b");
+  b->add_shape(50);
+  spec.mutable_optimizer()->set_kind(v1::OPTIMIZER_ADAMW);
+  spec.mutable_optimizer()->set_weight_decay(0.01f);
+  spec.set_num_nodes(kNodes);
+  spec.set_grad_dtype(v1::DTYPE_FP32);
+  spec.set_weight_dtype(v1::DTYPE_BF16);
+  spec.set_block_elems(kBlock);
+  spec.set_seed(7);
+  spec.set_speculative_step(speculative);
+  return *NormalizeJobSpec(spec);
+}
+
+v1::StepRequest StepReq(uint64_t step, float lr, float grad_scale, bool ahead = false) {
+  v1::StepRequest req;
+  req.set_step(step);
+  req.set_lr(lr);
+  req.set_grad_scale(grad_scale);
+  req.set_ahead(ahead);
+  return req;
+}
+
+class JobStepTest : public ::testing::Test {
+ protected:
+  JobStepTest() : pool_(2) {
+    plain_ = *Job::Create(Spec(false), {"a:1"}, 0);
+    spec_ = *Job::Create(Spec(true), {"a:1"}, 0);
+  }
+
+  uint64_t blocks() const { return plain_->layout().num_blocks(); }
+
+  std::vector<float> Grad(uint32_t node, uint64_t step) const {
+    std::mt19937 rng(node * 1000 + step);
+    std::uniform_real_distribution<float> d(-1, 1);
+    std::vector<float> g(plain_->layout().total_elems);
+    for (const TensorSlot& t : plain_->layout().tensors) {
+      for (uint64_t i = t.offset; i < t.offset + t.numel; ++i) g[i] = d(rng);
+    }
+    return g;
+  }
+
+  static void Push(Job& job, uint32_t node, uint64_t step, uint64_t block,
+                   const std::vector<float>& g) {
+    v1::Chunk c;
+    c.set_step(step);
+    c.set_node(node);
+    c.set_block(block);
+    c.set_dtype(v1::DTYPE_FP32);
+    c.set_data(std::string(reinterpret_cast<const char*>(g.data() + block * kBlock), kBlock * 4));
+    auto r = job.Push(c);
+    ASSERT_TRUE(r.ok()) << r.status();
+  }
+
+  // Both jobs get node `node`'s gradient of `step`, blocks in reverse order.
+  void PushNode(uint32_t node, uint64_t step) {
+    const auto g = Grad(node, step);
+    for (uint64_t b = blocks(); b-- > 0;) {
+      Push(*plain_, node, step, b, g);
+      Push(*spec_, node, step, b, g);
+    }
+  }
+
+  static uint64_t Speculated(const Job& job) {
+    v1::JobStatusResponse status;
+    job.FillStatus(&status);
+    return status.blocks_speculated();
+  }
+
+  // Until `n` blocks are stepped speculatively (the pool's tasks run them).
+  void AwaitSpeculated(uint64_t n) {
+    while (Speculated(*spec_) < n) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+
+  absl::StatusOr<StepOutcome> DoStep(Job& job, const v1::StepRequest& req) {
+    return job.Step(req, absl::Now() + absl::Seconds(10), pool_);
+  }
+
+  // The whole state (weights and moments) at `version`, as a checkpoint reads it.
+  static std::vector<float> State(Job& job, uint64_t version) {
+    auto guard = job.BeginCheckpoint(version);
+    EXPECT_TRUE(guard.ok()) << guard.status();
+    const size_t floats = job.tier_shape().block_floats();
+    std::vector<float> out(floats * job.blocks().size());
+    for (uint64_t b = 0; b < job.blocks().size(); ++b) {
+      absl::Status s =
+          job.SnapshotBlock(b, version, absl::Now() + absl::Seconds(10), out.data() + b * floats);
+      EXPECT_TRUE(s.ok()) << s;
+    }
+    return out;
+  }
+
+  // The low-precision copy Gather serves at `version`.
+  static std::vector<uint16_t> Lowp(Job& job, uint64_t version) {
+    std::vector<uint16_t> out;
+    v1::GatherRequest req;
+    req.set_dtype(v1::DTYPE_BF16);
+    absl::Status s = job.Gather(*job.CheckGather(req), version, v1::DTYPE_BF16, 1000,
+                                absl::Now() + absl::Seconds(10), [&](const v1::Chunk& c) {
+                                  const auto* p = reinterpret_cast<const uint16_t*>(c.data().data());
+                                  out.insert(out.end(), p, p + c.data().size() / 2);
+                                  return true;
+                                });
+    EXPECT_TRUE(s.ok()) << s;
+    return out;
+  }
+
+  void ExpectSameAt(uint64_t version) {
+    EXPECT_EQ(plain_->Info().version(), version);
+    EXPECT_EQ(spec_->Info().version(), version);
+    const auto want = State(*plain_, version), got = State(*spec_, version);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "state at " << version;
+    EXPECT_EQ(Lowp(*spec_, version), Lowp(*plain_, version)) << "bf16 copy at " << version;
+  }
+
+  ThreadPool pool_;
+  std::unique_ptr<Job> plain_, spec_;
+};
+
+TEST_F(JobStepTest, ConfirmedSpeculationIsTheCommittedPlainStep) {
+  for (uint64_t step = 0; step < 3; ++step) {
+    SCOPED_TRACE(testing::Message() << "step " << step);
+    ASSERT_TRUE(DoStep(*spec_, StepReq(step, 1e-2f, 0.5f, /*ahead=*/true)).ok());
+    PushNode(step % 2 == 0 ? 1 : 0, step);  // node order varies
+    PushNode(step % 2 == 0 ? 0 : 1, step);
+    AwaitSpeculated(blocks());
+    EXPECT_EQ(spec_->Info().version(), step);  // nothing committed before the Step
+    ASSERT_TRUE(DoStep(*plain_, StepReq(step, 1e-2f, 0.5f)).ok());
+    auto out = DoStep(*spec_, StepReq(step, 1e-2f, 0.5f));
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_FALSE(out->already_applied);
+    EXPECT_EQ(out->blocks_confirmed, blocks());
+    EXPECT_EQ(out->blocks_redone, 0u);
+    ExpectSameAt(step + 1);
+  }
+}
+
+TEST_F(JobStepTest, ParametersSentAfterTheGradientsSpeculateTheCompleteBlocks) {
+  PushNode(0, 0);
+  PushNode(1, 0);
+  ASSERT_TRUE(DoStep(*spec_, StepReq(0, 1e-2f, 0.5f, /*ahead=*/true)).ok());
+  AwaitSpeculated(blocks());
+  ASSERT_TRUE(DoStep(*plain_, StepReq(0, 1e-2f, 0.5f)).ok());
+  auto out = DoStep(*spec_, StepReq(0, 1e-2f, 0.5f));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->blocks_confirmed, blocks());
+  ExpectSameAt(1);
+}
+
+TEST_F(JobStepTest, ClippingRedoesEveryBlockFromItsKeptState) {
+  ASSERT_TRUE(DoStep(*spec_, StepReq(0, 1e-2f, 0.5f, true)).ok());
+  PushNode(1, 0);
+  PushNode(0, 0);
+  AwaitSpeculated(blocks());
+  // The global norm said clip: the Step carries a smaller grad_scale.
+  ASSERT_TRUE(DoStep(*plain_, StepReq(0, 1e-2f, 0.125f)).ok());
+  auto out = DoStep(*spec_, StepReq(0, 1e-2f, 0.125f));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->blocks_confirmed, 0u);
+  EXPECT_EQ(out->blocks_redone, blocks());
+  ExpectSameAt(1);
+}
+
+TEST_F(JobStepTest, ASkipRestoresTheKeptStateAndTheCountOfAppliedSteps) {
+  // Step 0 applied, step 1 skipped (an overflow), step 2 applied with t = 2.
+  for (uint64_t step = 0; step < 3; ++step) {
+    SCOPED_TRACE(testing::Message() << "step " << step);
+    ASSERT_TRUE(DoStep(*spec_, StepReq(step, 1e-2f, 0.5f, true)).ok());
+    PushNode(0, step);
+    PushNode(1, step);
+    AwaitSpeculated(blocks());
+    v1::StepRequest req = StepReq(step, 1e-2f, 0.5f);
+    req.set_skip(step == 1);
+    ASSERT_TRUE(DoStep(*plain_, req).ok());
+    auto out = DoStep(*spec_, req);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->blocks_redone, step == 1 ? blocks() : 0u);
+    ExpectSameAt(step + 1);
+  }
+  EXPECT_EQ(spec_->AppliedStepsBefore(3), 2u);
+}
+
+TEST_F(JobStepTest, ACancelledStepLeavesTheSpeculationForItsRetry) {
+  ASSERT_TRUE(DoStep(*spec_, StepReq(0, 1e-2f, 0.5f, true)).ok());
+  PushNode(0, 0);
+  PushNode(1, 0);
+  AwaitSpeculated(blocks());
+  auto cancelled = spec_->Step(StepReq(0, 1e-2f, 0.5f), absl::Now() + absl::Seconds(10), pool_,
+                               [] { return true; });
+  EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled) << cancelled.status();
+  EXPECT_EQ(spec_->Info().version(), 0u);
+  EXPECT_EQ(Speculated(*spec_), blocks());
+  // A Step past its deadline as it decides: not applied either.
+  auto late = spec_->Step(StepReq(0, 1e-2f, 0.5f), absl::Now() - absl::Seconds(1), pool_);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
+  EXPECT_EQ(spec_->Info().version(), 0u);
+  // The coordinator's retry, and a retry of that after its answer was lost.
+  ASSERT_TRUE(DoStep(*plain_, StepReq(0, 1e-2f, 0.5f)).ok());
+  auto out = DoStep(*spec_, StepReq(0, 1e-2f, 0.5f));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->blocks_confirmed, blocks());
+  auto again = DoStep(*spec_, StepReq(0, 1e-2f, 0.5f));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->already_applied);
+  auto ahead_again = DoStep(*spec_, StepReq(0, 1e-2f, 0.5f, true));
+  ASSERT_TRUE(ahead_again.ok()) << ahead_again.status();
+  EXPECT_TRUE(ahead_again->already_applied);
+  ExpectSameAt(1);
+}
+
+TEST_F(JobStepTest, RepeatedPushesAndNewParametersAheadAreHarmless) {
+  ASSERT_TRUE(DoStep(*spec_, StepReq(0, 1e-2f, 0.5f, true)).ok());
+  ASSERT_TRUE(DoStep(*spec_, StepReq(0, 1e-2f, 0.5f, true)).ok());  // a retry
+  PushNode(0, 0);
+  const auto g1 = Grad(1, 0);
+  for (uint64_t b = 0; b < blocks() / 2; ++b) Push(*spec_, 1, 0, b, g1);
+  AwaitSpeculated(blocks() / 2);
+  // New parameters ahead: the blocks not yet stepped take them; the first
+  // half is redone at the Step, whose parameters these are.
+  ASSERT_TRUE(DoStep(*spec_, StepReq(0, 2e-2f, 0.5f, true)).ok());
+  for (uint64_t b = 0; b < blocks(); ++b) Push(*spec_, 1, 0, b, g1);  // repeats are duplicates
+  PushNode(1, 0);  // all of node 1 again on the speculative job, first time on the plain one
+  AwaitSpeculated(blocks());
+  ASSERT_TRUE(DoStep(*plain_, StepReq(0, 2e-2f, 0.5f)).ok());
+  auto out = DoStep(*spec_, StepReq(0, 2e-2f, 0.5f));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->blocks_redone, blocks() / 2);
+  EXPECT_EQ(out->blocks_confirmed, blocks() - blocks() / 2);
+  ExpectSameAt(1);
+}
+
+TEST_F(JobStepTest, GathersAndCheckpointsNeverSeeASpeculatedState) {
+  PushNode(0, 0);
+  PushNode(1, 0);
+  ASSERT_TRUE(DoStep(*plain_, StepReq(0, 1e-2f, 0.5f)).ok());
+  ASSERT_TRUE(DoStep(*spec_, StepReq(0, 1e-2f, 0.5f)).ok());  // a plain step on this job too
+  ASSERT_TRUE(DoStep(*spec_, StepReq(1, 1e-2f, 0.5f, true)).ok());
+  PushNode(0, 1);
+  PushNode(1, 1);
+  AwaitSpeculated(blocks());
+  const std::vector<float> want = State(*plain_, 1);
+  // A gather of version 1 waits for the Step rather than see its speculation.
+  v1::GatherRequest req;
+  req.set_dtype(v1::DTYPE_FP32);
+  absl::Status gathered = spec_->Gather(*spec_->CheckGather(req), 1, v1::DTYPE_FP32, 1000,
+                                        absl::Now() + absl::Milliseconds(50),
+                                        [](const v1::Chunk&) { return true; });
+  EXPECT_EQ(gathered.code(), absl::StatusCode::kDeadlineExceeded) << gathered;
+  EXPECT_NE(gathered.message().find("a step in progress"), std::string::npos) << gathered;
+  // A checkpoint of version 1 begun now reads the kept state, during and
+  // after the Step.
+  auto guard = spec_->BeginCheckpoint(1);
+  ASSERT_TRUE(guard.ok()) << guard.status();
+  const size_t floats = spec_->tier_shape().block_floats();
+  std::vector<float> got(floats * blocks());
+  ASSERT_TRUE(spec_->SnapshotBlock(0, 1, absl::Now() + absl::Seconds(5), got.data()).ok());
+  ASSERT_TRUE(DoStep(*plain_, StepReq(1, 1e-2f, 0.25f)).ok());
+  // Clipped: every block redone, its kept state handed to the checkpoint.
+  auto out = DoStep(*spec_, StepReq(1, 1e-2f, 0.25f));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->blocks_redone, blocks());
+  for (uint64_t b = 1; b < blocks(); ++b) {
+    ASSERT_TRUE(
+        spec_->SnapshotBlock(b, 1, absl::Now() + absl::Seconds(5), got.data() + b * floats).ok());
+  }
+  guard->reset();
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);
+  ExpectSameAt(2);
+}
+
+TEST_F(JobStepTest, ABadStepAheadIsRefusedAndChangesNothing) {
+  PushNode(0, 0);
+  PushNode(1, 0);
+  auto expect = [&](Job& job, const v1::StepRequest& req, absl::StatusCode code,
+                    const std::string& words) {
+    auto out = DoStep(job, req);
+    EXPECT_EQ(out.status().code(), code) << out.status();
+    EXPECT_NE(out.status().message().find(words), std::string::npos) << out.status();
+  };
+  expect(*plain_, StepReq(0, 1e-2f, 0.5f, true), absl::StatusCode::kFailedPrecondition,
+         "without speculative_step");
+  v1::StepRequest skip = StepReq(0, 1e-2f, 0.5f, true);
+  skip.set_skip(true);
+  expect(*spec_, skip, absl::StatusCode::kInvalidArgument, "skip");
+  v1::StepRequest state = StepReq(0, 1e-2f, 0.5f, true);
+  state.set_trainer_state("scaler");
+  expect(*spec_, state, absl::StatusCode::kInvalidArgument, "trainer_state");
+  expect(*spec_, StepReq(0, std::nanf(""), 0.5f, true), absl::StatusCode::kInvalidArgument, "lr");
+  expect(*spec_, StepReq(0, 1e-2f, -1, true), absl::StatusCode::kInvalidArgument, "grad_scale");
+  expect(*spec_, StepReq(1, 1e-2f, 0.5f, true), absl::StatusCode::kFailedPrecondition,
+         "too far ahead");
+  EXPECT_EQ(Speculated(*spec_), 0u);
+  // None of them left parameters behind: the Step is a plain one.
+  ASSERT_TRUE(DoStep(*plain_, StepReq(0, 1e-2f, 0.5f)).ok());
+  auto out = DoStep(*spec_, StepReq(0, 1e-2f, 0.5f));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->blocks_confirmed + out->blocks_redone, 0u);
+  ExpectSameAt(1);
+}
+
+TEST_F(JobStepTest, SpeculativeStepNeedsTheRamTier) {
+  v1::JobSpec spec = Spec(true);
+  spec.set_tier(v1::TIER_NVME);
+  auto normalized = NormalizeJobSpec(spec);
+  EXPECT_EQ(normalized.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(normalized.status().message().find("speculative_step"), std::string::npos);
+  // Its memory is charged: a second copy of the state and of the bf16 copy.
+  const uint64_t elems = blocks() * kBlock;
+  EXPECT_EQ(Job::EstimateBytes(Spec(true), blocks()) - Job::EstimateBytes(Spec(false), blocks()),
+            elems * (3 * 4 + 2) + 3 * (Spec(true).ByteSizeLong() - Spec(false).ByteSizeLong()));
+}
+
+}  // namespace
+}  // namespace zerostate::server
