@@ -7,8 +7,7 @@
 namespace zerostate::server {
 
 absl::Status AwaitBlock(Block& b, const std::atomic<bool>& shutting_down, absl::Time deadline,
-                        const std::function<bool()>& pred,
-                        const std::function<std::string()>& what,
+                        const std::function<bool()>& pred, const std::function<std::string()>& what,
                         const std::function<bool()>& cancelled) {
   std::function<bool()> ready = [&] { return shutting_down.load() || pred(); };
   bool ok = false;

@@ -22,8 +22,7 @@ inline constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
 // `deadline`, CANCELLED once `cancelled` (null: never; polled every
 // kCancelPoll with b.mu released, as it may ask the network) says so.
 absl::Status AwaitBlock(Block& b, const std::atomic<bool>& shutting_down, absl::Time deadline,
-                        const std::function<bool()>& pred,
-                        const std::function<std::string()>& what,
+                        const std::function<bool()>& pred, const std::function<std::string()>& what,
                         const std::function<bool()>& cancelled = nullptr);
 
 }  // namespace zerostate::server

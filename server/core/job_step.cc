@@ -21,9 +21,9 @@ double SecondsSince(Clock::time_point start) {
 class ThreadSeconds {
  public:
   void Add(Clock::time_point start) {
-    nanos_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start)
-                         .count(),
-                     std::memory_order_relaxed);
+    nanos_.fetch_add(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count(),
+        std::memory_order_relaxed);
   }
   double seconds() const { return nanos_.load(std::memory_order_relaxed) * 1e-9; }
 
@@ -67,15 +67,15 @@ StepParams JobStep::ParamsOf(const v1::StepRequest& req) const {
 
 absl::Status JobStep::CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const {
   if (step > b.version) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("step: ", step, " is too far ahead; block ", b.index, " is at version ",
-                     b.version, " and step ", b.version, " comes first"));
+    return absl::FailedPreconditionError(absl::StrCat("step: ", step, " is too far ahead; block ",
+                                                      b.index, " is at version ", b.version,
+                                                      " and step ", b.version, " comes first"));
   }
-  if (step + 1 < b.version || (for_stats && step + 1 == b.version &&
-                               (!b.stats.has_value() || b.stats_step != step))) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("step: ", step, " is from the past; block ", b.index,
-                     " is already at version ", b.version));
+  if (step + 1 < b.version ||
+      (for_stats && step + 1 == b.version && (!b.stats.has_value() || b.stats_step != step))) {
+    return absl::FailedPreconditionError(absl::StrCat("step: ", step, " is from the past; block ",
+                                                      b.index, " is already at version ",
+                                                      b.version));
   }
   return absl::OkStatus();
 }
@@ -268,7 +268,8 @@ void JobStep::CommitBlock(Block& b) {
 
 bool JobStep::CopyOnWrite(Block& b, const float* state) {
   if (b.version != env_.cow_version->load()) return false;
-  if (b.kept.held() && b.kept.version() != b.version) return false;  // never: one checkpoint at a time
+  if (b.kept.held() && b.kept.version() != b.version)
+    return false;  // never: one checkpoint at a time
   return b.kept.Keep(KeptState::kCheckpoint, b.version, state, tier().shape().block_floats());
 }
 

@@ -157,8 +157,8 @@ class JobStep {
   void Speculate(uint64_t local, ThreadPool& pool);
 
   // The optimizer pass of the Step over the blocks still at `step`.
-  absl::Status RunPass(uint64_t step, const StepParams& params, ThreadPool& pool,
-                       uint64_t* stepped, StepOutcome* out);
+  absl::Status RunPass(uint64_t step, const StepParams& params, ThreadPool& pool, uint64_t* stepped,
+                       StepOutcome* out);
   // The Step's skip: the version moves on, the state stays (a speculated
   // block gets its kept state back, counted in out->blocks_redone).
   // Returns the elements skipped.

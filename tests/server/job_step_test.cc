@@ -130,7 +130,8 @@ class JobStepTest : public ::testing::Test {
     req.set_dtype(v1::DTYPE_BF16);
     absl::Status s = job.Gather(*job.CheckGather(req), version, v1::DTYPE_BF16, 1000,
                                 absl::Now() + absl::Seconds(10), [&](const v1::Chunk& c) {
-                                  const auto* p = reinterpret_cast<const uint16_t*>(c.data().data());
+                                  const auto* p =
+                                      reinterpret_cast<const uint16_t*>(c.data().data());
                                   out.insert(out.end(), p, p + c.data().size() / 2);
                                   return true;
                                 });
@@ -276,9 +277,9 @@ TEST_F(JobStepTest, GathersAndCheckpointsNeverSeeASpeculatedState) {
   // A gather of version 1 waits for the Step rather than see its speculation.
   v1::GatherRequest req;
   req.set_dtype(v1::DTYPE_FP32);
-  absl::Status gathered = spec_->Gather(*spec_->CheckGather(req), 1, v1::DTYPE_FP32, 1000,
-                                        absl::Now() + absl::Milliseconds(50),
-                                        [](const v1::Chunk&) { return true; });
+  absl::Status gathered =
+      spec_->Gather(*spec_->CheckGather(req), 1, v1::DTYPE_FP32, 1000,
+                    absl::Now() + absl::Milliseconds(50), [](const v1::Chunk&) { return true; });
   EXPECT_EQ(gathered.code(), absl::StatusCode::kDeadlineExceeded) << gathered;
   EXPECT_NE(gathered.message().find("a step in progress"), std::string::npos) << gathered;
   // A checkpoint of version 1 begun now reads the kept state, during and
