@@ -19,10 +19,14 @@ double Since(Clock::time_point t0) {
 
 const char* PhaseName(Phase phase) {
   switch (phase) {
-    case Phase::kPush: return "push";
-    case Phase::kStep: return "step";
-    case Phase::kGather: return "gather";
-    case Phase::kCheckpoint: return "checkpoint";
+    case Phase::kPush:
+      return "push";
+    case Phase::kStep:
+      return "step";
+    case Phase::kGather:
+      return "gather";
+    case Phase::kCheckpoint:
+      return "checkpoint";
   }
   return "?";
 }
@@ -86,8 +90,8 @@ std::vector<client::Ticket> Engine::StartGather(uint64_t version) {
   std::vector<client::Ticket> tickets;
   for (const Bucket& b : buckets_) {
     if (b.share.empty()) continue;
-    tickets.push_back(job_->GatherAsync(version, b.share, gather_staging_.get() + b.staging,
-                                        v1::DTYPE_FP32));
+    tickets.push_back(
+        job_->GatherAsync(version, b.share, gather_staging_.get() + b.staging, v1::DTYPE_FP32));
   }
   return tickets;
 }
@@ -160,6 +164,15 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   if (auto s = EnsureStaging(); !s.ok()) return s;
   if (auto s = backend_->ZeroGrads(); !s.ok()) return s;
   const uint32_t micros = train_.grad_accum_steps();
+  // Speculative step: the coordinator sends the Step's parameters before
+  // the gradients leave, so the servers step each block as it completes.
+  // A failure is this step's, taken up after the compute (below), so that
+  // the node's collectives still run on every rank.
+  absl::Status ahead;
+  if (train_.speculative_step() && topo_.rank() == 0) {
+    ahead = job_->StepAhead(step, report.lr,
+                            UnclippedGradScale(scaler_.scale(), double{topo_.world()} * micros));
+  }
   GradsReadyFn ready = [&](uint64_t begin) { OnReady(step, begin); };
   for (uint32_t m = 0; m < micros; ++m) {
     auto loss = micro_batch(m, scaler_.scale(), m + 1 == micros ? ready : GradsReadyFn());
@@ -172,6 +185,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   // through the step's rendezvous and all-gathers (see engine.h).
   auto t0 = Clock::now();
   absl::Status status = PushRemaining(step);  // waits for every push
+  if (status.ok()) status = ahead;
   report.times.push = Since(t0);
 
   t0 = Clock::now();
@@ -180,9 +194,9 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   if (topo_.rank() == 0 && status.ok()) {
     auto stats = job_->GradStats(step);
     if (stats.ok()) {
-      decision = DecideStep(stats->sum_squares, stats->nonfinite_count, scaler_.scale(),
-                            double{topo_.world()} * train_.grad_accum_steps(),
-                            train_.gradient_clipping());
+      decision =
+          DecideStep(stats->sum_squares, stats->nonfinite_count, scaler_.scale(),
+                     double{topo_.world()} * train_.grad_accum_steps(), train_.gradient_clipping());
       report.grad_norm = decision.grad_norm;
     } else {
       status = stats.status();
@@ -226,7 +240,8 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   auto any_failed = backend_->NodeAnyFailed(!status.ok());
   if (!any_failed.ok()) return any_failed.status();
   if (status.ok() && *any_failed) {
-    status = absl::AbortedError(absl::StrCat("step ", step, " failed on another rank of node ", topo_.node));
+    status = absl::AbortedError(
+        absl::StrCat("step ", step, " failed on another rank of node ", topo_.node));
   }
   if (!status.ok()) return status;
   scaler_ = next;

@@ -19,6 +19,7 @@ v1::JobSpec BuildJobSpec(const v1::TrainConfig& train, const Mlp& model, uint32_
   spec.set_weight_dtype(train.weight_dtype());
   spec.set_block_elems(train.block_elems());
   spec.set_seed(train.seed());
+  spec.set_speculative_step(train.speculative_step());
   return spec;
 }
 

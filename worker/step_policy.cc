@@ -5,6 +5,18 @@
 
 namespace zerostate::worker {
 
+namespace {
+
+double Unscale(float loss_scale, double average_over) {
+  return 1.0 / (static_cast<double>(loss_scale) * average_over);
+}
+
+}  // namespace
+
+float UnclippedGradScale(float loss_scale, double average_over) {
+  return static_cast<float>(1.0 * Unscale(loss_scale, average_over));
+}
+
 StepDecision DecideStep(double sum_squares, uint64_t nonfinite, float loss_scale,
                         double average_over, float max_norm) {
   StepDecision d;
@@ -12,7 +24,7 @@ StepDecision DecideStep(double sum_squares, uint64_t nonfinite, float loss_scale
     d.skip = true;
     return d;
   }
-  const double unscale = 1.0 / (static_cast<double>(loss_scale) * average_over);
+  const double unscale = Unscale(loss_scale, average_over);
   d.grad_norm = std::sqrt(sum_squares) * unscale;
   if (max_norm > 0 && d.grad_norm > max_norm) d.clip_factor = max_norm / (d.grad_norm + 1e-6);
   d.grad_scale = static_cast<float>(d.clip_factor * unscale);

@@ -12,9 +12,9 @@
 namespace zerostate::worker {
 
 struct StepDecision {
-  bool skip = false;      // non-finite gradients: advance the version only
-  float grad_scale = 1;   // what Step multiplies the summed gradient by
-  double grad_norm = 0;   // global L2 norm of the averaged, unscaled gradient
+  bool skip = false;     // non-finite gradients: advance the version only
+  float grad_scale = 1;  // what Step multiplies the summed gradient by
+  double grad_norm = 0;  // global L2 norm of the averaged, unscaled gradient
   double clip_factor = 1;
 };
 
@@ -23,6 +23,11 @@ struct StepDecision {
 // of (rank, micro-batch) terms in that sum. max_norm 0 disables clipping.
 StepDecision DecideStep(double sum_squares, uint64_t nonfinite, float loss_scale,
                         double average_over, float max_norm);
+
+// The grad_scale DecideStep gives when no clipping applies and the
+// gradients are finite: what the coordinator sends ahead for a speculative
+// step (JobClient::StepAhead), bit for bit.
+float UnclippedGradScale(float loss_scale, double average_over);
 
 // Dynamic loss scaling with DeepSpeed's semantics (see LossScaling).
 class LossScaler {

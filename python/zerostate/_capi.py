@@ -55,6 +55,7 @@ _SIGNATURES = {
                              ctypes.POINTER(_u64), _err]),
     "zs_step_with_state": (_int, [_p, _u64, ctypes.c_float, ctypes.c_float, _int, _p, _sz,
                                   _err]),
+    "zs_step_ahead": (_int, [_p, _u64, ctypes.c_float, ctypes.c_float, _err]),
     "zs_trainer_state": (_int, [_p, _u64, ctypes.POINTER(_p), ctypes.POINTER(_sz), _err]),
     "zs_gather_async": (None, [_p, _u64, _u64, _u64, _p, _sz, _int, ctypes.POINTER(_p)]),
     "zs_gather_master": (_int, [_p, _u64, _u64, _u64, _p, _sz, _err]),

@@ -112,6 +112,10 @@ class Job:
         _call(f"job {self.job_id}: step {step}", lib.zs_step_with_state, self._h, step, lr,
               grad_scale, int(skip), state or None, len(state))
 
+    def step_ahead(self, step, lr, grad_scale):
+        _call(f"job {self.job_id}: step {step} sent ahead", lib.zs_step_ahead, self._h, step, lr,
+              grad_scale)
+
     def trainer_state(self, version):
         out, n = ctypes.c_void_p(), ctypes.c_size_t()
         _call(f"job {self.job_id}: trainer state of version {version}", lib.zs_trainer_state,

@@ -22,6 +22,7 @@ except ImportError:
     sys.exit(77)
 
 import zerostate.torch as zs
+from zerostate.client import ZerostateError
 
 STEPS = 100
 
@@ -370,6 +371,28 @@ class EngineTest(unittest.TestCase):
             print(f"2 processes, nodes of {local_world}: max relative difference {err:.2e}")
             self.assertLess(err, 1e-6)
 
+
+    def test_speculative_step_is_bit_identical(self):
+        """{"zerostate": {"train": {"speculative_step": true}}}: the servers
+        step each block with the parameters sent ahead, and the Step confirms
+        or redoes it (the gradient is clipped at 0.5 on some steps, not on
+        others); the weights equal the plain job's bit for bit."""
+        steps = 20
+        config = copy.deepcopy(CONFIG)
+        config["gradient_clipping"] = 4.0
+        config["zerostate"]["train"]["speculative_step"] = True
+        torch.manual_seed(0)
+        spec = train(self.engine(Net(), "speculative", config=config), 0, steps)
+        config["zerostate"]["train"]["speculative_step"] = False
+        torch.manual_seed(0)
+        plain = train(self.engine(Net(), "not-speculative", config=config), 0, steps)
+        for (n, p), q in zip(spec.module.named_parameters(), plain.module.parameters()):
+            self.assertTrue(torch.equal(p, q), n)
+        # The option reached the servers: only the speculative job takes a
+        # Step sent ahead (here a retry of the last one, already applied).
+        spec.job.step_ahead(steps - 1, 0.0, 1.0)
+        with self.assertRaisesRegex(ZerostateError, "without speculative_step"):
+            plain.job.step_ahead(steps - 1, 0.0, 1.0)
 
     def test_resume_from_checkpoint_is_bit_identical(self):
         steps = 30

@@ -139,7 +139,17 @@ INSTANTIATE_TEST_SUITE_P(
                            "loss_scaling { initial_scale: 1048576 growth_interval: 3 } }",
                            true},
                       Case{"sgd_clipping_one_server", 1,
-                           "train { optimizer { kind: OPTIMIZER_SGD_MOMENTUM } gradient_clipping: 0.05 }"}),
+                           "train { optimizer { kind: OPTIMIZER_SGD_MOMENTUM } gradient_clipping: 0.05 }"},
+                      // The speculative step (the servers step each block
+                      // with the Step sent ahead): overflows restore it,
+                      // clipping redoes it, the result is the reference's.
+                      Case{"speculative_fp16_loss_scaling", 2,
+                           "train { speculative_step: true precision: PRECISION_FP16 "
+                           "weight_dtype: DTYPE_FP16 "
+                           "loss_scaling { initial_scale: 1048576 growth_interval: 3 } }",
+                           true},
+                      Case{"speculative_clipping_two_servers", 2,
+                           "train { speculative_step: true gradient_clipping: 0.05 }"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // A second run (new run id) resumes the job where the servers hold it and

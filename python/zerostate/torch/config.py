@@ -50,6 +50,9 @@ class EngineConfig:
         self.global_batch = int(train.get("global_batch_size", 0))
         self.block_elems = int(train.get("block_elems", 0))
         self.seed = int(train.get("seed", 1))
+        # {"zerostate": {"train": {"speculative_step": true}}}: the servers
+        # step each block as its gradients arrive (JobSpec.speculative_step).
+        self.speculative_step = bool(train.get("speculative_step", False))
 
     def check_batch(self, world):
         """DeepSpeed's rule: train_batch_size = train_micro_batch_size_per_gpu

@@ -74,6 +74,7 @@ class Engine:
         self.micro_steps = 0
         self._failed = None
         self._boundary = False
+        self._ahead_error = None  # a failed Step sent ahead (speculative_step)
         self.scaler = LossScaler(self.config.loss_scaling)
         # Seconds spent waiting, summed since initialize (for benchmarks): for
         # pushes after backward, for the coordinator's statistics and Step
@@ -236,8 +237,22 @@ class Engine:
         if self._boundary:
             for b in self._buckets:
                 b.reset()
+            if self.config.speculative_step and self.topo.coordinator:
+                self._send_ahead()
         (loss * self.loss_scale if self.dtype == torch.float16 else loss).backward()
         return loss
+
+    def _send_ahead(self):
+        """The coordinator's Step parameters before the gradients leave, as
+        _decide will send them if nothing is clipped (the same expression):
+        the servers step each block as soon as it is complete. A failure is
+        taken up by the step (_service_step), where every rank hears of it."""
+        ranks = self.topo.world * self.config.grad_accum * self.loss_scale
+        try:
+            self.job.step_ahead(self.global_steps, self.optimizer.param_groups[0]["lr"],
+                                1.0 / ranks)
+        except ZerostateError as e:
+            self._ahead_error = e
 
     def _grad_ready(self, bucket):
         if not self._boundary:
@@ -269,6 +284,9 @@ class Engine:
                     b.ticket.wait()
             t1 = time.perf_counter()
             self.timers["push_wait"] += t1 - t0
+            if self._ahead_error is not None:
+                e, self._ahead_error = self._ahead_error, None
+                raise e
             verdict = self._decide(step) if self.topo.coordinator else None
         except ZerostateError as e:
             # A server call failed: roll back to the last checkpoint if any.

@@ -114,4 +114,6 @@ def job_spec(job_id, params, param_groups, scales, config, num_nodes, dtype):
             "block_elems": config.block_elems, "streamed_init": True, "seed": config.seed}
     if groups:
         spec["groups"] = groups
+    if config.speculative_step:
+        spec["speculative_step"] = True
     return spec
