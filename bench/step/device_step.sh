@@ -11,8 +11,12 @@
 #     phases from its metrics;
 #  3. the same model and batch under PyTorch FSDP2 + CPUOffloadPolicy(
 #     pin_memory=True) + AdamW(fused=True) (bench/step/fsdp2_step.py);
-# 2 and 3 at fp32 on the wire, then at bf16 (zerostate: bf16 gradients and
+#  4. the same as 2 with speculative_step (the server steps each block as
+#     its gradients arrive, with the Step's parameters sent ahead; the Step
+#     only commits): figures zerostate_<wire>_speculative_*;
+# 2, 3 and 4 at fp32 on the wire, then at bf16 (zerostate: bf16 gradients and
 # weights on the wire; FSDP2: MixedPrecisionPolicy(param_dtype=bf16)).
+# step_bench's speculative_* figures are 1. with speculative_step.
 # Prints --json: ms per step of each and fsdp2 ms / zerostate ms (> 1:
 # zerostate is faster). Bundle on the development machine:
 #   ../shared/tools/device-bundle .device build-cuda-auto/worker/zerostate-worker \
@@ -30,12 +34,16 @@ metrics=$(sed -n 's/.*metrics on \([^ ]*\).*/\1/p' "$out/server.log")
 for wire in fp32 bf16; do
   dtypes=""
   [[ $wire == bf16 ]] && dtypes="grad_dtype: DTYPE_BF16 weight_dtype: DTYPE_BF16"
-  cat > "$out/big_$wire.textproto" <<CFG
-train { job_id: "big_$wire" model { input_dim: 2048 hidden: [8192, 8192] output_dim: 2048 }
-        micro_batch_size: 64 steps: 12 block_elems: 262144 $dtypes }
+  for mode in sync speculative; do
+    job=big_$wire spec=""
+    [[ $mode == speculative ]] && job=big_${wire}_speculative spec="speculative_step: true"
+    cat > "$out/$job.textproto" <<CFG
+train { job_id: "$job" model { input_dim: 2048 hidden: [8192, 8192] output_dim: 2048 }
+        micro_batch_size: 64 steps: 12 block_elems: 262144 $dtypes $spec }
 CFG
-  WORLD_SIZE=1 "$bin/zerostate-worker" --config="$out/big_$wire.textproto" --servers="$srv" \
-    --plaintext --metrics_port=0 --backend=cuda >"$out/big_$wire.log" 2>&1
+    WORLD_SIZE=1 "$bin/zerostate-worker" --config="$out/$job.textproto" --servers="$srv" \
+      --plaintext --metrics_port=0 --backend=cuda >"$out/$job.log" 2>&1
+  done
   python3 -c "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen('http://$metrics/metrics').read().decode())" \
     >"$out/metrics_$wire.txt" 2>&1
   flag=""
@@ -45,4 +53,8 @@ CFG
   python3 "$step_dir/device_step_summary.py" --wire "$wire" --batch 64 --worker_log "$out/big_$wire.log" \
     --metrics "$out/metrics_$wire.txt" --job "big_$wire" --fsdp2 "$out/fsdp2_$wire.json" |
     tee "$out/summary_$wire.json"
+  python3 "$step_dir/device_step_summary.py" --wire "$wire" --batch 64 --mode speculative \
+    --worker_log "$out/big_${wire}_speculative.log" --metrics "$out/metrics_$wire.txt" \
+    --job "big_${wire}_speculative" --fsdp2 "$out/fsdp2_$wire.json" |
+    tee "$out/summary_${wire}_speculative.json"
 done

@@ -12,7 +12,13 @@
 // TrafficPass, best of a measure before and one after the steps) in this
 // process with as many threads as the server's pass runs on
 // (--server_threads plus the calling thread).
+// `speculative_*`: the same model as a job with JobSpec.speculative_step
+// (the server steps each block as soon as its gradients are in, with the
+// Step's parameters sent ahead; the Step then only commits): its median
+// step, the worker's step part and the server's optimizer pass inside the
+// Step, each against the plain job's (ratio > 1: faster).
 //   step_bench [--json] [--servers=1] [--server_threads=N] [--hidden=8192,8192] [--steps=3]
+//              [--speculative=true]
 // --json prints one object per line: {"figure","value","unit","limit","ratio"}.
 #include <algorithm>
 #include <chrono>
@@ -45,6 +51,8 @@ ABSL_FLAG(std::string, hidden, "8192,8192", "hidden widths");
 ABSL_FLAG(uint32_t, output, 2048, "output width");
 ABSL_FLAG(uint32_t, micro_batch, 4, "samples per micro-batch");
 ABSL_FLAG(int, steps, 3, "end-to-end steps timed (after one warm-up step)");
+ABSL_FLAG(bool, speculative, true,
+          "also time the same model as a speculative_step job (speculative_* figures)");
 
 namespace zerostate::worker {
 namespace {
@@ -202,6 +210,97 @@ void PrintFigures(const Parts& parts, double median, uint64_t params, const Step
   }
 }
 
+// One job's rank: its model, backend and engine.
+struct Session {
+  OpenedJob opened;
+  std::unique_ptr<LocalGroup> group;
+  std::unique_ptr<CpuBackend> backend;
+  std::unique_ptr<Engine> engine;
+  uint64_t params = 0;
+};
+
+Session OpenSession(client::Client* client, const v1::WorkerConfig& config) {
+  const v1::TrainConfig& train = config.train();
+  Session s;
+  auto model = std::make_unique<Mlp>(train.model());
+  const Topology topo{0, 1, 0, 1};
+  auto opened = OpenJob(client, BuildJobSpec(train, *model, 1), topo, RendezvousScope(config));
+  Check(opened.status(), "register");
+  s.opened = *std::move(opened);
+  client::JobClient* job = s.opened.job.get();
+  model->Bind(job->layout());
+  s.params = job->layout().used_elems;
+  s.group = MakeThreadGroup(1, job->layout().total_elems);
+  std::vector<uint64_t> ready = model->ReadyPoints();
+  s.backend = std::make_unique<CpuBackend>(s.group.get(), 0, std::move(model));
+  s.engine = std::make_unique<Engine>(job, s.backend.get(), train, topo, ready);
+  Check(s.engine->LoadWeights(0), "load weights");
+  return s;
+}
+
+// --steps timed steps from `step` on, after `warmups` steps.
+struct Timed {
+  double median = 0;       // end to end
+  double worker_step = 0;  // the step part as the worker saw it
+  PhaseSeconds best;       // the timed step where the server's own step was fastest
+  StepReport last;
+};
+
+Timed TimeSteps(Session& s, const v1::TrainConfig& train, testing::ServerCluster& cluster,
+                uint64_t step, int warmups) {
+  TeacherData data(train.model());
+  const uint32_t n = train.micro_batch_size();
+  std::vector<float> x(size_t{n} * data.input_dim()), y(size_t{n} * data.output_dim());
+  MicroBatchFn micro = [&](uint32_t, float scale, const GradsReadyFn& r) {
+    data.Fill(step * n, n, x.data(), y.data());
+    return s.backend->ForwardBackward(x.data(), y.data(), n, scale, r);
+  };
+  for (int i = 0; i < warmups; ++i) Check(s.engine->Step(step++, micro).status(), "warm-up step");
+  auto phases_seen = ScrapePhases(cluster, train.job_id());
+  Timed t;
+  std::vector<double> seconds, step_seconds;
+  for (int i = 0; i < absl::GetFlag(FLAGS_steps); ++i) {
+    auto r = s.engine->Step(step++, micro);
+    Check(r.status(), "step");
+    seconds.push_back(r->seconds);
+    step_seconds.push_back(r->times.step);
+    auto phases_now = ScrapePhases(cluster, train.job_id());
+    PhaseSeconds d = Slowest(phases_seen, phases_now);
+    if (t.best.empty() || ServerStep(d) < ServerStep(t.best)) t.best = d;
+    phases_seen = std::move(phases_now);
+    t.last = *r;
+  }
+  std::sort(seconds.begin(), seconds.end());
+  t.median = seconds[seconds.size() / 2];
+  std::sort(step_seconds.begin(), step_seconds.end());
+  t.worker_step = step_seconds[step_seconds.size() / 2];
+  return t;
+}
+
+// The same model as a speculative_step job (the server steps each block as
+// its gradients arrive, the Step confirms): its step against the plain one's.
+void PrintSpeculative(client::Client* client, v1::WorkerConfig config,
+                      testing::ServerCluster& cluster, const Timed& plain) {
+  config.mutable_train()->set_job_id("step-bench-speculative");
+  config.mutable_train()->set_speculative_step(true);
+  Session s = OpenSession(client, config);
+  // Two warm-up steps: the first allocates what the speculation keeps.
+  const Timed t = TimeSteps(s, config.train(), cluster, 0, 2);
+  if (!absl::GetFlag(FLAGS_json)) {
+    const auto& l = t.last.times;
+    std::printf("speculative last step split: compute %.3f exchange %.3f push %.3f step %.3f gather %.3f s\n",
+                l.compute, l.exchange, l.push, l.step, l.gather);
+  }
+  // Ratios above 1: the speculative step is faster than the plain one.
+  Print("speculative_step_end_to_end", t.median, "s", plain.median, plain.median / t.median);
+  Print("speculative_worker_step", t.worker_step, "s", plain.worker_step,
+        plain.worker_step / t.worker_step);
+  // The Step's own pass: commit only where the speculation held.
+  const double pass = t.best.at("optimizer"), plain_pass = plain.best.at("optimizer");
+  Print("speculative_step_pass", pass, "s", plain_pass, plain_pass / std::max(pass, 1e-9));
+  Check(s.opened.job->Delete(), "delete the speculative job");
+}
+
 int Main() {
   const v1::WorkerConfig config = BenchConfig();
   const v1::TrainConfig& train = config.train();
@@ -215,55 +314,25 @@ int Main() {
   copts.plaintext = true;  // loopback servers started with --plaintext
   auto client = client::Client::Connect(copts);
   Check(client.status(), "connect");
-  auto model = std::make_unique<Mlp>(train.model());
-  const Topology topo{0, 1, 0, 1};
-  auto opened = OpenJob(client->get(), BuildJobSpec(train, *model, 1), topo, RendezvousScope(config));
-  Check(opened.status(), "register");
-  client::JobClient* job = opened->job.get();
-  model->Bind(job->layout());
-  const uint64_t params = job->layout().used_elems;
-  auto group = MakeThreadGroup(1, job->layout().total_elems);
-  std::vector<uint64_t> ready = model->ReadyPoints();
-  CpuBackend backend(group.get(), 0, std::move(model));
-  Engine engine(job, &backend, train, topo, ready);
-  Check(engine.LoadWeights(0), "load weights");
-
-  // The limit before and after the steps, the best counts (as every figure
-  // here, it is low when other work shares the machine).
-  double limit = MemoryLimit(params);
-  Parts parts = MeasureParts(job, &backend, train);
-  TeacherData data(train.model());
-  const uint32_t n = train.micro_batch_size();
-  std::vector<float> x(size_t{n} * data.input_dim()), y(size_t{n} * data.output_dim());
-  uint64_t step = 1;
-  MicroBatchFn micro = [&](uint32_t, float scale, const GradsReadyFn& r) {
-    data.Fill(step * n, n, x.data(), y.data());
-    return backend.ForwardBackward(x.data(), y.data(), n, scale, r);
-  };
-  Check(engine.Step(step++, micro).status(), "warm-up step");
-  auto phases_seen = ScrapePhases(**cluster, train.job_id());
-  PhaseSeconds best;  // the timed step where the server's own step was fastest
-  std::vector<double> seconds, step_seconds;
-  StepReport last;
-  for (int i = 0; i < absl::GetFlag(FLAGS_steps); ++i) {
-    auto r = engine.Step(step++, micro);
-    Check(r.status(), "step");
-    seconds.push_back(r->seconds);
-    step_seconds.push_back(r->times.step);
-    auto phases_now = ScrapePhases(**cluster, train.job_id());
-    PhaseSeconds d = Slowest(phases_seen, phases_now);
-    if (best.empty() || ServerStep(d) < ServerStep(best)) best = d;
-    phases_seen = std::move(phases_now);
-    last = *r;
+  Timed plain;
+  Parts parts;
+  uint64_t params = 0;
+  double limit = 0;
+  {
+    Session s = OpenSession(client->get(), config);
+    params = s.params;
+    // The limit before and after the steps, the best counts (as every figure
+    // here, it is low when other work shares the machine).
+    limit = MemoryLimit(params);
+    parts = MeasureParts(s.opened.job.get(), s.backend.get(), train);
+    plain = TimeSteps(s, train, **cluster, 1, 1);
+    Check(s.opened.job->Delete(), "delete the job");  // its memory, for the next
   }
-  std::sort(seconds.begin(), seconds.end());
-  const double median = seconds[seconds.size() / 2];
-  std::sort(step_seconds.begin(), step_seconds.end());
-  const double worker_step = step_seconds[step_seconds.size() / 2];
-  PrintFigures(parts, median, params, last);
+  PrintFigures(parts, plain.median, params, plain.last);
+  if (absl::GetFlag(FLAGS_speculative)) PrintSpeculative(client->get(), config, **cluster, plain);
   Check((*cluster)->StopAll(), "stop servers");
   limit = std::max(limit, MemoryLimit(params));
-  PrintServerStep(best, params, worker_step, limit);
+  PrintServerStep(plain.best, params, plain.worker_step, limit);
   return 0;
 }
 
