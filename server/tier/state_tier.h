@@ -8,7 +8,9 @@
 //
 // Thread safety: calls for different blocks may run concurrently. Calls
 // for the same block are serialized by the caller (the Job holds that
-// block's mutex, and runs at most one Update per job at a time).
+// block's mutex, and runs at most one pass per job at a time; a
+// speculative step, TIER_RAM only, also steps single blocks in Updates of
+// their own, concurrently with a pass, each block under its mutex).
 #pragma once
 
 #include <cstdint>
