@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/data_tls.h"
@@ -31,6 +32,40 @@ absl::Status Timeout(const char* what) {
   return absl::DeadlineExceededError(absl::StrCat(what, ": deadline exceeded"));
 }
 
+// A write BIO that appends what OpenSSL writes (sealed records) to the
+// std::string its data points to; it never blocks and never fails.
+int AppendWrite(BIO* bio, const char* data, int len) {
+  static_cast<std::string*>(BIO_get_data(bio))->append(data, static_cast<size_t>(len));
+  return len;
+}
+
+long AppendCtrl(BIO*, int cmd, long, void*) {
+  return cmd == BIO_CTRL_FLUSH ? 1 : 0;  // nothing is ever pending in the BIO itself
+}
+
+// The BIO method of AppendWrite, made once and never changed.
+const BIO_METHOD* AppendMethod() {
+  static const BIO_METHOD* const method = [] {
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "zerostate sealed");
+    if (m != nullptr) {
+      BIO_meth_set_write(m, AppendWrite);
+      BIO_meth_set_ctrl(m, AppendCtrl);
+    }
+    return m;
+  }();
+  return method;
+}
+
+// A BIO appending to `out`, or null when OpenSSL could not make one.
+BIO* AppendBio(std::string* out) {
+  const BIO_METHOD* method = AppendMethod();
+  BIO* bio = method != nullptr ? BIO_new(method) : nullptr;
+  if (bio == nullptr) return nullptr;
+  BIO_set_data(bio, out);
+  BIO_set_init(bio, 1);
+  return bio;
+}
+
 }  // namespace
 
 DataStream::DataStream(int fd) : fd_(fd), ssl_(nullptr), kernel_send_(true), kernel_recv_(true) {
@@ -43,6 +78,13 @@ DataStream::DataStream(int fd, SSL* ssl)
       kernel_send_(BIO_get_ktls_send(SSL_get_wbio(ssl)) != 0),
       kernel_recv_(BIO_get_ktls_recv(SSL_get_rbio(ssl)) != 0) {
   MakeNonBlocking(fd_);
+  if (!kernel_send_) {
+    // Records are sealed into sealed_ and sent in batches by SendSealed.
+    // Without a BIO (out of memory) OpenSSL keeps writing to the socket,
+    // one record per write: slower, still correct.
+    sealed_.reserve(kTlsSendBatchBytes + (kTlsSendBatchBytes >> 6));
+    if (BIO* bio = AppendBio(&sealed_)) SSL_set0_wbio(ssl_, bio);
+  }
 }
 
 DataStream::~DataStream() {
@@ -84,48 +126,47 @@ bool DataStream::Wait(short events, absl::Time deadline) {
   }
 }
 
-int DataStream::SslIo(bool write, void* p, size_t n, std::string* error) {
+int DataStream::SslRead(void* p, size_t n, std::string* error) {
   absl::MutexLock lock(&mu_);
-  ScopedNoSigpipe no_sigpipe;
+  // Only with kTLS sending does OpenSSL write to the socket (an alert).
+  std::optional<ScopedNoSigpipe> no_sigpipe;
+  if (kernel_send_) no_sigpipe.emplace();
   ERR_clear_error();
-  int len = static_cast<int>(std::min<size_t>(n, 1 << 30));
-  int r = write ? SSL_write(ssl_, p, len) : SSL_read(ssl_, p, len);
-  if (r > 0) return r;
-  int code = SSL_get_error(ssl_, r);
-  if (code == SSL_ERROR_SYSCALL) {
-    *error = errno != 0 ? std::strerror(errno) : "connection closed";
-  } else if (code == SSL_ERROR_SSL) {
-    *error = absl::StrCat("TLS: ", TakeOpenSslErrors());
+  size_t got = 0;
+  while (got < n) {
+    size_t r = 0;
+    if (SSL_read_ex(ssl_, static_cast<char*>(p) + got, n - got, &r) == 1) {
+      got += r;
+      continue;
+    }
+    if (got > 0) {
+      ERR_clear_error();  // the same condition shows again on the next call
+      break;
+    }
+    int code = SSL_get_error(ssl_, 0);
+    if (code == SSL_ERROR_SYSCALL) {
+      *error = errno != 0 ? std::strerror(errno) : "connection closed";
+    } else if (code == SSL_ERROR_SSL) {
+      *error = absl::StrCat("TLS: ", TakeOpenSslErrors());
+    }
+    return -code;
   }
-  return -code;
+  return static_cast<int>(got);
 }
 
-absl::Status DataStream::SendAll(iovec* iov, int count) {
+absl::Status DataStream::SendRaw(iovec* iov, int count) {
   int first = 0;
   while (first < count) {
     if (iov[first].iov_len == 0) {
       ++first;
       continue;
     }
-    ssize_t n;
-    if (kernel_send_) {
-      msghdr msg{};
-      msg.msg_iov = iov + first;
-      msg.msg_iovlen = count - first;
-      n = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return Errno("send", errno);
-    } else {
-      std::string error;
-      n = SslIo(true, iov[first].iov_base, iov[first].iov_len, &error);
-      if (n == -SSL_ERROR_WANT_READ) {
-        if (!Wait(POLLIN, send_deadline_)) return Timeout("send");
-        continue;
-      }
-      if (n <= 0 && n != -SSL_ERROR_WANT_WRITE) {
-        return absl::UnavailableError(absl::StrCat("send: ", error));
-      }
-    }
+    msghdr msg{};
+    msg.msg_iov = iov + first;
+    msg.msg_iovlen = count - first;
+    ssize_t n = sendmsg(fd_, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return Errno("send", errno);
     if (n < 0) {  // the socket's buffer is full
       if (!Wait(POLLOUT, send_deadline_)) return Timeout("send");
       continue;
@@ -140,6 +181,50 @@ absl::Status DataStream::SendAll(iovec* iov, int count) {
   return absl::OkStatus();
 }
 
+absl::Status DataStream::Seal(const void* p, size_t n) {
+  absl::MutexLock lock(&mu_);
+  ERR_clear_error();
+  size_t written = 0;
+  // The write BIO never blocks: one call seals all of it (or fails).
+  if (SSL_write_ex(ssl_, p, n, &written) == 1 && written == n) return absl::OkStatus();
+  std::string why = TakeOpenSslErrors();
+  return absl::UnavailableError(
+      absl::StrCat("send: TLS: ", why.empty() ? "cannot seal the records" : why));
+}
+
+absl::Status DataStream::SendSealed() {
+  {
+    absl::MutexLock lock(&mu_);
+    sending_.swap(sealed_);
+  }
+  iovec iov{sending_.data(), sending_.size()};
+  absl::Status s = SendRaw(&iov, 1);
+  sending_.clear();
+  return s;
+}
+
+absl::Status DataStream::SendAll(iovec* iov, int count) {
+  if (kernel_send_) return SendRaw(iov, count);
+  // Userspace records: sealed kTlsSendBatchBytes at a time; each batch
+  // leaves in one send (with whatever smaller pieces came before it).
+  size_t batched = 0;  // plaintext sealed since the last send
+  for (int i = 0; i < count; ++i) {
+    const char* p = static_cast<const char*>(iov[i].iov_base);
+    for (size_t left = iov[i].iov_len; left > 0;) {
+      size_t take = std::min(left, kTlsSendBatchBytes - batched);
+      if (absl::Status s = Seal(p, take); !s.ok()) return s;
+      p += take;
+      left -= take;
+      batched += take;
+      if (batched == kTlsSendBatchBytes) {
+        if (absl::Status s = SendSealed(); !s.ok()) return s;
+        batched = 0;
+      }
+    }
+  }
+  return batched > 0 ? SendSealed() : absl::OkStatus();
+}
+
 absl::StatusOr<size_t> DataStream::RecvSome(void* p, size_t n) {
   while (true) {
     short want = POLLIN;
@@ -151,7 +236,7 @@ absl::StatusOr<size_t> DataStream::RecvSome(void* p, size_t n) {
       if (errno != EAGAIN && errno != EWOULDBLOCK) return Errno("recv", errno);
     } else {
       std::string error;
-      int r = SslIo(false, p, n, &error);
+      int r = SslRead(p, std::min(n, kTlsRecvBatchBytes), &error);
       if (r > 0) return static_cast<size_t>(r);
       if (r == -SSL_ERROR_ZERO_RETURN) return 0;
       if (r == -SSL_ERROR_WANT_WRITE) {

@@ -9,6 +9,17 @@
 // default): a frame that trickles in one byte at a time still ends at its
 // deadline. The socket is non-blocking; waits are poll(2).
 //
+// Userspace records are sent in batches: OpenSSL seals up to
+// kTlsSendBatchBytes of plaintext into records held in memory (its write
+// BIO is a buffer, not the socket), and they leave in one send(2), so the
+// kernel sees a few large writes rather than one per 16 KiB record (the
+// cost that dominated on loopback). A batch may end anywhere in a frame;
+// SendAll returns once every record of its bytes was sent. Received
+// records are read from the socket in large pieces (OpenSSL's read-ahead)
+// and decrypted into the caller's memory, as many as fit, in one call.
+// OpenSSL never writes to the socket after the handshake, so no SIGPIPE
+// can come from it (sends use MSG_NOSIGNAL).
+//
 // Thread-safety: one thread may send while another receives (the server's
 // sessions do); two threads must not both send, or both receive. The
 // OpenSSL object, which is not thread-safe, is only touched under mu_.
@@ -27,6 +38,13 @@
 typedef struct ssl_st SSL;
 
 namespace zerostate {
+
+// Plaintext sealed into records per send(2) of a TLS stream with
+// userspace records (at most; the last batch of a SendAll is smaller).
+inline constexpr size_t kTlsSendBatchBytes = 256 << 10;
+// Plaintext decrypted per hold of the stream's lock in RecvSome, so that
+// the other direction's small frames (acknowledgements) do not wait long.
+inline constexpr size_t kTlsRecvBatchBytes = 256 << 10;
 
 class DataStream {
  public:
@@ -64,8 +82,9 @@ class DataStream {
   // Sends all of `iov[0..count)` (modified). Errors: UNAVAILABLE (the
   // connection broke, with the reason), DEADLINE_EXCEEDED.
   absl::Status SendAll(iovec* iov, int count);
-  // Reads between 1 and `n` (> 0) bytes into `p`; 0 when the peer closed
-  // the stream. Errors: UNAVAILABLE (with the reason; under TLS a peer's
+  // Reads between 1 and `n` (> 0) bytes into `p` (under userspace TLS, up
+  // to kTlsRecvBatchBytes of what is already received: several records);
+  // 0 when the peer closed the stream. Errors: UNAVAILABLE (with the reason; under TLS a peer's
   // alert, e.g. a refused certificate), DEADLINE_EXCEEDED.
   absl::StatusOr<size_t> RecvSome(void* p, size_t n);
   // Waits until a read would not wait (bytes, or the end); false when
@@ -78,15 +97,27 @@ class DataStream {
  private:
   // Waits for `events` on the socket until `deadline`; false on timeout.
   bool Wait(short events, absl::Time deadline);
-  // One SSL_write / SSL_read under mu_: >0 bytes, or the negated
-  // SSL_get_error code (-SSL_ERROR_WANT_READ, ...); *error gets the reason.
-  int SslIo(bool write, void* p, size_t n, std::string* error);
+  // Sends all of `iov[0..count)` (modified) on the socket.
+  absl::Status SendRaw(iovec* iov, int count);
+  // Seals `n` bytes at `p` into records appended to sealed_ (userspace
+  // records). Errors: UNAVAILABLE with OpenSSL's reason.
+  absl::Status Seal(const void* p, size_t n);
+  // Sends the records sealed so far.
+  absl::Status SendSealed();
+  // SSL_read under mu_, repeated while records are there, up to `n`
+  // bytes: >0 bytes, or the negated SSL_get_error code
+  // (-SSL_ERROR_WANT_READ, ...); *error gets the reason.
+  int SslRead(void* p, size_t n, std::string* error);
 
   mutable absl::Mutex mu_;  // serializes every use of ssl_ after the handshake
   const int fd_;
   SSL* const ssl_ ABSL_PT_GUARDED_BY(mu_);
   const bool kernel_send_;
   const bool kernel_recv_;
+  // Userspace records: what OpenSSL sealed (its write BIO appends here),
+  // and the batch being sent (sending thread only), swapped with it.
+  std::string sealed_ ABSL_GUARDED_BY(mu_);
+  std::string sending_;
   absl::Time send_deadline_ = absl::InfiniteFuture();
   absl::Time recv_deadline_ = absl::InfiniteFuture();
 };
