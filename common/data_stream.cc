@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/data_tls.h"
@@ -56,15 +57,89 @@ const BIO_METHOD* AppendMethod() {
   return method;
 }
 
-// A BIO appending to `out`, or null when OpenSSL could not make one.
-BIO* AppendBio(std::string* out) {
-  const BIO_METHOD* method = AppendMethod();
+}  // namespace
+
+struct TlsInbox {
+  explicit TlsInbox(int socket) : fd(socket) {}
+  const int fd;
+  std::unique_ptr<char[]> bytes{new char[kTlsRecvBatchBytes]};
+  size_t at = 0;   // bytes[at, end) wait to be taken
+  size_t end = 0;
+  bool eof = false;  // the peer closed the connection
+  int error = 0;     // errno of the recv that failed, or 0
+};
+
+namespace {
+
+// A read BIO that gives OpenSSL the bytes of a TlsInbox, refilled from its
+// socket (kTlsRecvBatchBytes at most) when empty; a retry when the socket
+// has nothing.
+int InboxRead(BIO* bio, char* out, int len) {
+  TlsInbox& in = *static_cast<TlsInbox*>(BIO_get_data(bio));
+  BIO_clear_retry_flags(bio);
+  if (in.at == in.end) {
+    ssize_t n;
+    do {
+      n = recv(in.fd, in.bytes.get(), kTlsRecvBatchBytes, MSG_DONTWAIT);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      BIO_set_retry_read(bio);
+      return -1;
+    }
+    if (n < 0) {
+      in.error = errno;
+      return -1;
+    }
+    in.eof = n == 0;
+    if (n == 0) return 0;
+    in.at = 0;
+    in.end = static_cast<size_t>(n);
+  }
+  size_t take = std::min(static_cast<size_t>(len), in.end - in.at);
+  std::memcpy(out, in.bytes.get() + in.at, take);
+  in.at += take;
+  return static_cast<int>(take);
+}
+
+long InboxCtrl(BIO* bio, int cmd, long, void*) {
+  const TlsInbox& in = *static_cast<const TlsInbox*>(BIO_get_data(bio));
+  switch (cmd) {
+    case BIO_CTRL_PENDING:
+      return static_cast<long>(in.end - in.at);
+    case BIO_CTRL_EOF:
+      return in.eof ? 1 : 0;
+    case BIO_CTRL_FLUSH:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+// The BIO method of InboxRead, made once and never changed.
+const BIO_METHOD* InboxMethod() {
+  static const BIO_METHOD* const method = [] {
+    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "zerostate inbox");
+    if (m != nullptr) {
+      BIO_meth_set_read(m, InboxRead);
+      BIO_meth_set_ctrl(m, InboxCtrl);
+    }
+    return m;
+  }();
+  return method;
+}
+
+// A BIO of `method` whose data is `data`, or null when OpenSSL could not
+// make one.
+BIO* NewBio(const BIO_METHOD* method, void* data) {
   BIO* bio = method != nullptr ? BIO_new(method) : nullptr;
   if (bio == nullptr) return nullptr;
-  BIO_set_data(bio, out);
+  BIO_set_data(bio, data);
   BIO_set_init(bio, 1);
   return bio;
 }
+
+// A BIO appending to `out`, or null when OpenSSL could not make one.
+BIO* AppendBio(std::string* out) { return NewBio(AppendMethod(), out); }
 
 }  // namespace
 
@@ -84,6 +159,16 @@ DataStream::DataStream(int fd, SSL* ssl)
     // one record per write: slower, still correct.
     sealed_.reserve(kTlsSendBatchBytes + (kTlsSendBatchBytes >> 6));
     if (BIO* bio = AppendBio(&sealed_)) SSL_set0_wbio(ssl_, bio);
+  }
+  if (!kernel_recv_) {
+    // Records are read from inbox_, which recv(2)s in large pieces. What
+    // OpenSSL already read from the socket stays in its own buffer, read
+    // first. Without a BIO OpenSSL keeps reading the socket itself.
+    auto inbox = std::make_unique<TlsInbox>(fd_);
+    if (BIO* bio = NewBio(InboxMethod(), inbox.get())) {
+      SSL_set0_rbio(ssl_, bio);
+      inbox_ = std::move(inbox);
+    }
   }
 }
 
@@ -145,7 +230,8 @@ int DataStream::SslRead(void* p, size_t n, std::string* error) {
     }
     int code = SSL_get_error(ssl_, 0);
     if (code == SSL_ERROR_SYSCALL) {
-      *error = errno != 0 ? std::strerror(errno) : "connection closed";
+      const int err = inbox_ != nullptr ? std::exchange(inbox_->error, 0) : errno;
+      *error = err != 0 ? std::strerror(err) : "connection closed";
     } else if (code == SSL_ERROR_SSL) {
       *error = absl::StrCat("TLS: ", TakeOpenSslErrors());
     }
@@ -253,7 +339,7 @@ absl::StatusOr<size_t> DataStream::RecvSome(void* p, size_t n) {
 bool DataStream::Buffered() {
   if (ssl_ == nullptr || kernel_recv_) return false;
   absl::MutexLock lock(&mu_);
-  return SSL_has_pending(ssl_) != 0;
+  return SSL_has_pending(ssl_) != 0 || (inbox_ != nullptr && inbox_->at < inbox_->end);
 }
 
 bool DataStream::WaitReadable(absl::Time deadline) {

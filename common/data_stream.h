@@ -15,10 +15,12 @@
 // kernel sees a few large writes rather than one per 16 KiB record (the
 // cost that dominated on loopback). A batch may end anywhere in a frame;
 // SendAll returns once every record of its bytes was sent. Received
-// records are read from the socket in large pieces (OpenSSL's read-ahead)
-// and decrypted into the caller's memory, as many as fit, in one call.
-// OpenSSL never writes to the socket after the handshake, so no SIGPIPE
-// can come from it (sends use MSG_NOSIGNAL).
+// records are read from the socket kTlsRecvBatchBytes at a time into a
+// buffer of the stream's (OpenSSL's read BIO takes each record from there:
+// its own read-ahead would move what is left in its buffer to the front
+// at every record), and decrypted into the caller's memory, as many as
+// fit, in one call. OpenSSL never touches the socket after the handshake,
+// so no SIGPIPE can come from it (sends use MSG_NOSIGNAL).
 //
 // Thread-safety: one thread may send while another receives (the server's
 // sessions do); two threads must not both send, or both receive. The
@@ -28,6 +30,7 @@
 #include <sys/uio.h>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -42,9 +45,14 @@ namespace zerostate {
 // Plaintext sealed into records per send(2) of a TLS stream with
 // userspace records (at most; the last batch of a SendAll is smaller).
 inline constexpr size_t kTlsSendBatchBytes = 256 << 10;
-// Plaintext decrypted per hold of the stream's lock in RecvSome, so that
-// the other direction's small frames (acknowledgements) do not wait long.
+// Bytes read from the socket per recv(2) of a TLS stream with userspace
+// records (at most), and plaintext decrypted per hold of the stream's lock
+// in RecvSome, so that the other direction's small frames
+// (acknowledgements) do not wait long.
 inline constexpr size_t kTlsRecvBatchBytes = 256 << 10;
+
+// Received bytes not yet taken by OpenSSL (common/data_stream.cc).
+struct TlsInbox;
 
 class DataStream {
  public:
@@ -118,6 +126,9 @@ class DataStream {
   // and the batch being sent (sending thread only), swapped with it.
   std::string sealed_ ABSL_GUARDED_BY(mu_);
   std::string sending_;
+  // Userspace records: what was received from the socket and not yet
+  // taken by OpenSSL (its read BIO reads from here), or null.
+  std::unique_ptr<TlsInbox> inbox_ ABSL_PT_GUARDED_BY(mu_);
   absl::Time send_deadline_ = absl::InfiniteFuture();
   absl::Time recv_deadline_ = absl::InfiniteFuture();
 };

@@ -43,12 +43,9 @@ std::shared_ptr<SSL_CTX> NewContext(const SSL_METHOD* method, bool kernel) {
   uint64_t options = SSL_OP_NO_TICKET | SSL_OP_IGNORE_UNEXPECTED_EOF;
   if (kernel && KernelTlsAvailable()) {
     options |= SSL_OP_ENABLE_KTLS;
-  } else {
-    // Userspace records: read the socket in large pieces rather than a
-    // record header and a record at a time (kTLS takes no read-ahead).
-    SSL_CTX_set_read_ahead(ctx.get(), 1);
-    SSL_CTX_set_default_read_buffer_len(ctx.get(), 256 << 10);
   }
+  // No read-ahead (kTLS takes none): after the handshake, userspace
+  // records are read from the socket in large pieces by DataStream.
   SSL_CTX_set_options(ctx.get(), options);
   SSL_CTX_set_num_tickets(ctx.get(), 0);
   return ctx;

@@ -57,8 +57,11 @@ absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(SSL_CTX* ctx, int fd,
 // While alive, a SIGPIPE raised on this thread is dropped: OpenSSL writes
 // to the socket with write(2), not send(MSG_NOSIGNAL), and a peer that went
 // away must be an error, not the death of the process (a library must not
-// change the process's signal handling). Around every OpenSSL call on a
-// socket. Blocks SIGPIPE for the thread meanwhile; not reentrant.
+// change the process's signal handling). Around every OpenSSL call that
+// may write to a socket: the handshakes, and reads while the kernel sends
+// (kTLS); after the handshake, userspace records are sent by DataStream
+// with MSG_NOSIGNAL. Blocks SIGPIPE for the thread meanwhile; not
+// reentrant.
 class ScopedNoSigpipe {
  public:
   ScopedNoSigpipe();
