@@ -1,0 +1,288 @@
+// DataStream (common/data_stream.h) over a real loopback TCP connection,
+// plaintext and under mutual TLS with OpenSSL's userspace records (where
+// records are sealed kTlsSendBatchBytes at a time and sent in batches):
+// bytes arrive whole and in order whatever the batch boundaries (inside a
+// frame's header, its payload, between frames) and however the reader cuts
+// its reads; both directions at once; a peer that went away mid-batch is an
+// error, not a signal.
+#include "common/data_stream.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/data_tls.h"
+#include "common/frame_io.h"
+#include "gtest/gtest.h"
+#include "tests/testing/test_certificates.h"
+
+namespace zerostate {
+namespace {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// `n` bytes that differ from one offset to the next (a shifted or dropped
+// piece shows).
+std::string Pattern(size_t n, uint32_t seed) {
+  std::string out(n, '\0');
+  std::mt19937 gen(seed);
+  for (char& c : out) c = static_cast<char>(gen());
+  return out;
+}
+
+// Two ends of one loopback TCP connection (owned).
+struct SocketPair {
+  int client = -1;
+  int server = -1;
+  ~SocketPair() {
+    if (client >= 0) close(client);
+    if (server >= 0) close(server);
+  }
+};
+
+void ConnectPair(SocketPair* pair) {
+  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(listen(listener, 1), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  pair->client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(connect(pair->client, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  pair->server = accept(listener, nullptr, nullptr);
+  close(listener);
+  ASSERT_GE(pair->server, 0);
+  TuneDataSocket(pair->client);
+  TuneDataSocket(pair->server);
+}
+
+const testing::TestCertificates& Certificates() {
+  static const testing::TestCertificates* certs = new testing::TestCertificates(
+      absl::StrCat(::testing::TempDir(), "zerostate_data_stream_test.", getpid()));
+  return *certs;
+}
+
+class DataStreamTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(ConnectPair(&sockets_));
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    if (!tls()) {
+      client_ = std::make_unique<DataStream>(sockets_.client);
+      server_ = std::make_unique<DataStream>(sockets_.server);
+    } else {
+      const testing::TestCertificates& certs = Certificates();
+      ASSERT_TRUE(certs.ok()) << certs.Log();
+      auto server_ctx =
+          ServerTlsContext(ReadFile(certs.Path("server.pem")), ReadFile(certs.Path("server.key")),
+                           ReadFile(certs.Path("ca.pem")), /*kernel=*/false);
+      ASSERT_TRUE(server_ctx.ok()) << server_ctx.status();
+      auto client_ctx =
+          ClientTlsContext(ReadFile(certs.Path("ca.pem")), ReadFile(certs.Path("client.pem")),
+                           ReadFile(certs.Path("client.key")), /*kernel=*/false);
+      ASSERT_TRUE(client_ctx.ok()) << client_ctx.status();
+      auto accepted = std::async(std::launch::async, [&] {
+        return TlsAccept(server_ctx->get(), sockets_.server, deadline);
+      });
+      auto connected = TlsConnect(client_ctx->get(), sockets_.client, "127.0.0.1", deadline);
+      auto served = accepted.get();
+      ASSERT_TRUE(connected.ok()) << connected.status();
+      ASSERT_TRUE(served.ok()) << served.status();
+      client_ = *std::move(connected);
+      server_ = *std::move(served);
+      ASSERT_EQ(client_->Describe(),
+                "TLSv1.3 TLS_AES_128_GCM_SHA256, records in OpenSSL (userspace)");
+    }
+    client_->SetDeadline(deadline);
+    server_->SetDeadline(deadline);
+  }
+
+  bool tls() const { return GetParam(); }
+
+  // Reads `n` bytes from `stream` in pieces of the sizes `cuts` cycles
+  // through.
+  static absl::StatusOr<std::string> ReadInPieces(DataStream& stream, size_t n,
+                                                  const std::vector<size_t>& cuts) {
+    std::string got(n, '\0');
+    size_t at = 0;
+    for (size_t i = 0; at < n; ++i) {
+      size_t want = std::min(cuts[i % cuts.size()], n - at);
+      absl::StatusOr<size_t> r = stream.RecvSome(got.data() + at, want);
+      if (!r.ok()) return r.status();
+      if (*r == 0) return absl::DataLossError(absl::StrCat("closed after ", at, " bytes"));
+      EXPECT_LE(*r, want);
+      at += *r;
+    }
+    return got;
+  }
+
+  SocketPair sockets_;
+  std::unique_ptr<DataStream> client_;
+  std::unique_ptr<DataStream> server_;
+};
+
+TEST_P(DataStreamTest, BatchBoundariesInsideAPieceArriveWholeAndInOrder) {
+  // Pieces that end 5 bytes before a batch boundary, straddle it with 10
+  // bytes, then run on past the next one: every boundary falls mid-piece.
+  const std::vector<std::string> pieces = {Pattern(kTlsSendBatchBytes - 5, 1), Pattern(10, 2),
+                                           Pattern(kTlsSendBatchBytes + 3, 3), Pattern(1, 4)};
+  std::vector<iovec> iov;
+  std::string all;
+  for (const std::string& p : pieces) {
+    iov.push_back({const_cast<char*>(p.data()), p.size()});
+    all += p;
+  }
+  auto sent = std::async(std::launch::async,
+                         [&] { return client_->SendAll(iov.data(), static_cast<int>(iov.size())); });
+  // Reads of a byte, of less than a record, of a record and a bit, and of
+  // more than a batch.
+  absl::StatusOr<std::string> got =
+      ReadInPieces(*server_, all.size(), {1, 7777, 16 * 1024 + 3, 3 * kTlsSendBatchBytes});
+  ASSERT_TRUE(sent.get().ok());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == all) << "the bytes received differ from those sent";
+}
+
+TEST_P(DataStreamTest, FramesLargerThanABatchAreReadBackAsFrames) {
+  // Frames of 3 batches and a bit back to back, then a frame without
+  // payload: frame starts fall anywhere relative to the batches.
+  const std::string big = Pattern(3 * kTlsSendBatchBytes + 12345, 5);
+  v1::DataFrameMeta meta;
+  meta.set_token("t");
+  meta.mutable_chunk()->set_job_id("job");
+  auto sent = std::async(std::launch::async, [&] {
+    for (int i = 0; i < 3; ++i) {
+      meta.mutable_chunk()->set_block(i);
+      if (absl::Status s = SendFrame(*client_, FrameType::kPush, meta, big.data(), big.size());
+          !s.ok()) {
+        return s;
+      }
+    }
+    return SendFrame(*client_, FrameType::kGather, meta);
+  });
+  for (uint32_t i = 0; i < 3; ++i) {
+    auto start = RecvFrameStart(*server_);
+    ASSERT_TRUE(start.ok()) << start.status();
+    ASSERT_TRUE(start->has_value());
+    EXPECT_EQ((*start)->header.type, FrameType::kPush);
+    EXPECT_EQ((*start)->meta.chunk().block(), i);
+    ASSERT_EQ((*start)->header.payload_len, big.size());
+    std::string payload(big.size(), '\0');
+    ASSERT_TRUE(RecvExact(*server_, payload.data(), payload.size()).ok());
+    EXPECT_TRUE(payload == big) << "frame " << i << "'s payload differs";
+  }
+  auto last = RecvFrameStart(*server_);
+  ASSERT_TRUE(last.ok()) << last.status();
+  ASSERT_TRUE(last->has_value());
+  EXPECT_EQ((*last)->header.type, FrameType::kGather);
+  EXPECT_EQ((*last)->header.payload_len, 0u);
+  ASSERT_TRUE(sent.get().ok());
+}
+
+TEST_P(DataStreamTest, ARecordReadInPartsLeavesTheRestBuffered) {
+  const std::string data = Pattern(100 << 10, 6);
+  iovec iov{const_cast<char*>(data.data()), data.size()};
+  ASSERT_TRUE(client_->SendAll(&iov, 1).ok());
+  char first = 0;
+  absl::StatusOr<size_t> r = server_->RecvSome(&first, 1);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(*r, 1u);
+  EXPECT_EQ(first, data[0]);
+  // Under TLS the rest of the first record is decrypted and waits in
+  // OpenSSL: a wait for the socket must not be needed to read it.
+  if (tls()) {
+    EXPECT_TRUE(server_->Buffered());
+  }
+  EXPECT_TRUE(server_->WaitReadable(absl::Now()));
+  absl::StatusOr<std::string> rest = ReadInPieces(*server_, data.size() - 1, {4096, 65536});
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  EXPECT_TRUE(*rest == data.substr(1));
+}
+
+TEST_P(DataStreamTest, BothDirectionsAtOnceStayWhole) {
+  // Each end sends 8 MiB while it receives the other's, on two threads per
+  // stream (as a server session reads pushes while it sends answers).
+  const std::string up = Pattern(8 << 20, 7);
+  const std::string down = Pattern(8 << 20, 8);
+  auto send = [](DataStream* stream, const std::string* data) {
+    // In frames of 1 MiB, as the data plane sends them.
+    for (size_t at = 0; at < data->size(); at += 1 << 20) {
+      iovec iov{const_cast<char*>(data->data() + at), std::min<size_t>(1 << 20, data->size() - at)};
+      if (absl::Status s = stream->SendAll(&iov, 1); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  auto up_sent = std::async(std::launch::async, send, client_.get(), &up);
+  auto down_sent = std::async(std::launch::async, send, server_.get(), &down);
+  auto up_got = std::async(std::launch::async,
+                           [&] { return ReadInPieces(*server_, up.size(), {1 << 20, 333}); });
+  absl::StatusOr<std::string> down_got = ReadInPieces(*client_, down.size(), {5000, 1 << 20});
+  ASSERT_TRUE(up_sent.get().ok());
+  ASSERT_TRUE(down_sent.get().ok());
+  absl::StatusOr<std::string> up_received = up_got.get();
+  ASSERT_TRUE(up_received.ok()) << up_received.status();
+  ASSERT_TRUE(down_got.ok()) << down_got.status();
+  EXPECT_TRUE(*up_received == up);
+  EXPECT_TRUE(*down_got == down);
+}
+
+TEST_P(DataStreamTest, APeerGoneMidBatchIsUnavailableNotASignal) {
+  // The reader takes a little, then goes away with unread bytes (a reset);
+  // the sender's next batches fail with UNAVAILABLE, and this process,
+  // which does not ignore SIGPIPE, lives on.
+  const std::string data = Pattern(32 << 20, 9);
+  char some[1024];
+  auto sent = std::async(std::launch::async, [&] {
+    iovec iov{const_cast<char*>(data.data()), data.size()};
+    return client_->SendAll(&iov, 1);
+  });
+  ASSERT_TRUE(server_->RecvSome(some, sizeof(some)).ok());
+  server_.reset();
+  linger reset{1, 0};  // close now, with a reset
+  setsockopt(sockets_.server, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+  close(sockets_.server);
+  sockets_.server = -1;
+  absl::Status s = sent.get();
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_NE(s.message().find("send"), std::string::npos) << s;
+}
+
+TEST_P(DataStreamTest, TheEndOfTheStreamReadsAsZero) {
+  const std::string data = Pattern(300 << 10, 10);
+  iovec iov{const_cast<char*>(data.data()), data.size()};
+  ASSERT_TRUE(client_->SendAll(&iov, 1).ok());
+  shutdown(sockets_.client, SHUT_WR);
+  absl::StatusOr<std::string> got = ReadInPieces(*server_, data.size(), {1 << 20});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == data);
+  char more;
+  absl::StatusOr<size_t> end = server_->RecvSome(&more, 1);
+  ASSERT_TRUE(end.ok()) << end.status();
+  EXPECT_EQ(*end, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Planes, DataStreamTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Tls" : "Plaintext";
+                         });
+
+}  // namespace
+}  // namespace zerostate
