@@ -20,7 +20,8 @@
 // its own read-ahead would move what is left in its buffer to the front
 // at every record), and decrypted into the caller's memory, as many as
 // fit, in one call. OpenSSL never touches the socket after the handshake,
-// so no SIGPIPE can come from it (sends use MSG_NOSIGNAL).
+// so no SIGPIPE can come from it (sends use MSG_NOSIGNAL); what it writes
+// while reading (an alert) leaves with the next send.
 //
 // Thread-safety: one thread may send while another receives (the server's
 // sessions do); two threads must not both send, or both receive. The

@@ -4,12 +4,25 @@
 # data plane at 1 and 4 servers; CPU s/GB with kTLS and with OpenSSL's
 # userspace records). Figures "...tcp.tls" use kTLS where the kernel
 # offers it ("records" in the JSON says what was used), "...tcp.tls_user"
-# force userspace records on both ends.
+# force userspace records on both ends (only where the kernel has kTLS).
+# Runs:
+#   stream      stream_bench: the byte stream alone, plaintext and TLS, 1/4/8
+#               connections (what the record layer costs per connection);
+#   tls-tcp     the target: the TCP data plane, 4 streams per server (the
+#               client's default), 1 and 4 servers;
+#   tls-tcp-s8  the same with 8 streams per server (encryption spread over
+#               twice the cores);
+#   tls-grpc    gRPC under TLS (only with ZS_TLS_GRPC=1; unchanged by the
+#               data plane's work).
+# target.txt: per figure, TLS / plaintext at 4 streams, at 8, and TLS at 8
+# against plaintext at 4.
 # Bundle first: ../shared/tools/device-bundle .device \
-#   build/bench/transport/transport_bench build/server/zerostate-server
+#   build/bench/transport/transport_bench build/bench/transport/stream_bench \
+#   build/server/zerostate-server
 # then, there: source .device/env.sh && bench/transport/device_tls.sh $OUT
 # Extra arguments go to every transport_bench run, last (they win): e.g.
 # a small check: device_tls.sh /tmp/out --tensor_mib=16 --servers=1 --reps=1
+# (ZS_STREAM_MIB sets stream_bench's MiB per connection, default 1024.)
 # Needs the openssl tool, or certificates made beforehand in .device/tls
 # (ca.pem, server.pem/.key for 127.0.0.1, client.pem/.key).
 set -u
@@ -39,11 +52,20 @@ fi
 { modprobe tls 2>&1; echo "tcp_available_ulp: $(cat /proc/sys/net/ipv4/tcp_available_ulp)";
   grep -w '^tls' /proc/modules; } > "$out/ktls.txt" 2>&1
 cat "$out/ktls.txt"
-# The data plane, plaintext / kTLS / userspace TLS, mutual TLS, 1 and 4 servers.
-run tls-tcp 330 --server_binary=$s --planes=tcp --servers=1,4 --reps=2 --tls_dir=$certs --json "$@"
-# gRPC under TLS against plaintext, for the table (smaller tensor).
-run tls-grpc 150 --server_binary=$s --planes=grpc --servers=1,4 --reps=1 --tensor_mib=64 \
+# The byte stream alone: plaintext against TLS per connection.
+echo "== stream: stream_bench" | tee -a "$out/all.log"
+timeout 120 "$bin/stream_bench" --connections=1,4,8 --mib="${ZS_STREAM_MIB:-1024}" --reps=2 \
+  --json 2>&1 | tee "$out/stream.log" >> "$out/all.log"
+# The data plane, plaintext / TLS, mutual TLS, 1 and 4 servers; 4 streams
+# per server (the default), then 8.
+run tls-tcp 300 --server_binary=$s --planes=tcp --servers=1,4 --reps=2 --tls_dir=$certs --json "$@"
+run tls-tcp-s8 300 --server_binary=$s --planes=tcp --servers=1,4 --reps=2 --streams=8 \
   --tls_dir=$certs --json "$@"
+# gRPC under TLS against plaintext, for the table (smaller tensor).
+if [ "${ZS_TLS_GRPC:-0}" = 1 ]; then
+  run tls-grpc 150 --server_binary=$s --planes=grpc --servers=1,4 --reps=1 --tensor_mib=64 \
+    --tls_dir=$certs --json "$@"
+fi
 # The target: TLS data plane over plaintext data plane, fp32 and bf16.
-grep -h '"figure":"[a-z]*\.[a-z0-9]*\.servers=[14]\.tcp\.tls' "$out/tls-tcp.log" |
-  sed 's/.*"figure":"\([^"]*\)".*"plain_ratio":\([0-9.]*\).*/\1 \2/' | tee "$out/target.txt"
+python3 "$(dirname "$0")/tls_target.py" "$out/tls-tcp.log" "$out/tls-tcp-s8.log" |
+  tee "$out/target.txt"
