@@ -44,19 +44,6 @@ long AppendCtrl(BIO*, int cmd, long, void*) {
   return cmd == BIO_CTRL_FLUSH ? 1 : 0;  // nothing is ever pending in the BIO itself
 }
 
-// The BIO method of AppendWrite, made once and never changed.
-const BIO_METHOD* AppendMethod() {
-  static const BIO_METHOD* const method = [] {
-    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "zerostate sealed");
-    if (m != nullptr) {
-      BIO_meth_set_write(m, AppendWrite);
-      BIO_meth_set_ctrl(m, AppendCtrl);
-    }
-    return m;
-  }();
-  return method;
-}
-
 }  // namespace
 
 struct TlsInbox {
@@ -115,17 +102,29 @@ long InboxCtrl(BIO* bio, int cmd, long, void*) {
   }
 }
 
-// The BIO method of InboxRead, made once and never changed.
-const BIO_METHOD* InboxMethod() {
-  static const BIO_METHOD* const method = [] {
-    BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "zerostate inbox");
-    if (m != nullptr) {
-      BIO_meth_set_read(m, InboxRead);
-      BIO_meth_set_ctrl(m, InboxCtrl);
-    }
-    return m;
-  }();
-  return method;
+// The methods of the two BIOs (OpenSSL calls them; `ctrl` answers its
+// questions), made once and never changed; null when OpenSSL could not.
+struct BioMethods {
+  const BIO_METHOD* append;
+  const BIO_METHOD* inbox;
+};
+
+const BIO_METHOD* NewMethod(const char* name, int (*read)(BIO*, char*, int),
+                            int (*write)(BIO*, const char*, int),
+                            long (*ctrl)(BIO*, int, long, void*)) {
+  BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, name);
+  if (m == nullptr) return nullptr;
+  if (read != nullptr) BIO_meth_set_read(m, read);
+  if (write != nullptr) BIO_meth_set_write(m, write);
+  BIO_meth_set_ctrl(m, ctrl);
+  return m;
+}
+
+const BioMethods& Methods() {
+  static const BioMethods methods{
+      NewMethod("zerostate sealed", nullptr, AppendWrite, AppendCtrl),
+      NewMethod("zerostate inbox", InboxRead, nullptr, InboxCtrl)};
+  return methods;
 }
 
 // A BIO of `method` whose data is `data`, or null when OpenSSL could not
@@ -139,7 +138,7 @@ BIO* NewBio(const BIO_METHOD* method, void* data) {
 }
 
 // A BIO appending to `out`, or null when OpenSSL could not make one.
-BIO* AppendBio(std::string* out) { return NewBio(AppendMethod(), out); }
+BIO* AppendBio(std::string* out) { return NewBio(Methods().append, out); }
 
 }  // namespace
 
@@ -165,7 +164,7 @@ DataStream::DataStream(int fd, SSL* ssl)
     // OpenSSL already read from the socket stays in its own buffer, read
     // first. Without a BIO OpenSSL keeps reading the socket itself.
     auto inbox = std::make_unique<TlsInbox>(fd_);
-    if (BIO* bio = NewBio(InboxMethod(), inbox.get())) {
+    if (BIO* bio = NewBio(Methods().inbox, inbox.get())) {
       SSL_set0_rbio(ssl_, bio);
       inbox_ = std::move(inbox);
     }

@@ -15,9 +15,6 @@
 //   {"figure":"stream.tls.connections=N","value":GB/s,"unit":"GB/s",
 //    "send_cpu_s_per_gb":...,"recv_cpu_s_per_gb":...,
 //    "plain":...,"plain_ratio":...,"records":"TLSv1.3 ..."}
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -41,6 +38,7 @@
 #include "common/data_stream.h"
 #include "common/data_tls.h"
 #include "common/frame_io.h"
+#include "tests/testing/server_process.h"
 #include "tests/testing/test_certificates.h"
 
 ABSL_FLAG(std::string, connections, "1,4", "connection counts to measure");
@@ -87,19 +85,7 @@ struct Contexts {
 
 absl::StatusOr<std::unique_ptr<Connection>> Connect(const Contexts& tls) {
   auto c = std::make_unique<Connection>();
-  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bool ok = listener >= 0 && bind(listener, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
-            listen(listener, 1) == 0 &&
-            getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  c->fds[0] = ok ? socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0) : -1;
-  ok = c->fds[0] >= 0 && connect(c->fds[0], reinterpret_cast<sockaddr*>(&addr), len) == 0;
-  c->fds[1] = ok ? accept(listener, nullptr, nullptr) : -1;
-  if (listener >= 0) close(listener);
-  if (c->fds[1] < 0) return absl::UnavailableError("cannot make a loopback connection");
+  if (absl::Status s = testing::ConnectOnLoopback(&c->fds[0], &c->fds[1]); !s.ok()) return s;
   TuneDataSocket(c->fds[0]);
   TuneDataSocket(c->fds[1]);
   if (tls.client == nullptr) {

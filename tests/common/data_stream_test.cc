@@ -7,8 +7,6 @@
 // error, not a signal.
 #include "common/data_stream.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,6 +22,7 @@
 #include "common/data_tls.h"
 #include "common/frame_io.h"
 #include "gtest/gtest.h"
+#include "tests/testing/server_process.h"
 #include "tests/testing/test_certificates.h"
 
 namespace zerostate {
@@ -56,20 +55,8 @@ struct SocketPair {
 };
 
 void ConnectPair(SocketPair* pair) {
-  int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(listener, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&addr), len), 0);
-  ASSERT_EQ(listen(listener, 1), 0);
-  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  pair->client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_EQ(connect(pair->client, reinterpret_cast<sockaddr*>(&addr), len), 0);
-  pair->server = accept(listener, nullptr, nullptr);
-  close(listener);
-  ASSERT_GE(pair->server, 0);
+  absl::Status s = testing::ConnectOnLoopback(&pair->client, &pair->server);
+  ASSERT_TRUE(s.ok()) << s;
   TuneDataSocket(pair->client);
   TuneDataSocket(pair->server);
 }

@@ -287,6 +287,29 @@ int ListenOnLoopback(int* port) {
   return fd;
 }
 
+absl::Status ConnectOnLoopback(int* client, int* server) {
+  int port = 0;
+  int listener = ListenOnLoopback(&port);
+  if (listener < 0) return absl::UnavailableError(absl::StrCat("listen: ", std::strerror(errno)));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  *client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (*client < 0 || connect(*client, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    absl::Status s = absl::UnavailableError(absl::StrCat("connect: ", std::strerror(errno)));
+    if (*client >= 0) close(*client);
+    close(listener);
+    return s;
+  }
+  *server = accept(listener, nullptr, nullptr);
+  absl::Status s = *server < 0 ? absl::UnavailableError(absl::StrCat("accept: ", std::strerror(errno)))
+                               : absl::OkStatus();
+  if (*server < 0) close(*client);
+  close(listener);
+  return s;
+}
+
 absl::StatusOr<std::string> ScrapeMetrics(const std::string& address, absl::Duration timeout) {
   size_t colon = address.rfind(':');
   int port = 0;

@@ -124,6 +124,10 @@ absl::StatusOr<std::string> ScrapeMetrics(const std::string& address,
 // then. The caller closes it. -1 on failure (errno set).
 int ListenOnLoopback(int* port);
 
+// Both ends of one new TCP connection over 127.0.0.1, into `client` and
+// `server` (the caller closes them). Errors: UNAVAILABLE with the reason.
+absl::Status ConnectOnLoopback(int* client, int* server);
+
 // The value of series `name` on a Prometheus text page (from
 // ScrapeMetrics), labels written as the page writes them
 // (`x_total{method="Gather"}`); -1 when it is missing.
