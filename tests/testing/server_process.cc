@@ -79,6 +79,11 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(ServerProces
   if (options.binary.empty()) {
     return absl::InvalidArgumentError("ServerProcessOptions.binary: empty server path");
   }
+  if (port == 0 && options.fixed_port) {
+    int fd = ListenOnLoopback(&port);
+    if (fd < 0) return absl::InternalError(absl::StrCat("no free port: ", strerror(errno)));
+    close(fd);
+  }
   std::unique_ptr<ServerProcess> server(new ServerProcess(std::move(options)));
   if (absl::Status s = server->Spawn(port); !s.ok()) return s;
   if (absl::Status s = server->AwaitListening(); !s.ok()) return s;

@@ -44,6 +44,11 @@ struct ServerProcessOptions {
   bool plaintext = true;
   // Host part of --listen.
   std::string host = "127.0.0.1";
+  // Start on a port found free beforehand (on 127.0.0.1) instead of port 0,
+  // when Start is given port 0: a server in an etcd cluster
+  // (--etcd_endpoints) advertises its port, so it must know it before it
+  // binds. Another process may take the port in between (rare).
+  bool fixed_port = false;
   // How long Start waits for the "listening on" line.
   absl::Duration start_timeout = absl::Seconds(30);
   // How long Stop waits after SIGTERM before it sends SIGKILL.

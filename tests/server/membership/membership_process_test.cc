@@ -55,11 +55,9 @@ class MembershipProcessTest : public EtcdFixture {
 
   // A server on a fixed free port (membership needs one to advertise).
   std::unique_ptr<ServerProcess> StartServer() {
-    int port = 0;
-    int fd = testing::ListenOnLoopback(&port);
-    EXPECT_GE(fd, 0);
-    close(fd);
-    auto s = ServerProcess::Start(ServerOptions(), port);
+    ServerProcessOptions o = ServerOptions();
+    o.fixed_port = true;
+    auto s = ServerProcess::Start(o);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? *std::move(s) : nullptr;
   }
