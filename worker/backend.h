@@ -44,6 +44,11 @@ class Backend {
                                                               uint32_t batch, float loss_scale,
                                                               const GradsReadyFn& ready) = 0;
 
+  // Has ForwardBackward call `need` before each layer's forward (empty:
+  // never), so the weights can land layer by layer. Returns false when the
+  // backend cannot (the engine then lands every weight before the step).
+  virtual bool SetWeightsNeeded(WeightsNeededFn need) { return false; }
+
   // Collective. On return host_out[0, share.size()) holds this rank's share
   // (LocalShare(bucket, local_size, local_rank)) of the node's summed
   // gradient over `bucket`.

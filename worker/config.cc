@@ -133,7 +133,18 @@ absl::Status NormalizeTrain(v1::TrainConfig* t, uint32_t world_size) {
   if (auto s = NormalizeModel(t->mutable_model()); !s.ok()) return s;
   if (auto s = NormalizeBatch(t, world_size); !s.ok()) return s;
   if (auto s = NormalizeLr(t->mutable_lr(), t->steps()); !s.ok()) return s;
-  return NormalizePrecision(t);
+  if (auto s = NormalizePrecision(t); !s.ok()) return s;
+  if (t->delayed_update().enabled() && t->precision() == v1::PRECISION_FP16) {
+    return Invalid("train.delayed_update.enabled",
+                   "not with PRECISION_FP16 (the loss scale of step t depends on step t-1's "
+                   "overflow check, which a delayed update has not made yet); use bf16 or fp32");
+  }
+  if (t->delayed_update().enabled() && t->speculative_step()) {
+    return Invalid("train.delayed_update.enabled",
+                   "not with train.speculative_step (its parameters go ahead of each step's "
+                   "gradients, and so of a delayed Step still in flight); choose one");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace

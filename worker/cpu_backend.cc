@@ -18,7 +18,12 @@ absl::Status CpuBackend::ZeroGrads() {
 absl::StatusOr<float> CpuBackend::ForwardBackward(const float* x, const float* y, uint32_t batch,
                                                   float loss_scale, const GradsReadyFn& ready) {
   return model_->ForwardBackward(group_->params(rank_), x, y, batch, loss_scale,
-                                 group_->grads(rank_), ready);
+                                 group_->grads(rank_), ready, need_);
+}
+
+bool CpuBackend::SetWeightsNeeded(WeightsNeededFn need) {
+  need_ = std::move(need);
+  return true;
 }
 
 absl::Status CpuBackend::ReduceScatter(Range bucket, float* host_out) {

@@ -22,6 +22,7 @@ class CpuBackend : public Backend {
   absl::Status ZeroGrads() override;
   absl::StatusOr<float> ForwardBackward(const float* x, const float* y, uint32_t batch,
                                         float loss_scale, const GradsReadyFn& ready) override;
+  bool SetWeightsNeeded(WeightsNeededFn need) override;
   absl::Status ReduceScatter(Range bucket, float* host_out) override;
   absl::Status AllGather(Range bucket, const float* host_in) override;
   absl::Status ReadParams(Range elems, float* host) override;
@@ -32,6 +33,7 @@ class CpuBackend : public Backend {
   LocalGroup* const group_;
   const uint32_t rank_;
   std::unique_ptr<Mlp> model_;
+  WeightsNeededFn need_;
 };
 
 }  // namespace zerostate::worker

@@ -257,6 +257,9 @@ absl::Status MapAll(const DsConfig& ds, const Struct& keys, LoadedConfig* out) {
     if (auto s = MapScheduler(ds.scheduler(), t, &out->warnings); !s.ok()) return s;
   }
   if (auto s = MapPrecision(ds, t); !s.ok()) return s;
+  if (ds.zero_optimization().has_delayed_update()) {
+    *t->mutable_delayed_update() = ds.zero_optimization().delayed_update();
+  }
   if (!(ds.gradient_clipping() >= 0)) return Invalid("gradient_clipping", "must be >= 0");
   if (ds.gradient_clipping() != 0) t->set_gradient_clipping(ds.gradient_clipping());
   return MapZero(ds.zero_optimization(), &out->warnings);

@@ -1,6 +1,8 @@
 #include "worker/engine.h"
 
+#include <algorithm>
 #include <chrono>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "worker/buckets.h"
@@ -45,6 +47,15 @@ Engine::Engine(client::JobClient* job, Backend* backend, const v1::TrainConfig& 
     staging += share.size();
   }
   staging_elems_ = staging;
+  // Not with the speculative step: its parameters go ahead of each step's
+  // gradients, and so of a Step still in flight.
+  layer_landing_ = train.precision() != v1::PRECISION_FP16 && !train.speculative_step() &&
+                   backend_->SetWeightsNeeded([this](uint64_t end) { LandBelow(end); });
+}
+
+Engine::~Engine() {
+  Abandon(absl::OkStatus());
+  if (layer_landing_) backend_->SetWeightsNeeded(nullptr);
 }
 
 absl::Status Engine::EnsureStaging() {
@@ -58,27 +69,43 @@ absl::Status Engine::EnsureStaging() {
   return absl::OkStatus();
 }
 
+void Engine::PushBucket(uint64_t step, size_t index) {
+  const Bucket& b = buckets_[index];
+  if (b.share.empty()) return;
+  push_tickets_.push_back(
+      job_->PushAsync(step, topo_.node, b.share, push_staging_.get() + b.staging, v1::DTYPE_FP32));
+}
+
 void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
   if (!pushing_) {
     pushing_ = true;
     if (hook_) hook_(Phase::kPush, step);
   }
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].elems.begin >= ready_begin) {
-    const Bucket& b = buckets_[next_bucket_++];
+    const size_t index = next_bucket_++;
+    const Bucket& b = buckets_[index];
     if (!push_error_.ok()) continue;  // keep the collective going; report later
     auto t0 = Clock::now();
-    float* out = push_staging_.get() + b.staging;
-    push_error_ = backend_->ReduceScatter(b.elems, out);
+    push_error_ = backend_->ReduceScatter(b.elems, push_staging_.get() + b.staging);
     exchange_seconds_ += Since(t0);
-    if (push_error_.ok() && !b.share.empty()) {
-      push_tickets_.push_back(job_->PushAsync(step, topo_.node, b.share, out, v1::DTYPE_FP32));
+    if (!push_error_.ok()) continue;
+    // Delayed update: the servers take step `step`'s pushes once the
+    // bucket's blocks are at version `step`, which its gather shows.
+    if (!pending_gather_.empty() && !pending_gather_[index].Done()) {
+      deferred_.push_back(index);
+    } else {
+      PushBucket(step, index);
     }
   }
 }
 
-absl::Status Engine::PushRemaining(uint64_t step) {
+absl::Status Engine::PushRemaining(uint64_t step, bool push_deferred) {
   OnReady(step, 0);  // buckets the model did not report (none for the MLP)
   absl::Status status = push_error_;
+  if (status.ok() && push_deferred) {
+    for (size_t index : deferred_) PushBucket(step, index);
+  }
+  deferred_.clear();
   for (const client::Ticket& t : push_tickets_) {
     absl::Status s = t.Wait();
     if (status.ok() && !s.ok()) status = s;
@@ -87,11 +114,13 @@ absl::Status Engine::PushRemaining(uint64_t step) {
 }
 
 std::vector<client::Ticket> Engine::StartGather(uint64_t version) {
-  std::vector<client::Ticket> tickets;
-  for (const Bucket& b : buckets_) {
+  std::vector<client::Ticket> tickets(buckets_.size());
+  // Buckets are in backward order: the first layer's goes out first.
+  for (size_t i = buckets_.size(); i-- > 0;) {
+    const Bucket& b = buckets_[i];
     if (b.share.empty()) continue;
-    tickets.push_back(
-        job_->GatherAsync(version, b.share, gather_staging_.get() + b.staging, v1::DTYPE_FP32));
+    tickets[i] = job_->GatherAsync(version, b.share, gather_staging_.get() + b.staging,
+                                   v1::DTYPE_FP32);
   }
   return tickets;
 }
@@ -99,8 +128,8 @@ std::vector<client::Ticket> Engine::StartGather(uint64_t version) {
 absl::Status Engine::FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times) {
   auto t0 = Clock::now();
   absl::Status status;
-  for (const client::Ticket& t : tickets) {
-    absl::Status s = t.Wait();
+  for (size_t i = tickets.size(); i-- > 0;) {
+    absl::Status s = tickets[i].Wait();
     if (status.ok() && !s.ok()) status = s;
   }
   times->gather += Since(t0);
@@ -115,14 +144,126 @@ absl::Status Engine::FinishGather(std::vector<client::Ticket>& tickets, PhaseTim
   return status;
 }
 
+Engine::Coordinated Engine::Coordinate(uint64_t step, float lr, LossScaler* next) {
+  Coordinated out;
+  auto stats = job_->GradStats(step);
+  if (!stats.ok()) {
+    out.status = stats.status();
+    return out;
+  }
+  out.decision = DecideStep(stats->sum_squares, stats->nonfinite_count, next->scale(),
+                            double{topo_.world()} * train_.grad_accum_steps(),
+                            train_.gradient_clipping());
+  next->Update(out.decision.skip);
+  // The servers keep the coordinator's decision; the other ranks read it
+  // after their gathers, and a resuming run at its start (ResumeScaler).
+  const bool fp16 = train_.precision() == v1::PRECISION_FP16;
+  std::string state = fp16 ? EncodeTrainerState({next->state(), out.decision.skip}) : "";
+  out.status = job_->Step(step, lr, out.decision.grad_scale, out.decision.skip, state);
+  return out;
+}
+
+void Engine::Failed(const absl::Status& status) {
+  absl::MutexLock lock(&failure_mu_);  // the rank's thread or a Step's
+  if (failure_hook_) failure_hook_(status);
+}
+
+void Engine::JoinStep() {
+  if (!pending_step_.valid()) return;
+  Coordinated done = pending_step_.get();
+  joined_ = done.status;
+  joined_norm_ = done.decision.grad_norm;
+  joined_any_ = true;  // a failure went to the failure hook on the Step's thread
+}
+
+absl::Status Engine::LandBucket(size_t index) {
+  if (landed_[index]) return absl::OkStatus();
+  landed_[index] = true;
+  const client::Ticket& t = pending_gather_[index];
+  // The coordinator watches its own Step meanwhile: if it fails, no
+  // version comes unless the failure hook ends the wait.
+  while (pending_step_.valid() && !t.Done()) {
+    if (pending_step_.wait_for(std::chrono::microseconds(200)) == std::future_status::ready) {
+      JoinStep();
+    }
+  }
+  absl::Status status = t.Wait();
+  const Bucket& b = buckets_[index];
+  // Every rank takes part in the all-gather even after an error.
+  absl::Status s = backend_->AllGather(b.elems, gather_staging_.get() + b.staging);
+  return status.ok() ? s : status;
+}
+
+void Engine::LandBelow(uint64_t end) {
+  if (!land_early_ || pending_gather_.empty()) return;
+  const auto t0 = Clock::now();
+  for (size_t i = buckets_.size(); i-- > 0 && buckets_[i].elems.begin < end;) {
+    absl::Status s = LandBucket(i);
+    if (land_error_.ok() && !s.ok()) land_error_ = s;
+  }
+  land_seconds_ += Since(t0);
+}
+
+absl::Status Engine::LandPending(PhaseTimes* times, double* grad_norm) {
+  auto t0 = Clock::now();
+  JoinStep();
+  times->step += Since(t0);
+  absl::Status status = std::exchange(joined_, absl::OkStatus());
+  if (std::exchange(joined_any_, false)) *grad_norm = joined_norm_;
+  times->gather += land_seconds_;
+  land_seconds_ = 0;
+  if (pending_gather_.empty()) return status;
+  t0 = Clock::now();
+  for (size_t i = buckets_.size(); i-- > 0;) {  // first layer first
+    absl::Status s = LandBucket(i);
+    if (land_error_.ok() && !s.ok()) land_error_ = s;
+  }
+  times->gather += Since(t0);
+  pending_gather_.clear();
+  landed_.clear();
+  land_early_ = false;
+  absl::Status landed = std::exchange(land_error_, absl::OkStatus());
+  return status.ok() ? landed : status;
+}
+
+void Engine::Abandon(const absl::Status& why) {
+  // A failing coordinator first makes the waits on the next version end.
+  if (!why.ok() && topo_.rank() == 0 && in_flight()) Failed(why);
+  if (pending_step_.valid()) pending_step_.get();
+  for (const client::Ticket& t : pending_gather_) t.Wait().IgnoreError();
+  pending_gather_.clear();
+  landed_.clear();
+  land_early_ = false;
+  joined_ = absl::OkStatus();
+  joined_any_ = false;
+  land_error_ = absl::OkStatus();
+  land_seconds_ = 0;
+}
+
+absl::Status Engine::Drain() {
+  PhaseTimes ignored;
+  double norm = 0;
+  return LandPending(&ignored, &norm);
+}
+
+bool Engine::NextRunsStale(uint64_t step) const {
+  const auto& delayed = train_.delayed_update();
+  if (!delayed.enabled() || step + 1 < std::max<uint64_t>(delayed.warmup_steps(), 1)) return false;
+  return !(sync_point_ && sync_point_(step + 1));
+}
+
 absl::Status Engine::LoadWeights(uint64_t version) {
+  Abandon(absl::OkStatus());
   if (auto s = EnsureStaging(); !s.ok()) return s;
   auto tickets = StartGather(version);
   PhaseTimes ignored;
   return FinishGather(tickets, &ignored);
 }
 
-void Engine::SetJob(client::JobClient* job) { job_ = job; }
+void Engine::SetJob(client::JobClient* job) {
+  Abandon(absl::OkStatus());
+  job_ = job;
+}
 
 void Engine::SaveScaler(uint64_t step) {
   saved_scalers_.insert_or_assign(step, scaler_);
@@ -159,8 +300,10 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   pushing_ = false;
   next_bucket_ = 0;
   push_tickets_.clear();
+  deferred_.clear();
   push_error_ = absl::OkStatus();
   exchange_seconds_ = 0;
+  land_seconds_ = 0;
   if (auto s = EnsureStaging(); !s.ok()) return s;
   if (auto s = backend_->ZeroGrads(); !s.ok()) return s;
   const uint32_t micros = train_.grad_accum_steps();
@@ -176,57 +319,86 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   GradsReadyFn ready = [&](uint64_t begin) { OnReady(step, begin); };
   for (uint32_t m = 0; m < micros; ++m) {
     auto loss = micro_batch(m, scaler_.scale(), m + 1 == micros ? ready : GradsReadyFn());
-    if (!loss.ok()) return loss.status();
+    if (!loss.ok()) {
+      Abandon(loss.status());
+      return loss.status();
+    }
     report.loss += *loss / static_cast<float>(micros);
   }
-  report.times.compute = Since(start) - exchange_seconds_;
-  report.times.exchange = exchange_seconds_;
+  report.times.compute = Since(start) - exchange_seconds_ - land_seconds_;
   // From here on a failure is kept in `status` and the rank still goes
   // through the step's rendezvous and all-gathers (see engine.h).
+  // Delayed update: version `step` lands now, after the backward that ran
+  // on the version before it; the pushes it held back go out after it.
+  // Layer by layer: the forward landed it; what is left (the Step's
+  // outcome, buckets no layer asked for) comes now.
+  absl::Status status = LandPending(&report.times, &report.grad_norm);
+  report.times.exchange += exchange_seconds_;
   auto t0 = Clock::now();
-  absl::Status status = PushRemaining(step);  // waits for every push
+  absl::Status pushed = PushRemaining(step, status.ok());  // waits for every push
+  if (status.ok()) status = pushed;
   if (status.ok()) status = ahead;
   report.times.push = Since(t0);
 
   t0 = Clock::now();
   if (hook_) hook_(Phase::kStep, step);
-  StepDecision decision;
-  if (topo_.rank() == 0 && status.ok()) {
-    auto stats = job_->GradStats(step);
-    if (stats.ok()) {
-      decision =
-          DecideStep(stats->sum_squares, stats->nonfinite_count, scaler_.scale(),
-                     double{topo_.world()} * train_.grad_accum_steps(), train_.gradient_clipping());
-      report.grad_norm = decision.grad_norm;
-    } else {
-      status = stats.status();
-    }
-  }
   const bool fp16 = train_.precision() == v1::PRECISION_FP16;
+  const bool coordinator = topo_.rank() == 0;
+  // Whole: the Step here, the new version loaded at the end of this step.
+  // Else the Step on its own thread and the gathers left out, landed after
+  // the next backward (delayed update) or in the next forward.
+  const bool stale = NextRunsStale(step);
+  const bool synchronous = !stale && !(layer_landing_ && !fp16 &&
+                                       !(sync_point_ && sync_point_(step + 1)));
   LossScaler next = scaler_;  // the scaler after this step
+  StepDecision decision;
   // Every rank's gathers go out before the coordinator's Step returns, so
   // the servers answer each block as soon as their pass has stepped it and
   // the gather overlaps the pass. Gathers run on the client's gather pool,
   // the Step on threads of its own: neither waits for the other.
   std::vector<client::Ticket> gather;
   if (status.ok()) gather = StartGather(step + 1);
-  if (topo_.rank() == 0 && status.ok()) {
-    next.Update(decision.skip);
-    // The servers keep the coordinator's decision; the other ranks read it
-    // below, and a resuming run at its start (ResumeScaler).
-    std::string state = fp16 ? EncodeTrainerState({next.state(), decision.skip}) : "";
-    status = job_->Step(step, report.lr, decision.grad_scale, decision.skip, state);
+  if (coordinator && status.ok()) {
+    if (synchronous) {
+      Coordinated done = Coordinate(step, report.lr, &next);
+      status = done.status;
+      decision = done.decision;
+      report.grad_norm = decision.grad_norm;
+    } else {
+      // Not fp16 (NormalizeConfig, layer_landing_): the scaler does not move.
+      pending_step_ = std::async(std::launch::async, [this, step, lr = report.lr, next]() mutable {
+        Coordinated done = Coordinate(step, lr, &next);
+        // No Step brings the version every rank's gathers wait for: end
+        // their waits now, wherever this rank's own thread waits meanwhile
+        // (a local peer's collective, say).
+        if (!done.status.ok()) Failed(done.status);
+        return done;
+      });
+    }
   }
-  // The gathers are out and, on the coordinator, the Step is done.
-  if (hook_) hook_(Phase::kGather, step);
+  // The gathers are out and, on the coordinator, the Step is done (or under
+  // way; a phase hook's gather phase comes after it, as in a whole step).
+  if (hook_) {
+    JoinStep();
+    hook_(Phase::kGather, step);
+  }
   // No Step brings step+1 now: the coordinator makes the waits on it end
   // (its own gathers' too) before it waits in the node's collectives.
-  if (!status.ok() && topo_.rank() == 0 && failure_hook_) failure_hook_(status);
-  report.times.step = Since(t0);
-  absl::Status gathered = FinishGather(gather, &report.times);  // all-gathers even after an error
-  if (status.ok()) status = gathered;
+  if (!status.ok() && coordinator) Failed(status);
+  report.times.step += Since(t0);
+  // Whole or not by the step alone, never by this rank's status: the node's
+  // ranks must run the same all-gathers (a failed rank's are empty tickets).
+  if (synchronous) {
+    absl::Status gathered = FinishGather(gather, &report.times);  // all-gathers even after an error
+    if (status.ok()) status = gathered;
+  } else {
+    pending_gather_ = std::move(gather);
+    landed_.assign(pending_gather_.size(), false);
+    land_early_ = !stale;
+    report.delayed = stale;
+  }
   // Version step+1 exists now, and with it the coordinator's scaler state.
-  if (fp16 && topo_.rank() != 0 && status.ok()) {
+  if (fp16 && !coordinator && status.ok()) {
     auto followed = CoordinatorScaler(step + 1);
     if (followed.ok()) {
       next.set_state(followed->scaler);
@@ -238,12 +410,18 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   report.skipped = decision.skip;
   // The node's ranks agree on the outcome, so they roll back (or go on) together.
   auto any_failed = backend_->NodeAnyFailed(!status.ok());
-  if (!any_failed.ok()) return any_failed.status();
+  if (!any_failed.ok()) {
+    Abandon(any_failed.status());
+    return any_failed.status();
+  }
   if (status.ok() && *any_failed) {
     status = absl::AbortedError(
         absl::StrCat("step ", step, " failed on another rank of node ", topo_.node));
   }
-  if (!status.ok()) return status;
+  if (!status.ok()) {
+    Abandon(status);
+    return status;
+  }
   scaler_ = next;
   report.seconds = Since(start);
   return report;

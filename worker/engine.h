@@ -26,6 +26,30 @@
 // and the average over world_size * grad_accum_steps terms (the model's
 // loss is already a mean over its micro-batch).
 //
+// Delayed parameter update (train.delayed_update, ZeRO-Offload's DPU):
+// step t may end with its update still in flight: the coordinator's
+// GradStats and Step run on a thread of their own and every rank's gathers
+// of version t+1 stay out. Step t+1 then runs forward and backward on the
+// weights it has (version t), and lands version t+1 after its backward; a
+// bucket is pushed as soon as backward finished it and its blocks reached
+// version t+1 (the gather of its share is done), else right after the
+// landing. A step ends synchronously (its version reached and loaded)
+// when delayed update is off, when the next step is below
+// max(warmup_steps, 1), or when the next version is a sync point
+// (SetSyncPoints: checkpoints, the last step). A failure of a delayed
+// Step is the next step's (or Drain's) error.
+//
+// Layer by layer (synchronous steps, a backend that reports each layer's
+// forward: Backend::SetWeightsNeeded, the CPU backend; not fp16; with a
+// phase hook the coordinator's Step still ends before its gather phase,
+// as in a whole step): a step that is not a sync
+// point also ends with the coordinator's Step on its thread and the
+// gathers out (first layer first, all at once: every layer is prefetched),
+// and the next step's forward lands each bucket (gather, then the node's
+// all-gather) right before the first layer that needs it, so layer 0
+// computes while the servers still step and send later layers. The same
+// weights as a whole landing: the same bits.
+//
 // Errors: a failed step still takes part in every intra-node collective
 // and waits for every call it started, so peers are never left at a
 // barrier and no call of the failed step outlives it; then SetJob and
@@ -38,10 +62,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "client/client.h"
 #include "worker/backend.h"
 #include "worker/step_policy.h"
@@ -71,7 +97,10 @@ struct StepReport {
   float lr = 0;
   float loss_scale = 1;   // the scale this step ran with
   bool skipped = false;
-  double grad_norm = 0;   // coordinator only
+  // Coordinator only: of this step, or of the step before when that one's
+  // Step ran on into this one (delayed update, layer by layer).
+  double grad_norm = 0;
+  bool delayed = false;   // this step ended with its update in flight
   double seconds = 0;
   PhaseTimes times;
 };
@@ -99,6 +128,7 @@ class Engine {
   // REQUIRES: train normalized; topo.local_size == backend->local_size().
   Engine(client::JobClient* job, Backend* backend, const v1::TrainConfig& train, Topology topo,
          std::vector<uint64_t> ready_points);
+  ~Engine();  // waits for whatever is in flight
 
   // Loads the weights at version >= `version` into every local rank
   // (gather of this rank's shares, then all-gather). Collective.
@@ -109,8 +139,21 @@ class Engine {
   // status (client, backend or model).
   [[nodiscard]] absl::StatusOr<StepReport> Step(uint64_t step, const MicroBatchFn& micro_batch);
 
-  // Continues on `job` (not owned; a new handle after a restore).
+  // Continues on `job` (not owned; a new handle after a restore). Whatever
+  // a delayed update left in flight is waited for and dropped.
   void SetJob(client::JobClient* job);
+
+  // Delayed update: `sync(v)` true makes the step that brings version v
+  // end synchronously (checkpoints, the run's last version). Empty: none.
+  void SetSyncPoints(std::function<bool(uint64_t version)> sync) { sync_point_ = std::move(sync); }
+
+  // Finishes a delayed update in flight (the coordinator's Step, the
+  // gathers, the node's all-gather), so the local weights are the job's
+  // version. No-op when none is. Collective. Errors: the delayed Step's,
+  // the gathers'.
+  [[nodiscard]] absl::Status Drain();
+  // True while a delayed update is in flight.
+  bool in_flight() const { return !pending_gather_.empty() || pending_step_.valid(); }
 
   // Calls `hook` at each phase of every step from now on (empty: none).
   void SetPhaseHook(PhaseHook hook) { hook_ = std::move(hook); }
@@ -119,7 +162,8 @@ class Engine {
   // before or in its Step, i.e. no Step will bring the version the ranks
   // are waiting for; it must make their waits end (Recovery::Prepare
   // deletes a job that lost a shard), or the local peers waiting on them
-  // in the node's all-gather would never get here.
+  // in the node's all-gather would never get here. A Step left in flight
+  // (delayed update, layer by layer) calls it on its own thread, at once.
   void SetFailureHook(std::function<void(const absl::Status&)> hook) {
     failure_hook_ = std::move(hook);
   }
@@ -147,8 +191,35 @@ class Engine {
     Range share;         // this rank's part
     uint64_t staging;    // offset of the share in the staging buffers
   };
+  // The coordinator's part of a step: GradStats, the decision, Step.
+  struct Coordinated {
+    absl::Status status;
+    StepDecision decision;
+  };
+  Coordinated Coordinate(uint64_t step, float lr, LossScaler* next);
+  // The coordinator's Step in flight, if any (its failure goes to the
+  // failure hook); then the pending gathers not landed yet, landed.
+  absl::Status LandPending(PhaseTimes* times, double* grad_norm);
+  // The failure hook, one call at a time.
+  void Failed(const absl::Status& status);
+  // Waits for the coordinator's Step in flight, if any: its outcome in
+  // joined_ (its thread gave a failure to the failure hook).
+  void JoinStep();
+  // Bucket `index`'s pending gather, then its all-gather (collective), once.
+  absl::Status LandBucket(size_t index);
+  // Layer by layer: lands every bucket below `end` (WeightsNeededFn).
+  void LandBelow(uint64_t end);
+  // The next step runs on this step's weights (delayed update).
+  bool NextRunsStale(uint64_t step) const;
+  // Waits for and drops whatever a delayed update left in flight; a failing
+  // coordinator (`why` not OK) first calls the failure hook.
+  void Abandon(const absl::Status& why);
   void OnReady(uint64_t step, uint64_t ready_begin);
-  absl::Status PushRemaining(uint64_t step);
+  void PushBucket(uint64_t step, size_t index);
+  // Pushes the rest (the deferred buckets only if `push_deferred`), then
+  // waits for every push of the step.
+  absl::Status PushRemaining(uint64_t step, bool push_deferred);
+  // One ticket per bucket (completed for an empty share), first layer first.
   std::vector<client::Ticket> StartGather(uint64_t version);
   absl::Status FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times);
   // Ranks other than the coordinator: the scaler state and skip the
@@ -169,13 +240,29 @@ class Engine {
 
   PhaseHook hook_;
   std::function<void(const absl::Status&)> failure_hook_;
+  absl::Mutex failure_mu_;  // serializes failure_hook_ (a Step's thread calls it too)
+  std::function<bool(uint64_t)> sync_point_;
+
+  // Delayed update in flight (see the top of this file): the gathers of
+  // the next version (by bucket index) and the coordinator's Step.
+  std::vector<client::Ticket> pending_gather_;
+  std::vector<bool> landed_;  // by bucket index
+  bool land_early_ = false;   // land in the next forward, layer by layer
+  std::future<Coordinated> pending_step_;
+  absl::Status joined_;       // the joined Step's outcome, until reported
+  double joined_norm_ = 0;
+  bool joined_any_ = false;   // a Step was joined since the last report
+  bool layer_landing_ = false;  // the backend reports each layer's forward
 
   // Per-step state, reset by Step().
   bool pushing_ = false;  // the push phase began (hook_ called)
   size_t next_bucket_ = 0;
   std::vector<client::Ticket> push_tickets_;
+  std::vector<size_t> deferred_;  // reduced, waiting for their blocks' version
   absl::Status push_error_;
+  absl::Status land_error_;
   double exchange_seconds_ = 0;
+  double land_seconds_ = 0;  // landing inside compute
 };
 
 }  // namespace zerostate::worker

@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, tls_ca, "", "PEM CA of the state servers' certificates (T
 ABSL_FLAG(std::string, tls_cert, "", "PEM client certificate, for servers that require one (mTLS)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(bool, plaintext, false, "talk to the state servers without TLS (servers on --plaintext)");
+ABSL_FLAG(int64_t, delayed_update_warmup, -1,
+          "delayed parameter update (ZeRO-Offload's DPU) after this many synchronous steps "
+          "(train.delayed_update; -1: the config's, off by default)");
 ABSL_FLAG(bool, data_plane, true,
           "push and gather over the servers' TCP data plane, under TLS when the servers are "
           "(false: over gRPC)");
@@ -76,6 +79,13 @@ absl::StatusOr<v1::WorkerConfig> LoadConfig(const Topology& topo) {
   }
   if (absl::GetFlag(FLAGS_steps) != 0) config.mutable_train()->set_steps(absl::GetFlag(FLAGS_steps));
   if (!absl::GetFlag(FLAGS_job_id).empty()) config.mutable_train()->set_job_id(absl::GetFlag(FLAGS_job_id));
+  if (const int64_t warmup = absl::GetFlag(FLAGS_delayed_update_warmup); warmup >= 0) {
+    if (warmup > UINT32_MAX) return absl::InvalidArgumentError("--delayed_update_warmup: too large");
+    config.mutable_train()->mutable_delayed_update()->set_enabled(true);
+    config.mutable_train()->mutable_delayed_update()->set_warmup_steps(static_cast<uint32_t>(warmup));
+  } else if (warmup < -1) {
+    return absl::InvalidArgumentError("--delayed_update_warmup: must be >= 0, or -1 for the config's");
+  }
   std::string run_id = absl::GetFlag(FLAGS_run_id);
   if (run_id.empty()) run_id = GetEnv("TORCHELASTIC_RUN_ID");
   if (!run_id.empty()) config.mutable_cluster()->set_run_id(run_id);

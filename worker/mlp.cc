@@ -84,10 +84,11 @@ uint64_t Mlp::MacsPerSample() const {
   return macs;
 }
 
-void Mlp::Forward(const float* params, const float* x, uint32_t batch) {
+void Mlp::Forward(const float* params, const float* x, uint32_t batch, const WeightsNeededFn& need) {
   a_[0].assign(x, x + size_t{batch} * dims_[0]);
   for (int l = 0; l < num_layers(); ++l) {
     const uint32_t in = dims_[l], out = dims_[l + 1];
+    if (need) need(bias_offset_[l] + out);
     const float* w = params + weight_offset_[l];
     const float* bias = params + bias_offset_[l];
     auto& z = z_[l + 1];
@@ -148,8 +149,9 @@ void Mlp::BackwardLayer(int l, const float* params, uint32_t batch, float* grads
 }
 
 float Mlp::ForwardBackward(const float* params, const float* x, const float* y, uint32_t batch,
-                           float loss_scale, float* grads, const GradsReadyFn& ready) {
-  Forward(params, x, batch);
+                           float loss_scale, float* grads, const GradsReadyFn& ready,
+                           const WeightsNeededFn& need) {
+  Forward(params, x, batch, need);
   float loss = OutputGrad(y, batch, loss_scale);
   for (int l = num_layers() - 1; l >= 0; --l) {
     BackwardLayer(l, params, batch, grads);

@@ -25,6 +25,11 @@ namespace zerostate::worker {
 // after `ready_begin` is final for this call (layers finish last to first).
 using GradsReadyFn = std::function<void(uint64_t ready_begin)>;
 
+// Called before each layer's forward with a flat offset: every parameter
+// below `end` must hold the step's weights when it returns (the engine
+// lands gathered weights layer by layer, worker/engine.h).
+using WeightsNeededFn = std::function<void(uint64_t end)>;
+
 class Mlp {
  public:
   // REQUIRES: config normalized (worker/config.h).
@@ -50,15 +55,18 @@ class Mlp {
   // y[batch][output_dim], then backward of loss * loss_scale, adding the
   // gradient into `grads` (zeroed by the caller when it starts a step).
   // Returns the mean squared error (unscaled). `ready`, if set, is called
-  // after each layer's gradients are final. REQUIRES: Bind() was called.
+  // after each layer's gradients are final; `need`, if set, before each
+  // layer's forward. REQUIRES: Bind() was called.
   float ForwardBackward(const float* params, const float* x, const float* y, uint32_t batch,
-                        float loss_scale, float* grads, const GradsReadyFn& ready);
+                        float loss_scale, float* grads, const GradsReadyFn& ready,
+                        const WeightsNeededFn& need = nullptr);
 
   // Forward only: the mean squared error of `params` on the batch.
   float Loss(const float* params, const float* x, const float* y, uint32_t batch);
 
  private:
-  void Forward(const float* params, const float* x, uint32_t batch);
+  void Forward(const float* params, const float* x, uint32_t batch,
+               const WeightsNeededFn& need = nullptr);
   float OutputGrad(const float* y, uint32_t batch, float loss_scale);
   void BackwardLayer(int l, const float* params, uint32_t batch, float* grads);
 

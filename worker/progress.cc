@@ -10,7 +10,7 @@ std::string FormatProgress(const StepReport& r, uint64_t global_batch) {
       "step %d loss %.5f lr %.3g scale %g samples/s %.0f%s | compute %.1fms exchange %.1fms "
       "push %.1fms step %.1fms gather %.1fms",
       r.step, r.loss, r.lr, r.loss_scale, r.seconds > 0 ? global_batch / r.seconds : 0.0,
-      r.skipped ? " (skipped: overflow)" : "", t.compute * 1e3, t.exchange * 1e3, t.push * 1e3,
+      r.skipped ? " (skipped: overflow)" : r.delayed ? " (delayed)" : "", t.compute * 1e3, t.exchange * 1e3, t.push * 1e3,
       t.step * 1e3, t.gather * 1e3);
 }
 

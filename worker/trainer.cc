@@ -115,6 +115,11 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
                                         run.on_peer_gone);
   }
   uint32_t epoch = 0;
+  // A delayed update ends synchronously at checkpoints and the last step,
+  // so a rolled-back run replays the same steps (worker/engine.h).
+  engine.SetSyncPoints([&recovery, start, steps = train.steps()](uint64_t version) {
+    return version >= steps || recovery.CheckpointDue(version, start);
+  });
   // Checkpoints `step` if due; the loss scaler's state goes with it.
   auto checkpoint = [&]() -> absl::Status {
     if (!recovery.CheckpointDue(step, start)) return absl::OkStatus();
@@ -170,6 +175,7 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
     result.losses.resize(step - start);
     failed = absl::OkStatus();
   }
+  if (auto s = engine.Drain(); !s.ok()) return s;  // nothing in flight unless steps were cut short
   result.end_version = step;
   if (run.topo.rank() == 0 && !run.dump_path.empty()) {
     if (auto s = DumpMaster(job, step, run.dump_path); !s.ok()) return s;

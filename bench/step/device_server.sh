@@ -1,12 +1,16 @@
-# Sourced by the bench/step device scripts, with `out` set to the folder for
-# the logs: loads the bundle's environment, records the GPUs, starts one
+# Sourced by the bench/step device scripts: sets `out`, the folder for the
+# logs (the script's first argument, else $OUT, else /tmp/zerostate-gpu,
+# unless already set), loads the bundle's environment, records the GPUs, starts one
 # zerostate-server on loopback (stopped when the script exits) and sets
-#   bin   the bundle's binaries,
+#   bin   the bundle's binaries (ZS_BIN overrides: a build's binaries in
+#         one folder, for a check on a machine without the bundle),
 #   srv   the server's address,
 # and exports one job token for every worker of the script.
-source .device/env.sh
-bin=.device/bin
-nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$out/gpus.txt"
+out=${out:-${1:-${OUT:-/tmp/zerostate-gpu}}}
+mkdir -p "$out"
+[[ -z ${ZS_BIN:-} ]] && source .device/env.sh
+bin=${ZS_BIN:-.device/bin}
+nvidia-smi --query-gpu=name,memory.total --format=csv 2>/dev/null | tee "$out/gpus.txt"
 "$bin/zerostate-server" --listen=127.0.0.1:0 --plaintext --metrics_listen="${SERVER_METRICS:-}" --threads="${SERVER_THREADS:-8}" >"$out/server.log" 2>&1 &
 server_pid=$!
 trap 'kill $server_pid 2>/dev/null; wait $server_pid 2>/dev/null' EXIT

@@ -23,38 +23,21 @@
 #     build/server/zerostate-server build/bench/step/step_bench
 # then, there:  bash bench/step/device_step.sh $OUT
 set -uo pipefail
-out=${1:-${OUT:-/tmp/zerostate-gpu}}
-mkdir -p "$out"
 step_dir=$(dirname "$0")  # not "here": .device/env.sh sets that
 export SERVER_THREADS=${SERVER_THREADS:-15} SERVER_METRICS=127.0.0.1:0
-source "$step_dir/device_server.sh"  # bin, srv, the job token
+source "$step_dir/device_server.sh"  # out (from $1), bin, srv, the job token
 "$bin/step_bench" --json --server_binary="$bin/zerostate-server" \
   --server_threads="$SERVER_THREADS" 2>"$out/step_bench.err" | tee "$out/step_bench.json"
-metrics=$(sed -n 's/.*metrics on \([^ ]*\).*/\1/p' "$out/server.log")
+source "$step_dir/device_mlp.sh"  # zs_mlp, fsdp2_mlp
 for wire in fp32 bf16; do
-  dtypes=""
-  [[ $wire == bf16 ]] && dtypes="grad_dtype: DTYPE_BF16 weight_dtype: DTYPE_BF16"
-  for mode in sync speculative; do
-    job=big_$wire spec=""
-    [[ $mode == speculative ]] && job=big_${wire}_speculative spec="speculative_step: true"
-    cat > "$out/$job.textproto" <<CFG
-train { job_id: "$job" model { input_dim: 2048 hidden: [8192, 8192] output_dim: 2048 }
-        micro_batch_size: 64 steps: 12 block_elems: 262144 $dtypes $spec }
-CFG
-    WORLD_SIZE=1 "$bin/zerostate-worker" --config="$out/$job.textproto" --servers="$srv" \
-      --plaintext --metrics_port=0 --backend=cuda >"$out/$job.log" 2>&1
-  done
-  python3 -c "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen('http://$metrics/metrics').read().decode())" \
-    >"$out/metrics_$wire.txt" 2>&1
-  flag=""
-  [[ $wire == bf16 ]] && flag=--bf16
-  PYTHONUNBUFFERED=1 python3 "$step_dir/fsdp2_step.py" --batch 64 $flag >"$out/fsdp2_$wire.json" 2>"$out/fsdp2_$wire.err" ||
-    tail -n 5 "$out/fsdp2_$wire.err"
+  zs_mlp "big_$wire" "$wire"
+  MLP_EXTRA="speculative_step: true" zs_mlp "big_${wire}_speculative" "$wire"
+  fsdp2_mlp "$wire"
   python3 "$step_dir/device_step_summary.py" --wire "$wire" --batch 64 --worker_log "$out/big_$wire.log" \
-    --metrics "$out/metrics_$wire.txt" --job "big_$wire" --fsdp2 "$out/fsdp2_$wire.json" |
+    --metrics "$out/metrics_big_$wire.txt" --job "big_$wire" --fsdp2 "$out/fsdp2_$wire.json" |
     tee "$out/summary_$wire.json"
   python3 "$step_dir/device_step_summary.py" --wire "$wire" --batch 64 --mode speculative \
-    --worker_log "$out/big_${wire}_speculative.log" --metrics "$out/metrics_$wire.txt" \
+    --worker_log "$out/big_${wire}_speculative.log" --metrics "$out/metrics_big_${wire}_speculative.txt" \
     --job "big_${wire}_speculative" --fsdp2 "$out/fsdp2_$wire.json" |
     tee "$out/summary_${wire}_speculative.json"
 done

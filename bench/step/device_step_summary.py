@@ -11,7 +11,9 @@ job's calls, from zerostate_step_phase_seconds).
 zerostate_<wire>_*; another mode's are zerostate_<wire>_<mode>_*, and the
 FSDP2 figure is printed with sync only).
 """
-import argparse, json, re, statistics
+import argparse, statistics
+
+from step_logs import emit, figure_value, phase_means, worker_steps
 
 p = argparse.ArgumentParser()
 p.add_argument("--wire", required=True)
@@ -28,54 +30,11 @@ PARTS = ("compute", "exchange", "push", "step", "gather")
 PHASES = ("wait_gradients", "grad_stats", "optimizer", "commit", "copy_on_write")
 
 
-def emit(figure, value, unit, limit=None, ratio=None):
-    print(json.dumps({"figure": figure, "value": value, "unit": unit, "limit": limit, "ratio": ratio}),
-          flush=True)
-
-
-def worker_steps(path):
-    """[(samples/s, {part: ms})] of every progress line after the first --skip steps."""
-    line = re.compile(r"^step (\d+) .*samples/s (\d+(?:\.\d+)?)[^|]*\| (.*)$")
-    steps = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for text in f:
-            m = line.match(text.strip())
-            if m and int(m.group(1)) >= a.skip:
-                parts = dict(re.findall(r"(\w+) ([\d.]+)ms", m.group(3)))
-                steps.append((float(m.group(2)), {k: float(v) for k, v in parts.items()}))
-    return steps
-
-
-def phase_means(path, job):
-    """{phase: mean seconds per observation} on a Prometheus text page."""
-    sums, counts = {}, {}
-    pat = re.compile(r'^zerostate_step_phase_seconds_(sum|count)\{job_id="%s",phase="(\w+)"\} (\S+)$'
-                     % re.escape(job))
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for text in f:
-            m = pat.match(text.strip())
-            if m:
-                (sums if m.group(1) == "sum" else counts)[m.group(2)] = float(m.group(3))
-    return {k: sums[k] / counts[k] for k in sums if counts.get(k)}
-
-
-def fsdp2_seconds(path):
-    try:
-        with open(path, encoding="utf-8") as f:
-            for text in f:
-                fig = json.loads(text)
-                if fig["figure"].endswith("_step"):
-                    return fig["value"]
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-steps = worker_steps(a.worker_log)
+steps = worker_steps(a.worker_log, a.skip)
 if not steps:
     raise SystemExit(f"{a.worker_log}: no progress lines past step {a.skip}")
 zs_ms = statistics.median(a.batch / s * 1e3 for s, _ in steps)
-peer = fsdp2_seconds(a.fsdp2)
+peer = figure_value(a.fsdp2, "_step")
 peer_ms = peer * 1e3 if peer else None
 zs = f"zerostate_{a.wire}" if a.mode == "sync" else f"zerostate_{a.wire}_{a.mode}"
 emit(f"{zs}_step_ms", zs_ms, "ms", peer_ms, peer_ms / zs_ms if peer_ms else None)

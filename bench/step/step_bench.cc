@@ -4,7 +4,9 @@
 // node's reduce-scatter and all-gather), push, step (GradStats + Step),
 // gather. With perfect overlap a step takes as long as its longest part;
 // the bench prints how close it comes (`overlap`: the longest part's time
-// over the step's).
+// over the step's), and the same with the delayed parameter update
+// (`overlap_delayed`: train.delayed_update, the server's step and the
+// gathers under the next step's compute).
 // `server_step` is the server's own step inside the job (its gradient
 // statistics and optimizer pass, from its zerostate_step_phase_seconds in
 // the fastest timed step, waiting for gradients left out) in parameters per
@@ -186,9 +188,12 @@ void PrintServerStep(PhaseSeconds phases, uint64_t params, double worker_step, d
   Print("server_step", rate, "params/s", limit, rate / limit);
 }
 
+// The step's limit with perfect overlap.
+double Longest(const Parts& p) { return std::max({p.compute, p.exchange, p.push, p.step, p.gather}); }
+
 // Every figure against the longest part (the step's limit with perfect overlap).
 void PrintFigures(const Parts& parts, double median, uint64_t params, const StepReport& last) {
-  const double longest = std::max({parts.compute, parts.exchange, parts.push, parts.step, parts.gather});
+  const double longest = Longest(parts);
   if (!absl::GetFlag(FLAGS_json)) {
     std::printf("model %.1fM parameters, %d server(s), micro-batch %u\n", params / 1e6,
                 absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_micro_batch));
@@ -277,6 +282,22 @@ Timed TimeSteps(Session& s, const v1::TrainConfig& train, testing::ServerCluster
   return t;
 }
 
+// The same steps with the delayed update (train.delayed_update: the
+// server's step and the gathers under the next step's compute): the step
+// end to end and its overlap, against the parts measured alone.
+void PrintDelayed(client::Client* client, v1::WorkerConfig config,
+                  testing::ServerCluster& cluster, const Parts& parts) {
+  config.mutable_train()->set_job_id("step-bench-delayed");
+  config.mutable_train()->mutable_delayed_update()->set_enabled(true);
+  Session s = OpenSession(client, config);
+  const Timed t = TimeSteps(s, config.train(), cluster, 0, 2);
+  Check(s.engine->Drain(), "drain");
+  const double longest = Longest(parts);
+  Print("step_end_to_end_delayed", t.median, "s", longest, longest / t.median);
+  Print("overlap_delayed", t.median, "s", longest, longest / t.median);
+  Check(s.opened.job->Delete(), "delete the delayed job");
+}
+
 // The same model as a speculative_step job (the server steps each block as
 // its gradients arrive, the Step confirms): its step against the plain one's.
 void PrintSpeculative(client::Client* client, v1::WorkerConfig config,
@@ -326,9 +347,11 @@ int Main() {
     limit = MemoryLimit(params);
     parts = MeasureParts(s.opened.job.get(), s.backend.get(), train);
     plain = TimeSteps(s, train, **cluster, 1, 1);
+    Check(s.engine->Drain(), "drain");  // the last Step may still be under way
     Check(s.opened.job->Delete(), "delete the job");  // its memory, for the next
   }
   PrintFigures(parts, plain.median, params, plain.last);
+  PrintDelayed(client->get(), config, **cluster, parts);
   if (absl::GetFlag(FLAGS_speculative)) PrintSpeculative(client->get(), config, **cluster, plain);
   Check((*cluster)->StopAll(), "stop servers");
   limit = std::max(limit, MemoryLimit(params));

@@ -54,6 +54,10 @@ def main():
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--hf", action="store_true")
     ap.add_argument("--json", action="store_true", help="print one JSON line at the end")
+    ap.add_argument("--delayed_warmup", type=int, default=-1,
+                    help="delayed parameter update after this many synchronous steps "
+                         "(zero_optimization.delayed_update; -1: the config's)")
+    ap.add_argument("--loss_log", default="", help="rank 0 writes its loss per step here (JSON)")
     args = ap.parse_args()
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         torch.distributed.init_process_group("nccl" if args.device == "cuda" else "gloo")
@@ -65,11 +69,15 @@ def main():
     model = build_model(args).to(device)
     with open(args.config) as f:
         config = json.load(f)
+    if args.delayed_warmup >= 0:
+        config.setdefault("zero_optimization", {})["delayed_update"] = {
+            "enabled": True, "warmup_steps": args.delayed_warmup}
     wd = config.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
     engine = zs.initialize(model=model, config=config, servers=args.servers, job=args.job,
                            model_parameters=param_groups(model, wd), plaintext=args.plaintext)
     rank = int(os.environ.get("RANK", "0"))
     first = last = None
+    losses = []
     t0 = time.time()
     for step in range(engine.global_steps, args.steps):
         x, y = synthetic_batch(step, args.batch, args.seq, args.vocab, device, rank)
@@ -77,11 +85,17 @@ def main():
         engine.backward(loss)
         engine.step()
         last = float(loss)
+        losses.append(last)
         first = last if first is None else first
         if rank == 0 and not args.json and step % 10 == 0:
             print(f"step {step} loss {last:.4f}", flush=True)
+    engine.sync_weights()  # a delayed update in flight lands (collective)
     seconds = time.time() - t0
     engine.close()
+    if rank == 0 and args.loss_log:
+        with open(args.loss_log, "w") as f:
+            json.dump({"steps": list(range(args.steps - len(losses), args.steps)),
+                       "loss": losses}, f)
     if rank == 0:
         tokens = (args.steps * args.batch * args.seq * int(os.environ.get("WORLD_SIZE", "1")))
         print(json.dumps({"first_loss": first, "last_loss": last, "steps": args.steps,

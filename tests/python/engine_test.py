@@ -75,6 +75,30 @@ def reference(model, steps, ranks=1):
     return model
 
 
+def reference_delayed(model, steps, warmup):
+    """reference() with a delayed parameter update: from step max(warmup, 1)
+    on, step s's gradient is taken at the weights before step s-1's update
+    (W(s-1)), and AdamW applies it to W(s)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, betas=(0.9, 0.95), eps=1e-8,
+                            weight_decay=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule)
+    stale = copy.deepcopy(model)  # W(s-1)
+    for s in range(steps):
+        opt.zero_grad()
+        if s >= max(warmup, 1):
+            stale.zero_grad()
+            loss_of(stale, s).backward()
+            for p, q in zip(model.parameters(), stale.parameters()):
+                p.grad = q.grad.clone()
+        else:
+            loss_of(model, s).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+        stale.load_state_dict(model.state_dict())  # W(s), for step s+1
+        opt.step()
+        sched.step()
+    return model
+
+
 def train(engine, start, stop, rank=0):
     for s in range(start, stop):
         engine.backward(loss_of(engine, s, rank))
@@ -164,6 +188,48 @@ class EngineTest(unittest.TestCase):
         err = max_relative(engine.module, ref)
         print(f"AdamW over {STEPS} steps: max relative difference {err:.2e}")
         self.assertLess(err, 1e-6)
+
+    def test_delayed_update_is_adamw_one_step_late(self):
+        """zero_optimization.delayed_update: the warm-up steps are the
+        synchronous engine's bit for bit; then each step's gradient is taken
+        at the weights one version back, as torch.optim.AdamW applying it one
+        step late; the job ends at version STEPS with every step once."""
+        warmup = 5
+        torch.manual_seed(0)
+        model = Net()
+        initial = copy.deepcopy(model)
+        late = reference_delayed(copy.deepcopy(model), STEPS, warmup)
+        on_time = reference(copy.deepcopy(model), STEPS)
+        config = dict(CONFIG, zero_optimization={"delayed_update": {"enabled": True,
+                                                                    "warmup_steps": warmup}})
+        engine = self.engine(model, "delayed", config=config)
+        sync = self.engine(initial, "delayed-twin")
+        for s in range(STEPS):
+            loss = loss_of(engine, s)
+            if s <= warmup:  # the first delayed step runs on W(warmup - 1), not W(warmup)
+                twin = loss_of(sync, s)
+                self.assertEqual(torch.equal(loss, twin), s < warmup, f"step {s}")
+                sync.backward(twin)
+                sync.step()
+            engine.backward(loss)
+            engine.step()
+            self.assertEqual(engine._pending is not None, s + 1 >= warmup, f"step {s}")
+        engine.sync_weights()
+        self.assertIsNone(engine._pending)
+        self.assertEqual(engine.global_steps, STEPS)
+        self.assertEqual(engine.job.version(), STEPS)
+        err = max_relative(engine.module, late)
+        off = max_relative(engine.module, on_time)
+        print(f"delayed AdamW over {STEPS} steps: max relative difference {err:.2e} to the "
+              f"one-step-late reference, {off:.2e} to the synchronous one")
+        self.assertLess(err, 1e-6)
+        self.assertGreater(off, 1e-3)
+
+    def test_delayed_update_refuses_fp16(self):
+        with self.assertRaisesRegex(ValueError, "delayed_update.enabled: not with fp16"):
+            self.engine(Net(), "delayed-fp16", config=dict(
+                CONFIG, fp16={"enabled": True},
+                zero_optimization={"delayed_update": {"enabled": True}}))
 
     def test_gpt_groups_with_clip_and_schedule(self):
         """GPT-style param_groups: weight decay on matrices only, and the

@@ -76,6 +76,10 @@ TEST(ConfigTest, EachBadFieldIsNamed) {
   ExpectNormalizeRejects("train { lr { decay: 9 } }", "train.lr.decay");
   ExpectNormalizeRejects("train { precision: 9 }", "train.precision");
   ExpectNormalizeRejects("cluster { metrics_port: 70000 }", "cluster.metrics_port");
+  ExpectNormalizeRejects("train { precision: PRECISION_FP16 delayed_update { enabled: true } }",
+                         "train.delayed_update.enabled");
+  ExpectNormalizeRejects("train { speculative_step: true delayed_update { enabled: true } }",
+                         "train.delayed_update.enabled");
   ExpectInvalid(NormalizeConfig(v1::WorkerConfig(), 0).status(), "world_size");
 }
 

@@ -100,6 +100,19 @@ TEST(DsConfigTest, EachUnsupportedKeyOrValueIsNamed) {
   ExpectRejected("{not json", "ds_config");
 }
 
+TEST(DsConfigTest, DelayedUpdateIsMapped) {
+  auto r = ParseDeepSpeedConfig(
+      R"({"zero_optimization": {"stage": 2, "delayed_update": {"enabled": true, "warmup_steps": 7}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->config.train().delayed_update().enabled());
+  EXPECT_EQ(r->config.train().delayed_update().warmup_steps(), 7u);
+  ExpectRejected(R"({"zero_optimization": {"delayed_update": {"enabled": true, "warmup": 7}}})",
+                 "zero_optimization.delayed_update.warmup");
+  auto off = ParseDeepSpeedConfig(R"({"zero_optimization": {"stage": 2}})");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->config.train().delayed_update().enabled());
+}
+
 TEST(DsConfigTest, NvmeOffloadIsAWarning) {
   auto r = ParseDeepSpeedConfig(
       R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "nvme", "nvme_path": "/x"}}})");

@@ -1,5 +1,6 @@
 #include "tests/worker/reference_loop.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 
@@ -120,11 +121,18 @@ ReferenceResult RunReference(const v1::WorkerConfig& config, const Topology& top
   ReferenceResult out;
   std::vector<char> wire(s.layout.total_elems * 4);
   uint64_t applied = 0;
+  // Delayed update: steps from max(warmup_steps, 1) on run on the weights
+  // of the version before.
+  const uint64_t first_delayed =
+      t.delayed_update().enabled() ? std::max<uint64_t>(t.delayed_update().warmup_steps(), 1)
+                                   : t.steps();
+  std::vector<float> previous = s.working;
   for (uint64_t step = 0; step < t.steps(); ++step) {
     std::fill_n(s.acc.f(), s.layout.total_elems, 0.0f);
     float loss0 = 0;
+    const std::vector<float>& weights = step >= first_delayed ? previous : s.working;
     for (uint32_t node = 0; node < topo.num_nodes; ++node) {
-      auto g = NodeGradient(t, topo, node, step, scaler.scale(), model, data, s.working, &loss0);
+      auto g = NodeGradient(t, topo, node, step, scaler.scale(), model, data, weights, &loss0);
       EncodeFloats(g.data(), s.layout.used_elems, spec.grad_dtype(), wire.data());
       AccumulateFloats(wire.data(), s.layout.used_elems, spec.grad_dtype(), s.acc.f());
     }
@@ -133,6 +141,7 @@ ReferenceResult RunReference(const v1::WorkerConfig& config, const Topology& top
                                 double{topo.world()} * t.grad_accum_steps(), t.gradient_clipping());
     if (!d.skip) ApplyStep(s, applied++, LearningRate(t.lr(), step), d.grad_scale);
     scaler.Update(d.skip);
+    previous = s.working;
     s.RefreshWorking();
     out.skipped.push_back(d.skip);
     out.loss_rank0.push_back(loss0);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
 #include "tests/testing/server_process.h"
 #include "common/init.h"
@@ -40,8 +41,11 @@ constexpr const char* kBase = R"pb(
 
 class TrainTest : public ::testing::TestWithParam<Case> {};
 
+// Trains through the service; returns the master weights at the run's last
+// version, and rank 0's loss per step in `losses` if given.
 absl::StatusOr<std::vector<float>> TrainThroughService(const v1::WorkerConfig& config,
-                                                       const std::vector<std::string>& servers) {
+                                                       const std::vector<std::string>& servers,
+                                                       std::vector<float>* losses = nullptr) {
   client::ClientOptions options;
   options.servers = servers;
   options.plaintext = true;  // loopback test servers
@@ -62,7 +66,9 @@ absl::StatusOr<std::vector<float>> TrainThroughService(const v1::WorkerConfig& c
       run.topo = Topology{r / 2, 2, r % 2, 2};
       run.client = client->get();
       run.group = groups[r / 2].get();
-      status[r] = TrainRank(run).status();
+      auto result = TrainRank(run);
+      status[r] = result.status();
+      if (result.ok() && r == 0 && losses != nullptr) *losses = result->losses;
     });
   }
   for (auto& t : ranks) t.join();
@@ -73,6 +79,13 @@ absl::StatusOr<std::vector<float>> TrainThroughService(const v1::WorkerConfig& c
   if (!client.ok()) return client.status();
   auto job = (*client)->AttachJob(config.train().job_id());
   if (!job.ok()) return job.status();
+  // Every step applied once: the job is exactly at the run's last version.
+  auto version = (*job)->Version();
+  if (!version.ok()) return version.status();
+  if (*version != config.train().steps()) {
+    return absl::InternalError(absl::StrCat("job at version ", *version, ", expected ",
+                                            config.train().steps()));
+  }
   std::vector<float> master((*job)->layout().total_elems);
   auto s = (*job)->GatherMaster(config.train().steps(), Range{0, master.size()}, master.data());
   if (!s.ok()) return s;
@@ -149,7 +162,15 @@ INSTANTIATE_TEST_SUITE_P(
                            "loss_scaling { initial_scale: 1048576 growth_interval: 3 } }",
                            true},
                       Case{"speculative_clipping_two_servers", 2,
-                           "train { speculative_step: true gradient_clipping: 0.05 }"}),
+                           "train { speculative_step: true gradient_clipping: 0.05 }"},
+                      // Delayed update: the reference runs steps from max(warmup, 1) on
+                      // the version before, so a step applied twice or on the wrong
+                      // weights changes the bits.
+                      Case{"delayed_update_two_servers", 2,
+                           "train { delayed_update { enabled: true warmup_steps: 3 } }"},
+                      Case{"delayed_update_no_warmup_clipping_bf16", 1,
+                           "train { delayed_update { enabled: true } gradient_clipping: 0.05 "
+                           "precision: PRECISION_BF16 weight_dtype: DTYPE_BF16 }"}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // A second run (new run id) resumes the job where the servers hold it and
@@ -171,6 +192,43 @@ TEST(TrainResumeTest, NewRunResumesFromTheServersVersion) {
   auto master = TrainThroughService(second, (*cluster)->addresses());
   ASSERT_TRUE(master.ok()) << master.status();
   ExpectBitIdentical(*master, RunReference(*config, Topology{0, 2, 0, 2}).master);
+  EXPECT_TRUE((*cluster)->StopAll().ok());
+}
+
+// Delayed update: the warm-up steps are the synchronous run's, bit for bit
+// (losses and, after them, the weights); from the first delayed step on
+// the run differs from the synchronous one and matches the delayed
+// reference (above). Both end at the same version.
+TEST(DelayedUpdateTest, WarmUpStepsAreTheSynchronousRunsBitForBit) {
+  auto config = NormalizeConfig(*ParseTextConfig(kBase), 4);
+  ASSERT_TRUE(config.ok()) << config.status();
+  testing::ServerProcessOptions options;
+  options.binary = ZEROSTATE_SERVER_PATH;
+  options.args = {"--threads=2", "--metrics_listen="};
+  auto cluster = testing::ServerCluster::Start(1, options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  constexpr uint32_t kWarmup = 3;
+  v1::WorkerConfig sync = *config;
+  sync.mutable_train()->set_job_id("sync");
+  v1::WorkerConfig delayed = *config;
+  delayed.mutable_train()->set_job_id("delayed");
+  delayed.mutable_train()->mutable_delayed_update()->set_enabled(true);
+  delayed.mutable_train()->mutable_delayed_update()->set_warmup_steps(kWarmup);
+  std::vector<float> sync_losses, delayed_losses;
+  auto sync_master = TrainThroughService(sync, (*cluster)->addresses(), &sync_losses);
+  ASSERT_TRUE(sync_master.ok()) << sync_master.status();
+  auto delayed_master = TrainThroughService(delayed, (*cluster)->addresses(), &delayed_losses);
+  ASSERT_TRUE(delayed_master.ok()) << delayed_master.status();
+  ASSERT_EQ(sync_losses.size(), config->train().steps());
+  ASSERT_EQ(delayed_losses.size(), config->train().steps());
+  // Step kWarmup is the first on stale weights: its loss differs.
+  for (uint32_t s = 0; s <= kWarmup; ++s) {
+    EXPECT_EQ(std::memcmp(&sync_losses[s], &delayed_losses[s], sizeof(float)) == 0, s < kWarmup)
+        << "step " << s << ": sync " << sync_losses[s] << " delayed " << delayed_losses[s];
+  }
+  EXPECT_NE(*sync_master, *delayed_master);
+  ExpectBitIdentical(*sync_master, RunReference(sync, Topology{0, 2, 0, 2}).master);
+  ExpectBitIdentical(*delayed_master, RunReference(delayed, Topology{0, 2, 0, 2}).master);
   EXPECT_TRUE((*cluster)->StopAll().ok());
 }
 

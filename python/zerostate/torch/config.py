@@ -27,7 +27,7 @@ class EngineConfig:
         for note in notes:
             # The worker warns of stage 0 also when the section is absent.
             if note.startswith("zero_optimization.stage: 0") and \
-                    "zero_optimization" not in json.loads(text):
+                    "stage" not in json.loads(text).get("zero_optimization", {}):
                 continue
             warnings.warn(note)
         opt = train.get("optimizer", {})
@@ -53,6 +53,19 @@ class EngineConfig:
         # {"zerostate": {"train": {"speculative_step": true}}}: the servers
         # step each block as its gradients arrive (JobSpec.speculative_step).
         self.speculative_step = bool(train.get("speculative_step", False))
+        # zero_optimization.delayed_update (train.delayed_update): ZeRO-Offload's
+        # delayed parameter update after `warmup_steps` synchronous steps.
+        delayed = train.get("delayed_update", {})
+        self.delayed = bool(delayed.get("enabled", False))
+        self.delayed_warmup = int(delayed.get("warmup_steps", 0))
+        if self.delayed and self.precision == "PRECISION_FP16":
+            raise ValueError("ds_config zero_optimization.delayed_update.enabled: not with fp16 "
+                             "(the loss scale of step t depends on step t-1's overflow check, "
+                             "which a delayed update has not made yet); use bf16 or fp32")
+        if self.delayed and self.speculative_step:
+            raise ValueError("ds_config zero_optimization.delayed_update.enabled: not with "
+                             "speculative_step (its parameters go ahead of each step's "
+                             "gradients, and so of a delayed Step still in flight); choose one")
 
     def check_batch(self, world):
         """DeepSpeed's rule: train_batch_size = train_micro_batch_size_per_gpu

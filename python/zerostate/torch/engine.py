@@ -18,6 +18,18 @@ state servers.
   just before each module's forward (lazy_weights=True, forward pre-hooks;
   every gather is in flight from the step on). The coordinator's gathers go
   out just before its Step, so blocks come back as the servers step them.
+- Delayed parameter update (ds_config zero_optimization.delayed_update,
+  ZeRO-Offload's DPU; off by default): after max(warmup_steps, 1)
+  synchronous steps, engine.step() returns with the update still in flight
+  (the coordinator's statistics and Step on a thread, every rank's gathers
+  out), so the next forward and backward run on the weights of the version
+  before; the new version lands at the next engine.step(), after that
+  backward, and only then do its gradients leave (the servers take step t's
+  gradients once at version t). One step of staleness: W(t+1) =
+  AdamW(W(t), gradient at W(t-1)). A step that a checkpoint follows
+  (checkpoint_every) ends synchronously, as does sync_weights() or
+  save_checkpoint(). A failure of the delayed Step is raised by the next
+  engine.step().
 
 The pieces: topology.py (ranks and nodes), config.py (ds_config), optimizer.py
 (param_groups, the job's spec), buckets.py (gradients out), weights.py
@@ -27,6 +39,7 @@ roll back).
 
 import json
 import os
+import threading
 import time
 
 import torch
@@ -75,6 +88,7 @@ class Engine:
         self._failed = None
         self._boundary = False
         self._ahead_error = None  # a failed Step sent ahead (speculative_step)
+        self._pending = None  # a delayed update in flight (the coordinator's Step, gathers)
         self.scaler = LossScaler(self.config.loss_scaling)
         # Seconds spent waiting, summed since initialize (for benchmarks): for
         # pushes after backward, for the coordinator's statistics and Step
@@ -129,7 +143,9 @@ class Engine:
                                         self.device.type != "cpu", self.timers):
             self._weights.append(w)
             if lazy_weights:
-                self._hooks.append(module.register_forward_pre_hook(lambda m, i, w=w: w.land()))
+                # Not while a delayed update is in flight: this forward runs on the weights it has.
+                self._hooks.append(module.register_forward_pre_hook(
+                    lambda m, i, w=w: None if self._pending is not None else w.land()))
 
     def _connect(self, spec, token, plaintext, ca, cert, key, timeout, attempts):
         """Rank 0 registers (or attaches to an equal job); the others attach
@@ -258,7 +274,9 @@ class Engine:
         if not self._boundary:
             return
         bucket.ready += 1
-        if bucket.ready == len(bucket.entries):
+        # A delayed update in flight: the servers take these gradients once
+        # at this step's version, which lands after backward (_service_step).
+        if bucket.ready == len(bucket.entries) and self._pending is None:
             bucket.push(self.job, self.global_steps, self.topo)
 
     def step(self):
@@ -272,10 +290,20 @@ class Engine:
         if self.lr_scheduler is not None:
             self.lr_scheduler.step()
 
+    def _ends_delayed(self, step):
+        """Step `step` returns with its update in flight (delayed update)."""
+        c = self.config
+        if not c.delayed or step + 1 < max(c.delayed_warmup, 1):
+            return False
+        return not (self.checkpoint_every and (step + 1) % self.checkpoint_every == 0)
+
     def _service_step(self):
+        if self._pending is not None:
+            self._finish_delayed()  # this step's version, after the backward on the one before
         step = self.global_steps
+        delayed = self._ends_delayed(step)
         try:
-            for b in self._buckets:  # a bucket whose parameters got no gradient
+            for b in self._buckets:  # a bucket whose parameters got no gradient (or held back)
                 if not b.pushed:
                     b.push(self.job, step, self.topo)
             t0 = time.perf_counter()
@@ -287,44 +315,98 @@ class Engine:
             if self._ahead_error is not None:
                 e, self._ahead_error = self._ahead_error, None
                 raise e
-            verdict = self._decide(step) if self.topo.coordinator else None
+            groups = self.optimizer.param_groups
+            lr, scales = groups[0]["lr"], zopt.lr_scales(groups)
+            verdict = None
+            if delayed:
+                self._pending = self._start_delayed(step, lr, scales)
+            elif self.topo.coordinator:
+                verdict = self._decide(step, lr, scales)
         except ZerostateError as e:
             # A server call failed: roll back to the last checkpoint if any.
-            verdict = ("rollback" if self.last_checkpoint else "error", f"step {step}: {e}", e.code)
+            verdict = self._failure(step, e)
             t1 = time.perf_counter()
-        verdict = self.topo.broadcast(verdict)
-        self.timers["server_step"] += time.perf_counter() - t1
+            if delayed:  # every rank meets at the next step's verdict (rank 0's counts)
+                self._pending = {"thread": None, "verdict": verdict}
+        if not delayed:
+            verdict = self.topo.broadcast(verdict)
+            self.timers["server_step"] += time.perf_counter() - t1
+            self._apply_verdict(verdict)
+        self.global_steps = step + 1
+        self.micro_steps += 1
+        self._boundary = False
+        self.zero_grad()
+        if delayed:
+            return  # the weights land at the next step, or sync_weights()
+        if not self.topo.coordinator:
+            self._fetch(step + 1)
+        if not self.lazy_weights:
+            self._land()
+        if self.checkpoint_every and self.global_steps % self.checkpoint_every == 0:
+            tag = f"global_step{self.global_steps}"
+            self.save_checkpoint(self.checkpoint_dir, tag)
+            self.last_checkpoint = os.path.join(os.path.abspath(self.checkpoint_dir), tag)
+
+    def _failure(self, step, e):
+        return ("rollback" if self.last_checkpoint else "error", f"step {step}: {e}", e.code)
+
+    def _apply_verdict(self, verdict):
         if verdict[0] == "rollback":
             ckpt.roll_back(self, verdict[1], verdict[2])
         if verdict[0] == "error":
             self._failed = ZerostateError(verdict[1], verdict[2])
             raise self._failed
         self.scaler.scale = verdict[1]
-        self.global_steps = step + 1
-        self.micro_steps += 1
-        self._boundary = False
-        self.zero_grad()
+
+    def _start_delayed(self, step, lr, scales):
+        """Step `step`'s update, left in flight: every rank's gathers of the
+        next version go out; the coordinator's statistics and Step run on a
+        thread (the C calls release the GIL)."""
         if not self.topo.coordinator:
             self._fetch(step + 1)
-        if not self.lazy_weights:
-            self.sync_weights()
-        if self.checkpoint_every and self.global_steps % self.checkpoint_every == 0:
-            tag = f"global_step{self.global_steps}"
-            self.save_checkpoint(self.checkpoint_dir, tag)
-            self.last_checkpoint = os.path.join(os.path.abspath(self.checkpoint_dir), tag)
+            return {"thread": None, "verdict": None}
+        pending = {"verdict": None}
 
-    def _decide(self, step):
-        """The coordinator's step: statistics, clipping, loss scale, Step."""
+        def run():
+            try:
+                pending["verdict"] = self._decide(step, lr, scales)
+            except ZerostateError as e:
+                pending["verdict"] = self._failure(step, e)
+
+        pending["thread"] = threading.Thread(target=run, name=f"zerostate-step-{step}",
+                                             daemon=True)
+        pending["thread"].start()
+        return pending
+
+    def _finish_delayed(self):
+        """The delayed update in flight: the coordinator's verdict to every
+        rank, then its weights into the parameters. Collective."""
+        pending, self._pending = self._pending, None
+        t0 = time.perf_counter()
+        verdict = None
+        if self.topo.coordinator:
+            if pending["thread"] is not None:
+                pending["thread"].join()
+            verdict = pending["verdict"]
+        verdict = self.topo.broadcast(verdict)
+        self.timers["server_step"] += time.perf_counter() - t0
+        if verdict[0] != "ok":
+            for w in self._weights:
+                w.ticket = None
+        self._apply_verdict(verdict)
+        self._land()
+
+    def _decide(self, step, lr, scales):
+        """The coordinator's step: statistics, clipping, loss scale, Step.
+        `lr` and `scales`: param_groups' as the step began."""
         ss, nonfinite = self.job.grad_stats(step)
         fp16 = self.dtype == torch.float16
         if nonfinite and not fp16:
             return ("error", f"step {step}: the summed gradient holds {nonfinite} non-finite "
                     "(NaN or Inf) values; the step was not applied and the weights are "
                     "unchanged on the servers", "INVALID_ARGUMENT")
-        groups = self.optimizer.param_groups
-        scales = zopt.lr_scales(groups)
         for i, (now, was) in enumerate(zip(scales, self._lr_scales)):
-            if abs(now - was) > 1e-6 * max(abs(was), 1e-30) and groups[0]["lr"] != 0:
+            if abs(now - was) > 1e-6 * max(abs(was), 1e-30) and lr != 0:
                 return ("error", f"step {step}: param_groups[{i}]['lr'] / param_groups[0]['lr'] "
                         f"is {now:g}, registered as {was:g}: a job's groups keep their lr "
                         "ratios (the LR scheduler must scale every group alike)",
@@ -341,7 +423,7 @@ class Engine:
         state = json.dumps(dict(self.scaler.state(), skipped=skip)).encode()
         # The gathers go out first: blocks stream back as the servers step them.
         self._fetch(step + 1)
-        self.job.step(step, groups[0]["lr"], scale, skip=skip, state=state)
+        self.job.step(step, lr, scale, skip=skip, state=state)
         return ("ok", new_scale, skip)
 
     def _fetch(self, version):
@@ -349,7 +431,13 @@ class Engine:
             w.fetch(self.job, version)
 
     def sync_weights(self):
-        """Lands every gather still in flight into the parameters."""
+        """Lands every gather still in flight into the parameters; a delayed
+        update in flight is finished first (collective then)."""
+        if self._pending is not None:
+            self._finish_delayed()
+        self._land()
+
+    def _land(self):
         for w in self._weights:
             w.land()
         if self.device.type == "cuda":
@@ -361,7 +449,9 @@ class Engine:
 
     def close(self):
         """Removes the hooks and closes the connections (the job stays on
-        the servers). The engine is unusable afterwards."""
+        the servers). The engine is unusable afterwards. A delayed update in
+        flight is waited for, not landed (sync_weights() lands it)."""
+        self._join_pending()
         for h in self._hooks:
             h.remove()
         self._hooks, self._grad_nodes = [], []
@@ -372,6 +462,12 @@ class Engine:
         self.job.close()
         self.client.close()
         self._failed = ZerostateError("the engine was closed", "FAILED_PRECONDITION")
+
+    def _join_pending(self):
+        """Drops a delayed update in flight, after the coordinator's Step ends."""
+        pending, self._pending = self._pending, None
+        if pending is not None and pending["thread"] is not None:
+            pending["thread"].join()
 
     def _check_alive(self):
         if self._failed is not None:
@@ -397,6 +493,7 @@ class Engine:
 
     def _reset(self, version, micro_steps):
         """After a restore: nothing in flight, no gradient, at `version`."""
+        self._join_pending()
         self._failed = None
         for w in self._weights:
             w.ticket = None

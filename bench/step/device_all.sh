@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Every system on the same model and host, in one run (issue 16, part 6):
+# the 100.7M-parameter MLP of device_step.sh (2048 -> 8192 -> 8192 -> 2048,
+# micro-batch 64, AdamW) at fp32 and at bf16, through
+#   - zerostate, one server on loopback (--threads=$SERVER_THREADS, default
+#     15, plus the calling thread: 16), in each mode: synchronous,
+#     speculative (train.speculative_step), delayed (train.delayed_update
+#     after 2 synchronous steps);
+#     bf16: bf16 gradients and weights on the wire;
+#   - pure GPU, fused AdamW on the GPU (pure_gpu_step.py);
+#   - FSDP2 + CPUOffloadPolicy(pin_memory=True) + AdamW(fused=True) on the
+#     CPU (fsdp2_step.py); bf16: MixedPrecisionPolicy(param_dtype=bfloat16);
+#   - optimizer_bench --json up to the server's thread count: the host's
+#     memory bandwidth, for the floor of our path (bytes of memory traffic
+#     per parameter of every stage x parameters / bandwidth).
+# Then device_all_summary.py prints --json: every mode's ms per step, its
+# ratio to each peer at the same precision (peer ms / ours: above 1 we are
+# faster) and to the floor. Bundle on the development machine:
+#   ../shared/tools/device-bundle .device build-cuda-auto/worker/zerostate-worker \
+#     build/server/zerostate-server build/bench/optimizer/optimizer_bench
+# then, there:  bash bench/step/device_all.sh $OUT
+# A check without a GPU (CPU backend, a small MLP; the GPU peers fail and
+# are reported missing):
+#   ZS_BIN=DIR BACKEND=cpu MLP_HIDDEN="512, 512" MLP_INPUT=256 MLP_OUTPUT=256 \
+#     FSDP2_FLAGS="--device cpu" OPTIMIZER_FLAGS=--params=8388608 SERVER_THREADS=1 \
+#     bash bench/step/device_all.sh /tmp/all
+set -uo pipefail
+step_dir=$(dirname "$0")  # not "here": .device/env.sh sets that
+export SERVER_THREADS=${SERVER_THREADS:-15} SERVER_METRICS=127.0.0.1:0
+source "$step_dir/device_server.sh"  # out (from $1), bin, srv, the job token
+source "$step_dir/device_mlp.sh"     # zs_mlp, fsdp2_mlp, mlp_args
+git rev-parse HEAD >"$out/commit.txt" 2>/dev/null || true
+
+for wire in fp32 bf16; do
+  zs_mlp "sync_$wire" "$wire"
+  zs_mlp "delayed_$wire" "$wire" --delayed_update_warmup=2
+  MLP_EXTRA="speculative_step: true" zs_mlp "speculative_$wire" "$wire"
+  fsdp2_mlp "$wire"
+done
+PYTHONUNBUFFERED=1 python3 "$step_dir/pure_gpu_step.py" $(mlp_args) >"$out/pure_gpu.json" \
+  2>"$out/pure_gpu.err" || tail -n 3 "$out/pure_gpu.err"
+"$bin/optimizer_bench" --json --threads=$((SERVER_THREADS + 1)) --reps=3 ${OPTIMIZER_FLAGS:-} >"$out/optimizer.json" \
+  2>"$out/optimizer.err" || tail -n 3 "$out/optimizer.err"
+python3 "$step_dir/device_all_summary.py" --out "$out" --batch "${MLP_BATCH:-64}" |
+  tee "$out/summary.json"

@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""The figures of bench/step/device_all.sh, one JSON object per line as
+step_bench prints them (a missing run: value null and "missing" saying
+why):
+  zerostate_<mode>_<wire>_step_ms   median ms per step (progress lines, the
+                                    first --skip steps left out), modes sync,
+                                    speculative, delayed; wire fp32, bf16
+  <peer>_step_ms                    fsdp2_offload_fp32, fsdp2_offload_bf16,
+                                    pure_gpu (fp32)
+  ratio.<mode>_<wire>.vs.<peer>     peer ms / ours (above 1: ours is faster),
+                                    against FSDP2 at the same precision and
+                                    against pure GPU
+  host_bandwidth                    optimizer_bench's memory limit (best over
+                                    its thread counts) x 30 B per parameter
+  floor_<wire>.<stage>              bytes of memory traffic per parameter of
+                                    each stage of our same-host path
+  floor_<wire>_step_ms              those bytes x parameters / bandwidth
+  ratio.<mode>_<wire>.to.floor      ours / the floor (1: at the floor)
+  device_all_summary.py --out DIR --batch 64
+"""
+import argparse
+import os
+import statistics
+
+from step_logs import emit, figure_value, figures, worker_steps
+
+p = argparse.ArgumentParser()
+p.add_argument("--out", required=True)
+p.add_argument("--batch", type=int, required=True)
+p.add_argument("--skip", type=int, default=2)
+a = p.parse_args()
+
+WIRES = ("fp32", "bf16")
+MODES = ("sync", "speculative", "delayed")
+# Bytes of memory traffic per parameter of each stage of a step on one
+# host, the trainer on the GPU, the server on loopback over the same-host
+# (shared memory) plane; read + write of host memory:
+#   d2h       the GPU writes the fp32 gradient into pinned staging
+#   push      the client copies (fp32) or encodes (bf16) it into the segment
+#   fold      the server folds node 0's piece from the segment into the sum
+#   optimizer AdamW's pass: reads p, g, m, v, writes p, m, v (+ bf16 copy)
+#   gather    the server copies the weights into the segment
+#   unpack    the client copies (fp32) or decodes (bf16) them into staging
+#   h2d       the GPU reads the fp32 weights from pinned staging
+STAGES = {
+    "fp32": {"d2h": 4, "push": 4 + 4, "fold": 4 + 4, "optimizer": 16 + 12, "gather": 4 + 4,
+             "unpack": 4 + 4, "h2d": 4},
+    "bf16": {"d2h": 4, "push": 4 + 2, "fold": 2 + 4, "optimizer": 16 + 14, "gather": 2 + 2,
+             "unpack": 2 + 4, "h2d": 4},
+}
+LIMIT_BYTES_PER_PARAM = 30  # optimizer_bench's TrafficPass
+
+
+def path(name):
+    return os.path.join(a.out, name)
+
+
+def mlp_params():
+    """Parameters of the MLP the run registered (its textproto)."""
+    import re
+    with open(path("sync_fp32.textproto")) as f:
+        text = f.read()
+    dims = [int(re.search(r"input_dim: (\d+)", text).group(1))]
+    dims += [int(h) for h in re.search(r"hidden: \[([^\]]*)\]", text).group(1).split(",")]
+    dims.append(int(re.search(r"output_dim: (\d+)", text).group(1)))
+    return sum(dims[i] * dims[i + 1] + dims[i + 1] for i in range(len(dims) - 1))
+
+
+def zs_ms(mode, wire):
+    steps = worker_steps(path(f"{mode}_{wire}.log"), a.skip)
+    if steps:
+        return statistics.median(a.batch / s * 1e3 for s, _ in steps), None
+    return None, f"no progress lines past step {a.skip} in {mode}_{wire}.log"
+
+
+def peer_ms(name, file, suffix):
+    v = figure_value(path(file), suffix)
+    if v is None:
+        err = path(file.replace(".json", ".err"))
+        why = "no figure"
+        if os.path.exists(err):
+            lines = [x for x in open(err, errors="replace").read().splitlines() if x.strip()]
+            why = lines[-1][:200] if lines else why
+        return None, f"{file}: {why}"
+    return v * 1e3, None
+
+
+def bandwidth():
+    """Bytes/s: the best memory_limit over optimizer_bench's thread counts."""
+    best = None
+    for fig in figures(path("optimizer.json")):
+        if fig["figure"].startswith("memory_limit.") and fig["value"]:
+            best = max(best or 0, fig["value"])
+    return best * LIMIT_BYTES_PER_PARAM if best else None
+
+
+params = mlp_params()
+emit("params", params, "count")
+peers = {"fsdp2_offload_fp32": peer_ms("fsdp2", "fsdp2_fp32.json", "_step"),
+         "fsdp2_offload_bf16": peer_ms("fsdp2", "fsdp2_bf16.json", "_step"),
+         "pure_gpu": peer_ms("pure_gpu", "pure_gpu.json", "pure_gpu_step")}
+for name, (ms, why) in peers.items():
+    emit(f"{name}_step_ms", ms, "ms", **({"missing": why} if why else {}))
+bw = bandwidth()
+emit("host_bandwidth", bw / 1e9 if bw else None, "GB/s",
+     **({} if bw else {"missing": "optimizer.json: no memory_limit figure"}))
+floor = {}
+for wire in WIRES:
+    for stage, b in STAGES[wire].items():
+        emit(f"floor_{wire}.{stage}", b, "B/param")
+    total = sum(STAGES[wire].values())
+    floor[wire] = total * params / bw * 1e3 if bw else None
+    emit(f"floor_{wire}_step_ms", floor[wire], "ms", limit=None, ratio=None,
+         bytes_per_param=total)
+for wire in WIRES:
+    for mode in MODES:
+        ours, why = zs_ms(mode, wire)
+        name = f"{mode}_{wire}"
+        emit(f"zerostate_{name}_step_ms", ours, "ms", **({"missing": why} if why else {}))
+        if ours is None:
+            continue
+        for peer in (f"fsdp2_offload_{wire}", "pure_gpu"):
+            ms = peers[peer][0]
+            emit(f"ratio.{name}.vs.{peer}", ms / ours if ms else None, "x", ms,
+                 ms / ours if ms else None, **({} if ms else {"missing": peers[peer][1]}))
+        if floor[wire]:
+            emit(f"ratio.{name}.to.floor", ours / floor[wire], "x", floor[wire],
+                 ours / floor[wire])
