@@ -50,6 +50,12 @@
 // computes while the servers still step and send later layers. The same
 // weights as a whole landing: the same bits.
 //
+// Speculative step (TrainConfig.speculative_step): before the compute the
+// coordinator sends the Step's parameters ahead (JobClient::StepAhead, its
+// grad_scale with the clip factor 1), so the servers step each block as
+// soon as its gradients are in; the Step then confirms or redoes it. The
+// weights are bit-identical to those of the plain step.
+//
 // Errors: a failed step still takes part in every intra-node collective
 // and waits for every call it started, so peers are never left at a
 // barrier and no call of the failed step outlives it; then SetJob and
