@@ -11,8 +11,8 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 
+#include "common/convert.h"
 #include "server/aligned_buffer.h"
 
 namespace zerostate::server {
@@ -42,7 +42,9 @@ class KeptState {
     const bool copy = !held();
     if (copy) {
       if (data_.size() != n) data_ = AlignedBuffer<float>(n);
-      std::memcpy(data_.data(), state, n * sizeof(float));
+      // Streaming stores: read only if the step is redone, so neither the
+      // read of the lines before writing them nor the cache is spent on it.
+      DecodeFloatsStreaming(state, n, v1::DTYPE_FP32, data_.data());
       version_ = version;
     }
     holders_ |= holder;
