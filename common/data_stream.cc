@@ -49,7 +49,7 @@ long AppendCtrl(BIO*, int cmd, long, void*) {
 struct TlsInbox {
   explicit TlsInbox(int socket) : fd(socket) {}
   const int fd;
-  std::unique_ptr<char[]> bytes{new char[kTlsRecvBatchBytes]};
+  std::unique_ptr<char[]> bytes;  // kTlsRecvBatchBytes, from the first read
   size_t at = 0;   // bytes[at, end) wait to be taken
   size_t end = 0;
   bool eof = false;  // the peer closed the connection
@@ -65,6 +65,7 @@ int InboxRead(BIO* bio, char* out, int len) {
   TlsInbox& in = *static_cast<TlsInbox*>(BIO_get_data(bio));
   BIO_clear_retry_flags(bio);
   if (in.at == in.end) {
+    if (in.bytes == nullptr) in.bytes = std::make_unique<char[]>(kTlsRecvBatchBytes);
     ssize_t n;
     do {
       n = recv(in.fd, in.bytes.get(), kTlsRecvBatchBytes, MSG_DONTWAIT);
@@ -156,7 +157,6 @@ DataStream::DataStream(int fd, SSL* ssl)
     // Records are sealed into sealed_ and sent in batches by SendSealed.
     // Without a BIO (out of memory) OpenSSL keeps writing to the socket,
     // one record per write: slower, still correct.
-    sealed_.reserve(kTlsSendBatchBytes + (kTlsSendBatchBytes >> 6));
     if (BIO* bio = AppendBio(&sealed_)) SSL_set0_wbio(ssl_, bio);
   }
   if (!kernel_recv_) {
@@ -285,6 +285,10 @@ absl::Status DataStream::SendSealed() {
   iovec iov{sending_.data(), sending_.size()};
   absl::Status s = SendRaw(&iov, 1);
   sending_.clear();
+  // The batch's memory goes back to sealed_ unless OpenSSL wrote there
+  // meanwhile (an alert while reading): one batch's worth per stream.
+  absl::MutexLock lock(&mu_);
+  if (sealed_.empty()) sending_.swap(sealed_);
   return s;
 }
 
