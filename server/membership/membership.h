@@ -17,7 +17,7 @@ namespace zerostate::server {
 
 // Who serves (job, shard) as primary, under which fencing epoch.
 struct PrimaryTerm {
-  std::string primary;  // the holder's advertised data address (Membership::self())
+  std::string primary;  // the holder's advertised address (Membership::self())
   // The etcd revision at which the holder claimed the shard: a new claim
   // (after the holder's lease is gone) always has a larger epoch, so a
   // message stamped with an older epoch comes from a deposed primary.
@@ -31,8 +31,10 @@ class Membership {
  public:
   virtual ~Membership() = default;
 
-  // This server's advertised data address: what Primary() and Members()
-  // name it by. Constant after construction.
+  // This server's advertised address: what Primary() and Members() name
+  // it by. zerostate-server advertises its gRPC port, the address clients
+  // list (--advertise_address, default --listen). Constant after
+  // construction.
   virtual const std::string& self() const = 0;
 
   // The live primary of (job, shard). NOT_FOUND when none holds it (never
