@@ -84,6 +84,9 @@ absl::Status ForEachServerWithToken(Client::Impl& client,
 
 absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Register(
     std::shared_ptr<Client::Impl> client, const v1::JobSpec& spec) {
+  if (auto s = CheckReplicas(spec, client->num_servers()); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("spec: ", s.message()));
+  }
   const Layout layout = LayoutOf(spec);
   std::vector<uint64_t> incarnations(client->num_servers());
   std::vector<uint32_t> data_ports(client->num_servers());

@@ -219,6 +219,13 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& in) {
   return spec;
 }
 
+absl::Status CheckReplicas(const v1::JobSpec& spec, size_t num_servers) {
+  if (spec.replicas() < num_servers) return absl::OkStatus();
+  return Invalid("replicas", absl::StrCat(spec.replicas(), " backups of each shard need at least ",
+                                          uint64_t{spec.replicas()} + 1, " servers; the job has ",
+                                          num_servers, " (a shard's copies are on distinct servers)"));
+}
+
 Layout LayoutOf(const v1::JobSpec& spec) {
   Layout layout;
   layout.block_elems = spec.block_elems();

@@ -57,6 +57,11 @@ struct Layout {
 // "groups[1].tensors[0]: no tensor is named 'bias'".
 absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec);
 
+// Whether the spec's backups fit a cluster of `num_servers` (each shard's
+// copies are on distinct servers): INVALID_ARGUMENT naming `replicas` when
+// replicas >= num_servers.
+absl::Status CheckReplicas(const v1::JobSpec& spec, size_t num_servers);
+
 // The layout of a normalized spec. REQUIRES: spec came from NormalizeJobSpec.
 Layout LayoutOf(const v1::JobSpec& spec);
 

@@ -20,6 +20,18 @@ uint32_t ShardOfBlock(uint64_t num_blocks, uint32_t num_shards, uint64_t block) 
   return static_cast<uint32_t>(s);
 }
 
+std::vector<uint32_t> ReplicaServers(uint32_t num_shards, uint32_t shard, uint32_t replicas) {
+  std::vector<uint32_t> servers;
+  for (uint32_t r = 0; r <= replicas; ++r) servers.push_back((shard + r) % num_shards);
+  return servers;
+}
+
+std::vector<uint32_t> BackedUpShards(uint32_t num_shards, uint32_t server, uint32_t replicas) {
+  std::vector<uint32_t> shards;
+  for (uint32_t r = 1; r <= replicas; ++r) shards.push_back((server + num_shards - r) % num_shards);
+  return shards;
+}
+
 std::vector<BlockPiece> SplitByBlock(Range elems, uint32_t block_elems, uint32_t max_piece) {
   std::vector<BlockPiece> pieces;
   uint64_t pos = elems.begin;

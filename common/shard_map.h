@@ -25,6 +25,16 @@ Range ShardBlocks(uint64_t num_blocks, uint32_t num_shards, uint32_t shard);
 // The shard that owns `block`. REQUIRES: block < num_blocks, num_shards >= 1.
 uint32_t ShardOfBlock(uint64_t num_blocks, uint32_t num_shards, uint64_t block);
 
+// The servers holding a copy of `shard` with `replicas` backups (issue 19):
+// the shard's own server first (its primary), then the next `replicas`
+// servers of the ring: shard, shard + 1, ... (mod num_shards).
+// REQUIRES: shard < num_shards, replicas < num_shards.
+std::vector<uint32_t> ReplicaServers(uint32_t num_shards, uint32_t shard, uint32_t replicas);
+
+// The shards server `server` keeps a backup of: server - 1, ..., server -
+// replicas (mod num_shards). REQUIRES as ReplicaServers.
+std::vector<uint32_t> BackedUpShards(uint32_t num_shards, uint32_t server, uint32_t replicas);
+
 // One piece of an element range that lies inside a single block.
 struct BlockPiece {
   uint64_t block = 0;

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/answer_deadline.h"
+#include "server/replication/routing.h"
 
 namespace zerostate::server {
 namespace {
@@ -267,7 +268,9 @@ class Session final : public Job::GatherSink {
     const uint8_t* shm_payload = *in_shm;
     const size_t bytes = shm_ != nullptr ? f.meta.shm_bytes() : f.header.payload_len;
     const ChunkFields fields = FrameChunkView(f.meta.chunk(), nullptr, 0).fields;
-    PushTarget target{ctx_.jobs->Authorize(fields.job_id, f.meta.token()), {}};
+    PushTarget target{
+        CopyForBlock(*ctx_.jobs, ctx_.primaries, fields.job_id, f.meta.token(), fields.block),
+        {}};
     if (!target.job.ok()) return RefusePush(f, target.job.status(), start);
     authorized_ = true;
     // The first node's fp32 payload goes straight into the block's sum
@@ -371,7 +374,7 @@ class Session final : public Job::GatherSink {
 
   absl::Status Gather(const v1::DataFrameMeta& meta) {
     const v1::GatherRequest& req = meta.gather();
-    auto job = ctx_.jobs->Authorize(req.job_id(), meta.token());
+    auto job = CopyForGather(*ctx_.jobs, ctx_.primaries, meta.token(), req);
     if (!job.ok()) return job.status();
     authorized_ = true;
     auto range = (*job)->CheckGather(req);

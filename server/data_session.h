@@ -36,11 +36,15 @@
 #include "server/data_buffers.h"
 #include "server/job_registry.h"
 #include "server/metrics.h"
+#include "server/replication/primaries.h"
 
 namespace zerostate::server {
 
 struct DataSessionContext {
   JobRegistry* jobs = nullptr;
+  // Primaries of replicated jobs' shards (server/replication/); null: only
+  // the own shards are served.
+  Primaries* primaries = nullptr;
   ServerMetrics* metrics = nullptr;
   uint64_t incarnation = 0;
   absl::Duration max_wait = absl::Minutes(10);  // cap on any wait

@@ -1,6 +1,7 @@
 #include "server/gradient_accumulator.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/convert.h"
@@ -251,6 +252,13 @@ void GradientAccumulator::Reset() {
   }
   // A push waiting for staging finds its step applied or restored away.
   if (staging_ != nullptr) staging_->Notify();
+}
+
+void GradientAccumulator::SetSum(const float* sum) {
+  Reset();
+  std::memcpy(sum_.data(), sum, size_t{required_} * sizeof(float));
+  std::fill(sum_.data() + required_, sum_.data() + block_elems_, 0.0f);
+  head_ = num_nodes_;
 }
 
 size_t GradientAccumulator::bytes() const {

@@ -105,6 +105,12 @@ class GradientAccumulator {
   const float* sum() const { return sum_.data(); }
   uint32_t required() const { return required_; }
 
+  // A replicated step (issue 19): takes `sum` (the primary's summed
+  // gradient of the block, its first required() elements) as every node's
+  // complete contribution, as if folded here. Forgets pieces and claims
+  // first (Reset); the padding past required() stays zero.
+  void SetSum(const float* sum);
+
   // Node ids that have not yet covered the tensor elements, for error messages.
   std::vector<uint32_t> MissingNodes() const;
 

@@ -320,14 +320,73 @@ absl::Status Job::AwaitVersion(Block& b, uint64_t version, absl::Time deadline) 
       });
 }
 
-absl::Status Job::AwaitReadable(Block& b, uint64_t version, absl::Time deadline) const {
+absl::Status Job::AwaitReadable(Block& b, uint64_t version, absl::Time deadline,
+                                bool acknowledged) const {
   return AwaitBlock(
-      b, deadline, [&] { return b.version >= version && !b.stepping; },
+      b, deadline,
+      [&] {
+        return b.version >= version && !b.stepping &&
+               (!acknowledged || version <= step_.visible_through());
+      },
       [&] {
         return absl::StrCat("block ", b.index, " is at version ", b.version,
                             b.stepping ? " (a step in progress)" : "",
                             " and did not reach version ", version, " in time");
       });
+}
+
+absl::StatusOr<Job::StepOutcome> Job::ApplyReplicatedStep(
+    const v1::StepRequest& req, const std::vector<std::pair<uint64_t, std::string>>& grads,
+    ThreadPool& pool) {
+  absl::MutexLock replica_lock(&replica_mu_);
+  const uint64_t step = req.step();
+  // Everything is checked before anything changes.
+  std::vector<const std::string*> by_local(blocks_data_.size(), nullptr);
+  for (const auto& [index, grad] : grads) {
+    if (index < blocks_.begin || index >= blocks_.end) {
+      return absl::InvalidArgumentError(absl::StrCat("block: ", index, " is not in shard ",
+                                                     shard_index_, " [", blocks_.begin, ", ",
+                                                     blocks_.end, ")"));
+    }
+    const Block& b = block(index);
+    if (grad.size() != size_t{b.required} * sizeof(float) || by_local[b.local] != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("grad: block ", index, " has ", grad.size(),
+                                                     " bytes (or came twice); it needs ",
+                                                     size_t{b.required} * sizeof(float)));
+    }
+    by_local[b.local] = &grad;
+  }
+  for (auto& bp : blocks_data_) {
+    absl::MutexLock lock(&bp->mu);
+    if (bp->version != step && bp->version != step + 1) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "block ", bp->index, " of this copy is at version ", bp->version, ", not ", step, " or ",
+          step + 1, ": the copy needs a catch-up before it can apply step ", step));
+    }
+    if (bp->version == step && by_local[bp->local] == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("grad: block ", bp->index, " of step ", step, " is missing"));
+    }
+  }
+  for (auto& bp : blocks_data_) {
+    Block& b = *bp;
+    absl::MutexLock lock(&b.mu);
+    if (b.version != step) continue;
+    b.acc.SetSum(reinterpret_cast<const float*>(by_local[b.local]->data()));
+    step_.OnComplete(b);  // its statistics: a GradStats retried here after a failover finds them
+  }
+  v1::StepRequest plain = req;
+  plain.set_ahead(false);
+  return Step(plain, absl::InfiniteFuture(), pool);
+}
+
+absl::Status Job::ReadBlock(uint64_t local, uint64_t min_version, absl::Time deadline,
+                            float* out, uint64_t* version) {
+  Block& b = *blocks_data_[local];
+  absl::MutexLock lock(&b.mu);
+  if (auto st = AwaitReadable(b, min_version, deadline); !st.ok()) return st;
+  *version = b.version;
+  return tier_->Load(local, out);
 }
 
 absl::StatusOr<Range> Job::CheckGather(const v1::GatherRequest& req) const {
@@ -366,7 +425,9 @@ absl::Status Job::Gather(Range range, uint64_t min_version, v1::DType dtype, uin
     Block& b = block(p.block);
     {
       absl::MutexLock lock(&b.mu);
-      if (auto st = AwaitReadable(b, min_version, deadline); !st.ok()) return st;
+      if (auto st = AwaitReadable(b, min_version, deadline, /*acknowledged=*/true); !st.ok()) {
+        return st;
+      }
       const float* master = from_master ? tier_->Resident(b.local) : nullptr;
       if (from_master && master == nullptr) {
         if (loaded != &b || loaded_version != b.version || b.version == 0) {

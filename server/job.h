@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -146,13 +147,34 @@ class Job {
                                   StepPhaseTimes* times = nullptr) {
     return step_.Stats(step, deadline, times);
   }
-  // A Step (req.ahead false: JobStep::Step; true: JobStep::StepAhead).
+  // A Step (req.ahead false: JobStep::Step, through `replicator` to the
+  // backups when set; true: JobStep::StepAhead).
   absl::StatusOr<StepOutcome> Step(const v1::StepRequest& req, absl::Time deadline,
                                    ThreadPool& pool,
-                                   const std::function<bool()>& cancelled = nullptr) {
+                                   const std::function<bool()>& cancelled = nullptr,
+                                   StepReplicator* replicator = nullptr) {
     if (req.ahead()) return step_.StepAhead(req, pool);
-    return step_.Step(req, deadline, pool, cancelled);
+    return step_.Step(req, deadline, pool, cancelled, replicator);
   }
+
+  // A backup's copy applies its primary's step (ReplicaService.ApplyStep;
+  // issue 19): `grads` (global block -> summed gradient, `required` floats
+  // as bytes) become the blocks' complete gradients, then Step(req) runs
+  // as on the primary, so the copy stays bit-identical. already_applied
+  // when every block holds version step + 1. Errors: FAILED_PRECONDITION
+  // (a block at another version: the copy needs a catch-up),
+  // INVALID_ARGUMENT (a block of the shard missing from `grads`, one
+  // outside it, a wrong size); nothing changed then.
+  absl::StatusOr<StepOutcome> ApplyReplicatedStep(
+      const v1::StepRequest& req, const std::vector<std::pair<uint64_t, std::string>>& grads,
+      ThreadPool& pool);
+
+  // Block `local`'s whole state (tier_shape().block_floats() floats:
+  // master, then moments) once it reaches `min_version` and no step is
+  // between computing and committing it; `version` gets its version.
+  // Errors: DEADLINE_EXCEEDED, UNAVAILABLE, the tier's I/O errors.
+  absl::Status ReadBlock(uint64_t local, uint64_t min_version, absl::Time deadline, float* out,
+                         uint64_t* version);
 
   // What the coordinator's Steps carried (StepRequest.trainer_state).
   const TrainerStates& trainer_states() const { return step_.trainer_states(); }
@@ -249,8 +271,10 @@ class Job {
   absl::Status AwaitVersion(Block& b, uint64_t version, absl::Time deadline) const;
   // Under b.mu: until the block reaches `version` and no step is between
   // computing and committing it (Block::stepping), so what is read is
-  // the state its version says.
-  absl::Status AwaitReadable(Block& b, uint64_t version, absl::Time deadline) const;
+  // the state its version says; with `acknowledged`, also until the
+  // backups hold `version` (JobStep::visible_through).
+  absl::Status AwaitReadable(Block& b, uint64_t version, absl::Time deadline,
+                             bool acknowledged = false) const;
   Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index,
       std::shared_ptr<StagingBudget> staging);
   absl::Status InitializeWeights();
@@ -272,6 +296,8 @@ class Job {
   static constexpr uint64_t kNoCheckpoint = UINT64_MAX;
   std::atomic<uint64_t> cow_version_{kNoCheckpoint};
   std::atomic<bool> shutting_down_{false};
+  // One replicated step applied at a time on a backup's copy.
+  absl::Mutex replica_mu_;
   // Last: destroyed first, once its speculation tasks ended, while the
   // blocks and the tier they use are still there.
   JobStep step_{JobStep::Env{&spec_, &blocks_data_, &tier_, &shutting_down_, &cow_version_}};

@@ -56,6 +56,28 @@ uint64_t DiskBytes(const v1::JobSpec& spec, uint64_t shard_blocks) {
   return shard_blocks * 2 * SlotLayout(payload).slot_bytes;
 }
 
+// The copies of a job one server holds: its own shard (first), then the
+// shards it backs up (JobSpec.replicas), and their RAM and disk.
+struct Copies {
+  std::vector<uint32_t> shards;
+  uint64_t ram = 0;
+  uint64_t disk = 0;
+};
+
+Copies CopiesOf(const v1::JobSpec& spec, uint32_t num_servers, uint32_t shard,
+                const TierOptions& tiers) {
+  Copies c;
+  c.shards.push_back(shard);
+  for (uint32_t b : BackedUpShards(num_servers, shard, spec.replicas())) c.shards.push_back(b);
+  const uint64_t num_blocks = LayoutOf(spec).num_blocks();
+  for (uint32_t s : c.shards) {
+    const uint64_t blocks = ShardBlocks(num_blocks, num_servers, s).size();
+    c.ram += Job::EstimateBytes(spec, blocks, tiers);
+    c.disk += DiskBytes(spec, blocks);
+  }
+  return c;
+}
+
 // The caller's token, or a new one when it sent none.
 absl::StatusOr<std::string> TokenOrNew(const std::string& token, std::string* generated) {
   if (!token.empty()) return token;
@@ -138,9 +160,9 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
   if (!spec.ok()) return spec.status();
   if (auto s = CheckServers(req); !s.ok()) return s;
   if (auto s = CheckTier(spec->tier(), tiers_); !s.ok()) return s;
-  Layout layout = LayoutOf(*spec);
-  Range blocks = ShardBlocks(layout.num_blocks(), req.servers_size(), req.shard_index());
-  uint64_t bytes = Job::EstimateBytes(*spec, blocks.size(), tiers_);
+  if (auto s = CheckReplicas(*spec, req.servers_size()); !s.ok()) return s;
+  const Copies copies = CopiesOf(*spec, req.servers_size(), req.shard_index(), tiers_);
+  const uint64_t bytes = copies.ram;
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
   if (auto it = jobs_.find(spec->job_id()); it != jobs_.end()) {
@@ -148,8 +170,7 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
     if (auto s = CheckSameJob(*it->second, *spec, req); !s.ok()) return s;
     return Registered{it->second, false, ""};
   }
-  if (auto s = CheckQuotasLocked(spec->job_id(), bytes, DiskBytes(*spec, blocks.size()), false);
-      !s.ok()) {
+  if (auto s = CheckQuotasLocked(spec->job_id(), bytes, copies.disk, false); !s.ok()) {
     return s;
   }
   if (bytes > ram_budget_ - ram_used_) {
@@ -161,22 +182,32 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
   auto job_token = TokenOrNew(token, &generated);
   if (!job_token.ok()) return job_token.status();
   std::vector<std::string> servers(req.servers().begin(), req.servers().end());
-  auto created = Job::Create(*std::move(spec), std::move(servers), req.shard_index(),
-                             /*initialize=*/true, tiers_, staging_);
-  if (!created.ok()) return created.status();
-  std::shared_ptr<Job> job = *std::move(created);
+  std::vector<std::shared_ptr<Job>> made;
+  for (uint32_t shard : copies.shards) {
+    auto created = Job::Create(*spec, servers, shard, /*initialize=*/true, tiers_, staging_);
+    if (!created.ok()) return created.status();
+    made.push_back(*std::move(created));
+  }
+  std::shared_ptr<Job> job = made[0];
   ram_used_ += bytes;
   jobs_[job->spec().job_id()] = job;
+  if (made.size() > 1) backups_[job->spec().job_id()].assign(made.begin() + 1, made.end());
   SetTokenLocked(job->spec().job_id(), HashToken(*job_token));
   return Registered{job, true, generated};
 }
 
 uint64_t JobRegistry::FreeFor(const std::string& job_id) const {
   uint64_t free = ram_budget_ - ram_used_;
-  if (auto it = jobs_.find(job_id); it != jobs_.end()) {
-    free += it->second->state_bytes();
+  return free + BytesOfLocked(job_id);
+}
+
+uint64_t JobRegistry::BytesOfLocked(const std::string& job_id) const {
+  uint64_t bytes = 0;
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) bytes += it->second->state_bytes();
+  if (auto it = backups_.find(job_id); it != backups_.end()) {
+    for (const auto& backup : it->second) bytes += backup->state_bytes();
   }
-  return free;
+  return bytes;
 }
 
 namespace {
@@ -227,10 +258,10 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRe
   if (!reader.ok()) return reader.status();
   auto spec = RestoredSpec(**reader, req);
   if (!spec.ok()) return spec.status();
-  Layout layout = LayoutOf(*spec);
-  Range blocks = ShardBlocks(layout.num_blocks(), req.servers_size(), req.shard_index());
-  uint64_t bytes = Job::EstimateBytes(*spec, blocks.size(), tiers_);
-  const uint64_t disk = DiskBytes(*spec, blocks.size());
+  if (auto s = CheckReplicas(*spec, req.servers_size()); !s.ok()) return s;
+  const Copies copies = CopiesOf(*spec, req.servers_size(), req.shard_index(), tiers_);
+  const uint64_t bytes = copies.ram;
+  const uint64_t disk = copies.disk;
   const std::string& id = spec->job_id();
   // Checked before loading and again before the swap: the job may have
   // been registered or deleted meanwhile.
@@ -256,28 +287,33 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRe
   auto job_token = TokenOrNew(token, &generated);
   if (!job_token.ok()) return job_token.status();
   std::vector<std::string> servers(req.servers().begin(), req.servers().end());
-  auto job = Job::Create(*spec, std::move(servers), req.shard_index(), /*initialize=*/false,
-                         tiers_, staging_);
-  if (!job.ok()) return job.status();
-  if (auto s = LoadShard(**reader, **job); !s.ok()) return s;
-  std::shared_ptr<Job> loaded = *std::move(job);
-  std::shared_ptr<Job> replaced;
+  std::vector<std::shared_ptr<Job>> made;  // the shard, then its backups' copies
+  for (uint32_t shard : copies.shards) {
+    auto job = Job::Create(*spec, servers, shard, /*initialize=*/false, tiers_, staging_);
+    if (!job.ok()) return job.status();
+    if (auto s = LoadShard(**reader, **job); !s.ok()) return s;
+    made.push_back(*std::move(job));
+  }
+  std::shared_ptr<Job> loaded = made[0];
+  std::vector<std::shared_ptr<Job>> replaced;
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("server is shutting down");
     if (auto s = admit(); !s.ok()) return s;
-    auto& slot = jobs_[id];
-    if (slot) {
-      ram_used_ -= slot->state_bytes();
-      replaced = slot;
+    ram_used_ -= BytesOfLocked(id);
+    if (auto it = jobs_.find(id); it != jobs_.end()) replaced.push_back(it->second);
+    if (auto it = backups_.find(id); it != backups_.end()) {
+      replaced.insert(replaced.end(), it->second.begin(), it->second.end());
+      backups_.erase(it);
     }
-    slot = loaded;
+    jobs_[id] = loaded;
+    if (made.size() > 1) backups_[id].assign(made.begin() + 1, made.end());
     ram_used_ += bytes;
     SetTokenLocked(id, HashToken(*job_token));
   }
-  if (replaced) {
-    replaced->Shutdown();
-    replaced->ReleaseStaging();
+  for (auto& job : replaced) {
+    job->Shutdown();
+    job->ReleaseStaging();
   }
   return Registered{loaded, true, generated};
 }
@@ -287,6 +323,24 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Authorize(const std::string& j
   absl::MutexLock lock(&mu_);
   if (auto s = AuthorizeLocked(job_id, HashToken(token)); !s.ok()) return s;
   return jobs_.at(job_id);
+}
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Shard(const std::string& job_id,
+                                                        const std::string& token,
+                                                        uint32_t shard) const {
+  absl::MutexLock lock(&mu_);
+  if (auto s = AuthorizeLocked(job_id, HashToken(token)); !s.ok()) return s;
+  const std::shared_ptr<Job>& own = jobs_.at(job_id);
+  if (own->shard_index() == shard) return own;
+  if (auto it = backups_.find(job_id); it != backups_.end()) {
+    for (const auto& backup : it->second) {
+      if (backup->shard_index() == shard) return backup;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("shard ", shard, " of job '", job_id,
+                                          "': this server holds no copy of it (its shard is ",
+                                          own->shard_index(), ", with ",
+                                          own->spec().replicas(), " backups per shard)"));
 }
 
 absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Get(const std::string& job_id) const {
@@ -299,17 +353,17 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Get(const std::string& job_id)
 }
 
 absl::StatusOr<bool> JobRegistry::Delete(const std::string& job_id, const std::string& token) {
-  std::shared_ptr<Job> deleted;
+  std::vector<std::shared_ptr<Job>> deleted;
   absl::StatusOr<bool> result = Unregister(job_id, token, &deleted);
   // Calls still holding the job keep it alive, not its staging memory
   // (outside the registry's lock: it takes every block's mutex).
-  if (deleted) deleted->ReleaseStaging();
+  for (auto& job : deleted) job->ReleaseStaging();
   return result;
 }
 
 absl::StatusOr<bool> JobRegistry::Unregister(const std::string& job_id,
                                                const std::string& token,
-                                               std::shared_ptr<Job>* deleted) {
+                                               std::vector<std::shared_ptr<Job>>* deleted) {
   const TokenHash hash = HashToken(token);
   absl::MutexLock lock(&mu_);
   if (auto s = AuthorizeLocked(job_id, hash); !s.ok()) {
@@ -319,9 +373,13 @@ absl::StatusOr<bool> JobRegistry::Unregister(const std::string& job_id,
   }
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) return false;
-  ram_used_ -= it->second->state_bytes();
-  *deleted = std::move(it->second);
+  ram_used_ -= BytesOfLocked(job_id);
+  deleted->push_back(std::move(it->second));
   jobs_.erase(it);
+  if (auto b = backups_.find(job_id); b != backups_.end()) {
+    deleted->insert(deleted->end(), b->second.begin(), b->second.end());
+    backups_.erase(b);
+  }
   if (tombstones_.insert_or_assign(job_id, token_of_[job_id]).second) {
     tombstone_order_.push_back(job_id);
   }
@@ -356,6 +414,7 @@ void JobRegistry::Shutdown() {
     absl::MutexLock lock(&mu_);
     shutting_down_ = true;
     for (auto& [id, job] : jobs_) jobs.push_back(job);
+    for (auto& [id, copies] : backups_) jobs.insert(jobs.end(), copies.begin(), copies.end());
   }
   for (auto& job : jobs) job->Shutdown();
 }

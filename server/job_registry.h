@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -79,6 +80,13 @@ class JobRegistry {
   absl::StatusOr<std::shared_ptr<Job>> Authorize(const std::string& job_id,
                                                  const std::string& token) const;
 
+  // This server's copy of shard `shard` of the job, if `token` is its
+  // token: its own shard (the primary's copy) or one it backs up
+  // (JobSpec.replicas; issue 19). Errors: as Authorize; NOT_FOUND naming
+  // the shard when this server holds no copy of it.
+  absl::StatusOr<std::shared_ptr<Job>> Shard(const std::string& job_id, const std::string& token,
+                                             uint32_t shard) const;
+
   // The job, without a credential check: for code that serves no caller
   // (tests, tools). NOT_FOUND names the job id.
   absl::StatusOr<std::shared_ptr<Job>> Get(const std::string& job_id) const;
@@ -116,9 +124,10 @@ class JobRegistry {
   void SetTokenLocked(const std::string& job_id, TokenHash hash)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropTokenLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Delete's part under mu_ (which it takes); `deleted` gets the job dropped.
+  // Delete's part under mu_ (which it takes); `deleted` gets the copies dropped.
   absl::StatusOr<bool> Unregister(const std::string& job_id, const std::string& token,
-                                    std::shared_ptr<Job>* deleted) ABSL_LOCKS_EXCLUDED(mu_);
+                                    std::vector<std::shared_ptr<Job>>* deleted)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const uint64_t ram_budget_;
   const TierOptions tiers_;
@@ -126,6 +135,13 @@ class JobRegistry {
   const std::shared_ptr<StagingBudget> staging_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  // The backup copies this server keeps of other shards of each job
+  // (JobSpec.replicas), created, restored and deleted with the job's own
+  // shard; their RAM is the job's too.
+  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<Job>>> backups_
+      ABSL_GUARDED_BY(mu_);
+  // RAM of a job's copies here: its shard and its backups.
+  uint64_t BytesOfLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Each job's token hash, and how many jobs have each hash.
   absl::flat_hash_map<std::string, TokenHash> token_of_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<TokenHash, int> jobs_with_token_ ABSL_GUARDED_BY(mu_);

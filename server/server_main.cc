@@ -54,6 +54,11 @@ ABSL_FLAG(uint64_t, data_buffer_bytes, 64ull << 20,
 ABSL_FLAG(int, max_data_connections, 1024,
           "TCP data plane connections served at once (>= 1; each costs two threads); one more "
           "is refused with RESOURCE_EXHAUSTED and its client uses gRPC instead");
+ABSL_FLAG(std::string, peer_tls_ca, "",
+          "PEM CA that signed the other servers' certificates, trusted when this server sends "
+          "a replicated job's steps to backups (empty: --tls_client_ca)");
+ABSL_FLAG(double, replica_timeout_seconds, 60,
+          "how long one step's call to a backup may take before the backup counts as lost");
 ABSL_FLAG(double, data_frame_timeout_seconds, 60,
           "how long one data plane frame (at most 64 MiB) may take to arrive, and a new data "
           "connection may wait before its first authorized frame; a slower one is closed");
@@ -148,6 +153,8 @@ int main(int argc, char** argv) {
   options.max_data_connections = absl::GetFlag(FLAGS_max_data_connections);
   options.data_ktls = absl::GetFlag(FLAGS_data_ktls);
   options.data_frame_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_frame_timeout_seconds));
+  options.peer_tls_ca = absl::GetFlag(FLAGS_peer_tls_ca);
+  options.replica_timeout = absl::Seconds(absl::GetFlag(FLAGS_replica_timeout_seconds));
   auto server = zerostate::server::StateServer::Start(options);
   if (!server.ok()) {
     std::cerr << "zerostate-server: " << server.status() << std::endl;

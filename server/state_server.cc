@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/data_tls.h"
 #include "common/metrics_exposer.h"
+#include "server/replication/static_membership.h"
 
 namespace zerostate::server {
 namespace {
@@ -162,13 +163,27 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   ServiceOptions service = opt.service;
   service.nvme_dir = opt.tiers.nvme_dir;
   s->data_buffers_ = std::make_unique<DataBufferPool>(opt.data_buffer_bytes);
-  DataSessionContext data{s->jobs_.get(),   s->metrics_.get(),          s->incarnation_,
-                          service.max_wait, service.gather_piece_elems, s->data_buffers_.get(),
-                          opt.data_frame_timeout};
+  // Replicated shards (issue 19): who serves which shard as primary, and
+  // the steps' way to the backups.
+  auto peer_credentials = PeerCredentialsFor(opt.tls, opt.peer_tls_ca);
+  if (!peer_credentials.ok()) return peer_credentials.status();
+  s->membership_ = opt.membership != nullptr
+                       ? opt.membership
+                       : std::make_shared<StaticMembership>(opt.listen, std::vector<std::string>{});
+  s->primaries_ = std::make_unique<Primaries>(*s->membership_);
+  s->replicator_ = std::make_unique<Replicator>(
+      Replicator::Options{*std::move(peer_credentials), opt.replica_timeout});
+  DataSessionContext data{s->jobs_.get(),      s->primaries_.get(),
+                          s->metrics_.get(),   s->incarnation_,
+                          service.max_wait,    service.gather_piece_elems,
+                          s->data_buffers_.get(), opt.data_frame_timeout};
   if (auto st = s->StartDataPlane(opt, data); !st.ok()) return st;
   service.data_port = s->data_plane_ ? s->data_plane_->port() : 0;
   s->service_ = std::make_unique<StateServiceImpl>(service, *s->jobs_, *s->rendezvous_,
-                                                   *s->pool_, *s->metrics_, s->incarnation_);
+                                                   *s->pool_, *s->metrics_, s->incarnation_,
+                                                   s->primaries_.get(), s->replicator_.get());
+  s->replica_service_ =
+      std::make_unique<ReplicaServiceImpl>(*s->jobs_, *s->pool_, s->primaries_.get());
   s->service_->PublishUsage();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -176,6 +191,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   int port = 0;
   builder.AddListeningPort(opt.listen, *credentials, &port);
   builder.RegisterService(s->service_.get());
+  builder.RegisterService(s->replica_service_.get());
   builder.SetMaxReceiveMessageSize(kMaxMessageBytes);
   builder.SetMaxSendMessageSize(kMaxMessageBytes);
   SetTransportArguments(builder);

@@ -11,6 +11,10 @@
 #include "absl/time/time.h"
 #include "server/auth_tls.h"
 #include "server/data_plane.h"
+#include "server/membership/membership.h"
+#include "server/replication/primaries.h"
+#include "server/replication/replica_service.h"
+#include "server/replication/replicator.h"
 #include "server/state_service.h"
 #include "server/tier/tier_factory.h"
 
@@ -71,6 +75,14 @@ struct ServerOptions {
   // Data plane connections served at once (--max_data_connections, >= 1);
   // more are refused (server/data_plane.h).
   int max_data_connections = 1024;
+  // Replicated shards (issue 19). Who serves which shard as primary: null
+  // is a StaticMembership (no engine: no fencing); EtcdMembership where the
+  // cluster runs etcd. Calls to peers trust `peer_tls_ca` (--peer_tls_ca;
+  // empty: tls.client_ca_file) and present the server's certificate; one
+  // step's call to a backup may take `replica_timeout`.
+  std::shared_ptr<Membership> membership;
+  std::string peer_tls_ca;
+  absl::Duration replica_timeout = absl::Seconds(60);
 };
 
 class StateServer {
@@ -122,7 +134,11 @@ class StateServer {
   std::unique_ptr<RendezvousTable> rendezvous_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<prometheus::Exposer> exposer_;
+  std::shared_ptr<Membership> membership_;
+  std::unique_ptr<Primaries> primaries_;
+  std::unique_ptr<Replicator> replicator_;
   std::unique_ptr<StateServiceImpl> service_;
+  std::unique_ptr<ReplicaServiceImpl> replica_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<DataBufferPool> data_buffers_;
   std::unique_ptr<DataTlsContext> data_tls_;  // null in plaintext

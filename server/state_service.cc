@@ -3,6 +3,8 @@
 #include <sys/statvfs.h>
 
 #include <chrono>
+#include <optional>
+#include <string_view>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -10,18 +12,22 @@
 #include "server/answer_deadline.h"
 #include "server/auth_token.h"
 #include "server/checkpoint/checkpoint_writer.h"
+#include "server/replication/routing.h"
 
 namespace zerostate::server {
 
 StateServiceImpl::StateServiceImpl(ServiceOptions options, JobRegistry& jobs,
                                    RendezvousTable& rendezvous, ThreadPool& pool,
-                                   ServerMetrics& metrics, uint64_t incarnation)
+                                   ServerMetrics& metrics, uint64_t incarnation,
+                                   Primaries* primaries, Replicator* replicator)
     : options_(options),
       jobs_(jobs),
       rendezvous_(rendezvous),
       pool_(pool),
       metrics_(metrics),
-      incarnation_(incarnation) {}
+      incarnation_(incarnation),
+      primaries_(primaries),
+      replicator_(replicator) {}
 
 template <typename Body>
 grpc::Status StateServiceImpl::Serve(const char* method, Body&& body) {
@@ -46,11 +52,13 @@ absl::Time StateServiceImpl::DeadlineOf(const grpc::ServerContextBase* ctx) cons
                         options_.max_wait);
 }
 
-absl::StatusOr<std::shared_ptr<Job>> StateServiceImpl::JobFor(const grpc::ServerContextBase* ctx,
-                                                              const std::string& job_id) {
+template <typename Request>
+absl::StatusOr<std::shared_ptr<Job>> StateServiceImpl::CopyFor(const grpc::ServerContextBase* ctx,
+                                                               const Request& req) {
   auto token = TokenOf(*ctx);
   if (!token.ok()) return token.status();
-  return jobs_.Authorize(job_id, *token);
+  return CopyForShard(jobs_, primaries_, req.job_id(), *token,
+                      req.has_shard() ? std::optional<uint32_t>(req.shard()) : std::nullopt);
 }
 
 template <typename Response>
@@ -64,12 +72,19 @@ ChunkReader* StateServiceImpl::ForEachChunk(
     std::shared_ptr<Job> job;  // a stream usually carries one job: look it up once
   };
   auto stream = std::make_shared<Stream>();
-  auto each = [this, ctx, stream, apply = std::move(apply)](const ChunkView& chunk,
+  auto each = [this, ctx, stream, method, apply = std::move(apply)](const ChunkView& chunk,
                                                              bool may_wait) {
     // A chunk tried first without waiting comes again with may_wait.
     if (!may_wait) stream->traffic.in += chunk.data_bytes;
-    if (!stream->job || stream->job->spec().job_id() != chunk.fields.job_id) {
-      auto job = JobFor(ctx, chunk.fields.job_id);
+    const ChunkFields& f = chunk.fields;
+    if (!stream->job || stream->job->spec().job_id() != f.job_id ||
+        f.block < stream->job->blocks().begin || f.block >= stream->job->blocks().end) {
+      auto token = TokenOf(*ctx);
+      if (!token.ok()) return token.status();
+      // Pushes reach a backed-up shard's copy only through a failover
+      // (served as primary); InitWeights writes every copy.
+      auto job = CopyForBlock(jobs_, primaries_, f.job_id, *token, f.block,
+                              /*serve=*/std::string_view(method) != "InitWeights");
       if (!job.ok()) return job.status();
       stream->job = *std::move(job);
     }
@@ -147,7 +162,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* StateServiceImpl::PushGradients(
 grpc::Status StateServiceImpl::GradStats(grpc::ServerContext* ctx, const v1::GradStatsRequest* req,
                                          v1::GradStatsResponse* resp) {
   return Serve("GradStats", [&](Traffic&) -> absl::Status {
-    auto job = JobFor(ctx, req->job_id());
+    auto job = CopyFor(ctx, *req);
     if (!job.ok()) return job.status();
     StepPhaseTimes times;
     auto stats = (*job)->Stats(req->step(), DeadlineOf(ctx), &times);
@@ -163,10 +178,18 @@ grpc::Status StateServiceImpl::GradStats(grpc::ServerContext* ctx, const v1::Gra
 grpc::Status StateServiceImpl::Step(grpc::ServerContext* ctx, const v1::StepRequest* req,
                                     v1::StepResponse* resp) {
   return Serve("Step", [&](Traffic&) -> absl::Status {
-    auto job = JobFor(ctx, req->job_id());
+    auto job = CopyFor(ctx, *req);
     if (!job.ok()) return job.status();
     absl::Time start = absl::Now();
-    auto out = (*job)->Step(*req, DeadlineOf(ctx), pool_, [ctx] { return ctx->IsCancelled(); });
+    std::unique_ptr<StepReplicator> replicate;
+    if (replicator_ != nullptr && (*job)->spec().replicas() > 0) {
+      auto token = TokenOf(*ctx);
+      auto own = jobs_.Authorize(req->job_id(), *token);
+      if (!own.ok()) return own.status();
+      replicate = replicator_->For(**job, (*own)->shard_index(), *token);
+    }
+    auto out = (*job)->Step(*req, DeadlineOf(ctx), pool_, [ctx] { return ctx->IsCancelled(); },
+                            replicate.get());
     if (!out.ok()) return out.status();
     if (!out->already_applied && !req->ahead()) {
       PublishUsage();
@@ -190,7 +213,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StateServiceImpl::Gather(
   const bool parsed = grpc::SerializationTraits<v1::GatherRequest>::Deserialize(&copy, req.get()).ok();
   auto produce = [this, ctx, req, parsed](Job::GatherSink& sink) -> absl::Status {
     if (!parsed) return absl::InvalidArgumentError("malformed GatherRequest");
-    auto job = JobFor(ctx, req->job_id());
+    auto token = TokenOf(*ctx);
+    if (!token.ok()) return token.status();
+    auto job = CopyForGather(jobs_, primaries_, *token, *req);
     if (!job.ok()) return job.status();
     auto range = (*job)->CheckGather(*req);
     if (!range.ok()) return range.status();
@@ -206,7 +231,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StateServiceImpl::Gather(
 grpc::Status StateServiceImpl::JobStatus(grpc::ServerContext* ctx, const v1::JobStatusRequest* req,
                                          v1::JobStatusResponse* resp) {
   return Serve("JobStatus", [&](Traffic&) -> absl::Status {
-    auto job = JobFor(ctx, req->job_id());
+    auto job = CopyFor(ctx, *req);
     if (!job.ok()) return job.status();
     (*job)->FillStatus(resp);
     if (req->trainer_state_version() > 0) {
@@ -239,7 +264,7 @@ grpc::Status StateServiceImpl::Checkpoint(grpc::ServerContext* ctx,
                                           const v1::CheckpointRequest* req,
                                           v1::CheckpointResponse* resp) {
   return Serve("Checkpoint", [&](Traffic& t) -> absl::Status {
-    auto job = JobFor(ctx, req->job_id());
+    auto job = CopyFor(ctx, *req);
     if (!job.ok()) return job.status();
     auto written = WriteCheckpoint(**job, req->version(), req->root(), DeadlineOf(ctx));
     if (!written.ok()) return written.status();

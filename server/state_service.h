@@ -11,6 +11,8 @@
 #include "server/job_registry.h"
 #include "server/metrics.h"
 #include "server/rendezvous.h"
+#include "server/replication/primaries.h"
+#include "server/replication/replicator.h"
 #include "server/thread_pool.h"
 #include "zerostate/v1/state_service.grpc.pb.h"
 
@@ -40,8 +42,11 @@ using StateServiceBase = v1::StateService::WithRawCallbackMethod_InitWeights<
 class StateServiceImpl final : public StateServiceBase {
  public:
   // All references must outlive the service.
+  // `primaries` and `replicator` (server/replication/) serve the shards of
+  // jobs with backups; null: only own shards, steps not replicated.
   StateServiceImpl(ServiceOptions options, JobRegistry& jobs, RendezvousTable& rendezvous,
-                   ThreadPool& pool, ServerMetrics& metrics, uint64_t incarnation);
+                   ThreadPool& pool, ServerMetrics& metrics, uint64_t incarnation,
+                   Primaries* primaries = nullptr, Replicator* replicator = nullptr);
 
   grpc::Status RegisterJob(grpc::ServerContext* ctx, const v1::RegisterJobRequest* req,
                            v1::RegisterJobResponse* resp) override;
@@ -85,12 +90,11 @@ class StateServiceImpl final : public StateServiceBase {
   // How long the call may wait: AnswerDeadline of its deadline (a margin
   // before it; answer_deadline.h), at most options_.max_wait.
   absl::Time DeadlineOf(const grpc::ServerContextBase* ctx) const;
-  // The job a call names, if the call carries its token (metadata
-  // kJobTokenMetadata). Every handler that acts on an existing job goes
-  // through here. Errors: UNAUTHENTICATED, PERMISSION_DENIED (see
-  // JobRegistry::Authorize), the same whether or not the job exists.
-  absl::StatusOr<std::shared_ptr<Job>> JobFor(const grpc::ServerContextBase* ctx,
-                                              const std::string& job_id);
+  // The copy of the shard a request names (its optional `shard`; unset:
+  // the own shard), checked as a primary (server/replication/routing.h).
+  template <typename Request>
+  absl::StatusOr<std::shared_ptr<Job>> CopyFor(const grpc::ServerContextBase* ctx,
+                                               const Request& req);
   // A reader of a chunk stream that applies each chunk to the job it names
   // (looked up through JobFor once per job) with apply(job, chunk, resp,
   // deadline), stops at the first error, and answers `resp` (incarnation
@@ -108,6 +112,8 @@ class StateServiceImpl final : public StateServiceBase {
   ThreadPool& pool_;
   ServerMetrics& metrics_;
   const uint64_t incarnation_;
+  Primaries* const primaries_;
+  Replicator* const replicator_;
 };
 
 }  // namespace zerostate::server

@@ -363,7 +363,8 @@ absl::StatusOr<uint64_t> JobStep::SkipPass(uint64_t step, StepOutcome* out) {
 
 absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time deadline,
                                           ThreadPool& pool,
-                                          const std::function<bool()>& cancelled) {
+                                          const std::function<bool()>& cancelled,
+                                          StepReplicator* replicator) {
   if (auto s = CheckRequest(req); !s.ok()) return s;
   const uint64_t step = req.step();
   StepOutcome out;
@@ -389,26 +390,65 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
     return absl::DeadlineExceededError(absl::StrCat(
         "step ", step, ": the call's deadline came before it was applied; nothing changed"));
   }
+  // Issue 19: the backups run the step while it runs here; answered once they hold it.
+  const std::function<absl::Status()> replicated = Replicate(replicator, req, pending);
+  if (replicated) visible_through_ = step;  // step + 1 is served once the backups hold it
+  auto acked = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_) {
+    absl::Status s = replicated ? replicated() : absl::OkStatus();
+    if (s.ok() && replicated) {
+      unacked_.reset();
+      visible_through_ = UINT64_MAX;
+      for (const auto& bp : blocks()) absl::MutexLock wake(&bp->mu);  // gathers waiting for it
+    }
+    return s;
+  };
   // Before any block commits: a gather of step + 1 may be answered then.
   if (!req.trainer_state().empty()) trainer_states_.Record(step + 1, req.trainer_state());
   if (blocks().empty()) {  // an empty shard: nothing to step, the count kept alike
     if (req.skip()) applied_steps_.RecordSkip(step);
+    if (auto s = acked(); !s.ok()) return s;
     return out;  // version 0, not applied
   }
   // Phase 2: the fused optimizer pass, blocks spread over the pool.
   uint64_t stepped = 0;
   if (req.skip()) {
     auto skipped = SkipPass(step, &out);
-    if (!skipped.ok()) return skipped.status();
+    if (!skipped.ok()) {
+      (void)acked();
+      return skipped.status();
+    }
     stepped = *skipped;
     if (stepped > 0) applied_steps_.RecordSkip(step);
   } else {
-    if (auto s = RunPass(step, ParamsOf(req), pool, &stepped, &out); !s.ok()) return s;
+    if (auto s = RunPass(step, ParamsOf(req), pool, &stepped, &out); !s.ok()) {
+      (void)acked();
+      return s;
+    }
   }
+  if (auto s = acked(); !s.ok()) return s;
   out.version = step + 1;
   out.already_applied = stepped == 0;
   out.params_stepped = req.skip() ? 0 : stepped;
   return out;
+}
+
+std::function<absl::Status()> JobStep::Replicate(StepReplicator* replicator,
+                                                 const v1::StepRequest& req, bool pending) {
+  if (replicator == nullptr) return nullptr;
+  if (!pending) {  // a retry: only what the backups may lack
+    if (unacked_ == nullptr || unacked_->request.step() != req.step()) return nullptr;
+    return replicator->Start(unacked_);
+  }
+  auto payload = std::make_shared<StepReplicator::Payload>();
+  payload->request = req;
+  for (const auto& bp : blocks()) {
+    Block& b = *bp;
+    absl::MutexLock lock(&b.mu);
+    payload->grads.emplace_back(b.index, std::string(reinterpret_cast<const char*>(b.acc.sum()),
+                                                     size_t{b.required} * sizeof(float)));
+  }
+  unacked_ = payload;
+  return replicator->Start(std::move(payload));
 }
 
 }  // namespace zerostate::server

@@ -38,6 +38,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -64,6 +66,27 @@ struct StepOutcome {
   // parameters).
   uint64_t blocks_confirmed = 0;
   uint64_t blocks_redone = 0;
+};
+
+// The way of a primary's steps to its shard's backups (issue 19;
+// server/replication/replicator.h implements it). JobStep::Step calls it
+// once a step is decided, before its optimizer pass, and answers the Step
+// only once the returned wait says every live backup holds the new version.
+class StepReplicator {
+ public:
+  // What a backup needs to run the same step: the coordinator's request and
+  // each block's summed gradient (global block index; its `required` fp32
+  // elements, as bytes ready for the wire).
+  struct Payload {
+    v1::StepRequest request;
+    std::vector<std::pair<uint64_t, std::string>> grads;
+  };
+  virtual ~StepReplicator() = default;
+  // Starts sending `payload` to the backups; the returned function waits
+  // for their answers. Errors (of the wait): UNAVAILABLE naming the backup
+  // that did not acknowledge (the primary's Step fails; its retry sends the
+  // payload again).
+  virtual std::function<absl::Status()> Start(std::shared_ptr<const Payload> payload) = 0;
 };
 
 class JobStep {
@@ -100,8 +123,20 @@ class JobStep {
   // tier's errors; after any error nothing was applied (a block whose new
   // state could not be stored keeps its previous one). On an empty shard:
   // version 0, not applied (the trainer state and a skip still recorded).
+  //
+  // With a `replicator` (a primary of a job with JobSpec.replicas > 0) the
+  // step is sent to the backups while it runs here, and answered only once
+  // they acknowledged it; when they did not, the error is the replicator's
+  // (the step is applied here) and a retry sends it again.
   absl::StatusOr<StepOutcome> Step(const v1::StepRequest& req, absl::Time deadline,
-                                   ThreadPool& pool, const std::function<bool()>& cancelled);
+                                   ThreadPool& pool, const std::function<bool()>& cancelled,
+                                   StepReplicator* replicator = nullptr);
+
+  // Gathers serve versions up to this one only (issue 19): a replicated
+  // step's new version is visible once every backup holds it, so no rank
+  // moves past a step a failover could still take back. Blocks' mutexes
+  // are taken (released) when it grows, which wakes their waiters.
+  uint64_t visible_through() const { return visible_through_.load(); }
 
   // The Step sent ahead (req.ahead): records its parameters and schedules
   // every complete block at version req.step() on `pool` (which must outlive
@@ -176,10 +211,19 @@ class JobStep {
   // version; false when there was nothing to keep.
   bool CopyOnWrite(Block& b, const float* state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
 
+  // Under pass_mu_, once Step(req) is decided: starts sending it to the
+  // backups (`pending`: it applies now; else a retry, which re-sends only
+  // what they have not acknowledged). Null when there is nothing to wait for.
+  std::function<absl::Status()> Replicate(StepReplicator* replicator, const v1::StepRequest& req,
+                                          bool pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
+
   const Env env_;
   // One pass per job at a time (speculation tasks step single blocks
   // outside it, under each block's mutex).
   absl::Mutex pass_mu_;
+  // The last step sent to the backups until they all acknowledged it.
+  std::shared_ptr<const StepReplicator::Payload> unacked_ ABSL_GUARDED_BY(pass_mu_);
+  std::atomic<uint64_t> visible_through_{UINT64_MAX};
   TrainerStates trainer_states_;
   AppliedSteps applied_steps_;
 

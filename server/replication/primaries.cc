@@ -1,0 +1,46 @@
+#include "server/replication/primaries.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace zerostate::server {
+
+absl::Status Primaries::Serve(const Job& copy) {
+  const std::string& job = copy.spec().job_id();
+  const uint32_t shard = copy.shard_index();
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = held_.find({job, shard});
+    if (it != held_.end()) {
+      if (membership_.Holds(job, static_cast<int>(shard), it->second)) return absl::OkStatus();
+      held_.erase(it);
+    }
+  }
+  if (!membership_.LeaseValid()) {
+    return absl::UnavailableError(absl::StrCat(
+        "not primary: shard ", shard, " of job '", job, "': this server (",
+        membership_.self(), ") lost its membership lease and is fenced; ask the shard's backups"));
+  }
+  auto term = membership_.Claim(job, static_cast<int>(shard));
+  if (!term.ok()) return term.status();
+  if (term->primary != membership_.self()) {
+    return absl::UnavailableError(absl::StrCat("not primary: shard ", shard, " of job '", job,
+                                               "' is served by ", term->primary, " (epoch ",
+                                               term->epoch, "), not by ", membership_.self()));
+  }
+  absl::MutexLock lock(&mu_);
+  held_[{job, shard}] = *term;
+  return absl::OkStatus();
+}
+
+bool Primaries::Serving(const std::string& job, uint32_t shard) const {
+  absl::MutexLock lock(&mu_);
+  auto it = held_.find({job, shard});
+  return it != held_.end() && membership_.Holds(job, static_cast<int>(shard), it->second);
+}
+
+void Primaries::Forget(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  absl::erase_if(held_, [&](const auto& entry) { return entry.first.first == job; });
+}
+
+}  // namespace zerostate::server

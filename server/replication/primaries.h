@@ -1,0 +1,48 @@
+// Which shards this server answers for as primary (issue 19): its own shard
+// of each replicated job, and the shards it backs up once their primary is
+// gone (failover). Decided by a Membership (etcd, or StaticMembership);
+// the term of each claim is kept, so a call costs a look-up, not a round
+// trip: Membership::Holds, which turns false when this server's lease may
+// have lapsed (fencing).
+// Thread-safe.
+#pragma once
+
+#include <string>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "server/job.h"
+#include "server/membership/membership.h"
+
+namespace zerostate::server {
+
+class Primaries {
+ public:
+  // `membership` must outlive this object.
+  explicit Primaries(Membership& membership) : membership_(membership) {}
+
+  // OK when this server may answer for `copy` (its copy of shard
+  // copy.shard_index() of a job with replicas) as primary: it holds the
+  // shard's claim, or claims it now (its own shard at first use; a backed-
+  // up one when no live primary holds it: a failover). Errors:
+  // UNAVAILABLE "not primary" naming the job, the shard and its primary
+  // (or that this server's lease lapsed: fenced); the membership's errors.
+  absl::Status Serve(const Job& copy);
+
+  // Whether this server answers for (job, shard) as primary now (a
+  // backup copy that does must refuse its old primary's steps).
+  bool Serving(const std::string& job, uint32_t shard) const;
+
+  // Forgets the job's claims (deleted, restored).
+  void Forget(const std::string& job);
+
+ private:
+  Membership& membership_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::pair<std::string, uint32_t>, PrimaryTerm> held_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace zerostate::server

@@ -1,0 +1,35 @@
+// The backup's side of replicated shards (issue 19): ReplicaService on the
+// state server's gRPC port (proto/zerostate/v1/replica.proto). ApplyStep
+// runs a primary's step on this server's copy of the shard; ReadShard
+// serves a copy's state (catch-up, checks). Every call is authorized with
+// the job's token, as StateService calls are.
+// Thread-safe.
+#pragma once
+
+#include "server/job_registry.h"
+#include "server/replication/primaries.h"
+#include "server/thread_pool.h"
+#include "zerostate/v1/replica.grpc.pb.h"
+
+namespace zerostate::server {
+
+class ReplicaServiceImpl final : public v1::ReplicaService::Service {
+ public:
+  // All references must outlive the service; `primaries` may be null (no
+  // replicated job can then be served as primary here).
+  ReplicaServiceImpl(JobRegistry& jobs, ThreadPool& pool, const Primaries* primaries)
+      : jobs_(jobs), pool_(pool), primaries_(primaries) {}
+
+  grpc::Status ApplyStep(grpc::ServerContext* ctx,
+                         grpc::ServerReader<v1::ReplicaStepPart>* reader,
+                         v1::ReplicaStepResponse* resp) override;
+  grpc::Status ReadShard(grpc::ServerContext* ctx, const v1::ReadShardRequest* req,
+                         grpc::ServerWriter<v1::ShardBlock>* writer) override;
+
+ private:
+  JobRegistry& jobs_;
+  ThreadPool& pool_;
+  const Primaries* const primaries_;
+};
+
+}  // namespace zerostate::server

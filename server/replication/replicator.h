@@ -1,0 +1,79 @@
+// The primary's side of replicated shards (issue 19; docs/reliability.md,
+// "Replicated shards"): each step of a shard this server serves as primary
+// goes to the shard's other copies (ReplicaService.ApplyStep, on their
+// gRPC port, with the job's token and this server's TLS identity), all at
+// once and while the step runs here (Job::Step's StepReplicator).
+//
+// A copy that cannot be reached (UNAVAILABLE), no longer holds the job
+// (NOT_FOUND: it restarted empty) or is at another version
+// (FAILED_PRECONDITION) is lost: the step is acknowledged without it, and
+// the shard counts as under-replicated until a catch-up brings a copy
+// back. Any other answer fails the primary's Step (its retry sends again).
+//
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/security/credentials.h"
+#include "server/auth_tls.h"
+#include "server/job.h"
+#include "zerostate/v1/replica.grpc.pb.h"
+
+namespace zerostate::server {
+
+// Credentials for calls to peer servers: none under --plaintext, else TLS
+// trusting `peer_ca_file` (the server's --peer_tls_ca; empty: its
+// --tls_client_ca) and presenting the server's own certificate and key.
+// Errors: INVALID_ARGUMENT naming the flag whose file cannot be read, or
+// FAILED_PRECONDITION when TLS is on and no CA is given.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentialsFor(
+    const TlsOptions& tls, const std::string& peer_ca_file);
+
+class Replicator {
+ public:
+  struct Options {
+    std::shared_ptr<grpc::ChannelCredentials> credentials;
+    absl::Duration timeout = absl::Seconds(60);  // one ApplyStep call
+  };
+  explicit Replicator(Options options) : options_(std::move(options)) {}
+
+  // The StepReplicator of `job`, a copy of shard job.shard_index() that
+  // this server (job.servers()[self]) serves as primary; its calls carry
+  // `token`. Null when the job has no backups.
+  std::unique_ptr<StepReplicator> For(const Job& job, uint32_t self, std::string token);
+
+  // Blocks of shards served here as primary that have lost a copy.
+  uint64_t under_replicated_blocks() const;
+
+  // Stub of peer `address`, made at first use.
+  v1::ReplicaService::Stub& Peer(const std::string& address);
+
+ private:
+  friend class ShardReplicator;
+  // One backup's ApplyStep of `payload`.
+  absl::Status Send(const std::string& address, const std::string& token, uint32_t shard,
+                    const std::string& job_id, const StepReplicator::Payload& payload);
+  using CopyKey = std::tuple<std::string, uint32_t, uint32_t>;  // job, shard, server
+  bool IsLost(const CopyKey& key) const;
+  void MarkLost(const CopyKey& key, uint64_t blocks);
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<v1::ReplicaService::Stub>> peers_
+      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<CopyKey> lost_ ABSL_GUARDED_BY(mu_);
+  // (job, shard) -> its blocks, for shards that lost a copy.
+  absl::flat_hash_map<std::pair<std::string, uint32_t>, uint64_t> under_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace zerostate::server

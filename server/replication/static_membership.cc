@@ -1,0 +1,24 @@
+#include "server/replication/static_membership.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace zerostate::server {
+
+absl::StatusOr<PrimaryTerm> StaticMembership::Primary(const std::string& job, int shard) {
+  absl::MutexLock lock(&mu_);
+  auto it = claims_.find({job, shard});
+  if (it == claims_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("shard ", shard, " of job '", job, "' has not been claimed here"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<PrimaryTerm> StaticMembership::Claim(const std::string& job, int shard) {
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = claims_.try_emplace({job, shard});
+  if (inserted) it->second = PrimaryTerm{self_, ++epoch_};
+  return it->second;
+}
+
+}  // namespace zerostate::server

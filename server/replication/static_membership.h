@@ -1,0 +1,45 @@
+// A Membership without an engine behind it (issue 19): each server decides
+// alone. Primary() knows only the claims made through this object, Claim()
+// always succeeds, the lease never lapses. It gives the failover path its
+// shape where no etcd runs (tests, one failure domain); it cannot fence a
+// partitioned primary, which is what EtcdMembership
+// (server/membership/etcd_membership.h) is for. Thread-safe.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "server/membership/membership.h"
+
+namespace zerostate::server {
+
+class StaticMembership final : public Membership {
+ public:
+  // `self`: this server's address; `members`: every server's.
+  StaticMembership(std::string self, std::vector<std::string> members)
+      : self_(std::move(self)), members_(std::move(members)) {}
+
+  const std::string& self() const override { return self_; }
+  // NOT_FOUND unless this server claimed the shard.
+  absl::StatusOr<PrimaryTerm> Primary(const std::string& job, int shard) override;
+  // Takes the shard (epoch one more than before), or returns the term held.
+  absl::StatusOr<PrimaryTerm> Claim(const std::string& job, int shard) override;
+  bool LeaseValid() const override { return true; }
+  absl::StatusOr<std::vector<std::string>> Members() override { return members_; }
+  // Never called: nothing here learns of another server's loss.
+  void OnPrimaryLost(std::function<void(const std::string&, int)>) override {}
+
+ private:
+  const std::string self_;
+  const std::vector<std::string> members_;
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::pair<std::string, int>, PrimaryTerm> claims_ ABSL_GUARDED_BY(mu_);
+  int64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace zerostate::server

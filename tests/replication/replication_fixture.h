@@ -1,0 +1,109 @@
+// Shared setup of the replicated-shard tests (issue 19): three real
+// zerostate-server processes, a job of two nodes with one backup per shard,
+// the nodes' steps driven through the client library, and each copy of a
+// shard read back through ReplicaService.ReadShard.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "grpcpp/create_channel.h"
+#include "tests/client/cluster_fixture.h"
+#include "tests/client/reference_model.h"
+#include "zerostate/v1/replica.grpc.pb.h"
+#include "zerostate/v1/state_service.grpc.pb.h"
+
+namespace zerostate::testing {
+
+inline constexpr uint32_t kReplicaNodes = 2;
+
+// A job of kReplicaNodes nodes over `servers` with `replicas` backups per
+// shard: AdamW, bf16 weights, 512-element blocks.
+inline v1::JobSpec ReplicatedSpec(const std::string& id, uint32_t replicas) {
+  v1::JobSpec spec = TestSpec(id, kReplicaNodes, v1::DTYPE_FP32, v1::DTYPE_BF16);
+  spec.set_replicas(replicas);
+  return spec;
+}
+
+// Node `node`'s gradient of `step`, pushed whole.
+inline absl::Status PushNodeGradient(client::JobClient& job, uint32_t node, uint64_t step) {
+  std::vector<float> g = NodeGradient(job.layout(), node, step);
+  return job.Push(step, node, {0, job.layout().used_elems}, g.data(), v1::DTYPE_FP32);
+}
+
+inline float StepLr(uint64_t step) { return 0.01f * static_cast<float>(step + 1); }
+inline constexpr float kStepScale = 1.0f / kReplicaNodes;
+
+// One step of the job: both nodes push (at once), node 0 asks the
+// statistics and steps. The first error wins.
+inline absl::Status RunStep(std::vector<std::unique_ptr<client::JobClient>>& nodes,
+                            uint64_t step) {
+  std::vector<absl::Status> pushed(nodes.size());
+  std::vector<std::thread> threads;
+  for (uint32_t n = 0; n < nodes.size(); ++n) {
+    threads.emplace_back([&, n] { pushed[n] = PushNodeGradient(*nodes[n], n, step); });
+  }
+  for (auto& t : threads) t.join();
+  for (const absl::Status& s : pushed) {
+    if (!s.ok()) return s;
+  }
+  auto stats = nodes[0]->GradStats(step);
+  if (!stats.ok()) return stats.status();
+  return nodes[0]->Step(step, StepLr(step), kStepScale, false);
+}
+
+// One copy of a shard as ReplicaService.ReadShard serves it.
+struct ShardCopy {
+  std::vector<uint64_t> versions;
+  std::vector<uint64_t> applied_steps;
+  std::string state;  // every block's state, end to end
+};
+
+inline absl::StatusOr<ShardCopy> ReadCopy(const std::string& server, const std::string& job_id,
+                                          uint32_t shard, uint64_t min_version) {
+  auto stub = v1::ReplicaService::NewStub(grpc::CreateChannel(
+      server, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("zerostate-job-token", kTestJobToken);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::ReadShardRequest req;
+  req.set_job_id(job_id);
+  req.set_shard(shard);
+  req.set_min_version(min_version);
+  auto reader = stub->ReadShard(&ctx, req);
+  ShardCopy copy;
+  v1::ShardBlock block;
+  while (reader->Read(&block)) {
+    copy.versions.push_back(block.version());
+    copy.applied_steps.push_back(block.applied_steps());
+    copy.state += block.state();
+  }
+  grpc::Status s = reader->Finish();
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("ReadShard from ", server, ": ", s.error_message()));
+  }
+  return copy;
+}
+
+// Expects the copies of `shard` on `a` and `b` at the same versions and
+// bit-identical (masters and moments).
+inline void ExpectSameCopies(const std::string& a, const std::string& b, const std::string& job,
+                             uint32_t shard, uint64_t version) {
+  auto ca = ReadCopy(a, job, shard, version);
+  auto cb = ReadCopy(b, job, shard, version);
+  ASSERT_TRUE(ca.ok()) << ca.status();
+  ASSERT_TRUE(cb.ok()) << cb.status();
+  EXPECT_EQ(ca->versions, cb->versions) << "shard " << shard;
+  EXPECT_EQ(ca->applied_steps, cb->applied_steps) << "shard " << shard;
+  ASSERT_EQ(ca->state.size(), cb->state.size()) << "shard " << shard;
+  ExpectBitIdentical(reinterpret_cast<const float*>(cb->state.data()),
+                     reinterpret_cast<const float*>(ca->state.data()), ca->state.size() / 4,
+                     absl::StrCat("shard ", shard, " copy on ", b, " against ", a));
+}
+
+}  // namespace zerostate::testing

@@ -1,0 +1,94 @@
+// Replicated shards (issue 19) with real server processes: every backup
+// copy is bit-identical to its primary at every acknowledged version, the
+// weights equal those of an unreplicated run, and a spec asking for more
+// backups than the cluster can place is refused naming the field.
+#include "tests/replication/replication_fixture.h"
+
+namespace zerostate::testing {
+namespace {
+
+class ReplicationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cluster = ServerCluster::Start(3, TestServerOptions());
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+  }
+
+  // kReplicaNodes job clients of `spec`: node 0 registers, node 1 attaches.
+  void Open(const v1::JobSpec& spec) {
+    for (uint32_t n = 0; n < kReplicaNodes; ++n) {
+      auto c = client::Client::Connect(TestClientOptions(cluster_->addresses()));
+      ASSERT_TRUE(c.ok()) << c.status();
+      auto j = n == 0 ? (*c)->RegisterJob(spec) : (*c)->AttachJob(spec.job_id());
+      ASSERT_TRUE(j.ok()) << j.status();
+      clients_.push_back(*std::move(c));
+      nodes_.push_back(*std::move(j));
+    }
+  }
+
+  std::unique_ptr<ServerCluster> cluster_;
+  std::vector<std::unique_ptr<client::Client>> clients_;
+  std::vector<std::unique_ptr<client::JobClient>> nodes_;
+};
+
+TEST_F(ReplicationTest, EveryBackupIsBitIdenticalToItsPrimaryAtEveryStep) {
+  constexpr int kSteps = 4;
+  Open(ReplicatedSpec("replicated", 1));
+  ReferenceModel ref(nodes_[0]->spec());
+  const auto servers = cluster_->addresses();
+  for (int step = 0; step < kSteps; ++step) {
+    ASSERT_TRUE(RunStep(nodes_, step).ok()) << "step " << step;
+    std::vector<std::vector<float>> grads;
+    for (uint32_t n = 0; n < kReplicaNodes; ++n) grads.push_back(NodeGradient(ref.layout(), n, step));
+    ref.Step(step, grads, StepLr(step), kStepScale);
+    // The Step was answered: each shard's backup (the next server) holds
+    // the new version already, bit for bit.
+    for (uint32_t shard = 0; shard < 3; ++shard) {
+      ExpectSameCopies(servers[shard], servers[(shard + 1) % 3], "replicated", shard, step + 1);
+    }
+  }
+  const uint64_t total = ref.layout().total_elems;
+  std::vector<float> master(total);
+  ASSERT_TRUE(nodes_[1]->GatherMaster(kSteps, {0, total}, master.data()).ok());
+  ExpectBitIdentical(master.data(), ref.master(), total, "master weights with one backup");
+}
+
+TEST_F(ReplicationTest, AServerHoldsNoCopyOfAShardItDoesNotBackUp) {
+  Open(ReplicatedSpec("placed", 1));
+  const auto servers = cluster_->addresses();
+  // Server 0 backs up shard 2 (the ring's previous), not shard 1.
+  EXPECT_TRUE(ReadCopy(servers[0], "placed", 2, 0).ok());
+  auto missing = ReadCopy(servers[0], "placed", 1, 0);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
+  EXPECT_NE(missing.status().message().find("shard 1"), std::string::npos) << missing.status();
+}
+
+TEST_F(ReplicationTest, MoreBackupsThanTheClusterCanPlaceAreRefusedNamingReplicas) {
+  auto c = client::Client::Connect(TestClientOptions(cluster_->addresses()));
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto refused = (*c)->RegisterJob(ReplicatedSpec("too-many", 3));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("replicas: 3 backups"), std::string::npos)
+      << refused.status();
+  // The server refuses it too (a client that skips the check), and nothing
+  // was registered: the id is free for a job that fits.
+  auto stub = v1::StateService::NewStub(
+      grpc::CreateChannel(cluster_->addresses()[0], grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("zerostate-job-token", kTestJobToken);
+  v1::RegisterJobRequest req;
+  *req.mutable_spec() = ReplicatedSpec("too-many", 3);
+  for (const auto& a : cluster_->addresses()) req.add_servers(a);
+  v1::RegisterJobResponse resp;
+  grpc::Status s = stub->RegisterJob(&ctx, req, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(s.error_message().find("replicas"), std::string::npos) << s.error_message();
+  Open(ReplicatedSpec("too-many", 2));
+  EXPECT_EQ(nodes_[0]->spec().replicas(), 2u);
+}
+
+}  // namespace
+}  // namespace zerostate::testing
