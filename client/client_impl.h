@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/functional/function_ref.h"
@@ -46,15 +47,20 @@ class Client::Impl {
 
   // One unary RPC to server `shard` through the retrier, e.g.
   // Unary(Method::kStep, 0, &v1::StateService::Stub::Step, req, &resp).
+  // `unavailable_wait` as Retrier::Run's.
   template <class Request, class Response>
   absl::Status Unary(Method method, int shard,
                      grpc::Status (v1::StateService::Stub::*rpc)(grpc::ClientContext*,
                                                                  const Request&, Response*),
-                     const Request& request, Response* response) {
+                     const Request& request, Response* response,
+                     std::optional<absl::Duration> unavailable_wait = std::nullopt) {
     ServerConn& conn = server(shard);
-    return retrier_.Run(method, conn, [&](grpc::ClientContext& ctx) {
-      return FromGrpc((conn.NextStub()->*rpc)(&ctx, request, response));
-    });
+    return retrier_.Run(
+        method, conn,
+        [&](grpc::ClientContext& ctx) {
+          return FromGrpc((conn.NextStub()->*rpc)(&ctx, request, response));
+        },
+        unavailable_wait);
   }
 
  private:

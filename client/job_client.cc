@@ -18,8 +18,16 @@ JobClient::Impl::Impl(std::shared_ptr<Client::Impl> client, v1::JobSpec spec,
       spec_(std::move(spec)),
       layout_(LayoutOf(spec_)),
       budget_(client_->options().max_bytes_in_flight),
-      job_{client_.get(), spec_.job_id(), layout_.block_elems, incarnations, &budget_,
-           DataPools(client_->options(), data_ports, incarnations)},
+      job_{client_.get(),
+           spec_.job_id(),
+           layout_.block_elems,
+           incarnations,
+           &budget_,
+           DataPools(client_->options(), data_ports, incarnations),
+           std::make_shared<ShardRoutes>(client_->num_servers()),
+           spec_.replicas() > 0 ? std::optional<absl::Duration>(
+                                      absl::FromChrono(client_->options().failover_wait))
+                                : std::nullopt},
       calls_(std::make_shared<Ticket::State>(1)) {}
 
 JobClient::Impl::~Impl() {
@@ -51,14 +59,16 @@ Ticket JobClient::Impl::StartStreams(ThreadPool& pool, Range elems, v1::DType wi
 Ticket JobClient::Impl::StartPush(const PushCall& call) {
   return StartStreams(client_->pool(), call.elems, call.wire,
                       [this, call](const StreamPlan& plan, const auto& ticket) {
-                        return RunPushStream(job_, call, plan, ticket);
+                        return OnShard(plan.shard, [&](int) {
+                          return RunPushStream(job_, call, plan, ticket);
+                        });
                       });
 }
 
 Ticket JobClient::Impl::StartGather(const GatherCall& call) {
   return StartStreams(client_->gather_pool(), call.elems, call.wire,
                       [this, call](const StreamPlan& plan, const auto&) {
-    return RunGatherStream(job_, call, plan);
+    return OnShard(plan.shard, [&](int) { return RunGatherStream(job_, call, plan); });
   });
 }
 
@@ -67,16 +77,30 @@ Ticket JobClient::Impl::PushAsync(uint64_t step, uint32_t node, Range elems, con
   if (absl::Status s = ValidatePush(spec_, layout_, node, elems, data, dtype); !s.ok()) {
     return CompletedTicket(s);
   }
-  return StartPush(
-      PushCall{Method::kPushGradients, step, node, elems, data, dtype, spec_.grad_dtype()});
+  const PushCall call{Method::kPushGradients, step, node, elems, data, dtype, spec_.grad_dtype()};
+  Journal(call);
+  return StartPush(call);
 }
 
 absl::Status JobClient::Impl::InitWeights(Range elems, const float* data) {
   if (absl::Status s = ValidateRange(layout_, elems); !s.ok()) return s;
   if (data == nullptr && !elems.empty()) return absl::InvalidArgumentError("data: null buffer");
-  return StartPush(PushCall{Method::kInitWeights, 0, 0, elems, data, v1::DTYPE_FP32,
-                            v1::DTYPE_FP32})
-      .Wait();
+  const PushCall call{Method::kInitWeights, 0, 0, elems, data, v1::DTYPE_FP32, v1::DTYPE_FP32};
+  if (spec_.replicas() == 0) return StartPush(call).Wait();
+  // Every copy of each shard gets the weights: copy r of shard i is on
+  // server (i + r) % S (ReplicaServers), whose InitWeights writes it.
+  const int servers = client_->num_servers();
+  for (uint32_t r = 0; r <= spec_.replicas(); ++r) {
+    JobContext copy = job_;
+    copy.routes = std::make_shared<ShardRoutes>(servers);
+    for (int shard = 0; shard < servers; ++shard) copy.routes->Move(shard, shard, (shard + r) % servers);
+    Ticket done = StartStreams(client_->pool(), call.elems, call.wire,
+                               [copy, call](const StreamPlan& plan, const auto& ticket) {
+                                 return RunPushStream(copy, call, plan, ticket);
+                               });
+    if (absl::Status s = done.Wait(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 Ticket JobClient::Impl::GatherAsync(uint64_t min_version, Range elems, void* out,
@@ -94,9 +118,13 @@ absl::StatusOr<GradStatsResult> JobClient::Impl::GradStats(uint64_t step) {
     v1::GradStatsRequest req;
     req.set_job_id(spec_.job_id());
     req.set_step(step);
-    absl::Status st = client_->Unary(Method::kGradStats, shard, &v1::StateService::Stub::GradStats,
-                                     req, &answers[shard]);
-    return st.ok() ? CheckIncarnation(job_, shard, answers[shard].incarnation()) : st;
+    SetShard(req, shard);
+    return OnShard(shard, [&](int server) {
+      absl::Status st =
+          client_->Unary(Method::kGradStats, server, &v1::StateService::Stub::GradStats, req,
+                         &answers[shard], job_.unavailable_wait);
+      return st.ok() ? CheckIncarnation(job_, server, answers[shard].incarnation()) : st;
+    });
   });
   if (!s.ok()) return s;
   GradStatsResult total;
@@ -136,10 +164,14 @@ absl::Status JobClient::Impl::StepAhead(uint64_t step, float lr, float grad_scal
 
 absl::Status JobClient::Impl::SendStep(const v1::StepRequest& req) {
   return client_->ForEachServer([&](int shard) {
-    v1::StepResponse resp;
-    absl::Status st =
-        client_->Unary(Method::kStep, shard, &v1::StateService::Stub::Step, req, &resp);
-    return st.ok() ? CheckIncarnation(job_, shard, resp.incarnation()) : st;
+    v1::StepRequest at = req;
+    SetShard(at, shard);
+    return OnShard(shard, [&](int server) {
+      v1::StepResponse resp;
+      absl::Status st = client_->Unary(Method::kStep, server, &v1::StateService::Stub::Step, at,
+                                       &resp, job_.unavailable_wait);
+      return st.ok() ? CheckIncarnation(job_, server, resp.incarnation()) : st;
+    });
   });
 }
 
@@ -154,11 +186,15 @@ absl::StatusOr<std::string> JobClient::Impl::Checkpoint(uint64_t version,
     req.set_job_id(spec_.job_id());
     req.set_version(version);
     req.set_root(root);
-    v1::CheckpointResponse resp;
-    absl::Status st = client_->Unary(Method::kCheckpoint, shard,
-                                     &v1::StateService::Stub::Checkpoint, req, &resp);
-    dirs[shard] = resp.path();
-    return st.ok() ? CheckIncarnation(job_, shard, resp.incarnation()) : st;
+    SetShard(req, shard);
+    return OnShard(shard, [&](int server) {
+      v1::CheckpointResponse resp;
+      absl::Status st = client_->Unary(Method::kCheckpoint, server,
+                                       &v1::StateService::Stub::Checkpoint, req, &resp,
+                                       job_.unavailable_wait);
+      dirs[shard] = resp.path();
+      return st.ok() ? CheckIncarnation(job_, server, resp.incarnation()) : st;
+    });
   });
   if (!s.ok()) return s;
   return dirs[0];
@@ -179,18 +215,22 @@ absl::StatusOr<uint64_t> JobClient::Impl::Version() {
   absl::Status s = client_->ForEachServer([&](int shard) {
     v1::JobStatusRequest req;
     req.set_job_id(spec_.job_id());
-    v1::JobStatusResponse resp;
-    absl::Status st =
-        client_->Unary(Method::kJobStatus, shard, &v1::StateService::Stub::JobStatus, req, &resp);
-    versions[shard] = resp.min_version();
-    if (absl::IsNotFound(st) || absl::IsUnauthenticated(st)) {
-      // This handle attached with this token: the server no longer has the
-      // job (it restarted, or the job was deleted there).
-      return absl::AbortedError(absl::StrCat(
-          "server ", client_->server(shard).address(), " no longer holds job ", spec_.job_id(),
-          " (it restarted and lost its shard, or the job was deleted there)"));
-    }
-    return st.ok() ? CheckIncarnation(job_, shard, resp.incarnation()) : st;
+    SetShard(req, shard);
+    return OnShard(shard, [&](int server) {
+      v1::JobStatusResponse resp;
+      absl::Status st = client_->Unary(Method::kJobStatus, server,
+                                       &v1::StateService::Stub::JobStatus, req, &resp,
+                                       job_.unavailable_wait);
+      versions[shard] = resp.min_version();
+      if (absl::IsNotFound(st) || absl::IsUnauthenticated(st)) {
+        // This handle attached with this token: the server no longer has the
+        // job (it restarted, or the job was deleted there).
+        return absl::AbortedError(absl::StrCat(
+            "server ", client_->server(server).address(), " no longer holds job ",
+            spec_.job_id(), " (it restarted and lost its shard, or the job was deleted there)"));
+      }
+      return st.ok() ? CheckIncarnation(job_, server, resp.incarnation()) : st;
+    });
   });
   if (!s.ok()) return s;
   return AgreedVersion(*client_, layout_, spec_.job_id(), versions);
@@ -205,10 +245,14 @@ absl::StatusOr<std::string> JobClient::Impl::TrainerState(uint64_t version) {
     v1::JobStatusRequest req;
     req.set_job_id(spec_.job_id());
     req.set_trainer_state_version(version);
+    SetShard(req, shard);
     v1::JobStatusResponse resp;
-    absl::Status st =
-        client_->Unary(Method::kJobStatus, shard, &v1::StateService::Stub::JobStatus, req, &resp);
-    if (st.ok()) st = CheckIncarnation(job_, shard, resp.incarnation());
+    absl::Status st = OnShard(shard, [&](int server) {
+      absl::Status at = client_->Unary(Method::kJobStatus, server,
+                                       &v1::StateService::Stub::JobStatus, req, &resp,
+                                       job_.unavailable_wait);
+      return at.ok() ? CheckIncarnation(job_, server, resp.incarnation()) : at;
+    });
     if (!st.ok()) return st;
     if (!resp.trainer_state().empty()) return resp.trainer_state();
   }

@@ -7,7 +7,9 @@
 #include <memory>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "client/byte_budget.h"
 #include "client/client_impl.h"
 #include "client/ticket_state.h"
@@ -74,6 +76,28 @@ class JobClient::Impl {
   Ticket StartPush(const PushCall& call);
   Ticket StartGather(const GatherCall& call);
 
+  // --- Failover of replicated jobs (client/failover.cc; issue 19) ---
+  // Runs fn(server) on the server that serves `shard`; for a job with
+  // backups, when it fails because that server is gone, moves the shard to
+  // the backup that takes it over (FailOver) and runs fn there.
+  absl::Status OnShard(int shard, absl::FunctionRef<absl::Status(int server)> fn);
+  // Moves `shard` off server `from` (which failed with `cause`) unless it
+  // still answers for it: to the first backup that answers as its primary,
+  // then pushes this client's pushes of the step in progress again there
+  // when that backup has not applied it. Errors: `cause` when `from` still
+  // answers; ABORTED when the backup is behind the step in progress (it
+  // missed acknowledged steps); UNAVAILABLE when no backup answers.
+  absl::Status FailOver(int shard, int from, const absl::Status& cause);
+  // Sends `pushes` again, their parts in `shard` (to its server now).
+  absl::Status PushAgain(int shard, const std::vector<PushCall>& pushes);
+  // Remembers a push of the step in progress (for FailOver).
+  void Journal(const PushCall& call);
+  // The job's StepRequest-style `shard` field: set when the job has backups.
+  template <typename Request>
+  void SetShard(Request& req, int shard) const {
+    if (spec_.replicas() > 0) req.set_shard(shard);
+  }
+
   const std::shared_ptr<Client::Impl> client_;
   const v1::JobSpec spec_;
   const Layout layout_;
@@ -81,6 +105,10 @@ class JobClient::Impl {
   const JobContext job_;
   // One part per call in flight, plus one held by this object until ~Impl.
   const std::shared_ptr<Ticket::State> calls_;
+  absl::Mutex failover_mu_;  // one failover at a time
+  absl::Mutex journal_mu_;
+  uint64_t journal_step_ ABSL_GUARDED_BY(journal_mu_) = 0;
+  std::vector<PushCall> journal_ ABSL_GUARDED_BY(journal_mu_);
 };
 
 }  // namespace zerostate::client

@@ -32,7 +32,10 @@ absl::Duration Retrier::Backoff(int retry) const {
 }
 
 absl::Status Retrier::Run(Method method, const ServerConn& server,
-                          absl::FunctionRef<absl::Status(grpc::ClientContext&)> attempt) const {
+                          absl::FunctionRef<absl::Status(grpc::ClientContext&)> attempt,
+                          std::optional<absl::Duration> unavailable_wait) const {
+  const absl::Duration wait =
+      unavailable_wait.value_or(absl::FromChrono(options_.unavailable_wait));
   absl::Time start = absl::Now();
   absl::Status status;
   int attempts = 0;
@@ -47,7 +50,7 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
     if (status.ok() || !IsRetryable(status)) break;
     const bool server_may_return =
         absl::IsUnavailable(status) &&
-        absl::Now() - start < absl::FromChrono(options_.unavailable_wait);
+        absl::Now() - start < wait;
     if (attempts >= options_.max_attempts && !server_may_return) break;
     metrics_->AddRetry(method);
     if (shutdown_->WaitForNotificationWithTimeout(Backoff(attempts - 1))) {

@@ -7,6 +7,7 @@
 // Thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -65,8 +66,11 @@ class Retrier {
   // unavailable_wait has passed since the first attempt). Records the call's latency
   // and its retries. Errors: the last attempt's code, message prefixed with
   // "<Method> to <address>: " and the attempt count when it was retried.
+  // `unavailable_wait` replaces the options' for this call (a replicated
+  // job's failover_wait).
   absl::Status Run(Method method, const ServerConn& server,
-                   absl::FunctionRef<absl::Status(grpc::ClientContext& ctx)> attempt) const;
+                   absl::FunctionRef<absl::Status(grpc::ClientContext& ctx)> attempt,
+                   std::optional<absl::Duration> unavailable_wait = std::nullopt) const;
 
  private:
   absl::Duration Backoff(int retry) const;

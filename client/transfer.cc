@@ -477,8 +477,10 @@ absl::Status CheckIncarnation(const JobContext& job, int shard, uint64_t incarna
       " was lost; register or restore the job and attach again"));
 }
 
-absl::Status RunPushStream(const JobContext& job, const PushCall& call, const StreamPlan& plan,
+absl::Status RunPushStream(const JobContext& job, const PushCall& call, const StreamPlan& shard_plan,
                            const std::shared_ptr<Ticket::State>& ticket) {
+  // From here on the plan names the server that serves its shard now.
+  const StreamPlan plan{static_cast<uint32_t>(ServerOf(job, shard_plan.shard)), shard_plan.elems};
   ServerConn& server = job.client->server(plan.shard);
   absl::Status s = job.client->retrier().Run(call.method, server, [&](grpc::ClientContext& ctx) {
     std::unique_ptr<DataConn> conn;
@@ -488,13 +490,14 @@ absl::Status RunPushStream(const JobContext& job, const PushCall& call, const St
       if (!RefusedAtCap(s)) return s;
     }
     return PushAttempt(job, call, plan, ticket, ctx);
-  });
+  }, job.unavailable_wait);
   if (s.ok()) job.client->metrics().AddBytesSent(plan.shard, plan.elems.size() * DTypeSize(call.wire));
   return s;
 }
 
 absl::Status RunGatherStream(const JobContext& job, const GatherCall& call,
-                             const StreamPlan& plan) {
+                             const StreamPlan& shard_plan) {
+  const StreamPlan plan{static_cast<uint32_t>(ServerOf(job, shard_plan.shard)), shard_plan.elems};
   ServerConn& server = job.client->server(plan.shard);
   absl::Status s = job.client->retrier().Run(Method::kGather, server, [&](grpc::ClientContext& ctx) {
     std::unique_ptr<DataConn> conn = AcquireConn(job, plan.shard, ctx);
@@ -503,7 +506,7 @@ absl::Status RunGatherStream(const JobContext& job, const GatherCall& call,
       if (!RefusedAtCap(s)) return s;
     }
     return GatherAttempt(job, call, plan, ctx);
-  });
+  }, job.unavailable_wait);
   if (s.ok()) {
     job.client->metrics().AddBytesReceived(plan.shard, plan.elems.size() * DTypeSize(call.wire));
   }

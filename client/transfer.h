@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@
 #include "client/client_impl.h"
 #include "client/data_conn.h"
 #include "client/plan.h"
+#include "client/routes.h"
 #include "client/ticket_state.h"
 
 namespace zerostate::client {
@@ -32,7 +34,19 @@ struct JobContext {
   // Per shard: the server's TCP data plane (client/data_conn.h), or null
   // where push and gather go over gRPC.
   std::vector<std::shared_ptr<DataConnPool>> data;
+  // Which server serves each shard now (a failover moves a replicated
+  // job's shard to a backup; client/routes.h). Null: shard i on server i.
+  std::shared_ptr<ShardRoutes> routes;
+  // How long UNAVAILABLE is retried (a replicated job fails over sooner
+  // than it waits for a server to come back); unset: the client's
+  // unavailable_wait.
+  std::optional<absl::Duration> unavailable_wait;
 };
+
+// The server that serves `shard` now (JobContext::routes).
+inline int ServerOf(const JobContext& job, int shard) {
+  return job.routes == nullptr ? shard : job.routes->ServerOf(shard);
+}
 
 // The data planes of a job's servers (one per options.servers) from the
 // ports they advertised (0 or missing: none), under TLS unless

@@ -155,6 +155,7 @@ int main(int argc, char** argv) {
   options.data_frame_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_frame_timeout_seconds));
   options.peer_tls_ca = absl::GetFlag(FLAGS_peer_tls_ca);
   options.replica_timeout = absl::Seconds(absl::GetFlag(FLAGS_replica_timeout_seconds));
+  options.membership = membership;  // null: StaticMembership (no etcd, no fencing)
   auto server = zerostate::server::StateServer::Start(options);
   if (!server.ok()) {
     std::cerr << "zerostate-server: " << server.status() << std::endl;

@@ -17,8 +17,8 @@ absl::Status Primaries::Serve(const Job& copy) {
   }
   if (!membership_.LeaseValid()) {
     return absl::UnavailableError(absl::StrCat(
-        "not primary: shard ", shard, " of job '", job, "': this server (",
-        membership_.self(), ") lost its membership lease and is fenced; ask the shard's backups"));
+        "not primary: shard ", shard, " of job '", job, "': this server (", membership_.self(),
+        ") lost its membership lease and is fenced; ask the shard's backups"));
   }
   auto term = membership_.Claim(job, static_cast<int>(shard));
   if (!term.ok()) return term.status();

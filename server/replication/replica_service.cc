@@ -24,9 +24,9 @@ grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
   auto job = jobs_.Shard(first.job_id(), *token, first.shard());
   if (!job.ok()) return ToGrpcStatus(job.status());
   if (primaries_ != nullptr && primaries_->Serving(first.job_id(), first.shard())) {
-    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
-        "shard ", first.shard(), " of job '", first.job_id(),
-        "' is served by this server as primary now; it takes no step from another")));
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        absl::StrCat("shard ", first.shard(), " of job '", first.job_id(),
+                     "' is served by this server as primary now; it takes no step from another")));
   }
   std::vector<std::pair<uint64_t, std::string>> grads;
   v1::ReplicaStepPart part;

@@ -20,8 +20,7 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service {
   ReplicaServiceImpl(JobRegistry& jobs, ThreadPool& pool, const Primaries* primaries)
       : jobs_(jobs), pool_(pool), primaries_(primaries) {}
 
-  grpc::Status ApplyStep(grpc::ServerContext* ctx,
-                         grpc::ServerReader<v1::ReplicaStepPart>* reader,
+  grpc::Status ApplyStep(grpc::ServerContext* ctx, grpc::ServerReader<v1::ReplicaStepPart>* reader,
                          v1::ReplicaStepResponse* resp) override;
   grpc::Status ReadShard(grpc::ServerContext* ctx, const v1::ReadShardRequest* req,
                          grpc::ServerWriter<v1::ShardBlock>* writer) override;

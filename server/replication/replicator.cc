@@ -13,20 +13,17 @@ namespace zerostate::server {
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentialsFor(
     const TlsOptions& tls, const std::string& peer_ca_file) {
   if (tls.plaintext) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions ssl;  // no CA file: the system's roots
   const std::string& ca_file = peer_ca_file.empty() ? tls.client_ca_file : peer_ca_file;
-  if (ca_file.empty()) {
-    return absl::FailedPreconditionError(
-        "peer_tls_ca: replicated jobs call other servers over TLS and need the CA that signed "
-        "their certificates (--peer_tls_ca, or --tls_client_ca)");
+  if (!ca_file.empty()) {
+    auto ca = ReadPemFile(peer_ca_file.empty() ? "--tls_client_ca" : "--peer_tls_ca", ca_file);
+    if (!ca.ok()) return ca.status();
+    ssl.pem_root_certs = *ca;
   }
-  grpc::SslCredentialsOptions ssl;
-  auto ca = ReadPemFile(peer_ca_file.empty() ? "tls_client_ca" : "peer_tls_ca", ca_file);
-  if (!ca.ok()) return ca.status();
-  auto cert = ReadPemFile("tls_cert", tls.cert_file);
+  auto cert = ReadPemFile("--tls_cert", tls.cert_file);
   if (!cert.ok()) return cert.status();
-  auto key = ReadPemFile("tls_key", tls.key_file);
+  auto key = ReadPemFile("--tls_key", tls.key_file);
   if (!key.ok()) return key.status();
-  ssl.pem_root_certs = *ca;
   ssl.pem_cert_chain = *cert;
   ssl.pem_private_key = *key;
   return grpc::SslCredentials(ssl);
@@ -92,8 +89,7 @@ class ShardReplicator final : public StepReplicator {
   const std::string token_;
 };
 
-std::unique_ptr<StepReplicator> Replicator::For(const Job& job, uint32_t self,
-                                                std::string token) {
+std::unique_ptr<StepReplicator> Replicator::For(const Job& job, uint32_t self, std::string token) {
   const uint32_t k = job.spec().replicas();
   if (k == 0) return nullptr;
   const auto& servers = job.servers();
@@ -113,15 +109,14 @@ v1::ReplicaService::Stub& Replicator::Peer(const std::string& address) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(-1);
     args.SetMaxSendMessageSize(-1);
-    stub = v1::ReplicaService::NewStub(
-        grpc::CreateCustomChannel(address, options_.credentials, args));
+    stub =
+        v1::ReplicaService::NewStub(grpc::CreateCustomChannel(address, options_.credentials, args));
   }
   return *stub;
 }
 
-absl::Status Replicator::Send(const std::string& address, const std::string& token,
-                              uint32_t shard, const std::string& job_id,
-                              const StepReplicator::Payload& payload) {
+absl::Status Replicator::Send(const std::string& address, const std::string& token, uint32_t shard,
+                              const std::string& job_id, const StepReplicator::Payload& payload) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
   ctx.AddMetadata(kJobTokenMetadata, token);
@@ -141,7 +136,8 @@ absl::Status Replicator::Send(const std::string& address, const std::string& tok
   }
   writer->WritesDone();
   grpc::Status s = writer->Finish();
-  if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  if (!s.ok())
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
   return absl::OkStatus();
 }
 

@@ -33,9 +33,9 @@ namespace zerostate::server {
 
 // Credentials for calls to peer servers: none under --plaintext, else TLS
 // trusting `peer_ca_file` (the server's --peer_tls_ca; empty: its
-// --tls_client_ca) and presenting the server's own certificate and key.
-// Errors: INVALID_ARGUMENT naming the flag whose file cannot be read, or
-// FAILED_PRECONDITION when TLS is on and no CA is given.
+// --tls_client_ca; neither: the system's roots) and presenting the
+// server's own certificate and key. Errors: INVALID_ARGUMENT naming the
+// flag whose file cannot be read.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentialsFor(
     const TlsOptions& tls, const std::string& peer_ca_file);
 

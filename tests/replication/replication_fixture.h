@@ -4,12 +4,12 @@
 // shard read back through ReplicaService.ReadShard.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "grpcpp/create_channel.h"
 #include "tests/client/cluster_fixture.h"
@@ -40,8 +40,7 @@ inline constexpr float kStepScale = 1.0f / kReplicaNodes;
 
 // One step of the job: both nodes push (at once), node 0 asks the
 // statistics and steps. The first error wins.
-inline absl::Status RunStep(std::vector<std::unique_ptr<client::JobClient>>& nodes,
-                            uint64_t step) {
+inline absl::Status RunStep(std::vector<std::unique_ptr<client::JobClient>>& nodes, uint64_t step) {
   std::vector<absl::Status> pushed(nodes.size());
   std::vector<std::thread> threads;
   for (uint32_t n = 0; n < nodes.size(); ++n) {
@@ -65,8 +64,8 @@ struct ShardCopy {
 
 inline absl::StatusOr<ShardCopy> ReadCopy(const std::string& server, const std::string& job_id,
                                           uint32_t shard, uint64_t min_version) {
-  auto stub = v1::ReplicaService::NewStub(grpc::CreateChannel(
-      server, grpc::InsecureChannelCredentials()));
+  auto stub =
+      v1::ReplicaService::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
   ctx.AddMetadata("zerostate-job-token", kTestJobToken);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));

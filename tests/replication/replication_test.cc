@@ -40,7 +40,8 @@ TEST_F(ReplicationTest, EveryBackupIsBitIdenticalToItsPrimaryAtEveryStep) {
   for (int step = 0; step < kSteps; ++step) {
     ASSERT_TRUE(RunStep(nodes_, step).ok()) << "step " << step;
     std::vector<std::vector<float>> grads;
-    for (uint32_t n = 0; n < kReplicaNodes; ++n) grads.push_back(NodeGradient(ref.layout(), n, step));
+    for (uint32_t n = 0; n < kReplicaNodes; ++n)
+      grads.push_back(NodeGradient(ref.layout(), n, step));
     ref.Step(step, grads, StepLr(step), kStepScale);
     // The Step was answered: each shard's backup (the next server) holds
     // the new version already, bit for bit.
@@ -52,6 +53,21 @@ TEST_F(ReplicationTest, EveryBackupIsBitIdenticalToItsPrimaryAtEveryStep) {
   std::vector<float> master(total);
   ASSERT_TRUE(nodes_[1]->GatherMaster(kSteps, {0, total}, master.data()).ok());
   ExpectBitIdentical(master.data(), ref.master(), total, "master weights with one backup");
+}
+
+TEST_F(ReplicationTest, StreamedInitialWeightsReachEveryCopy) {
+  v1::JobSpec spec = ReplicatedSpec("streamed", 1);
+  spec.set_streamed_init(true);
+  Open(spec);
+  const uint64_t used = nodes_[0]->layout().used_elems;
+  std::vector<float> init(used);
+  for (uint64_t i = 0; i < used; ++i) init[i] = 0.001f * static_cast<float>(i % 997) - 0.3f;
+  ASSERT_TRUE(nodes_[0]->InitWeights({0, used}, init.data()).ok());
+  ASSERT_TRUE(RunStep(nodes_, 0).ok());
+  const auto servers = cluster_->addresses();
+  for (uint32_t shard = 0; shard < 3; ++shard) {
+    ExpectSameCopies(servers[shard], servers[(shard + 1) % 3], "streamed", shard, 1);
+  }
 }
 
 TEST_F(ReplicationTest, AServerHoldsNoCopyOfAShardItDoesNotBackUp) {

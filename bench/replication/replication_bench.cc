@@ -1,0 +1,187 @@
+// replication_bench: what replicated shards (issue 19) cost and how fast a
+// failover is, with real zerostate-server processes on loopback:
+//   replication.step_ratio   a training step (two nodes push, node 0 asks
+//                            GradStats and steps, both gather the new
+//                            version) with one backup per shard, over the
+//                            same step without backups, same servers,
+//                            same run, steps alternating; limit 1.15
+//   replication.step_k0_ms   the step without backups (median)
+//   replication.step_k1_ms   the step with one backup per shard (median)
+//   replication.failover_s   a server SIGKILLed after node 0's pushes of a
+//                            step, to the end of that step (its GradStats,
+//                            Step and both gathers through the backup that
+//                            took the shard over; StaticMembership, so no
+//                            lease to wait for); limit 2 s, the issue's goal
+//                            after lease expiry
+// Three servers, a model of --params fp32 parameters (one tensor per 4 Mi).
+//   replication_bench [--json] [--params=16777216] [--steps=8]
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "tests/testing/server_process.h"
+
+ABSL_FLAG(bool, json, false, "print one JSON object per figure");
+ABSL_FLAG(int64_t, params, 16 << 20, "model parameters");
+ABSL_FLAG(int, steps, 8, "timed steps per setting (the median is printed)");
+
+namespace zerostate::bench {
+namespace {
+
+constexpr uint32_t kNodes = 2;
+constexpr char kToken[] = "replication-bench-token-0123456789abcdef";
+
+void Print(const std::string& figure, double value, const std::string& unit, double limit) {
+  if (absl::GetFlag(FLAGS_json)) {
+    std::string lim = limit > 0 ? absl::StrCat(limit) : "null";
+    std::string ratio = limit > 0 ? absl::StrCat(value / limit) : "null";
+    std::printf("{\"figure\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"limit\":%s,\"ratio\":%s}\n",
+                figure.c_str(), value, unit.c_str(), lim.c_str(), ratio.c_str());
+  } else {
+    std::printf("%-28s %10.3f %s%s\n", figure.c_str(), value, unit.c_str(),
+                limit > 0
+                    ? absl::StrFormat("  (limit %.3f, ratio %.3f)", limit, value / limit).c_str()
+                    : "");
+  }
+  std::fflush(stdout);
+}
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "replication_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+v1::JobSpec Spec(const std::string& id, uint32_t replicas) {
+  v1::JobSpec spec;
+  spec.set_job_id(id);
+  int64_t left = absl::GetFlag(FLAGS_params);
+  for (int i = 0; left > 0; ++i) {
+    auto* t = spec.add_tensors();
+    t->set_name(absl::StrCat("w", i));
+    t->add_shape(std::min<int64_t>(left, 4 << 20));
+    left -= 4 << 20;
+  }
+  spec.mutable_optimizer()->set_kind(v1::OPTIMIZER_ADAMW);
+  spec.set_num_nodes(kNodes);
+  spec.set_grad_dtype(v1::DTYPE_BF16);
+  spec.set_weight_dtype(v1::DTYPE_BF16);
+  spec.set_seed(7);
+  spec.set_replicas(replicas);
+  return spec;
+}
+
+// A job's two nodes, each with its client, gradient and weights buffers.
+struct Run {
+  std::vector<std::unique_ptr<client::Client>> clients;
+  std::vector<std::unique_ptr<client::JobClient>> nodes;
+  std::vector<std::vector<float>> grads, weights;
+};
+
+Run Open(const std::vector<std::string>& servers, const v1::JobSpec& spec) {
+  Run run;
+  for (uint32_t n = 0; n < kNodes; ++n) {
+    client::ClientOptions o;
+    o.servers = servers;
+    o.plaintext = true;
+    o.job_token = kToken;
+    o.failover_wait = std::chrono::milliseconds(300);
+    o.initial_backoff = std::chrono::milliseconds(5);
+    o.max_backoff = std::chrono::milliseconds(50);
+    auto c = client::Client::Connect(o);
+    if (!c.ok()) Fail(c.status().ToString());
+    auto j = n == 0 ? (*c)->RegisterJob(spec) : (*c)->AttachJob(spec.job_id());
+    if (!j.ok()) Fail(j.status().ToString());
+    const uint64_t used = (*j)->layout().used_elems;
+    run.grads.emplace_back(used);
+    for (uint64_t i = 0; i < used; ++i)
+      run.grads[n][i] = 1e-3f * static_cast<float>((i * 7 + n) % 101);
+    run.weights.emplace_back((*j)->layout().total_elems);
+    run.clients.push_back(*std::move(c));
+    run.nodes.push_back(*std::move(j));
+  }
+  return run;
+}
+
+// One trainer step; `after_push` runs on node 0 once its push is in.
+void Step(Run& run, uint64_t step, const std::function<void()>& after_push = nullptr) {
+  std::vector<absl::Status> result(kNodes);
+  std::vector<std::thread> threads;
+  for (uint32_t n = 0; n < kNodes; ++n) {
+    threads.emplace_back([&, n] {
+      client::JobClient& job = *run.nodes[n];
+      absl::Status s =
+          job.Push(step, n, {0, job.layout().used_elems}, run.grads[n].data(), v1::DTYPE_FP32);
+      if (s.ok() && n == 0) {
+        if (after_push) after_push();
+        auto stats = job.GradStats(step);
+        s = stats.ok() ? job.Step(step, 1e-3f, 1.0f / kNodes, false) : stats.status();
+      }
+      if (s.ok()) {
+        s = job.Gather(step + 1, {0, job.layout().total_elems}, run.weights[n].data(),
+                       v1::DTYPE_FP32);
+      }
+      result[n] = s;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (uint32_t n = 0; n < kNodes; ++n) {
+    if (!result[n].ok()) Fail(absl::StrCat("step ", step, " node ", n, ": ", result[n].ToString()));
+  }
+}
+
+double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+void Main() {
+  testing::ServerProcessOptions o;
+  o.binary = ZEROSTATE_SERVER_PATH;
+  o.args = {"--metrics_listen=", "--grace_seconds=1"};
+  auto cluster = testing::ServerCluster::Start(3, o);
+  if (!cluster.ok()) Fail(cluster.status().ToString());
+  const auto servers = (*cluster)->addresses();
+  Run k0 = Open(servers, Spec("bench-k0", 0));
+  Run k1 = Open(servers, Spec("bench-k1", 1));
+  const int steps = absl::GetFlag(FLAGS_steps);
+  std::vector<double> t0, t1;
+  for (int s = 0; s <= steps; ++s) {  // step 0 warms both up
+    absl::Time start = absl::Now();
+    Step(k0, s);
+    if (s > 0) t0.push_back(Seconds(start));
+    start = absl::Now();
+    Step(k1, s);
+    if (s > 0) t1.push_back(Seconds(start));
+  }
+  const double m0 = Median(t0), m1 = Median(t1);
+  Print("replication.step_k0_ms", m0 * 1e3, "ms", 0);
+  Print("replication.step_k1_ms", m1 * 1e3, "ms", 0);
+  Print("replication.step_ratio", m1 / m0, "x", 1.15);
+  // Failover: server 1 dies after node 0's push of the next step.
+  absl::Time killed;
+  Step(k1, steps + 1, [&] {
+    if (!(*cluster)->server(1).Kill().ok()) Fail("could not kill server 1");
+    killed = absl::Now();
+  });
+  Print("replication.failover_s", Seconds(killed), "s", 2.0);
+}
+
+}  // namespace
+}  // namespace zerostate::bench
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  zerostate::bench::Main();
+  return 0;
+}

@@ -1,0 +1,138 @@
+// Failover of a replicated job's shards (issue 19; docs/reliability.md,
+// "Replicated shards"): when the server of a shard is gone, the client
+// moves the shard to the backup that takes it over (the backup claims it
+// through the servers' membership when asked for it), sends that backup
+// this client's pushes of the step in progress (the primary had them, the
+// backup only ever got whole steps), and runs the interrupted call again.
+// Versions make every repeated push and Step idempotent, so the step is
+// applied exactly once.
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "client/job_client_impl.h"
+#include "common/shard_map.h"
+
+namespace zerostate::client {
+namespace {
+
+// The answers of a server that died, restarted empty or is cut off.
+bool MayBeGone(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) || absl::IsAborted(s) ||
+         absl::IsNotFound(s) || absl::IsUnauthenticated(s);
+}
+
+}  // namespace
+
+void JobClient::Impl::Journal(const PushCall& call) {
+  if (spec_.replicas() == 0) return;
+  absl::MutexLock lock(&journal_mu_);
+  if (call.step != journal_step_) {
+    journal_.clear();
+    journal_step_ = call.step;
+  }
+  journal_.push_back(call);
+}
+
+absl::Status JobClient::Impl::OnShard(int shard, absl::FunctionRef<absl::Status(int)> fn) {
+  absl::Status s;
+  // Each failover moves the shard to another of its k + 1 copies.
+  for (uint32_t tries = 0; tries <= spec_.replicas() + 1; ++tries) {
+    const int server = ServerOf(job_, shard);
+    s = fn(server);
+    if (s.ok() || spec_.replicas() == 0 || !MayBeGone(s)) return s;
+    if (absl::Status moved = FailOver(shard, server, s); !moved.ok()) return moved;
+  }
+  return s;
+}
+
+namespace {
+
+// One JobStatus attempt for `shard` on `server`, answered within `wait`.
+absl::Status QuickStatus(Client::Impl& client, const JobContext& job, int server, int shard,
+                         absl::Duration wait, v1::JobStatusResponse* resp) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + wait));
+  const std::string token = client.job_token().Get();
+  if (!token.empty()) ctx.AddMetadata(kJobTokenMetadata, token);
+  v1::JobStatusRequest req;
+  req.set_job_id(job.job_id);
+  req.set_shard(shard);
+  absl::Status s = FromGrpc(client.server(server).NextStub()->JobStatus(&ctx, req, resp));
+  return s.ok() ? CheckIncarnation(job, server, resp->incarnation()) : s;
+}
+
+}  // namespace
+
+absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& cause) {
+  absl::MutexLock lock(&failover_mu_);
+  if (ServerOf(job_, shard) != from) return absl::OkStatus();  // another call moved it
+  const absl::Duration wait = absl::FromChrono(client_->options().failover_wait);
+  v1::JobStatusResponse probe;
+  if (QuickStatus(*client_, job_, from, shard, wait, &probe).ok()) return cause;  // still there
+  std::vector<PushCall> pushes;
+  uint64_t step = 0;
+  {
+    absl::MutexLock journal(&journal_mu_);
+    pushes = journal_;
+    step = journal_step_;
+  }
+  const int servers = client_->num_servers();
+  absl::Status last = cause;
+  // The first backup that answers for the shard takes it; none: nullopt.
+  auto take_over = [&]() -> std::optional<absl::Status> {
+    for (uint32_t to : ReplicaServers(servers, shard, spec_.replicas())) {
+      if (static_cast<int>(to) == from) continue;
+      v1::JobStatusResponse resp;
+      absl::Status st = QuickStatus(*client_, job_, to, shard, wait, &resp);
+      if (!st.ok()) {
+        last = st;
+        continue;
+      }
+      const uint64_t version = resp.min_version();
+      if (!pushes.empty() && version < step) {
+        return absl::AbortedError(absl::StrCat(
+            "shard ", shard, " of job ", spec_.job_id(), ": its server ",
+            client_->server(from).address(), " is gone and its backup ",
+            client_->server(to).address(), " is at version ", version, ", behind step ", step,
+            " in progress: it missed acknowledged steps (it was lost as a backup earlier); "
+            "restore the job from a checkpoint"));
+      }
+      job_.routes->Move(shard, from, static_cast<int>(to));
+      if (pushes.empty() || version > step) return absl::OkStatus();  // applied there
+      return PushAgain(shard, pushes);
+    }
+    return std::nullopt;
+  };
+  // A backup can take the shard only once the membership let the dead
+  // primary's claim go (etcd: its lease's TTL): asked again until then.
+  const auto& o = client_->options();
+  const absl::Time give_up =
+      absl::Now() +
+      (o.unavailable_wait.count() > 0 ? absl::FromChrono(o.unavailable_wait) : absl::Seconds(60));
+  while (true) {
+    if (std::optional<absl::Status> done = take_over(); done.has_value()) return *done;
+    if (absl::Now() >= give_up) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("shard ", shard, " of job ", spec_.job_id(), ": its server ",
+                   client_->server(from).address(), " is gone (", cause.message(),
+                   ") and none of its backups took it over (", last.message(), ")"));
+}
+
+absl::Status JobClient::Impl::PushAgain(int shard, const std::vector<PushCall>& pushes) {
+  const Range blocks = ShardBlocks(layout_.num_blocks(), client_->num_servers(), shard);
+  const Range elems{blocks.begin * layout_.block_elems, blocks.end * layout_.block_elems};
+  for (const PushCall& call : pushes) {
+    const Range part{std::max(elems.begin, call.elems.begin), std::min(elems.end, call.elems.end)};
+    if (part.empty()) continue;
+    auto ticket = std::make_shared<Ticket::State>(1);
+    ticket->Done(RunPushStream(job_, call, StreamPlan{static_cast<uint32_t>(shard), part}, ticket));
+    if (absl::Status done = ticket->Wait(); !done.ok()) return done;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace zerostate::client
