@@ -11,9 +11,11 @@ pkgs=(
   prometheus python3-yaml
   libclang-rt-14-dev
   python3-torch
+  etcd-server
 )
 # libclang-rt-14-dev: the libFuzzer runtime of tests/fuzz (make fuzz).
 # python3-torch: PyTorch on the CPU for tests/python (the zerostate package).
+# etcd-server: a real etcd for the membership and fencing tests (label etcd).
 pkgs+=("$@")
 missing=()
 for p in "${pkgs[@]}"; do
