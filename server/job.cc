@@ -308,7 +308,14 @@ absl::Status Job::InitWeights(const ChunkView& c) {
 absl::Status Job::AwaitBlock(Block& b, absl::Time deadline, const std::function<bool()>& pred,
                              const std::function<std::string()>& what,
                              const std::function<bool()>& cancelled) const {
-  return server::AwaitBlock(b, shutting_down_, deadline, pred, what, cancelled);
+  std::function<bool()> settled = [&] { return deleted_.load() || pred(); };
+  absl::Status s = server::AwaitBlock(b, shutting_down_, deadline, settled, what, cancelled);
+  if (s.ok() && deleted_.load()) {
+    return absl::NotFoundError(absl::StrCat("job ", spec_.job_id(),
+                                            " was deleted while a call waited on its block ",
+                                            b.index));
+  }
+  return s;
 }
 
 absl::Status Job::AwaitVersion(Block& b, uint64_t version, absl::Time deadline) const {
@@ -523,6 +530,12 @@ void Job::FillStatus(v1::JobStatusResponse* out) const {
   out->set_max_version(hi);
   out->set_blocks_waiting(waiting);
   out->set_blocks_speculated(speculated);
+}
+
+void Job::MarkDeleted() {
+  deleted_ = true;
+  // Releasing each block's mutex makes absl re-evaluate its waiters' conditions.
+  for (auto& bp : blocks_data_) absl::MutexLock lock(&bp->mu);
 }
 
 void Job::Shutdown() {

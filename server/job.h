@@ -101,6 +101,12 @@ class Job {
   // and calls still holding it must not keep the server's staging memory.
   void ReleaseStaging();
 
+  // The job was deleted (JobRegistry::Delete): calls still waiting on one of
+  // its blocks (a gather of a version that will never come, a rank whose
+  // coordinator's Step failed) end now with NOT_FOUND naming the job
+  // instead of waiting out their deadline; calls after it see the same.
+  void MarkDeleted();
+
   // A push received in place (GradientAccumulator::Claim): a claim on the
   // memory of a block's gradient sum where a chunk's payload goes as it is
   // received. Commit() then applies it as Push would have; destroyed
@@ -298,6 +304,7 @@ class Job {
   std::atomic<bool> shutting_down_{false};
   // One replicated step applied at a time on a backup's copy.
   absl::Mutex replica_mu_;
+  std::atomic<bool> deleted_{false};  // MarkDeleted
   // Last: destroyed first, once its speculation tasks ended, while the
   // blocks and the tier they use are still there.
   JobStep step_{JobStep::Env{&spec_, &blocks_data_, &tier_, &shutting_down_, &cow_version_}};

@@ -357,7 +357,10 @@ absl::StatusOr<bool> JobRegistry::Delete(const std::string& job_id, const std::s
   absl::StatusOr<bool> result = Unregister(job_id, token, &deleted);
   // Calls still holding the job keep it alive, not its staging memory
   // (outside the registry's lock: it takes every block's mutex).
-  for (auto& job : deleted) job->ReleaseStaging();
+  for (auto& job : deleted) {
+    job->MarkDeleted();  // waiting calls end now, not at their deadline
+    job->ReleaseStaging();
+  }
   return result;
 }
 
