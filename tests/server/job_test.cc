@@ -503,6 +503,27 @@ TEST_F(JobTest, ShutdownWakesWaitersWithUnavailable) {
   t.join();
 }
 
+// A gather waiting for a version that will never come (its coordinator's
+// Step failed) ends when the job is deleted, not at its deadline: a
+// rollback deletes the job to wake every rank still waiting on it
+// (JobRegistry::Delete marks every copy it drops).
+TEST_F(JobTest, DeletionWakesWaitersWithNotFound) {
+  std::thread t([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    job_->MarkDeleted();
+  });
+  v1::GatherRequest req;
+  req.set_dtype(v1::DTYPE_FP32);
+  auto s = job_->Gather(*job_->CheckGather(req), 3, v1::DTYPE_FP32, 100,
+                        absl::Now() + absl::Seconds(300), [](const v1::Chunk&) { return true; });
+  t.join();
+  ExpectError(s, absl::StatusCode::kNotFound, "job job was deleted");
+  // A gather that comes after the deletion (it held the job already) too.
+  s = job_->Gather(*job_->CheckGather(req), 3, v1::DTYPE_FP32, 100,
+                   absl::Now() + absl::Seconds(300), [](const v1::Chunk&) { return true; });
+  ExpectError(s, absl::StatusCode::kNotFound, "deleted");
+}
+
 // The token registry tests register "job" with.
 constexpr char kToken[] = "job-test-token-0123456789abcdef0123456789";
 
