@@ -51,8 +51,23 @@ class Backend {
 
   // Collective. On return host_out[0, share.size()) holds this rank's share
   // (LocalShare(bucket, local_size, local_rank)) of the node's summed
-  // gradient over `bucket`.
-  [[nodiscard]] virtual absl::Status ReduceScatter(Range bucket, float* host_out) = 0;
+  // gradient over `bucket`: StartReduceScatter, then FinishReduceScatter.
+  [[nodiscard]] absl::Status ReduceScatter(Range bucket, float* host_out) {
+    if (auto s = StartReduceScatter(bucket, host_out); !s.ok()) return s;
+    return FinishReduceScatter();
+  }
+
+  // Collective. Starts ReduceScatter(bucket, host_out); host_out holds the
+  // share once the FinishReduceScatter that ends this start returned OK.
+  // Starts are finished in the order they were made, so several buckets
+  // can be under way at once (a GPU backend reduces and copies the next
+  // while the host pushes the last). Every successful start must be
+  // finished; a failed one needs no finish.
+  [[nodiscard]] virtual absl::Status StartReduceScatter(Range bucket, float* host_out) = 0;
+
+  // Waits for the oldest unfinished StartReduceScatter. REQUIRES: one is
+  // unfinished. The default: starts are done when they return.
+  [[nodiscard]] virtual absl::Status FinishReduceScatter() { return absl::OkStatus(); }
 
   // Collective. host_in[0, share.size()) holds new weights for this rank's
   // share of `bucket`; on return every local rank's parameters hold the

@@ -4,8 +4,10 @@
 
 namespace zerostate::worker {
 
-std::vector<Range> BackwardBuckets(const Layout& layout, std::vector<uint64_t> ready_points) {
+std::vector<Range> BackwardBuckets(const Layout& layout, std::vector<uint64_t> ready_points,
+                                   uint64_t max_elems) {
   const uint64_t b = layout.block_elems;
+  const uint64_t cap = max_elems == 0 ? 0 : (max_elems + b - 1) / b * b;
   std::vector<uint64_t> cuts;
   for (uint64_t p : ready_points) cuts.push_back(std::min((p + b - 1) / b * b, layout.used_elems));
   cuts.push_back(0);
@@ -13,8 +15,14 @@ std::vector<Range> BackwardBuckets(const Layout& layout, std::vector<uint64_t> r
   std::vector<Range> buckets;
   uint64_t end = layout.used_elems;
   for (uint64_t cut : cuts) {
-    if (cut < end) buckets.push_back(Range{cut, end});
-    end = std::min(end, cut);
+    if (cut >= end) continue;
+    // [cut, end) in pieces of `cap` from `cut` on, the highest first.
+    uint64_t pieces = cap == 0 ? 1 : (end - cut + cap - 1) / cap;
+    while (pieces-- > 0) {
+      const uint64_t begin = cap == 0 ? cut : cut + pieces * cap;
+      buckets.push_back(Range{begin, end});
+      end = begin;
+    }
   }
   return buckets;
 }

@@ -16,12 +16,24 @@
 
 namespace zerostate::worker {
 
+// The engine's cap on a bucket (BackwardBuckets' max_elems) unless
+// TrainConfig.bucket_elems sets one: 16 MiB of
+// fp32, about 0.3 ms of a device-to-host copy at 55 GB/s, so the first
+// push of a layer leaves that soon after its backward, not after the
+// whole layer's copy (a 8192 x 8192 layer: 268 MB, about 5 ms).
+inline constexpr uint64_t kMaxBucketElems = uint64_t{1} << 22;
+
 // Cuts [0, layout.used_elems) at the block boundaries at or after each of
-// `ready_points` (the flat offsets backward reports, any order). Returns
+// `ready_points` (the flat offsets backward reports, any order), then cuts
+// each piece longer than `max_elems` (rounded up to whole blocks; 0: no
+// cap) into pieces of that length from its begin, the last one shorter,
+// so that a large layer's gradient leaves in parts while the rest of it
+// is still copied off the device, and its weights land in parts. Returns
 // non-empty ranges in descending order of offset, covering the used space
 // (the padding after the last tensor is never pushed nor gathered: it is
 // zero on both sides).
-std::vector<Range> BackwardBuckets(const Layout& layout, std::vector<uint64_t> ready_points);
+std::vector<Range> BackwardBuckets(const Layout& layout, std::vector<uint64_t> ready_points,
+                                   uint64_t max_elems = 0);
 
 // Local rank `rank`'s share of `bucket` among `ranks`: in rank order,
 // contiguous chunks of LocalChunk(bucket, ranks) elements (the last ones

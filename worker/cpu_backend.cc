@@ -26,7 +26,7 @@ bool CpuBackend::SetWeightsNeeded(WeightsNeededFn need) {
   return true;
 }
 
-absl::Status CpuBackend::ReduceScatter(Range bucket, float* host_out) {
+absl::Status CpuBackend::StartReduceScatter(Range bucket, float* host_out) {
   // Every rank's gradients of `bucket` are final once all have arrived;
   // nobody writes them again before the next step's ZeroGrads, which comes
   // after the AllGather barriers of this step.

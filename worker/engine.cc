@@ -41,7 +41,9 @@ Engine::Engine(client::JobClient* job, Backend* backend, const v1::TrainConfig& 
       topo_(topo),
       scaler_(train.loss_scaling(), train.precision() == v1::PRECISION_FP16) {
   uint64_t staging = 0;
-  for (Range elems : BackwardBuckets(job->layout(), std::move(ready_points))) {
+  for (Range elems : BackwardBuckets(job->layout(), std::move(ready_points),
+                                        train.bucket_elems() != 0 ? train.bucket_elems()
+                                                                  : kMaxBucketElems)) {
     Range share = LocalShare(elems, topo.local_size, topo.local_rank);
     buckets_.push_back(Bucket{elems, share, staging});
     staging += share.size();
@@ -81,13 +83,24 @@ void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
     pushing_ = true;
     if (hook_) hook_(Phase::kPush, step);
   }
+  // Every bucket ready now is started before the first is waited for, so
+  // the backend reduces and copies them back to back; each is pushed as
+  // soon as its own reduction is in, while the later ones still run.
+  auto t0 = Clock::now();
+  std::vector<size_t> started;
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].elems.begin >= ready_begin) {
     const size_t index = next_bucket_++;
     const Bucket& b = buckets_[index];
     if (!push_error_.ok()) continue;  // keep the collective going; report later
-    auto t0 = Clock::now();
-    push_error_ = backend_->ReduceScatter(b.elems, push_staging_.get() + b.staging);
+    push_error_ = backend_->StartReduceScatter(b.elems, push_staging_.get() + b.staging);
+    if (push_error_.ok()) started.push_back(index);
+  }
+  exchange_seconds_ += Since(t0);
+  for (size_t index : started) {
+    t0 = Clock::now();
+    absl::Status s = backend_->FinishReduceScatter();  // every start is finished
     exchange_seconds_ += Since(t0);
+    if (push_error_.ok()) push_error_ = s;
     if (!push_error_.ok()) continue;
     // Delayed update: the servers take step `step`'s pushes once the
     // bucket's blocks are at version `step`, which its gather shows.

@@ -5,7 +5,10 @@
 //             during the last one, each bucket (worker/buckets.h) is handed
 //             on as soon as backward has finished it:
 //   exchange  reduce-scatter inside the node: this rank gets its share of
-//             the node's summed gradient;
+//             the node's summed gradient (every bucket a layer completes
+//             is started before the first is waited for:
+//             Backend::StartReduceScatter; buckets are cut at
+//             TrainConfig.bucket_elems);
 //   push      JobClient::PushAsync of the share (the push of early buckets
 //             overlaps backward of later layers);
 //   step      the coordinator (global rank 0) reads GradStats, decides the
@@ -40,7 +43,7 @@
 // Step is the next step's (or Drain's) error.
 //
 // Layer by layer (synchronous steps, a backend that reports each layer's
-// forward: Backend::SetWeightsNeeded, the CPU backend; not fp16; with a
+// forward: Backend::SetWeightsNeeded, the CPU and CUDA backends; not fp16; with a
 // phase hook the coordinator's Step still ends before its gather phase,
 // as in a whole step): a step that is not a sync
 // point also ends with the coordinator's Step on its thread and the

@@ -5,7 +5,9 @@
 #   - zerostate, one server on loopback (--threads=$SERVER_THREADS, default
 #     15, plus the calling thread: 16), in each mode: synchronous,
 #     speculative (train.speculative_step), delayed (train.delayed_update
-#     after 2 synchronous steps);
+#     after 2 synchronous steps); and synchronous with one bucket per
+#     layer (train.bucket_elems past the largest layer), against the
+#     default 16 MiB buckets;
 #     bf16: bf16 gradients and weights on the wire;
 #   - pure GPU, fused AdamW on the GPU (pure_gpu_step.py);
 #   - FSDP2 + CPUOffloadPolicy(pin_memory=True) + AdamW(fused=True) on the
@@ -35,6 +37,9 @@ for wire in fp32 bf16; do
   zs_mlp "sync_$wire" "$wire"
   zs_mlp "delayed_$wire" "$wire" --delayed_update_warmup=2
   MLP_EXTRA="speculative_step: true" zs_mlp "speculative_$wire" "$wire"
+  # Synchronous with one bucket per layer (the cut before bucket_elems):
+  # what cutting a layer's gradient and weights into 16 MiB buckets gives.
+  MLP_EXTRA="bucket_elems: 4294967296" zs_mlp "sync_layer_buckets_$wire" "$wire"
   fsdp2_mlp "$wire"
 done
 PYTHONUNBUFFERED=1 python3 "$step_dir/pure_gpu_step.py" $(mlp_args) >"$out/pure_gpu.json" \

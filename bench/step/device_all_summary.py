@@ -4,7 +4,9 @@ step_bench prints them (a missing run: value null and "missing" saying
 why):
   zerostate_<mode>_<wire>_step_ms   median ms per step (progress lines, the
                                     first --skip steps left out), modes sync,
-                                    speculative, delayed; wire fp32, bf16
+                                    speculative, delayed, sync_layer_buckets
+                                    (synchronous, one bucket per layer);
+                                    wire fp32, bf16
   <peer>_step_ms                    fsdp2_offload_fp32, fsdp2_offload_bf16,
                                     pure_gpu (fp32)
   ratio.<mode>_<wire>.vs.<peer>     peer ms / ours (above 1: ours is faster),
@@ -16,6 +18,13 @@ why):
                                     each stage of our same-host path
   floor_<wire>_step_ms              those bytes x parameters / bandwidth
   ratio.<mode>_<wire>.to.floor      ours / the floor (1: at the floor)
+  zerostate_<mode>_<wire>.<part>_ms median ms of each part of the step in
+                                    the worker's progress lines (compute,
+                                    exchange, push, step, gather; with
+                                    layer-by-layer landing the next forward's
+                                    waits for weights count as gather)
+  overlap.<mode>_<wire>             the longest part's median / the step's
+                                    median (1: perfect overlap, 1/5: none)
   device_all_summary.py --out DIR --batch 64
 """
 import argparse
@@ -31,7 +40,7 @@ p.add_argument("--skip", type=int, default=2)
 a = p.parse_args()
 
 WIRES = ("fp32", "bf16")
-MODES = ("sync", "speculative", "delayed")
+MODES = ("sync", "speculative", "delayed", "sync_layer_buckets")
 # Bytes of memory traffic per parameter of each stage of a step on one
 # host, the trainer on the GPU, the server on loopback over the same-host
 # (shared memory) plane; read + write of host memory:
@@ -67,10 +76,13 @@ def mlp_params():
 
 
 def zs_ms(mode, wire):
+    """(median ms per step, {part: median ms}, why missing)."""
     steps = worker_steps(path(f"{mode}_{wire}.log"), a.skip)
     if steps:
-        return statistics.median(a.batch / s * 1e3 for s, _ in steps), None
-    return None, f"no progress lines past step {a.skip} in {mode}_{wire}.log"
+        names = sorted({k for _, parts in steps for k in parts})
+        parts = {k: statistics.median(p.get(k, 0.0) for _, p in steps) for k in names}
+        return statistics.median(a.batch / s * 1e3 for s, _ in steps), parts, None
+    return None, {}, f"no progress lines past step {a.skip} in {mode}_{wire}.log"
 
 
 def peer_ms(name, file, suffix):
@@ -114,11 +126,17 @@ for wire in WIRES:
          bytes_per_param=total)
 for wire in WIRES:
     for mode in MODES:
-        ours, why = zs_ms(mode, wire)
+        ours, parts, why = zs_ms(mode, wire)
         name = f"{mode}_{wire}"
         emit(f"zerostate_{name}_step_ms", ours, "ms", **({"missing": why} if why else {}))
         if ours is None:
             continue
+        for part, ms in parts.items():
+            emit(f"zerostate_{name}.{part}_ms", ms, "ms")
+        if parts:
+            longest = max(parts.values())
+            emit(f"overlap.{name}", longest / ours, "x", ours, longest / ours,
+                 longest_part=max(parts, key=parts.get))
         for peer in (f"fsdp2_offload_{wire}", "pure_gpu"):
             ms = peers[peer][0]
             emit(f"ratio.{name}.vs.{peer}", ms / ours if ms else None, "x", ms,

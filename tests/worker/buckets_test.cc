@@ -30,6 +30,22 @@ TEST(BucketsTest, PointsInsideOneBlockGiveOneBucket) {
   EXPECT_EQ(b[0], (Range{0, 100}));
 }
 
+// A cap cuts each layer's bucket into whole-block pieces from the layer's
+// begin, the last (highest) piece shorter; buckets under it stay whole.
+TEST(BucketsTest, CapCutsLongBucketsInWholeBlocksFromTheirBegin) {
+  Layout l = MakeLayout(1000, 128);
+  auto b = BackwardBuckets(l, {0, 300, 640, 700}, 200);  // cap 256: two blocks
+  EXPECT_EQ(b, (std::vector<Range>{{768, 1000}, {640, 768}, {384, 640}, {256, 384}, {0, 256}}));
+  // A cap of less than a block is one block; no cap is the uncapped cut.
+  b = BackwardBuckets(l, {0}, 1);
+  ASSERT_EQ(b.size(), 8u);
+  EXPECT_EQ(b.front(), (Range{896, 1000}));
+  EXPECT_EQ(b.back(), (Range{0, 128}));
+  for (size_t i = 1; i < b.size(); ++i) EXPECT_EQ(b[i].end, b[i - 1].begin);
+  EXPECT_EQ(BackwardBuckets(l, {0, 300}, 0), BackwardBuckets(l, {0, 300}));
+  EXPECT_EQ(BackwardBuckets(l, {0, 300}, 1000), BackwardBuckets(l, {0, 300}));
+}
+
 TEST(BucketsTest, LocalSharesPartitionTheBucketInAlignedUnits) {
   for (uint32_t ranks : {1u, 2u, 3u, 4u, 7u}) {
     Range bucket{256, 256 + 64 * 10 + 5};

@@ -151,6 +151,11 @@ INSTANTIATE_TEST_SUITE_P(
                            "train { precision: PRECISION_FP16 weight_dtype: DTYPE_FP16 "
                            "loss_scaling { initial_scale: 1048576 growth_interval: 3 } }",
                            true},
+                      // Buckets of one block: several start at each layer's
+                      // end and are finished in order (Backend::
+                      // StartReduceScatter), and the next forward lands a
+                      // layer's weights bucket by bucket.
+                      Case{"fp32_one_block_buckets_two_servers", 2, "train { bucket_elems: 1 }"},
                       Case{"sgd_clipping_one_server", 1,
                            "train { optimizer { kind: OPTIMIZER_SGD_MOMENTUM } gradient_clipping: 0.05 }"},
                       // The speculative step (the servers step each block
@@ -168,6 +173,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // weights changes the bits.
                       Case{"delayed_update_two_servers", 2,
                            "train { delayed_update { enabled: true warmup_steps: 3 } }"},
+                      Case{"delayed_update_one_block_buckets", 1,
+                           "train { delayed_update { enabled: true warmup_steps: 2 } bucket_elems: 1 }"},
                       Case{"delayed_update_no_warmup_clipping_bf16", 1,
                            "train { delayed_update { enabled: true } gradient_clipping: 0.05 "
                            "precision: PRECISION_BF16 weight_dtype: DTYPE_BF16 }"}),

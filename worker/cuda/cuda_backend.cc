@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <vector>
 
 #include "worker/buckets.h"
@@ -46,7 +47,9 @@ class CudaBackend : public Backend {
   absl::Status ZeroGrads() override;
   absl::StatusOr<float> ForwardBackward(const float* x, const float* y, uint32_t batch,
                                         float loss_scale, const GradsReadyFn& ready) override;
-  absl::Status ReduceScatter(Range bucket, float* host_out) override;
+  bool SetWeightsNeeded(WeightsNeededFn need) override;
+  absl::Status StartReduceScatter(Range bucket, float* host_out) override;
+  absl::Status FinishReduceScatter() override;
   absl::Status AllGather(Range bucket, const float* host_in) override;
   absl::Status ReadParams(Range elems, float* host) override;
   absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) override;
@@ -75,12 +78,19 @@ class CudaBackend : public Backend {
   std::vector<cudaEvent_t> layer_done_;
   cudaEvent_t grads_done_ = nullptr, params_ready_ = nullptr;
   cudaEvent_t pending_ = nullptr;  // what the next ReduceScatter waits for
+  // Started reduce-scatters, oldest first: each one's event is recorded on
+  // comm_ after its copy to the host. Spare events are kept for reuse.
+  std::deque<cudaEvent_t> reducing_;
+  std::vector<cudaEvent_t> spare_events_;
+  WeightsNeededFn need_;  // layer-by-layer landing (Backend::SetWeightsNeeded)
 };
 
 CudaBackend::~CudaBackend() {
   if (compute_) cudaStreamSynchronize(compute_);
   if (comm_) cudaStreamSynchronize(comm_);
   for (cudaEvent_t e : layer_done_) cudaEventDestroy(e);
+  for (cudaEvent_t e : reducing_) cudaEventDestroy(e);
+  for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
   if (grads_done_) cudaEventDestroy(grads_done_);
   if (params_ready_) cudaEventDestroy(params_ready_);
   if (nccl_) ncclCommDestroy(nccl_);
@@ -172,6 +182,13 @@ absl::Status CudaBackend::ZeroGrads() {
 absl::Status CudaBackend::Forward(uint32_t batch) {
   for (int l = 0; l < num_layers(); ++l) {
     const int in = static_cast<int>(dims_[l]), out = static_cast<int>(dims_[l + 1]);
+    if (need_) {
+      // The engine lands every bucket below the layer's end (AllGather:
+      // queued on comm_, each recording params_ready_), so waiting for the
+      // last record waits for them all; earlier layers compute meanwhile.
+      need_(b_off_[l] + dims_[l + 1]);
+      ZS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(compute_, params_ready_, 0));
+    }
     const float* w = params_.get() + w_off_[l];
     if (auto s = Gemm(CUBLAS_OP_T, CUBLAS_OP_N, out, static_cast<int>(batch), in, w, in, a_[l].get(), in,
                       0.0f, z_[l + 1].get(), out);
@@ -239,7 +256,12 @@ absl::StatusOr<float> CudaBackend::ForwardBackward(const float* x, const float* 
   return static_cast<float>(loss / static_cast<double>(ny));
 }
 
-absl::Status CudaBackend::ReduceScatter(Range bucket, float* host_out) {
+bool CudaBackend::SetWeightsNeeded(WeightsNeededFn need) {
+  need_ = std::move(need);
+  return true;
+}
+
+absl::Status CudaBackend::StartReduceScatter(Range bucket, float* host_out) {
   const uint64_t chunk = LocalChunk(bucket, opts_.local_size);
   const uint64_t padded = chunk * opts_.local_size;
   const Range share = LocalShare(bucket, opts_.local_size, opts_.local_rank);
@@ -250,7 +272,29 @@ absl::Status CudaBackend::ReduceScatter(Range bucket, float* host_out) {
   ZS_CUDA_RETURN_IF_ERROR(ncclReduceScatter(send_.get(), recv_.get(), chunk, ncclFloat, ncclSum, nccl_, comm_));
   // host_out is the engine's staging from AllocHost: pinned, copied into directly.
   ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out, recv_.get(), share.size() * 4, cudaMemcpyDeviceToHost, comm_));
-  ZS_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(comm_));
+  // The next start reuses send_ and recv_ after this one on the same
+  // stream, so only the host needs to wait, for this event.
+  cudaEvent_t done = nullptr;
+  if (spare_events_.empty()) {
+    ZS_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  } else {
+    done = spare_events_.back();
+    spare_events_.pop_back();
+  }
+  if (auto s = Check(cudaEventRecord(done, comm_), "cudaEventRecord(reduce-scatter done)"); !s.ok()) {
+    spare_events_.push_back(done);
+    return s;
+  }
+  reducing_.push_back(done);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::FinishReduceScatter() {
+  if (reducing_.empty()) return absl::FailedPreconditionError("FinishReduceScatter: no reduce-scatter started");
+  cudaEvent_t done = reducing_.front();
+  reducing_.pop_front();
+  spare_events_.push_back(done);
+  ZS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(done));
   return absl::OkStatus();
 }
 
@@ -259,7 +303,8 @@ absl::Status CudaBackend::AllGather(Range bucket, const float* host_in) {
   const Range share = LocalShare(bucket, opts_.local_size, opts_.local_rank);
   // host_in is the engine's pinned staging; the engine does not write it
   // again before the next step's gather, which comes after this copy ended
-  // (the next ReduceScatter synchronizes comm_ first).
+  // (the next step's FinishReduceScatter waits for an event recorded on
+  // comm_ after it).
   ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(recv_.get(), host_in, share.size() * 4, cudaMemcpyHostToDevice, comm_));
   ZS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(recv_.get() + share.size(), 0, (chunk - share.size()) * 4, comm_));
   ZS_CUDA_RETURN_IF_ERROR(ncclAllGather(recv_.get(), send_.get(), chunk, ncclFloat, nccl_, comm_));

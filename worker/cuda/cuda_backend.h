@@ -5,10 +5,16 @@
 //
 // Overlap: ForwardBackward enqueues the whole backward pass first,
 // recording an event per layer, and only then reports the layers ready;
-// each ReduceScatter waits (on the GPU) for its layer's event, so backward
-// of lower layers runs while upper buckets are reduced, copied to pinned
-// host memory and pushed. AllGather ends with an event the next forward
-// waits on; the host never waits for compute except for the loss.
+// each StartReduceScatter waits (on the GPU) for its layer's event and
+// queues the reduction and the copy to pinned host memory on the comm
+// stream, recording an event of its own that FinishReduceScatter waits
+// for, so backward of lower layers and the copies of later buckets run
+// while earlier buckets are pushed. AllGather ends with an event the
+// forward waits on: before the first layer, and with SetWeightsNeeded
+// (layer-by-layer landing) before each layer, right after the engine
+// landed that layer's buckets, so layer l computes while the weights of
+// later layers are still gathered and copied in. The host never waits
+// for compute except for the loss.
 //
 // NodeAnyFailed votes with a one-byte max all-reduce on the comm stream (a
 // single-rank node answers without NCCL); the host waits for that byte.

@@ -9,10 +9,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <vector>
 
 #include "common/init.h"
+#include "worker/buckets.h"
 #include "worker/mlp.h"
 #include "worker/teacher_data.h"
 
@@ -134,6 +136,76 @@ TEST(CudaBackendTest, OneRankMatchesCpuModel) {
   }
   ASSERT_TRUE(gpu.ReadParams(all, read.data()).ok());
   EXPECT_EQ(read, m.params);
+}
+
+// The engine's overlapped schedule against the whole one on the same GPU,
+// bit for bit: weights landed bucket by bucket from inside the forward
+// (SetWeightsNeeded, before each layer, with the layer's end) and every
+// bucket's reduce-scatter started as its layer is reported and finished
+// only after ForwardBackward returned (several in flight), against all
+// weights landed first and each bucket reduced on its own.
+TEST(CudaBackendTest, LayerLandingAndStartedReduceScattersMatchTheWholeSchedule) {
+  SKIP_WITHOUT_GPU();
+  Model m;
+  Mlp cpu(m.config);
+  cpu.Bind(m.layout);
+  const std::vector<Range> buckets = BackwardBuckets(m.layout, cpu.ReadyPoints(), 1);  // one block each
+  ASSERT_GT(buckets.size(), 2u);
+  std::vector<float> x(kBatch * m.config.input_dim()), y(kBatch * m.config.output_dim());
+  TeacherData(m.config).Fill(0, kBatch, x.data(), y.data());
+  const uint64_t n = m.layout.total_elems;
+
+  auto id = NewNcclId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto whole = MakeCudaBackend(m.Options(*id));
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  auto weights = (*whole)->AllocHost(n), whole_grads = (*whole)->AllocHost(n);
+  ASSERT_TRUE(weights.ok() && whole_grads.ok());
+  std::copy(m.params.begin(), m.params.end(), weights->get());
+  ASSERT_TRUE((*whole)->AllGather(Range{0, n}, weights->get()).ok());
+  ASSERT_TRUE((*whole)->ZeroGrads().ok());
+  auto whole_loss = (*whole)->ForwardBackward(x.data(), y.data(), kBatch, 2.0f, nullptr);
+  ASSERT_TRUE(whole_loss.ok()) << whole_loss.status();
+  for (Range b : buckets) ASSERT_TRUE((*whole)->ReduceScatter(b, whole_grads->get() + b.begin).ok());
+
+  auto id2 = NewNcclId();
+  ASSERT_TRUE(id2.ok()) << id2.status();
+  auto layered = MakeCudaBackend(m.Options(*id2));
+  ASSERT_TRUE(layered.ok()) << layered.status();
+  Backend& gpu = **layered;
+  auto grads = gpu.AllocHost(n);
+  ASSERT_TRUE(grads.ok());
+  std::vector<uint64_t> needed;
+  size_t landed = buckets.size();  // buckets are in descending order: land from the back
+  ASSERT_TRUE(gpu.SetWeightsNeeded([&](uint64_t end) {
+    needed.push_back(end);
+    while (landed > 0 && buckets[landed - 1].begin < end) {
+      --landed;
+      ASSERT_TRUE(gpu.AllGather(buckets[landed], weights->get() + buckets[landed].begin).ok());
+    }
+  }));
+  size_t started = 0;
+  ASSERT_TRUE(gpu.ZeroGrads().ok());
+  auto loss = gpu.ForwardBackward(x.data(), y.data(), kBatch, 2.0f, [&](uint64_t ready_begin) {
+    for (; started < buckets.size() && buckets[started].begin >= ready_begin; ++started) {
+      ASSERT_TRUE(gpu.StartReduceScatter(buckets[started], grads->get() + buckets[started].begin).ok());
+    }
+  });
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  ASSERT_EQ(started, buckets.size());
+  for (size_t i = 0; i < started; ++i) ASSERT_TRUE(gpu.FinishReduceScatter().ok()) << "bucket " << i;
+  EXPECT_EQ(gpu.FinishReduceScatter().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(landed, 0u);
+  ASSERT_EQ(needed.size(), static_cast<size_t>(cpu.num_layers()));
+  EXPECT_EQ(needed.back(), m.layout.used_elems);
+
+  EXPECT_EQ(std::memcmp(&*loss, &*whole_loss, sizeof(float)), 0) << *loss << " vs " << *whole_loss;
+  const uint64_t used = m.layout.used_elems;
+  EXPECT_EQ(std::memcmp(grads->get(), whole_grads->get(), used * sizeof(float)), 0);
+  std::vector<float> read(n);
+  ASSERT_TRUE(gpu.ReadParams(Range{0, n}, read.data()).ok());
+  EXPECT_EQ(std::memcmp(read.data(), m.params.data(), used * sizeof(float)), 0);
+  gpu.SetWeightsNeeded(nullptr);
 }
 
 TEST(CudaBackendTest, OneRankVotePassesItsOwnFlag) {
