@@ -32,6 +32,14 @@ export SERVER_THREADS=${SERVER_THREADS:-15} SERVER_METRICS=127.0.0.1:0
 source "$step_dir/device_server.sh"  # out (from $1), bin, srv, the job token
 source "$step_dir/device_mlp.sh"     # zs_mlp, fsdp2_mlp, mlp_args
 git rev-parse HEAD >"$out/commit.txt" 2>/dev/null || true
+# The CUDA backend's tests on this GPU when bundled (build/tests/worker/cuda/
+# worker_cuda_test): among them the overlapped schedule (layer landing,
+# reduce-scatters in flight) against the whole one, bit for bit.
+if [[ -x $bin/worker_cuda_test ]]; then
+  "$bin/worker_cuda_test" >"$out/worker_cuda_test.log" 2>&1
+  echo "worker_cuda_test: exit $? ($(grep -c '^\[       OK' "$out/worker_cuda_test.log") passed," \
+    "$(grep -c '^\[  FAILED  \] [A-Z]' "$out/worker_cuda_test.log") failed)"
+fi
 
 for wire in fp32 bf16; do
   zs_mlp "sync_$wire" "$wire"

@@ -25,6 +25,11 @@ why):
                                     waits for weights count as gather)
   overlap.<mode>_<wire>             the longest part's median / the step's
                                     median (1: perfect overlap, 1/5: none)
+  same_losses.sync_layer_buckets_<wire>
+                                    1 when every step's loss (as printed) of
+                                    the run with one bucket per layer equals
+                                    the default run's, else 0: the bucket cut
+                                    must not change a bit
   device_all_summary.py --out DIR --batch 64
 """
 import argparse
@@ -83,6 +88,16 @@ def zs_ms(mode, wire):
         parts = {k: statistics.median(p.get(k, 0.0) for _, p in steps) for k in names}
         return statistics.median(a.batch / s * 1e3 for s, _ in steps), parts, None
     return None, {}, f"no progress lines past step {a.skip} in {mode}_{wire}.log"
+
+
+def losses(name):
+    """[(step, loss text)] of the worker's progress lines in NAME.log."""
+    import re
+    try:
+        with open(path(f"{name}.log"), encoding="utf-8", errors="replace") as f:
+            return re.findall(r"^step (\d+) loss (\S+)", f.read(), re.M)
+    except OSError:
+        return []
 
 
 def peer_ms(name, file, suffix):
@@ -144,3 +159,7 @@ for wire in WIRES:
         if floor[wire]:
             emit(f"ratio.{name}.to.floor", ours / floor[wire], "x", floor[wire],
                  ours / floor[wire])
+for wire in WIRES:
+    base, cut = losses(f"sync_{wire}"), losses(f"sync_layer_buckets_{wire}")
+    if base and cut:
+        emit(f"same_losses.sync_layer_buckets_{wire}", int(base == cut), "bool", steps=len(base))

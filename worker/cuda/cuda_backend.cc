@@ -266,12 +266,19 @@ absl::Status CudaBackend::StartReduceScatter(Range bucket, float* host_out) {
   const uint64_t padded = chunk * opts_.local_size;
   const Range share = LocalShare(bucket, opts_.local_size, opts_.local_rank);
   ZS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(comm_, pending_, 0));
-  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(send_.get(), grads_.get() + bucket.begin, bucket.size() * 4,
-                                          cudaMemcpyDeviceToDevice, comm_));
-  ZS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(send_.get() + bucket.size(), 0, (padded - bucket.size()) * 4, comm_));
-  ZS_CUDA_RETURN_IF_ERROR(ncclReduceScatter(send_.get(), recv_.get(), chunk, ncclFloat, ncclSum, nccl_, comm_));
   // host_out is the engine's staging from AllocHost: pinned, copied into directly.
-  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out, recv_.get(), share.size() * 4, cudaMemcpyDeviceToHost, comm_));
+  if (opts_.local_size == 1) {
+    // One rank: its share is the bucket and the node's sum its own
+    // gradient, copied straight off the device (NCCL would copy it twice).
+    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out, grads_.get() + bucket.begin, bucket.size() * 4,
+                                            cudaMemcpyDeviceToHost, comm_));
+  } else {
+    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(send_.get(), grads_.get() + bucket.begin, bucket.size() * 4,
+                                            cudaMemcpyDeviceToDevice, comm_));
+    ZS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(send_.get() + bucket.size(), 0, (padded - bucket.size()) * 4, comm_));
+    ZS_CUDA_RETURN_IF_ERROR(ncclReduceScatter(send_.get(), recv_.get(), chunk, ncclFloat, ncclSum, nccl_, comm_));
+    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out, recv_.get(), share.size() * 4, cudaMemcpyDeviceToHost, comm_));
+  }
   // The next start reuses send_ and recv_ after this one on the same
   // stream, so only the host needs to wait, for this event.
   cudaEvent_t done = nullptr;
@@ -305,11 +312,17 @@ absl::Status CudaBackend::AllGather(Range bucket, const float* host_in) {
   // again before the next step's gather, which comes after this copy ended
   // (the next step's FinishReduceScatter waits for an event recorded on
   // comm_ after it).
-  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(recv_.get(), host_in, share.size() * 4, cudaMemcpyHostToDevice, comm_));
-  ZS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(recv_.get() + share.size(), 0, (chunk - share.size()) * 4, comm_));
-  ZS_CUDA_RETURN_IF_ERROR(ncclAllGather(recv_.get(), send_.get(), chunk, ncclFloat, nccl_, comm_));
-  ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(params_.get() + bucket.begin, send_.get(), bucket.size() * 4,
-                                          cudaMemcpyDeviceToDevice, comm_));
+  if (opts_.local_size == 1) {
+    // One rank: its share is the bucket, copied straight into the parameters.
+    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(params_.get() + bucket.begin, host_in, bucket.size() * 4,
+                                            cudaMemcpyHostToDevice, comm_));
+  } else {
+    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(recv_.get(), host_in, share.size() * 4, cudaMemcpyHostToDevice, comm_));
+    ZS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(recv_.get() + share.size(), 0, (chunk - share.size()) * 4, comm_));
+    ZS_CUDA_RETURN_IF_ERROR(ncclAllGather(recv_.get(), send_.get(), chunk, ncclFloat, nccl_, comm_));
+    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(params_.get() + bucket.begin, send_.get(), bucket.size() * 4,
+                                            cudaMemcpyDeviceToDevice, comm_));
+  }
   ZS_CUDA_RETURN_IF_ERROR(cudaEventRecord(params_ready_, comm_));
   return absl::OkStatus();
 }
