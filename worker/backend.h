@@ -49,10 +49,20 @@ class Backend {
   // backend cannot (the engine then lands every weight before the step).
   virtual bool SetWeightsNeeded(WeightsNeededFn need) { return false; }
 
+  // The element type of the host side of the collectives: what
+  // ReduceScatter writes to host_out (grad_staging) and AllGather reads
+  // from host_in (weight_staging). FP32, or the job's wire dtype when the
+  // backend converts on the device (the CUDA backend for BF16: half the
+  // bytes to copy, and the client sends and receives them as they are).
+  // The conversion is the client's (common/convert.h) bit for bit.
+  virtual v1::DType grad_staging() const { return v1::DTYPE_FP32; }
+  virtual v1::DType weight_staging() const { return v1::DTYPE_FP32; }
+
   // Collective. On return host_out[0, share.size()) holds this rank's share
   // (LocalShare(bucket, local_size, local_rank)) of the node's summed
-  // gradient over `bucket`: StartReduceScatter, then FinishReduceScatter.
-  [[nodiscard]] absl::Status ReduceScatter(Range bucket, float* host_out) {
+  // gradient over `bucket`, as grad_staging() elements:
+  // StartReduceScatter, then FinishReduceScatter.
+  [[nodiscard]] absl::Status ReduceScatter(Range bucket, void* host_out) {
     if (auto s = StartReduceScatter(bucket, host_out); !s.ok()) return s;
     return FinishReduceScatter();
   }
@@ -63,16 +73,16 @@ class Backend {
   // can be under way at once (a GPU backend reduces and copies the next
   // while the host pushes the last). Every successful start must be
   // finished; a failed one needs no finish.
-  [[nodiscard]] virtual absl::Status StartReduceScatter(Range bucket, float* host_out) = 0;
+  [[nodiscard]] virtual absl::Status StartReduceScatter(Range bucket, void* host_out) = 0;
 
   // Waits for the oldest unfinished StartReduceScatter. REQUIRES: one is
   // unfinished. The default: starts are done when they return.
   [[nodiscard]] virtual absl::Status FinishReduceScatter() { return absl::OkStatus(); }
 
   // Collective. host_in[0, share.size()) holds new weights for this rank's
-  // share of `bucket`; on return every local rank's parameters hold the
-  // new weights of the whole bucket.
-  [[nodiscard]] virtual absl::Status AllGather(Range bucket, const float* host_in) = 0;
+  // share of `bucket` (weight_staging() elements); on return every local
+  // rank's parameters hold the new weights of the whole bucket.
+  [[nodiscard]] virtual absl::Status AllGather(Range bucket, const void* host_in) = 0;
 
   // Host memory for `elems` floats that the collectives copy to and from
   // fastest (the engine's staging). Errors: RESOURCE_EXHAUSTED or INTERNAL.

@@ -26,7 +26,8 @@ bool CpuBackend::SetWeightsNeeded(WeightsNeededFn need) {
   return true;
 }
 
-absl::Status CpuBackend::StartReduceScatter(Range bucket, float* host_out) {
+absl::Status CpuBackend::StartReduceScatter(Range bucket, void* host) {
+  float* host_out = static_cast<float*>(host);  // grad_staging(): FP32
   // Every rank's gradients of `bucket` are final once all have arrived;
   // nobody writes them again before the next step's ZeroGrads, which comes
   // after the AllGather barriers of this step.
@@ -41,7 +42,8 @@ absl::Status CpuBackend::StartReduceScatter(Range bucket, float* host_out) {
   return absl::OkStatus();
 }
 
-absl::Status CpuBackend::AllGather(Range bucket, const float* host_in) {
+absl::Status CpuBackend::AllGather(Range bucket, const void* host) {
+  const float* host_in = static_cast<const float*>(host);  // weight_staging(): FP32
   const Range mine = LocalShare(bucket, group_->size(), rank_);
   std::memcpy(group_->params(rank_) + mine.begin, host_in, mine.size() * sizeof(float));
   if (auto s = group_->Barrier(rank_); !s.ok()) return s;

@@ -23,8 +23,8 @@ class CpuBackend : public Backend {
   absl::StatusOr<float> ForwardBackward(const float* x, const float* y, uint32_t batch,
                                         float loss_scale, const GradsReadyFn& ready) override;
   bool SetWeightsNeeded(WeightsNeededFn need) override;
-  absl::Status StartReduceScatter(Range bucket, float* host_out) override;
-  absl::Status AllGather(Range bucket, const float* host_in) override;
+  absl::Status StartReduceScatter(Range bucket, void* host_out) override;
+  absl::Status AllGather(Range bucket, const void* host_in) override;
   absl::Status ReadParams(Range elems, float* host) override;
   absl::StatusOr<bool> NodeAnyFailed(bool failed) override;
   absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) override;

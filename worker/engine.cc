@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/job_spec.h"
 #include "worker/buckets.h"
 #include "worker/lr_schedule.h"
 
@@ -71,11 +72,19 @@ absl::Status Engine::EnsureStaging() {
   return absl::OkStatus();
 }
 
+void* Engine::PushStaging(const Bucket& b) const {
+  return reinterpret_cast<char*>(push_staging_.get()) + b.staging * DTypeSize(backend_->grad_staging());
+}
+
+void* Engine::GatherStaging(const Bucket& b) const {
+  return reinterpret_cast<char*>(gather_staging_.get()) + b.staging * DTypeSize(backend_->weight_staging());
+}
+
 void Engine::PushBucket(uint64_t step, size_t index) {
   const Bucket& b = buckets_[index];
   if (b.share.empty()) return;
   push_tickets_.push_back(
-      job_->PushAsync(step, topo_.node, b.share, push_staging_.get() + b.staging, v1::DTYPE_FP32));
+      job_->PushAsync(step, topo_.node, b.share, PushStaging(b), backend_->grad_staging()));
 }
 
 void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
@@ -92,7 +101,7 @@ void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
     const size_t index = next_bucket_++;
     const Bucket& b = buckets_[index];
     if (!push_error_.ok()) continue;  // keep the collective going; report later
-    push_error_ = backend_->StartReduceScatter(b.elems, push_staging_.get() + b.staging);
+    push_error_ = backend_->StartReduceScatter(b.elems, PushStaging(b));
     if (push_error_.ok()) started.push_back(index);
   }
   exchange_seconds_ += Since(t0);
@@ -132,8 +141,7 @@ std::vector<client::Ticket> Engine::StartGather(uint64_t version) {
   for (size_t i = buckets_.size(); i-- > 0;) {
     const Bucket& b = buckets_[i];
     if (b.share.empty()) continue;
-    tickets[i] = job_->GatherAsync(version, b.share, gather_staging_.get() + b.staging,
-                                   v1::DTYPE_FP32);
+    tickets[i] = job_->GatherAsync(version, b.share, GatherStaging(b), backend_->weight_staging());
   }
   return tickets;
 }
@@ -150,7 +158,7 @@ absl::Status Engine::FinishGather(std::vector<client::Ticket>& tickets, PhaseTim
   // its peers would wait forever at the barrier; the error is kept.
   t0 = Clock::now();
   for (const Bucket& b : buckets_) {
-    absl::Status s = backend_->AllGather(b.elems, gather_staging_.get() + b.staging);
+    absl::Status s = backend_->AllGather(b.elems, GatherStaging(b));
     if (status.ok() && !s.ok()) status = s;
   }
   times->exchange += Since(t0);
@@ -203,7 +211,7 @@ absl::Status Engine::LandBucket(size_t index) {
   absl::Status status = t.Wait();
   const Bucket& b = buckets_[index];
   // Every rank takes part in the all-gather even after an error.
-  absl::Status s = backend_->AllGather(b.elems, gather_staging_.get() + b.staging);
+  absl::Status s = backend_->AllGather(b.elems, GatherStaging(b));
   return status.ok() ? s : status;
 }
 

@@ -244,7 +244,13 @@ class Engine {
   absl::Status EnsureStaging();
 
   uint64_t staging_elems_ = 0;
-  HostBuffer push_staging_, gather_staging_;  // from the backend (pinned on a GPU)
+  // From the backend (pinned on a GPU): staging_elems_ floats each, of
+  // which the buckets' shares take staging_elems_ elements of the
+  // backend's grad_staging() and weight_staging() dtypes (at most 4 bytes).
+  HostBuffer push_staging_, gather_staging_;
+  // Where bucket `b`'s share lies in them.
+  void* PushStaging(const Bucket& b) const;
+  void* GatherStaging(const Bucket& b) const;
   LossScaler scaler_;
 
   PhaseHook hook_;

@@ -122,6 +122,8 @@ absl::StatusOr<std::unique_ptr<Backend>> MakeCudaRank(client::Client* client, co
   o.local_size = topo.local_size;
   o.max_batch = config.train().micro_batch_size();
   o.nccl_id = (*ids)[0];
+  o.grad_dtype = config.train().grad_dtype();
+  o.weight_dtype = config.train().weight_dtype();
   return cuda::MakeCudaBackend(o);
 }
 #endif

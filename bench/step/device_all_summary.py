@@ -49,18 +49,20 @@ MODES = ("sync", "speculative", "delayed", "sync_layer_buckets")
 # Bytes of memory traffic per parameter of each stage of a step on one
 # host, the trainer on the GPU, the server on loopback over the same-host
 # (shared memory) plane; read + write of host memory:
-#   d2h       the GPU writes the fp32 gradient into pinned staging
-#   push      the client copies (fp32) or encodes (bf16) it into the segment
+#   d2h       the GPU writes the gradient into pinned staging (bf16: the
+#             GPU rounds it first, Backend::grad_staging)
+#   push      the client copies it into the segment
 #   fold      the server folds node 0's piece from the segment into the sum
 #   optimizer AdamW's pass: reads p, g, m, v, writes p, m, v (+ bf16 copy)
 #   gather    the server copies the weights into the segment
-#   unpack    the client copies (fp32) or decodes (bf16) them into staging
-#   h2d       the GPU reads the fp32 weights from pinned staging
+#   unpack    the client copies them into staging
+#   h2d       the GPU reads the weights from pinned staging (bf16: and
+#             widens them itself)
 STAGES = {
     "fp32": {"d2h": 4, "push": 4 + 4, "fold": 4 + 4, "optimizer": 16 + 12, "gather": 4 + 4,
              "unpack": 4 + 4, "h2d": 4},
-    "bf16": {"d2h": 4, "push": 4 + 2, "fold": 2 + 4, "optimizer": 16 + 14, "gather": 2 + 2,
-             "unpack": 2 + 4, "h2d": 4},
+    "bf16": {"d2h": 2, "push": 2 + 2, "fold": 2 + 4, "optimizer": 16 + 14, "gather": 2 + 2,
+             "unpack": 2 + 2, "h2d": 2},
 }
 LIMIT_BYTES_PER_PARAM = 30  # optimizer_bench's TrafficPass
 

@@ -15,8 +15,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/convert.h"
+#include "common/init.h"
+#include "google/protobuf/text_format.h"
 
 #include "tests/testing/server_process.h"
 #include "worker/buckets.h"
@@ -45,6 +53,8 @@ class RecordingBackend : public Backend {
   uint32_t local_rank() const override { return inner_->local_rank(); }
   uint32_t local_size() const override { return inner_->local_size(); }
   absl::Status ZeroGrads() override { return inner_->ZeroGrads(); }
+  v1::DType grad_staging() const override { return inner_->grad_staging(); }
+  v1::DType weight_staging() const override { return inner_->weight_staging(); }
   absl::StatusOr<float> ForwardBackward(const float* x, const float* y, uint32_t batch,
                                         float loss_scale, const GradsReadyFn& ready) override {
     GradsReadyFn logged;
@@ -64,7 +74,7 @@ class RecordingBackend : public Backend {
       calls.push_back({Call::kNeeded, Range{0, end}});
     });
   }
-  absl::Status StartReduceScatter(Range bucket, float* host_out) override {
+  absl::Status StartReduceScatter(Range bucket, void* host_out) override {
     calls.push_back({Call::kStart, bucket});
     return inner_->StartReduceScatter(bucket, host_out);
   }
@@ -72,7 +82,7 @@ class RecordingBackend : public Backend {
     calls.push_back({Call::kFinish, Range{}});
     return inner_->FinishReduceScatter();
   }
-  absl::Status AllGather(Range bucket, const float* host_in) override {
+  absl::Status AllGather(Range bucket, const void* host_in) override {
     calls.push_back({Call::kAllGather, bucket});
     return inner_->AllGather(bucket, host_in);
   }
@@ -84,9 +94,32 @@ class RecordingBackend : public Backend {
   Backend* const inner_;
 };
 
+// Like the CUDA backend for a BF16 job, on the host: the host side of the
+// collectives is BF16 (grad_staging, weight_staging), converted as the
+// client converts (common/convert.h), around `inner` (a CPU backend, whose
+// reduce-scatter is done when it starts).
+class Bf16StagingBackend : public RecordingBackend {
+ public:
+  explicit Bf16StagingBackend(Backend* inner) : RecordingBackend(inner) {}
+  v1::DType grad_staging() const override { return v1::DTYPE_BF16; }
+  v1::DType weight_staging() const override { return v1::DTYPE_BF16; }
+  absl::Status StartReduceScatter(Range bucket, void* host_out) override {
+    std::vector<float> sum(LocalShare(bucket, local_size(), local_rank()).size());
+    absl::Status s = RecordingBackend::StartReduceScatter(bucket, sum.data());
+    auto* out = static_cast<uint16_t*>(host_out);
+    for (size_t i = 0; i < sum.size(); ++i) out[i] = FloatToBf16(sum[i]);
+    return s;
+  }
+  absl::Status AllGather(Range bucket, const void* host_in) override {
+    std::vector<float> weights(LocalShare(bucket, local_size(), local_rank()).size());
+    const auto* in = static_cast<const uint16_t*>(host_in);
+    for (size_t i = 0; i < weights.size(); ++i) weights[i] = Bf16ToFloat(in[i]);
+    return RecordingBackend::AllGather(bucket, weights.data());
+  }
+};
+
 constexpr const char* kConfig = R"pb(
   train {
-    job_id: "engine-schedule"
     model { input_dim: 12 hidden: [40, 24] output_dim: 4 data_seed: 3 }
     micro_batch_size: 4
     steps: 3
@@ -95,55 +128,96 @@ constexpr const char* kConfig = R"pb(
   }
 )pb";
 
-TEST(EngineScheduleTest, BucketsStartTogetherAndWeightsLandLayerByLayer) {
-  auto parsed = ParseTextConfig(kConfig);
-  ASSERT_TRUE(parsed.ok()) << parsed.status();
-  auto config = NormalizeConfig(*parsed, 1);
-  ASSERT_TRUE(config.ok()) << config.status();
-  const v1::TrainConfig& train = config->train();
+// One server; each test opens jobs on it, one rank each.
+class EngineScheduleTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::ServerProcessOptions options;
+    options.binary = ZEROSTATE_SERVER_PATH;
+    options.args = {"--threads=1", "--metrics_listen="};
+    auto server = testing::ServerProcess::Start(options, 0);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    client::ClientOptions client_options;
+    client_options.servers = {server_->address()};
+    client_options.plaintext = true;
+    client_options.job_token = "engine-schedule-test-token-0123456789abcdef";
+    auto client = client::Client::Connect(client_options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+  }
 
-  testing::ServerProcessOptions options;
-  options.binary = ZEROSTATE_SERVER_PATH;
-  options.args = {"--threads=1", "--metrics_listen="};
-  auto server = testing::ServerProcess::Start(options, 0);
-  ASSERT_TRUE(server.ok()) << server.status();
-  client::ClientOptions client_options;
-  client_options.servers = {(*server)->address()};
-  client_options.plaintext = true;
-  client_options.job_token = "engine-schedule-test-token-0123456789abcdef";
-  auto client = client::Client::Connect(client_options);
-  ASSERT_TRUE(client.ok()) << client.status();
+  // kConfig merged with `extra` (text format), as job `job_id`.
+  static v1::TrainConfig Train(const std::string& job_id, const std::string& extra = "") {
+    auto parsed = ParseTextConfig(kConfig);
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_TRUE(google::protobuf::TextFormat::MergeFromString(extra, &*parsed)) << extra;
+    parsed->mutable_train()->set_job_id(job_id);
+    auto config = NormalizeConfig(*parsed, 1);
+    EXPECT_TRUE(config.ok()) << config.status();
+    return config->train();
+  }
 
-  auto model = std::make_unique<Mlp>(train.model());
-  const Topology topo{0, 1, 0, 1};
-  auto opened = OpenJob(client->get(), BuildJobSpec(train, *model, 1), topo, "engine-schedule");
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  client::JobClient* job = opened->job.get();
-  model->Bind(job->layout());
-  const std::vector<uint64_t> ready = model->ReadyPoints();
+  // A registered job and its CPU backend (a group of one rank).
+  struct Rank {
+    OpenedJob opened;
+    std::vector<uint64_t> ready;
+    std::unique_ptr<LocalGroup> group;
+    std::unique_ptr<CpuBackend> cpu;
+  };
+  Rank Open(const v1::TrainConfig& train) {
+    Rank r;
+    auto model = std::make_unique<Mlp>(train.model());
+    auto opened = OpenJob(client_.get(), BuildJobSpec(train, *model, 1), Topology{}, train.job_id());
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    if (!opened.ok()) return r;
+    r.opened = *std::move(opened);
+    const Layout& layout = r.opened.job->layout();
+    model->Bind(layout);
+    r.ready = model->ReadyPoints();
+    r.group = MakeThreadGroup(1, layout.total_elems);
+    r.cpu = std::make_unique<CpuBackend>(r.group.get(), 0, std::move(model));
+    return r;
+  }
+
+  // Runs `train.steps()` steps of `engine` (its weights loaded) on
+  // `backend`, calling `check` after each with the step and its report.
+  static void Train(const v1::TrainConfig& train, Engine& engine, Backend& backend,
+                    const std::function<void(uint64_t, const StepReport&)>& check) {
+    engine.SetSyncPoints([&](uint64_t version) { return version == train.steps(); });
+    TeacherData data(train.model());
+    const uint32_t n = train.micro_batch_size();
+    std::vector<float> x(size_t{n} * data.input_dim()), y(size_t{n} * data.output_dim());
+    for (uint64_t step = 0; step < train.steps(); ++step) {
+      MicroBatchFn micro = [&](uint32_t, float scale, const GradsReadyFn& r) {
+        data.Fill(step * n, n, x.data(), y.data());
+        return backend.ForwardBackward(x.data(), y.data(), n, scale, r);
+      };
+      auto report = engine.Step(step, micro);
+      ASSERT_TRUE(report.ok()) << "step " << step << ": " << report.status();
+      check(step, *report);
+    }
+  }
+
+  std::unique_ptr<testing::ServerProcess> server_;  // killed last
+  std::unique_ptr<client::Client> client_;
+};
+
+TEST_F(EngineScheduleTest, BucketsStartTogetherAndWeightsLandLayerByLayer) {
+  const v1::TrainConfig train = Train("engine-schedule");
+  Rank rank = Open(train);
+  ASSERT_NE(rank.cpu, nullptr);
+  client::JobClient* job = rank.opened.job.get();
+  const std::vector<uint64_t>& ready = rank.ready;
   const std::vector<Range> buckets = BackwardBuckets(job->layout(), ready, 1);
   // Not vacuous: some layer has several buckets.
   ASSERT_GT(buckets.size(), ready.size());
-  TeacherData data(train.model());
-  const uint32_t n = train.micro_batch_size();
-  std::vector<float> x(size_t{n} * data.input_dim()), y(size_t{n} * data.output_dim());
-
-  auto group = MakeThreadGroup(1, job->layout().total_elems);
-  CpuBackend cpu(group.get(), 0, std::move(model));
-  RecordingBackend backend(&cpu);
-  Engine engine(job, &backend, train, topo, ready);
-  engine.SetSyncPoints([&](uint64_t version) { return version == train.steps(); });
+  RecordingBackend backend(rank.cpu.get());
+  Engine engine(job, &backend, train, Topology{}, ready);
   ASSERT_TRUE(engine.LoadWeights(0).ok());
-
-  for (uint64_t step = 0; step < train.steps(); ++step) {
-    backend.calls.clear();
-    MicroBatchFn micro = [&](uint32_t, float scale, const GradsReadyFn& r) {
-      data.Fill(step * n, n, x.data(), y.data());
-      return backend.ForwardBackward(x.data(), y.data(), n, scale, r);
-    };
-    auto report = engine.Step(step, micro);
-    ASSERT_TRUE(report.ok()) << "step " << step << ": " << report.status();
-    const std::vector<Call>& calls = backend.calls;
+  backend.calls.clear();
+  Train(train, engine, backend, [&](uint64_t step, const StepReport& report) {
+    const std::vector<Call> calls = std::exchange(backend.calls, {});
 
     // Reduce-scatters: after each layer's ready, every bucket from that
     // point on not started yet is started, then all finished, in order.
@@ -198,9 +272,41 @@ TEST(EngineScheduleTest, BucketsStartTogetherAndWeightsLandLayerByLayer) {
     const bool last = step + 1 == train.steps();
     EXPECT_EQ(after, last ? buckets : std::vector<Range>{}) << "step " << step;
     EXPECT_EQ(engine.in_flight(), !last) << "step " << step;
-    EXPECT_FALSE(report->delayed);
-  }
+    EXPECT_FALSE(report.delayed);
+  });
   EXPECT_FALSE(engine.in_flight());
+}
+
+// A backend whose host side is BF16 (the CUDA backend's for a BF16 job)
+// gives the weights of the client's own conversion bit for bit: the
+// engine pushes and gathers its staging as BF16, at the right offsets.
+TEST_F(EngineScheduleTest, Bf16StagingGivesTheWeightsOfTheClientsConversion) {
+  std::vector<float> master[2];
+  for (int staged = 0; staged < 2; ++staged) {
+    const v1::TrainConfig train = Train(absl::StrCat("engine-bf16-", staged),
+                                        "train { grad_dtype: DTYPE_BF16 weight_dtype: DTYPE_BF16 }");
+    Rank rank = Open(train);
+    ASSERT_NE(rank.cpu, nullptr);
+    Bf16StagingBackend bf16(rank.cpu.get());
+    RecordingBackend fp32(rank.cpu.get());
+    Backend& backend = staged ? static_cast<Backend&>(bf16) : fp32;
+    Engine engine(rank.opened.job.get(), &backend, train, Topology{}, rank.ready);
+    ASSERT_TRUE(engine.LoadWeights(0).ok());
+    Train(train, engine, backend, [](uint64_t, const StepReport&) {});
+    if (HasFatalFailure()) return;
+    master[staged].resize(rank.opened.job->layout().total_elems);
+    ASSERT_TRUE(rank.opened.job->GatherMaster(train.steps(), Range{0, master[staged].size()},
+                                              master[staged].data()).ok());
+  }
+  EXPECT_EQ(std::memcmp(master[0].data(), master[1].data(), master[0].size() * sizeof(float)), 0);
+  // Not vacuous: training moved the weights off their seeded start.
+  const v1::TrainConfig train = Train("unused");
+  Mlp model(train.model());
+  auto spec = NormalizeJobSpec(BuildJobSpec(train, model, 1));
+  ASSERT_TRUE(spec.ok());
+  std::vector<float> initial(master[0].size());
+  FillInitialWeights(LayoutOf(*spec), train.seed(), Range{0, initial.size()}, initial.data());
+  EXPECT_NE(initial, master[0]);
 }
 
 }  // namespace

@@ -48,14 +48,19 @@ class CudaBackend : public Backend {
   absl::StatusOr<float> ForwardBackward(const float* x, const float* y, uint32_t batch,
                                         float loss_scale, const GradsReadyFn& ready) override;
   bool SetWeightsNeeded(WeightsNeededFn need) override;
-  absl::Status StartReduceScatter(Range bucket, float* host_out) override;
+  v1::DType grad_staging() const override { return Staging(opts_.grad_dtype); }
+  v1::DType weight_staging() const override { return Staging(opts_.weight_dtype); }
+  absl::Status StartReduceScatter(Range bucket, void* host_out) override;
   absl::Status FinishReduceScatter() override;
-  absl::Status AllGather(Range bucket, const float* host_in) override;
+  absl::Status AllGather(Range bucket, const void* host_in) override;
   absl::Status ReadParams(Range elems, float* host) override;
   absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) override;
   absl::StatusOr<bool> NodeAnyFailed(bool failed) override;
 
  private:
+  static v1::DType Staging(v1::DType wire) { return wire == v1::DTYPE_BF16 ? wire : v1::DTYPE_FP32; }
+  // send_ as room for BF16 staging on the device (between NCCL calls).
+  uint16_t* half() { return reinterpret_cast<uint16_t*>(send_.get()); }
   int num_layers() const { return static_cast<int>(dims_.size()) - 1; }
   absl::Status InitContext();
   absl::Status InitBuffers();
@@ -261,23 +266,30 @@ bool CudaBackend::SetWeightsNeeded(WeightsNeededFn need) {
   return true;
 }
 
-absl::Status CudaBackend::StartReduceScatter(Range bucket, float* host_out) {
+absl::Status CudaBackend::StartReduceScatter(Range bucket, void* host_out) {
   const uint64_t chunk = LocalChunk(bucket, opts_.local_size);
   const uint64_t padded = chunk * opts_.local_size;
   const Range share = LocalShare(bucket, opts_.local_size, opts_.local_rank);
   ZS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(comm_, pending_, 0));
-  // host_out is the engine's staging from AllocHost: pinned, copied into directly.
-  if (opts_.local_size == 1) {
-    // One rank: its share is the bucket and the node's sum its own
-    // gradient, copied straight off the device (NCCL would copy it twice).
-    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out, grads_.get() + bucket.begin, bucket.size() * 4,
-                                            cudaMemcpyDeviceToHost, comm_));
-  } else {
+  // The share's fp32 sum on the device. One rank: its share is the bucket
+  // and the node's sum its own gradient, read in place (NCCL would copy
+  // it twice).
+  const float* sum = grads_.get() + bucket.begin;
+  if (opts_.local_size > 1) {
     ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(send_.get(), grads_.get() + bucket.begin, bucket.size() * 4,
                                             cudaMemcpyDeviceToDevice, comm_));
     ZS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(send_.get() + bucket.size(), 0, (padded - bucket.size()) * 4, comm_));
     ZS_CUDA_RETURN_IF_ERROR(ncclReduceScatter(send_.get(), recv_.get(), chunk, ncclFloat, ncclSum, nccl_, comm_));
-    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out, recv_.get(), share.size() * 4, cudaMemcpyDeviceToHost, comm_));
+    sum = recv_.get();
+  }
+  // host_out is the engine's staging from AllocHost: pinned, copied into
+  // directly; in BF16 the sum is rounded into send_ (free again: NCCL
+  // read it before, on this stream) and half the bytes cross.
+  if (grad_staging() == v1::DTYPE_BF16) {
+    ZS_CUDA_RETURN_IF_ERROR(EncodeBf16(sum, half(), share.size(), comm_));
+    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out, half(), share.size() * 2, cudaMemcpyDeviceToHost, comm_));
+  } else {
+    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out, sum, share.size() * 4, cudaMemcpyDeviceToHost, comm_));
   }
   // The next start reuses send_ and recv_ after this one on the same
   // stream, so only the host needs to wait, for this event.
@@ -305,19 +317,25 @@ absl::Status CudaBackend::FinishReduceScatter() {
   return absl::OkStatus();
 }
 
-absl::Status CudaBackend::AllGather(Range bucket, const float* host_in) {
+absl::Status CudaBackend::AllGather(Range bucket, const void* host_in) {
   const uint64_t chunk = LocalChunk(bucket, opts_.local_size);
   const Range share = LocalShare(bucket, opts_.local_size, opts_.local_rank);
   // host_in is the engine's pinned staging; the engine does not write it
   // again before the next step's gather, which comes after this copy ended
   // (the next step's FinishReduceScatter waits for an event recorded on
   // comm_ after it).
-  if (opts_.local_size == 1) {
-    // One rank: its share is the bucket, copied straight into the parameters.
-    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(params_.get() + bucket.begin, host_in, bucket.size() * 4,
-                                            cudaMemcpyHostToDevice, comm_));
+  // The share's fp32 weights go to `mine`: one rank's share is the bucket,
+  // written straight into the parameters; else into recv_ for NCCL. In
+  // BF16 half the bytes cross, into send_ (NCCL writes it only after), and
+  // are widened on the device.
+  float* mine = opts_.local_size == 1 ? params_.get() + bucket.begin : recv_.get();
+  if (weight_staging() == v1::DTYPE_BF16) {
+    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(half(), host_in, share.size() * 2, cudaMemcpyHostToDevice, comm_));
+    ZS_CUDA_RETURN_IF_ERROR(DecodeBf16(half(), mine, share.size(), comm_));
   } else {
-    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(recv_.get(), host_in, share.size() * 4, cudaMemcpyHostToDevice, comm_));
+    ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(mine, host_in, share.size() * 4, cudaMemcpyHostToDevice, comm_));
+  }
+  if (opts_.local_size > 1) {
     ZS_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(recv_.get() + share.size(), 0, (chunk - share.size()) * 4, comm_));
     ZS_CUDA_RETURN_IF_ERROR(ncclAllGather(recv_.get(), send_.get(), chunk, ncclFloat, nccl_, comm_));
     ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(params_.get() + bucket.begin, send_.get(), bucket.size() * 4,

@@ -42,6 +42,11 @@ struct CudaBackendOptions {
   uint32_t max_batch = 1;   // largest micro-batch ForwardBackward will get
   int device = -1;          // -1: local_rank
   std::string nccl_id;      // NewNcclId() of local rank 0, the same on every local rank
+  // The job's wire dtypes (JobSpec.grad_dtype, weight_dtype): BF16 is
+  // converted on the device, so the host side of the collectives holds
+  // BF16 (Backend::grad_staging, weight_staging); others are staged as FP32.
+  v1::DType grad_dtype = v1::DTYPE_FP32;
+  v1::DType weight_dtype = v1::DTYPE_FP32;
 };
 
 // A fresh NCCL unique id (local rank 0 creates it and shares it, e.g. by

@@ -48,6 +48,24 @@ __global__ void BiasGradKernel(float* gb, const float* d, uint32_t batch, uint32
   gb[o] += acc;
 }
 
+// common/convert.cc's FloatToBf16, on the bits.
+__global__ void EncodeBf16Kernel(const float* src, uint16_t* dst, uint64_t n) {
+  uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x;
+  if (i >= n) return;
+  uint32_t x = __float_as_uint(src[i]);
+  if ((x & 0x7fffffffu) > 0x7f800000u) {
+    dst[i] = static_cast<uint16_t>((x >> 16) | 0x40u);  // quiet NaN
+    return;
+  }
+  x += 0x7fffu + ((x >> 16) & 1u);
+  dst[i] = static_cast<uint16_t>(x >> 16);
+}
+
+__global__ void DecodeBf16Kernel(const uint16_t* src, float* dst, uint64_t n) {
+  uint64_t i = blockIdx.x * uint64_t{blockDim.x} + threadIdx.x;
+  if (i < n) dst[i] = __uint_as_float(static_cast<uint32_t>(src[i]) << 16);
+}
+
 unsigned Blocks(uint64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
 }  // namespace
@@ -72,6 +90,18 @@ cudaError_t MseGrad(const float* out, const float* y, float* d, float* sq, uint6
 
 cudaError_t BiasGrad(float* gb, const float* d, uint32_t batch, uint32_t out, cudaStream_t stream) {
   BiasGradKernel<<<Blocks(out), kThreads, 0, stream>>>(gb, d, batch, out);
+  return cudaGetLastError();
+}
+
+cudaError_t EncodeBf16(const float* src, uint16_t* dst, uint64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;  // no launch of zero blocks
+  EncodeBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(src, dst, n);
+  return cudaGetLastError();
+}
+
+cudaError_t DecodeBf16(const uint16_t* src, float* dst, uint64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  DecodeBf16Kernel<<<Blocks(n), kThreads, 0, stream>>>(src, dst, n);
   return cudaGetLastError();
 }
 

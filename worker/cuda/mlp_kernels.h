@@ -22,4 +22,11 @@ cudaError_t MseGrad(const float* out, const float* y, float* d, float* sq, uint6
 // gb[o] += sum over b (in order) of d[b][o].
 cudaError_t BiasGrad(float* gb, const float* d, uint32_t batch, uint32_t out, cudaStream_t stream);
 
+// dst[i] = bf16 of src[i] for n elements, bit for bit as common/convert.h's
+// FloatToBf16 (round to nearest even on the bits, NaN made quiet).
+cudaError_t EncodeBf16(const float* src, uint16_t* dst, uint64_t n, cudaStream_t stream);
+
+// dst[i] = src[i] widened (exact), for n elements.
+cudaError_t DecodeBf16(const uint16_t* src, float* dst, uint64_t n, cudaStream_t stream);
+
 }  // namespace zerostate::worker::cuda

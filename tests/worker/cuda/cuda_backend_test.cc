@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/convert.h"
 #include "common/init.h"
 #include "worker/buckets.h"
 #include "worker/mlp.h"
@@ -206,6 +207,64 @@ TEST(CudaBackendTest, LayerLandingAndStartedReduceScattersMatchTheWholeSchedule)
   ASSERT_TRUE(gpu.ReadParams(Range{0, n}, read.data()).ok());
   EXPECT_EQ(std::memcmp(read.data(), m.params.data(), used * sizeof(float)), 0);
   gpu.SetWeightsNeeded(nullptr);
+}
+
+// A job with BF16 on the wire: the backend's host side is BF16, converted
+// on the device bit for bit as the client converts (common/convert.h):
+// weights widened exactly, the gradient rounded as FloatToBf16 rounds the
+// FP32 backend's gradient on the same weights.
+TEST(CudaBackendTest, Bf16StagingIsTheClientsConversion) {
+  SKIP_WITHOUT_GPU();
+  Model m;
+  const uint64_t n = m.layout.total_elems;
+  std::vector<uint16_t> weights16(n);
+  std::vector<float> widened(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    weights16[i] = FloatToBf16(m.params[i]);
+    widened[i] = Bf16ToFloat(weights16[i]);
+  }
+  std::vector<float> x(kBatch * m.config.input_dim()), y(kBatch * m.config.output_dim());
+  TeacherData(m.config).Fill(0, kBatch, x.data(), y.data());
+
+  auto id = NewNcclId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto fp32 = MakeCudaBackend(m.Options(*id));
+  ASSERT_TRUE(fp32.ok()) << fp32.status();
+  EXPECT_EQ((*fp32)->grad_staging(), v1::DTYPE_FP32);
+  auto host32 = (*fp32)->AllocHost(n);
+  ASSERT_TRUE(host32.ok());
+  std::copy(widened.begin(), widened.end(), host32->get());
+  ASSERT_TRUE((*fp32)->AllGather(Range{0, n}, host32->get()).ok());
+  ASSERT_TRUE((*fp32)->ZeroGrads().ok());
+  ASSERT_TRUE((*fp32)->ForwardBackward(x.data(), y.data(), kBatch, 2.0f, nullptr).ok());
+  ASSERT_TRUE((*fp32)->ReduceScatter(Range{0, n}, host32->get()).ok());
+
+  auto id2 = NewNcclId();
+  ASSERT_TRUE(id2.ok()) << id2.status();
+  CudaBackendOptions o = m.Options(*id2);
+  o.grad_dtype = v1::DTYPE_BF16;
+  o.weight_dtype = v1::DTYPE_BF16;
+  auto bf16 = MakeCudaBackend(o);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  EXPECT_EQ((*bf16)->grad_staging(), v1::DTYPE_BF16);
+  EXPECT_EQ((*bf16)->weight_staging(), v1::DTYPE_BF16);
+  auto host16 = (*bf16)->AllocHost(n);
+  ASSERT_TRUE(host16.ok());
+  auto* staged = reinterpret_cast<uint16_t*>(host16->get());
+  std::copy(weights16.begin(), weights16.end(), staged);
+  ASSERT_TRUE((*bf16)->AllGather(Range{0, n}, staged).ok());
+  std::vector<float> read(n);
+  ASSERT_TRUE((*bf16)->ReadParams(Range{0, n}, read.data()).ok());
+  EXPECT_EQ(std::memcmp(read.data(), widened.data(), n * sizeof(float)), 0);
+  ASSERT_TRUE((*bf16)->ZeroGrads().ok());
+  ASSERT_TRUE((*bf16)->ForwardBackward(x.data(), y.data(), kBatch, 2.0f, nullptr).ok());
+  ASSERT_TRUE((*bf16)->ReduceScatter(Range{0, n}, staged).ok());
+  int nonzero = 0;
+  for (uint64_t i = 0; i < m.layout.used_elems; ++i) {
+    ASSERT_EQ(staged[i], FloatToBf16(host32->get()[i])) << "gradient element " << i << " " << host32->get()[i];
+    nonzero += host32->get()[i] != 0.0f;
+  }
+  EXPECT_GT(nonzero, 0);
 }
 
 TEST(CudaBackendTest, OneRankVotePassesItsOwnFlag) {
