@@ -84,6 +84,11 @@ class Backend {
   // rank's parameters hold the new weights of the whole bucket.
   [[nodiscard]] virtual absl::Status AllGather(Range bucket, const void* host_in) = 0;
 
+  // Returns once every AllGather so far has read its host_in, so that the
+  // caller may write it again (a GPU backend copies it asynchronously).
+  // The default: AllGather reads it before it returns.
+  [[nodiscard]] virtual absl::Status AllGathersRead() { return absl::OkStatus(); }
+
   // Host memory for `elems` floats that the collectives copy to and from
   // fastest (the engine's staging). Errors: RESOURCE_EXHAUSTED or INTERNAL.
   [[nodiscard]] virtual absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) = 0;

@@ -276,6 +276,7 @@ bool Engine::NextRunsStale(uint64_t step) const {
 absl::Status Engine::LoadWeights(uint64_t version) {
   Abandon(absl::OkStatus());
   if (auto s = EnsureStaging(); !s.ok()) return s;
+  if (auto s = backend_->AllGathersRead(); !s.ok()) return s;
   auto tickets = StartGather(version);
   PhaseTimes ignored;
   return FinishGather(tickets, &ignored);
@@ -378,6 +379,8 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   // the gather overlaps the pass. Gathers run on the client's gather pool,
   // the Step on threads of its own: neither waits for the other.
   std::vector<client::Ticket> gather;
+  // The gathers write the staging the landing just read (delayed update).
+  if (status.ok()) status = backend_->AllGathersRead();
   if (status.ok()) gather = StartGather(step + 1);
   if (coordinator && status.ok()) {
     if (synchronous) {

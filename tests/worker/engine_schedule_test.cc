@@ -86,6 +86,7 @@ class RecordingBackend : public Backend {
     calls.push_back({Call::kAllGather, bucket});
     return inner_->AllGather(bucket, host_in);
   }
+  absl::Status AllGathersRead() override { return inner_->AllGathersRead(); }
   absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) override { return inner_->AllocHost(elems); }
   absl::Status ReadParams(Range elems, float* host) override { return inner_->ReadParams(elems, host); }
   absl::StatusOr<bool> NodeAnyFailed(bool failed) override { return inner_->NodeAnyFailed(failed); }

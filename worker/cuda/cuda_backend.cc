@@ -53,6 +53,7 @@ class CudaBackend : public Backend {
   absl::Status StartReduceScatter(Range bucket, void* host_out) override;
   absl::Status FinishReduceScatter() override;
   absl::Status AllGather(Range bucket, const void* host_in) override;
+  absl::Status AllGathersRead() override;
   absl::Status ReadParams(Range elems, float* host) override;
   absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) override;
   absl::StatusOr<bool> NodeAnyFailed(bool failed) override;
@@ -320,10 +321,8 @@ absl::Status CudaBackend::FinishReduceScatter() {
 absl::Status CudaBackend::AllGather(Range bucket, const void* host_in) {
   const uint64_t chunk = LocalChunk(bucket, opts_.local_size);
   const Range share = LocalShare(bucket, opts_.local_size, opts_.local_rank);
-  // host_in is the engine's pinned staging; the engine does not write it
-  // again before the next step's gather, which comes after this copy ended
-  // (the next step's FinishReduceScatter waits for an event recorded on
-  // comm_ after it).
+  // host_in is the engine's pinned staging; the engine writes it again
+  // only after AllGathersRead.
   // The share's fp32 weights go to `mine`: one rank's share is the bucket,
   // written straight into the parameters; else into recv_ for NCCL. In
   // BF16 half the bytes cross, into send_ (NCCL writes it only after), and
@@ -342,6 +341,12 @@ absl::Status CudaBackend::AllGather(Range bucket, const void* host_in) {
                                             cudaMemcpyDeviceToDevice, comm_));
   }
   ZS_CUDA_RETURN_IF_ERROR(cudaEventRecord(params_ready_, comm_));
+  return absl::OkStatus();
+}
+
+// params_ready_ is recorded on comm_ after the last AllGather's copy.
+absl::Status CudaBackend::AllGathersRead() {
+  ZS_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(params_ready_));
   return absl::OkStatus();
 }
 
