@@ -54,5 +54,12 @@ PYTHONUNBUFFERED=1 python3 "$step_dir/pure_gpu_step.py" $(mlp_args) >"$out/pure_
   2>"$out/pure_gpu.err" || tail -n 3 "$out/pure_gpu.err"
 "$bin/optimizer_bench" --json --threads=$((SERVER_THREADS + 1)) --reps=3 ${OPTIMIZER_FLAGS:-} >"$out/optimizer.json" \
   2>"$out/optimizer.err" || tail -n 3 "$out/optimizer.err"
-python3 "$step_dir/device_all_summary.py" --out "$out" --batch "${MLP_BATCH:-64}" |
-  tee "$out/summary.json"
+# The loss lines of an earlier run of the same model on the GPU, which a
+# change that must not change a bit leaves as they were (REFERENCE= none;
+# none by default when the model or backend is changed).
+reference=${REFERENCE-}
+if [[ -z ${REFERENCE+x} && -z ${MLP_HIDDEN:-}${MLP_INPUT:-}${MLP_OUTPUT:-}${MLP_BATCH:-}${BACKEND:-} ]]; then
+  reference="$step_dir/../results/all-2026-12-01b"
+fi
+python3 "$step_dir/device_all_summary.py" --out "$out" --batch "${MLP_BATCH:-64}" \
+  ${reference:+--reference "$reference"} | tee "$out/summary.json"

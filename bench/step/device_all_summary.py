@@ -30,7 +30,12 @@ why):
                                     the run with one bucket per layer equals
                                     the default run's, else 0: the bucket cut
                                     must not change a bit
-  device_all_summary.py --out DIR --batch 64
+  same_losses.<mode>_<wire>.vs.reference
+                                    the same against the run of that name in
+                                    --reference (a folder of an earlier run),
+                                    where it has one: a change that must not
+                                    change a bit (e.g. the CUDA overlap)
+  device_all_summary.py --out DIR --batch 64 [--reference DIR]
 """
 import argparse
 import os
@@ -42,6 +47,7 @@ p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
 p.add_argument("--batch", type=int, required=True)
 p.add_argument("--skip", type=int, default=2)
+p.add_argument("--reference", default="")
 a = p.parse_args()
 
 WIRES = ("fp32", "bf16")
@@ -92,11 +98,13 @@ def zs_ms(mode, wire):
     return None, {}, f"no progress lines past step {a.skip} in {mode}_{wire}.log"
 
 
-def losses(name):
-    """[(step, loss text)] of the worker's progress lines in NAME.log."""
+def losses(name, folder=None):
+    """[(step, loss text)] of the worker's progress lines in NAME.log (of
+    --out, or of `folder`)."""
     import re
     try:
-        with open(path(f"{name}.log"), encoding="utf-8", errors="replace") as f:
+        with open(os.path.join(folder or a.out, f"{name}.log"), encoding="utf-8",
+                  errors="replace") as f:
             return re.findall(r"^step (\d+) loss (\S+)", f.read(), re.M)
     except OSError:
         return []
@@ -165,3 +173,8 @@ for wire in WIRES:
     base, cut = losses(f"sync_{wire}"), losses(f"sync_layer_buckets_{wire}")
     if base and cut:
         emit(f"same_losses.sync_layer_buckets_{wire}", int(base == cut), "bool", steps=len(base))
+    for mode in MODES:
+        ours, ref = losses(f"{mode}_{wire}"), losses(f"{mode}_{wire}", a.reference) if a.reference else []
+        if ours and ref:
+            emit(f"same_losses.{mode}_{wire}.vs.reference", int(ours == ref), "bool", steps=len(ours),
+                 reference=a.reference)
