@@ -1,5 +1,5 @@
 // The client's connections to one server's TCP data plane
-// (server/data_plane.h): a pool of persistent connections, one taken per
+// (server/dataplane/data_plane.h): a pool of persistent connections, one taken per
 // push or gather stream and given back when the stream ended cleanly (a
 // connection that broke or stopped mid-conversation is closed instead),
 // plaintext or TLS (common/data_tls.h; the handshake is part of Acquire).

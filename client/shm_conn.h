@@ -1,5 +1,5 @@
 // The client's side of the same-host data plane (common/shm_segment.h,
-// server/shm_session.h): a connection to the unix socket of the server
+// server/dataplane/shm_session.h): a connection to the unix socket of the server
 // whose TCP data port is known, with a fresh segment handed over and
 // acknowledged. Thread-safe (no shared state).
 #pragma once

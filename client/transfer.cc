@@ -216,7 +216,7 @@ absl::Status StatusOf(const v1::DataFrameMeta& meta) {
 }
 
 // Marks the status of an ERROR frame refusing a connection at the
-// server's cap (--max_data_connections, server/data_plane.h).
+// server's cap (--max_data_connections, server/dataplane/data_plane.h).
 constexpr char kRefusedAtCap[] = "zerostate.io/data-plane-refused-at-cap";
 
 // True for a connection the server refused at its cap. It read nothing

@@ -1,5 +1,5 @@
 // Vector operations on 16 fp32 lanes with AVX-512 (F, BW, VL, DQ), the traits
-// the kernel templates (common/convert_kernels.h, server/optimizer/) are
+// the kernel templates (common/convert_kernels.h, server/core/optimizer/) are
 // written against. Every operation rounds exactly like its scalar twin in
 // common/simd_scalar.h, so a kernel gives the same bits with either.
 //

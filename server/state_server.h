@@ -9,14 +9,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/auth_tls.h"
-#include "server/data_plane.h"
+#include "server/rpc/auth_tls.h"
+#include "server/dataplane/data_plane.h"
 #include "server/membership/membership.h"
 #include "server/replication/primaries.h"
 #include "server/replication/replica_service.h"
 #include "server/replication/replicator.h"
-#include "server/state_service.h"
-#include "server/tier/tier_factory.h"
+#include "server/rpc/state_service.h"
+#include "server/core/tier/tier_factory.h"
 
 namespace grpc {
 class Server;
@@ -50,11 +50,11 @@ struct ServerOptions {
   TierOptions tiers;
   ServiceOptions service;
   // Transport security of `listen`: TLS files, or plaintext; one of the
-  // two is required (server/auth_tls.h).
+  // two is required (server/rpc/auth_tls.h).
   TlsOptions tls;
   // --max_jobs, --job_ram_quota_bytes, --job_disk_quota_bytes.
   JobQuotas quotas;
-  // The TCP data plane (server/data_plane.h) for PushGradients and Gather:
+  // The TCP data plane (server/dataplane/data_plane.h) for PushGradients and Gather:
   // "host:port" (port 0: any free port), "" for the host of `listen` on any
   // free port, "off" for none. Under TLS it speaks TLS 1.3 with the files
   // of `tls` (reloaded when they change; DataTlsContext).
@@ -63,17 +63,17 @@ struct ServerOptions {
   // offers it (--data_ktls); false: OpenSSL does them in userspace.
   bool data_ktls = true;
   // Serve clients on this host through shared memory (--data_shm;
-  // common/shm_segment.h, server/shm_session.h).
+  // common/shm_segment.h, server/dataplane/shm_session.h).
   bool data_shm = true;
   // RAM the data plane's frame buffers may hold, all connections together
   // (--data_buffer_bytes): pushes wait for room beyond it.
   uint64_t data_buffer_bytes = 64ull << 20;
   // How long one data plane frame may take to arrive, and a new connection
   // may wait before its first authorized frame (--data_frame_timeout_seconds;
-  // server/data_session.h).
+  // server/dataplane/data_session.h).
   absl::Duration data_frame_timeout = absl::Seconds(60);
   // Data plane connections served at once (--max_data_connections, >= 1);
-  // more are refused (server/data_plane.h).
+  // more are refused (server/dataplane/data_plane.h).
   int max_data_connections = 1024;
   // Replicated shards (issue 19). Who serves which shard as primary: null
   // is a StaticMembership (no engine: no fencing); EtcdMembership where the

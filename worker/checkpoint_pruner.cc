@@ -80,7 +80,7 @@ struct ShardFile {
   bool temporary = false;
 };
 
-// Parses the names the servers write (server/checkpoint/checkpoint_files.h):
+// Parses the names the servers write (server/core/checkpoint/checkpoint_files.h):
 // shard-<i>-of-<S>.state / .manifest.json, with ".tmp" while being written.
 std::optional<ShardFile> ParseShardFile(absl::string_view name) {
   ShardFile f;

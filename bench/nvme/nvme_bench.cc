@@ -25,12 +25,12 @@
 #include <vector>
 
 #include "common/job_spec.h"
-#include "server/io/io_buffer.h"
-#include "server/io/uring_env.h"
-#include "server/optimizer/optimizer.h"
-#include "server/checkpoint/checkpoint_writer.h"
-#include "server/job_registry.h"
-#include "server/tier/nvme_tier.h"
+#include "server/core/io/io_buffer.h"
+#include "server/core/io/uring_env.h"
+#include "server/core/optimizer/optimizer.h"
+#include "server/core/checkpoint/checkpoint_writer.h"
+#include "server/core/job_registry.h"
+#include "server/core/tier/nvme_tier.h"
 
 namespace zerostate::server {
 namespace {

@@ -32,8 +32,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/optimizer/step_state.h"
-#include "server/optimizer/optimizer.h"
-#include "server/optimizer/param_groups.h"
+#include "server/core/optimizer/optimizer.h"
+#include "server/core/optimizer/param_groups.h"
 
 ABSL_FLAG(int64_t, params, int64_t{64} << 20, "parameters of state to step");
 ABSL_FLAG(int, threads, 0, "measure 1..threads threads (0: one per core)");

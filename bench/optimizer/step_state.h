@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "server/optimizer/optimizer.h"
+#include "server/core/optimizer/optimizer.h"
 
 namespace zerostate::server {
 

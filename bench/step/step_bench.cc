@@ -102,7 +102,7 @@ int ServerThreads() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
 }
 
-// The phases of zerostate_step_phase_seconds (server/step_phases.h).
+// The phases of zerostate_step_phase_seconds (server/core/step_phases.h).
 constexpr const char* kPhases[] = {"wait_gradients", "grad_stats", "optimizer", "commit",
                                    "copy_on_write"};
 using PhaseSeconds = std::map<std::string, double>;

@@ -4,7 +4,7 @@
 # with the same client: the run recorded in
 # bench/results/transport-2026-11-30.md ("Overlap per connection").
 # Bundle first (the serial server built from 8d6dcff's
-# server/data_session.cc, renamed so both fit in one bundle):
+# server/dataplane/data_session.cc, renamed so both fit in one bundle):
 #   ../shared/tools/device-bundle .device \
 #     build-client/bench/transport/transport_bench \
 #     build-client/server/zerostate-server /tmp/oldsrv/zerostate-server-serial

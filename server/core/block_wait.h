@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "server/block.h"
+#include "server/core/block.h"
 
 namespace zerostate::server {
 

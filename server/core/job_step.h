@@ -1,6 +1,6 @@
 // The step of one job's shard and its gradient statistics: GradStats, Step,
 // the Step sent ahead of its gradients (speculation), and the optimizer
-// pass. A part of Job (server/job.h), which owns one and forwards to it.
+// pass. A part of Job (server/core/job.h), which owns one and forwards to it.
 //
 // Plain step. Step(s) checks every block (window, completeness) before
 // anything changes, waits until each has every node's gradient, then
@@ -46,12 +46,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/applied_steps.h"
-#include "server/block.h"
-#include "server/step_phases.h"
-#include "server/thread_pool.h"
-#include "server/tier/state_tier.h"
-#include "server/trainer_states.h"
+#include "server/core/applied_steps.h"
+#include "server/core/block.h"
+#include "server/core/step_phases.h"
+#include "server/core/thread_pool.h"
+#include "server/core/tier/state_tier.h"
+#include "server/core/trainer_states.h"
 #include "zerostate/v1/state_service.pb.h"
 
 namespace zerostate::server {

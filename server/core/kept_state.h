@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "common/convert.h"
-#include "server/aligned_buffer.h"
+#include "server/core/aligned_buffer.h"
 
 namespace zerostate::server {
 

@@ -14,7 +14,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "server/job.h"
+#include "server/core/job.h"
 #include "server/membership/membership.h"
 
 namespace zerostate::server {

@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
-#include "server/aligned_buffer.h"
-#include "server/auth_token.h"
+#include "server/core/aligned_buffer.h"
+#include "server/core/auth_token.h"
 
 namespace zerostate::server {
 

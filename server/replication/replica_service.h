@@ -6,9 +6,9 @@
 // Thread-safe.
 #pragma once
 
-#include "server/job_registry.h"
+#include "server/core/job_registry.h"
 #include "server/replication/primaries.h"
-#include "server/thread_pool.h"
+#include "server/core/thread_pool.h"
 #include "zerostate/v1/replica.grpc.pb.h"
 
 namespace zerostate::server {

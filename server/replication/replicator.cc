@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/shard_map.h"
 #include "grpcpp/create_channel.h"
-#include "server/auth_token.h"
+#include "server/core/auth_token.h"
 
 namespace zerostate::server {
 

@@ -25,8 +25,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/security/credentials.h"
-#include "server/auth_tls.h"
-#include "server/job.h"
+#include "server/rpc/auth_tls.h"
+#include "server/core/job.h"
 #include "zerostate/v1/replica.grpc.pb.h"
 
 namespace zerostate::server {

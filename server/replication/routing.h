@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/job_registry.h"
+#include "server/core/job_registry.h"
 #include "server/replication/primaries.h"
 
 namespace zerostate::server {

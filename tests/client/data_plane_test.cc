@@ -1,4 +1,4 @@
-// The servers' TCP data plane (server/data_plane.h) from a raw socket and
+// The servers' TCP data plane (server/dataplane/data_plane.h) from a raw socket and
 // through the client, against a real zerostate-server process: malformed
 // frames get an ERROR frame naming the problem, then the connection
 // closes, and the job is left as it was; a push cut mid-payload leaves

@@ -4,7 +4,7 @@
 
 #include "common/convert.h"
 #include "common/init.h"
-#include "server/optimizer/optimizer.h"
+#include "server/core/optimizer/optimizer.h"
 
 namespace zerostate::testing {
 

@@ -1,4 +1,4 @@
-// The same-host data plane (common/shm_segment.h, server/shm_session.h,
+// The same-host data plane (common/shm_segment.h, server/dataplane/shm_session.h,
 // client/shm_conn.h) against a real zerostate-server process on this host:
 // the client's pushes and gathers go through its shared memory segment by
 // default, exactly once across a retry, and the weights are bit-identical

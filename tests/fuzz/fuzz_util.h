@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "server/job.h"
-#include "server/job_registry.h"
+#include "server/core/job.h"
+#include "server/core/job_registry.h"
 #include "zerostate/v1/state_service.pb.h"
 
 namespace zerostate::fuzz {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "quiet_logs.h"
-#include "server/checkpoint/checkpoint_reader.h"
+#include "server/core/checkpoint/checkpoint_reader.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // so that retries, conflicting worlds or values and completed keys are
 // all reachable.
 #include "fuzz_util.h"
-#include "server/rendezvous.h"
+#include "server/core/rendezvous.h"
 #include "quiet_logs.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,5 +1,5 @@
 // When a waiting call answers: a margin before its caller's deadline.
-#include "server/answer_deadline.h"
+#include "server/core/answer_deadline.h"
 
 #include <gtest/gtest.h>
 

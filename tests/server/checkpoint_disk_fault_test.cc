@@ -13,7 +13,7 @@
 
 #include <filesystem>
 
-#include "server/checkpoint/checkpoint_reader.h"
+#include "server/core/checkpoint/checkpoint_reader.h"
 #include "tests/client/cluster_fixture.h"
 #include "tests/client/reference_model.h"
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "server/checkpoint/checkpoint_reader.h"
+#include "server/core/checkpoint/checkpoint_reader.h"
 #include "tests/testing/server_process.h"
 #include "zerostate/v1/state_service.grpc.pb.h"
 

@@ -15,12 +15,12 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
-#include "server/checkpoint/checkpoint_files.h"
-#include "server/checkpoint/checkpoint_reader.h"
-#include "server/checkpoint/checkpoint_writer.h"
-#include "server/job_registry.h"
-#include "server/tier/state_tier.h"
-#include "server/tier/tier_factory.h"
+#include "server/core/checkpoint/checkpoint_files.h"
+#include "server/core/checkpoint/checkpoint_reader.h"
+#include "server/core/checkpoint/checkpoint_writer.h"
+#include "server/core/job_registry.h"
+#include "server/core/tier/state_tier.h"
+#include "server/core/tier/tier_factory.h"
 
 namespace zerostate::server {
 namespace {

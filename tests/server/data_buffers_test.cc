@@ -1,8 +1,8 @@
-// The data plane's shared frame buffers (server/data_buffers.h): the bytes
+// The data plane's shared frame buffers (server/dataplane/data_buffers.h): the bytes
 // borrowed stay within the budget (a borrower waits), an oversized frame
 // still goes through alone, idle buffers are reused and kept only while
 // they fit.
-#include "server/data_buffers.h"
+#include "server/dataplane/data_buffers.h"
 
 #include <gtest/gtest.h>
 

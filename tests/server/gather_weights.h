@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "server/job.h"
+#include "server/core/job.h"
 
 namespace zerostate::server {
 

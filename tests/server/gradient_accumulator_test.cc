@@ -1,4 +1,4 @@
-#include "server/gradient_accumulator.h"
+#include "server/core/gradient_accumulator.h"
 
 #include <gtest/gtest.h>
 

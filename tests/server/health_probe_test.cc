@@ -1,4 +1,4 @@
-// `zerostate health` (server/health_probe.h), the Kubernetes exec probe,
+// `zerostate health` (server/cli/health_probe.h), the Kubernetes exec probe,
 // run as a process against real servers: SERVING over mutual TLS with the
 // CA and a client certificate, and over plaintext; a probe without a
 // client certificate, or one trusting another CA, is refused naming the

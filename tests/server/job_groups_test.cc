@@ -18,11 +18,11 @@
 #include <vector>
 
 #include "common/init.h"
-#include "server/aligned_buffer.h"
-#include "server/checkpoint/checkpoint_writer.h"
-#include "server/checkpoint/ckpt_tool.h"
-#include "server/job_registry.h"
-#include "server/optimizer/optimizer.h"
+#include "server/core/aligned_buffer.h"
+#include "server/core/checkpoint/checkpoint_writer.h"
+#include "server/core/checkpoint/ckpt_tool.h"
+#include "server/core/job_registry.h"
+#include "server/core/optimizer/optimizer.h"
 #include "tests/server/gather_weights.h"
 
 namespace zerostate::server {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/job_spec.h"
-#include "server/job.h"
+#include "server/core/job.h"
 #include "tests/server/gather_weights.h"
 
 namespace zerostate::server {

@@ -1,7 +1,7 @@
 // The state server's logic driven without a network: every semantic of a
 // step (order-independent sums, exactly once, versions) and every bad input,
 // each checked to leave the job exactly as it was.
-#include "server/job.h"
+#include "server/core/job.h"
 
 #include <gtest/gtest.h>
 
@@ -14,8 +14,8 @@
 
 #include "common/init.h"
 #include "common/job_spec.h"
-#include "server/aligned_buffer.h"
-#include "server/job_registry.h"
+#include "server/core/aligned_buffer.h"
+#include "server/core/job_registry.h"
 #include "tests/server/gather_weights.h"
 
 namespace zerostate::server {

@@ -1,4 +1,4 @@
-#include "server/rendezvous.h"
+#include "server/core/rendezvous.h"
 
 #include <gtest/gtest.h>
 

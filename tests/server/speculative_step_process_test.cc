@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "server/checkpoint/checkpoint_reader.h"
+#include "server/core/checkpoint/checkpoint_reader.h"
 #include "tests/client/cluster_fixture.h"
 #include "tests/client/reference_model.h"
 #include "tests/testing/fault_proxy.h"

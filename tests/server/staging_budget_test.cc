@@ -1,10 +1,10 @@
-// The gradient staging budget (server/staging_budget.h) with real jobs and
+// The gradient staging budget (server/core/staging_budget.h) with real jobs and
 // accumulators: early nodes take staging buffers from it, a push that
 // finds it spent waits (without a block's mutex) and is served once memory
 // comes free or its node's turn comes, times out changing nothing, and the
 // bytes come back on fold, Reset and job deletion. Waiting threads are
 // observed through StagingBudget::waiters(), never through timing.
-#include "server/staging_budget.h"
+#include "server/core/staging_budget.h"
 
 #include <gtest/gtest.h>
 
@@ -13,9 +13,9 @@
 #include <thread>
 #include <vector>
 
-#include "server/gradient_accumulator.h"
-#include "server/job.h"
-#include "server/job_registry.h"
+#include "server/core/gradient_accumulator.h"
+#include "server/core/job.h"
+#include "server/core/job_registry.h"
 #include "server/state_server.h"
 
 namespace zerostate::server {

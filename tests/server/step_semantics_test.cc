@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/data_conn.h"
 #include "common/frame_io.h"
-#include "server/optimizer/optimizer.h"
+#include "server/core/optimizer/optimizer.h"
 #include "tests/testing/server_process.h"
 #include "zerostate/v1/state_service.grpc.pb.h"
 

@@ -6,7 +6,7 @@
 
 #include "common/convert.h"
 #include "common/init.h"
-#include "server/optimizer/optimizer.h"
+#include "server/core/optimizer/optimizer.h"
 #include "worker/job.h"
 #include "worker/lr_schedule.h"
 #include "worker/mlp.h"

@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "server/optimizer/optimizer.h"
+#include "server/core/optimizer/optimizer.h"
 
 namespace zerostate::server {
 namespace {

@@ -1,4 +1,4 @@
-#include "server/optimizer/optimizer.h"
+#include "server/core/optimizer/optimizer.h"
 
 #include <gtest/gtest.h>
 

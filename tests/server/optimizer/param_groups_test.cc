@@ -3,7 +3,7 @@
 // parameters (bit for bit, every ISA), and the group parameters follow
 // torch.optim's param_groups (checked against a float64 reference of
 // torch's AdamW, SGD and Lion updates with a group's own lr and weight decay).
-#include "server/optimizer/param_groups.h"
+#include "server/core/optimizer/param_groups.h"
 
 #include <gtest/gtest.h>
 

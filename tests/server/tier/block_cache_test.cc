@@ -1,4 +1,4 @@
-#include "server/tier/block_cache.h"
+#include "server/core/tier/block_cache.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "server/io/crc32c.h"
+#include "server/core/io/crc32c.h"
 
 #include <gtest/gtest.h>
 

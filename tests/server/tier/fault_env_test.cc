@@ -1,14 +1,14 @@
 // The io_uring Env and the fault-injecting wrapper: real reads and writes
 // round-trip, and every injected fault becomes the documented status with
 // a message naming the file, the offset and the errno text.
-#include "server/io/fault_env.h"
+#include "server/core/io/fault_env.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-#include "server/io/io_buffer.h"
-#include "server/io/uring_env.h"
+#include "server/core/io/io_buffer.h"
+#include "server/core/io/uring_env.h"
 #include "tests/server/tier/tier_test_util.h"
 
 namespace zerostate::server::io {

@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
-#include "server/io/fault_env.h"
-#include "server/io/uring_env.h"
-#include "server/job_registry.h"
+#include "server/core/io/fault_env.h"
+#include "server/core/io/uring_env.h"
+#include "server/core/job_registry.h"
 #include "server/state_server.h"
 #include "tests/server/tier/tier_test_util.h"
 
@@ -105,7 +105,7 @@ TEST(NvmeJobTest, BitIdenticalToRamTier) {
   ASSERT_TRUE(nvme.ok()) << nvme.status();
   const uint64_t blocks = nvme->job->blocks().size();
   ASSERT_GE(blocks, 3u);  // more than the cache holds
-  // The shard file is open but unlinked (scratch space, server/tier/nvme_tier.h).
+  // The shard file is open but unlinked (scratch space, server/core/tier/nvme_tier.h).
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
   ThreadPool pool(2);
   for (uint64_t step = 0; step < 6; ++step) {

@@ -9,9 +9,9 @@
 
 #include <gtest/gtest.h>
 
-#include "server/io/fault_env.h"
-#include "server/io/uring_env.h"
-#include "server/tier/nvme_tier.h"
+#include "server/core/io/fault_env.h"
+#include "server/core/io/uring_env.h"
+#include "server/core/tier/nvme_tier.h"
 #include "tests/server/tier/tier_test_util.h"
 
 namespace zerostate::server {

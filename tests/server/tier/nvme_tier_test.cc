@@ -1,7 +1,7 @@
 // NvmeTier against RamTier: the same Stores and Updates (random compute
 // functions, some blocks left alone) give bit-identical state, whatever
 // the queue depth and cache budget; the cache stays within its budget.
-#include "server/tier/nvme_tier.h"
+#include "server/core/tier/nvme_tier.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <fstream>
 #include <thread>
 
-#include "server/io/uring_env.h"
-#include "server/tier/ram_tier.h"
+#include "server/core/io/uring_env.h"
+#include "server/core/tier/ram_tier.h"
 #include "tests/server/tier/tier_test_util.h"
 
 namespace zerostate::server {

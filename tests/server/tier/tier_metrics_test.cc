@@ -5,7 +5,7 @@
 #include <map>
 #include <string>
 
-#include "server/metrics.h"
+#include "server/core/metrics.h"
 
 namespace zerostate::server {
 namespace {

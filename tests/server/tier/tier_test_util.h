@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "server/aligned_buffer.h"
-#include "server/tier/state_tier.h"
+#include "server/core/aligned_buffer.h"
+#include "server/core/tier/state_tier.h"
 
 namespace zerostate::server {
 

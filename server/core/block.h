@@ -1,0 +1,82 @@
+// One block of a job's shard: a contiguous run of the flat parameter space
+// with its version, the low-precision copy of its weights that Gather
+// serves, and the gradient accumulator of the step in progress. The master
+// weights and moments live in the job's StateTier (server/core/tier/).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/job_spec.h"
+#include "server/core/aligned_buffer.h"
+#include "server/core/kept_state.h"
+#include "server/core/gradient_accumulator.h"
+#include "server/core/optimizer/optimizer.h"
+#include "server/core/optimizer/param_groups.h"
+
+namespace zerostate::server {
+
+struct Block {
+  // `tensor_elems`: the block's elements that belong to a tensor
+  // (TensorElements of common/job_spec.h); the rest is padding.
+  // `group_runs`: GroupRuns of its first `required` elements.
+  // `speculative`: the job steps speculatively (JobSpec.speculative_step),
+  // so the kept state and the next low-precision copy keep their memory.
+  Block(uint64_t index, uint64_t local, uint64_t flat_begin, uint32_t required,
+        uint32_t block_elems, uint32_t num_nodes, bool has_lowp, StagingBudget* staging,
+        std::vector<std::pair<uint32_t, uint32_t>> tensor_elems,
+        std::vector<GroupRun> group_runs, bool speculative = false)
+      : index(index),
+        local(local),
+        flat_begin(flat_begin),
+        required(required),
+        group_runs(std::move(group_runs)),
+        speculative(speculative),
+        acc(num_nodes, block_elems, required, staging, std::move(tensor_elems)),
+        lowp(has_lowp ? block_elems : 0),
+        kept(speculative) {}
+
+  // Constant after construction.
+  const uint64_t index;       // global block index
+  const uint64_t local;       // index within the shard, as the StateTier knows it
+  const uint64_t flat_begin;  // first element in the flat space
+  const uint32_t required;    // elements before the layout's tail padding
+  // Where the tensor group changes within the block: the runs a step gives
+  // their own hyper-parameters (one run when the block is in one group).
+  const std::vector<GroupRun> group_runs;
+  const bool speculative;
+
+  mutable absl::Mutex mu;
+  // Number of optimizer steps applied (skipped steps count).
+  uint64_t version ABSL_GUARDED_BY(mu) = 0;
+  // A step computed the block's next state but has not committed it (the
+  // version is not yet raised): the tier's state and an in-place lowp copy
+  // may already be version + 1's. Readers that label what they read with
+  // `version` wait while it is set.
+  bool stepping ABSL_GUARDED_BY(mu) = false;
+  GradientAccumulator acc ABSL_GUARDED_BY(mu);
+  // Statistics of the summed gradient of step `stats_step`, once computed.
+  std::optional<GradStats> stats ABSL_GUARDED_BY(mu);
+  uint64_t stats_step ABSL_GUARDED_BY(mu) = 0;
+  AlignedBuffer<uint16_t> lowp ABSL_GUARDED_BY(mu);  // empty when weight dtype is FP32
+  // The next low-precision copy, written by a step whose new state is not
+  // yet stored (tiers that do not update in place) or not yet confirmed
+  // (a speculative step); swapped in on commit.
+  AlignedBuffer<uint16_t> next_lowp ABSL_GUARDED_BY(mu);
+  // The block's state before a step changed it in place, while a running
+  // checkpoint of that version or a speculation needs it (kept_state.h).
+  KeptState kept ABSL_GUARDED_BY(mu);
+
+  // Speculative step (server/core/job_step.h). kQueued: a pool task will
+  // try it; kDone: the tier holds the state stepped with `spec_params`
+  // (the block is `stepping`, its previous state in `kept`), not committed.
+  enum class Speculation { kNone, kQueued, kDone };
+  Speculation speculation ABSL_GUARDED_BY(mu) = Speculation::kNone;
+  StepParams spec_params ABSL_GUARDED_BY(mu);
+};
+
+}  // namespace zerostate::server

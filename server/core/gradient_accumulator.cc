@@ -1,0 +1,270 @@
+#include "server/core/gradient_accumulator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/convert.h"
+#include "common/job_spec.h"
+
+namespace zerostate::server {
+namespace {
+
+// The first node's pieces at least this long are decoded into the sum with
+// non-temporal stores: the sum of a large job does not stay in cache until
+// the step reads it, so reading its lines before writing them is wasted.
+constexpr size_t kStreamElems = 16384;  // 64 KiB of fp32
+
+bool Overlaps(const std::vector<std::pair<uint32_t, uint32_t>>& ranges, uint32_t begin,
+              uint32_t end) {
+  for (const auto& [b, e] : ranges) {
+    if (b < end && begin < e) return true;
+  }
+  return false;
+}
+
+std::vector<std::pair<uint32_t, uint32_t>> AllOf(
+    uint32_t required, std::vector<std::pair<uint32_t, uint32_t>> tensor_elems) {
+  if (tensor_elems.empty() && required > 0) tensor_elems.emplace_back(0, required);
+  return tensor_elems;
+}
+
+}  // namespace
+
+GradientAccumulator::GradientAccumulator(uint32_t num_nodes, uint32_t block_elems,
+                                         uint32_t required, StagingBudget* staging,
+                                         std::vector<std::pair<uint32_t, uint32_t>> tensor_elems)
+    : num_nodes_(num_nodes),
+      block_elems_(block_elems),
+      required_(required),
+      staging_(staging),
+      tensor_elems_(AllOf(required, std::move(tensor_elems))),
+      sum_(block_elems),
+      nodes_(num_nodes) {}
+
+bool GradientAccumulator::CoversTensors(const NodeState& ns) const {
+  for (const auto& [b, e] : tensor_elems_) {
+    if (!ns.Covers(b, e)) return false;
+  }
+  return true;
+}
+
+template <class Fn>
+void GradientAccumulator::ForEachTensorPart(uint32_t begin, uint32_t end, Fn fn) const {
+  for (const auto& [b, e] : tensor_elems_) {
+    if (e <= begin) continue;
+    if (b >= end) break;
+    fn(std::max(b, begin), std::min(e, end));
+  }
+}
+
+void GradientAccumulator::ZeroPadding(uint32_t begin, uint32_t end) {
+  uint32_t at = begin;
+  ForEachTensorPart(begin, end, [&](uint32_t first, uint32_t last) {
+    std::fill(sum_.data() + at, sum_.data() + first, 0.0f);
+    at = last;
+  });
+  std::fill(sum_.data() + at, sum_.data() + end, 0.0f);
+}
+
+GradientAccumulator::~GradientAccumulator() {
+  for (NodeState& ns : nodes_) FreeStaging(ns);
+}
+
+void GradientAccumulator::FreeStaging(NodeState& ns) {
+  if (ns.staging.empty()) return;
+  ns.staging = AlignedBuffer<float>();
+  if (staging_ != nullptr) staging_->Give(staging_bytes());
+}
+
+bool GradientAccumulator::NodeState::Covers(uint32_t begin, uint32_t end) const {
+  if (begin >= end) return true;
+  for (const auto& [b, e] : received) {
+    if (b <= begin && end <= e) return true;
+  }
+  return false;
+}
+
+bool GradientAccumulator::Insert(NodeState& node, uint32_t begin, uint32_t end) {
+  auto& r = node.received;
+  if (Overlaps(r, begin, end)) return false;
+  auto it = std::lower_bound(r.begin(), r.end(), std::make_pair(begin, end));
+  it = r.insert(it, {begin, end});
+  // Merge with the neighbours it touches, so Covers() sees one interval.
+  if (it + 1 != r.end() && it->second == (it + 1)->first) {
+    it->second = (it + 1)->second;
+    r.erase(it + 1);
+  }
+  if (it != r.begin() && (it - 1)->second == it->first) {
+    (it - 1)->second = it->second;
+    r.erase(it);
+  }
+  return true;
+}
+
+absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
+    uint32_t node, uint32_t offset, uint32_t count, const void* data, v1::DType dtype) {
+  ChunkView::Segment whole{static_cast<const uint8_t*>(data), count * DTypeSize(dtype)};
+  return Add(node, offset, count, absl::MakeConstSpan(&whole, 1), dtype);
+}
+
+absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
+    uint32_t node, uint32_t offset, uint32_t count, absl::Span<const ChunkView::Segment> data,
+    v1::DType dtype) {
+  // Elements past `required_` are layout padding: accepted, never folded.
+  uint32_t begin = offset;
+  uint32_t end = std::min(offset + count, required_);
+  NodeState& ns = nodes_[node];
+  if (ns.Covers(begin, end)) return Outcome::kDuplicate;
+  if (Claimed(node, begin, end - begin)) {
+    return absl::UnavailableError(absl::StrCat(
+        "chunk [", offset, ", ", offset + count, ") of node 0 is still being received on another "
+        "connection; retry once that ends"));
+  }
+  if (Overlaps(ns.received, begin, end)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunk [", offset, ", ", offset + count, ") of node ", node,
+        " overlaps a chunk received before only in part; resend the same chunks on retry"));
+  }
+  // An early node's first piece needs its staging buffer, taken before
+  // anything changes so that a spent budget leaves no trace. (The head's
+  // pieces are folded straight into the sum: they never get here.)
+  if (NeedsStaging(node, offset, count)) {
+    if (staging_ != nullptr && !staging_->TryTake(staging_bytes())) return Outcome::kNoStaging;
+    ns.staging = AlignedBuffer<float>(block_elems_);
+  }
+  Insert(ns, begin, end);  // cannot fail: checked above
+  Fold(node, begin, end, data, dtype);
+  if (node == head_ && CoversTensors(ns)) AdvanceHead();
+  return Outcome::kApplied;
+}
+
+bool GradientAccumulator::NeedsStaging(uint32_t node, uint32_t offset, uint32_t count) const {
+  const NodeState& ns = nodes_[node];
+  const uint32_t end = std::min(offset + count, required_);
+  bool tensor = false;  // a piece of padding alone is never folded, so never staged
+  ForEachTensorPart(offset, end, [&](uint32_t, uint32_t) { tensor = true; });
+  return node != head_ && ns.staging.empty() && tensor && !ns.Covers(offset, end);
+}
+
+void GradientAccumulator::Fold(uint32_t node, uint32_t begin, uint32_t end,
+                               absl::Span<const ChunkView::Segment> data, v1::DType dtype) {
+  const size_t esize = DTypeSize(dtype);
+  ForEachElementRun(data, esize, [&](const void* p, size_t first, size_t n) {
+    const uint64_t at = begin + first;
+    if (at >= end) return;  // tail padding
+    const auto run_end = static_cast<uint32_t>(std::min<uint64_t>(at + n, end));
+    // Only tensor elements are folded; alignment padding is skipped.
+    ForEachTensorPart(static_cast<uint32_t>(at), run_end, [&](uint32_t a, uint32_t b) {
+      FoldRun(node, a, b - a, static_cast<const uint8_t*>(p) + (a - at) * esize, dtype);
+    });
+  });
+}
+
+void GradientAccumulator::FoldRun(uint32_t node, uint32_t begin, size_t n, const void* data,
+                                  v1::DType dtype) {
+  if (node == head_) {
+    if (node == 0) {
+      if (n >= kStreamElems) {
+        DecodeFloatsStreaming(data, n, dtype, sum_.data() + begin);
+      } else {
+        DecodeFloats(data, n, dtype, sum_.data() + begin);
+      }
+    } else {
+      AccumulateFloats(data, n, dtype, sum_.data() + begin);
+    }
+    return;
+  }
+  // Not the head: Add gave the node its staging buffer.
+  DecodeFloats(data, n, dtype, nodes_[node].staging.data() + begin);
+}
+
+float* GradientAccumulator::Claim(uint32_t node, uint32_t offset, uint32_t count,
+                                  v1::DType dtype) {
+  const uint32_t end = offset + count;
+  if (node != 0 || head_ != 0 || dtype != v1::DTYPE_FP32 || count == 0 || end > required_) {
+    return nullptr;
+  }
+  if (Overlaps(nodes_[0].received, offset, end) || Overlaps(claimed_, offset, end)) return nullptr;
+  claimed_.emplace_back(offset, end);
+  return sum_.data() + offset;
+}
+
+bool GradientAccumulator::Claimed(uint32_t node, uint32_t offset, uint32_t count) const {
+  return node == 0 && Overlaps(claimed_, offset, offset + count);
+}
+
+bool GradientAccumulator::EndClaim(uint32_t offset, uint32_t count, uint64_t epoch) {
+  auto it = std::find(claimed_.begin(), claimed_.end(), std::make_pair(offset, offset + count));
+  if (epoch != epoch_ || it == claimed_.end()) return false;
+  claimed_.erase(it);
+  // The payload's padding landed in the sum too (its tensor elements, if
+  // given back, are overwritten by the piece resent).
+  ZeroPadding(offset, offset + count);
+  return true;
+}
+
+bool GradientAccumulator::Commit(uint32_t offset, uint32_t count, uint64_t epoch) {
+  if (!EndClaim(offset, count, epoch)) return false;
+  Insert(nodes_[0], offset, offset + count);  // cannot overlap: Claim and Add saw to it
+  if (head_ == 0 && CoversTensors(nodes_[0])) AdvanceHead();
+  return true;
+}
+
+void GradientAccumulator::Abandon(uint32_t offset, uint32_t count, uint64_t epoch) {
+  EndClaim(offset, count, epoch);
+}
+
+void GradientAccumulator::AdvanceHead() {
+  while (head_ < num_nodes_ && CoversTensors(nodes_[head_])) {
+    ++head_;
+    if (head_ == num_nodes_) break;
+    // The new head's pieces all arrived early: fold them now, in order
+    // (their tensor elements: only those were staged).
+    NodeState& next = nodes_[head_];
+    if (next.staging.empty()) continue;
+    for (const auto& [rb, re] : next.received) {
+      ForEachTensorPart(rb, re, [&](uint32_t b, uint32_t e) {
+        AccumulateFloats(next.staging.data() + b, e - b, v1::DTYPE_FP32, sum_.data() + b);
+      });
+    }
+    FreeStaging(next);
+  }
+  // A push of the new head that waits for staging needs none any more.
+  if (staging_ != nullptr) staging_->Notify();
+}
+
+std::vector<uint32_t> GradientAccumulator::MissingNodes() const {
+  std::vector<uint32_t> missing;
+  for (uint32_t k = head_; k < num_nodes_; ++k) {
+    if (!CoversTensors(nodes_[k])) missing.push_back(k);
+  }
+  return missing;
+}
+
+void GradientAccumulator::Reset() {
+  head_ = 0;
+  claimed_.clear();
+  ++epoch_;
+  for (NodeState& ns : nodes_) {
+    ns.received.clear();
+    FreeStaging(ns);
+  }
+  // A push waiting for staging finds its step applied or restored away.
+  if (staging_ != nullptr) staging_->Notify();
+}
+
+void GradientAccumulator::SetSum(const float* sum) {
+  Reset();
+  std::memcpy(sum_.data(), sum, size_t{required_} * sizeof(float));
+  std::fill(sum_.data() + required_, sum_.data() + block_elems_, 0.0f);
+  head_ = num_nodes_;
+}
+
+size_t GradientAccumulator::bytes() const {
+  size_t b = sum_.size() * sizeof(float);
+  for (const NodeState& ns : nodes_) b += ns.staging.size() * sizeof(float);
+  return b;
+}
+
+}  // namespace zerostate::server

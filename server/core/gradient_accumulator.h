@@ -1,0 +1,167 @@
+// The gradient accumulator of one block for one step: sums every node's
+// pieces in fp32 in node-id order, whatever order they arrive in, and
+// recognises retries.
+//
+// Node k's pieces are folded straight into the sum once nodes 0..k-1 are
+// complete (the common, in-order case costs no extra memory); pieces of a
+// node that arrives early are decoded into a staging buffer and folded when
+// its turn comes. For each element the sum is therefore always
+// ((g0 + g1) + g2) + ..., bit-identical for any arrival order.
+//
+// Staging buffers (block_elems floats each) are taken from the server's
+// StagingBudget (server/core/staging_budget.h) when an early node's first piece
+// arrives, and given back when that node is folded (its turn came), on
+// Reset and when the accumulator is destroyed. When the budget is spent an
+// early piece is answered kNoStaging and nothing changes: the caller waits
+// without the block's mutex and tries again. The head node's pieces never
+// need staging, so every block always completes.
+//
+// The first node's fp32 pieces may instead be received straight into the
+// sum (Claim / Commit): the fold of those is a plain copy, which receiving
+// in place saves, with the buffer it needs.
+//
+// Not thread-safe: the owning block's mutex guards it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/chunk_wire.h"
+#include "server/core/aligned_buffer.h"
+#include "server/core/staging_budget.h"
+#include "zerostate/v1/state_service.pb.h"
+
+namespace zerostate::server {
+
+class GradientAccumulator {
+ public:
+  // kNoStaging: the piece is early, its node has no staging buffer yet and
+  // the staging budget has no room for one; nothing changed.
+  enum class Outcome { kApplied, kDuplicate, kNoStaging };
+
+  // Of the first `required` elements of the block, those in `tensor_elems`
+  // (sorted, disjoint [first, last) intervals; empty: all of them) must be
+  // covered by each node and are folded. The rest is layout padding (the
+  // alignment between tensors, and the tail past `required`): a node may
+  // push it or not; it is never folded, and the sum holds zero there.
+  // Staging buffers come from `staging` (null: unbounded), which must
+  // outlive the accumulator.
+  GradientAccumulator(uint32_t num_nodes, uint32_t block_elems, uint32_t required,
+                      StagingBudget* staging = nullptr,
+                      std::vector<std::pair<uint32_t, uint32_t>> tensor_elems = {});
+  ~GradientAccumulator();
+  GradientAccumulator(const GradientAccumulator&) = delete;
+  GradientAccumulator& operator=(const GradientAccumulator&) = delete;
+
+  // Adds node `node`'s elements [offset, offset + count) from `data`
+  // (elements of `dtype`). A piece that lies entirely within pieces this
+  // node already sent is a retry: kDuplicate, nothing changes. A piece that
+  // overlaps earlier ones only in part is INVALID_ARGUMENT, nothing changes.
+  // An early piece that finds no staging memory is kNoStaging (above).
+  // REQUIRES: node < num_nodes, offset + count <= block_elems (checked by the caller).
+  absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count, const void* data,
+                              v1::DType dtype);
+  // The same with the elements spread over `data`'s segments (as received,
+  // without copying them together first); an element may straddle two.
+  // REQUIRES as above, and the segments hold count elements.
+  absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count,
+                              absl::Span<const ChunkView::Segment> data, v1::DType dtype);
+
+  // Whether Add of this piece would need a new staging buffer: not a
+  // retry, its node early, and without one yet. REQUIRES as Add.
+  bool NeedsStaging(uint32_t node, uint32_t offset, uint32_t count) const;
+
+  // Receiving in place. For a piece of node 0 in fp32 whose elements no
+  // earlier piece covers, while node 0 is still the one folded into the sum
+  // (its fold would be a copy): reserves [offset, offset + count) and
+  // returns where in the sum its elements go, for the caller to write
+  // without holding the mutex, then Commit (applied) or Abandon (not
+  // written whole; the range is free again, and whatever was written there
+  // is overwritten when node 0's piece does arrive). nullptr when the piece
+  // must go through Add (another node or dtype, a retry, an overlap, layout
+  // padding). Until then, an Add that overlaps the range is UNAVAILABLE: a
+  // retry racing the attempt still receiving; it is answered once that
+  // ends. REQUIRES: offset + count <= block_elems.
+  float* Claim(uint32_t node, uint32_t offset, uint32_t count, v1::DType dtype);
+  // Marks a range claimed at `epoch` (epoch() when Claim returned) received.
+  // False when it is no longer claimed (Reset ran since), and then nothing
+  // changes; so does Abandon then.
+  bool Commit(uint32_t offset, uint32_t count, uint64_t epoch);
+  void Abandon(uint32_t offset, uint32_t count, uint64_t epoch);
+  // Counts Resets.
+  uint64_t epoch() const { return epoch_; }
+  // True when node `node`'s [offset, offset + count) overlaps a range still
+  // claimed (an Add of it now would be UNAVAILABLE).
+  bool Claimed(uint32_t node, uint32_t offset, uint32_t count) const;
+
+  // True once every node has covered the block's tensor elements and all are folded.
+  bool complete() const { return head_ == num_nodes_; }
+
+  // The summed gradient; valid in full once complete().
+  const float* sum() const { return sum_.data(); }
+  uint32_t required() const { return required_; }
+
+  // A replicated step (issue 19): takes `sum` (the primary's summed
+  // gradient of the block, its first required() elements) as every node's
+  // complete contribution, as if folded here. Forgets pieces and claims
+  // first (Reset); the padding past required() stays zero.
+  void SetSum(const float* sum);
+
+  // Node ids that have not yet covered the tensor elements, for error messages.
+  std::vector<uint32_t> MissingNodes() const;
+
+  // Forgets every piece and claim (the next step starts); staging buffers
+  // go back to the budget. Keeps the sum's memory.
+  void Reset();
+
+  // Bytes held, including staging buffers of early nodes.
+  size_t bytes() const;
+  // Bytes of one staging buffer.
+  uint64_t staging_bytes() const { return uint64_t{block_elems_} * sizeof(float); }
+
+ private:
+  struct NodeState {
+    std::vector<std::pair<uint32_t, uint32_t>> received;  // sorted, merged [begin, end)
+    AlignedBuffer<float> staging;                          // early pieces, decoded
+    bool Covers(uint32_t begin, uint32_t end) const;
+  };
+
+  // Records [begin, end) as received; false if it overlaps part of an earlier piece.
+  static bool Insert(NodeState& node, uint32_t begin, uint32_t end);
+  // True when `ns` has covered every tensor element of the block.
+  bool CoversTensors(const NodeState& ns) const;
+  // Calls fn(first, last) for each part of [begin, end) that is tensor elements.
+  template <class Fn>
+  void ForEachTensorPart(uint32_t begin, uint32_t end, Fn fn) const;
+  // Zeroes the sum's padding elements within [begin, end) (written by a
+  // payload received in place).
+  void ZeroPadding(uint32_t begin, uint32_t end);
+  // Ends the claim of [offset, offset + count) made at `epoch`, zeroing its
+  // padding; false when there is none (Reset ran since).
+  bool EndClaim(uint32_t offset, uint32_t count, uint64_t epoch);
+  // Folds the elements of `data` (starting at element `begin`) that lie below `end`.
+  void Fold(uint32_t node, uint32_t begin, uint32_t end,
+            absl::Span<const ChunkView::Segment> data, v1::DType dtype);
+  // Folds n contiguous elements at `at`.
+  void FoldRun(uint32_t node, uint32_t at, size_t n, const void* data, v1::DType dtype);
+  void AdvanceHead();
+  // Frees node state's staging buffer, if any, back to the budget.
+  void FreeStaging(NodeState& ns);
+
+  const uint32_t num_nodes_;
+  const uint32_t block_elems_;
+  const uint32_t required_;
+  StagingBudget* const staging_;
+  const std::vector<std::pair<uint32_t, uint32_t>> tensor_elems_;  // sorted, within [0, required_)
+  AlignedBuffer<float> sum_;
+  std::vector<NodeState> nodes_;
+  uint32_t head_ = 0;  // nodes [0, head_) are complete and folded
+  std::vector<std::pair<uint32_t, uint32_t>> claimed_;  // node 0's ranges being received in place
+  uint64_t epoch_ = 0;
+};
+
+}  // namespace zerostate::server

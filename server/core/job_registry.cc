@@ -1,0 +1,425 @@
+#include "server/core/job_registry.h"
+
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/field_limits.h"
+#include "common/job_spec.h"
+#include "server/core/aligned_buffer.h"
+#include "server/core/checkpoint/checkpoint_reader.h"
+#include "server/core/optimizer/optimizer.h"
+#include "server/core/tier/slot_format.h"
+
+namespace zerostate::server {
+namespace {
+
+template <typename Request>
+absl::Status CheckServers(const Request& req) {
+  if (req.servers_size() == 0) {
+    return absl::InvalidArgumentError("servers: the job's server list is empty");
+  }
+  for (int i = 0; i < req.servers_size(); ++i) {
+    if (req.servers(i).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("servers[", i, "]: empty address"));
+    }
+    auto s = CheckLength(absl::StrCat("servers[", i, "]"), req.servers(i), kMaxAddressBytes);
+    if (!s.ok()) return s;
+  }
+  if (req.shard_index() >= static_cast<uint32_t>(req.servers_size())) {
+    return absl::InvalidArgumentError(absl::StrCat("shard_index: ", req.shard_index(),
+                                                   " is not below the number of servers ",
+                                                   req.servers_size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSameJob(const Job& job, const v1::JobSpec& spec,
+                          const v1::RegisterJobRequest& req) {
+  std::string diff = FirstDifference(job.spec(), spec);
+  if (!diff.empty()) {
+    return absl::AlreadyExistsError(absl::StrCat("job '", spec.job_id(),
+                                                 "' exists with a different spec: ", diff));
+  }
+  std::vector<std::string> servers(req.servers().begin(), req.servers().end());
+  if (servers != job.servers() || req.shard_index() != job.shard_index()) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "job '", spec.job_id(), "' exists with a different server list or shard_index (",
+        job.shard_index(), " of ", job.servers().size(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// Bytes a job's shard occupies under --nvme_dir: two slots per block.
+uint64_t DiskBytes(const v1::JobSpec& spec, uint64_t shard_blocks) {
+  if (spec.tier() != v1::TIER_NVME) return 0;
+  uint64_t payload = uint64_t{spec.block_elems()} * 4 * (1 + MomentCount(spec.optimizer().kind()));
+  return shard_blocks * 2 * SlotLayout(payload).slot_bytes;
+}
+
+// The copies of a job one server holds: its own shard (first), then the
+// shards it backs up (JobSpec.replicas), and their RAM and disk.
+struct Copies {
+  std::vector<uint32_t> shards;
+  uint64_t ram = 0;
+  uint64_t disk = 0;
+};
+
+Copies CopiesOf(const v1::JobSpec& spec, uint32_t num_servers, uint32_t shard,
+                const TierOptions& tiers) {
+  Copies c;
+  c.shards.push_back(shard);
+  for (uint32_t b : BackedUpShards(num_servers, shard, spec.replicas())) c.shards.push_back(b);
+  const uint64_t num_blocks = LayoutOf(spec).num_blocks();
+  for (uint32_t s : c.shards) {
+    const uint64_t blocks = ShardBlocks(num_blocks, num_servers, s).size();
+    c.ram += Job::EstimateBytes(spec, blocks, tiers);
+    c.disk += DiskBytes(spec, blocks);
+  }
+  return c;
+}
+
+// The caller's token, or a new one when it sent none.
+absl::StatusOr<std::string> TokenOrNew(const std::string& token, std::string* generated) {
+  if (!token.empty()) return token;
+  auto made = GenerateToken();
+  if (!made.ok()) return made.status();
+  *generated = *made;
+  return *made;
+}
+
+}  // namespace
+
+absl::Status JobRegistry::AuthorizeLocked(const std::string& job_id, const TokenHash& hash) const {
+  if (job_id.empty()) {
+    return absl::InvalidArgumentError("job_id: missing; every call (and every pushed chunk) "
+                                      "names the job it is for");
+  }
+  // Before the token: a bad id is refused alike whoever asks, and never echoed.
+  if (auto s = ValidateJobId(job_id); !s.ok()) return s;
+  if (hash.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "the call carries no job token (metadata '", kJobTokenMetadata, "')"));
+  }
+  auto it = token_of_.find(job_id);
+  if (it != token_of_.end() && SameToken(it->second, hash)) return absl::OkStatus();
+  if (jobs_with_token_.contains(hash)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the job token does not grant access to job '", job_id, "'"));
+  }
+  return absl::UnauthenticatedError("the job token is not valid on this server");
+}
+
+absl::Status JobRegistry::CheckTakenLocked(const std::string& job_id, const TokenHash& hash) const {
+  auto s = AuthorizeLocked(job_id, hash);
+  if (s.ok() || hash.empty()) return s;
+  // Ids are unique per server: registering one says that it is taken,
+  // whatever the caller's token (docs/operations.md, "Job tokens").
+  return absl::AlreadyExistsError(absl::StrCat(
+      "job '", job_id, "' is taken: it was registered with another token; choose another job_id"));
+}
+
+absl::Status JobRegistry::CheckQuotasLocked(const std::string& job_id, uint64_t ram,
+                                            uint64_t disk, bool replacing) const {
+  if (quotas_.max_jobs != 0 && !replacing && jobs_.size() >= quotas_.max_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "max_jobs: job '", job_id, "' would be job ", jobs_.size() + 1,
+        " on this server, which allows ", quotas_.max_jobs, " (--max_jobs)"));
+  }
+  if (quotas_.job_ram_bytes != 0 && ram > quotas_.job_ram_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job_ram_quota_bytes: job '", job_id, "' needs ", ram,
+        " bytes of RAM on this server, over the per-job quota of ", quotas_.job_ram_bytes,
+        " (--job_ram_quota_bytes)"));
+  }
+  if (quotas_.job_disk_bytes != 0 && disk > quotas_.job_disk_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "job_disk_quota_bytes: job '", job_id, "' needs ", disk,
+        " bytes of disk on this server, over the per-job quota of ", quotas_.job_disk_bytes,
+        " (--job_disk_quota_bytes)"));
+  }
+  return absl::OkStatus();
+}
+
+void JobRegistry::SetTokenLocked(const std::string& job_id, TokenHash hash) {
+  DropTokenLocked(job_id);
+  ++jobs_with_token_[hash];
+  token_of_[job_id] = std::move(hash);
+}
+
+void JobRegistry::DropTokenLocked(const std::string& job_id) {
+  auto it = token_of_.find(job_id);
+  if (it == token_of_.end()) return;
+  auto count = jobs_with_token_.find(it->second);
+  if (--count->second == 0) jobs_with_token_.erase(count);
+  token_of_.erase(it);
+}
+
+absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::RegisterJobRequest& req,
+                                                              const std::string& token) {
+  auto spec = NormalizeJobSpec(req.spec());
+  if (!spec.ok()) return spec.status();
+  if (auto s = CheckServers(req); !s.ok()) return s;
+  if (auto s = CheckTier(spec->tier(), tiers_); !s.ok()) return s;
+  if (auto s = CheckReplicas(*spec, req.servers_size()); !s.ok()) return s;
+  const Copies copies = CopiesOf(*spec, req.servers_size(), req.shard_index(), tiers_);
+  const uint64_t bytes = copies.ram;
+  absl::MutexLock lock(&mu_);
+  if (shutting_down_) return absl::UnavailableError("server is shutting down");
+  if (auto it = jobs_.find(spec->job_id()); it != jobs_.end()) {
+    if (auto s = CheckTakenLocked(spec->job_id(), HashToken(token)); !s.ok()) return s;
+    if (auto s = CheckSameJob(*it->second, *spec, req); !s.ok()) return s;
+    return Registered{it->second, false, ""};
+  }
+  if (auto s = CheckQuotasLocked(spec->job_id(), bytes, copies.disk, false); !s.ok()) {
+    return s;
+  }
+  if (bytes > ram_budget_ - ram_used_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job '", spec->job_id(), "' needs ", bytes, " bytes on this server but only ",
+                     ram_budget_ - ram_used_, " of the RAM budget ", ram_budget_, " are free"));
+  }
+  std::string generated;
+  auto job_token = TokenOrNew(token, &generated);
+  if (!job_token.ok()) return job_token.status();
+  std::vector<std::string> servers(req.servers().begin(), req.servers().end());
+  std::vector<std::shared_ptr<Job>> made;
+  for (uint32_t shard : copies.shards) {
+    auto created = Job::Create(*spec, servers, shard, /*initialize=*/true, tiers_, staging_);
+    if (!created.ok()) return created.status();
+    made.push_back(*std::move(created));
+  }
+  std::shared_ptr<Job> job = made[0];
+  ram_used_ += bytes;
+  jobs_[job->spec().job_id()] = job;
+  if (made.size() > 1) backups_[job->spec().job_id()].assign(made.begin() + 1, made.end());
+  SetTokenLocked(job->spec().job_id(), HashToken(*job_token));
+  return Registered{job, true, generated};
+}
+
+uint64_t JobRegistry::FreeFor(const std::string& job_id) const {
+  uint64_t free = ram_budget_ - ram_used_;
+  return free + BytesOfLocked(job_id);
+}
+
+uint64_t JobRegistry::BytesOfLocked(const std::string& job_id) const {
+  uint64_t bytes = 0;
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) bytes += it->second->state_bytes();
+  if (auto it = backups_.find(job_id); it != backups_.end()) {
+    for (const auto& backup : it->second) bytes += backup->state_bytes();
+  }
+  return bytes;
+}
+
+namespace {
+
+absl::StatusOr<v1::JobSpec> RestoredSpec(const CheckpointReader& reader,
+                                         const v1::RestoreRequest& req) {
+  v1::JobSpec spec = reader.spec();
+  if (!req.job_id().empty() && req.job_id() != spec.job_id()) {
+    return absl::InvalidArgumentError(absl::StrCat("job_id: the checkpoint holds job '",
+                                                   spec.job_id(), "', not '", req.job_id(), "'"));
+  }
+  if (req.num_nodes() != 0) spec.set_num_nodes(req.num_nodes());
+  return NormalizeJobSpec(spec);
+}
+
+// Restoring over a registered job keeps its layout: a checkpoint of
+// another layout is refused rather than silently changing the model.
+absl::Status CheckSameLayout(const v1::JobSpec& registered, const v1::JobSpec& restored) {
+  v1::JobSpec a = registered, b = restored;
+  a.set_num_nodes(0);
+  b.set_num_nodes(0);
+  std::string diff = FirstDifference(a, b);
+  if (diff.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the checkpoint's job differs from the registered job '", registered.job_id(), "': ", diff,
+      "; delete the job first to restore a different one"));
+}
+
+absl::Status LoadShard(const CheckpointReader& reader, Job& job) {
+  AlignedBuffer<float> state(reader.block_floats());
+  for (uint64_t local = 0; local < job.blocks().size(); ++local) {
+    if (auto s = reader.ReadBlock(job.blocks().begin + local, state.data()); !s.ok()) return s;
+    if (auto s = job.RestoreBlock(local, state.data(), reader.version()); !s.ok()) return s;
+  }
+  const v1::ShardManifest& first = reader.manifests()[0];
+  job.RestoreAppliedSteps(reader.version(),
+                          first.has_applied_steps() ? first.applied_steps() : reader.version());
+  return job.RestoreTrainerState(reader.version(), first.trainer_state());
+}
+
+}  // namespace
+
+absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRequest& req,
+                                                             const std::string& token) {
+  if (auto s = CheckLength("path", req.path(), kMaxPathBytes); !s.ok()) return s;
+  if (auto s = CheckServers(req); !s.ok()) return s;
+  auto reader = CheckpointReader::Open(req.path());
+  if (!reader.ok()) return reader.status();
+  auto spec = RestoredSpec(**reader, req);
+  if (!spec.ok()) return spec.status();
+  if (auto s = CheckReplicas(*spec, req.servers_size()); !s.ok()) return s;
+  const Copies copies = CopiesOf(*spec, req.servers_size(), req.shard_index(), tiers_);
+  const uint64_t bytes = copies.ram;
+  const uint64_t disk = copies.disk;
+  const std::string& id = spec->job_id();
+  // Checked before loading and again before the swap: the job may have
+  // been registered or deleted meanwhile.
+  auto admit = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end()) {
+      if (auto s = AuthorizeLocked(id, HashToken(token)); !s.ok()) return s;
+      if (auto s = CheckSameLayout(it->second->spec(), *spec); !s.ok()) return s;
+    }
+    if (auto s = CheckQuotasLocked(id, bytes, disk, it != jobs_.end()); !s.ok()) return s;
+    if (bytes > FreeFor(id)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "restoring job '", id, "' needs ", bytes, " bytes of the RAM budget ", ram_budget_,
+          " but only ", FreeFor(id), " are free"));
+    }
+    return absl::OkStatus();
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto s = admit(); !s.ok()) return s;
+  }
+  std::string generated;
+  auto job_token = TokenOrNew(token, &generated);
+  if (!job_token.ok()) return job_token.status();
+  std::vector<std::string> servers(req.servers().begin(), req.servers().end());
+  std::vector<std::shared_ptr<Job>> made;  // the shard, then its backups' copies
+  for (uint32_t shard : copies.shards) {
+    auto job = Job::Create(*spec, servers, shard, /*initialize=*/false, tiers_, staging_);
+    if (!job.ok()) return job.status();
+    if (auto s = LoadShard(**reader, **job); !s.ok()) return s;
+    made.push_back(*std::move(job));
+  }
+  std::shared_ptr<Job> loaded = made[0];
+  std::vector<std::shared_ptr<Job>> replaced;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return absl::UnavailableError("server is shutting down");
+    if (auto s = admit(); !s.ok()) return s;
+    ram_used_ -= BytesOfLocked(id);
+    if (auto it = jobs_.find(id); it != jobs_.end()) replaced.push_back(it->second);
+    if (auto it = backups_.find(id); it != backups_.end()) {
+      replaced.insert(replaced.end(), it->second.begin(), it->second.end());
+      backups_.erase(it);
+    }
+    jobs_[id] = loaded;
+    if (made.size() > 1) backups_[id].assign(made.begin() + 1, made.end());
+    ram_used_ += bytes;
+    SetTokenLocked(id, HashToken(*job_token));
+  }
+  for (auto& job : replaced) {
+    job->Shutdown();
+    job->ReleaseStaging();
+  }
+  return Registered{loaded, true, generated};
+}
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Authorize(const std::string& job_id,
+                                                            const std::string& token) const {
+  absl::MutexLock lock(&mu_);
+  if (auto s = AuthorizeLocked(job_id, HashToken(token)); !s.ok()) return s;
+  return jobs_.at(job_id);
+}
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Shard(const std::string& job_id,
+                                                        const std::string& token,
+                                                        uint32_t shard) const {
+  absl::MutexLock lock(&mu_);
+  if (auto s = AuthorizeLocked(job_id, HashToken(token)); !s.ok()) return s;
+  const std::shared_ptr<Job>& own = jobs_.at(job_id);
+  if (own->shard_index() == shard) return own;
+  if (auto it = backups_.find(job_id); it != backups_.end()) {
+    for (const auto& backup : it->second) {
+      if (backup->shard_index() == shard) return backup;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("shard ", shard, " of job '", job_id,
+                                          "': this server holds no copy of it (its shard is ",
+                                          own->shard_index(), ", with ",
+                                          own->spec().replicas(), " backups per shard)"));
+}
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Get(const std::string& job_id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job '", job_id, "' is not registered here"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<bool> JobRegistry::Delete(const std::string& job_id, const std::string& token) {
+  std::vector<std::shared_ptr<Job>> deleted;
+  absl::StatusOr<bool> result = Unregister(job_id, token, &deleted);
+  // Calls still holding the job keep it alive, not its staging memory
+  // (outside the registry's lock: it takes every block's mutex).
+  for (auto& job : deleted) {
+    job->MarkDeleted();  // waiting calls end now, not at their deadline
+    job->ReleaseStaging();
+  }
+  return result;
+}
+
+absl::StatusOr<bool> JobRegistry::Unregister(const std::string& job_id,
+                                               const std::string& token,
+                                               std::vector<std::shared_ptr<Job>>* deleted) {
+  const TokenHash hash = HashToken(token);
+  absl::MutexLock lock(&mu_);
+  if (auto s = AuthorizeLocked(job_id, hash); !s.ok()) {
+    auto dead = tombstones_.find(job_id);
+    if (!hash.empty() && dead != tombstones_.end() && SameToken(dead->second, hash)) return false;
+    return s;
+  }
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return false;
+  ram_used_ -= BytesOfLocked(job_id);
+  deleted->push_back(std::move(it->second));
+  jobs_.erase(it);
+  if (auto b = backups_.find(job_id); b != backups_.end()) {
+    deleted->insert(deleted->end(), b->second.begin(), b->second.end());
+    backups_.erase(b);
+  }
+  if (tombstones_.insert_or_assign(job_id, token_of_[job_id]).second) {
+    tombstone_order_.push_back(job_id);
+  }
+  if (tombstone_order_.size() > kMaxTombstones) {
+    tombstones_.erase(tombstone_order_.front());
+    tombstone_order_.pop_front();
+  }
+  DropTokenLocked(job_id);
+  return true;
+}
+
+uint64_t JobRegistry::ram_used() const {
+  absl::MutexLock lock(&mu_);
+  return ram_used_;
+}
+
+size_t JobRegistry::size() const {
+  absl::MutexLock lock(&mu_);
+  return jobs_.size();
+}
+
+bool JobRegistry::HoldsJob(const std::string& token) const {
+  if (token.empty()) return false;
+  TokenHash hash = HashToken(token);
+  absl::MutexLock lock(&mu_);
+  return jobs_with_token_.contains(hash);
+}
+
+void JobRegistry::Shutdown() {
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+    for (auto& [id, job] : jobs_) jobs.push_back(job);
+    for (auto& [id, copies] : backups_) jobs.insert(jobs.end(), copies.begin(), copies.end());
+  }
+  for (auto& job : jobs) job->Shutdown();
+}
+
+}  // namespace zerostate::server

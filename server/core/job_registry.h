@@ -1,0 +1,157 @@
+// The jobs this server holds, by id, and the RAM budget they share.
+// Thread-safe; the registry's lock is held only to look up, insert or
+// erase, never during a job's data path.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "server/core/auth_token.h"
+#include "server/core/job.h"
+#include "zerostate/v1/state_service.pb.h"
+
+namespace zerostate::server {
+
+// Per-job and per-server limits (the server's --max_jobs,
+// --job_ram_quota_bytes, --job_disk_quota_bytes); 0 = unlimited.
+struct JobQuotas {
+  uint64_t max_jobs = 0;
+  uint64_t job_ram_bytes = 0;   // Job::EstimateBytes of one job's shard
+  uint64_t job_disk_bytes = 0;  // bytes of one job's shard under --nvme_dir
+};
+
+// Every job is registered with a token (server/core/auth_token.h); the registry
+// keeps its SHA-256 and answers who may act on which job.
+class JobRegistry {
+ public:
+  // Jobs' tiers are built with `tiers` (the server's --nvme_* flags); their
+  // gradient staging comes from `staging` (--staging_budget_bytes; null:
+  // unbounded), outside the RAM budget.
+  explicit JobRegistry(uint64_t ram_budget_bytes, TierOptions tiers = TierOptions(),
+                       JobQuotas quotas = JobQuotas(),
+                       std::shared_ptr<StagingBudget> staging = nullptr)
+      : ram_budget_(ram_budget_bytes),
+        tiers_(std::move(tiers)),
+        quotas_(quotas),
+        staging_(std::move(staging)) {}
+
+  struct Registered {
+    std::shared_ptr<Job> job;
+    bool created = false;
+    std::string token;  // generated for a caller that sent none; else ""
+  };
+
+  // Creates the job's shard with `token` (generated when ""), or returns
+  // the existing one if its spec, server list and shard index are the same
+  // and `token` is its token. Errors: INVALID_ARGUMENT (spec, servers,
+  // shard_index; names the field), FAILED_PRECONDITION (a tier this server
+  // does not offer; names the flag), UNAUTHENTICATED (no token), ALREADY_EXISTS
+  // (the id is taken by a job of another token: says so, whatever the
+  // caller's token; or the job differs: names the first differing field), RESOURCE_EXHAUSTED (a quota or the
+  // RAM budget; names it and the figures), UNAVAILABLE (shutting down).
+  // Nothing is allocated on error.
+  absl::StatusOr<Registered> Register(const v1::RegisterJobRequest& req,
+                                      const std::string& token = "");
+
+  // Loads a checkpoint (written by any number of servers) as this server's
+  // shard of the job on the cluster req.servers(), replacing the job if it
+  // exists (its waiting calls fail with UNAVAILABLE; `token` must be its
+  // token). A new job takes `token` (generated when ""). Everything is read
+  // and verified before the job is swapped in: on error nothing changes.
+  // Errors: as CheckpointReader::Open and ReadBlock, INVALID_ARGUMENT
+  // (servers, shard_index, job_id other than the checkpoint's, num_nodes),
+  // UNAUTHENTICATED / PERMISSION_DENIED (as Authorize), RESOURCE_EXHAUSTED
+  // (a quota or the RAM budget).
+  absl::StatusOr<Registered> Restore(const v1::RestoreRequest& req,
+                                     const std::string& token = "");
+
+  // The job, if `token` is its token. Errors: INVALID_ARGUMENT (job_id
+  // empty; names the field), UNAUTHENTICATED (no token, or one no job here
+  // has), PERMISSION_DENIED (the token of another job). The answer is the
+  // same whether or not `job_id` exists.
+  absl::StatusOr<std::shared_ptr<Job>> Authorize(const std::string& job_id,
+                                                 const std::string& token) const;
+
+  // This server's copy of shard `shard` of the job, if `token` is its
+  // token: its own shard (the primary's copy) or one it backs up
+  // (JobSpec.replicas; issue 19). Errors: as Authorize; NOT_FOUND naming
+  // the shard when this server holds no copy of it.
+  absl::StatusOr<std::shared_ptr<Job>> Shard(const std::string& job_id, const std::string& token,
+                                             uint32_t shard) const;
+
+  // The job, without a credential check: for code that serves no caller
+  // (tests, tools). NOT_FOUND names the job id.
+  absl::StatusOr<std::shared_ptr<Job>> Get(const std::string& job_id) const;
+
+  // Drops the job if `token` is its token (errors as Authorize); in-flight
+  // calls keep their reference until they finish, but its staging memory
+  // goes back to the budget at once (Job::ReleaseStaging). A retry with the token of
+  // a job this registry deleted (among the last kMaxTombstones) answers
+  // false rather than an auth error.
+  absl::StatusOr<bool> Delete(const std::string& job_id, const std::string& token);
+  static constexpr size_t kMaxTombstones = 4096;
+
+  uint64_t ram_used() const;
+  uint64_t ram_budget() const { return ram_budget_; }
+  size_t size() const;
+
+  // Whether `token` is the token of a job on this server.
+  bool HoldsJob(const std::string& token) const;
+
+  // Fails waiting calls of every job with UNAVAILABLE and refuses new jobs.
+  void Shutdown();
+
+ private:
+  // OK when job `job_id` exists with token hash `hash` (see Authorize).
+  absl::Status AuthorizeLocked(const std::string& job_id, const TokenHash& hash) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AuthorizeLocked, but ALREADY_EXISTS "taken" for a token that is not the
+  // job's (what RegisterJob of an existing id answers).
+  absl::Status CheckTakenLocked(const std::string& job_id, const TokenHash& hash) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // RESOURCE_EXHAUSTED naming the quota a new job of `ram` and `disk`
+  // bytes would exceed (`replacing`: it takes an existing job's place).
+  absl::Status CheckQuotasLocked(const std::string& job_id, uint64_t ram, uint64_t disk,
+                                 bool replacing) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetTokenLocked(const std::string& job_id, TokenHash hash)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropTokenLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Delete's part under mu_ (which it takes); `deleted` gets the copies dropped.
+  absl::StatusOr<bool> Unregister(const std::string& job_id, const std::string& token,
+                                    std::vector<std::shared_ptr<Job>>* deleted)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  const uint64_t ram_budget_;
+  const TierOptions tiers_;
+  const JobQuotas quotas_;
+  const std::shared_ptr<StagingBudget> staging_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<Job>> jobs_ ABSL_GUARDED_BY(mu_);
+  // The backup copies this server keeps of other shards of each job
+  // (JobSpec.replicas), created, restored and deleted with the job's own
+  // shard; their RAM is the job's too.
+  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<Job>>> backups_
+      ABSL_GUARDED_BY(mu_);
+  // RAM of a job's copies here: its shard and its backups.
+  uint64_t BytesOfLocked(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each job's token hash, and how many jobs have each hash.
+  absl::flat_hash_map<std::string, TokenHash> token_of_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<TokenHash, int> jobs_with_token_ ABSL_GUARDED_BY(mu_);
+  // Token hashes of recently deleted jobs, oldest first, for Delete retries.
+  absl::flat_hash_map<std::string, TokenHash> tombstones_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> tombstone_order_ ABSL_GUARDED_BY(mu_);
+  uint64_t ram_used_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bytes free for a job that would replace `replacing` (may be null).
+  uint64_t FreeFor(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace zerostate::server

@@ -1,0 +1,94 @@
+// The server's Prometheus metrics (names in docs/metrics.md), registered
+// in a registry that main() exposes on the metrics port. Labels carry
+// method names, status codes and job ids, never secrets. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+#include "server/core/step_phases.h"
+#include "server/core/tier/tier_metrics.h"
+
+namespace zerostate::server {
+
+class ServerMetrics {
+ public:
+  explicit ServerMetrics(std::shared_ptr<prometheus::Registry> registry);
+
+  // One finished RPC: its latency, payload bytes each way, and its answer.
+  void RecordRpc(const std::string& method, const absl::Status& status, double seconds,
+                 uint64_t bytes_in, uint64_t bytes_out);
+
+  // One Step RPC that ran the optimizer (or skipped) on `job`'s shard.
+  void RecordStep(const std::string& job, double seconds, uint64_t params, bool skipped,
+                  uint64_t version);
+
+  // The phases one GradStats or Step call on `job`'s shard spent (those it measured).
+  void RecordStepPhases(const std::string& job, const StepPhaseTimes& times);
+
+  // What one Step made of the speculation (server/core/job_step.h): blocks
+  // it only committed, and blocks it stepped again or restored.
+  void RecordSpeculation(const std::string& job, uint64_t confirmed, uint64_t redone);
+
+  void SetJob(const std::string& job, uint64_t state_bytes, uint64_t version);
+  void ForgetJob(const std::string& job);
+  void SetRam(uint64_t used, uint64_t budget, size_t jobs);
+  // Gradient staging memory (server/core/staging_budget.h): bytes in use and
+  // --staging_budget_bytes; and one push that began waiting for it.
+  void SetStaging(uint64_t used, uint64_t budget);
+  void RecordStagingWait();
+  // The TCP data plane: connections open, and one refused at the cap
+  // (--max_data_connections).
+  void SetDataConnections(int open);
+  void RecordDataConnectionRefused();
+  // The filesystem of --nvme_dir (checkpoints usually live elsewhere).
+  void SetDisk(uint64_t used, uint64_t capacity);
+
+  // The sink for `job`'s NVMe tier (the zerostate_tier_* metrics). It keeps
+  // the registry alive, so it may outlive this object.
+  std::shared_ptr<TierMetricsSink> TierSink(const std::string& job);
+
+  const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  const prometheus::Histogram::BucketBoundaries latency_buckets_;
+  prometheus::Family<prometheus::Counter>& bytes_received_;
+  prometheus::Family<prometheus::Counter>& bytes_sent_;
+  prometheus::Family<prometheus::Histogram>& rpc_duration_;
+  prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Family<prometheus::Histogram>& step_duration_;
+  const prometheus::Histogram::BucketBoundaries phase_buckets_;
+  prometheus::Family<prometheus::Histogram>& step_phase_;
+  prometheus::Family<prometheus::Counter>& optimizer_params_;
+  prometheus::Family<prometheus::Gauge>& job_version_;
+  prometheus::Family<prometheus::Counter>& job_steps_;
+  prometheus::Family<prometheus::Counter>& job_skipped_;
+  prometheus::Family<prometheus::Counter>& speculative_blocks_;
+  prometheus::Family<prometheus::Gauge>& job_state_bytes_;
+  prometheus::Family<prometheus::Counter>& tier_bytes_read_;
+  prometheus::Family<prometheus::Counter>& tier_bytes_written_;
+  prometheus::Family<prometheus::Histogram>& tier_io_duration_;
+  prometheus::Family<prometheus::Gauge>& tier_queue_depth_;
+  prometheus::Family<prometheus::Counter>& tier_cache_hits_;
+  prometheus::Family<prometheus::Counter>& tier_cache_misses_;
+  prometheus::Gauge& ram_used_;
+  prometheus::Gauge& ram_budget_;
+  prometheus::Gauge& jobs_;
+  prometheus::Gauge& staging_used_;
+  prometheus::Gauge& staging_budget_;
+  prometheus::Counter& staging_waits_;
+  prometheus::Gauge& data_connections_;
+  prometheus::Counter& data_connections_refused_;
+  prometheus::Gauge& disk_used_;
+  prometheus::Gauge& disk_capacity_;
+};
+
+}  // namespace zerostate::server

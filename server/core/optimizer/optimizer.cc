@@ -1,0 +1,101 @@
+// StepBlock: turns the step's hyper-parameters into fp32 constants once per
+// call and hands the block to the kernel of the chosen ISA.
+#include "server/core/optimizer/optimizer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "server/core/optimizer/dispatch.h"
+
+namespace zerostate::server {
+namespace {
+
+using kernels::Lowp;
+using kernels::Rule;
+
+// A config that did not come from NormalizeJobSpec is a programmer bug.
+[[noreturn]] void DieUnknownOptimizer(int kind) {
+  std::fprintf(stderr, "StepBlock: unknown optimizer kind %d (config not normalized)\n", kind);
+  std::abort();
+}
+
+Rule RuleOf(const v1::OptimizerConfig& c) {
+  switch (c.kind()) {
+    case v1::OPTIMIZER_ADAMW:
+      return Rule::kAdamW;
+    case v1::OPTIMIZER_ADAM:
+      return Rule::kAdam;
+    case v1::OPTIMIZER_SGD_MOMENTUM:
+      return c.nesterov() ? Rule::kSgdNesterov : Rule::kSgd;
+    case v1::OPTIMIZER_LION:
+      return Rule::kLion;
+    default:
+      DieUnknownOptimizer(c.kind());
+  }
+}
+
+Lowp LowpOf(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_BF16:
+      return Lowp::kBf16;
+    case v1::DTYPE_FP16:
+      return Lowp::kFp16;
+    default:
+      return Lowp::kNone;
+  }
+}
+
+// Everything derived from hyper-parameters is computed in double and rounded
+// once, so every ISA (and every block) sees the same fp32 constants.
+kernels::StepConsts ConstsOf(const StepParams& p) {
+  const v1::OptimizerConfig& c = p.config;
+  const double lr = p.lr, wd = c.weight_decay(), b1 = c.beta1(), b2 = c.beta2();
+  const double t = static_cast<double>(p.t);
+  kernels::StepConsts k;
+  k.grad_scale = p.grad_scale;
+  k.lr = p.lr;
+  k.weight_decay = c.weight_decay();
+  k.decay = static_cast<float>(1.0 - lr * wd);
+  k.beta1 = c.beta1();
+  k.one_minus_beta1 = static_cast<float>(1.0 - b1);
+  k.beta2 = c.beta2();
+  k.one_minus_beta2 = static_cast<float>(1.0 - b2);
+  k.eps = c.eps();
+  k.step_size = static_cast<float>(lr / (1.0 - std::pow(b1, t)));
+  k.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(b2, t)));
+  k.momentum = c.momentum();
+  return k;
+}
+
+void RunRule(Isa isa, Rule rule, const kernels::StepConsts& c, const BlockRefs& b) {
+  const Lowp lowp = LowpOf(b.lowp_dtype);
+  auto* lowp_out = lowp == Lowp::kNone ? nullptr : static_cast<uint16_t*>(b.lowp);
+  const kernels::StepBuffers buffers{b.param, b.m, b.v, b.grad, lowp_out, b.n};
+  kernels::KernelsFor(isa).step[static_cast<int>(rule)].by_lowp[static_cast<int>(lowp)](c, buffers);
+}
+
+}  // namespace
+
+int MomentCount(v1::OptimizerKind kind) {
+  switch (kind) {
+    case v1::OPTIMIZER_ADAMW:
+    case v1::OPTIMIZER_ADAM:
+      return 2;
+    case v1::OPTIMIZER_SGD_MOMENTUM:
+    case v1::OPTIMIZER_LION:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+void StepBlock(Isa isa, const StepParams& p, const BlockRefs& b) {
+  RunRule(isa, RuleOf(p.config), ConstsOf(p), b);
+}
+
+void TrafficPass(Isa isa, const BlockRefs& b) { RunRule(isa, Rule::kTraffic, {}, b); }
+
+void StepBlock(const StepParams& p, const BlockRefs& b) { StepBlock(BestIsa(), p, b); }
+
+}  // namespace zerostate::server

@@ -1,0 +1,69 @@
+// Fused optimizer kernels: one pass over a block's memory reads the master
+// weights, the summed gradient and the moments, and writes the new weights,
+// the new moments and the low-precision copy that Gather serves.
+//
+// Numerics: fp32 throughout, no FMA contraction, the same sequence of
+// operations in every ISA variant, so AVX-512, AVX2 and scalar results are
+// bit-identical; they match a float64 reference within 1e-6 relative.
+// Thread-safe: a call touches only the memory it is given.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/cpu_features.h"
+#include "zerostate/v1/state_service.pb.h"
+
+namespace zerostate::server {
+
+namespace v1 = ::zerostate::v1;
+
+// Everything a step needs besides the block's memory.
+struct StepParams {
+  v1::OptimizerConfig config;  // normalized (see common/job_spec.h)
+  float lr = 0;
+  float grad_scale = 1;  // the summed gradient is multiplied by this first
+  uint64_t t = 1;        // 1-based step count, for Adam's bias correction
+};
+
+// One block's memory. Which moment buffers are used depends on the optimizer:
+// AdamW/Adam: m and v; SGD with momentum: m; Lion: m. Unused ones may be null.
+struct BlockRefs {
+  float* param = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  const float* grad = nullptr;
+  void* lowp = nullptr;  // n elements of lowp_dtype; null when lowp_dtype is FP32
+  v1::DType lowp_dtype = v1::DTYPE_FP32;
+  size_t n = 0;
+};
+
+// Number of moment buffers the optimizer keeps per parameter (0, 1 or 2).
+int MomentCount(v1::OptimizerKind kind);
+
+// Applies one step to a block in a single pass, with the best ISA or a given one.
+// REQUIRES: pointers 64-byte aligned, isa supported by this CPU.
+// The update rules (PyTorch's semantics) are spelled out in
+// server/core/optimizer/rules.h. The low-precision copy is written with
+// non-temporal stores and fenced before return. REQUIRES: p.t >= 1 and
+// p.config normalized (an unknown optimizer kind aborts: a programmer bug).
+void StepBlock(const StepParams& p, const BlockRefs& b);
+void StepBlock(Isa isa, const StepParams& p, const BlockRefs& b);
+
+// Moves exactly the bytes of an AdamW step on `b` (reads param, grad, m, v;
+// writes param, m, v and the low-precision copy) with no optimizer math:
+// param += grad, m and v rewritten unchanged. For benchmarks, as the memory
+// limit a step is measured against. Same REQUIRES as StepBlock; m and v set.
+void TrafficPass(Isa isa, const BlockRefs& b);
+
+// Statistics of a gradient block: sum of squares of the finite elements and
+// the number of non-finite ones. The summation order is fixed (16 double
+// lanes folded pairwise), identical in every ISA variant.
+struct GradStats {
+  double sum_squares = 0;
+  uint64_t nonfinite = 0;
+};
+GradStats ComputeGradStats(const float* g, size_t n);
+GradStats ComputeGradStats(Isa isa, const float* g, size_t n);
+
+}  // namespace zerostate::server

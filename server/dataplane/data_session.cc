@@ -1,0 +1,433 @@
+#include "server/dataplane/data_session.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "server/core/answer_deadline.h"
+#include "server/replication/routing.h"
+
+namespace zerostate::server {
+namespace {
+
+// The metrics' method names of the data plane's operations (the gRPC
+// path records "PushGradients" and "Gather"; the same-host plane "ShmPush"
+// and "ShmGather").
+constexpr char kPushMethod[] = "DataPush";
+constexpr char kGatherMethod[] = "DataGather";
+constexpr char kShmPushMethod[] = "ShmPush";
+constexpr char kShmGatherMethod[] = "ShmGather";
+
+// The longest sending one answer may take (a client that stopped reading).
+constexpr absl::Duration kSendTimeout = absl::Seconds(60);
+
+v1::DataFrameMeta Reply(uint64_t incarnation, const absl::Status& status) {
+  v1::DataFrameMeta meta;
+  meta.set_incarnation(incarnation);
+  meta.set_code(static_cast<int>(status.code()));
+  meta.set_message(std::string(status.message()));
+  return meta;
+}
+
+// Runs a session's tasks one at a time, in order, on a thread of its own,
+// so that the session thread does the next piece of work meanwhile (a
+// double buffer): Job fills gather piece i+1 while piece i is sent, and
+// push i+1's payload is read while push i is folded and acknowledged.
+class TaskThread {
+ public:
+  // Returns false when the connection broke; no task runs after that.
+  using Task = absl::AnyInvocable<bool()>;
+
+  TaskThread() : thread_([this] { Loop(); }) {}
+  ~TaskThread() {
+    {
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    }
+    thread_.join();
+  }
+
+  // Hands `task` over once the one before it has run; false (and `task`
+  // dropped) once a task failed.
+  bool Run(Task task) {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &TaskThread::Idle));
+    if (failed_) return false;
+    next_ = std::move(task);
+    return true;
+  }
+
+  // Waits until the tasks handed over have run; false if one failed.
+  bool Drain() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(this, &TaskThread::Idle));
+    return !failed_;
+  }
+
+ private:
+  bool Idle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return failed_ || (next_ == nullptr && !running_);
+  }
+  bool HasWork() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return next_ != nullptr || done_; }
+
+  void Loop() {
+    while (true) {
+      Task task;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(this, &TaskThread::HasWork));
+        if (next_ == nullptr) return;  // done
+        task = std::move(next_);
+        next_ = nullptr;
+        running_ = true;
+      }
+      const bool ok = task();
+      task = nullptr;  // what it holds (a buffer lease) is given back
+      absl::MutexLock lock(&mu_);
+      running_ = false;
+      if (!ok) {
+        failed_ = true;
+        return;
+      }
+    }
+  }
+
+  absl::Mutex mu_;
+  Task next_ ABSL_GUARDED_BY(mu_);
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // last: starts once the rest is constructed
+};
+
+class Session final : public Job::GatherSink {
+ public:
+  Session(const DataSessionContext& ctx, DataStream& stream, const ShmSegment* shm)
+      : ctx_(ctx),
+        stream_(stream),
+        shm_(shm),
+        push_method_(shm != nullptr ? kShmPushMethod : kPushMethod),
+        gather_method_(shm != nullptr ? kShmGatherMethod : kGatherMethod),
+        opened_(absl::Now()) {}
+
+  void Run() {
+    while (true) {
+      // Idle between frames for as long as the client likes once it sent
+      // an authorized frame; within a frame, reads end at the frame timeout,
+      // so a stalled client gives its buffer back.
+      if (!stream_.WaitReadable(authorized_ ? absl::InfiniteFuture()
+                                            : opened_ + ctx_.frame_timeout)) {
+        return;
+      }
+      stream_.SetRecvDeadline(absl::Now() + ctx_.frame_timeout);
+      absl::StatusOr<std::optional<FrameStart>> start = RecvFrameStart(stream_);
+      if (start.ok() && !start->has_value()) return;  // closed at a frame boundary
+      absl::Status s = start.ok() ? Serve(**start) : start.status();
+      if (s.ok()) continue;
+      // A frame we could not read whole: say why, then hang up (the rest
+      // of the byte stream cannot be trusted).
+      if (absl::IsInvalidArgument(s) || absl::IsDataLoss(s)) {
+        (void)tasks_.Drain();  // the answers before it go first
+        (void)Send(FrameType::kError,
+                   Reply(ctx_.incarnation, absl::InvalidArgumentError(s.message())));
+        LingeringClose();
+      }
+      return;
+    }
+  }
+
+  // Sends FIN after the answer, then reads and drops what the client still
+  // sends (briefly, and a bounded amount): closing with unread bytes would
+  // send a reset, which can destroy the answer before the client reads it.
+  void LingeringClose() {
+    shutdown(stream_.fd(), SHUT_WR);
+    stream_.SetRecvDeadline(absl::Now() + absl::Seconds(1));
+    char sink[16 << 10];
+    for (int i = 0; i < 1024; ++i) {
+      absl::StatusOr<size_t> r = stream_.RecvSome(sink, sizeof(sink));
+      if (!r.ok() || *r == 0) break;
+    }
+  }
+
+  // Sends a frame, taking at most kSendTimeout.
+  absl::Status Send(FrameType type, const v1::DataFrameMeta& meta, const void* payload = nullptr,
+                    size_t bytes = 0) {
+    stream_.SetSendDeadline(absl::Now() + kSendTimeout);
+    return SendFrame(stream_, type, meta, payload, bytes);
+  }
+
+  // Job::GatherSink. Buffer() runs under a block's mutex, which pushes
+  // holding buffers may need: it must not wait for the budget.
+  // On the same-host plane the piece goes into the next bytes of the
+  // GATHER's region (checked to hold the range; a pool buffer, and the
+  // gather stopped, should the pieces ever pass it).
+  void* Buffer(size_t bytes) override {
+    piece_bytes_ = bytes;
+    if (shm_ != nullptr && region_used_ + bytes <= region_bytes_) {
+      piece_at_ = region_offset_ + region_used_;
+      region_used_ += bytes;
+      return shm_->data() + piece_at_;
+    }
+    region_overflow_ = shm_ != nullptr;
+    piece_ = ctx_.buffers->Borrow(bytes, /*wait=*/false);
+    return piece_.data();
+  }
+  bool Emit(const ChunkFields& piece) override {
+    v1::DataFrameMeta meta;
+    v1::Chunk* c = meta.mutable_chunk();
+    c->set_step(piece.step);
+    c->set_block(piece.block);
+    c->set_offset(piece.offset);
+    c->set_dtype(piece.dtype);
+    c->set_version(piece.version);
+    if (region_overflow_) return false;
+    if (shm_ != nullptr) {
+      meta.set_shm_offset(piece_at_);
+      meta.set_shm_bytes(piece_bytes_);
+      return tasks_.Run([this, meta = std::move(meta), bytes = piece_bytes_] {
+        if (!Send(FrameType::kGatherPiece, meta).ok()) return false;
+        gathered_ += bytes;
+        return true;
+      });
+    }
+    return tasks_.Run(
+        [this, meta = std::move(meta), piece = std::move(piece_), bytes = piece_bytes_]() mutable {
+          if (!Send(FrameType::kGatherPiece, meta, piece.data(), bytes).ok())
+            return false;
+          gathered_ += bytes;
+          return true;
+        });
+  }
+
+ private:
+  // Serves one frame whose header and meta are read. Errors end the
+  // connection: INVALID_ARGUMENT / DATA_LOSS (a bad frame; answered), or
+  // I/O errors.
+  absl::Status Serve(const FrameStart& f) {
+    switch (f.header.type) {
+      case FrameType::kPush:
+        return ServePush(f);
+      case FrameType::kGather:
+        return ServeGather(f);
+      default:
+        return absl::InvalidArgumentError(
+            absl::StrCat("data plane frame: a client may send PUSH or GATHER frames, not ",
+                         FrameTypeName(static_cast<uint8_t>(f.header.type))));
+    }
+  }
+
+  // The frame's timeout counts from its arrival; the answer comes a margin
+  // before it (answer_deadline.h), as on the gRPC plane.
+  absl::Time DeadlineOf(const v1::DataFrameMeta& meta) const {
+    const absl::Time now = absl::Now();
+    const absl::Time caller =
+        meta.timeout_ms() == 0
+            ? absl::InfiniteFuture()
+            : now + absl::Milliseconds(std::min<uint64_t>(meta.timeout_ms(), uint64_t{1} << 40));
+    return AnswerDeadline(now, caller, ctx_.max_wait);
+  }
+
+  // What a push frame is for: its job, authorized once for the frame, and
+  // the claim on the block's sum when its payload is received in place.
+  // Members go in reverse order: the claim before the job it points into.
+  struct PushTarget {
+    absl::StatusOr<std::shared_ptr<Job>> job;
+    Job::PushClaim claim;
+  };
+
+  // Where a frame's payload is in the segment: null on a TCP connection.
+  // Errors: INVALID_ARGUMENT (a bad frame: shm fields on TCP, a payload on
+  // the socket of a same-host connection, or a range outside the segment).
+  absl::StatusOr<const uint8_t*> ShmPayload(const FrameStart& f) const {
+    if (shm_ == nullptr) {
+      if (f.meta.shm_offset() == 0 && f.meta.shm_bytes() == 0) return nullptr;
+      return absl::InvalidArgumentError(
+          "data plane frame: shm_offset / shm_bytes on a TCP connection");
+    }
+    if (f.header.payload_len != 0) {
+      return absl::InvalidArgumentError(
+          "data plane frame: a payload on the socket of a same-host (shm) connection");
+    }
+    absl::StatusOr<uint8_t*> at = shm_->At(f.meta.shm_offset(), f.meta.shm_bytes());
+    if (!at.ok())
+      return absl::InvalidArgumentError(absl::StrCat("data plane frame: ", at.status().message()));
+    return *at;
+  }
+
+  absl::Status ServePush(const FrameStart& f) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<const uint8_t*> in_shm = ShmPayload(f);
+    if (!in_shm.ok()) return in_shm.status();
+    const uint8_t* shm_payload = *in_shm;
+    const size_t bytes = shm_ != nullptr ? f.meta.shm_bytes() : f.header.payload_len;
+    const ChunkFields fields = FrameChunkView(f.meta.chunk(), nullptr, 0).fields;
+    PushTarget target{
+        CopyForBlock(*ctx_.jobs, ctx_.primaries, fields.job_id, f.meta.token(), fields.block),
+        {}};
+    if (!target.job.ok()) return RefusePush(f, target.job.status(), start);
+    authorized_ = true;
+    // The first node's fp32 payload goes straight into the block's sum
+    // (ClaimPush says when); any other into a buffer, held while it is read
+    // and folded (waiting while the server's frames in flight fill the
+    // budget; no lock held). A bad frame gets neither: Push says why.
+    target.claim = (*target.job)->ClaimPush(fields, bytes);
+    DataBufferPool::Lease payload;
+    if (target.claim.data() == nullptr) {
+      // A push that would wait for staging memory in Job::Push waits before
+      // its payload is read, not holding a frame buffer meanwhile: with many
+      // connections of early nodes waiting, their buffers could fill the
+      // pool the head node's frames need. Node 0 is always its blocks' head
+      // (or done), so its frames skip the look-up.
+      if (fields.node != 0) {
+        (*target.job)->AwaitStagingRoom(fields, bytes, DeadlineOf(f.meta));
+      }
+      // A payload in the segment is folded from there: no buffer.
+      if (shm_payload == nullptr) payload = ctx_.buffers->Borrow(bytes, /*wait=*/true);
+    }
+    if (shm_payload != nullptr) {
+      if (target.claim.data() != nullptr) std::memcpy(target.claim.data(), shm_payload, bytes);
+    } else {
+      void* into = target.claim.data() != nullptr ? target.claim.data() : payload.data();
+      stream_.SetRecvDeadline(absl::Now() + ctx_.frame_timeout);  // the waits above do not count
+      absl::Status read = RecvExact(stream_, into, bytes);
+      if (absl::IsDataLoss(read)) {
+        return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
+      }
+      if (!read.ok()) return read;  // the claim, if any, is given back
+    }
+    const uint8_t* source = shm_payload != nullptr ? shm_payload : payload.data();
+    // Applied and acknowledged on tasks_ while the next frame is read.
+    const bool handed = tasks_.Run([this, start, meta = f.meta, payload = std::move(payload),
+                                    target = std::move(target), source, bytes]() mutable {
+      bool duplicate = false;
+      absl::Status s = target.claim.data() != nullptr
+                           ? target.claim.Commit().status()
+                           : Push(target.job, meta, source, bytes, &duplicate);
+      payload = DataBufferPool::Lease();  // given back
+      target.claim = Job::PushClaim();  // before the job it points into
+      target.job = nullptr;
+      ctx_.metrics->RecordRpc(push_method_, s, absl::ToDoubleSeconds(absl::Now() - start), bytes,
+                              0);
+      v1::DataFrameMeta ack = Reply(ctx_.incarnation, s);
+      ack.set_duplicate(duplicate);
+      return Send(FrameType::kPushAck, ack).ok();
+    });
+    return handed ? absl::OkStatus() : absl::UnavailableError("client went away");
+  }
+
+  // A push whose token or job was refused: its payload is read into a
+  // small scratch buffer and dropped (no pool buffer, no claim), and the
+  // refusal is the frame's answer, in order.
+  absl::Status RefusePush(const FrameStart& f, const absl::Status& refused, absl::Time start) {
+    char scratch[16 << 10];
+    for (uint64_t left = f.header.payload_len; left > 0;) {
+      size_t n = static_cast<size_t>(std::min<uint64_t>(left, sizeof(scratch)));
+      absl::Status read = RecvExact(stream_, scratch, n);
+      if (absl::IsDataLoss(read)) {
+        return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
+      }
+      if (!read.ok()) return read;
+      left -= n;
+    }
+    const bool handed = tasks_.Run([this, refused, start] {
+      ctx_.metrics->RecordRpc(push_method_, refused, absl::ToDoubleSeconds(absl::Now() - start), 0,
+                              0);
+      return Send(FrameType::kPushAck, Reply(ctx_.incarnation, refused)).ok();
+    });
+    return handed ? absl::OkStatus() : absl::UnavailableError("client went away");
+  }
+
+  absl::Status Push(const absl::StatusOr<std::shared_ptr<Job>>& job,
+                    const v1::DataFrameMeta& meta, const uint8_t* payload, size_t bytes,
+                    bool* duplicate) const {
+    // A push frame usually carries no timeout: it may wait for staging
+    // memory (on this session's task thread, no lock held) as long as the
+    // server lets any call wait, like a gather without one.
+    auto outcome = (*job)->Push(FrameChunkView(meta.chunk(), payload, bytes), DeadlineOf(meta));
+    if (!outcome.ok()) return outcome.status();
+    *duplicate = *outcome == Job::PushOutcome::kDuplicate;
+    return absl::OkStatus();
+  }
+
+  absl::Status ServeGather(const FrameStart& f) {
+    const absl::Time start = absl::Now();
+    // The pushes before it are acknowledged first; its pieces are sent on
+    // tasks_ (gathered_ counts their bytes there).
+    if (!tasks_.Drain()) return absl::UnavailableError("client went away");
+    gathered_ = 0;
+    absl::Status s = Gather(f.meta);
+    if (!tasks_.Drain() && s.ok()) s = absl::CancelledError("client went away");
+    ctx_.metrics->RecordRpc(gather_method_, s, absl::ToDoubleSeconds(absl::Now() - start), 0,
+                            gathered_);
+    if (absl::IsCancelled(s)) return absl::UnavailableError("client went away");
+    v1::DataFrameMeta end = Reply(ctx_.incarnation, s);
+    end.set_bytes(gathered_);
+    return Send(FrameType::kGatherEnd, end);
+  }
+
+  absl::Status Gather(const v1::DataFrameMeta& meta) {
+    const v1::GatherRequest& req = meta.gather();
+    auto job = CopyForGather(*ctx_.jobs, ctx_.primaries, meta.token(), req);
+    if (!job.ok()) return job.status();
+    authorized_ = true;
+    auto range = (*job)->CheckGather(req);
+    if (!range.ok()) return range.status();
+    if (shm_ != nullptr) {
+      if (absl::Status s = UseRegion(meta, range->size() * DTypeSize(req.dtype())); !s.ok()) {
+        return s;
+      }
+    }
+    return (*job)->Gather(*range, req.min_version(), req.dtype(), ctx_.gather_piece_elems,
+                          DeadlineOf(meta), *this);
+  }
+
+  // Takes the GATHER's region of the segment for its `bytes` of pieces.
+  // Errors: INVALID_ARGUMENT naming what does not fit.
+  absl::Status UseRegion(const v1::DataFrameMeta& meta, uint64_t bytes) {
+    absl::StatusOr<uint8_t*> at = shm_->At(meta.shm_offset(), meta.shm_bytes());
+    if (!at.ok())
+      return absl::InvalidArgumentError(absl::StrCat("GATHER region: ", at.status().message()));
+    if (meta.shm_bytes() < bytes) {
+      return absl::InvalidArgumentError(absl::StrCat("GATHER region of ", meta.shm_bytes(),
+                                                     " bytes cannot hold the range's ", bytes));
+    }
+    region_offset_ = meta.shm_offset();
+    region_bytes_ = meta.shm_bytes();
+    region_used_ = 0;
+    region_overflow_ = false;
+    return absl::OkStatus();
+  }
+
+  const DataSessionContext& ctx_;
+  DataStream& stream_;
+  const ShmSegment* const shm_;    // the same-host plane's segment, or null
+  const char* const push_method_;  // for the metrics
+  const char* const gather_method_;
+  // The current GATHER's region of shm_ (gathering thread only).
+  uint64_t region_offset_ = 0;
+  uint64_t region_bytes_ = 0;
+  uint64_t region_used_ = 0;
+  bool region_overflow_ = false;
+  uint64_t piece_at_ = 0;  // where the piece being filled starts in shm_
+  const absl::Time opened_;
+  bool authorized_ = false;  // a frame of this connection was authorized (session thread only)
+  DataBufferPool::Lease piece_;  // the gather piece being filled
+  size_t piece_bytes_ = 0;
+  uint64_t gathered_ = 0;  // written by tasks_ during a gather
+  TaskThread tasks_;       // last: stopped before the rest is destroyed
+};
+
+}  // namespace
+
+void ServeDataConnection(const DataSessionContext& ctx, DataStream& stream, const ShmSegment* shm) {
+  Session(ctx, stream, shm).Run();
+}
+
+}  // namespace zerostate::server

@@ -1,0 +1,65 @@
+// One connection of the TCP data plane (server/dataplane/data_plane.h): reads frames
+// (common/frame.h) and serves them with the same code as the gRPC
+// handlers: a PUSH goes through JobRegistry::Authorize and Job::Push, a
+// GATHER through Authorize, Job::CheckGather and Job::Gather, whose pieces
+// are sent (sendmsg) from the buffer Job fills. A second thread per
+// connection folds and acknowledges push i while push i+1 is read, and
+// sends gather piece i while piece i+1 is filled; answers keep the frames'
+// order. Every reply carries the server's incarnation; an error is a
+// status code and message. A frame that cannot be parsed is answered by an
+// ERROR frame, then the connection is closed.
+//
+// What a client that has no valid token can take (docs/reliability.md): a
+// frame is authorized (JobRegistry::Authorize) from its header and meta,
+// before any of its payload is read; an unauthorized push's payload is
+// read into a small scratch buffer and dropped, never into the shared
+// pool, and answered with the refusal. Every frame must arrive whole
+// within the frame timeout of its first byte (its payload within the
+// frame timeout of the server being ready for it), so a frame that
+// trickles gives its buffer back when the connection is closed; a
+// connection that has not yet sent an authorized frame is closed after
+// that long idle.
+//
+// On the same-host plane (server/dataplane/shm_session.h) the session is the same but
+// for where payloads are: with a segment, a PUSH's payload is read (and
+// folded) straight from the segment and a gather's pieces are written into
+// the region its GATHER names, each GATHER_PIECE saying where; a frame
+// whose payload lies outside the segment, or a TCP-style payload on such a
+// connection (or shm fields on a TCP one), is a bad frame.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "common/frame_io.h"
+#include "common/shm_segment.h"
+#include "server/dataplane/data_buffers.h"
+#include "server/core/job_registry.h"
+#include "server/core/metrics.h"
+#include "server/replication/primaries.h"
+
+namespace zerostate::server {
+
+struct DataSessionContext {
+  JobRegistry* jobs = nullptr;
+  // Primaries of replicated jobs' shards (server/replication/); null: only
+  // the own shards are served.
+  Primaries* primaries = nullptr;
+  ServerMetrics* metrics = nullptr;
+  uint64_t incarnation = 0;
+  absl::Duration max_wait = absl::Minutes(10);  // cap on any wait
+  uint32_t gather_piece_elems = 256 * 1024;
+  // Payload buffers of every session (required).
+  DataBufferPool* buffers = nullptr;
+  // How long a frame may take to arrive (--data_frame_timeout_seconds).
+  absl::Duration frame_timeout = absl::Seconds(60);
+};
+
+// Serves `stream` until the peer closes it, a frame is malformed, a
+// timeout above passes or the connection breaks. Does not close its
+// socket. Payloads travel in `shm` (the connection's segment, which must
+// outlive the call) unless null.
+void ServeDataConnection(const DataSessionContext& ctx, DataStream& stream,
+                         const ShmSegment* shm = nullptr);
+
+}  // namespace zerostate::server

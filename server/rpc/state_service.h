@@ -1,0 +1,119 @@
+// The gRPC edge of the state server: each handler decodes the request,
+// hands it to the JobRegistry / Job / Rendezvous, converts the answer to a
+// grpc::Status and records metrics. No math, no I/O, no contended lock here.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/time/time.h"
+#include "server/rpc/chunk_reactors.h"
+#include "server/core/job_registry.h"
+#include "server/core/metrics.h"
+#include "server/core/rendezvous.h"
+#include "server/replication/primaries.h"
+#include "server/replication/replicator.h"
+#include "server/core/thread_pool.h"
+#include "zerostate/v1/state_service.grpc.pb.h"
+
+namespace zerostate::server {
+
+struct ServiceOptions {
+  // Upper bound on any wait (gather, stats, step, rendezvous) when the
+  // caller set no deadline.
+  absl::Duration max_wait = absl::Minutes(10);
+  // The NVMe tier's directory, whose filesystem's usage the metrics report
+  // ("" when the server has no NVMe tier).
+  std::string nvme_dir;
+  // Elements per gathered chunk message.
+  uint32_t gather_piece_elems = 256 * 1024;
+  // The data plane's port, advertised in RegisterJob and JobStatus
+  // answers (0: none).
+  uint32_t data_port = 0;
+};
+
+// The chunk streams (InitWeights, PushGradients, Gather) run on gRPC's
+// callback API with raw ByteBuffer messages (chunk_reactors.h); the other
+// methods are synchronous.
+using StateServiceBase = v1::StateService::WithRawCallbackMethod_InitWeights<
+    v1::StateService::WithRawCallbackMethod_PushGradients<
+        v1::StateService::WithRawCallbackMethod_Gather<v1::StateService::Service>>>;
+
+class StateServiceImpl final : public StateServiceBase {
+ public:
+  // All references must outlive the service.
+  // `primaries` and `replicator` (server/replication/) serve the shards of
+  // jobs with backups; null: only own shards, steps not replicated.
+  StateServiceImpl(ServiceOptions options, JobRegistry& jobs, RendezvousTable& rendezvous,
+                   ThreadPool& pool, ServerMetrics& metrics, uint64_t incarnation,
+                   Primaries* primaries = nullptr, Replicator* replicator = nullptr);
+
+  grpc::Status RegisterJob(grpc::ServerContext* ctx, const v1::RegisterJobRequest* req,
+                           v1::RegisterJobResponse* resp) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* InitWeights(grpc::CallbackServerContext* ctx,
+                                                         grpc::ByteBuffer* resp) override;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* PushGradients(grpc::CallbackServerContext* ctx,
+                                                           grpc::ByteBuffer* resp) override;
+  grpc::Status GradStats(grpc::ServerContext* ctx, const v1::GradStatsRequest* req,
+                         v1::GradStatsResponse* resp) override;
+  grpc::Status Step(grpc::ServerContext* ctx, const v1::StepRequest* req,
+                    v1::StepResponse* resp) override;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Gather(grpc::CallbackServerContext* ctx,
+                                                     const grpc::ByteBuffer* req) override;
+  grpc::Status JobStatus(grpc::ServerContext* ctx, const v1::JobStatusRequest* req,
+                         v1::JobStatusResponse* resp) override;
+  grpc::Status DeleteJob(grpc::ServerContext* ctx, const v1::DeleteJobRequest* req,
+                         v1::DeleteJobResponse* resp) override;
+  grpc::Status Checkpoint(grpc::ServerContext* ctx, const v1::CheckpointRequest* req,
+                          v1::CheckpointResponse* resp) override;
+  grpc::Status Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
+                       v1::RestoreResponse* resp) override;
+  // Sets the RAM and disk usage gauges; called after anything that
+  // changes them, and once at start.
+  void PublishUsage();
+
+  grpc::Status Rendezvous(grpc::ServerContext* ctx, const v1::RendezvousRequest* req,
+                          v1::RendezvousResponse* resp) override;
+
+ private:
+  // Payload bytes of one call, for the byte counters.
+  struct Traffic {
+    uint64_t in = 0;
+    uint64_t out = 0;
+  };
+  // Runs `body`, records latency, traffic and the answer under `method`.
+  template <typename Body>
+  grpc::Status Serve(const char* method, Body&& body);
+  // Records a call that began at `start` and returns its status.
+  grpc::Status Record(const char* method, absl::Time start, const Traffic& traffic,
+                      const absl::Status& status);
+  // How long the call may wait: AnswerDeadline of its deadline (a margin
+  // before it; answer_deadline.h), at most options_.max_wait.
+  absl::Time DeadlineOf(const grpc::ServerContextBase* ctx) const;
+  // The copy of the shard a request names (its optional `shard`; unset:
+  // the own shard), checked as a primary (server/replication/routing.h).
+  template <typename Request>
+  absl::StatusOr<std::shared_ptr<Job>> CopyFor(const grpc::ServerContextBase* ctx,
+                                               const Request& req);
+  // A reader of a chunk stream that applies each chunk to the job it names
+  // (looked up through JobFor once per job) with apply(job, chunk, resp,
+  // deadline), stops at the first error, and answers `resp` (incarnation
+  // set) in `response`. Response is PushResponse or InitWeightsResponse.
+  // `deadline` is how long apply may wait (ChunkReader::Apply's may_wait):
+  // the call's deadline, or the past when it must not wait.
+  template <typename Response>
+  ChunkReader* ForEachChunk(
+      const char* method, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
+      std::function<absl::Status(Job&, const ChunkView&, Response&, absl::Time)> apply);
+
+  const ServiceOptions options_;
+  JobRegistry& jobs_;
+  RendezvousTable& rendezvous_;
+  ThreadPool& pool_;
+  ServerMetrics& metrics_;
+  const uint64_t incarnation_;
+  Primaries* const primaries_;
+  Replicator* const replicator_;
+};
+
+}  // namespace zerostate::server
