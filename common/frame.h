@@ -30,7 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/chunk_wire.h"
+#include "common/chunk_view.h"
 #include "zerostate/v1/data_plane.pb.h"
 
 namespace zerostate {

@@ -9,7 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "server/rpc/auth_tls.h"
+#include "server/dataplane/data_tls_context.h"
+#include "server/rpc/server_credentials.h"
 #include "server/dataplane/data_plane.h"
 #include "server/membership/membership.h"
 #include "server/replication/primaries.h"
@@ -50,7 +51,7 @@ struct ServerOptions {
   TierOptions tiers;
   ServiceOptions service;
   // Transport security of `listen`: TLS files, or plaintext; one of the
-  // two is required (server/rpc/auth_tls.h).
+  // two is required (server/core/tls_files.h).
   TlsOptions tls;
   // --max_jobs, --job_ram_quota_bytes, --job_disk_quota_bytes.
   JobQuotas quotas;

@@ -1,5 +1,6 @@
-// Per-job credentials: the token a job is registered with, how the server
-// reads it from a call's metadata, and the form it keeps (a SHA-256 digest,
+// Per-job credentials: the token a job is registered with, the form a
+// caller's token must have (the gRPC edge reads it from a call's metadata,
+// server/rpc/call_token.h), and the form the server keeps (a SHA-256 digest,
 // never the token itself). Thread-safe: pure functions.
 #pragma once
 
@@ -7,10 +8,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-
-namespace grpc {
-class ServerContextBase;
-}
 
 namespace zerostate::server {
 
@@ -28,10 +25,10 @@ using TokenHash = std::string;
 // Errors: INTERNAL when the kernel gives no randomness.
 absl::StatusOr<std::string> GenerateToken();
 
-// The token the call carries ("" when none). Errors: UNAUTHENTICATED when
-// it is malformed (length out of [kMinTokenChars, kMaxTokenChars] or a
-// character outside '!'..'~'); the message never contains the token.
-absl::StatusOr<std::string> TokenOf(const grpc::ServerContextBase& ctx);
+// OK when `token` (not "") has a token's form. Errors: UNAUTHENTICATED
+// when it is malformed (length out of [kMinTokenChars, kMaxTokenChars] or
+// a character outside '!'..'~'); the message never contains the token.
+absl::Status CheckTokenForm(absl::string_view token);
 
 // SHA-256 of `token`; "" for "".
 TokenHash HashToken(absl::string_view token);

@@ -30,7 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/chunk_wire.h"
+#include "common/chunk_view.h"
 #include "server/core/aligned_buffer.h"
 #include "server/core/staging_budget.h"
 #include "zerostate/v1/state_service.pb.h"

@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/chunk_wire.h"
+#include "common/chunk_view.h"
 #include "common/job_spec.h"
 #include "common/shard_map.h"
 #include "server/core/applied_steps.h"

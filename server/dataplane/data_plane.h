@@ -26,7 +26,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "server/rpc/auth_tls.h"
+#include "server/dataplane/data_tls_context.h"
 #include "server/dataplane/data_session.h"
 
 namespace zerostate::server {

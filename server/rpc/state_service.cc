@@ -11,6 +11,7 @@
 #include "common/rpc_status.h"
 #include "server/core/answer_deadline.h"
 #include "server/core/auth_token.h"
+#include "server/rpc/call_token.h"
 #include "server/core/checkpoint/checkpoint_writer.h"
 #include "server/replication/routing.h"
 

@@ -1,44 +1,20 @@
-// Transport security of both ports: TLS with the server's certificate,
-// mutual TLS when a client CA is given (clients must present a certificate
-// that CA signed), or plaintext only when asked for explicitly. The gRPC
-// port's credentials, and the TCP data plane's OpenSSL context made from
-// the same files (DataTlsContext).
-// Thread-safe: pure functions, and DataTlsContext is thread-safe.
+// The TCP data plane's OpenSSL context, made from the server's TLS files
+// (server/core/tls_files.h). Thread-safe.
 #pragma once
 
 #include <sys/stat.h>
 
 #include <memory>
-#include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/core/tls_files.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
 
-namespace grpc {
-class ServerCredentials;
-}
-
 namespace zerostate::server {
-
-struct TlsOptions {
-  std::string cert_file;       // --tls_cert: PEM certificate chain
-  std::string key_file;        // --tls_key: PEM private key of the certificate
-  std::string client_ca_file;  // --tls_client_ca: PEM CA; set = mutual TLS
-  bool plaintext = false;      // --plaintext: no TLS at all
-};
-
-// Reads and checks the files (PEM parses, the key matches the certificate)
-// and builds the credentials for AddListeningPort. Errors:
-// INVALID_ARGUMENT naming the flag: neither TLS files nor --plaintext, both,
-// a certificate without a key (or the reverse), a client CA without a
-// certificate, a file that cannot be read or parsed, a key that does not
-// match the certificate.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
-    const TlsOptions& options);
 
 // The data plane's TLS context, made from the files of TlsOptions, and made
 // again when one of them changes (a certificate renewed in place, or a
@@ -82,9 +58,5 @@ class DataTlsContext {
   absl::Time looked_ ABSL_GUARDED_BY(mu_);
   int reloads_ ABSL_GUARDED_BY(mu_) = 0;
 };
-
-// The contents of `path`, for PEM files. Errors: INVALID_ARGUMENT
-// "<flag>: cannot read '<path>': <reason>".
-absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path);
 
 }  // namespace zerostate::server

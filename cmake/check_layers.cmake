@@ -1,0 +1,45 @@
+# The server's layers, checked at build time (server/CMakeLists.txt) and by
+# a test (tests/server/CMakeLists.txt: layers_test):
+#
+#   server/core/       includes no gRPC header (grpc/, grpcpp/, *.grpc.pb.h),
+#                      none of the gRPC codec or the data plane's frames, and
+#                      nothing of server/rpc/, server/dataplane/, server/cli/
+#                      or state_server.h;
+#   server/rpc/        nothing of server/dataplane/, server/cli/, state_server.h;
+#   server/dataplane/  no gRPC header, nothing of server/rpc/, server/cli/,
+#                      state_server.h.
+#
+# Run as: cmake -DROOT=<tree> -P check_layers.cmake. Fails naming each file,
+# line and include that crosses a layer.
+if(NOT DEFINED ROOT)
+  message(FATAL_ERROR "check_layers.cmake: pass -DROOT=<source tree>")
+endif()
+
+set(grpc_headers "grpc/|grpcpp/|grpc\\+\\+/|\\.grpc\\.pb\\.h")
+set(edges_of_core "server/rpc/|server/dataplane/|server/cli/|server/state_server\\.h")
+set(forbidden_core
+  "${grpc_headers}|${edges_of_core}|common/chunk_wire\\.h|common/rpc_status\\.h|common/frame|common/data_stream\\.h|common/data_tls\\.h|common/shm_segment\\.h|common/metrics_exposer\\.h")
+set(forbidden_rpc "server/dataplane/|server/cli/|server/state_server\\.h")
+set(forbidden_dataplane "${grpc_headers}|server/rpc/|server/cli/|server/state_server\\.h|common/chunk_wire\\.h|common/rpc_status\\.h")
+
+set(violations "")
+foreach(layer core rpc dataplane)
+  file(GLOB_RECURSE files "${ROOT}/server/${layer}/*.h" "${ROOT}/server/${layer}/*.cc")
+  foreach(f ${files})
+    file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"]")
+    foreach(line ${lines})
+      string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]*)[>\"].*$" "\\1" header "${line}")
+      if(header MATCHES "^(${forbidden_${layer}})")
+        file(RELATIVE_PATH rel "${ROOT}" "${f}")
+        string(APPEND violations "\n  ${rel}: #include ${header} (server/${layer}/ may not)")
+      elseif(header MATCHES "\\.grpc\\.pb\\.h$" AND NOT layer STREQUAL "rpc")
+        file(RELATIVE_PATH rel "${ROOT}" "${f}")
+        string(APPEND violations "\n  ${rel}: #include ${header} (server/${layer}/ may not)")
+      endif()
+    endforeach()
+  endforeach()
+endforeach()
+
+if(violations)
+  message(FATAL_ERROR "includes across the server's layers (cmake/check_layers.cmake):${violations}")
+endif()
