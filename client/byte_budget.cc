@@ -15,6 +15,13 @@ void ByteBudget::Acquire(size_t bytes) {
   held_ += bytes;
 }
 
+bool ByteBudget::TryAcquire(size_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (held_ != 0 && held_ + bytes > cap_) return false;
+  held_ += bytes;
+  return true;
+}
+
 void ByteBudget::Release(size_t bytes) {
   absl::MutexLock lock(&mu_);
   held_ -= bytes;

@@ -1,4 +1,7 @@
-// A cap on payload bytes in flight: a counting semaphore of bytes.
+// A cap on payload bytes in flight: a counting semaphore of bytes, one per
+// job, shared by both transports. A push's bytes are held until the server
+// has them: over gRPC until gRPC frees the payload slice, over the data
+// plane until the frame's PUSH_ACK (client/transfer.cc).
 // Acquire blocks while the bytes held would exceed the cap; a single
 // acquisition larger than the cap is let through when nothing else is held,
 // so an oversized chunk cannot deadlock. Thread-safe.
@@ -18,6 +21,9 @@ class ByteBudget {
 
   // Blocks until `bytes` fit under the cap, then holds them.
   void Acquire(size_t bytes);
+  // Holds `bytes` and returns true if they fit under the cap now (as
+  // Acquire would without blocking); false, holding nothing, otherwise.
+  bool TryAcquire(size_t bytes);
   // Returns bytes taken by Acquire. REQUIRES: bytes <= held().
   void Release(size_t bytes);
 

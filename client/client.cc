@@ -1,9 +1,10 @@
 // Client: connection setup, job registration and attachment, rendezvous.
+#include <atomic>
+#include <memory>
 #include <utility>
 
-#include <thread>
-
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/channel_credentials.h"
 #include "client/client_impl.h"
 #include "client/job_client_impl.h"
@@ -19,6 +20,35 @@ int PoolThreads(const ClientOptions& o) {
   return std::max<int>(4, 2 * static_cast<int>(o.servers.size()) * o.streams_per_server);
 }
 
+// Two fan-outs at once on every server but the caller's.
+int ControlThreads(const ClientOptions& o) {
+  return std::max<int>(1, 2 * (static_cast<int>(o.servers.size()) - 1));
+}
+
+// One ForEachServer call's shards: taken one at a time by the calling
+// thread and the control pool's, each run once.
+struct FanOut {
+  explicit FanOut(int n) : n(n), results(n) {}
+
+  // Runs the shards nobody took yet; `fn` is dereferenced only for a shard
+  // taken here, which the caller waits for, so it is still alive.
+  void Run(absl::FunctionRef<absl::Status(int)>* fn) {
+    for (int s = next.fetch_add(1); s < n; s = next.fetch_add(1)) {
+      absl::Status result = (*fn)(s);
+      absl::MutexLock lock(&mu);
+      results[s] = std::move(result);
+      ++done;
+    }
+  }
+  bool AllDone() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return done == n; }
+
+  const int n;
+  std::atomic<int> next{0};
+  absl::Mutex mu;
+  int done ABSL_GUARDED_BY(mu) = 0;
+  std::vector<absl::Status> results ABSL_GUARDED_BY(mu);
+};
+
 }  // namespace
 
 Client::Impl::Impl(ClientOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
@@ -27,7 +57,8 @@ Client::Impl::Impl(ClientOptions options, std::shared_ptr<grpc::ChannelCredentia
       token_(options_.job_token),
       retrier_(options_, &metrics_, &shutdown_, &token_),
       pool_(std::make_unique<ThreadPool>(PoolThreads(options_))),
-      gather_pool_(std::make_unique<ThreadPool>(PoolThreads(options_))) {
+      gather_pool_(std::make_unique<ThreadPool>(PoolThreads(options_))),
+      control_pool_(std::make_unique<ThreadPool>(ControlThreads(options_))) {
   for (int i = 0; i < static_cast<int>(options_.servers.size()); ++i) {
     servers_.push_back(std::make_unique<ServerConn>(options_, i, credentials));
   }
@@ -35,21 +66,22 @@ Client::Impl::Impl(ClientOptions options, std::shared_ptr<grpc::ChannelCredentia
 
 Client::Impl::~Impl() {
   shutdown_.Notify();
+  control_pool_.reset();
   gather_pool_.reset();
   pool_.reset();
 }
 
 absl::Status Client::Impl::ForEachServer(absl::FunctionRef<absl::Status(int)> fn) {
-  // Threads of their own, not a pool: a Step must never queue behind
-  // streams. Shard 0 runs on the calling thread.
-  std::vector<absl::Status> results(servers_.size());
-  std::vector<std::thread> threads;
+  // Not the streams' pools: a Step must never queue behind streams. The
+  // pool's tasks hold the fan-out, not `fn`, past this call.
+  auto fan = std::make_shared<FanOut>(num_servers());
   for (int s = 1; s < num_servers(); ++s) {
-    threads.emplace_back([&fn, &results, s] { results[s] = fn(s); });
+    control_pool_->Schedule([fan, fnp = &fn] { fan->Run(fnp); });
   }
-  results[0] = fn(0);
-  for (std::thread& t : threads) t.join();
-  for (absl::Status& s : results) {
+  fan->Run(&fn);
+  absl::MutexLock lock(&fan->mu);
+  fan->mu.Await(absl::Condition(fan.get(), &FanOut::AllDone));
+  for (absl::Status& s : fan->results) {
     if (!s.ok()) return s;
   }
   return absl::OkStatus();

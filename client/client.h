@@ -50,7 +50,9 @@ struct ClientOptions {
   int streams_per_server = 4;
   // Payload bytes per chunk message.
   size_t chunk_bytes = 1 << 20;
-  // Cap on payload bytes in flight per JobClient (backpressure).
+  // Cap on payload bytes in flight per JobClient (backpressure), shared by
+  // gRPC and the data plane: a chunk's bytes count until the server has
+  // them (gRPC freed the slice; the data plane's PUSH_ACK came).
   size_t max_bytes_in_flight = 256u << 20;
   // Deadline of each RPC attempt.
   std::chrono::milliseconds rpc_timeout{60000};
@@ -77,7 +79,8 @@ struct ClientOptions {
   // Threads of each of the client's two pools: one runs push and init
   // streams, the other gather streams (a gather waiting for a version never
   // holds up the pushes and the Step that bring it). Per-server fan-outs
-  // (GradStats, Step, ...) run on threads of their own.
+  // (GradStats, Step, ...) run on a control pool of their own, 2 threads
+  // per server but one, started with the client.
   // 0 = 2 * servers * streams_per_server (at least 4).
   int threads = 0;
   // Extra integer gRPC channel arguments, applied after the library's own

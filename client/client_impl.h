@@ -40,9 +40,13 @@ class Client::Impl {
   ThreadPool& pool() { return *pool_; }
   ThreadPool& gather_pool() { return *gather_pool_; }
 
-  // Runs fn(shard) for every server at once, each on a thread of its own
-  // (never queued behind the pool's streams), and waits for all. Returns
-  // the error of the lowest shard that failed.
+  // Runs fn(shard) for every server at once and waits for all: shard 0 on
+  // the calling thread, the others on the control pool, whose threads run
+  // nothing else (never queued behind the pool's streams) and are started
+  // once, with the client. The calling thread also takes shards no pool
+  // thread has taken yet, so fan-outs of several threads at once share the
+  // pool without ever waiting for each other's threads. Returns the error
+  // of the lowest shard that failed.
   absl::Status ForEachServer(absl::FunctionRef<absl::Status(int shard)> fn);
 
   // One unary RPC to server `shard` through the retrier, e.g.
@@ -72,6 +76,7 @@ class Client::Impl {
   Retrier retrier_;
   std::unique_ptr<ThreadPool> pool_;         // last: joined first
   std::unique_ptr<ThreadPool> gather_pool_;
+  std::unique_ptr<ThreadPool> control_pool_;  // ForEachServer's
 };
 
 }  // namespace zerostate::client

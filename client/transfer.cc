@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -295,11 +296,23 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
   fields->set_node(call.node);
   fields->set_dtype(call.wire);
   int unacked = 0;
+  // The frames sent and not yet acknowledged hold their bytes of the job's
+  // budget, as a gRPC payload slice does until gRPC frees it; all of them
+  // are given back when the attempt ends.
+  struct InFlight {
+    ByteBudget* budget;
+    std::deque<size_t> frames;  // bytes of each unacknowledged frame, in order
+    ~InFlight() {
+      for (size_t bytes : frames) budget->Release(bytes);
+    }
+  } in_flight{job.budget, {}};
   absl::Status refused;  // the first chunk the server refused; later ones are not sent
   auto read_ack = [&]() -> absl::Status {
     absl::StatusOr<FrameStart> ack = RecvReply(pool, c, FrameType::kPushAck, FrameType::kPushAck);
     if (!ack.ok()) return ack.status();
     --unacked;
+    job.budget->Release(in_flight.frames.front());
+    in_flight.frames.pop_front();
     absl::Status s = StatusOf(ack->meta);
     if (s.ok()) s = CheckIncarnation(job, plan.shard, ack->meta.incarnation());
     if (refused.ok()) refused = s;
@@ -333,11 +346,20 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
     } else if (staged != nullptr) {
       std::memcpy(staged, src, bytes);
     }
-    job.budget->Acquire(bytes);
+    // Room in the budget; while there is none, this attempt's own frames
+    // in flight are acknowledged first (blocking with bytes held would
+    // deadlock the attempts that share the budget).
+    while (!job.budget->TryAcquire(bytes)) {
+      if (unacked == 0) {
+        job.budget->Acquire(bytes);
+        break;
+      }
+      if (absl::Status s = read_ack(); !s.ok()) return s;
+    }
+    in_flight.frames.push_back(bytes);
     absl::Status sent = staged != nullptr
                             ? SendFrame(c.stream(), FrameType::kPush, meta)
                             : SendFrame(c.stream(), FrameType::kPush, meta, payload, bytes);
-    job.budget->Release(bytes);
     if (!sent.ok()) return SendFailed(pool, c, sent);
     ++sent_frames;
     if (++unacked >= window) {

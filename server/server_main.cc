@@ -59,6 +59,12 @@ ABSL_FLAG(std::string, peer_tls_ca, "",
           "a replicated job's steps to backups (empty: --tls_client_ca)");
 ABSL_FLAG(double, replica_timeout_seconds, 60,
           "how long one step's call to a backup may take before the backup counts as lost");
+// The gRPC edge's chunk streams each hold at most one waiting thread
+// (a gather, or a push waiting for staging memory), so the cap bounds those
+// threads as --max_data_connections bounds the data plane's.
+ABSL_FLAG(int, max_grpc_streams, 1024,
+          "gRPC chunk streams (InitWeights, PushGradients, Gather) served at once (>= 1); one "
+          "more is refused with RESOURCE_EXHAUSTED");
 ABSL_FLAG(double, data_frame_timeout_seconds, 60,
           "how long one data plane frame (at most 64 MiB) may take to arrive, and a new data "
           "connection may wait before its first authorized frame; a slower one is closed");
@@ -151,6 +157,7 @@ int main(int argc, char** argv) {
   options.data_buffer_bytes = absl::GetFlag(FLAGS_data_buffer_bytes);
   options.data_shm = absl::GetFlag(FLAGS_data_shm);
   options.max_data_connections = absl::GetFlag(FLAGS_max_data_connections);
+  options.service.max_streams = absl::GetFlag(FLAGS_max_grpc_streams);
   options.data_ktls = absl::GetFlag(FLAGS_data_ktls);
   options.data_frame_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_frame_timeout_seconds));
   options.peer_tls_ca = absl::GetFlag(FLAGS_peer_tls_ca);

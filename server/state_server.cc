@@ -130,6 +130,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   if (auto st = CheckNvmeDir(opt.tiers.nvme_dir); !st.ok()) return st;
   // Checked even when the data plane is off: a bad flag is refused alike.
   if (auto st = DataPlane::CheckMaxConnections(opt.max_data_connections); !st.ok()) return st;
+  if (auto st = StreamCap::Check(opt.service.max_streams); !st.ok()) return st;
   if (opt.data_frame_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("data_frame_timeout_seconds: ", absl::FormatDuration(opt.data_frame_timeout),
@@ -173,15 +174,22 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   s->primaries_ = std::make_unique<Primaries>(*s->membership_);
   s->replicator_ = std::make_unique<Replicator>(
       Replicator::Options{*std::move(peer_credentials), opt.replica_timeout});
-  DataSessionContext data{s->jobs_.get(),      s->primaries_.get(),
-                          s->metrics_.get(),   s->incarnation_,
-                          service.max_wait,    service.gather_piece_elems,
-                          s->data_buffers_.get(), opt.data_frame_timeout};
+  // The core's push and gather paths, which both edges call.
+  s->pushes_ = std::make_unique<PushHandler>(*s->jobs_, s->primaries_.get(), service.max_wait);
+  s->gathers_ = std::make_unique<GatherHandler>(*s->jobs_, s->primaries_.get(), service.max_wait,
+                                                service.gather_piece_elems);
+  DataSessionContext data;
+  data.pushes = s->pushes_.get();
+  data.gathers = s->gathers_.get();
+  data.metrics = s->metrics_.get();
+  data.incarnation = s->incarnation_;
+  data.buffers = s->data_buffers_.get();
+  data.frame_timeout = opt.data_frame_timeout;
   if (auto st = s->StartDataPlane(opt, data); !st.ok()) return st;
   service.data_port = s->data_plane_ ? s->data_plane_->port() : 0;
-  s->service_ = std::make_unique<StateServiceImpl>(service, *s->jobs_, *s->rendezvous_,
-                                                   *s->pool_, *s->metrics_, s->incarnation_,
-                                                   s->primaries_.get(), s->replicator_.get());
+  s->service_ = std::make_unique<StateServiceImpl>(
+      service, *s->jobs_, *s->pushes_, *s->gathers_, *s->rendezvous_, *s->pool_, *s->metrics_,
+      s->incarnation_, s->primaries_.get(), s->replicator_.get());
   s->replica_service_ =
       std::make_unique<ReplicaServiceImpl>(*s->jobs_, *s->pool_, s->primaries_.get());
   s->service_->PublishUsage();

@@ -13,7 +13,7 @@
 #include "server/rpc/server_credentials.h"
 #include "server/dataplane/data_plane.h"
 #include "server/membership/membership.h"
-#include "server/replication/primaries.h"
+#include "server/core/primaries.h"
 #include "server/replication/replica_service.h"
 #include "server/replication/replicator.h"
 #include "server/rpc/state_service.h"
@@ -138,6 +138,8 @@ class StateServer {
   std::shared_ptr<Membership> membership_;
   std::unique_ptr<Primaries> primaries_;
   std::unique_ptr<Replicator> replicator_;
+  std::unique_ptr<PushHandler> pushes_;  // over jobs_ and primaries_
+  std::unique_ptr<GatherHandler> gathers_;
   std::unique_ptr<StateServiceImpl> service_;
   std::unique_ptr<ReplicaServiceImpl> replica_service_;
   std::unique_ptr<grpc::Server> grpc_server_;

@@ -137,6 +137,13 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
           BuildCounter().Name("zerostate_data_connections_refused_total")
               .Help("TCP data plane connections refused at the cap (--max_data_connections)")
               .Register(*registry_).Add({})),
+      grpc_streams_(BuildGauge().Name("zerostate_grpc_streams")
+                        .Help("gRPC chunk streams (InitWeights, PushGradients, Gather) open")
+                        .Register(*registry_).Add({})),
+      grpc_streams_refused_(
+          BuildCounter().Name("zerostate_grpc_streams_refused_total")
+              .Help("gRPC chunk streams refused at the cap (--max_grpc_streams)")
+              .Register(*registry_).Add({})),
       disk_used_(BuildGauge().Name("zerostate_disk_used_bytes")
                      .Help("Bytes used on the filesystem of --nvme_dir").Register(*registry_)
                      .Add({})),
@@ -202,6 +209,10 @@ void ServerMetrics::RecordStagingWait() { staging_waits_.Increment(); }
 void ServerMetrics::SetDataConnections(int open) { data_connections_.Set(open); }
 
 void ServerMetrics::RecordDataConnectionRefused() { data_connections_refused_.Increment(); }
+
+void ServerMetrics::SetGrpcStreams(int open) { grpc_streams_.Set(open); }
+
+void ServerMetrics::RecordGrpcStreamRefused() { grpc_streams_refused_.Increment(); }
 
 void ServerMetrics::SetDisk(uint64_t used, uint64_t capacity) {
   disk_used_.Set(used);

@@ -48,6 +48,10 @@ class ServerMetrics {
   // (--max_data_connections).
   void SetDataConnections(int open);
   void RecordDataConnectionRefused();
+  // The gRPC chunk streams: open, and one refused at the cap
+  // (--max_grpc_streams).
+  void SetGrpcStreams(int open);
+  void RecordGrpcStreamRefused();
   // The filesystem of --nvme_dir (checkpoints usually live elsewhere).
   void SetDisk(uint64_t used, uint64_t capacity);
 
@@ -87,6 +91,8 @@ class ServerMetrics {
   prometheus::Counter& staging_waits_;
   prometheus::Gauge& data_connections_;
   prometheus::Counter& data_connections_refused_;
+  prometheus::Gauge& grpc_streams_;
+  prometheus::Counter& grpc_streams_refused_;
   prometheus::Gauge& disk_used_;
   prometheus::Gauge& disk_capacity_;
 };

@@ -11,8 +11,6 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "server/core/answer_deadline.h"
-#include "server/replication/routing.h"
 
 namespace zerostate::server {
 namespace {
@@ -223,24 +221,13 @@ class Session final : public Job::GatherSink {
     }
   }
 
-  // The frame's timeout counts from its arrival; the answer comes a margin
-  // before it (answer_deadline.h), as on the gRPC plane.
-  absl::Time DeadlineOf(const v1::DataFrameMeta& meta) const {
-    const absl::Time now = absl::Now();
-    const absl::Time caller =
-        meta.timeout_ms() == 0
-            ? absl::InfiniteFuture()
-            : now + absl::Milliseconds(std::min<uint64_t>(meta.timeout_ms(), uint64_t{1} << 40));
-    return AnswerDeadline(now, caller, ctx_.max_wait);
+  // When the frame's sender gives up: its timeout counts from the frame's
+  // arrival (none: never). The core's handlers answer a margin before it.
+  static absl::Time CallerDeadline(const v1::DataFrameMeta& meta) {
+    if (meta.timeout_ms() == 0) return absl::InfiniteFuture();
+    return absl::Now() +
+           absl::Milliseconds(std::min<uint64_t>(meta.timeout_ms(), uint64_t{1} << 40));
   }
-
-  // What a push frame is for: its job, authorized once for the frame, and
-  // the claim on the block's sum when its payload is received in place.
-  // Members go in reverse order: the claim before the job it points into.
-  struct PushTarget {
-    absl::StatusOr<std::shared_ptr<Job>> job;
-    Job::PushClaim claim;
-  };
 
   // Where a frame's payload is in the segment: null on a TCP connection.
   // Errors: INVALID_ARGUMENT (a bad frame: shm fields on TCP, a payload on
@@ -268,33 +255,29 @@ class Session final : public Job::GatherSink {
     const uint8_t* shm_payload = *in_shm;
     const size_t bytes = shm_ != nullptr ? f.meta.shm_bytes() : f.header.payload_len;
     const ChunkFields fields = FrameChunkView(f.meta.chunk(), nullptr, 0).fields;
-    PushTarget target{
-        CopyForBlock(*ctx_.jobs, ctx_.primaries, fields.job_id, f.meta.token(), fields.block),
-        {}};
-    if (!target.job.ok()) return RefusePush(f, target.job.status(), start);
+    // Authorized once for the frame, from its header and meta. The first
+    // node's fp32 payload goes straight into the block's sum (in_place());
+    // any other into a buffer, held while it is read and folded (waiting
+    // while the server's frames in flight fill the budget; no lock held).
+    // A push that would wait for staging memory waits in Begin, before its
+    // payload is read, not holding a frame buffer meanwhile: with many
+    // connections of early nodes waiting, their buffers could fill the
+    // pool the head node's frames need. A bad frame gets neither: Apply
+    // says why.
+    absl::StatusOr<PushHandler::Push> push =
+        ctx_.pushes->Begin(fields, f.meta.token(), bytes, CallerDeadline(f.meta),
+                           PushHandler::Payload::kToRead);
+    if (!push.ok()) return RefusePush(f, push.status(), start);
     authorized_ = true;
-    // The first node's fp32 payload goes straight into the block's sum
-    // (ClaimPush says when); any other into a buffer, held while it is read
-    // and folded (waiting while the server's frames in flight fill the
-    // budget; no lock held). A bad frame gets neither: Push says why.
-    target.claim = (*target.job)->ClaimPush(fields, bytes);
     DataBufferPool::Lease payload;
-    if (target.claim.data() == nullptr) {
-      // A push that would wait for staging memory in Job::Push waits before
-      // its payload is read, not holding a frame buffer meanwhile: with many
-      // connections of early nodes waiting, their buffers could fill the
-      // pool the head node's frames need. Node 0 is always its blocks' head
-      // (or done), so its frames skip the look-up.
-      if (fields.node != 0) {
-        (*target.job)->AwaitStagingRoom(fields, bytes, DeadlineOf(f.meta));
-      }
-      // A payload in the segment is folded from there: no buffer.
-      if (shm_payload == nullptr) payload = ctx_.buffers->Borrow(bytes, /*wait=*/true);
+    // A payload in the segment is folded from there: no buffer.
+    if (push->in_place() == nullptr && shm_payload == nullptr) {
+      payload = ctx_.buffers->Borrow(bytes, /*wait=*/true);
     }
     if (shm_payload != nullptr) {
-      if (target.claim.data() != nullptr) std::memcpy(target.claim.data(), shm_payload, bytes);
+      if (push->in_place() != nullptr) std::memcpy(push->in_place(), shm_payload, bytes);
     } else {
-      void* into = target.claim.data() != nullptr ? target.claim.data() : payload.data();
+      void* into = push->in_place() != nullptr ? push->in_place() : payload.data();
       stream_.SetRecvDeadline(absl::Now() + ctx_.frame_timeout);  // the waits above do not count
       absl::Status read = RecvExact(stream_, into, bytes);
       if (absl::IsDataLoss(read)) {
@@ -303,20 +286,20 @@ class Session final : public Job::GatherSink {
       if (!read.ok()) return read;  // the claim, if any, is given back
     }
     const uint8_t* source = shm_payload != nullptr ? shm_payload : payload.data();
-    // Applied and acknowledged on tasks_ while the next frame is read.
+    // Applied and acknowledged on tasks_ while the next frame is read. A
+    // push frame usually carries no timeout: it may wait for staging
+    // memory (on this task thread, no lock held) as long as the server
+    // lets any call wait, like a gather without one.
     const bool handed = tasks_.Run([this, start, meta = f.meta, payload = std::move(payload),
-                                    target = std::move(target), source, bytes]() mutable {
-      bool duplicate = false;
-      absl::Status s = target.claim.data() != nullptr
-                           ? target.claim.Commit().status()
-                           : Push(target.job, meta, source, bytes, &duplicate);
+                                    push = *std::move(push), source, bytes]() mutable {
+      absl::StatusOr<Job::PushOutcome> outcome = ctx_.pushes->Apply(
+          push, FrameChunkView(meta.chunk(), source, bytes), /*may_wait=*/true);
       payload = DataBufferPool::Lease();  // given back
-      target.claim = Job::PushClaim();  // before the job it points into
-      target.job = nullptr;
-      ctx_.metrics->RecordRpc(push_method_, s, absl::ToDoubleSeconds(absl::Now() - start), bytes,
-                              0);
-      v1::DataFrameMeta ack = Reply(ctx_.incarnation, s);
-      ack.set_duplicate(duplicate);
+      push = PushHandler::Push();  // the claim, then the job
+      ctx_.metrics->RecordRpc(push_method_, outcome.status(),
+                              absl::ToDoubleSeconds(absl::Now() - start), bytes, 0);
+      v1::DataFrameMeta ack = Reply(ctx_.incarnation, outcome.status());
+      ack.set_duplicate(outcome.ok() && *outcome == Job::PushOutcome::kDuplicate);
       return Send(FrameType::kPushAck, ack).ok();
     });
     return handed ? absl::OkStatus() : absl::UnavailableError("client went away");
@@ -344,18 +327,6 @@ class Session final : public Job::GatherSink {
     return handed ? absl::OkStatus() : absl::UnavailableError("client went away");
   }
 
-  absl::Status Push(const absl::StatusOr<std::shared_ptr<Job>>& job,
-                    const v1::DataFrameMeta& meta, const uint8_t* payload, size_t bytes,
-                    bool* duplicate) const {
-    // A push frame usually carries no timeout: it may wait for staging
-    // memory (on this session's task thread, no lock held) as long as the
-    // server lets any call wait, like a gather without one.
-    auto outcome = (*job)->Push(FrameChunkView(meta.chunk(), payload, bytes), DeadlineOf(meta));
-    if (!outcome.ok()) return outcome.status();
-    *duplicate = *outcome == Job::PushOutcome::kDuplicate;
-    return absl::OkStatus();
-  }
-
   absl::Status ServeGather(const FrameStart& f) {
     const absl::Time start = absl::Now();
     // The pushes before it are acknowledged first; its pieces are sent on
@@ -373,19 +344,13 @@ class Session final : public Job::GatherSink {
   }
 
   absl::Status Gather(const v1::DataFrameMeta& meta) {
-    const v1::GatherRequest& req = meta.gather();
-    auto job = CopyForGather(*ctx_.jobs, ctx_.primaries, meta.token(), req);
-    if (!job.ok()) return job.status();
+    auto gather = ctx_.gathers->Begin(meta.gather(), meta.token(), CallerDeadline(meta));
+    if (!gather.ok()) return gather.status();
     authorized_ = true;
-    auto range = (*job)->CheckGather(req);
-    if (!range.ok()) return range.status();
     if (shm_ != nullptr) {
-      if (absl::Status s = UseRegion(meta, range->size() * DTypeSize(req.dtype())); !s.ok()) {
-        return s;
-      }
+      if (absl::Status s = UseRegion(meta, gather->bytes); !s.ok()) return s;
     }
-    return (*job)->Gather(*range, req.min_version(), req.dtype(), ctx_.gather_piece_elems,
-                          DeadlineOf(meta), *this);
+    return ctx_.gathers->Serve(*gather, *this);
   }
 
   // Takes the GATHER's region of the segment for its `bytes` of pieces.

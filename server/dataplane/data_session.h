@@ -1,8 +1,10 @@
-// One connection of the TCP data plane (server/dataplane/data_plane.h): reads frames
-// (common/frame.h) and serves them with the same code as the gRPC
-// handlers: a PUSH goes through JobRegistry::Authorize and Job::Push, a
-// GATHER through Authorize, Job::CheckGather and Job::Gather, whose pieces
-// are sent (sendmsg) from the buffer Job fills. A second thread per
+// One connection of the TCP data plane (server/dataplane/data_plane.h):
+// reads frames (common/frame.h) and serves them with the same core handlers
+// as the gRPC edge: a PUSH goes through PushHandler
+// (server/core/push_handler.h: authorization, deadline, in-place receive,
+// staging wait, fold), a GATHER through GatherHandler
+// (server/core/gather_handler.h), whose pieces are sent (sendmsg) from the
+// buffer Job fills. A second thread per
 // connection folds and acknowledges push i while push i+1 is read, and
 // sends gather piece i while piece i+1 is filled; answers keep the frames'
 // order. Every reply carries the server's incarnation; an error is a
@@ -34,21 +36,18 @@
 #include "common/frame_io.h"
 #include "common/shm_segment.h"
 #include "server/dataplane/data_buffers.h"
-#include "server/core/job_registry.h"
+#include "server/core/gather_handler.h"
 #include "server/core/metrics.h"
-#include "server/replication/primaries.h"
+#include "server/core/push_handler.h"
 
 namespace zerostate::server {
 
 struct DataSessionContext {
-  JobRegistry* jobs = nullptr;
-  // Primaries of replicated jobs' shards (server/replication/); null: only
-  // the own shards are served.
-  Primaries* primaries = nullptr;
+  // The core's push and gather paths (required), shared with the gRPC edge.
+  const PushHandler* pushes = nullptr;
+  const GatherHandler* gathers = nullptr;
   ServerMetrics* metrics = nullptr;
   uint64_t incarnation = 0;
-  absl::Duration max_wait = absl::Minutes(10);  // cap on any wait
-  uint32_t gather_piece_elems = 256 * 1024;
   // Payload buffers of every session (required).
   DataBufferPool* buffers = nullptr;
   // How long a frame may take to arrive (--data_frame_timeout_seconds).

@@ -7,7 +7,7 @@
 #pragma once
 
 #include "server/core/job_registry.h"
-#include "server/replication/primaries.h"
+#include "server/core/primaries.h"
 #include "server/core/thread_pool.h"
 #include "zerostate/v1/replica.grpc.pb.h"
 

@@ -7,10 +7,15 @@
 
 namespace zerostate::server {
 
-ChunkReader::ChunkReader(Apply apply, Done done)
-    : apply_(std::move(apply)), done_(std::move(done)) {
-  StartRead(&buffer_);
+ChunkReader* ChunkReader::Start(Apply apply, Done done, WaitPool& waits, StreamCap::Slot slot) {
+  auto* reader = new ChunkReader(std::move(apply), std::move(done), waits, std::move(slot));
+  reader->self_.reset(reader);
+  reader->StartRead(&reader->buffer_);
+  return reader;
 }
+
+ChunkReader::ChunkReader(Apply apply, Done done, WaitPool& waits, StreamCap::Slot slot)
+    : apply_(std::move(apply)), done_(std::move(done)), waits_(waits), slot_(std::move(slot)) {}
 
 void ChunkReader::OnReadDone(bool ok) {
   // !ok: the client half-closed the stream (or the call is gone, when the
@@ -37,37 +42,29 @@ void ChunkReader::Continue(const absl::Status& status) {
 
 void ChunkReader::ApplyWaiting(std::vector<grpc::Slice> slices, ChunkView chunk) {
   buffer_.Clear();  // `slices` keep the chunk's bytes
-  // The thread of the previous wait ends with the read that led here.
-  if (waiter_.joinable()) {
-    if (waiter_.get_id() == std::this_thread::get_id()) {
-      waiter_.detach();  // this read completed inline; the thread touches nothing after
-    } else {
-      waiter_.join();
-    }
-  }
-  waiter_ = std::thread([this, slices = std::move(slices), chunk = std::move(chunk)] {
-    Continue(apply_(chunk, /*may_wait=*/true));
+  // Continue is the task's last act on the reader; `me` keeps it alive
+  // until the task is gone, should gRPC be done with the call meanwhile.
+  waits_.Run([me = self_, slices = std::move(slices), chunk = std::move(chunk)]() mutable {
+    me->Continue(me->apply_(chunk, /*may_wait=*/true));
   });
 }
 
 void ChunkReader::OnDone() {
-  // Finish may have been the waiter's last act; it ends at once.
-  if (waiter_.joinable()) {
-    if (waiter_.get_id() == std::this_thread::get_id()) {
-      waiter_.detach();
-    } else {
-      waiter_.join();
-    }
-  }
-  delete this;
+  self_.reset();  // deletes this, unless a task on waits_ still holds it
 }
 
-GatherWriter::GatherWriter(std::string job_id, Produce produce, Done done)
-    : job_id_(std::move(job_id)) {
-  thread_ = std::thread([this, produce = std::move(produce), done = std::move(done)] {
-    Run(produce, done);
+GatherWriter* GatherWriter::Start(std::string job_id, Produce produce, Done done, WaitPool& waits,
+                                  StreamCap::Slot slot) {
+  auto* writer = new GatherWriter(std::move(job_id), std::move(slot));
+  writer->self_.reset(writer);
+  waits.Run([me = writer->self_, produce = std::move(produce), done = std::move(done)] {
+    me->Run(produce, done);
   });
+  return writer;
 }
+
+GatherWriter::GatherWriter(std::string job_id, StreamCap::Slot slot)
+    : job_id_(std::move(job_id)), slot_(std::move(slot)) {}
 
 void GatherWriter::Run(const Produce& produce, const Done& done) {
   absl::Status status = produce(*this);
@@ -109,14 +106,7 @@ void GatherWriter::OnWriteDone(bool ok) {
 }
 
 void GatherWriter::OnDone() {
-  // Finish was the thread's last act; it ends at once. (gRPC runs OnDone
-  // on its own threads; the check only guards against joining oneself.)
-  if (thread_.get_id() == std::this_thread::get_id()) {
-    thread_.detach();
-  } else {
-    thread_.join();
-  }
-  delete this;
+  self_.reset();  // deletes this, unless the producing task still holds it
 }
 
 }  // namespace zerostate::server

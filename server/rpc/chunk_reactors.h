@@ -8,13 +8,17 @@
 // - GatherWriter writes a server stream of Chunk messages (Gather), each a
 //   small header slice plus a payload slice that Job::Gather fills once.
 //
-// Both delete themselves when gRPC is done with the call (OnDone).
+// What waits (a chunk for staging memory, a gather for a version) runs on
+// the edge's WaitPool, never on one of gRPC's callback threads and never on
+// a thread of its own. Each holds its stream's StreamCap::Slot, and frees
+// itself once gRPC is done with the call (OnDone) and no task of the pool
+// still runs for it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -24,6 +28,8 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/server_callback.h"
 #include "server/core/job.h"
+#include "server/rpc/stream_cap.h"
+#include "server/rpc/wait_pool.h"
 
 namespace zerostate::server {
 
@@ -33,48 +39,52 @@ class ChunkReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   // gRPC's callback threads, where it must not wait for anything but a
   // block's mutex. A chunk it answers with Job::IsStagingWait (no staging
   // memory free now) is applied again with may_wait true on a thread of
-  // the reader's own, which may wait for staging memory up to the call's
-  // deadline; the stream reads on once that ends. The view's data lies in
-  // the received slices, valid only during the call. An error stops the
+  // `waits`, which may wait for staging memory up to the call's deadline;
+  // the stream reads on once that ends. The view's data lies in the
+  // received slices, valid only during the call. An error stops the
   // stream: later chunks are not read.
   using Apply = std::function<absl::Status(const ChunkView& chunk, bool may_wait)>;
   // Called once at the end with the first error (or OK at the end of the
   // stream); writes the response and returns the call's status.
   using Done = std::function<grpc::Status(const absl::Status& status)>;
 
-  // Starts reading.
-  ChunkReader(Apply apply, Done done);
+  // Starts reading. `waits` must outlive the stream.
+  static ChunkReader* Start(Apply apply, Done done, WaitPool& waits, StreamCap::Slot slot);
 
   void OnReadDone(bool ok) override;
   void OnDone() override;
 
  private:
+  ChunkReader(Apply apply, Done done, WaitPool& waits, StreamCap::Slot slot);
   // Reads the next chunk after `status` OK, else finishes the call.
   void Continue(const absl::Status& status);
-  // Applies `chunk` (whose data `slices` hold) with may_wait on waiter_.
+  // Applies `chunk` (whose data `slices` hold) with may_wait on waits_.
   void ApplyWaiting(std::vector<grpc::Slice> slices, ChunkView chunk);
 
   const Apply apply_;
   const Done done_;
+  WaitPool& waits_;
+  const StreamCap::Slot slot_;
   grpc::ByteBuffer buffer_;
-  // The last chunk applied with may_wait; its last act is Continue.
-  std::thread waiter_;
+  // gRPC's reference, dropped in OnDone; a task on waits_ holds another.
+  std::shared_ptr<ChunkReader> self_;
 };
 
 class GatherWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                            public Job::GatherSink {
  public:
-  // Fills the sink (through Job::Gather); may wait for a version.
+  // Fills the sink (through the core's GatherHandler); may wait for a version.
   using Produce = std::function<absl::Status(Job::GatherSink& sink)>;
   // Called once at the end with produce's result and the payload bytes
   // written; returns the call's status.
   using Done = std::function<grpc::Status(const absl::Status& status, uint64_t bytes)>;
 
-  // Runs produce on a thread of its own: a gather waits for blocks to reach
-  // a version, which must not hold one of gRPC's callback threads. One
-  // piece is on the wire while produce fills the next. `job_id` goes into
-  // every chunk.
-  GatherWriter(std::string job_id, Produce produce, Done done);
+  // Runs produce on a thread of `waits` (which must outlive the stream): a
+  // gather waits for blocks to reach a version, which must not hold one of
+  // gRPC's callback threads. One piece is on the wire while produce fills
+  // the next. `job_id` goes into every chunk.
+  static GatherWriter* Start(std::string job_id, Produce produce, Done done, WaitPool& waits,
+                             StreamCap::Slot slot);
 
   // Job::GatherSink, on the producing thread.
   void* Buffer(size_t bytes) override;
@@ -84,18 +94,34 @@ class GatherWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void OnDone() override;
 
  private:
+  GatherWriter(std::string job_id, StreamCap::Slot slot);
   void Run(const Produce& produce, const Done& done);
   // Waits until no write is in flight; false if one failed.
   bool AwaitIdle();
 
   const std::string job_id_;
+  const StreamCap::Slot slot_;
   grpc::Slice next_;  // the payload Buffer() handed out last
   uint64_t bytes_ = 0;
   absl::Mutex mu_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ByteBuffer in_flight_;  // owned by gRPC while writing_
-  std::thread thread_;
+  // gRPC's reference, dropped in OnDone; the producing task holds another.
+  std::shared_ptr<GatherWriter> self_;
+};
+
+// A stream refused before it began (over the cap): finishes at once with
+// `status`.
+class RefusedReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  explicit RefusedReader(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+class RefusedWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+ public:
+  explicit RefusedWriter(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
 };
 
 }  // namespace zerostate::server

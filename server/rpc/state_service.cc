@@ -13,22 +13,27 @@
 #include "server/core/auth_token.h"
 #include "server/rpc/call_token.h"
 #include "server/core/checkpoint/checkpoint_writer.h"
-#include "server/replication/routing.h"
+#include "server/core/routing.h"
 
 namespace zerostate::server {
 
 StateServiceImpl::StateServiceImpl(ServiceOptions options, JobRegistry& jobs,
+                                   const PushHandler& pushes, const GatherHandler& gathers,
                                    RendezvousTable& rendezvous, ThreadPool& pool,
                                    ServerMetrics& metrics, uint64_t incarnation,
                                    Primaries* primaries, Replicator* replicator)
     : options_(options),
       jobs_(jobs),
+      pushes_(pushes),
+      gathers_(gathers),
       rendezvous_(rendezvous),
       pool_(pool),
       metrics_(metrics),
       incarnation_(incarnation),
       primaries_(primaries),
-      replicator_(replicator) {}
+      replicator_(replicator),
+      streams_(options.max_streams, metrics),
+      waits_(options.max_streams) {}
 
 template <typename Body>
 grpc::Status StateServiceImpl::Serve(const char* method, Body&& body) {
@@ -45,12 +50,14 @@ grpc::Status StateServiceImpl::Record(const char* method, absl::Time start,
   return ToGrpcStatus(status);
 }
 
-absl::Time StateServiceImpl::DeadlineOf(const grpc::ServerContextBase* ctx) const {
+absl::Time StateServiceImpl::CallerDeadline(const grpc::ServerContextBase* ctx) {
   auto d = ctx->deadline();
-  return AnswerDeadline(absl::Now(),
-                        d == std::chrono::system_clock::time_point::max() ? absl::InfiniteFuture()
-                                                                          : absl::FromChrono(d),
-                        options_.max_wait);
+  return d == std::chrono::system_clock::time_point::max() ? absl::InfiniteFuture()
+                                                           : absl::FromChrono(d);
+}
+
+absl::Time StateServiceImpl::DeadlineOf(const grpc::ServerContextBase* ctx) const {
+  return AnswerDeadline(absl::Now(), CallerDeadline(ctx), options_.max_wait);
 }
 
 template <typename Request>
@@ -63,34 +70,23 @@ absl::StatusOr<std::shared_ptr<Job>> StateServiceImpl::CopyFor(const grpc::Serve
 }
 
 template <typename Response>
-ChunkReader* StateServiceImpl::ForEachChunk(
+grpc::ServerReadReactor<grpc::ByteBuffer>* StateServiceImpl::ForEachChunk(
     const char* method, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
-    std::function<absl::Status(Job&, const ChunkView&, Response&, absl::Time)> apply) {
+    std::function<absl::Status(ChunkStream&, const ChunkView&, bool, Response&)> apply) {
   struct Stream {
     absl::Time start = absl::Now();
     Traffic traffic;
     Response resp;
-    std::shared_ptr<Job> job;  // a stream usually carries one job: look it up once
+    ChunkStream chunks;
   };
   auto stream = std::make_shared<Stream>();
-  auto each = [this, ctx, stream, method, apply = std::move(apply)](const ChunkView& chunk,
-                                                             bool may_wait) {
+  auto slot = streams_.Take();
+  if (!slot.ok()) return new RefusedReader(Record(method, stream->start, {}, slot.status()));
+  stream->chunks.token = TokenOf(*ctx);
+  auto each = [stream, apply = std::move(apply)](const ChunkView& chunk, bool may_wait) {
     // A chunk tried first without waiting comes again with may_wait.
     if (!may_wait) stream->traffic.in += chunk.data_bytes;
-    const ChunkFields& f = chunk.fields;
-    if (!stream->job || stream->job->spec().job_id() != f.job_id ||
-        f.block < stream->job->blocks().begin || f.block >= stream->job->blocks().end) {
-      auto token = TokenOf(*ctx);
-      if (!token.ok()) return token.status();
-      // Pushes reach a backed-up shard's copy only through a failover
-      // (served as primary); InitWeights writes every copy.
-      auto job = CopyForBlock(jobs_, primaries_, f.job_id, *token, f.block,
-                              /*serve=*/std::string_view(method) != "InitWeights");
-      if (!job.ok()) return job.status();
-      stream->job = *std::move(job);
-    }
-    return apply(*stream->job, chunk, stream->resp,
-                 may_wait ? DeadlineOf(ctx) : absl::InfinitePast());
+    return apply(stream->chunks, chunk, may_wait, stream->resp);
   };
   auto done = [this, method, stream, response](const absl::Status& status) {
     stream->resp.set_incarnation(incarnation_);
@@ -100,7 +96,7 @@ ChunkReader* StateServiceImpl::ForEachChunk(
     return Record(method, stream->start, stream->traffic,
                   s.ok() ? status : absl::InternalError(s.error_message()));
   };
-  return new ChunkReader(std::move(each), std::move(done));
+  return ChunkReader::Start(std::move(each), std::move(done), waits_, *std::move(slot));
 }
 
 void StateServiceImpl::PublishUsage() {
@@ -136,8 +132,14 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* StateServiceImpl::InitWeights(
     grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
   return ForEachChunk<v1::InitWeightsResponse>(
       "InitWeights", ctx, response,
-      [](Job& job, const ChunkView& chunk, v1::InitWeightsResponse& resp, absl::Time) {
-        if (auto s = job.InitWeights(chunk); !s.ok()) return s;
+      [this](ChunkStream& stream, const ChunkView& chunk, bool,
+             v1::InitWeightsResponse& resp) -> absl::Status {
+        if (!stream.token.ok()) return stream.token.status();
+        // InitWeights writes every copy of the job (not served as primary).
+        auto job = pushes_.JobFor(chunk.fields.job_id, *stream.token, chunk.fields.block,
+                                  /*serve=*/false, &stream.job);
+        if (!job.ok()) return job.status();
+        if (auto s = (*job)->InitWeights(chunk); !s.ok()) return s;
         resp.set_chunks_applied(resp.chunks_applied() + 1);
         return absl::OkStatus();
       });
@@ -147,9 +149,14 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* StateServiceImpl::PushGradients(
     grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response) {
   return ForEachChunk<v1::PushResponse>(
       "PushGradients", ctx, response,
-      [](Job& job, const ChunkView& chunk, v1::PushResponse& resp,
-         absl::Time deadline) -> absl::Status {
-        auto outcome = job.Push(chunk, deadline);
+      [this, ctx](ChunkStream& stream, const ChunkView& chunk, bool may_wait,
+                  v1::PushResponse& resp) -> absl::Status {
+        if (!stream.token.ok()) return stream.token.status();
+        auto push = pushes_.Begin(chunk.fields, *stream.token, chunk.data_bytes,
+                                  CallerDeadline(ctx), PushHandler::Payload::kReceived,
+                                  &stream.job);
+        if (!push.ok()) return push.status();
+        auto outcome = pushes_.Apply(*push, chunk, may_wait);
         if (!outcome.ok()) return outcome.status();
         if (*outcome == Job::PushOutcome::kApplied) {
           resp.set_chunks_applied(resp.chunks_applied() + 1);
@@ -209,6 +216,8 @@ grpc::Status StateServiceImpl::Step(grpc::ServerContext* ctx, const v1::StepRequ
 grpc::ServerWriteReactor<grpc::ByteBuffer>* StateServiceImpl::Gather(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* request) {
   const absl::Time start = absl::Now();
+  auto slot = streams_.Take();
+  if (!slot.ok()) return new RefusedWriter(Record("Gather", start, {}, slot.status()));
   auto req = std::make_shared<v1::GatherRequest>();
   grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer
   const bool parsed = grpc::SerializationTraits<v1::GatherRequest>::Deserialize(&copy, req.get()).ok();
@@ -216,17 +225,15 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StateServiceImpl::Gather(
     if (!parsed) return absl::InvalidArgumentError("malformed GatherRequest");
     auto token = TokenOf(*ctx);
     if (!token.ok()) return token.status();
-    auto job = CopyForGather(jobs_, primaries_, *token, *req);
-    if (!job.ok()) return job.status();
-    auto range = (*job)->CheckGather(*req);
-    if (!range.ok()) return range.status();
-    return (*job)->Gather(*range, req->min_version(), req->dtype(), options_.gather_piece_elems,
-                          DeadlineOf(ctx), sink);
+    auto gather = gathers_.Begin(*req, *token, CallerDeadline(ctx));
+    if (!gather.ok()) return gather.status();
+    return gathers_.Serve(*gather, sink);
   };
   auto done = [this, start](const absl::Status& status, uint64_t bytes) {
     return Record("Gather", start, Traffic{0, bytes}, status);
   };
-  return new GatherWriter(req->job_id(), std::move(produce), std::move(done));
+  return GatherWriter::Start(req->job_id(), std::move(produce), std::move(done), waits_,
+                             *std::move(slot));
 }
 
 grpc::Status StateServiceImpl::JobStatus(grpc::ServerContext* ctx, const v1::JobStatusRequest* req,

@@ -1,19 +1,25 @@
 // The gRPC edge of the state server: each handler decodes the request,
-// hands it to the JobRegistry / Job / Rendezvous, converts the answer to a
-// grpc::Status and records metrics. No math, no I/O, no contended lock here.
+// hands it to the core (the push and gather handlers the data plane calls
+// too, server/core/push_handler.h and gather_handler.h; the JobRegistry,
+// Job, Rendezvous), converts the answer to a grpc::Status and records
+// metrics. No math, no I/O, no contended lock here.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 
 #include "absl/time/time.h"
-#include "server/rpc/chunk_reactors.h"
+#include "server/core/gather_handler.h"
 #include "server/core/job_registry.h"
 #include "server/core/metrics.h"
+#include "server/core/push_handler.h"
 #include "server/core/rendezvous.h"
-#include "server/replication/primaries.h"
+#include "server/core/primaries.h"
 #include "server/replication/replicator.h"
 #include "server/core/thread_pool.h"
+#include "server/rpc/chunk_reactors.h"
+#include "server/rpc/stream_cap.h"
+#include "server/rpc/wait_pool.h"
 #include "zerostate/v1/state_service.grpc.pb.h"
 
 namespace zerostate::server {
@@ -30,6 +36,10 @@ struct ServiceOptions {
   // The data plane's port, advertised in RegisterJob and JobStatus
   // answers (0: none).
   uint32_t data_port = 0;
+  // Chunk streams (InitWeights, PushGradients, Gather) served at once
+  // (--max_grpc_streams, >= 1); one more is answered RESOURCE_EXHAUSTED
+  // (stream_cap.h). Also the most threads that wait for them (WaitPool).
+  int max_streams = 1024;
 };
 
 // The chunk streams (InitWeights, PushGradients, Gather) run on gRPC's
@@ -41,12 +51,14 @@ using StateServiceBase = v1::StateService::WithRawCallbackMethod_InitWeights<
 
 class StateServiceImpl final : public StateServiceBase {
  public:
-  // All references must outlive the service.
-  // `primaries` and `replicator` (server/replication/) serve the shards of
-  // jobs with backups; null: only own shards, steps not replicated.
-  StateServiceImpl(ServiceOptions options, JobRegistry& jobs, RendezvousTable& rendezvous,
-                   ThreadPool& pool, ServerMetrics& metrics, uint64_t incarnation,
-                   Primaries* primaries = nullptr, Replicator* replicator = nullptr);
+  // All references must outlive the service. `pushes` and `gathers` are
+  // the core's handlers, shared with the data plane. `primaries` and
+  // `replicator` (server/replication/) serve the shards of jobs with
+  // backups; null: only own shards, steps not replicated.
+  StateServiceImpl(ServiceOptions options, JobRegistry& jobs, const PushHandler& pushes,
+                   const GatherHandler& gathers, RendezvousTable& rendezvous, ThreadPool& pool,
+                   ServerMetrics& metrics, uint64_t incarnation, Primaries* primaries = nullptr,
+                   Replicator* replicator = nullptr);
 
   grpc::Status RegisterJob(grpc::ServerContext* ctx, const v1::RegisterJobRequest* req,
                            v1::RegisterJobResponse* resp) override;
@@ -87,33 +99,45 @@ class StateServiceImpl final : public StateServiceBase {
   // Records a call that began at `start` and returns its status.
   grpc::Status Record(const char* method, absl::Time start, const Traffic& traffic,
                       const absl::Status& status);
+  // When the caller gives up: the call's deadline (none: never).
+  static absl::Time CallerDeadline(const grpc::ServerContextBase* ctx);
   // How long the call may wait: AnswerDeadline of its deadline (a margin
   // before it; answer_deadline.h), at most options_.max_wait.
   absl::Time DeadlineOf(const grpc::ServerContextBase* ctx) const;
   // The copy of the shard a request names (its optional `shard`; unset:
-  // the own shard), checked as a primary (server/replication/routing.h).
+  // the own shard), checked as a primary (server/core/routing.h).
   template <typename Request>
   absl::StatusOr<std::shared_ptr<Job>> CopyFor(const grpc::ServerContextBase* ctx,
                                                const Request& req);
-  // A reader of a chunk stream that applies each chunk to the job it names
-  // (looked up through JobFor once per job) with apply(job, chunk, resp,
-  // deadline), stops at the first error, and answers `resp` (incarnation
-  // set) in `response`. Response is PushResponse or InitWeightsResponse.
-  // `deadline` is how long apply may wait (ChunkReader::Apply's may_wait):
-  // the call's deadline, or the past when it must not wait.
+  // What a chunk stream knows of itself: the token its call carries (read
+  // once), and the copy of the job its last chunk named (authorized once
+  // per copy).
+  struct ChunkStream {
+    absl::StatusOr<std::string> token;
+    std::shared_ptr<Job> job;
+  };
+  // A reader of a chunk stream (a StreamCap slot taken; else a refusal)
+  // that applies each chunk with apply(stream, chunk, may_wait, resp)
+  // (ChunkReader::Apply's may_wait), stops at the first error, and answers
+  // `resp` (incarnation set) in `response`. Response is PushResponse or
+  // InitWeightsResponse.
   template <typename Response>
-  ChunkReader* ForEachChunk(
+  grpc::ServerReadReactor<grpc::ByteBuffer>* ForEachChunk(
       const char* method, grpc::CallbackServerContext* ctx, grpc::ByteBuffer* response,
-      std::function<absl::Status(Job&, const ChunkView&, Response&, absl::Time)> apply);
+      std::function<absl::Status(ChunkStream&, const ChunkView&, bool, Response&)> apply);
 
   const ServiceOptions options_;
   JobRegistry& jobs_;
+  const PushHandler& pushes_;
+  const GatherHandler& gathers_;
   RendezvousTable& rendezvous_;
   ThreadPool& pool_;
   ServerMetrics& metrics_;
   const uint64_t incarnation_;
   Primaries* const primaries_;
   Replicator* const replicator_;
+  StreamCap streams_;
+  WaitPool waits_;  // last: its threads end before the rest is destroyed
 };
 
 }  // namespace zerostate::server

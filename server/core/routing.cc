@@ -1,4 +1,4 @@
-#include "server/replication/routing.h"
+#include "server/core/routing.h"
 
 #include "common/shard_map.h"
 

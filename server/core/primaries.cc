@@ -1,4 +1,4 @@
-#include "server/replication/primaries.h"
+#include "server/core/primaries.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/core/job_registry.h"
-#include "server/replication/primaries.h"
+#include "server/core/primaries.h"
 
 namespace zerostate::server {
 

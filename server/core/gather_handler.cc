@@ -1,0 +1,34 @@
+#include "server/core/gather_handler.h"
+
+#include <utility>
+
+#include "absl/time/clock.h"
+#include "common/job_spec.h"
+#include "server/core/answer_deadline.h"
+#include "server/core/routing.h"
+
+namespace zerostate::server {
+
+absl::StatusOr<GatherHandler::Gather> GatherHandler::Begin(const v1::GatherRequest& req,
+                                                           const std::string& token,
+                                                           absl::Time caller_deadline) const {
+  Gather gather;
+  auto job = CopyForGather(jobs_, primaries_, token, req);
+  if (!job.ok()) return job.status();
+  gather.job = *std::move(job);
+  auto range = gather.job->CheckGather(req);
+  if (!range.ok()) return range.status();
+  gather.request = req;
+  gather.range = *range;
+  gather.bytes = range->size() * DTypeSize(req.dtype());
+  gather.deadline = AnswerDeadline(absl::Now(), caller_deadline, max_wait_);
+  return gather;
+}
+
+absl::Status GatherHandler::Serve(const Gather& gather, Job::GatherSink& sink) const {
+  const v1::GatherRequest& req = gather.request;
+  return gather.job->Gather(gather.range, req.min_version(), req.dtype(), piece_elems_,
+                            gather.deadline, sink);
+}
+
+}  // namespace zerostate::server
