@@ -9,6 +9,7 @@
 #include "common/rpc_status.h"
 #include "server/core/aligned_buffer.h"
 #include "server/core/auth_token.h"
+#include "server/rpc/call_token.h"
 
 namespace zerostate::server {
 

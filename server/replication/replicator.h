@@ -25,7 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/security/credentials.h"
-#include "server/rpc/auth_tls.h"
+#include "server/core/tls_files.h"
 #include "server/core/job.h"
 #include "zerostate/v1/replica.grpc.pb.h"
 
