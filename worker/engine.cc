@@ -53,6 +53,7 @@ Engine::Engine(client::JobClient* job, Backend* backend, const v1::TrainConfig& 
   // Not with the speculative step: its parameters go ahead of each step's
   // gradients, and so of a Step still in flight.
   layer_landing_ = train.precision() != v1::PRECISION_FP16 && !train.speculative_step() &&
+                   !train.whole_landing() &&
                    backend_->SetWeightsNeeded([this](uint64_t end) { LandBelow(end); });
 }
 

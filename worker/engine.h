@@ -43,7 +43,8 @@
 // Step is the next step's (or Drain's) error.
 //
 // Layer by layer (synchronous steps, a backend that reports each layer's
-// forward: Backend::SetWeightsNeeded, the CPU and CUDA backends; not fp16; with a
+// forward: Backend::SetWeightsNeeded, the CPU and CUDA backends; not fp16
+// nor with TrainConfig.whole_landing; with a
 // phase hook the coordinator's Step still ends before its gather phase,
 // as in a whole step): a step that is not a sync
 // point also ends with the coordinator's Step on its thread and the

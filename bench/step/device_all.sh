@@ -7,7 +7,8 @@
 #     speculative (train.speculative_step), delayed (train.delayed_update
 #     after 2 synchronous steps); and synchronous with one bucket per
 #     layer (train.bucket_elems past the largest layer), against the
-#     default 16 MiB buckets;
+#     default 16 MiB buckets, and that with every weight landed at the
+#     step's end (train.whole_landing), against landing layer by layer;
 #     bf16: bf16 gradients and weights on the wire;
 #   - pure GPU, fused AdamW on the GPU (pure_gpu_step.py);
 #   - FSDP2 + CPUOffloadPolicy(pin_memory=True) + AdamW(fused=True) on the
@@ -46,8 +47,11 @@ for wire in fp32 bf16; do
   zs_mlp "delayed_$wire" "$wire" --delayed_update_warmup=2
   MLP_EXTRA="speculative_step: true" zs_mlp "speculative_$wire" "$wire"
   # Synchronous with one bucket per layer (the cut before bucket_elems):
-  # what cutting a layer's gradient and weights into 16 MiB buckets gives.
+  # what cutting a layer's gradient and weights into 16 MiB buckets gives;
+  # and with that and every weight landed at the step's end (no layer by
+  # layer landing): what landing in the forward gives.
   MLP_EXTRA="bucket_elems: 4294967296" zs_mlp "sync_layer_buckets_$wire" "$wire"
+  MLP_EXTRA="bucket_elems: 4294967296 whole_landing: true" zs_mlp "sync_whole_landing_$wire" "$wire"
   fsdp2_mlp "$wire"
 done
 PYTHONUNBUFFERED=1 python3 "$step_dir/pure_gpu_step.py" $(mlp_args) >"$out/pure_gpu.json" \

@@ -5,7 +5,9 @@ why):
   zerostate_<mode>_<wire>_step_ms   median ms per step (progress lines, the
                                     first --skip steps left out), modes sync,
                                     speculative, delayed, sync_layer_buckets
-                                    (synchronous, one bucket per layer);
+                                    (synchronous, one bucket per layer),
+                                    sync_whole_landing (that, and every
+                                    weight landed at the step's end);
                                     wire fp32, bf16
   <peer>_step_ms                    fsdp2_offload_fp32, fsdp2_offload_bf16,
                                     pure_gpu (fp32)
@@ -25,11 +27,11 @@ why):
                                     waits for weights count as gather)
   overlap.<mode>_<wire>             the longest part's median / the step's
                                     median (1: perfect overlap, 1/5: none)
-  same_losses.sync_layer_buckets_<wire>
+  same_losses.sync_{layer_buckets,whole_landing}_<wire>
                                     1 when every step's loss (as printed) of
-                                    the run with one bucket per layer equals
-                                    the default run's, else 0: the bucket cut
-                                    must not change a bit
+                                    that run equals the default synchronous
+                                    run's, else 0: neither the bucket cut nor
+                                    the landing may change a bit
   same_losses.<mode>_<wire>.vs.reference
                                     the same against the run of that name in
                                     --reference (a folder of an earlier run),
@@ -51,7 +53,7 @@ p.add_argument("--reference", default="")
 a = p.parse_args()
 
 WIRES = ("fp32", "bf16")
-MODES = ("sync", "speculative", "delayed", "sync_layer_buckets")
+MODES = ("sync", "speculative", "delayed", "sync_layer_buckets", "sync_whole_landing")
 # Bytes of memory traffic per parameter of each stage of a step on one
 # host, the trainer on the GPU, the server on loopback over the same-host
 # (shared memory) plane; read + write of host memory:
@@ -170,9 +172,11 @@ for wire in WIRES:
             emit(f"ratio.{name}.to.floor", ours / floor[wire], "x", floor[wire],
                  ours / floor[wire])
 for wire in WIRES:
-    base, cut = losses(f"sync_{wire}"), losses(f"sync_layer_buckets_{wire}")
-    if base and cut:
-        emit(f"same_losses.sync_layer_buckets_{wire}", int(base == cut), "bool", steps=len(base))
+    base = losses(f"sync_{wire}")
+    for other in ("sync_layer_buckets", "sync_whole_landing"):
+        cut = losses(f"{other}_{wire}")
+        if base and cut:
+            emit(f"same_losses.{other}_{wire}", int(base == cut), "bool", steps=len(base))
     for mode in MODES:
         ours, ref = losses(f"{mode}_{wire}"), losses(f"{mode}_{wire}", a.reference) if a.reference else []
         if ours and ref:

@@ -156,6 +156,7 @@ INSTANTIATE_TEST_SUITE_P(
                       // StartReduceScatter), and the next forward lands a
                       // layer's weights bucket by bucket.
                       Case{"fp32_one_block_buckets_two_servers", 2, "train { bucket_elems: 1 }"},
+                      Case{"fp32_whole_landing_one_server", 1, "train { whole_landing: true }"},
                       Case{"sgd_clipping_one_server", 1,
                            "train { optimizer { kind: OPTIMIZER_SGD_MOMENTUM } gradient_clipping: 0.05 }"},
                       // The speculative step (the servers step each block
