@@ -49,9 +49,12 @@ absl::Status JobClient::Impl::OnShard(int shard, absl::FunctionRef<absl::Status(
 
 namespace {
 
-// One JobStatus attempt for `shard` on `server`, answered within `wait`.
+// One JobStatus attempt for `shard` on `server`, answered within `wait`;
+// with `check_incarnation`, ABORTED when the server restarted since
+// (CheckIncarnation).
 absl::Status QuickStatus(Client::Impl& client, const JobContext& job, int server, int shard,
-                         absl::Duration wait, v1::JobStatusResponse* resp) {
+                         absl::Duration wait, v1::JobStatusResponse* resp,
+                         bool check_incarnation = true) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + wait));
   const std::string token = client.job_token().Get();
@@ -60,7 +63,7 @@ absl::Status QuickStatus(Client::Impl& client, const JobContext& job, int server
   req.set_job_id(job.job_id);
   req.set_shard(shard);
   absl::Status s = FromGrpc(client.server(server).NextStub()->JobStatus(&ctx, req, resp));
-  return s.ok() ? CheckIncarnation(job, server, resp->incarnation()) : s;
+  return s.ok() && check_incarnation ? CheckIncarnation(job, server, resp->incarnation()) : s;
 }
 
 }  // namespace
@@ -85,12 +88,22 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
     for (uint32_t to : ReplicaServers(servers, shard, spec_.replicas())) {
       if (static_cast<int>(to) == from) continue;
       v1::JobStatusResponse resp;
-      absl::Status st = QuickStatus(*client_, job_, to, shard, wait, &resp);
+      absl::Status st = QuickStatus(*client_, job_, to, shard, wait, &resp,
+                                    /*check_incarnation=*/false);
       if (!st.ok()) {
         last = st;
         continue;
       }
       const uint64_t version = resp.min_version();
+      // A backup that restarted since this client attached holds the shard
+      // only if its primary caught it up (ReplicaService.Seed): then it is
+      // at the step in progress, never at 0 (a copy registered again and
+      // not caught up). Its calls then carry its new incarnation.
+      const bool restarted = resp.incarnation() != job_.incarnations->Of(static_cast<int>(to));
+      if (restarted && (version == 0 || version < step)) {
+        last = CheckIncarnation(job_, static_cast<int>(to), resp.incarnation());
+        continue;
+      }
       if (!pushes.empty() && version < step) {
         return absl::AbortedError(absl::StrCat(
             "shard ", shard, " of job ", spec_.job_id(), ": its server ",
@@ -99,6 +112,7 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
             " in progress: it missed acknowledged steps (it was lost as a backup earlier); "
             "restore the job from a checkpoint"));
       }
+      if (restarted) job_.incarnations->Set(static_cast<int>(to), resp.incarnation());
       job_.routes->Move(shard, from, static_cast<int>(to));
       if (pushes.empty() || version > step) return absl::OkStatus();  // applied there
       return PushAgain(shard, pushes);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,23 @@ class ShardRoutes {
 
  private:
   std::vector<std::atomic<int>> server_;
+};
+
+// The incarnation each server of a job is expected to answer with (seen
+// at register/attach): a server that answers with another restarted and
+// lost its copies, unless a failover found its copy of a replicated shard
+// caught up from the shard's primary (issue 19) and took its new
+// incarnation. Indexed by server. Thread-safe.
+class ServerIncarnations {
+ public:
+  explicit ServerIncarnations(const std::vector<uint64_t>& seen) : of_(seen.size()) {
+    for (size_t i = 0; i < seen.size(); ++i) of_[i].store(seen[i]);
+  }
+  uint64_t Of(int server) const { return of_[server].load(); }
+  void Set(int server, uint64_t incarnation) { of_[server].store(incarnation); }
+
+ private:
+  std::vector<std::atomic<uint64_t>> of_;
 };
 
 }  // namespace zerostate::client

@@ -492,10 +492,10 @@ std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& option
 }
 
 absl::Status CheckIncarnation(const JobContext& job, int shard, uint64_t incarnation) {
-  if (incarnation == job.incarnations[shard]) return absl::OkStatus();
+  if (incarnation == job.incarnations->Of(shard)) return absl::OkStatus();
   return absl::AbortedError(absl::StrCat(
       "server ", job.client->server(shard).address(), " restarted (incarnation ",
-      job.incarnations[shard], ", now ", incarnation, "): its shard of job ", job.job_id,
+      job.incarnations->Of(shard), ", now ", incarnation, "): its shard of job ", job.job_id,
       " was lost; register or restore the job and attach again"));
 }
 

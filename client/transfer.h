@@ -29,7 +29,9 @@ struct JobContext {
   Client::Impl* client = nullptr;
   std::string job_id;
   uint32_t block_elems = 0;
-  std::vector<uint64_t> incarnations;  // per shard, seen at register/attach
+  // Per server, seen at register/attach (a failover may take a caught-up
+  // server's new one; client/routes.h).
+  std::shared_ptr<ServerIncarnations> incarnations;
   ByteBudget* budget = nullptr;        // cap on pushed bytes in flight
   // Per shard: the server's TCP data plane (client/data_conn.h), or null
   // where push and gather go over gRPC.

@@ -173,7 +173,8 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
                        : std::make_shared<StaticMembership>(opt.listen, std::vector<std::string>{});
   s->primaries_ = std::make_unique<Primaries>(*s->membership_);
   s->replicator_ = std::make_unique<Replicator>(
-      Replicator::Options{*std::move(peer_credentials), opt.replica_timeout});
+      Replicator::Options{*std::move(peer_credentials), opt.replica_timeout, absl::Seconds(1),
+                          s->metrics_.get()});
   // The core's push and gather paths, which both edges call.
   s->pushes_ = std::make_unique<PushHandler>(*s->jobs_, s->primaries_.get(), service.max_wait);
   s->gathers_ = std::make_unique<GatherHandler>(*s->jobs_, s->primaries_.get(), service.max_wait,

@@ -144,6 +144,14 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
           BuildCounter().Name("zerostate_grpc_streams_refused_total")
               .Help("gRPC chunk streams refused at the cap (--max_grpc_streams)")
               .Register(*registry_).Add({})),
+      under_replicated_blocks_(
+          BuildGauge().Name("zerostate_under_replicated_blocks")
+              .Help("Blocks of shards served here as primary with fewer live copies than "
+                    "JobSpec.replicas asks")
+              .Register(*registry_).Add({})),
+      catchup_bytes_(BuildCounter().Name("zerostate_catchup_bytes_total")
+                         .Help("Shard state bytes sent to copies being caught up")
+                         .Register(*registry_).Add({})),
       disk_used_(BuildGauge().Name("zerostate_disk_used_bytes")
                      .Help("Bytes used on the filesystem of --nvme_dir").Register(*registry_)
                      .Add({})),
@@ -213,6 +221,14 @@ void ServerMetrics::RecordDataConnectionRefused() { data_connections_refused_.In
 void ServerMetrics::SetGrpcStreams(int open) { grpc_streams_.Set(open); }
 
 void ServerMetrics::RecordGrpcStreamRefused() { grpc_streams_refused_.Increment(); }
+
+void ServerMetrics::SetUnderReplicatedBlocks(uint64_t blocks) {
+  under_replicated_blocks_.Set(static_cast<double>(blocks));
+}
+
+void ServerMetrics::RecordCatchupBytes(uint64_t bytes) {
+  catchup_bytes_.Increment(static_cast<double>(bytes));
+}
 
 void ServerMetrics::SetDisk(uint64_t used, uint64_t capacity) {
   disk_used_.Set(used);

@@ -52,6 +52,11 @@ class ServerMetrics {
   // (--max_grpc_streams).
   void SetGrpcStreams(int open);
   void RecordGrpcStreamRefused();
+  // Replicated shards (issue 19): blocks of the shards this server serves
+  // as primary that have fewer live copies than JobSpec.replicas asks; and
+  // shard state bytes sent to copies being caught up.
+  void SetUnderReplicatedBlocks(uint64_t blocks);
+  void RecordCatchupBytes(uint64_t bytes);
   // The filesystem of --nvme_dir (checkpoints usually live elsewhere).
   void SetDisk(uint64_t used, uint64_t capacity);
 
@@ -93,6 +98,8 @@ class ServerMetrics {
   prometheus::Counter& data_connections_refused_;
   prometheus::Gauge& grpc_streams_;
   prometheus::Counter& grpc_streams_refused_;
+  prometheus::Gauge& under_replicated_blocks_;
+  prometheus::Counter& catchup_bytes_;
   prometheus::Gauge& disk_used_;
   prometheus::Gauge& disk_capacity_;
 };

@@ -1,6 +1,7 @@
 #include "server/replication/replica_service.h"
 
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,9 +10,19 @@
 #include "common/rpc_status.h"
 #include "server/core/aligned_buffer.h"
 #include "server/core/auth_token.h"
+#include "server/core/trainer_states.h"
 #include "server/rpc/call_token.h"
 
 namespace zerostate::server {
+
+absl::Status ReplicaServiceImpl::CheckNotPrimary(const std::string& job, uint32_t shard,
+                                                 const char* what) const {
+  if (primaries_ == nullptr || !primaries_->Serving(job, shard)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("shard ", shard, " of job '", job,
+                                                    "' is served by this server as primary now; "
+                                                    "it takes no ",
+                                                    what, " from another"));
+}
 
 grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
                                            grpc::ServerReader<v1::ReplicaStepPart>* reader,
@@ -24,10 +35,8 @@ grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
   }
   auto job = jobs_.Shard(first.job_id(), *token, first.shard());
   if (!job.ok()) return ToGrpcStatus(job.status());
-  if (primaries_ != nullptr && primaries_->Serving(first.job_id(), first.shard())) {
-    return ToGrpcStatus(absl::FailedPreconditionError(
-        absl::StrCat("shard ", first.shard(), " of job '", first.job_id(),
-                     "' is served by this server as primary now; it takes no step from another")));
+  if (auto s = CheckNotPrimary(first.job_id(), first.shard(), "step"); !s.ok()) {
+    return ToGrpcStatus(s);
   }
   std::vector<std::pair<uint64_t, std::string>> grads;
   v1::ReplicaStepPart part;
@@ -64,6 +73,95 @@ grpc::Status ReplicaServiceImpl::ReadShard(grpc::ServerContext* ctx,
     out.set_state(reinterpret_cast<const char*>(state.data()), state.size() * sizeof(float));
     if (!writer->Write(out)) return grpc::Status(grpc::StatusCode::CANCELLED, "reader went away");
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplicaServiceImpl::Seed(grpc::ServerContext* ctx,
+                                      grpc::ServerReader<v1::SeedPart>* reader,
+                                      v1::SeedResponse* resp) {
+  auto token = TokenOf(*ctx);
+  if (!token.ok()) return ToGrpcStatus(token.status());
+  v1::SeedPart first;
+  if (!reader->Read(&first)) {
+    return ToGrpcStatus(absl::InvalidArgumentError("Seed: the stream carried no message"));
+  }
+  if (first.registration().spec().job_id() != first.job_id()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("Seed: registration.spec.job_id '", first.registration().spec().job_id(),
+                     "' is not job_id '", first.job_id(), "'")));
+  }
+  // A server that restarted empty gets the job back here.
+  if (!jobs_.Authorize(first.job_id(), *token).ok()) {
+    auto registered = jobs_.Register(first.registration(), *token);
+    if (!registered.ok()) return ToGrpcStatus(registered.status());
+  }
+  auto job = jobs_.Shard(first.job_id(), *token, first.shard());
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  if (auto s = CheckNotPrimary(first.job_id(), first.shard(), "catch-up"); !s.ok()) {
+    return ToGrpcStatus(s);
+  }
+  Job& copy = **job;
+  const uint64_t begin = copy.blocks().begin;
+  const uint64_t count = copy.blocks().size();
+  const size_t block_bytes = copy.tier_shape().block_floats() * sizeof(float);
+  if (first.applied_steps() > first.version()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("Seed: applied_steps ", first.applied_steps(), " exceed version ",
+                     first.version())));
+  }
+  if (auto s = TrainerStates::Check(first.trainer_state()); !s.ok()) return ToGrpcStatus(s);
+  // Every block checked and kept before any is written.
+  std::vector<std::string> states(count);
+  std::vector<bool> seen(count, false);
+  v1::SeedPart part;
+  while (reader->Read(&part)) {
+    const v1::ShardBlock& b = part.block();
+    if (b.block() < begin || b.block() >= begin + count) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "Seed: block ", b.block(), " is outside shard ", first.shard(), " [", begin, ", ",
+          begin + count, ")")));
+    }
+    const uint64_t local = b.block() - begin;
+    if (seen[local]) {
+      return ToGrpcStatus(
+          absl::InvalidArgumentError(absl::StrCat("Seed: block ", b.block(), " came twice")));
+    }
+    if (b.version() != first.version()) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "Seed: block ", b.block(), " is at version ", b.version(), ", not the shard's ",
+          first.version())));
+    }
+    if (b.state().size() != block_bytes) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "Seed: block ", b.block(), " carries ", b.state().size(), " bytes of state, not ",
+          block_bytes)));
+    }
+    seen[local] = true;
+    states[local] = std::move(*part.mutable_block()->mutable_state());
+  }
+  for (uint64_t local = 0; local < count; ++local) {
+    if (!seen[local]) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("Seed: block ", begin + local, " of shard ", first.shard(), " is missing")));
+    }
+  }
+  // RestoreBlock's restriction holds: the primary sends a lost copy no
+  // step until this answers, and clients use it only after a failover,
+  // which takes a restarted server only once it is at the step in progress.
+  AlignedBuffer<float> state(copy.tier_shape().block_floats());
+  for (uint64_t local = 0; local < count; ++local) {
+    std::memcpy(state.data(), states[local].data(), block_bytes);
+    if (auto s = copy.RestoreBlock(local, state.data(), first.version()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
+  copy.RestoreAppliedSteps(first.version(), first.applied_steps());
+  if (!first.trainer_state().empty()) {
+    if (auto s = copy.RestoreTrainerState(first.version(), first.trainer_state()); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+  }
+  resp->set_version(first.version());
   return grpc::Status::OK;
 }
 

@@ -1,11 +1,13 @@
 // The backup's side of replicated shards (issue 19): ReplicaService on the
 // state server's gRPC port (proto/zerostate/v1/replica.proto). ApplyStep
 // runs a primary's step on this server's copy of the shard; ReadShard
-// serves a copy's state (catch-up, checks). Every call is authorized with
+// serves a copy's state (checks); Seed replaces a lost copy's state with
+// its primary's (catch-up). Every call is authorized with
 // the job's token, as StateService calls are.
 // Thread-safe.
 #pragma once
 
+#include "absl/status/status.h"
 #include "server/core/job_registry.h"
 #include "server/core/primaries.h"
 #include "server/core/thread_pool.h"
@@ -24,8 +26,14 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service {
                          v1::ReplicaStepResponse* resp) override;
   grpc::Status ReadShard(grpc::ServerContext* ctx, const v1::ReadShardRequest* req,
                          grpc::ServerWriter<v1::ShardBlock>* writer) override;
+  grpc::Status Seed(grpc::ServerContext* ctx, grpc::ServerReader<v1::SeedPart>* reader,
+                    v1::SeedResponse* resp) override;
 
  private:
+  // FAILED_PRECONDITION when this server serves (job, shard) as primary:
+  // its copy takes no step or state from another.
+  absl::Status CheckNotPrimary(const std::string& job, uint32_t shard, const char* what) const;
+
   JobRegistry& jobs_;
   ThreadPool& pool_;
   const Primaries* const primaries_;

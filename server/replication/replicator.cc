@@ -3,9 +3,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "common/shard_map.h"
 #include "grpcpp/create_channel.h"
+#include "server/core/aligned_buffer.h"
 #include "server/core/auth_token.h"
 
 namespace zerostate::server {
@@ -29,15 +31,60 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentialsFor(
   return grpc::SslCredentials(ssl);
 }
 
-// Sends one shard's steps to its live copies but this server.
+namespace {
+
+// The shard's state as a lost copy gets it (Replicator::Seed).
+struct ShardSnapshot {
+  v1::SeedPart first;  // job, shard, version, applied steps, trainer state
+  std::vector<v1::ShardBlock> blocks;
+  uint64_t bytes = 0;
+};
+
+// Reads every block of `job`'s shard, which must all be at one version
+// (no step between computing and committing). Errors: FAILED_PRECONDITION
+// when they are not; ReadBlock's.
+absl::StatusOr<std::shared_ptr<const ShardSnapshot>> SnapshotOf(Job& job, absl::Time deadline) {
+  auto snap = std::make_shared<ShardSnapshot>();
+  AlignedBuffer<float> state(job.tier_shape().block_floats());
+  for (uint64_t local = 0; local < job.blocks().size(); ++local) {
+    uint64_t version = 0;
+    if (auto s = job.ReadBlock(local, 0, deadline, state.data(), &version); !s.ok()) return s;
+    if (local > 0 && version != snap->first.version()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("shard ", job.shard_index(), ": block ", job.blocks().begin + local,
+                       " is at version ", version, ", block ", job.blocks().begin, " at ",
+                       snap->first.version()));
+    }
+    snap->first.set_version(version);
+    v1::ShardBlock& b = snap->blocks.emplace_back();
+    b.set_block(job.blocks().begin + local);
+    b.set_version(version);
+    b.set_state(reinterpret_cast<const char*>(state.data()), state.size() * sizeof(float));
+    snap->bytes += b.state().size();
+  }
+  const uint64_t version = snap->first.version();
+  snap->first.set_job_id(job.spec().job_id());
+  snap->first.set_shard(job.shard_index());
+  snap->first.set_applied_steps(job.AppliedStepsBefore(version));
+  if (auto ts = job.trainer_states().Find(version)) snap->first.set_trainer_state(*ts);
+  *snap->first.mutable_registration()->mutable_spec() = job.spec();
+  for (const std::string& server : job.servers()) snap->first.mutable_registration()->add_servers(server);
+  return snap;
+}
+
+}  // namespace
+
+// Sends one shard's steps to its live copies but this server, and catches
+// lost ones up when their server is back.
 class ShardReplicator final : public StepReplicator {
  public:
-  ShardReplicator(Replicator& owner, std::string job_id, uint32_t shard, uint64_t blocks,
-                  std::vector<std::pair<uint32_t, std::string>> copies, std::string token)
+  ShardReplicator(Replicator& owner, Job& job, std::vector<std::pair<uint32_t, std::string>> copies,
+                  std::string token)
       : owner_(owner),
-        job_id_(std::move(job_id)),
-        shard_(shard),
-        blocks_(blocks),
+        job_(job),
+        job_id_(job.spec().job_id()),
+        shard_(job.shard_index()),
+        blocks_(job.blocks().size()),
         copies_(std::move(copies)),
         token_(std::move(token)) {}
 
@@ -45,25 +92,46 @@ class ShardReplicator final : public StepReplicator {
     struct Call {
       uint32_t server;
       std::string address;
+      bool catch_up = false;  // Seed first; the copy is lost until both are acknowledged
       absl::Status status;
       std::thread thread;
     };
     auto calls = std::make_shared<std::vector<Call>>();
+    std::shared_ptr<const ShardSnapshot> snapshot;  // read once, before the pass moves the state
     for (const auto& [server, address] : copies_) {
-      if (owner_.IsLost({job_id_, shard_, server})) continue;
-      calls->push_back(Call{server, address, absl::OkStatus(), {}});
+      const bool lost = owner_.IsLost({job_id_, shard_, server});
+      if (lost) {
+        if (!owner_.Reconnect(address)) continue;
+        if (snapshot == nullptr) {
+          auto snap = SnapshotOf(job_, absl::Now() + owner_.options_.timeout);
+          if (!snap.ok()) continue;
+          snapshot = *std::move(snap);
+        }
+      }
+      calls->push_back(Call{server, address, lost, absl::OkStatus(), {}});
     }
     for (Call& c : *calls) {
-      c.thread = std::thread([this, &c, payload] {
+      c.thread = std::thread([this, &c, payload, snapshot] {
+        if (c.catch_up) {
+          v1::SeedPart first = snapshot->first;
+          first.mutable_registration()->set_shard_index(c.server);
+          c.status = owner_.Seed(c.address, token_, first, snapshot->blocks);
+          if (!c.status.ok()) return;
+        }
         c.status = owner_.Send(c.address, token_, shard_, job_id_, *payload);
       });
     }
     const uint64_t step = payload->request.step();
-    return [this, calls, step]() -> absl::Status {
+    const uint64_t seed_bytes = snapshot == nullptr ? 0 : snapshot->bytes;
+    return [this, calls, step, seed_bytes]() -> absl::Status {
       absl::Status first;
       for (Call& c : *calls) {
         c.thread.join();
         const absl::Status& s = c.status;
+        if (c.catch_up) {  // a failed catch-up leaves the copy lost, the Step unharmed
+          if (s.ok()) owner_.Revive({job_id_, shard_, c.server}, seed_bytes);
+          continue;
+        }
         if (s.ok()) continue;
         if (absl::IsUnavailable(s) || absl::IsNotFound(s) || absl::IsFailedPrecondition(s) ||
             absl::IsDeadlineExceeded(s)) {
@@ -82,6 +150,7 @@ class ShardReplicator final : public StepReplicator {
 
  private:
   Replicator& owner_;
+  Job& job_;
   const std::string job_id_;
   const uint32_t shard_;
   const uint64_t blocks_;
@@ -89,7 +158,7 @@ class ShardReplicator final : public StepReplicator {
   const std::string token_;
 };
 
-std::unique_ptr<StepReplicator> Replicator::For(const Job& job, uint32_t self, std::string token) {
+std::unique_ptr<StepReplicator> Replicator::For(Job& job, uint32_t self, std::string token) {
   const uint32_t k = job.spec().replicas();
   if (k == 0) return nullptr;
   const auto& servers = job.servers();
@@ -97,31 +166,83 @@ std::unique_ptr<StepReplicator> Replicator::For(const Job& job, uint32_t self, s
   for (uint32_t s : ReplicaServers(servers.size(), job.shard_index(), k)) {
     if (s != self) copies.emplace_back(s, servers[s]);
   }
-  return std::make_unique<ShardReplicator>(*this, job.spec().job_id(), job.shard_index(),
-                                           job.blocks().size(), std::move(copies),
-                                           std::move(token));
+  return std::make_unique<ShardReplicator>(*this, job, std::move(copies), std::move(token));
 }
 
-v1::ReplicaService::Stub& Replicator::Peer(const std::string& address) {
+namespace {
+
+grpc::ChannelArguments PeerChannelArgs() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  return args;
+}
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+}  // namespace
+
+std::shared_ptr<v1::ReplicaService::Stub> Replicator::Peer(const std::string& address) {
   absl::MutexLock lock(&mu_);
   auto& stub = peers_[address];
   if (stub == nullptr) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(-1);
-    args.SetMaxSendMessageSize(-1);
-    stub =
-        v1::ReplicaService::NewStub(grpc::CreateCustomChannel(address, options_.credentials, args));
+    stub = v1::ReplicaService::NewStub(
+        grpc::CreateCustomChannel(address, options_.credentials, PeerChannelArgs()));
   }
-  return *stub;
+  return stub;
+}
+
+bool Replicator::Reconnect(const std::string& address) {
+  // Its own subchannel: not one in a reconnect backoff since the server died.
+  grpc::ChannelArguments args = PeerChannelArgs();
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  auto channel = grpc::CreateCustomChannel(address, options_.credentials, args);
+  const auto deadline = absl::ToChronoTime(absl::Now() + options_.reconnect_timeout);
+  grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY) {
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) return false;
+    if (!channel->WaitForStateChange(state, deadline)) return false;
+    state = channel->GetState(/*try_to_connect=*/true);
+  }
+  absl::MutexLock lock(&mu_);
+  peers_[address] = v1::ReplicaService::NewStub(channel);
+  return true;
+}
+
+void Replicator::PrepareCall(grpc::ClientContext& ctx, const std::string& token) const {
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
+  ctx.AddMetadata(kJobTokenMetadata, token);
+}
+
+absl::Status Replicator::Seed(const std::string& address, const std::string& token,
+                              const v1::SeedPart& first,
+                              const std::vector<v1::ShardBlock>& blocks) {
+  grpc::ClientContext ctx;
+  PrepareCall(ctx, token);
+  v1::SeedResponse resp;
+  auto stub = Peer(address);
+  auto writer = stub->Seed(&ctx, &resp);
+  bool ok = writer->Write(first);
+  v1::SeedPart part;
+  for (const v1::ShardBlock& b : blocks) {
+    if (!ok) break;
+    *part.mutable_block() = b;
+    ok = writer->Write(part);
+  }
+  writer->WritesDone();
+  return FromGrpc(writer->Finish());
 }
 
 absl::Status Replicator::Send(const std::string& address, const std::string& token, uint32_t shard,
                               const std::string& job_id, const StepReplicator::Payload& payload) {
   grpc::ClientContext ctx;
-  ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
-  ctx.AddMetadata(kJobTokenMetadata, token);
+  PrepareCall(ctx, token);
   v1::ReplicaStepResponse resp;
-  auto writer = Peer(address).ApplyStep(&ctx, &resp);
+  auto stub = Peer(address);
+  auto writer = stub->ApplyStep(&ctx, &resp);
   v1::ReplicaStepPart part;
   part.set_job_id(job_id);
   part.set_shard(shard);
@@ -135,10 +256,7 @@ absl::Status Replicator::Send(const std::string& address, const std::string& tok
     ok = writer->Write(part);
   }
   writer->WritesDone();
-  grpc::Status s = writer->Finish();
-  if (!s.ok())
-    return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-  return absl::OkStatus();
+  return FromGrpc(writer->Finish());
 }
 
 bool Replicator::IsLost(const CopyKey& key) const {
@@ -150,6 +268,33 @@ void Replicator::MarkLost(const CopyKey& key, uint64_t blocks) {
   absl::MutexLock lock(&mu_);
   lost_.insert(key);
   under_[{std::get<0>(key), std::get<1>(key)}] = blocks;
+  PublishLocked();
+}
+
+void Replicator::Revive(const CopyKey& key, uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  lost_.erase(key);
+  const auto& [job, shard, server] = key;
+  const bool still_under = absl::c_any_of(lost_, [&](const CopyKey& k) {
+    return std::get<0>(k) == job && std::get<1>(k) == shard;
+  });
+  if (!still_under) under_.erase({job, shard});
+  PublishLocked();
+  if (options_.metrics != nullptr) options_.metrics->RecordCatchupBytes(bytes);
+}
+
+void Replicator::Forget(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  absl::erase_if(lost_, [&](const CopyKey& k) { return std::get<0>(k) == job; });
+  absl::erase_if(under_, [&](const auto& entry) { return entry.first.first == job; });
+  PublishLocked();
+}
+
+void Replicator::PublishLocked() {
+  if (options_.metrics == nullptr) return;
+  uint64_t total = 0;
+  for (const auto& [key, blocks] : under_) total += blocks;
+  options_.metrics->SetUnderReplicatedBlocks(total);
 }
 
 uint64_t Replicator::under_replicated_blocks() const {

@@ -10,6 +10,16 @@
 // the shard counts as under-replicated until a catch-up brings a copy
 // back. Any other answer fails the primary's Step (its retry sends again).
 //
+// Catch-up: at each later step the primary checks whether a lost copy's
+// server accepts a connection again (a new channel, up to
+// Options::reconnect_timeout); when it does, the primary reads its own
+// shard's state before its optimizer pass moves it (every block at the
+// step's version) and sends it (ReplicaService.Seed, which registers the
+// job there if the server restarted empty), then the step, on that copy's
+// thread. Once both are acknowledged the copy is live again. The Step
+// waits for this as for any backup; a failed catch-up leaves the copy lost
+// and does not fail the Step.
+//
 // Thread-safe.
 #pragma once
 
@@ -27,6 +37,7 @@
 #include "grpcpp/security/credentials.h"
 #include "server/core/tls_files.h"
 #include "server/core/job.h"
+#include "server/core/metrics.h"
 #include "zerostate/v1/replica.grpc.pb.h"
 
 namespace zerostate::server {
@@ -43,33 +54,54 @@ class Replicator {
  public:
   struct Options {
     std::shared_ptr<grpc::ChannelCredentials> credentials;
-    absl::Duration timeout = absl::Seconds(60);  // one ApplyStep call
+    absl::Duration timeout = absl::Seconds(60);  // one ApplyStep or Seed call
+    // How long a lost copy's server may take to accept a connection before
+    // this step gives up catching it up (refused connections fail at once).
+    absl::Duration reconnect_timeout = absl::Seconds(1);
+    ServerMetrics* metrics = nullptr;  // zerostate_under_replicated_blocks, _catchup_bytes_total
   };
   explicit Replicator(Options options) : options_(std::move(options)) {}
 
   // The StepReplicator of `job`, a copy of shard job.shard_index() that
   // this server (job.servers()[self]) serves as primary; its calls carry
   // `token`. Null when the job has no backups.
-  std::unique_ptr<StepReplicator> For(const Job& job, uint32_t self, std::string token);
+  // `job` must outlive the StepReplicator (it reads the shard to catch a
+  // lost copy up).
+  std::unique_ptr<StepReplicator> For(Job& job, uint32_t self, std::string token);
 
   // Blocks of shards served here as primary that have lost a copy.
   uint64_t under_replicated_blocks() const;
 
+  // Forgets the job's lost copies (deleted).
+  void Forget(const std::string& job);
+
   // Stub of peer `address`, made at first use.
-  v1::ReplicaService::Stub& Peer(const std::string& address);
+  std::shared_ptr<v1::ReplicaService::Stub> Peer(const std::string& address);
 
  private:
   friend class ShardReplicator;
   // One backup's ApplyStep of `payload`.
   absl::Status Send(const std::string& address, const std::string& token, uint32_t shard,
                     const std::string& job_id, const StepReplicator::Payload& payload);
+  // A call's deadline (Options::timeout) and job token.
+  void PrepareCall(grpc::ClientContext& ctx, const std::string& token) const;
+  // Whether `address` accepts a connection now, on a new channel (within
+  // reconnect_timeout); if so Peer(address) uses that channel from now on.
+  bool Reconnect(const std::string& address);
+  // One lost copy's Seed: `first` (job, shard, registration, version),
+  // then `blocks`.
+  absl::Status Seed(const std::string& address, const std::string& token,
+                    const v1::SeedPart& first, const std::vector<v1::ShardBlock>& blocks);
   using CopyKey = std::tuple<std::string, uint32_t, uint32_t>;  // job, shard, server
   bool IsLost(const CopyKey& key) const;
   void MarkLost(const CopyKey& key, uint64_t blocks);
+  // The copy caught up with `bytes` of state: live again.
+  void Revive(const CopyKey& key, uint64_t bytes);
+  void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<v1::ReplicaService::Stub>> peers_
+  absl::flat_hash_map<std::string, std::shared_ptr<v1::ReplicaService::Stub>> peers_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<CopyKey> lost_ ABSL_GUARDED_BY(mu_);
   // (job, shard) -> its blocks, for shards that lost a copy.

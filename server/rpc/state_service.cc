@@ -260,7 +260,10 @@ grpc::Status StateServiceImpl::DeleteJob(grpc::ServerContext* ctx,
     if (!token.ok()) return token.status();
     auto deleted = jobs_.Delete(req->job_id(), *token);
     if (!deleted.ok()) return deleted.status();
-    if (*deleted) metrics_.ForgetJob(req->job_id());
+    if (*deleted) {
+      metrics_.ForgetJob(req->job_id());
+      if (replicator_ != nullptr) replicator_->Forget(req->job_id());
+    }
     resp->set_deleted(*deleted);
     resp->set_incarnation(incarnation_);
     PublishUsage();

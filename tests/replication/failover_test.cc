@@ -6,8 +6,6 @@
 // applied exactly once, and the run ends with the weights of a run without
 // the fault, bit for bit, at the version of a run without the fault (no
 // rollback).
-#include <functional>
-
 #include "tests/replication/replication_fixture.h"
 
 namespace zerostate::testing {
@@ -28,41 +26,6 @@ std::string Name(const ::testing::TestParamInfo<Param>& info) {
                       info.param.phase == Phase::kBeforeStats ? "_before_stats" : "_between_steps");
 }
 
-// One step as the nodes of a trainer run it: every node pushes its
-// gradient, then gathers the new version; node 0 meanwhile asks the
-// statistics and steps. `after_push` runs on node 0 once its push is in.
-absl::Status TrainerStep(std::vector<std::unique_ptr<client::JobClient>>& nodes, uint64_t step,
-                         std::vector<std::vector<float>>& grads,
-                         const std::function<void()>& after_push) {
-  std::vector<absl::Status> result(nodes.size());
-  std::vector<std::thread> threads;
-  for (uint32_t n = 0; n < nodes.size(); ++n) {
-    threads.emplace_back([&, n] {
-      client::JobClient& job = *nodes[n];
-      const uint64_t used = job.layout().used_elems;
-      // The buffer stays as pushed until the new version is gathered.
-      grads[n] = NodeGradient(job.layout(), n, step);
-      absl::Status s = job.Push(step, n, {0, used}, grads[n].data(), v1::DTYPE_FP32);
-      if (s.ok() && n == 0) {
-        if (after_push) after_push();
-        auto stats = job.GradStats(step);
-        s = stats.ok() ? job.Step(step, StepLr(step), kStepScale, false) : stats.status();
-      }
-      std::vector<float> weights(job.layout().total_elems);
-      if (s.ok()) {
-        s = job.Gather(step + 1, {0, job.layout().total_elems}, weights.data(), v1::DTYPE_FP32);
-      }
-      result[n] = s;
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (uint32_t n = 0; n < nodes.size(); ++n) {
-    if (!result[n].ok())
-      return absl::Status(result[n].code(), absl::StrCat("node ", n, ": ", result[n].message()));
-  }
-  return absl::OkStatus();
-}
-
 class FailoverTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(FailoverTest, TheBackupTakesOverAndTheRunEndsBitIdenticalWithoutRollback) {
@@ -70,18 +33,9 @@ TEST_P(FailoverTest, TheBackupTakesOverAndTheRunEndsBitIdenticalWithoutRollback)
   auto cluster = ServerCluster::Start(3, TestServerOptions());
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   v1::JobSpec spec = ReplicatedSpec(absl::StrCat("failover", p.server), 1);
-  std::vector<std::unique_ptr<client::Client>> clients;
-  std::vector<std::unique_ptr<client::JobClient>> nodes;
-  for (uint32_t n = 0; n < kReplicaNodes; ++n) {
-    client::ClientOptions o = TestClientOptions((*cluster)->addresses());
-    o.failover_wait = std::chrono::milliseconds(500);
-    auto c = client::Client::Connect(o);
-    ASSERT_TRUE(c.ok()) << c.status();
-    auto j = n == 0 ? (*c)->RegisterJob(spec) : (*c)->AttachJob(spec.job_id());
-    ASSERT_TRUE(j.ok()) << j.status();
-    clients.push_back(*std::move(c));
-    nodes.push_back(*std::move(j));
-  }
+  auto run = StartNodes(spec, (*cluster)->addresses());
+  ASSERT_TRUE(run.ok()) << run.status();
+  auto& nodes = run->nodes;
   ReferenceModel ref(nodes[0]->spec());
   std::vector<std::vector<float>> grads(kReplicaNodes);
   auto kill = [&] { ASSERT_TRUE((*cluster)->server(p.server).Kill().ok()); };
@@ -96,15 +50,7 @@ TEST_P(FailoverTest, TheBackupTakesOverAndTheRunEndsBitIdenticalWithoutRollback)
   EXPECT_FALSE((*cluster)->server(p.server).running()) << "the server was not killed";
   // Every step applied once, none rolled back: the version a run without
   // the fault reaches, and its weights.
-  auto version = nodes[1]->Version();
-  ASSERT_TRUE(version.ok()) << version.status();
-  EXPECT_EQ(*version, static_cast<uint64_t>(kSteps));
-  const uint64_t total = ref.layout().total_elems;
-  for (uint32_t n = 0; n < kReplicaNodes; ++n) {
-    std::vector<float> master(total);
-    ASSERT_TRUE(nodes[n]->GatherMaster(kSteps, {0, total}, master.data()).ok());
-    ExpectBitIdentical(master.data(), ref.master(), total, absl::StrCat("node ", n, "'s master"));
-  }
+  ExpectReferenceRun(nodes, ref, kSteps);
 }
 
 INSTANTIATE_TEST_SUITE_P(Kills, FailoverTest,

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -53,6 +54,79 @@ inline absl::Status RunStep(std::vector<std::unique_ptr<client::JobClient>>& nod
   auto stats = nodes[0]->GradStats(step);
   if (!stats.ok()) return stats.status();
   return nodes[0]->Step(step, StepLr(step), kStepScale, false);
+}
+
+// One step as the nodes of a trainer run it: every node pushes its
+// gradient, then gathers the new version; node 0 meanwhile asks the
+// statistics and steps. `after_push` runs on node 0 once its push is in.
+inline absl::Status TrainerStep(std::vector<std::unique_ptr<client::JobClient>>& nodes, uint64_t step,
+                         std::vector<std::vector<float>>& grads,
+                         const std::function<void()>& after_push) {
+  std::vector<absl::Status> result(nodes.size());
+  std::vector<std::thread> threads;
+  for (uint32_t n = 0; n < nodes.size(); ++n) {
+    threads.emplace_back([&, n] {
+      client::JobClient& job = *nodes[n];
+      const uint64_t used = job.layout().used_elems;
+      // The buffer stays as pushed until the new version is gathered.
+      grads[n] = NodeGradient(job.layout(), n, step);
+      absl::Status s = job.Push(step, n, {0, used}, grads[n].data(), v1::DTYPE_FP32);
+      if (s.ok() && n == 0) {
+        if (after_push) after_push();
+        auto stats = job.GradStats(step);
+        s = stats.ok() ? job.Step(step, StepLr(step), kStepScale, false) : stats.status();
+      }
+      std::vector<float> weights(job.layout().total_elems);
+      if (s.ok()) {
+        s = job.Gather(step + 1, {0, job.layout().total_elems}, weights.data(), v1::DTYPE_FP32);
+      }
+      result[n] = s;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (uint32_t n = 0; n < nodes.size(); ++n) {
+    if (!result[n].ok())
+      return absl::Status(result[n].code(), absl::StrCat("node ", n, ": ", result[n].message()));
+  }
+  return absl::OkStatus();
+}
+
+// The nodes of a run: node 0 registers the job, the others attach; each
+// client fails over after 500 ms.
+struct ReplicatedRun {
+  std::vector<std::unique_ptr<client::Client>> clients;
+  std::vector<std::unique_ptr<client::JobClient>> nodes;
+};
+
+inline absl::StatusOr<ReplicatedRun> StartNodes(const v1::JobSpec& spec,
+                                                const std::vector<std::string>& servers) {
+  ReplicatedRun run;
+  for (uint32_t n = 0; n < kReplicaNodes; ++n) {
+    client::ClientOptions o = TestClientOptions(servers);
+    o.failover_wait = std::chrono::milliseconds(500);
+    auto c = client::Client::Connect(o);
+    if (!c.ok()) return c.status();
+    auto j = n == 0 ? (*c)->RegisterJob(spec) : (*c)->AttachJob(spec.job_id());
+    if (!j.ok()) return j.status();
+    run.clients.push_back(*std::move(c));
+    run.nodes.push_back(*std::move(j));
+  }
+  return run;
+}
+
+// Expects the run at version `steps` (every step applied once, none rolled
+// back) with the reference's masters, bit for bit, on every node.
+inline void ExpectReferenceRun(std::vector<std::unique_ptr<client::JobClient>>& nodes,
+                               const ReferenceModel& ref, uint64_t steps) {
+  auto version = nodes.back()->Version();
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(*version, steps);
+  const uint64_t total = ref.layout().total_elems;
+  for (uint32_t n = 0; n < nodes.size(); ++n) {
+    std::vector<float> master(total);
+    ASSERT_TRUE(nodes[n]->GatherMaster(steps, {0, total}, master.data()).ok());
+    ExpectBitIdentical(master.data(), ref.master(), total, absl::StrCat("node ", n, "'s master"));
+  }
 }
 
 // One copy of a shard as ReplicaService.ReadShard serves it.
