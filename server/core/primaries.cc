@@ -1,5 +1,7 @@
 #include "server/core/primaries.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 
 namespace zerostate::server {
@@ -38,9 +40,23 @@ bool Primaries::Serving(const std::string& job, uint32_t shard) const {
   return it != held_.end() && membership_.Holds(job, static_cast<int>(shard), it->second);
 }
 
-void Primaries::Forget(const std::string& job) {
-  absl::MutexLock lock(&mu_);
-  absl::erase_if(held_, [&](const auto& entry) { return entry.first.first == job; });
+absl::Status Primaries::Release(const std::string& job) {
+  std::vector<uint32_t> shards;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, term] : held_) {
+      if (key.first == job) shards.push_back(key.second);
+    }
+    absl::erase_if(held_, [&](const auto& entry) { return entry.first.first == job; });
+  }
+  absl::Status first;
+  for (uint32_t shard : shards) {
+    absl::Status s = membership_.Release(job, static_cast<int>(shard));
+    if (s.ok() || absl::IsUnimplemented(s) || !first.ok()) continue;
+    first = absl::Status(s.code(), absl::StrCat("releasing the claim of shard ", shard,
+                                                " of job '", job, "': ", s.message()));
+  }
+  return first;
 }
 
 }  // namespace zerostate::server

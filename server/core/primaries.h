@@ -36,8 +36,14 @@ class Primaries {
   // backup copy that does must refuse its old primary's steps).
   bool Serving(const std::string& job, uint32_t shard) const;
 
-  // Forgets the job's claims (deleted, restored).
-  void Forget(const std::string& job);
+  // Gives up every claim this server holds of the job's shards (it was
+  // deleted): Membership::Release of each, so the other members hear of
+  // it at once and a job registered again under the id claims anew; the
+  // claims are forgotten here whatever the membership answers. Errors: the
+  // first of the membership's, naming the shard (that claim then lasts
+  // until this server's lease ends); a membership that cannot release
+  // (UNIMPLEMENTED) is not an error.
+  absl::Status Release(const std::string& job);
 
  private:
   Membership& membership_;

@@ -21,4 +21,10 @@ absl::StatusOr<PrimaryTerm> StaticMembership::Claim(const std::string& job, int 
   return it->second;
 }
 
+absl::Status StaticMembership::Release(const std::string& job, int shard) {
+  absl::MutexLock lock(&mu_);
+  claims_.erase({job, shard});
+  return absl::OkStatus();
+}
+
 }  // namespace zerostate::server

@@ -30,6 +30,9 @@ class StaticMembership final : public Membership {
   // Takes the shard (epoch one more than before), or returns the term held.
   absl::StatusOr<PrimaryTerm> Claim(const std::string& job, int shard) override;
   bool LeaseValid() const override { return true; }
+  // Forgets this object's claim of the shard, if any; the next Claim takes
+  // it with a larger epoch.
+  absl::Status Release(const std::string& job, int shard) override;
   absl::StatusOr<std::vector<std::string>> Members() override { return members_; }
   // Never called: nothing here learns of another server's loss.
   void OnPrimaryLost(std::function<void(const std::string&, int)>) override {}

@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 
 #include <chrono>
+#include <iostream>
 #include <optional>
 #include <string_view>
 
@@ -263,6 +264,14 @@ grpc::Status StateServiceImpl::DeleteJob(grpc::ServerContext* ctx,
     if (*deleted) {
       metrics_.ForgetJob(req->job_id());
       if (replicator_ != nullptr) replicator_->Forget(req->job_id());
+      // The job is gone either way; a claim left behind goes with the lease.
+      if (primaries_ != nullptr) {
+        if (absl::Status s = primaries_->Release(req->job_id()); !s.ok()) {
+          std::cerr << "zerostate-server: warning: job '" << req->job_id()
+                    << "' deleted, but a claim stays until this server's lease ends: " << s
+                    << std::endl;
+        }
+      }
     }
     resp->set_deleted(*deleted);
     resp->set_incarnation(incarnation_);

@@ -1,0 +1,95 @@
+// Replicated shards with the servers' membership in a real etcd (issue 19;
+// tests/testing/etcd_process.h): three zerostate-server processes started
+// with --etcd_endpoints, a job of two nodes with one backup per shard.
+// Skipped where /usr/bin/etcd is missing.
+#include "absl/strings/str_cat.h"
+#include "tests/replication/replication_fixture.h"
+#include "tests/server/membership/etcd_fixture.h"
+
+namespace zerostate::server {
+namespace {
+
+using testing::ServerCluster;
+using testing::ServerProcessOptions;
+
+class EtcdReplicationTest : public EtcdFixture {
+ protected:
+  EtcdReplicationTest() : EtcdFixture("repl") {}
+
+  void SetUp() override {
+    EtcdFixture::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    observer_ = Member("observer:1");
+    ASSERT_TRUE(observer_);
+    ServerProcessOptions o = testing::TestServerOptions();
+    o.args.push_back("--etcd_endpoints=" + etcd_->endpoint());
+    o.args.push_back("--cluster=" + cluster_);
+    o.args.push_back(absl::StrCat("--etcd_lease_ttl_seconds=", kTestTtlSeconds));
+    o.fixed_port = true;  // advertised in etcd
+    auto cluster = ServerCluster::Start(3, o);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_procs_ = *std::move(cluster);
+  }
+
+  // Runs steps [from, to) of `run`, each checked against `ref`.
+  void Train(testing::ReplicatedRun& run, testing::ReferenceModel& ref, uint64_t from,
+             uint64_t to) {
+    std::vector<std::vector<float>> grads(testing::kReplicaNodes);
+    for (uint64_t step = from; step < to; ++step) {
+      absl::Status s = testing::TrainerStep(run.nodes, step, grads, nullptr);
+      ASSERT_TRUE(s.ok()) << "step " << step << ": " << s;
+      ref.Step(step, grads, testing::StepLr(step), testing::kStepScale);
+    }
+  }
+
+  // Each shard's term in etcd: held by its own server; epochs out.
+  void ExpectOwnPrimaries(const std::string& job, const std::vector<std::string>& servers,
+                          std::vector<int64_t>* epochs) {
+    epochs->resize(servers.size());
+    for (int shard = 0; shard < static_cast<int>(servers.size()); ++shard) {
+      auto term = observer_->Primary(job, shard);
+      ASSERT_TRUE(term.ok()) << "shard " << shard << ": " << term.status();
+      EXPECT_EQ(term->primary, servers[shard]);
+      (*epochs)[shard] = term->epoch;
+    }
+  }
+
+  std::unique_ptr<EtcdMembership> observer_;
+  std::unique_ptr<ServerCluster> cluster_procs_;
+};
+
+TEST_F(EtcdReplicationTest, DeletingAJobReleasesItsPrimariesClaimsAtOnce) {
+  const std::vector<std::string> servers = cluster_procs_->addresses();
+  v1::JobSpec spec = testing::ReplicatedSpec("released", 1);
+  std::vector<int64_t> epochs;
+  {
+    auto run = testing::StartNodes(spec, servers);
+    ASSERT_TRUE(run.ok()) << run.status();
+    testing::ReferenceModel ref(run->nodes[0]->spec());
+    Train(*run, ref, 0, 2);
+    // Each server claimed its own shard at its first call.
+    ExpectOwnPrimaries(spec.job_id(), servers, &epochs);
+    ASSERT_TRUE(run->nodes[0]->Delete().ok());
+    // Released by each server before its DeleteJob answered: no lease to wait for.
+    for (int shard = 0; shard < static_cast<int>(servers.size()); ++shard) {
+      auto term = observer_->Primary(spec.job_id(), shard);
+      EXPECT_TRUE(absl::IsNotFound(term.status()))
+          << "shard " << shard << ": " << (term.ok() ? term->primary : term.status().ToString());
+    }
+  }
+  // The id registered again: claimed anew, each with a larger epoch, and
+  // the run starts over from version 0 with the reference's weights.
+  auto run = testing::StartNodes(spec, servers);
+  ASSERT_TRUE(run.ok()) << run.status();
+  testing::ReferenceModel ref(run->nodes[0]->spec());
+  Train(*run, ref, 0, 2);
+  std::vector<int64_t> again;
+  ExpectOwnPrimaries(spec.job_id(), servers, &again);
+  for (size_t shard = 0; shard < servers.size(); ++shard) {
+    EXPECT_GT(again[shard], epochs[shard]) << "shard " << shard;
+  }
+  testing::ExpectReferenceRun(run->nodes, ref, 2);
+}
+
+}  // namespace
+}  // namespace zerostate::server
