@@ -396,6 +396,20 @@ absl::Status Job::ReadBlock(uint64_t local, uint64_t min_version, absl::Time dea
   return tier_->Load(local, out);
 }
 
+absl::Status Job::ReadBlockAt(uint64_t local, uint64_t version, float* out) {
+  Block& b = *blocks_data_[local];
+  absl::MutexLock lock(&b.mu);
+  if (b.version != version) {
+    return absl::FailedPreconditionError(absl::StrCat("block ", b.index, " is at version ",
+                                                      b.version, ", not ", version));
+  }
+  if (b.kept.held() && b.kept.version() == version) {
+    std::memcpy(out, b.kept.data(), b.kept.size() * sizeof(float));
+    return absl::OkStatus();
+  }
+  return tier_->Load(local, out);
+}
+
 absl::StatusOr<Range> Job::CheckGather(const v1::GatherRequest& req) const {
   if (req.dtype() != v1::DTYPE_FP32 && req.dtype() != spec_.weight_dtype()) {
     return absl::InvalidArgumentError(

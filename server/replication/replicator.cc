@@ -40,25 +40,22 @@ struct ShardSnapshot {
   uint64_t bytes = 0;
 };
 
-// Reads every block of `job`'s shard, which must all be at one version
-// (no step between computing and committing). Errors: FAILED_PRECONDITION
-// when they are not; ReadBlock's.
-absl::StatusOr<std::shared_ptr<const ShardSnapshot>> SnapshotOf(Job& job, absl::Time deadline) {
+// Reads every block of `job`'s shard at the shard's version (Job::
+// ReadBlockAt: called by the Step before its pass). Errors:
+// FAILED_PRECONDITION when the blocks are at different versions; the
+// tier's.
+absl::StatusOr<std::shared_ptr<const ShardSnapshot>> SnapshotOf(Job& job) {
   auto snap = std::make_shared<ShardSnapshot>();
+  snap->first.set_version(job.Info().version());
   AlignedBuffer<float> state(job.tier_shape().block_floats());
   for (uint64_t local = 0; local < job.blocks().size(); ++local) {
-    uint64_t version = 0;
-    if (auto s = job.ReadBlock(local, 0, deadline, state.data(), &version); !s.ok()) return s;
-    if (local > 0 && version != snap->first.version()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("shard ", job.shard_index(), ": block ", job.blocks().begin + local,
-                       " is at version ", version, ", block ", job.blocks().begin, " at ",
-                       snap->first.version()));
+    if (auto s = job.ReadBlockAt(local, snap->first.version(), state.data()); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("shard ", job.shard_index(), ": ", s.message()));
     }
-    snap->first.set_version(version);
     v1::ShardBlock& b = snap->blocks.emplace_back();
     b.set_block(job.blocks().begin + local);
-    b.set_version(version);
+    b.set_version(snap->first.version());
     b.set_state(reinterpret_cast<const char*>(state.data()), state.size() * sizeof(float));
     snap->bytes += b.state().size();
   }
@@ -103,7 +100,7 @@ class ShardReplicator final : public StepReplicator {
       if (lost) {
         if (!owner_.Reconnect(address)) continue;
         if (snapshot == nullptr) {
-          auto snap = SnapshotOf(job_, absl::Now() + owner_.options_.timeout);
+          auto snap = SnapshotOf(job_);
           if (!snap.ok()) continue;
           snapshot = *std::move(snap);
         }

@@ -33,12 +33,18 @@ double ServerMetric(ServerProcess& s, const std::string& name) {
   return MetricValue(*page, name);
 }
 
-TEST(CatchupTest, ARestartedServerCatchesUpAndThenTakesOverWithoutRollback) {
+// The job steps speculatively (JobSpec.speculative_step, StepAhead before
+// the pushes) or not: a speculated block's state at the step's version is
+// the one it keeps aside, and that is what the catch-up must send.
+class CatchupTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(CatchupTest, ARestartedServerCatchesUpAndThenTakesOverWithoutRollback) {
   auto cluster = ServerCluster::Start(3, MeteredServerOptions());
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ServerCluster& c = **cluster;
   const std::vector<std::string> addr = c.addresses();
   v1::JobSpec spec = ReplicatedSpec("catchup", 1);
+  spec.set_speculative_step(GetParam());
   auto run = StartNodes(spec, addr);
   ASSERT_TRUE(run.ok()) << run.status();
   auto& nodes = run->nodes;
@@ -91,6 +97,11 @@ TEST(CatchupTest, ARestartedServerCatchesUpAndThenTakesOverWithoutRollback) {
   // copies are still identical.
   ExpectSameCopies(addr[0], addr[1], spec.job_id(), 0, kSteps);
 }
+
+INSTANTIATE_TEST_SUITE_P(Steps, CatchupTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "speculative" : "plain";
+                         });
 
 }  // namespace
 }  // namespace zerostate::testing

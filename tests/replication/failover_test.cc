@@ -19,11 +19,16 @@ enum class Phase { kBeforeStats, kBetweenSteps };
 struct Param {
   int server;
   Phase phase;
+  // JobSpec.speculative_step: node 0 sends each step ahead (StepAhead)
+  // before its push; killed between steps, the StepAhead is the first call
+  // to fail over.
+  bool speculative = false;
 };
 
 std::string Name(const ::testing::TestParamInfo<Param>& info) {
   return absl::StrCat("server", info.param.server,
-                      info.param.phase == Phase::kBeforeStats ? "_before_stats" : "_between_steps");
+                      info.param.phase == Phase::kBeforeStats ? "_before_stats" : "_between_steps",
+                      info.param.speculative ? "_speculative" : "");
 }
 
 class FailoverTest : public ::testing::TestWithParam<Param> {};
@@ -33,6 +38,7 @@ TEST_P(FailoverTest, TheBackupTakesOverAndTheRunEndsBitIdenticalWithoutRollback)
   auto cluster = ServerCluster::Start(3, TestServerOptions());
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   v1::JobSpec spec = ReplicatedSpec(absl::StrCat("failover", p.server), 1);
+  spec.set_speculative_step(p.speculative);
   auto run = StartNodes(spec, (*cluster)->addresses());
   ASSERT_TRUE(run.ok()) << run.status();
   auto& nodes = run->nodes;
@@ -57,7 +63,9 @@ INSTANTIATE_TEST_SUITE_P(Kills, FailoverTest,
                          ::testing::Values(Param{0, Phase::kBeforeStats},
                                            Param{1, Phase::kBeforeStats},
                                            Param{2, Phase::kBeforeStats},
-                                           Param{1, Phase::kBetweenSteps}),
+                                           Param{1, Phase::kBetweenSteps},
+                                           Param{0, Phase::kBeforeStats, true},
+                                           Param{1, Phase::kBetweenSteps, true}),
                          Name);
 
 }  // namespace

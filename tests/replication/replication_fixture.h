@@ -59,9 +59,11 @@ inline absl::Status RunStep(std::vector<std::unique_ptr<client::JobClient>>& nod
 // One step as the nodes of a trainer run it: every node pushes its
 // gradient, then gathers the new version; node 0 meanwhile asks the
 // statistics and steps. `after_push` runs on node 0 once its push is in.
-inline absl::Status TrainerStep(std::vector<std::unique_ptr<client::JobClient>>& nodes, uint64_t step,
-                         std::vector<std::vector<float>>& grads,
-                         const std::function<void()>& after_push) {
+// A job with speculative_step: node 0 sends the step ahead (StepAhead)
+// before it pushes.
+inline absl::Status TrainerStep(std::vector<std::unique_ptr<client::JobClient>>& nodes,
+                                uint64_t step, std::vector<std::vector<float>>& grads,
+                                const std::function<void()>& after_push) {
   std::vector<absl::Status> result(nodes.size());
   std::vector<std::thread> threads;
   for (uint32_t n = 0; n < nodes.size(); ++n) {
@@ -70,7 +72,11 @@ inline absl::Status TrainerStep(std::vector<std::unique_ptr<client::JobClient>>&
       const uint64_t used = job.layout().used_elems;
       // The buffer stays as pushed until the new version is gathered.
       grads[n] = NodeGradient(job.layout(), n, step);
-      absl::Status s = job.Push(step, n, {0, used}, grads[n].data(), v1::DTYPE_FP32);
+      absl::Status s = absl::OkStatus();
+      if (n == 0 && job.spec().speculative_step()) {
+        s = job.StepAhead(step, StepLr(step), kStepScale);
+      }
+      if (s.ok()) s = job.Push(step, n, {0, used}, grads[n].data(), v1::DTYPE_FP32);
       if (s.ok() && n == 0) {
         if (after_push) after_push();
         auto stats = job.GradStats(step);
