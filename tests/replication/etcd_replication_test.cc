@@ -2,6 +2,8 @@
 // tests/testing/etcd_process.h): three zerostate-server processes started
 // with --etcd_endpoints, a job of two nodes with one backup per shard.
 // Skipped where /usr/bin/etcd is missing.
+#include <functional>
+
 #include "absl/strings/str_cat.h"
 #include "tests/replication/replication_fixture.h"
 #include "tests/server/membership/etcd_fixture.h"
@@ -31,12 +33,14 @@ class EtcdReplicationTest : public EtcdFixture {
     cluster_procs_ = *std::move(cluster);
   }
 
-  // Runs steps [from, to) of `run`, each checked against `ref`.
+  // Runs steps [from, to) of `run`, each checked against `ref`;
+  // `after_push` (if set) on node 0 once its push of step `from` is in.
   void Train(testing::ReplicatedRun& run, testing::ReferenceModel& ref, uint64_t from,
-             uint64_t to) {
+             uint64_t to, const std::function<void()>& after_push = nullptr) {
     std::vector<std::vector<float>> grads(testing::kReplicaNodes);
     for (uint64_t step = from; step < to; ++step) {
-      absl::Status s = testing::TrainerStep(run.nodes, step, grads, nullptr);
+      absl::Status s =
+          testing::TrainerStep(run.nodes, step, grads, step == from ? after_push : nullptr);
       ASSERT_TRUE(s.ok()) << "step " << step << ": " << s;
       ref.Step(step, grads, testing::StepLr(step), testing::kStepScale);
     }
@@ -89,6 +93,57 @@ TEST_F(EtcdReplicationTest, DeletingAJobReleasesItsPrimariesClaimsAtOnce) {
     EXPECT_GT(again[shard], epochs[shard]) << "shard " << shard;
   }
   testing::ExpectReferenceRun(run->nodes, ref, 2);
+}
+
+// A primary SIGKILLed in the middle of a step (after node 0's pushes,
+// before GradStats): its claim lives until etcd expires its lease, so its
+// backup refuses the shard ("not primary") until then; the clients keep
+// asking and move the shard once the backup's claim succeeds, with a larger
+// epoch. The step is applied once and the run ends bit-identical to the
+// reference, with no rollback.
+TEST_F(EtcdReplicationTest, AKilledPrimarysBackupClaimsItsShardOnceTheLeaseExpires) {
+  const std::vector<std::string> servers = cluster_procs_->addresses();
+  v1::JobSpec spec = testing::ReplicatedSpec("failover", 1);
+  auto run = testing::StartNodes(spec, servers);
+  ASSERT_TRUE(run.ok()) << run.status();
+  testing::ReferenceModel ref(run->nodes[0]->spec());
+  Train(*run, ref, 0, 2);
+  std::vector<int64_t> epochs;
+  ExpectOwnPrimaries(spec.job_id(), servers, &epochs);
+  Train(*run, ref, 2, 5, [&] { ASSERT_TRUE(cluster_procs_->server(1).Kill().ok()); });
+  EXPECT_FALSE(cluster_procs_->server(1).running());
+  // Shard 1 is server 2's now (the next server of the ring), claimed anew.
+  auto term = observer_->Primary(spec.job_id(), 1);
+  ASSERT_TRUE(term.ok()) << term.status();
+  EXPECT_EQ(term->primary, servers[2]);
+  EXPECT_GT(term->epoch, epochs[1]);
+  testing::ExpectReferenceRun(run->nodes, ref, 5);
+}
+
+// Re-replication through etcd: server 1 SIGKILLed between steps (shard 1
+// moves to server 2 once its lease expires), restarted empty (it revokes
+// its old lease before serving), caught up by the primaries of shards 0 and
+// 1 at the next step, bit-identical to them; then server 2 is SIGKILLed and
+// shard 1 moves back to the caught-up copy on server 1, with no rollback.
+TEST_F(EtcdReplicationTest, ARestartedServerIsCaughtUpAndTakesItsShardBack) {
+  const std::vector<std::string> servers = cluster_procs_->addresses();
+  v1::JobSpec spec = testing::ReplicatedSpec("catchup", 1);
+  auto run = testing::StartNodes(spec, servers);
+  ASSERT_TRUE(run.ok()) << run.status();
+  testing::ReferenceModel ref(run->nodes[0]->spec());
+  Train(*run, ref, 0, 2);
+  ASSERT_TRUE(cluster_procs_->server(1).Kill().ok());
+  Train(*run, ref, 2, 4);
+  ASSERT_TRUE(cluster_procs_->server(1).Restart().ok());
+  Train(*run, ref, 4, 6);
+  testing::ExpectSameCopies(servers[0], servers[1], spec.job_id(), 0, 6);
+  testing::ExpectSameCopies(servers[2], servers[1], spec.job_id(), 1, 6);
+  ASSERT_TRUE(cluster_procs_->server(2).Kill().ok());
+  Train(*run, ref, 6, 8);
+  auto term = observer_->Primary(spec.job_id(), 1);
+  ASSERT_TRUE(term.ok()) << term.status();
+  EXPECT_EQ(term->primary, servers[1]);
+  testing::ExpectReferenceRun(run->nodes, ref, 8);
 }
 
 }  // namespace
