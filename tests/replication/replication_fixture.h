@@ -140,6 +140,7 @@ struct ShardCopy {
   std::vector<uint64_t> versions;
   std::vector<uint64_t> applied_steps;
   std::string state;  // every block's state, end to end
+  std::vector<v1::ShardBlock> blocks;  // as served
 };
 
 inline absl::StatusOr<ShardCopy> ReadCopy(const std::string& server, const std::string& job_id,
@@ -160,6 +161,7 @@ inline absl::StatusOr<ShardCopy> ReadCopy(const std::string& server, const std::
     copy.versions.push_back(block.version());
     copy.applied_steps.push_back(block.applied_steps());
     copy.state += block.state();
+    copy.blocks.push_back(block);
   }
   grpc::Status s = reader->Finish();
   if (!s.ok()) {
