@@ -167,11 +167,14 @@ void GradientAccumulator::FoldRun(uint32_t node, uint32_t begin, size_t n, const
     if (node == 0) {
       if (n >= kStreamElems) {
         DecodeFloatsStreaming(data, n, dtype, sum_.data() + begin);
+        streamed_ = true;
       } else {
         DecodeFloats(data, n, dtype, sum_.data() + begin);
       }
     } else {
+      // Every later node folds all of the sum through the cache.
       AccumulateFloats(data, n, dtype, sum_.data() + begin);
+      streamed_ = false;
     }
     return;
   }
@@ -244,6 +247,7 @@ std::vector<uint32_t> GradientAccumulator::MissingNodes() const {
 
 void GradientAccumulator::Reset() {
   head_ = 0;
+  streamed_ = false;
   claimed_.clear();
   ++epoch_;
   for (NodeState& ns : nodes_) {

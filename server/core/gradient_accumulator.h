@@ -103,6 +103,11 @@ class GradientAccumulator {
 
   // The summed gradient; valid in full once complete().
   const float* sum() const { return sum_.data(); }
+  // True when pieces of the sum were last written with non-temporal stores
+  // (the first node's long pieces, DecodeFloatsStreaming, with no later
+  // node folded over them since): the sum is then not in cache, and reading
+  // it costs a pass over memory.
+  bool streamed() const { return streamed_; }
   uint32_t required() const { return required_; }
 
   // A replicated step (issue 19): takes `sum` (the primary's summed
@@ -160,6 +165,7 @@ class GradientAccumulator {
   AlignedBuffer<float> sum_;
   std::vector<NodeState> nodes_;
   uint32_t head_ = 0;  // nodes [0, head_) are complete and folded
+  bool streamed_ = false;  // see streamed()
   std::vector<std::pair<uint32_t, uint32_t>> claimed_;  // node 0's ranges being received in place
   uint64_t epoch_ = 0;
 };

@@ -99,7 +99,11 @@ void JobStep::StatsOnComplete(Block& b) {
 }
 
 void JobStep::OnComplete(Block& b) {
-  StatsOnComplete(b);
+  // A sum streamed out of cache (the first node's long pieces decoded
+  // with non-temporal stores, as bf16 pushes of one node are) would be
+  // read back from memory here, on the push's path, halving those pushes:
+  // its statistics wait for Stats or the step's commit instead.
+  if (!b.acc.streamed()) StatsOnComplete(b);
   MaybeSpeculate(b);
 }
 
@@ -251,6 +255,9 @@ void JobStep::ComputeBlock(Block& b, float* state, const std::vector<StepParams>
 }
 
 void JobStep::CommitBlock(Block& b) {
+  // Kept past the commit (a GradStats retried after the Step gets them):
+  // a block whose push left them to later (OnComplete) gets them now.
+  StatsOnComplete(b);
   if (!b.next_lowp.empty()) {
     std::swap(b.lowp, b.next_lowp);
     b.next_lowp = AlignedBuffer<uint16_t>();

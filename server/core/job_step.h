@@ -111,10 +111,12 @@ class JobStep {
   // block has every node's gradient (zeros on an empty shard): the sum over
   // blocks, in block order, of each block's ComputeGradStats, computed by
   // the push that completed the block (OnComplete) while its sum was in
-  // cache, kept until the block's next step commits (a retry gets the same
-  // answer). `times` (null: not measured) gets wait_gradients and
-  // grad_stats. Errors: FAILED_PRECONDITION (step from the past or too far
-  // ahead), DEADLINE_EXCEEDED (names missing nodes), UNAVAILABLE.
+  // cache (a sum written with non-temporal stores, GradientAccumulator::
+  // streamed(), is not: then here, or at the step's commit), kept until the
+  // block's next step commits (a retry gets the same answer). `times`
+  // (null: not measured) gets wait_gradients and grad_stats. Errors:
+  // FAILED_PRECONDITION (step from the past or too far ahead),
+  // DEADLINE_EXCEEDED (names missing nodes), UNAVAILABLE.
   absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline, StepPhaseTimes* times);
 
   // Applies step req.step() (ahead false) as described above. Errors:
@@ -148,8 +150,9 @@ class JobStep {
   absl::StatusOr<StepOutcome> StepAhead(const v1::StepRequest& req, ThreadPool& pool);
 
   // Called by the push that completes block b (every node's gradient in):
-  // computes the block's statistics, and schedules its speculation when the
-  // step's parameters are known. REQUIRES: b.mu held.
+  // computes the block's statistics (unless its sum is not in cache:
+  // GradientAccumulator::streamed()), and schedules its speculation when
+  // the step's parameters are known. REQUIRES: b.mu held.
   void OnComplete(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
 
   // Held by a pass over the blocks (Step). BeginCheckpoint takes it, so no
