@@ -150,8 +150,8 @@ class Job {
 
   // The step and its statistics (server/core/job_step.h has the contract).
   absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline,
-                                  StepPhaseTimes* times = nullptr) {
-    return step_.Stats(step, deadline, times);
+                                  StepPhaseTimes* times = nullptr, ThreadPool* pool = nullptr) {
+    return step_.Stats(step, deadline, times, pool);
   }
   // A Step (req.ahead false: JobStep::Step, through `replicator` to the
   // backups when set; true: JobStep::StepAhead).

@@ -108,7 +108,7 @@ void JobStep::OnComplete(Block& b) {
 }
 
 absl::StatusOr<GradStats> JobStep::Stats(uint64_t step, absl::Time deadline,
-                                         StepPhaseTimes* times) {
+                                         StepPhaseTimes* times, ThreadPool* pool) {
   auto start = Clock::now();
   for (const auto& bp : blocks()) {
     Block& b = *bp;
@@ -118,7 +118,26 @@ absl::StatusOr<GradStats> JobStep::Stats(uint64_t step, absl::Time deadline,
   }
   if (times != nullptr) times->wait_gradients = SecondsSince(start);
   start = Clock::now();
-  // The push that completed each block computed its part; summed in block order.
+  // The push that completed each block computed its part (but for sums
+  // streamed out of cache: computed here, on the pool); summed in block order.
+  if (pool != nullptr) {
+    std::vector<size_t> left;
+    for (size_t i = 0; i < blocks().size(); ++i) {
+      Block& b = *blocks()[i];
+      absl::MutexLock lock(&b.mu);
+      if (b.version == step && b.acc.complete() &&
+          (!b.stats.has_value() || b.stats_step != b.version)) {
+        left.push_back(i);
+      }
+    }
+    if (left.size() > 1) {
+      pool->ParallelFor(left.size(), [&](size_t k) {
+        Block& b = *blocks()[left[k]];
+        absl::MutexLock lock(&b.mu);
+        if (b.version == step) StatsOnComplete(b);
+      });
+    }
+  }
   GradStats total;
   for (const auto& bp : blocks()) {
     Block& b = *bp;

@@ -114,10 +114,13 @@ class JobStep {
   // cache (a sum written with non-temporal stores, GradientAccumulator::
   // streamed(), is not: then here, or at the step's commit), kept until the
   // block's next step commits (a retry gets the same answer). `times`
-  // (null: not measured) gets wait_gradients and grad_stats. Errors:
-  // FAILED_PRECONDITION (step from the past or too far ahead),
-  // DEADLINE_EXCEEDED (names missing nodes), UNAVAILABLE.
-  absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline, StepPhaseTimes* times);
+  // (null: not measured) gets wait_gradients and grad_stats. The blocks
+  // whose statistics are left to this call are computed on `pool` (null:
+  // here, one after another). Errors: FAILED_PRECONDITION (step from the
+  // past or too far ahead), DEADLINE_EXCEEDED (names missing nodes),
+  // UNAVAILABLE.
+  absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline, StepPhaseTimes* times,
+                                  ThreadPool* pool = nullptr);
 
   // Applies step req.step() (ahead false) as described above. Errors:
   // INVALID_ARGUMENT (lr, grad_scale, trainer_state), FAILED_PRECONDITION,

@@ -174,7 +174,7 @@ grpc::Status StateServiceImpl::GradStats(grpc::ServerContext* ctx, const v1::Gra
     auto job = CopyFor(ctx, *req);
     if (!job.ok()) return job.status();
     StepPhaseTimes times;
-    auto stats = (*job)->Stats(req->step(), DeadlineOf(ctx), &times);
+    auto stats = (*job)->Stats(req->step(), DeadlineOf(ctx), &times, &pool_);
     if (!stats.ok()) return stats.status();
     metrics_.RecordStepPhases(req->job_id(), times);
     resp->set_sum_squares(stats->sum_squares);

@@ -108,6 +108,29 @@ TEST(GradientAccumulatorTest, ResetStartsTheNextStep) {
   EXPECT_EQ(acc.sum()[5], 6.0f);
 }
 
+// Node 0's long pieces are written with non-temporal stores (streamed()):
+// short ones and a later node's fold go through the cache; Reset forgets.
+TEST(GradientAccumulatorTest, StreamedSaysWhetherTheSumWasWrittenPastTheCache) {
+  constexpr uint32_t kElems = 32768;
+  std::vector<uint16_t> g(kElems, FloatToBf16(1.5f));
+  GradientAccumulator one(1, kElems, kElems);
+  ASSERT_TRUE(one.Add(0, 0, 64, g.data(), v1::DTYPE_BF16).ok());
+  EXPECT_FALSE(one.streamed()) << "a short piece";
+  ASSERT_TRUE(one.Add(0, 64, kElems - 64, g.data(), v1::DTYPE_BF16).ok());
+  ASSERT_TRUE(one.complete());
+  EXPECT_TRUE(one.streamed());
+  EXPECT_EQ(one.sum()[kElems - 1], 1.5f);
+  one.Reset();
+  EXPECT_FALSE(one.streamed());
+  GradientAccumulator two(2, kElems, kElems);
+  ASSERT_TRUE(two.Add(0, 0, kElems, g.data(), v1::DTYPE_BF16).ok());
+  EXPECT_TRUE(two.streamed());
+  ASSERT_TRUE(two.Add(1, 0, kElems, g.data(), v1::DTYPE_BF16).ok());
+  ASSERT_TRUE(two.complete());
+  EXPECT_FALSE(two.streamed()) << "node 1 folded all of it through the cache";
+  EXPECT_EQ(two.sum()[7], 3.0f);
+}
+
 TEST(GradientAccumulatorTest, Bf16PiecesAreDecodedExactly) {
   GradientAccumulator acc(2, 64, 64);
   std::vector<uint16_t> one(64, 0x3f80), two(64, 0x4000);  // 1.0 and 2.0 in bf16

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/convert.h"
 #include "common/init.h"
 #include "common/job_spec.h"
 #include "server/core/aligned_buffer.h"
@@ -286,6 +287,71 @@ TEST_F(JobTest, StatsAreThePerBlockKernelAddedInBlockOrder) {
   auto again = job_->Stats(0, absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->sum_squares, expected.sum_squares);
+}
+
+// A one-node job whose bf16 pieces are long enough to be streamed into the
+// sum (GradientAccumulator::streamed()): its statistics, left by the push
+// to Stats (on its pool) or the step's commit, are still each block's
+// ComputeGradStats added in block order, bit for bit, and kept past the
+// step's commit whether or not Stats ran before it.
+TEST(JobStreamedSumTest, StatsAreTheSameAndKeptPastTheCommit) {
+  constexpr uint32_t kBig = 16384;  // a whole block per piece: streamed
+  v1::RegisterJobRequest req = MakeRequest(/*nodes=*/1);
+  v1::JobSpec* spec = req.mutable_spec();
+  spec->clear_tensors();
+  auto* w = spec->add_tensors();
+  w->set_name("w");
+  w->add_shape(2 * kBig + 100);
+  spec->set_grad_dtype(v1::DTYPE_BF16);
+  spec->set_block_elems(kBig);
+  JobRegistry registry(1 << 30);
+  ThreadPool pool(2);
+  auto reg = registry.Register(req);
+  ASSERT_TRUE(reg.ok()) << reg.status();
+  Job& job = *reg->job;
+  const uint64_t blocks = job.layout().num_blocks();
+  ASSERT_EQ(blocks, 3u);
+  for (uint64_t step = 0; step < 2; ++step) {
+    std::mt19937 rng(step + 7);
+    std::uniform_real_distribution<float> d(-1, 1);
+    std::vector<float> g(blocks * kBig, 0.0f);
+    for (uint64_t i = 0; i < job.layout().used_elems; ++i) g[i] = d(rng);
+    std::vector<uint16_t> wire(g.size());
+    EncodeFloats(g.data(), g.size(), v1::DTYPE_BF16, wire.data());
+    DecodeFloats(wire.data(), wire.size(), v1::DTYPE_BF16, g.data());  // what the sum holds
+    GradStats expected;
+    for (uint64_t b = 0; b < blocks; ++b) {
+      v1::Chunk c;
+      c.set_job_id("job");
+      c.set_step(step);
+      c.set_node(0);
+      c.set_block(b);
+      c.set_dtype(v1::DTYPE_BF16);
+      c.set_data(std::string(reinterpret_cast<const char*>(wire.data() + b * kBig), kBig * 2));
+      auto pushed = job.Push(c);
+      ASSERT_TRUE(pushed.ok()) << pushed.status();
+      const uint64_t n = std::min<uint64_t>(kBig, job.layout().used_elems - b * kBig);
+      const GradStats part = ComputeGradStats(g.data() + b * kBig, n);
+      expected.sum_squares += part.sum_squares;
+      expected.nonfinite += part.nonfinite;
+    }
+    if (step == 0) {  // asked before the step (computed on the pool); step 1: first after it
+      auto stats = job.Stats(step, absl::Now() + absl::Seconds(5), nullptr, &pool);
+      ASSERT_TRUE(stats.ok()) << stats.status();
+      EXPECT_EQ(stats->sum_squares, expected.sum_squares);
+    }
+    v1::StepRequest step_req;
+    step_req.set_job_id("job");
+    step_req.set_step(step);
+    step_req.set_lr(1e-2f);
+    step_req.set_grad_scale(1.0f);
+    auto out = job.Step(step_req, absl::Now() + absl::Seconds(5), pool);
+    ASSERT_TRUE(out.ok()) << out.status();
+    auto after = job.Stats(step, absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(after.ok()) << "step " << step << ": " << after.status();
+    EXPECT_EQ(after->sum_squares, expected.sum_squares) << "step " << step;
+    EXPECT_EQ(after->nonfinite, 0u);
+  }
 }
 
 // Each call says which phases of the step it went through
