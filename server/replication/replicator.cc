@@ -271,7 +271,9 @@ void Replicator::MarkLost(const CopyKey& key, uint64_t blocks) {
 void Replicator::Revive(const CopyKey& key, uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   lost_.erase(key);
-  const auto& [job, shard, server] = key;
+  // Not a structured binding: clang 14 cannot capture one in a lambda.
+  const std::string& job = std::get<0>(key);
+  const uint32_t shard = std::get<1>(key);
   const bool still_under = absl::c_any_of(lost_, [&](const CopyKey& k) {
     return std::get<0>(k) == job && std::get<1>(k) == shard;
   });
