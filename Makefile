@@ -1,13 +1,14 @@
 # The two commands of the README, and a few helpers.
 #   make demo   - install deps, build, run a local cluster that trains
 #   make test   - install deps, build, run the whole test suite, then the
-#                 same C++ tests under ASan/UBSan (test-asan) and every
-#                 libFuzzer harness for FUZZ_SECONDS (fuzz)
+#                 same C++ tests under ASan/UBSan (test-asan), then the
+#                 clang build that checks the locks and runs every libFuzzer
+#                 harness for FUZZ_SECONDS (fuzz)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 ASAN_BUILD ?= build-asan
-FUZZ_BUILD ?= build-fuzz-gcc
+FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 20
 
 .PHONY: deps configure build demo test test-asan fuzz bench clean
@@ -45,8 +46,11 @@ test-asan: deps
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 600 -LE 'deploy|python'
 
-# Every libFuzzer harness for FUZZ_SECONDS from the checked-in corpus, two
-# at a time; fails on any crash, leak or sanitizer report (tests/fuzz/run.sh).
+# The lock check and the fuzzers, in one clang build (tests/fuzz/run.sh):
+# every server, common and client library compiled with
+# -Werror=thread-safety (a lock finding fails the build), then every
+# libFuzzer harness for FUZZ_SECONDS from the checked-in corpus, two at a
+# time; fails on any lock finding, crash, leak or sanitizer report.
 fuzz: deps
 	@BUILD=$(FUZZ_BUILD) JOBS=$(JOBS) tests/fuzz/run.sh $(FUZZ_SECONDS)
 

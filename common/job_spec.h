@@ -15,7 +15,8 @@
 
 namespace zerostate {
 
-namespace v1 = ::zerostate::v1;
+// v1 here is the generated ::zerostate::v1 itself (no alias: clang rejects an
+// alias that redeclares a namespace of the same name).
 
 inline constexpr uint32_t kDefaultBlockElems = 262144;  // 1 MiB of fp32
 inline constexpr uint32_t kMaxBlockElems = 1u << 24;

@@ -9,11 +9,12 @@ pkgs=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy python3-grpcio
   prometheus python3-yaml
-  libclang-rt-14-dev
+  clang-14 libclang-rt-14-dev
   python3-torch
   etcd-server
 )
-# libclang-rt-14-dev: the libFuzzer runtime of tests/fuzz (make fuzz).
+# clang-14, libclang-rt-14-dev: make fuzz, the clang build of the lock check
+# (-Werror=thread-safety) and of tests/fuzz, and its libFuzzer runtime.
 # python3-torch: PyTorch on the CPU for tests/python (the zerostate package).
 # etcd-server: a real etcd for the membership and fencing tests (label etcd).
 pkgs+=("$@")
