@@ -1,7 +1,9 @@
 // zerostate-server: one state server process. See README.md and
 // docs/operations.md. Stops cleanly on SIGTERM or SIGINT.
+#include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +13,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "server/io/fault_env.h"
+#include "server/io/uring_env.h"
 #include "server/membership/membership_setup.h"
 #include "server/state_server.h"
 
@@ -110,6 +114,33 @@ std::shared_ptr<zerostate::server::EtcdMembership> JoinMembership(
 
 }  // namespace
 
+ABSL_FLAG(std::string, test_nvme_write_hold, "",
+          "testing: FIFO (a named pipe); the NVMe tier's first write waits until it reads a "
+          "byte from FIFO, so a test holds an NVMe job's creation where it likes");
+
+namespace {
+
+// --test_nvme_write_hold: opening FIFO for reading blocks until the test
+// opens it for writing (which tells the test that the write is held), and
+// the read until the test writes the byte that lets it go.
+std::shared_ptr<zerostate::server::io::Env> HoldingEnv(const std::string& fifo) {
+  namespace io = zerostate::server::io;
+  auto env = std::make_shared<io::FaultEnv>(io::NewUringEnv());
+  io::FaultRule rule;
+  rule.kind = io::FaultKind::kDelay;
+  rule.op = io::IoOp::kWrite;
+  rule.delay = [fifo] {
+    int fd = open(fifo.c_str(), O_RDONLY | O_CLOEXEC);
+    char byte = 0;
+    if (fd >= 0 && read(fd, &byte, 1) < 0) perror("test_nvme_write_hold");
+    if (fd >= 0) close(fd);
+  };
+  env->AddRule(std::move(rule));
+  return env;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("zerostate state server: holds sharded training state");
   absl::ParseCommandLine(argc, argv);
@@ -145,6 +176,9 @@ int main(int argc, char** argv) {
   options.tiers.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
   options.tiers.nvme_cache_bytes = absl::GetFlag(FLAGS_nvme_cache_bytes);
   options.tiers.nvme_queue_depth = absl::GetFlag(FLAGS_nvme_queue_depth);
+  if (const std::string hold = absl::GetFlag(FLAGS_test_nvme_write_hold); !hold.empty()) {
+    options.tiers.env = HoldingEnv(hold);
+  }
   options.service.max_wait = absl::Seconds(absl::GetFlag(FLAGS_max_wait_seconds));
   options.tls.cert_file = absl::GetFlag(FLAGS_tls_cert);
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);

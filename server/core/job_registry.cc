@@ -120,10 +120,11 @@ absl::Status JobRegistry::CheckTakenLocked(const std::string& job_id, const Toke
 
 absl::Status JobRegistry::CheckQuotasLocked(const std::string& job_id, uint64_t ram,
                                             uint64_t disk, bool replacing) const {
-  if (quotas_.max_jobs != 0 && !replacing && jobs_.size() >= quotas_.max_jobs) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "max_jobs: job '", job_id, "' would be job ", jobs_.size() + 1,
-        " on this server, which allows ", quotas_.max_jobs, " (--max_jobs)"));
+  const size_t held = jobs_.size() + reserved_.size();  // registrations in flight count
+  if (quotas_.max_jobs != 0 && !replacing && held >= quotas_.max_jobs) {
+    return absl::ResourceExhaustedError(absl::StrCat("max_jobs: job '", job_id, "' would be job ",
+                                                     held + 1, " on this server, which allows ",
+                                                     quotas_.max_jobs, " (--max_jobs)"));
   }
   if (quotas_.job_ram_bytes != 0 && ram > quotas_.job_ram_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -163,37 +164,65 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
   if (auto s = CheckReplicas(*spec, req.servers_size()); !s.ok()) return s;
   const Copies copies = CopiesOf(*spec, req.servers_size(), req.shard_index(), tiers_);
   const uint64_t bytes = copies.ram;
-  absl::MutexLock lock(&mu_);
-  if (shutting_down_) return absl::UnavailableError("server is shutting down");
-  if (auto it = jobs_.find(spec->job_id()); it != jobs_.end()) {
-    if (auto s = CheckTakenLocked(spec->job_id(), HashToken(token)); !s.ok()) return s;
-    if (auto s = CheckSameJob(*it->second, *spec, req); !s.ok()) return s;
-    return Registered{it->second, false, ""};
+  const std::string id = spec->job_id();
+  {
+    absl::MutexLock lock(&mu_);
+    AwaitUnreservedLocked(id);
+    if (shutting_down_) return absl::UnavailableError("server is shutting down");
+    if (auto it = jobs_.find(id); it != jobs_.end()) {
+      if (auto s = CheckTakenLocked(id, HashToken(token)); !s.ok()) return s;
+      if (auto s = CheckSameJob(*it->second, *spec, req); !s.ok()) return s;
+      return Registered{it->second, false, ""};
+    }
+    if (auto s = CheckQuotasLocked(id, bytes, copies.disk, false); !s.ok()) return s;
+    if (bytes > ram_budget_ - ram_used_) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("job '", id, "' needs ", bytes, " bytes on this server but only ",
+                       ram_budget_ - ram_used_, " of the RAM budget ", ram_budget_, " are free"));
+    }
+    // The id and the bytes are this call's until it publishes or gives up.
+    reserved_.insert(id);
+    ram_used_ += bytes;
   }
-  if (auto s = CheckQuotasLocked(spec->job_id(), bytes, copies.disk, false); !s.ok()) {
-    return s;
-  }
-  if (bytes > ram_budget_ - ram_used_) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("job '", spec->job_id(), "' needs ", bytes, " bytes on this server but only ",
-                     ram_budget_ - ram_used_, " of the RAM budget ", ram_budget_, " are free"));
-  }
+  // Creation (seeded initialisation, an NVMe shard's file) outside the lock.
   std::string generated;
-  auto job_token = TokenOrNew(token, &generated);
+  absl::StatusOr<std::vector<std::shared_ptr<Job>>> created =
+      CreateJob(req, *std::move(spec), copies.shards, token, &generated);
+  absl::MutexLock lock(&mu_);
+  reserved_.erase(id);
+  reserved_cv_.SignalAll();
+  if (created.ok() && shutting_down_) {
+    created = absl::UnavailableError("server is shutting down");
+  }
+  if (!created.ok()) {
+    ram_used_ -= bytes;
+    return created.status();
+  }
+  std::vector<std::shared_ptr<Job>> made = *std::move(created);
+  std::shared_ptr<Job> job = made[0];
+  jobs_[id] = job;
+  if (made.size() > 1) backups_[id].assign(made.begin() + 1, made.end());
+  SetTokenLocked(id, HashToken(generated.empty() ? token : generated));
+  return Registered{std::move(job), true, generated};
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<Job>>> JobRegistry::CreateJob(
+    const v1::RegisterJobRequest& req, const v1::JobSpec& spec,
+    const std::vector<uint32_t>& shards, const std::string& token, std::string* generated) {
+  auto job_token = TokenOrNew(token, generated);
   if (!job_token.ok()) return job_token.status();
   std::vector<std::string> servers(req.servers().begin(), req.servers().end());
   std::vector<std::shared_ptr<Job>> made;
-  for (uint32_t shard : copies.shards) {
-    auto created = Job::Create(*spec, servers, shard, /*initialize=*/true, tiers_, staging_);
+  for (uint32_t shard : shards) {
+    auto created = Job::Create(spec, servers, shard, /*initialize=*/true, tiers_, staging_);
     if (!created.ok()) return created.status();
     made.push_back(*std::move(created));
   }
-  std::shared_ptr<Job> job = made[0];
-  ram_used_ += bytes;
-  jobs_[job->spec().job_id()] = job;
-  if (made.size() > 1) backups_[job->spec().job_id()].assign(made.begin() + 1, made.end());
-  SetTokenLocked(job->spec().job_id(), HashToken(*job_token));
-  return Registered{job, true, generated};
+  return made;
+}
+
+void JobRegistry::AwaitUnreservedLocked(const std::string& job_id) {
+  while (reserved_.contains(job_id)) reserved_cv_.Wait(&mu_);
 }
 
 uint64_t JobRegistry::FreeFor(const std::string& job_id) const {
@@ -266,6 +295,7 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRe
   // Checked before loading and again before the swap: the job may have
   // been registered or deleted meanwhile.
   auto admit = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    AwaitUnreservedLocked(id);
     auto it = jobs_.find(id);
     if (it != jobs_.end()) {
       if (auto s = AuthorizeLocked(id, HashToken(token)); !s.ok()) return s;

@@ -1,6 +1,8 @@
 // The jobs this server holds, by id, and the RAM budget they share.
-// Thread-safe; the registry's lock is held only to look up, insert or
-// erase, never during a job's data path.
+// Thread-safe; the registry's lock guards its maps and figures only: it is
+// held to look up, reserve, insert or erase, never across a job's creation,
+// a restore's reading, any I/O or a job's data path (a slow NVMe job's
+// creation does not hold up another job's calls).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/auth_token.h"
@@ -53,11 +56,15 @@ class JobRegistry {
   // the existing one if its spec, server list and shard index are the same
   // and `token` is its token. Errors: INVALID_ARGUMENT (spec, servers,
   // shard_index; names the field), FAILED_PRECONDITION (a tier this server
-  // does not offer; names the flag), UNAUTHENTICATED (no token), ALREADY_EXISTS
-  // (the id is taken by a job of another token: says so, whatever the
-  // caller's token; or the job differs: names the first differing field), RESOURCE_EXHAUSTED (a quota or the
-  // RAM budget; names it and the figures), UNAVAILABLE (shutting down).
-  // Nothing is allocated on error.
+  // does not offer; names the flag), UNAUTHENTICATED (no token, and the id
+  // is taken), ALREADY_EXISTS (the id is taken by a job of another token:
+  // says so, whatever the caller's token; or the job differs: names the
+  // first differing field), RESOURCE_EXHAUSTED (a quota or the RAM budget;
+  // names it and the figures), UNAVAILABLE (shutting down). Nothing is
+  // allocated on error. The id and its bytes are reserved under the lock,
+  // the job is created outside it and published under it; a Register or
+  // Restore of the same id meanwhile waits for that outcome and is then
+  // answered as if it had come after it.
   absl::StatusOr<Registered> Register(const v1::RegisterJobRequest& req,
                                       const std::string& token = "");
 
@@ -121,6 +128,15 @@ class JobRegistry {
   // bytes would exceed (`replacing`: it takes an existing job's place).
   absl::Status CheckQuotasLocked(const std::string& job_id, uint64_t ram, uint64_t disk,
                                  bool replacing) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Register's creation of the job, outside mu_: the token (generated into
+  // `generated` when `token` is "") and Job::Create of each copy in
+  // `shards` (the own shard first, then the shards it backs up).
+  absl::StatusOr<std::vector<std::shared_ptr<Job>>> CreateJob(
+      const v1::RegisterJobRequest& req, const v1::JobSpec& spec,
+      const std::vector<uint32_t>& shards, const std::string& token, std::string* generated)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits (releasing mu_) while a Register of `job_id` is creating it.
+  void AwaitUnreservedLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetTokenLocked(const std::string& job_id, TokenHash hash)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropTokenLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -148,6 +164,10 @@ class JobRegistry {
   // Token hashes of recently deleted jobs, oldest first, for Delete retries.
   absl::flat_hash_map<std::string, TokenHash> tombstones_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> tombstone_order_ ABSL_GUARDED_BY(mu_);
+  // Ids a Register is creating outside mu_ (their bytes are in ram_used_);
+  // reserved_cv_ is signalled when one is published or given up.
+  absl::flat_hash_set<std::string> reserved_ ABSL_GUARDED_BY(mu_);
+  absl::CondVar reserved_cv_;
   uint64_t ram_used_ ABSL_GUARDED_BY(mu_) = 0;
   // Bytes free for a job that would replace `replacing` (may be null).
   uint64_t FreeFor(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

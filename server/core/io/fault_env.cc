@@ -18,7 +18,13 @@ class FaultQueue final : public IoQueue {
   }
 
   absl::Status Submit(const IoRequest& r) override {
-    std::optional<FaultKind> fault = env_->Decide(r);
+    std::optional<FaultRule> rule = env_->Decide(r);
+    std::optional<FaultKind> fault;
+    if (rule.has_value()) fault = rule->kind;
+    if (fault == FaultKind::kDelay) {
+      if (rule->delay) rule->delay();  // outside FaultEnv's lock: other queues go on
+      fault.reset();
+    }
     if (fault == FaultKind::kEio || fault == FaultKind::kEnospc) {
       failed_.push_back(IoCompletion{r, fault == FaultKind::kEio ? -EIO : -ENOSPC});
       return absl::OkStatus();
@@ -79,14 +85,14 @@ uint64_t FaultEnv::faults_injected() const {
   return injected_;
 }
 
-std::optional<FaultKind> FaultEnv::Decide(const IoRequest& r) {
+std::optional<FaultRule> FaultEnv::Decide(const IoRequest& r) {
   absl::MutexLock lock(&mu_);
   for (Armed& a : rules_) {
     if (!Matches(a.rule, r)) continue;
     uint64_t n = a.seen++;
     if (n >= a.rule.skip && n - a.rule.skip < a.rule.times) {
       ++injected_;
-      return a.rule.kind;
+      return a.rule;
     }
   }
   return std::nullopt;

@@ -1,11 +1,13 @@
 // An Env that wraps another and injects faults by rule, for tests: a
 // request that matches a rule fails with EIO or ENOSPC (without touching
-// the disk), completes as a short read, or has bytes of its buffer
-// corrupted after it was read (as a disk returning bad data would).
+// the disk), completes as a short read, has bytes of its buffer
+// corrupted after it was read (as a disk returning bad data would), or is
+// delayed until a hook of the test returns (a slow disk).
 // Thread-safe; rules may change while queues are in use.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,6 +24,7 @@ enum class FaultKind {
   kEnospc,     // the request fails with -ENOSPC, nothing transferred
   kShortRead,  // a read completes with half its bytes
   kCorrupt,    // a read completes, then one byte of its buffer is flipped
+  kDelay,      // FaultRule::delay runs (on the submitting thread), then the request goes on
 };
 
 struct FaultRule {
@@ -30,6 +33,7 @@ struct FaultRule {
   std::string path_contains;  // empty: every file
   uint64_t skip = 0;          // matching requests let through before faulting
   uint64_t times = 1;         // matching requests faulted after that (UINT64_MAX: all)
+  std::function<void()> delay;  // kDelay: returns when the request may go on
 };
 
 class FaultEnv final : public Env {
@@ -47,8 +51,8 @@ class FaultEnv final : public Env {
   absl::Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
   absl::StatusOr<std::unique_ptr<IoQueue>> NewQueue(int depth) override;
 
-  // The fault to inject into `r`, if a rule fires (counts the match).
-  std::optional<FaultKind> Decide(const IoRequest& r);
+  // The rule that fires for `r`, if one does (counts the match).
+  std::optional<FaultRule> Decide(const IoRequest& r);
 
  private:
   struct Armed {
