@@ -160,7 +160,11 @@ class Client {
   absl::StatusOr<std::unique_ptr<JobClient>> RegisterJob(const v1::JobSpec& spec);
 
   // Attaches to a job registered by someone else (reads its spec from the
-  // first server). Errors: NOT_FOUND.
+  // first server) with ClientOptions::job_token. Errors: INVALID_ARGUMENT
+  // (job_id), UNAUTHENTICATED (no token, or one no job on a server has),
+  // PERMISSION_DENIED (the token of another job), whether or not the job
+  // exists (a server never says NOT_FOUND for a job); FAILED_PRECONDITION
+  // (the shards are more than one version apart, as Version).
   absl::StatusOr<std::unique_ptr<JobClient>> AttachJob(const std::string& job_id);
 
   // Loads the checkpoint in `path` (JobClient::Checkpoint's answer, on a
@@ -168,7 +172,9 @@ class Client {
   // number of servers wrote it, and attaches to the job. `num_nodes` 0
   // keeps the checkpoint's node count. Each server verifies every block it
   // loads; on any error no server has swapped the checkpoint in unless it
-  // loaded it whole. Errors: NOT_FOUND, DATA_LOSS, FAILED_PRECONDITION
+  // loaded it whole. A job of the same id on a server is replaced if it has
+  // this client's token and the checkpoint's layout. Errors: NOT_FOUND,
+  // DATA_LOSS, FAILED_PRECONDITION, UNAUTHENTICATED / PERMISSION_DENIED
   // (see the Restore RPC), INVALID_ARGUMENT (empty path).
   absl::StatusOr<std::unique_ptr<JobClient>> RestoreJob(const std::string& path,
                                                         uint32_t num_nodes = 0);
@@ -271,9 +277,10 @@ class JobClient {
   absl::StatusOr<std::string> Checkpoint(uint64_t version, const std::string& root);
 
   // Deletes the job on every server; calls waiting on it there end (with
-  // NOT_FOUND once retried); checkpoints stay. Every server is asked even
-  // if one fails. Errors: the first failing server's (a restarted server
-  // that lost the job: NOT_FOUND, or UNAUTHENTICATED with a job token).
+  // UNAUTHENTICATED once retried: the token no longer holds a job there);
+  // checkpoints stay. Every server is asked even if one fails. Errors: the
+  // first failing server's (a restarted server that lost the job:
+  // UNAUTHENTICATED).
   absl::Status Delete();
 
   class Impl;

@@ -92,9 +92,11 @@ void zs_client_free(zs_client* client);
  * Errors: ZS_INVALID_ARGUMENT (unparsable or bad spec), server errors. */
 int zs_register_job(zs_client* client, const void* spec, size_t spec_len, zs_job** out,
                     char** error);
-/* Attaches to a registered job with the client's job_token. Errors:
+/* Attaches to a registered job with the client's job_token
+ * (Client::AttachJob). Errors: ZS_INVALID_ARGUMENT (job_id),
  * ZS_UNAUTHENTICATED (no token, or not valid here), ZS_PERMISSION_DENIED
- * (the token of another job), whether or not the job exists. */
+ * (the token of another job), whether or not the job exists;
+ * ZS_FAILED_PRECONDITION (shards more than one version apart). */
 int zs_attach_job(zs_client* client, const char* job_id, zs_job** out, char** error);
 void zs_job_free(zs_job* job);
 /* The same from a zerostate.v1.JobSpec in protobuf's JSON mapping (field
@@ -104,8 +106,10 @@ void zs_job_free(zs_job* job);
 int zs_register_job_json(zs_client* client, const char* spec_json, zs_job** out, char** error);
 /* Loads the checkpoint directory `path` (zs_checkpoint's answer) onto the
  * client's servers and attaches to the job (Client::RestoreJob);
- * num_nodes 0 keeps the checkpoint's. A job of the same id must not exist
- * there (zs_job_delete it first). Errors: as Client::RestoreJob. */
+ * num_nodes 0 keeps the checkpoint's. A job of the same id there is
+ * replaced if it has the client's token and the checkpoint's layout
+ * (else ZS_PERMISSION_DENIED / ZS_FAILED_PRECONDITION; zs_job_delete it
+ * first to restore another layout). Errors: as Client::RestoreJob. */
 int zs_restore_job(zs_client* client, const char* path, uint32_t num_nodes, zs_job** out,
                    char** error);
 
