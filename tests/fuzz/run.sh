@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses with clang and runs each for a bounded time,
 # from a copy of its seed corpus in tests/fuzz/corpus/<harness>/. The same
-# clang build also compiles the client library, so that this one build
+# clang build also compiles the libraries no harness links (the client's,
+# tests/fuzz/CMakeLists.txt's zerostate_lock_check), so that this one build
 # checks every server, common and client lock annotation (-Werror=thread-safety,
 # CMakeLists.txt at the top): a lock finding fails the build, and this script.
 #   tests/fuzz/run.sh [seconds-per-harness] [harness...]
@@ -25,8 +26,8 @@ if [ ! -f "$BUILD/build.ninja" ]; then
   CC=${CC:-clang-14} CXX=${CXX:-clang++-14} cmake -S . -B "$BUILD" -G Ninja -DZEROSTATE_FUZZ=ON \
         -DZEROSTATE_CUDA=OFF -DZEROSTATE_BENCH=OFF >/dev/null
 fi
-# zerostate_client: not fuzzed, built for its lock check.
-cmake --build "$BUILD" -j "${JOBS:-2}" --target "${HARNESSES[@]/#/fuzz_}" zerostate_client
+# zerostate_lock_check: the libraries no harness links, built for their lock check.
+cmake --build "$BUILD" -j "${JOBS:-2}" --target "${HARNESSES[@]/#/fuzz_}" zerostate_lock_check
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:halt_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:abort_on_error=1:print_stacktrace=1}

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/notification.h"
 #include "tests/client/cluster_fixture.h"
 #include "tests/client/reference_model.h"
@@ -46,7 +47,18 @@ TEST(RegistryStallTest, HeldNvmeCreationDoesNotStallAnotherJobsPushes) {
 
   // Returns once the server, inside the NVMe job's creation, opened the
   // FIFO to wait for its byte (the test's timeout is the backstop).
-  const int hold = open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+  int hold = open(fifo.c_str(), O_WRONLY | O_CLOEXEC);
+  // Lets the creation go on, once (also when an assertion below fails).
+  auto release = [&] {
+    if (hold < 0) return;
+    EXPECT_EQ(write(hold, "x", 1), 1) << strerror(errno);
+    close(hold);
+    hold = -1;
+  };
+  absl::Cleanup finish = [&] {
+    release();
+    registering.join();
+  };
   ASSERT_GE(hold, 0) << strerror(errno);
 
   // Another job, on another client, meanwhile: every call of a step.
@@ -67,9 +79,8 @@ TEST(RegistryStallTest, HeldNvmeCreationDoesNotStallAnotherJobsPushes) {
   // All of that while the NVMe job's creation was still held.
   EXPECT_FALSE(slow_registered.HasBeenNotified());
 
-  ASSERT_EQ(write(hold, "x", 1), 1) << strerror(errno);
-  close(hold);
-  registering.join();
+  release();
+  std::move(finish).Invoke();
   ASSERT_TRUE(slow_job.ok()) << slow_job.status();
   // The held job is whole once let go.
   std::vector<float> nvme_grad = NodeGradient((*slow_job)->layout(), 0, 0);
