@@ -50,7 +50,12 @@ struct Block {
   const std::vector<GroupRun> group_runs;
   const bool speculative;
 
-  mutable absl::Mutex mu;
+  // Lock order (the analysis of a clang build checks it where both are
+  // taken in one function): the job's pass mutex (JobStep, core/job_step.h)
+  // before this; this before the StagingBudget's mutex and before the
+  // tier's own locks (NvmeTier's block_mu_, taken by Load and Store called
+  // under this).
+  mutable absl::Mutex mu ABSL_ACQUIRED_BEFORE(StagingBudget::mu_);
   // Number of optimizer steps applied (skipped steps count).
   uint64_t version ABSL_GUARDED_BY(mu) = 0;
   // A step computed the block's next state but has not committed it (the

@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "server/core/block.h"
@@ -23,6 +24,7 @@ inline constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
 // kCancelPoll with b.mu released, as it may ask the network) says so.
 absl::Status AwaitBlock(Block& b, const std::atomic<bool>& shutting_down, absl::Time deadline,
                         const std::function<bool()>& pred, const std::function<std::string()>& what,
-                        const std::function<bool()>& cancelled = nullptr);
+                        const std::function<bool()>& cancelled = nullptr)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
 
 }  // namespace zerostate::server

@@ -173,7 +173,7 @@ absl::StatusOr<Job::PushOutcome> Job::Push(const ChunkView& c, absl::Time deadli
       // to end (committed: this is a duplicate; given back: this applies).
       // Past the deadline Add says UNAVAILABLE, which clients retry.
       if (b.acc.Claimed(f.node, ref->offset, ref->count)) {
-        std::function<bool()> ended = [&] {
+        std::function<bool()> ended = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
           return shutting_down_.load() || !b.acc.Claimed(f.node, ref->offset, ref->count);
         };
         b.mu.AwaitWithDeadline(absl::Condition(&ended), deadline);
@@ -320,8 +320,8 @@ absl::Status Job::AwaitBlock(Block& b, absl::Time deadline, const std::function<
 
 absl::Status Job::AwaitVersion(Block& b, uint64_t version, absl::Time deadline) const {
   return AwaitBlock(
-      b, deadline, [&] { return b.version >= version; },
-      [&] {
+      b, deadline, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) { return b.version >= version; },
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
         return absl::StrCat("block ", b.index, " is at version ", b.version,
                             " and did not reach version ", version, " in time");
       });
@@ -331,11 +331,11 @@ absl::Status Job::AwaitReadable(Block& b, uint64_t version, absl::Time deadline,
                                 bool acknowledged) const {
   return AwaitBlock(
       b, deadline,
-      [&] {
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
         return b.version >= version && !b.stepping &&
                (!acknowledged || version <= step_.visible_through());
       },
-      [&] {
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
         return absl::StrCat("block ", b.index, " is at version ", b.version,
                             b.stepping ? " (a step in progress)" : "",
                             " and did not reach version ", version, " in time");

@@ -277,16 +277,19 @@ class Job {
   // CANCELLED once it is true.
   absl::Status AwaitBlock(Block& b, absl::Time deadline, const std::function<bool()>& pred,
                           const std::function<std::string()>& what,
-                          const std::function<bool()>& cancelled = nullptr) const;
+                          const std::function<bool()>& cancelled = nullptr) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   // Under b.mu: until the block reaches `version`, or until every node's
   // gradient for `step` is in (or the block moved on).
-  absl::Status AwaitVersion(Block& b, uint64_t version, absl::Time deadline) const;
+  absl::Status AwaitVersion(Block& b, uint64_t version, absl::Time deadline) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   // Under b.mu: until the block reaches `version` and no step is between
   // computing and committing it (Block::stepping), so what is read is
   // the state its version says; with `acknowledged`, also until the
   // backups hold `version` (JobStep::visible_through).
   absl::Status AwaitReadable(Block& b, uint64_t version, absl::Time deadline,
-                             bool acknowledged = false) const;
+                             bool acknowledged = false) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index,
       std::shared_ptr<StagingBudget> staging);
   absl::Status InitializeWeights();

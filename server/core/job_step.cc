@@ -83,8 +83,9 @@ absl::Status JobStep::CheckStepWindow(const Block& b, uint64_t step, bool for_st
 absl::Status JobStep::AwaitGradients(Block& b, uint64_t step, absl::Time deadline,
                                      const std::function<bool()>& cancelled) const {
   return AwaitBlock(
-      b, *env_.shutting_down, deadline, [&] { return b.version != step || b.acc.complete(); },
-      [&] {
+      b, *env_.shutting_down, deadline,
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) { return b.version != step || b.acc.complete(); },
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
         return absl::StrCat("step ", step, ": block ", b.index,
                             " is still missing gradients from nodes [",
                             absl::StrJoin(b.acc.MissingNodes(), ", "), "]");
@@ -364,8 +365,26 @@ absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPoo
 }
 
 absl::StatusOr<uint64_t> JobStep::SkipPass(uint64_t step, StepOutcome* out) {
-  uint64_t skipped = 0;
   const size_t floats = tier().shape().block_floats();
+  // First the state a running checkpoint needs of each block the skip moves
+  // past its version, so that a tier that cannot load one fails the Step
+  // with its own error, naming the block, before any block is skipped.
+  for (const auto& bp : blocks()) {
+    Block& b = *bp;
+    absl::MutexLock lock(&b.mu);
+    if (b.version != step || b.speculation == Block::Speculation::kDone ||
+        b.version != env_.cow_version->load() || b.kept.held()) {
+      continue;
+    }
+    AlignedBuffer<float> state(floats);
+    if (auto s = tier().Load(b.local, state.data()); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("step ", step, " (skip): saving block ", b.index,
+                                                  " for the checkpoint of version ", b.version,
+                                                  "; nothing was skipped: ", s.message()));
+    }
+    b.kept.Keep(KeptState::kCheckpoint, b.version, state.data(), floats);
+  }
+  uint64_t skipped = 0;
   for (const auto& bp : blocks()) {
     Block& b = *bp;
     absl::MutexLock lock(&b.mu);
@@ -375,11 +394,6 @@ absl::StatusOr<uint64_t> JobStep::SkipPass(uint64_t step, StepOutcome* out) {
       if (auto s = tier().Store(b.local, b.kept.data()); !s.ok()) return s;
       b.next_lowp = AlignedBuffer<uint16_t>();
       ++out->blocks_redone;
-    } else if (b.version == env_.cow_version->load() && !b.kept.held()) {
-      AlignedBuffer<float> state(floats);
-      if (tier().Load(b.local, state.data()).ok()) {
-        b.kept.Keep(KeptState::kCheckpoint, b.version, state.data(), floats);
-      }
     }
     CommitBlock(b);
     skipped += b.required;

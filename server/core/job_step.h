@@ -202,7 +202,9 @@ class JobStep {
                        StepOutcome* out);
   // The Step's skip: the version moves on, the state stays (a speculated
   // block gets its kept state back, counted in out->blocks_redone).
-  // Returns the elements skipped.
+  // Returns the elements skipped. Under a running checkpoint the blocks'
+  // state at its version is kept first: a tier Load error fails the Step
+  // with the tier's code, naming the block, and nothing is skipped.
   absl::StatusOr<uint64_t> SkipPass(uint64_t step, StepOutcome* out);
   // Runs the fused kernel on b's state; the low-precision copy goes to
   // b.next_lowp when `aside` or the tier does not update in place, else
@@ -226,7 +228,7 @@ class JobStep {
   const Env env_;
   // One pass per job at a time (speculation tasks step single blocks
   // outside it, under each block's mutex).
-  absl::Mutex pass_mu_;
+  absl::Mutex pass_mu_ ABSL_ACQUIRED_BEFORE(Block::mu, ahead_mu_);
   // The last step sent to the backups until they all acknowledged it.
   std::shared_ptr<const StepReplicator::Payload> unacked_ ABSL_GUARDED_BY(pass_mu_);
   std::atomic<uint64_t> visible_through_{UINT64_MAX};

@@ -84,7 +84,9 @@ absl::StatusOr<std::vector<std::string>> RendezvousTable::Join(
     e.values.emplace(rank, value);
     ChargeLocked(e, extra);
   }
-  auto done = [&] { return shutting_down_ || e.values.size() == e.world; };
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutting_down_ || e.values.size() == e.world;
+  };
   bool ok = mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
   if (--e.waiters == 0) MarkIdleLocked(id, e);
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
@@ -118,7 +120,7 @@ absl::StatusOr<RendezvousTable::Entries::iterator> RendezvousTable::FindOrCreate
 absl::Status RendezvousTable::MakeRoomLocked(const RendezvousOwner& owner, size_t extra,
                                              bool new_key) {
   const RendezvousQuota& mine = owner.holds_job ? options_.job : options_.guest;
-  auto owner_full = [&] {
+  auto owner_full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto o = owners_.find(owner.id);
     size_t keys = o == owners_.end() ? 0 : o->second.keys;
     size_t bytes = o == owners_.end() ? 0 : o->second.bytes;
@@ -136,7 +138,7 @@ absl::Status RendezvousTable::MakeRoomLocked(const RendezvousOwner& owner, size_
     EraseLocked(o->second.idle.begin()->second);
   }
   if (owner.holds_job) return absl::OkStatus();
-  auto guests_full = [&] {
+  auto guests_full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return guest_keys_ + (new_key ? 1 : 0) > options_.guests.keys ||
            guest_bytes_ + extra > options_.guests.bytes;
   };

@@ -69,8 +69,13 @@ class StagingBudget {
  private:
   void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Block::mu names mu_ in its declared lock order (block.h): a push
+  // reads generation() under its block's mutex.
+  friend struct Block;
+
   const uint64_t budget_;
   ServerMetrics* const metrics_;
+  // Last in the lock order: taken under a Block::mu, never before one.
   mutable absl::Mutex mu_;
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;

@@ -132,6 +132,10 @@ class NvmeTier final : public StateTier {
   std::unique_ptr<io::File> file_;
   // block_mu_[b] guards meta_[b] and orders block b's cache updates; Load
   // and Store hold it across their I/O, Update only to read or commit.
+  // Lock order: a caller may hold its own lock of block b (the Job's
+  // Block::mu, server/block.h) across Load and Store, so block_mu_ comes
+  // after it and is never held while calling out of the tier. (A vector of
+  // mutexes: the analysis cannot name them in ABSL_ACQUIRED_AFTER.)
   mutable std::vector<absl::Mutex> block_mu_;
   std::vector<BlockMeta> meta_;
   BlockCache cache_;

@@ -161,6 +161,57 @@ TEST(NvmeJobTest, StepFailedByDiskErrorIsRetriedToTheSameWeights) {
   }
 }
 
+// A skipped step under a running checkpoint saves each block's state first
+// (copy-on-write); a block the tier cannot load fails the Step with the
+// tier's own error, naming the block, and nothing is skipped; the retry
+// then skips, and the checkpoint reads every block at its version (before,
+// the Load error was dropped and the checkpoint failed later with an
+// INTERNAL "moved past version ... without a copy-on-write snapshot").
+TEST(NvmeJobTest, SkippedStepReportsTheTierLoadErrorOfACheckpointSnapshot) {
+  ScratchDir dir;
+  auto env = std::make_shared<io::FaultEnv>(io::NewUringEnv());
+  TierOptions o = NvmeOptions(dir.path());
+  o.env = env;
+  JobRegistry registry(1ull << 30, o);
+  auto nvme = registry.Register(Request(v1::TIER_NVME));
+  ASSERT_TRUE(nvme.ok()) << nvme.status();
+  Job& job = *nvme->job;
+  ThreadPool pool(2);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  std::vector<std::vector<float>> want;  // each block's state at version 0
+  for (uint64_t local = 0; local < job.blocks().size(); ++local) {
+    want.emplace_back(3 * kBlockElems);
+    ASSERT_TRUE(job.SnapshotBlock(local, 0, deadline, want.back().data()).ok());
+  }
+  PushStep(job, 0);
+  auto guard = job.BeginCheckpoint(0);
+  ASSERT_TRUE(guard.ok()) << guard.status();
+  // Every read from the disk comes back corrupted (the cache holds two of
+  // the shard's blocks, so the others are read).
+  env->AddRule({io::FaultKind::kCorrupt, io::IoOp::kRead, "", 0, UINT64_MAX});
+  v1::StepRequest skip = StepReq(0);
+  skip.set_skip(true);
+  auto failed = job.Step(skip, deadline, pool);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_GT(env->faults_injected(), 0u);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss) << failed.status();
+  EXPECT_NE(failed.status().message().find("step 0 (skip): saving block"), absl::string_view::npos)
+      << failed.status();
+  v1::JobStatusResponse status;
+  job.FillStatus(&status);
+  EXPECT_EQ(status.max_version(), 0u);  // nothing skipped
+  env->ClearRules();
+  auto retried = job.Step(skip, deadline, pool);
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_EQ(retried->version, 1u);
+  for (uint64_t local = 0; local < job.blocks().size(); ++local) {
+    std::vector<float> got(3 * kBlockElems);
+    absl::Status s = job.SnapshotBlock(local, 0, deadline, got.data());
+    ASSERT_TRUE(s.ok()) << "block " << local << ": " << s;
+    EXPECT_EQ(FirstMismatch(got.data(), want[local].data(), got.size()), -1) << "block " << local;
+  }
+}
+
 // fp32 gathers of the current version read the tier while the next step's
 // I/O is in flight on the same blocks: they never fail, and the steps end
 // where the RAM tier's do.
