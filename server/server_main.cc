@@ -13,8 +13,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "server/io/fault_env.h"
-#include "server/io/uring_env.h"
+#include "server/core/io/fault_env.h"
+#include "server/core/io/uring_env.h"
 #include "server/membership/membership_setup.h"
 #include "server/state_server.h"
 
