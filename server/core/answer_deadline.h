@@ -10,7 +10,7 @@
 // arrives while the caller still listens.
 //
 // The margin also bounds when a Step may take effect: a Step decides to
-// apply (Job::Step) only before its answer deadline, so a Step whose caller
+// apply (JobStep::Step) only before its answer deadline, so a Step whose caller
 // saw it time out was not applied after the caller gave up.
 #pragma once
 

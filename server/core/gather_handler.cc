@@ -16,7 +16,7 @@ absl::StatusOr<GatherHandler::Gather> GatherHandler::Begin(const v1::GatherReque
   auto job = CopyForGather(jobs_, primaries_, token, req);
   if (!job.ok()) return job.status();
   gather.job = *std::move(job);
-  auto range = gather.job->CheckGather(req);
+  auto range = gather.job->gathers().CheckGather(req);
   if (!range.ok()) return range.status();
   gather.request = req;
   gather.range = *range;
@@ -25,10 +25,10 @@ absl::StatusOr<GatherHandler::Gather> GatherHandler::Begin(const v1::GatherReque
   return gather;
 }
 
-absl::Status GatherHandler::Serve(const Gather& gather, Job::GatherSink& sink) const {
+absl::Status GatherHandler::Serve(const Gather& gather, GatherSink& sink) const {
   const v1::GatherRequest& req = gather.request;
-  return gather.job->Gather(gather.range, req.min_version(), req.dtype(), piece_elems_,
-                            gather.deadline, sink);
+  return gather.job->gathers().Gather(gather.range, req.min_version(), req.dtype(), piece_elems_,
+                                      gather.deadline, sink);
 }
 
 }  // namespace zerostate::server

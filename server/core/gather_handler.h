@@ -4,7 +4,7 @@
 // the copy that holds the range (routing.h), checks
 // the request, gives the gather its wait deadline (a margin before the
 // caller's, answer_deadline.h) and serves it piece by piece into the
-// edge's sink (Job::GatherSink), which only frames and sends the pieces.
+// edge's sink (GatherSink), which only frames and sends the pieces.
 // Thread-safe: const, and the registry and jobs are.
 #pragma once
 
@@ -35,20 +35,20 @@ class GatherHandler {
   struct Gather {
     std::shared_ptr<Job> job;
     v1::GatherRequest request;
-    Range range;                          // the elements it covers (Job::CheckGather)
+    Range range;                          // the elements it covers (JobGathers::CheckGather)
     uint64_t bytes = 0;                   // its payload: range.size() elements of its dtype
     absl::Time deadline = absl::InfinitePast();  // of the wait for the version
   };
 
   // Authorizes `token` for req.job_id() and checks the request, for a
   // caller that gives up at `caller_deadline` (absl::InfiniteFuture():
-  // never). Errors: those of CopyForGather and Job::CheckGather.
+  // never). Errors: those of CopyForGather and JobGathers::CheckGather.
   absl::StatusOr<Gather> Begin(const v1::GatherRequest& req, const std::string& token,
                                absl::Time caller_deadline) const;
 
-  // Serves `gather` into `sink` (Job::Gather), each piece once its block
-  // reaches the requested version. Errors: those of Job::Gather.
-  absl::Status Serve(const Gather& gather, Job::GatherSink& sink) const;
+  // Serves `gather` into `sink` (JobGathers::Gather), each piece once its block
+  // reaches the requested version. Errors: those of JobGathers::Gather.
+  absl::Status Serve(const Gather& gather, GatherSink& sink) const;
 
  private:
   JobRegistry& jobs_;

@@ -269,12 +269,14 @@ absl::Status LoadShard(const CheckpointReader& reader, Job& job) {
   AlignedBuffer<float> state(reader.block_floats());
   for (uint64_t local = 0; local < job.blocks().size(); ++local) {
     if (auto s = reader.ReadBlock(job.blocks().begin + local, state.data()); !s.ok()) return s;
-    if (auto s = job.RestoreBlock(local, state.data(), reader.version()); !s.ok()) return s;
+    if (auto s = job.snapshots().RestoreBlock(local, state.data(), reader.version()); !s.ok()) {
+      return s;
+    }
   }
   const v1::ShardManifest& first = reader.manifests()[0];
-  job.RestoreAppliedSteps(reader.version(),
-                          first.has_applied_steps() ? first.applied_steps() : reader.version());
-  return job.RestoreTrainerState(reader.version(), first.trainer_state());
+  job.snapshots().RestoreAppliedSteps(
+      reader.version(), first.has_applied_steps() ? first.applied_steps() : reader.version());
+  return job.snapshots().RestoreTrainerState(reader.version(), first.trainer_state());
 }
 
 }  // namespace
@@ -342,8 +344,8 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRe
     SetTokenLocked(id, HashToken(*job_token));
   }
   for (auto& job : replaced) {
-    job->Shutdown();
-    job->ReleaseStaging();
+    job->shard().Shutdown();
+    job->pushes().ReleaseStaging();
   }
   return Registered{loaded, true, generated};
 }
@@ -388,8 +390,8 @@ absl::StatusOr<bool> JobRegistry::Delete(const std::string& job_id, const std::s
   // Calls still holding the job keep it alive, not its staging memory
   // (outside the registry's lock: it takes every block's mutex).
   for (auto& job : deleted) {
-    job->MarkDeleted();  // waiting calls end now, not at their deadline
-    job->ReleaseStaging();
+    job->shard().MarkDeleted();  // waiting calls end now, not at their deadline
+    job->pushes().ReleaseStaging();
   }
   return result;
 }
@@ -449,7 +451,7 @@ void JobRegistry::Shutdown() {
     for (auto& [id, job] : jobs_) jobs.push_back(job);
     for (auto& [id, copies] : backups_) jobs.insert(jobs.end(), copies.begin(), copies.end());
   }
-  for (auto& job : jobs) job->Shutdown();
+  for (auto& job : jobs) job->shard().Shutdown();
 }
 
 }  // namespace zerostate::server

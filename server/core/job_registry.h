@@ -100,7 +100,7 @@ class JobRegistry {
 
   // Drops the job if `token` is its token (errors as Authorize); in-flight
   // calls keep their reference until they finish, but its staging memory
-  // goes back to the budget at once (Job::ReleaseStaging). A retry with the token of
+  // goes back to the budget at once (JobPushes::ReleaseStaging). A retry with the token of
   // a job this registry deleted (among the last kMaxTombstones) answers
   // false rather than an auth error.
   absl::StatusOr<bool> Delete(const std::string& job_id, const std::string& token);

@@ -405,6 +405,7 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
                                           ThreadPool& pool,
                                           const std::function<bool()>& cancelled,
                                           StepReplicator* replicator) {
+  if (req.ahead()) return StepAhead(req, pool);
   if (auto s = CheckRequest(req); !s.ok()) return s;
   const uint64_t step = req.step();
   StepOutcome out;

@@ -1,6 +1,7 @@
 // The step of one job's shard and its gradient statistics: GradStats, Step,
 // the Step sent ahead of its gradients (speculation), and the optimizer
-// pass. A part of Job (server/core/job.h), which owns one and forwards to it.
+// pass. A part of Job (server/core/job.h), which owns one; callers reach it
+// through Job::step().
 //
 // Plain step. Step(s) checks every block (window, completeness) before
 // anything changes, waits until each has every node's gradient, then
@@ -119,10 +120,11 @@ class JobStep {
   // here, one after another). Errors: FAILED_PRECONDITION (step from the
   // past or too far ahead), DEADLINE_EXCEEDED (names missing nodes),
   // UNAVAILABLE.
-  absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline, StepPhaseTimes* times,
-                                  ThreadPool* pool = nullptr);
+  absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline,
+                                  StepPhaseTimes* times = nullptr, ThreadPool* pool = nullptr);
 
-  // Applies step req.step() (ahead false) as described above. Errors:
+  // Applies step req.step() as described above; a Step sent ahead
+  // (req.ahead()) is StepAhead(req, pool). Errors:
   // INVALID_ARGUMENT (lr, grad_scale, trainer_state), FAILED_PRECONDITION,
   // DEADLINE_EXCEEDED (names missing nodes), CANCELLED, UNAVAILABLE, the
   // tier's errors; after any error nothing was applied (a block whose new
@@ -134,7 +136,8 @@ class JobStep {
   // they acknowledged it; when they did not, the error is the replicator's
   // (the step is applied here) and a retry sends it again.
   absl::StatusOr<StepOutcome> Step(const v1::StepRequest& req, absl::Time deadline,
-                                   ThreadPool& pool, const std::function<bool()>& cancelled,
+                                   ThreadPool& pool,
+                                   const std::function<bool()>& cancelled = nullptr,
                                    StepReplicator* replicator = nullptr);
 
   // Gathers serve versions up to this one only (issue 19): a replicated

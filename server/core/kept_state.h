@@ -1,6 +1,6 @@
 // A block's state as it was at one version, kept after a step changes the
 // tier's copy in place, for as long as someone needs it:
-//   - a running checkpoint of that version (copy-on-write, Job::BeginCheckpoint),
+//   - a running checkpoint of that version (copy-on-write, JobSnapshots::BeginCheckpoint),
 //     until its writer took the block or the checkpoint ended;
 //   - a speculative step of that version (server/core/job_step.h), until its
 //     Step confirmed it, redid it from here, or restored it (a skip).

@@ -18,10 +18,10 @@ absl::StatusOr<PushHandler::Push> PushHandler::Begin(const ChunkFields& fields,
   push.job_ = *std::move(job);
   push.deadline_ = AnswerDeadline(absl::Now(), caller_deadline, max_wait_);
   if (payload == Payload::kToRead) {
-    push.claim_ = push.job_->ClaimPush(fields, data_bytes);
+    push.claim_ = push.job_->pushes().ClaimPush(fields, data_bytes);
     // Node 0 is always its blocks' head (or done): it never waits for staging.
     if (push.claim_.data() == nullptr && fields.node != 0) {
-      push.job_->AwaitStagingRoom(fields, data_bytes, push.deadline_);
+      push.job_->pushes().AwaitStagingRoom(fields, data_bytes, push.deadline_);
     }
   }
   return push;
@@ -42,10 +42,10 @@ absl::StatusOr<std::shared_ptr<Job>> PushHandler::JobFor(const std::string& job_
   return job;
 }
 
-absl::StatusOr<Job::PushOutcome> PushHandler::Apply(Push& push, const ChunkView& chunk,
-                                                    bool may_wait) const {
+absl::StatusOr<PushOutcome> PushHandler::Apply(Push& push, const ChunkView& chunk,
+                                               bool may_wait) const {
   if (push.claim_.data() != nullptr) return push.claim_.Commit();
-  return push.job_->Push(chunk, may_wait ? push.deadline_ : absl::InfinitePast());
+  return push.job_->pushes().Push(chunk, may_wait ? push.deadline_ : absl::InfinitePast());
 }
 
 }  // namespace zerostate::server

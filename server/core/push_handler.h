@@ -2,10 +2,11 @@
 // chunk of a PushGradients stream (server/rpc/state_service.cc), the data
 // plane for each PUSH frame (server/dataplane/data_session.cc). It
 // authorizes the job a chunk names and finds the copy of it that holds the
-// chunk's block (routing.h: a backed-up shard only when served as primary), gives the push its wait deadline (a
-// margin before the caller's, answer_deadline.h), receives a payload in
-// place where it may, waits for staging memory, and folds (Job::Push). The
-// edges only read their bytes and write their answers.
+// chunk's block (routing.h: a backed-up shard only when served as
+// primary), gives the push its wait deadline (a margin before the caller's,
+// answer_deadline.h), receives a payload in place where it may, waits for
+// staging memory, and folds (JobPushes::Push). The edges only read their
+// bytes and write their answers.
 // Thread-safe: const, and the registry and jobs are.
 #pragma once
 
@@ -36,10 +37,10 @@ class PushHandler {
     // In memory already (a gRPC chunk's received slices): Apply folds it.
     kReceived,
     // Not read yet (a PUSH frame's): Begin claims the block's sum for it
-    // when it may be received in place (Job::ClaimPush: node 0, fp32, the
+    // when it may be received in place (JobPushes::ClaimPush: node 0, fp32, the
     // step in progress, not received before); otherwise, before the edge
     // takes a buffer for it, waits (no lock held) while the push would only
-    // wait for staging memory (Job::AwaitStagingRoom).
+    // wait for staging memory (JobPushes::AwaitStagingRoom).
     kToRead,
   };
 
@@ -65,7 +66,7 @@ class PushHandler {
     friend class PushHandler;
     // Destroyed in reverse order: the claim before the job it points into.
     std::shared_ptr<Job> job_;
-    Job::PushClaim claim_;
+    PushClaim claim_;
     absl::Time deadline_ = absl::InfinitePast();
   };
 
@@ -91,10 +92,10 @@ class PushHandler {
   // Applies the push: commits its claim (in_place() not null, the payload
   // is there), or else folds `chunk`. A chunk that needs staging memory the
   // budget lacks waits for it up to the push's deadline when `may_wait`;
-  // otherwise it fails at once with Job::IsStagingWait, and the edge may
+  // otherwise it fails at once with JobPushes::IsStagingWait, and the edge may
   // Apply it again with may_wait where waiting is allowed. Errors: those
-  // of Job::Push and Job::PushClaim::Commit.
-  absl::StatusOr<Job::PushOutcome> Apply(Push& push, const ChunkView& chunk, bool may_wait) const;
+  // of JobPushes::Push and PushClaim::Commit.
+  absl::StatusOr<PushOutcome> Apply(Push& push, const ChunkView& chunk, bool may_wait) const;
 
  private:
   JobRegistry& jobs_;

@@ -9,7 +9,7 @@
 // staging buffer of every job is therefore taken from this one budget and
 // given back when folded, on Reset, and when its job is deleted.
 //
-// A piece that finds the budget spent waits (Job::Push) for a change that
+// A piece that finds the budget spent waits (JobPushes::Push) for a change that
 // may let it in: bytes given back anywhere, or a head advancing (its node
 // may have become its block's head, which needs no staging). Waiters
 // never hold a block's mutex. The head node's pieces never need staging,

@@ -105,7 +105,7 @@ class TaskThread {
   std::thread thread_;  // last: starts once the rest is constructed
 };
 
-class Session final : public Job::GatherSink {
+class Session final : public GatherSink {
  public:
   Session(const DataSessionContext& ctx, DataStream& stream, const ShmSegment* shm)
       : ctx_(ctx),
@@ -161,7 +161,7 @@ class Session final : public Job::GatherSink {
     return SendFrame(stream_, type, meta, payload, bytes);
   }
 
-  // Job::GatherSink. Buffer() runs under a block's mutex, which pushes
+  // GatherSink. Buffer() runs under a block's mutex, which pushes
   // holding buffers may need: it must not wait for the budget.
   // On the same-host plane the piece goes into the next bytes of the
   // GATHER's region (checked to hold the range; a pool buffer, and the
@@ -292,14 +292,14 @@ class Session final : public Job::GatherSink {
     // lets any call wait, like a gather without one.
     const bool handed = tasks_.Run([this, start, meta = f.meta, payload = std::move(payload),
                                     push = *std::move(push), source, bytes]() mutable {
-      absl::StatusOr<Job::PushOutcome> outcome = ctx_.pushes->Apply(
-          push, FrameChunkView(meta.chunk(), source, bytes), /*may_wait=*/true);
+      absl::StatusOr<PushOutcome> outcome =
+          ctx_.pushes->Apply(push, FrameChunkView(meta.chunk(), source, bytes), /*may_wait=*/true);
       payload = DataBufferPool::Lease();  // given back
       push = PushHandler::Push();  // the claim, then the job
       ctx_.metrics->RecordRpc(push_method_, outcome.status(),
                               absl::ToDoubleSeconds(absl::Now() - start), bytes, 0);
       v1::DataFrameMeta ack = Reply(ctx_.incarnation, outcome.status());
-      ack.set_duplicate(outcome.ok() && *outcome == Job::PushOutcome::kDuplicate);
+      ack.set_duplicate(outcome.ok() && *outcome == PushOutcome::kDuplicate);
       return Send(FrameType::kPushAck, ack).ok();
     });
     return handed ? absl::OkStatus() : absl::UnavailableError("client went away");

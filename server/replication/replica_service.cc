@@ -41,7 +41,7 @@ grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
   std::vector<std::pair<uint64_t, std::string>> grads;
   v1::ReplicaStepPart part;
   while (reader->Read(&part)) grads.emplace_back(part.block(), std::move(*part.mutable_grad()));
-  auto out = (*job)->ApplyReplicatedStep(first.step(), grads, pool_);
+  auto out = (*job)->pushes().ApplyReplicatedStep(first.step(), grads, pool_);
   if (!out.ok()) return ToGrpcStatus(out.status());
   resp->set_version(first.step().step() + 1);
   resp->set_already_applied(out->already_applied);
@@ -59,17 +59,18 @@ grpc::Status ReplicaServiceImpl::ReadShard(grpc::ServerContext* ctx,
   const absl::Time deadline = d == std::chrono::system_clock::time_point::max()
                                   ? absl::Now() + absl::Minutes(10)
                                   : absl::FromChrono(d);
-  AlignedBuffer<float> state((*job)->tier_shape().block_floats());
+  AlignedBuffer<float> state((*job)->shard().tier_shape().block_floats());
   v1::ShardBlock out;
   for (uint64_t local = 0; local < (*job)->blocks().size(); ++local) {
     uint64_t version = 0;
-    if (auto s = (*job)->ReadBlock(local, req->min_version(), deadline, state.data(), &version);
+    if (auto s = (*job)->gathers().ReadBlock(local, req->min_version(), deadline, state.data(),
+                                             &version);
         !s.ok()) {
       return ToGrpcStatus(s);
     }
     out.set_block((*job)->blocks().begin + local);
     out.set_version(version);
-    out.set_applied_steps((*job)->AppliedStepsBefore(version));
+    out.set_applied_steps((*job)->step().applied_steps().Before(version));
     out.set_state(reinterpret_cast<const char*>(state.data()), state.size() * sizeof(float));
     if (!writer->Write(out)) return grpc::Status(grpc::StatusCode::CANCELLED, "reader went away");
   }
@@ -103,7 +104,7 @@ grpc::Status ReplicaServiceImpl::Seed(grpc::ServerContext* ctx,
   Job& copy = **job;
   const uint64_t begin = copy.blocks().begin;
   const uint64_t count = copy.blocks().size();
-  const size_t block_bytes = copy.tier_shape().block_floats() * sizeof(float);
+  const size_t block_bytes = copy.shard().tier_shape().block_floats() * sizeof(float);
   if (first.applied_steps() > first.version()) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("Seed: applied_steps ", first.applied_steps(), " exceed version ",
@@ -148,16 +149,17 @@ grpc::Status ReplicaServiceImpl::Seed(grpc::ServerContext* ctx,
   // RestoreBlock's restriction holds: the primary sends a lost copy no
   // step until this answers, and clients use it only after a failover,
   // which takes a restarted server only once it is at the step in progress.
-  AlignedBuffer<float> state(copy.tier_shape().block_floats());
+  AlignedBuffer<float> state(copy.shard().tier_shape().block_floats());
   for (uint64_t local = 0; local < count; ++local) {
     std::memcpy(state.data(), states[local].data(), block_bytes);
-    if (auto s = copy.RestoreBlock(local, state.data(), first.version()); !s.ok()) {
+    if (auto s = copy.snapshots().RestoreBlock(local, state.data(), first.version()); !s.ok()) {
       return ToGrpcStatus(s);
     }
   }
-  copy.RestoreAppliedSteps(first.version(), first.applied_steps());
+  copy.snapshots().RestoreAppliedSteps(first.version(), first.applied_steps());
   if (!first.trainer_state().empty()) {
-    if (auto s = copy.RestoreTrainerState(first.version(), first.trainer_state()); !s.ok()) {
+    if (auto s = copy.snapshots().RestoreTrainerState(first.version(), first.trainer_state());
+        !s.ok()) {
       return ToGrpcStatus(s);
     }
   }

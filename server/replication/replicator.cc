@@ -40,16 +40,16 @@ struct ShardSnapshot {
   uint64_t bytes = 0;
 };
 
-// Reads every block of `job`'s shard at the shard's version (Job::
+// Reads every block of `job`'s shard at the shard's version (JobGathers::
 // ReadBlockAt: called by the Step before its pass). Errors:
 // FAILED_PRECONDITION when the blocks are at different versions; the
 // tier's.
 absl::StatusOr<std::shared_ptr<const ShardSnapshot>> SnapshotOf(Job& job) {
   auto snap = std::make_shared<ShardSnapshot>();
-  snap->first.set_version(job.Info().version());
-  AlignedBuffer<float> state(job.tier_shape().block_floats());
+  snap->first.set_version(job.shard().Progress().min_version);
+  AlignedBuffer<float> state(job.shard().tier_shape().block_floats());
   for (uint64_t local = 0; local < job.blocks().size(); ++local) {
-    if (auto s = job.ReadBlockAt(local, snap->first.version(), state.data()); !s.ok()) {
+    if (auto s = job.gathers().ReadBlockAt(local, snap->first.version(), state.data()); !s.ok()) {
       return absl::Status(s.code(),
                           absl::StrCat("shard ", job.shard_index(), ": ", s.message()));
     }
@@ -62,8 +62,8 @@ absl::StatusOr<std::shared_ptr<const ShardSnapshot>> SnapshotOf(Job& job) {
   const uint64_t version = snap->first.version();
   snap->first.set_job_id(job.spec().job_id());
   snap->first.set_shard(job.shard_index());
-  snap->first.set_applied_steps(job.AppliedStepsBefore(version));
-  if (auto ts = job.trainer_states().Find(version)) snap->first.set_trainer_state(*ts);
+  snap->first.set_applied_steps(job.step().applied_steps().Before(version));
+  if (auto ts = job.step().trainer_states().Find(version)) snap->first.set_trainer_state(*ts);
   *snap->first.mutable_registration()->mutable_spec() = job.spec();
   for (const std::string& server : job.servers()) snap->first.mutable_registration()->add_servers(server);
   return snap;

@@ -2,7 +2,7 @@
 // "Replicated shards"): each step of a shard this server serves as primary
 // goes to the shard's other copies (ReplicaService.ApplyStep, on their
 // gRPC port, with the job's token and this server's TLS identity), all at
-// once and while the step runs here (Job::Step's StepReplicator).
+// once and while the step runs here (JobStep::Step's StepReplicator).
 //
 // A copy that cannot be reached (UNAVAILABLE), no longer holds the job
 // (NOT_FOUND: it restarted empty) or is at another version

@@ -29,7 +29,7 @@ void ChunkReader::OnReadDone(bool ok) {
     status = absl::InvalidArgumentError(chunk.status().message());
   } else {
     status = apply_(*chunk, /*may_wait=*/false);
-    if (Job::IsStagingWait(status)) return ApplyWaiting(std::move(slices), *std::move(chunk));
+    if (JobPushes::IsStagingWait(status)) return ApplyWaiting(std::move(slices), *std::move(chunk));
   }
   buffer_.Clear();
   Continue(status);

@@ -6,7 +6,7 @@
 //   to a function that folds or copies the payload straight out of the
 //   received slices.
 // - GatherWriter writes a server stream of Chunk messages (Gather), each a
-//   small header slice plus a payload slice that Job::Gather fills once.
+//   small header slice plus a payload slice that JobGathers::Gather fills once.
 //
 // What waits (a chunk for staging memory, a gather for a version) runs on
 // the edge's WaitPool, never on one of gRPC's callback threads and never on
@@ -37,7 +37,7 @@ class ChunkReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   // Called for each chunk in order, first with may_wait false on one of
   // gRPC's callback threads, where it must not wait for anything but a
-  // block's mutex. A chunk it answers with Job::IsStagingWait (no staging
+  // block's mutex. A chunk it answers with JobPushes::IsStagingWait (no staging
   // memory free now) is applied again with may_wait true on a thread of
   // `waits`, which may wait for staging memory up to the call's deadline;
   // the stream reads on once that ends. The view's data lies in the
@@ -70,11 +70,10 @@ class ChunkReader final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   std::shared_ptr<ChunkReader> self_;
 };
 
-class GatherWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
-                           public Job::GatherSink {
+class GatherWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, public GatherSink {
  public:
   // Fills the sink (through the core's GatherHandler); may wait for a version.
-  using Produce = std::function<absl::Status(Job::GatherSink& sink)>;
+  using Produce = std::function<absl::Status(GatherSink& sink)>;
   // Called once at the end with produce's result and the payload bytes
   // written; returns the call's status.
   using Done = std::function<grpc::Status(const absl::Status& status, uint64_t bytes)>;
@@ -86,7 +85,7 @@ class GatherWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   static GatherWriter* Start(std::string job_id, Produce produce, Done done, WaitPool& waits,
                              StreamCap::Slot slot);
 
-  // Job::GatherSink, on the producing thread.
+  // GatherSink, on the producing thread.
   void* Buffer(size_t bytes) override;
   bool Emit(const ChunkFields& piece) override;
 

@@ -12,9 +12,10 @@
 #include "common/rpc_status.h"
 #include "server/core/answer_deadline.h"
 #include "server/core/auth_token.h"
-#include "server/rpc/call_token.h"
 #include "server/core/checkpoint/checkpoint_writer.h"
 #include "server/core/routing.h"
+#include "server/rpc/call_token.h"
+#include "server/rpc/job_proto.h"
 
 namespace zerostate::server {
 
@@ -118,7 +119,7 @@ grpc::Status StateServiceImpl::RegisterJob(grpc::ServerContext* ctx,
     if (!token.ok()) return token.status();
     auto reg = jobs_.Register(*req, *token);
     if (!reg.ok()) return reg.status();
-    *resp->mutable_info() = reg->job->Info();
+    *resp->mutable_info() = JobInfoOf(*reg->job);
     resp->set_created(reg->created);
     resp->set_token(reg->token);
     resp->set_incarnation(incarnation_);
@@ -140,7 +141,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* StateServiceImpl::InitWeights(
         auto job = pushes_.JobFor(chunk.fields.job_id, *stream.token, chunk.fields.block,
                                   /*serve=*/false, &stream.job);
         if (!job.ok()) return job.status();
-        if (auto s = (*job)->InitWeights(chunk); !s.ok()) return s;
+        if (auto s = (*job)->pushes().InitWeights(chunk); !s.ok()) return s;
         resp.set_chunks_applied(resp.chunks_applied() + 1);
         return absl::OkStatus();
       });
@@ -159,7 +160,7 @@ grpc::ServerReadReactor<grpc::ByteBuffer>* StateServiceImpl::PushGradients(
         if (!push.ok()) return push.status();
         auto outcome = pushes_.Apply(*push, chunk, may_wait);
         if (!outcome.ok()) return outcome.status();
-        if (*outcome == Job::PushOutcome::kApplied) {
+        if (*outcome == PushOutcome::kApplied) {
           resp.set_chunks_applied(resp.chunks_applied() + 1);
         } else {
           resp.set_chunks_duplicate(resp.chunks_duplicate() + 1);
@@ -174,7 +175,7 @@ grpc::Status StateServiceImpl::GradStats(grpc::ServerContext* ctx, const v1::Gra
     auto job = CopyFor(ctx, *req);
     if (!job.ok()) return job.status();
     StepPhaseTimes times;
-    auto stats = (*job)->Stats(req->step(), DeadlineOf(ctx), &times, &pool_);
+    auto stats = (*job)->step().Stats(req->step(), DeadlineOf(ctx), &times, &pool_);
     if (!stats.ok()) return stats.status();
     metrics_.RecordStepPhases(req->job_id(), times);
     resp->set_sum_squares(stats->sum_squares);
@@ -197,8 +198,8 @@ grpc::Status StateServiceImpl::Step(grpc::ServerContext* ctx, const v1::StepRequ
       if (!own.ok()) return own.status();
       replicate = replicator_->For(**job, (*own)->shard_index(), *token);
     }
-    auto out = (*job)->Step(*req, DeadlineOf(ctx), pool_, [ctx] { return ctx->IsCancelled(); },
-                            replicate.get());
+    auto out = (*job)->step().Step(
+        *req, DeadlineOf(ctx), pool_, [ctx] { return ctx->IsCancelled(); }, replicate.get());
     if (!out.ok()) return out.status();
     if (!out->already_applied && !req->ahead()) {
       PublishUsage();
@@ -222,7 +223,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StateServiceImpl::Gather(
   auto req = std::make_shared<v1::GatherRequest>();
   grpc::ByteBuffer copy(*request);  // Deserialize consumes its buffer
   const bool parsed = grpc::SerializationTraits<v1::GatherRequest>::Deserialize(&copy, req.get()).ok();
-  auto produce = [this, ctx, req, parsed](Job::GatherSink& sink) -> absl::Status {
+  auto produce = [this, ctx, req, parsed](GatherSink& sink) -> absl::Status {
     if (!parsed) return absl::InvalidArgumentError("malformed GatherRequest");
     auto token = TokenOf(*ctx);
     if (!token.ok()) return token.status();
@@ -242,9 +243,9 @@ grpc::Status StateServiceImpl::JobStatus(grpc::ServerContext* ctx, const v1::Job
   return Serve("JobStatus", [&](Traffic&) -> absl::Status {
     auto job = CopyFor(ctx, *req);
     if (!job.ok()) return job.status();
-    (*job)->FillStatus(resp);
+    FillJobStatus(**job, resp);
     if (req->trainer_state_version() > 0) {
-      auto state = (*job)->trainer_states().Find(req->trainer_state_version());
+      auto state = (*job)->step().trainer_states().Find(req->trainer_state_version());
       if (state.has_value()) resp->set_trainer_state(*std::move(state));
     }
     resp->set_incarnation(incarnation_);
@@ -304,7 +305,7 @@ grpc::Status StateServiceImpl::Restore(grpc::ServerContext* ctx, const v1::Resto
     if (!token.ok()) return token.status();
     auto reg = jobs_.Restore(*req, *token);
     if (!reg.ok()) return reg.status();
-    *resp->mutable_info() = reg->job->Info();
+    *resp->mutable_info() = JobInfoOf(*reg->job);
     resp->set_token(reg->token);
     resp->set_incarnation(incarnation_);
     metrics_.SetJob(reg->job->spec().job_id(), resp->info().state_bytes(), resp->info().version());

@@ -1,8 +1,8 @@
 // Bytes from the network as a TCP data plane connection's byte stream
 // (common/frame.h): frames parsed one after another as the server reads
 // them, until the first one it refuses; each PUSH's chunk goes to
-// Job::Push of a small job, each GATHER's request to Job::CheckGather and
-// Job::Gather (near deadline). A parsed frame must lie inside the input,
+// JobPushes::Push of a small job, each GATHER's request to JobGathers::CheckGather and
+// JobGathers::Gather (near deadline). A parsed frame must lie inside the input,
 // its payload inside the frame.
 #include "common/frame.h"
 #include "fuzz_util.h"
@@ -21,13 +21,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       __builtin_trap();
     }
     if (f->header.type == FrameType::kPush) {
-      (void)job->Push(FrameChunkView(f->meta.chunk(), f->payload.data(), f->payload.size()));
+      (void)job->pushes().Push(
+          FrameChunkView(f->meta.chunk(), f->payload.data(), f->payload.size()));
     } else if (f->header.type == FrameType::kGather) {
-      auto range = job->CheckGather(f->meta.gather());
+      auto range = job->gathers().CheckGather(f->meta.gather());
       if (range.ok()) {
-        (void)job->Gather(*range, f->meta.gather().min_version(), f->meta.gather().dtype(),
-                          /*max_piece=*/100, absl::Now() + absl::Milliseconds(1),
-                          [](const v1::Chunk&) { return true; });
+        (void)job->gathers().Gather(*range, f->meta.gather().min_version(),
+                                    f->meta.gather().dtype(),
+                                    /*max_piece=*/100, absl::Now() + absl::Milliseconds(1),
+                                    [](const v1::Chunk&) { return true; });
       }
     }
     rest.remove_prefix(f->size);

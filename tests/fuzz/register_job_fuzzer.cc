@@ -4,6 +4,7 @@
 // deleted.
 #include "fuzz_util.h"
 #include "quiet_logs.h"
+#include "server/rpc/job_proto.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace zerostate;
@@ -19,7 +20,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (registry.ram_used() > registry.ram_budget()) __builtin_trap();
   auto again = registry.Register(req, token);
   if (!again.ok() || again->created || again->job != first->job) __builtin_trap();
-  (void)first->job->Info();
+  (void)JobInfoOf(*first->job);
   auto deleted = registry.Delete(req.spec().job_id(), token);
   if (!deleted.ok() || !*deleted || registry.size() != 0) __builtin_trap();
   return 0;

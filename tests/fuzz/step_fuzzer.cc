@@ -22,12 +22,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.set_block(b);
     c.set_dtype(v1::DTYPE_FP32);
     c.set_data(std::string(reinterpret_cast<const char*>(grad.data()), grad.size() * 4));
-    if (!job->Push(c).ok()) __builtin_trap();
+    if (!job->pushes().Push(c).ok()) __builtin_trap();
   }
   absl::Time soon = absl::Now() + absl::Milliseconds(1);
-  auto first = job->Step(req, soon, pool);
+  auto first = job->step().Step(req, soon, pool);
   if (!first.ok()) return 0;
-  auto again = job->Step(req, soon, pool);
+  auto again = job->step().Step(req, soon, pool);
   if (!again.ok() || !again->already_applied || again->version != first->version) {
     __builtin_trap();
   }

@@ -94,14 +94,14 @@ struct Cluster {
         c.set_block(b);
         c.set_dtype(v1::DTYPE_FP32);
         c.set_data(std::string(reinterpret_cast<char*>(g.data()), g.size() * 4));
-        ASSERT_TRUE(j.Push(c).ok());
+        ASSERT_TRUE(j.pushes().Push(c).ok());
       }
       v1::StepRequest req;
       req.set_step(step);
       req.set_lr(0.01f);
       req.set_skip(skip);
       req.set_trainer_state(absl::StrCat("trainer state of version ", step + 1));
-      ASSERT_TRUE(j.Step(req, absl::Now() + absl::Seconds(5), pool).ok());
+      ASSERT_TRUE(j.step().Step(req, absl::Now() + absl::Seconds(5), pool).ok());
     }
   }
   // The fp32 master weights of the whole job, gathered shard by shard.
@@ -111,12 +111,12 @@ struct Cluster {
       v1::GatherRequest req;
       req.set_dtype(v1::DTYPE_FP32);
       Job& j = job(i);
-      auto s = j.Gather(*j.CheckGather(req), version, v1::DTYPE_FP32, 1000,
-                        absl::Now() + absl::Seconds(5), [&](const v1::Chunk& c) {
-                          auto* f = reinterpret_cast<const float*>(c.data().data());
-                          out.insert(out.end(), f, f + c.data().size() / 4);
-                          return true;
-                        });
+      auto s = j.gathers().Gather(*j.gathers().CheckGather(req), version, v1::DTYPE_FP32, 1000,
+                                  absl::Now() + absl::Seconds(5), [&](const v1::Chunk& c) {
+                                    auto* f = reinterpret_cast<const float*>(c.data().data());
+                                    out.insert(out.end(), f, f + c.data().size() / 4);
+                                    return true;
+                                  });
       EXPECT_TRUE(s.ok()) << s;
     }
     return out;
@@ -225,7 +225,7 @@ TEST_F(CheckpointTest, RestoresOntoAnyServerCountWithBitIdenticalContinuation) {
 
     Cluster b(to);
     ASSERT_TRUE(b.Restore(dir).ok());
-    EXPECT_EQ(b.job(0).Info().version(), 2u);
+    EXPECT_EQ(b.job(0).shard().Progress().min_version, 2u);
     EXPECT_EQ(b.Weights(2), a.Weights(2)) << from << " -> " << to;
     a.Step(2);
     b.Step(2);  // Adam's moments and step count came back too
@@ -237,7 +237,7 @@ TEST_F(CheckpointTest, TakenWhileTrainingGoesOn) {
   Cluster a(1);
   a.Register();
   a.Step(0);
-  auto guard = a.job(0).BeginCheckpoint(2);  // copy-on-write from here on
+  auto guard = a.job(0).snapshots().BeginCheckpoint(2);  // copy-on-write from here on
   ASSERT_TRUE(guard.ok()) << guard.status();
   absl::StatusOr<CheckpointWritten> written;
   std::thread writer([&] {
@@ -266,7 +266,7 @@ TEST_F(CheckpointTest, WrittenWhileAStepIsBetweenComputeAndCommit) {
   a.Step(0);
   a.Step(1);
   std::vector<float> at2 = a.Weights(2);
-  auto guard = a.job(0).BeginCheckpoint(2);
+  auto guard = a.job(0).snapshots().BeginCheckpoint(2);
   ASSERT_TRUE(guard.ok()) << guard.status();
   absl::StatusOr<CheckpointWritten> written;
   std::once_flag once;
@@ -326,11 +326,11 @@ TEST_F(CheckpointTest, GatherBetweenComputeAndCommitServesTheVersionItNames) {
       v1::GatherRequest req;
       req.set_dtype(dtype);
       Job& j = a.job(0);
-      return j.Gather(*j.CheckGather(req), min_version, dtype, 1000,
-                      absl::Now() + absl::Seconds(10), [out](const v1::Chunk& c) {
-                        out->push_back(c);
-                        return true;
-                      });
+      return j.gathers().Gather(*j.gathers().CheckGather(req), min_version, dtype, 1000,
+                                absl::Now() + absl::Seconds(10), [out](const v1::Chunk& c) {
+                                  out->push_back(c);
+                                  return true;
+                                });
     };
     std::vector<v1::Chunk> at2;
     ASSERT_TRUE(gather_all(2, &at2).ok());
@@ -378,7 +378,7 @@ class BadCheckpointTest : public CheckpointTest {
   // The restore fails with `code` naming `needle`, and the target keeps its job.
   void ExpectRefused(absl::StatusCode code, const std::string& needle) {
     ExpectError(target_->Restore(dir_), code, needle);
-    EXPECT_EQ(target_->job(0).Info().version(), 0u);
+    EXPECT_EQ(target_->job(0).shard().Progress().min_version, 0u);
     EXPECT_EQ(target_->Weights(0), before_);
   }
   void EditManifest(const std::function<void(v1::ShardManifest&)>& edit) {
@@ -403,7 +403,8 @@ TEST_F(CheckpointTest, RestoredJobKeepsTheTrainerStateOfItsVersion) {
   Cluster b(3);
   ASSERT_TRUE(b.Restore(dir).ok());
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(b.job(i).trainer_states().Find(2), "trainer state of version 2") << "server " << i;
+    EXPECT_EQ(b.job(i).step().trainer_states().Find(2), "trainer state of version 2")
+        << "server " << i;
   }
 }
 

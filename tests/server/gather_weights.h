@@ -1,4 +1,4 @@
-// Test helper: a job shard's fp32 master weights, read through Job::Gather
+// Test helper: a job shard's fp32 master weights, read through JobGathers::Gather
 // as the service reads them.
 #pragma once
 
@@ -17,12 +17,12 @@ inline std::vector<float> GatherWeights(Job& job, uint64_t min_version) {
   std::vector<float> out;
   v1::GatherRequest req;
   req.set_dtype(v1::DTYPE_FP32);
-  auto s = job.Gather(*job.CheckGather(req), min_version, v1::DTYPE_FP32, 100,
-                      absl::Now() + absl::Seconds(5), [&](const v1::Chunk& c) {
-                        const float* f = reinterpret_cast<const float*>(c.data().data());
-                        out.insert(out.end(), f, f + c.data().size() / 4);
-                        return true;
-                      });
+  auto s = job.gathers().Gather(*job.gathers().CheckGather(req), min_version, v1::DTYPE_FP32, 100,
+                                absl::Now() + absl::Seconds(5), [&](const v1::Chunk& c) {
+                                  const float* f = reinterpret_cast<const float*>(c.data().data());
+                                  out.insert(out.end(), f, f + c.data().size() / 4);
+                                  return true;
+                                });
   EXPECT_TRUE(s.ok()) << s;
   return out;
 }

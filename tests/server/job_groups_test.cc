@@ -77,13 +77,13 @@ void PushAndStep(Job& job, uint64_t step, const std::vector<float>& g, ThreadPoo
     c.set_block(b);
     c.set_dtype(v1::DTYPE_FP32);
     c.set_data(std::string(reinterpret_cast<const char*>(g.data() + b * kBlock), kBlock * 4));
-    ASSERT_TRUE(job.Push(c).ok());
+    ASSERT_TRUE(job.pushes().Push(c).ok());
   }
   v1::StepRequest req;
   req.set_job_id("job");
   req.set_step(step);
   req.set_lr(kLr);
-  ASSERT_TRUE(job.Step(req, absl::Now() + absl::Seconds(5), pool).ok());
+  ASSERT_TRUE(job.step().Step(req, absl::Now() + absl::Seconds(5), pool).ok());
 }
 
 std::vector<float> Gradient(const Layout& layout, uint64_t step) {

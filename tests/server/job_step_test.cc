@@ -81,7 +81,7 @@ class JobStepTest : public ::testing::Test {
     c.set_block(block);
     c.set_dtype(v1::DTYPE_FP32);
     c.set_data(std::string(reinterpret_cast<const char*>(g.data() + block * kBlock), kBlock * 4));
-    auto r = job.Push(c);
+    auto r = job.pushes().Push(c);
     ASSERT_TRUE(r.ok()) << r.status();
   }
 
@@ -94,11 +94,7 @@ class JobStepTest : public ::testing::Test {
     }
   }
 
-  static uint64_t Speculated(const Job& job) {
-    v1::JobStatusResponse status;
-    job.FillStatus(&status);
-    return status.blocks_speculated();
-  }
+  static uint64_t Speculated(const Job& job) { return job.shard().Progress().blocks_speculated; }
 
   // Until `n` blocks are stepped speculatively (the pool's tasks run them).
   void AwaitSpeculated(uint64_t n) {
@@ -106,18 +102,18 @@ class JobStepTest : public ::testing::Test {
   }
 
   absl::StatusOr<StepOutcome> DoStep(Job& job, const v1::StepRequest& req) {
-    return job.Step(req, absl::Now() + absl::Seconds(10), pool_);
+    return job.step().Step(req, absl::Now() + absl::Seconds(10), pool_);
   }
 
   // The whole state (weights and moments) at `version`, as a checkpoint reads it.
   static std::vector<float> State(Job& job, uint64_t version) {
-    auto guard = job.BeginCheckpoint(version);
+    auto guard = job.snapshots().BeginCheckpoint(version);
     EXPECT_TRUE(guard.ok()) << guard.status();
-    const size_t floats = job.tier_shape().block_floats();
+    const size_t floats = job.shard().tier_shape().block_floats();
     std::vector<float> out(floats * job.blocks().size());
     for (uint64_t b = 0; b < job.blocks().size(); ++b) {
-      absl::Status s =
-          job.SnapshotBlock(b, version, absl::Now() + absl::Seconds(10), out.data() + b * floats);
+      absl::Status s = job.snapshots().SnapshotBlock(b, version, absl::Now() + absl::Seconds(10),
+                                                     out.data() + b * floats);
       EXPECT_TRUE(s.ok()) << s;
     }
     return out;
@@ -128,20 +124,20 @@ class JobStepTest : public ::testing::Test {
     std::vector<uint16_t> out;
     v1::GatherRequest req;
     req.set_dtype(v1::DTYPE_BF16);
-    absl::Status s = job.Gather(*job.CheckGather(req), version, v1::DTYPE_BF16, 1000,
-                                absl::Now() + absl::Seconds(10), [&](const v1::Chunk& c) {
-                                  const auto* p =
-                                      reinterpret_cast<const uint16_t*>(c.data().data());
-                                  out.insert(out.end(), p, p + c.data().size() / 2);
-                                  return true;
-                                });
+    absl::Status s =
+        job.gathers().Gather(*job.gathers().CheckGather(req), version, v1::DTYPE_BF16, 1000,
+                             absl::Now() + absl::Seconds(10), [&](const v1::Chunk& c) {
+                               const auto* p = reinterpret_cast<const uint16_t*>(c.data().data());
+                               out.insert(out.end(), p, p + c.data().size() / 2);
+                               return true;
+                             });
     EXPECT_TRUE(s.ok()) << s;
     return out;
   }
 
   void ExpectSameAt(uint64_t version) {
-    EXPECT_EQ(plain_->Info().version(), version);
-    EXPECT_EQ(spec_->Info().version(), version);
+    EXPECT_EQ(plain_->shard().Progress().min_version, version);
+    EXPECT_EQ(spec_->shard().Progress().min_version, version);
     const auto want = State(*plain_, version), got = State(*spec_, version);
     ASSERT_EQ(got.size(), want.size());
     EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "state at " << version;
@@ -159,7 +155,7 @@ TEST_F(JobStepTest, ConfirmedSpeculationIsTheCommittedPlainStep) {
     PushNode(step % 2 == 0 ? 1 : 0, step);  // node order varies
     PushNode(step % 2 == 0 ? 0 : 1, step);
     AwaitSpeculated(blocks());
-    EXPECT_EQ(spec_->Info().version(), step);  // nothing committed before the Step
+    EXPECT_EQ(spec_->shard().Progress().min_version, step);  // nothing committed before the Step
     ASSERT_TRUE(DoStep(*plain_, StepReq(step, 1e-2f, 0.5f)).ok());
     auto out = DoStep(*spec_, StepReq(step, 1e-2f, 0.5f));
     ASSERT_TRUE(out.ok()) << out.status();
@@ -212,7 +208,7 @@ TEST_F(JobStepTest, ASkipRestoresTheKeptStateAndTheCountOfAppliedSteps) {
     EXPECT_EQ(out->blocks_redone, step == 1 ? blocks() : 0u);
     ExpectSameAt(step + 1);
   }
-  EXPECT_EQ(spec_->AppliedStepsBefore(3), 2u);
+  EXPECT_EQ(spec_->step().applied_steps().Before(3), 2u);
 }
 
 TEST_F(JobStepTest, ACancelledStepLeavesTheSpeculationForItsRetry) {
@@ -220,15 +216,15 @@ TEST_F(JobStepTest, ACancelledStepLeavesTheSpeculationForItsRetry) {
   PushNode(0, 0);
   PushNode(1, 0);
   AwaitSpeculated(blocks());
-  auto cancelled = spec_->Step(StepReq(0, 1e-2f, 0.5f), absl::Now() + absl::Seconds(10), pool_,
-                               [] { return true; });
+  auto cancelled = spec_->step().Step(StepReq(0, 1e-2f, 0.5f), absl::Now() + absl::Seconds(10),
+                                      pool_, [] { return true; });
   EXPECT_EQ(cancelled.status().code(), absl::StatusCode::kCancelled) << cancelled.status();
-  EXPECT_EQ(spec_->Info().version(), 0u);
+  EXPECT_EQ(spec_->shard().Progress().min_version, 0u);
   EXPECT_EQ(Speculated(*spec_), blocks());
   // A Step past its deadline as it decides: not applied either.
-  auto late = spec_->Step(StepReq(0, 1e-2f, 0.5f), absl::Now() - absl::Seconds(1), pool_);
+  auto late = spec_->step().Step(StepReq(0, 1e-2f, 0.5f), absl::Now() - absl::Seconds(1), pool_);
   EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded) << late.status();
-  EXPECT_EQ(spec_->Info().version(), 0u);
+  EXPECT_EQ(spec_->shard().Progress().min_version, 0u);
   // The coordinator's retry, and a retry of that after its answer was lost.
   ASSERT_TRUE(DoStep(*plain_, StepReq(0, 1e-2f, 0.5f)).ok());
   auto out = DoStep(*spec_, StepReq(0, 1e-2f, 0.5f));
@@ -277,26 +273,28 @@ TEST_F(JobStepTest, GathersAndCheckpointsNeverSeeASpeculatedState) {
   // A gather of version 1 waits for the Step rather than see its speculation.
   v1::GatherRequest req;
   req.set_dtype(v1::DTYPE_FP32);
-  absl::Status gathered =
-      spec_->Gather(*spec_->CheckGather(req), 1, v1::DTYPE_FP32, 1000,
-                    absl::Now() + absl::Milliseconds(50), [](const v1::Chunk&) { return true; });
+  absl::Status gathered = spec_->gathers().Gather(
+      *spec_->gathers().CheckGather(req), 1, v1::DTYPE_FP32, 1000,
+      absl::Now() + absl::Milliseconds(50), [](const v1::Chunk&) { return true; });
   EXPECT_EQ(gathered.code(), absl::StatusCode::kDeadlineExceeded) << gathered;
   EXPECT_NE(gathered.message().find("a step in progress"), std::string::npos) << gathered;
   // A checkpoint of version 1 begun now reads the kept state, during and
   // after the Step.
-  auto guard = spec_->BeginCheckpoint(1);
+  auto guard = spec_->snapshots().BeginCheckpoint(1);
   ASSERT_TRUE(guard.ok()) << guard.status();
-  const size_t floats = spec_->tier_shape().block_floats();
+  const size_t floats = spec_->shard().tier_shape().block_floats();
   std::vector<float> got(floats * blocks());
-  ASSERT_TRUE(spec_->SnapshotBlock(0, 1, absl::Now() + absl::Seconds(5), got.data()).ok());
+  ASSERT_TRUE(
+      spec_->snapshots().SnapshotBlock(0, 1, absl::Now() + absl::Seconds(5), got.data()).ok());
   ASSERT_TRUE(DoStep(*plain_, StepReq(1, 1e-2f, 0.25f)).ok());
   // Clipped: every block redone, its kept state handed to the checkpoint.
   auto out = DoStep(*spec_, StepReq(1, 1e-2f, 0.25f));
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->blocks_redone, blocks());
   for (uint64_t b = 1; b < blocks(); ++b) {
-    ASSERT_TRUE(
-        spec_->SnapshotBlock(b, 1, absl::Now() + absl::Seconds(5), got.data() + b * floats).ok());
+    ASSERT_TRUE(spec_->snapshots()
+                    .SnapshotBlock(b, 1, absl::Now() + absl::Seconds(5), got.data() + b * floats)
+                    .ok());
   }
   guard->reset();
   EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0);

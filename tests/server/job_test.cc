@@ -82,20 +82,20 @@ class JobTest : public ::testing::Test {
   void PushAll(uint32_t node, uint64_t step, const std::vector<float>& g) {
     for (uint64_t b = 0; b < job_->layout().num_blocks(); ++b) {
       std::vector<float> piece(g.begin() + b * kBlock, g.begin() + (b + 1) * kBlock);
-      auto r = job_->Push(GradChunk(step, node, b, 0, piece));
+      auto r = job_->pushes().Push(GradChunk(step, node, b, 0, piece));
       ASSERT_TRUE(r.ok()) << r.status();
     }
   }
 
   std::vector<float> Weights(uint64_t min_version = 0) { return GatherWeights(*job_, min_version); }
 
-  absl::StatusOr<Job::StepOutcome> DoStep(uint64_t step, absl::Duration wait = absl::Seconds(5)) {
+  absl::StatusOr<StepOutcome> DoStep(uint64_t step, absl::Duration wait = absl::Seconds(5)) {
     v1::StepRequest req;
     req.set_job_id("job");
     req.set_step(step);
     req.set_lr(1e-2f);
     req.set_grad_scale(0.5f);
-    return job_->Step(req, absl::Now() + wait, pool_);
+    return job_->step().Step(req, absl::Now() + wait, pool_);
   }
 
   // What DoStep does to `param`, `m` and `v` with the summed gradient
@@ -138,7 +138,7 @@ TEST_F(JobTest, StepMatchesTheKernelOnTheNodeOrderedSum) {
   auto g0 = Grad(0, 0), g1 = Grad(1, 0);
   PushAll(1, 0, g1);  // node 1 first: the server must still sum g0 + g1
   PushAll(0, 0, g0);
-  auto stats = job_->Stats(0, absl::Now() + absl::Seconds(5));
+  auto stats = job_->step().Stats(0, absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(stats.ok()) << stats.status();
   double ss = 0;
   std::vector<float> sum(g0.size());
@@ -165,7 +165,7 @@ TEST_F(JobTest, RetriedPushesAndStepsApplyOnce) {
   auto g = Grad(0, 0);
   PushAll(0, 0, g);
   std::vector<float> piece(g.begin(), g.begin() + kBlock);
-  EXPECT_EQ(*job_->Push(GradChunk(0, 0, 0, 0, piece)), Job::PushOutcome::kDuplicate);
+  EXPECT_EQ(*job_->pushes().Push(GradChunk(0, 0, 0, 0, piece)), PushOutcome::kDuplicate);
   PushAll(1, 0, g);
   ASSERT_TRUE(DoStep(0).ok());
   auto w1 = Weights(1);
@@ -173,9 +173,9 @@ TEST_F(JobTest, RetriedPushesAndStepsApplyOnce) {
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->already_applied);
   // A late retry of a push for the applied step is acknowledged and ignored.
-  EXPECT_EQ(*job_->Push(GradChunk(0, 1, 0, 0, piece)), Job::PushOutcome::kDuplicate);
+  EXPECT_EQ(*job_->pushes().Push(GradChunk(0, 1, 0, 0, piece)), PushOutcome::kDuplicate);
   EXPECT_EQ(Weights(1), w1);
-  EXPECT_EQ(job_->Info().version(), 1u);
+  EXPECT_EQ(job_->shard().Progress().min_version, 1u);
 }
 
 // A push that overlaps node 0's payload still arriving in place (a retry
@@ -186,35 +186,35 @@ TEST_F(JobTest, PushRacingAnInPlaceReceiveWaitsForIt) {
   auto g = Grad(0, 0);
   // Claims block `block`'s piece of node 0, races a push of it, then
   // commits the claim or gives it back; returns what the racing push got.
-  auto race = [&](uint64_t block, bool commit) -> absl::StatusOr<Job::PushOutcome> {
+  auto race = [&](uint64_t block, bool commit) -> absl::StatusOr<PushOutcome> {
     std::vector<float> piece(g.begin() + block * kBlock, g.begin() + (block + 1) * kBlock);
     const v1::Chunk chunk = GradChunk(0, 0, block, 0, piece);
-    Job::PushClaim claim = job_->ClaimPush(ViewOf(chunk).fields, kBlock * 4);
+    PushClaim claim = job_->pushes().ClaimPush(ViewOf(chunk).fields, kBlock * 4);
     EXPECT_NE(claim.data(), nullptr);
     if (claim.data() == nullptr) return absl::InternalError("no claim");
-    auto at_once = job_->Push(chunk);
+    auto at_once = job_->pushes().Push(chunk);
     EXPECT_EQ(at_once.status().code(), absl::StatusCode::kUnavailable) << at_once.status();
-    absl::StatusOr<Job::PushOutcome> raced = absl::UnknownError("not run");
-    std::thread retry([&] { raced = job_->Push(chunk, absl::Now() + absl::Seconds(10)); });
+    absl::StatusOr<PushOutcome> raced = absl::UnknownError("not run");
+    std::thread retry([&] { raced = job_->pushes().Push(chunk, absl::Now() + absl::Seconds(10)); });
     if (commit) {
       std::memcpy(claim.data(), piece.data(), kBlock * 4);
       EXPECT_TRUE(claim.Commit().ok());
     } else {
-      claim = Job::PushClaim();  // the payload never arrived whole
+      claim = PushClaim();  // the payload never arrived whole
     }
     retry.join();
     return raced;
   };
   auto committed = race(0, true);
   ASSERT_TRUE(committed.ok()) << committed.status();
-  EXPECT_EQ(*committed, Job::PushOutcome::kDuplicate);
+  EXPECT_EQ(*committed, PushOutcome::kDuplicate);
   auto given_back = race(1, false);
   ASSERT_TRUE(given_back.ok()) << given_back.status();
-  EXPECT_EQ(*given_back, Job::PushOutcome::kApplied);
+  EXPECT_EQ(*given_back, PushOutcome::kApplied);
   // Both pieces are in once: the rest of the step completes it as usual.
   for (uint64_t b = 2; b < job_->layout().num_blocks(); ++b) {
     std::vector<float> piece(g.begin() + b * kBlock, g.begin() + (b + 1) * kBlock);
-    ASSERT_TRUE(job_->Push(GradChunk(0, 0, b, 0, piece)).ok());
+    ASSERT_TRUE(job_->pushes().Push(GradChunk(0, 0, b, 0, piece)).ok());
   }
   PushAll(1, 0, Grad(1, 0));
   EXPECT_TRUE(DoStep(0).ok());
@@ -231,7 +231,8 @@ TEST_F(JobTest, TensorsPushedWithoutTheirPaddingCompleteTheStep) {
       const uint64_t block = at / kBlock;
       const uint64_t end = std::min(t.offset + t.numel, (block + 1) * kBlock);
       std::vector<float> piece(g0.begin() + at, g0.begin() + end);
-      auto r = job_->Push(GradChunk(0, 0, block, static_cast<uint32_t>(at % kBlock), piece));
+      auto r =
+          job_->pushes().Push(GradChunk(0, 0, block, static_cast<uint32_t>(at % kBlock), piece));
       ASSERT_TRUE(r.ok()) << r.status();
       at = end;
     }
@@ -259,15 +260,15 @@ TEST_F(JobTest, StatsAreThePerBlockKernelAddedInBlockOrder) {
     return std::vector<float>(g.begin() + b * kBlock, g.begin() + (b + 1) * kBlock);
   };
   const v1::Chunk first = GradChunk(0, 0, 0, 0, piece(g0, 0));
-  Job::PushClaim claim = job_->ClaimPush(ViewOf(first).fields, kBlock * 4);
+  PushClaim claim = job_->pushes().ClaimPush(ViewOf(first).fields, kBlock * 4);
   ASSERT_NE(claim.data(), nullptr);
   std::memcpy(claim.data(), first.data().data(), kBlock * 4);
   ASSERT_TRUE(claim.Commit().ok());
-  ASSERT_TRUE(job_->Push(GradChunk(0, 1, 0, 0, piece(g1, 0))).ok());
+  ASSERT_TRUE(job_->pushes().Push(GradChunk(0, 1, 0, 0, piece(g1, 0))).ok());
   for (uint64_t b = 1; b < blocks; ++b) {
     const uint32_t early = b % 2;  // odd blocks: node 1 early, folded when node 0 completes
-    ASSERT_TRUE(job_->Push(GradChunk(0, early, b, 0, piece(early ? g1 : g0, b))).ok());
-    ASSERT_TRUE(job_->Push(GradChunk(0, 1 - early, b, 0, piece(early ? g0 : g1, b))).ok());
+    ASSERT_TRUE(job_->pushes().Push(GradChunk(0, early, b, 0, piece(early ? g1 : g0, b))).ok());
+    ASSERT_TRUE(job_->pushes().Push(GradChunk(0, 1 - early, b, 0, piece(early ? g0 : g1, b))).ok());
   }
   AlignedBuffer<float> sum(blocks * kBlock);
   for (size_t i = 0; i < g0.size(); ++i) sum.data()[i] = g0[i] + g1[i];
@@ -278,13 +279,13 @@ TEST_F(JobTest, StatsAreThePerBlockKernelAddedInBlockOrder) {
     expected.sum_squares += part.sum_squares;
     expected.nonfinite += part.nonfinite;
   }
-  auto stats = job_->Stats(0, absl::Now() + absl::Seconds(5));
+  auto stats = job_->step().Stats(0, absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->sum_squares, expected.sum_squares);
   EXPECT_EQ(stats->nonfinite, expected.nonfinite);
   // Asked again after the step, the same.
   ASSERT_TRUE(DoStep(0).ok());
-  auto again = job_->Stats(0, absl::Now() + absl::Seconds(5));
+  auto again = job_->step().Stats(0, absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->sum_squares, expected.sum_squares);
 }
@@ -328,7 +329,7 @@ TEST(JobStreamedSumTest, StatsAreTheSameAndKeptPastTheCommit) {
       c.set_block(b);
       c.set_dtype(v1::DTYPE_BF16);
       c.set_data(std::string(reinterpret_cast<const char*>(wire.data() + b * kBig), kBig * 2));
-      auto pushed = job.Push(c);
+      auto pushed = job.pushes().Push(c);
       ASSERT_TRUE(pushed.ok()) << pushed.status();
       const uint64_t n = std::min<uint64_t>(kBig, job.layout().used_elems - b * kBig);
       const GradStats part = ComputeGradStats(g.data() + b * kBig, n);
@@ -336,7 +337,7 @@ TEST(JobStreamedSumTest, StatsAreTheSameAndKeptPastTheCommit) {
       expected.nonfinite += part.nonfinite;
     }
     if (step == 0) {  // asked before the step (computed on the pool); step 1: first after it
-      auto stats = job.Stats(step, absl::Now() + absl::Seconds(5), nullptr, &pool);
+      auto stats = job.step().Stats(step, absl::Now() + absl::Seconds(5), nullptr, &pool);
       ASSERT_TRUE(stats.ok()) << stats.status();
       EXPECT_EQ(stats->sum_squares, expected.sum_squares);
     }
@@ -345,9 +346,9 @@ TEST(JobStreamedSumTest, StatsAreTheSameAndKeptPastTheCommit) {
     step_req.set_step(step);
     step_req.set_lr(1e-2f);
     step_req.set_grad_scale(1.0f);
-    auto out = job.Step(step_req, absl::Now() + absl::Seconds(5), pool);
+    auto out = job.step().Step(step_req, absl::Now() + absl::Seconds(5), pool);
     ASSERT_TRUE(out.ok()) << out.status();
-    auto after = job.Stats(step, absl::Now() + absl::Seconds(5));
+    auto after = job.step().Stats(step, absl::Now() + absl::Seconds(5));
     ASSERT_TRUE(after.ok()) << "step " << step << ": " << after.status();
     EXPECT_EQ(after->sum_squares, expected.sum_squares) << "step " << step;
     EXPECT_EQ(after->nonfinite, 0u);
@@ -371,13 +372,13 @@ TEST_F(JobTest, StatsAndStepReportTheirPhases) {
   PushAll(0, 0, Grad(0, 0));
   PushAll(1, 0, Grad(1, 0));
   StepPhaseTimes stats_times;
-  ASSERT_TRUE(job_->Stats(0, absl::Now() + absl::Seconds(5), &stats_times).ok());
+  ASSERT_TRUE(job_->step().Stats(0, absl::Now() + absl::Seconds(5), &stats_times).ok());
   EXPECT_EQ(phases(stats_times), (Names{"wait_gradients", "grad_stats"}));
   auto out = DoStep(0);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(phases(out->times), (Names{"wait_gradients", "optimizer", "commit"}));
 
-  auto guard = job_->BeginCheckpoint(1);  // step 1 saves every block first
+  auto guard = job_->snapshots().BeginCheckpoint(1);  // step 1 saves every block first
   ASSERT_TRUE(guard.ok()) << guard.status();
   PushAll(0, 1, Grad(0, 1));
   PushAll(1, 1, Grad(1, 1));
@@ -394,10 +395,10 @@ TEST_F(JobTest, SkippedStepAdvancesVersionOnly) {
   v1::StepRequest req;
   req.set_step(0);
   req.set_skip(true);
-  auto out = job_->Step(req, absl::Now() + absl::Seconds(5), pool_);
+  auto out = job_->step().Step(req, absl::Now() + absl::Seconds(5), pool_);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(Weights(1), w0);
-  EXPECT_EQ(job_->Info().version(), 1u);
+  EXPECT_EQ(job_->shard().Progress().min_version, 1u);
 }
 
 void ExpectError(const absl::Status& s, absl::StatusCode code, const std::string& needle) {
@@ -422,7 +423,7 @@ TEST_F(JobTest, SkippedStepsDoNotCountTowardsBiasCorrection) {
     req.set_lr(1e-2f);
     req.set_grad_scale(0.5f);
     req.set_skip(skip);
-    auto out = job_->Step(req, absl::Now() + absl::Seconds(5), pool_);
+    auto out = job_->step().Step(req, absl::Now() + absl::Seconds(5), pool_);
     ASSERT_TRUE(out.ok()) << out.status();
     if (!skip) ReferenceStep(Sum(g0, g1), ++applied, expected, m, v);
   }
@@ -444,7 +445,7 @@ TEST_F(JobTest, ACancelledStepIsNeverAppliedWhereverItsWaitWas) {
   auto g0 = Grad(0, 0), g1 = Grad(1, 0);
   auto push0 = [&](uint64_t b) {
     std::vector<float> piece(g0.begin() + b * kBlock, g0.begin() + (b + 1) * kBlock);
-    EXPECT_TRUE(job_->Push(GradChunk(0, 0, b, 0, piece)).ok());
+    EXPECT_TRUE(job_->pushes().Push(GradChunk(0, 0, b, 0, piece)).ok());
   };
   for (uint64_t i = 1; i <= blocks + 1; ++i) {
     SCOPED_TRACE(testing::Message() << "cancelled at question " << i);
@@ -461,11 +462,11 @@ TEST_F(JobTest, ACancelledStepIsNeverAppliedWhereverItsWaitWas) {
     v1::StepRequest abandoned;
     abandoned.set_step(0);
     abandoned.set_lr(0.5f);
-    auto out = job_->Step(abandoned, absl::Now() + absl::Seconds(60), pool_, cancelled);
+    auto out = job_->step().Step(abandoned, absl::Now() + absl::Seconds(60), pool_, cancelled);
     ExpectError(out.status(), absl::StatusCode::kCancelled, "cancelled by the caller");
     EXPECT_EQ(asked, i);
     while (pushed < blocks) push0(pushed++);
-    EXPECT_EQ(job_->Info().version(), 0u);
+    EXPECT_EQ(job_->shard().Progress().min_version, 0u);
     EXPECT_EQ(Weights(), w0);
     auto next = DoStep(0);
     ASSERT_TRUE(next.ok()) << next.status();
@@ -485,12 +486,12 @@ TEST_F(JobTest, AStepPastItsDeadlineAtTheDecisionIsNotApplied) {
   v1::StepRequest req;
   req.set_step(0);
   req.set_lr(1e-2f);
-  ExpectError(job_->Step(req, absl::Now() - absl::Milliseconds(1), pool_).status(),
+  ExpectError(job_->step().Step(req, absl::Now() - absl::Milliseconds(1), pool_).status(),
               absl::StatusCode::kDeadlineExceeded, "before it was applied; nothing changed");
-  EXPECT_EQ(job_->Info().version(), 0u);
+  EXPECT_EQ(job_->shard().Progress().min_version, 0u);
   ASSERT_TRUE(DoStep(0).ok());
   // A retry of an applied step is answered whatever its deadline.
-  auto again = job_->Step(req, absl::Now() - absl::Milliseconds(1), pool_);
+  auto again = job_->step().Step(req, absl::Now() - absl::Milliseconds(1), pool_);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(again->already_applied);
 }
@@ -499,24 +500,23 @@ TEST_F(JobTest, BadPushesAreRefusedAndChangeNothing) {
   auto before = Weights();
   std::vector<float> piece(kBlock, 1.0f);
   uint64_t nb = job_->layout().num_blocks();
-  ExpectError(job_->Push(GradChunk(0, 0, nb, 0, piece)).status(),
+  ExpectError(job_->pushes().Push(GradChunk(0, 0, nb, 0, piece)).status(),
               absl::StatusCode::kInvalidArgument, "block");
-  ExpectError(job_->Push(GradChunk(0, 0, 0, 10, piece)).status(),
+  ExpectError(job_->pushes().Push(GradChunk(0, 0, 0, 10, piece)).status(),
               absl::StatusCode::kInvalidArgument, "offset");
-  ExpectError(job_->Push(GradChunk(0, 2, 0, 0, piece)).status(),
+  ExpectError(job_->pushes().Push(GradChunk(0, 2, 0, 0, piece)).status(),
               absl::StatusCode::kInvalidArgument, "node");
-  ExpectError(job_->Push(GradChunk(1, 0, 0, 0, piece)).status(),
+  ExpectError(job_->pushes().Push(GradChunk(1, 0, 0, 0, piece)).status(),
               absl::StatusCode::kFailedPrecondition, "too far ahead");
   auto bad_len = GradChunk(0, 0, 0, 0, piece);
   bad_len.mutable_data()->resize(7);
-  ExpectError(job_->Push(bad_len).status(), absl::StatusCode::kInvalidArgument, "length");
+  ExpectError(job_->pushes().Push(bad_len).status(), absl::StatusCode::kInvalidArgument, "length");
   auto bf16 = GradChunk(0, 0, 0, 0, piece);
   bf16.set_dtype(v1::DTYPE_BF16);
-  ExpectError(job_->Push(bf16).status(), absl::StatusCode::kInvalidArgument, "dtype");
-  v1::JobStatusResponse status;
-  job_->FillStatus(&status);
-  EXPECT_EQ(status.blocks_waiting(), nb);
-  EXPECT_EQ(status.max_version(), 0u);
+  ExpectError(job_->pushes().Push(bf16).status(), absl::StatusCode::kInvalidArgument, "dtype");
+  const ShardProgress progress = job_->shard().Progress();
+  EXPECT_EQ(progress.blocks_waiting, nb);
+  EXPECT_EQ(progress.max_version, 0u);
   EXPECT_EQ(Weights(), before);
 }
 
@@ -535,34 +535,37 @@ TEST_F(JobTest, StepsOutsideTheWindowAreRefused) {
   ASSERT_TRUE(DoStep(1).ok());
   auto w2 = Weights(2);
   ExpectError(DoStep(0).status(), absl::StatusCode::kFailedPrecondition, "from the past");
-  ExpectError(job_->Stats(0, absl::Now()).status(), absl::StatusCode::kFailedPrecondition,
+  ExpectError(job_->step().Stats(0, absl::Now()).status(), absl::StatusCode::kFailedPrecondition,
               "from the past");
   v1::StepRequest bad_lr;
   bad_lr.set_step(2);
   bad_lr.set_lr(std::nanf(""));
-  ExpectError(job_->Step(bad_lr, absl::Now(), pool_).status(), absl::StatusCode::kInvalidArgument,
-              "lr");
+  ExpectError(job_->step().Step(bad_lr, absl::Now(), pool_).status(),
+              absl::StatusCode::kInvalidArgument, "lr");
   EXPECT_EQ(Weights(2), w2);
 }
 
 TEST_F(JobTest, GatherOfAVersionThatNeverComesTimesOut) {
   v1::GatherRequest req;
   req.set_dtype(v1::DTYPE_FP32);
-  auto s = job_->Gather(*job_->CheckGather(req), 3, v1::DTYPE_FP32, 100,
-                        absl::Now() + absl::Milliseconds(50), [](const v1::Chunk&) { return true; });
+  auto s = job_->gathers().Gather(*job_->gathers().CheckGather(req), 3, v1::DTYPE_FP32, 100,
+                                  absl::Now() + absl::Milliseconds(50),
+                                  [](const v1::Chunk&) { return true; });
   ExpectError(s, absl::StatusCode::kDeadlineExceeded, "version 3");
   req.set_dtype(v1::DTYPE_BF16);
-  ExpectError(job_->CheckGather(req).status(), absl::StatusCode::kInvalidArgument, "dtype");
+  ExpectError(job_->gathers().CheckGather(req).status(), absl::StatusCode::kInvalidArgument,
+              "dtype");
   req.set_dtype(v1::DTYPE_FP32);
   req.set_begin(0);
   req.set_end(job_->layout().total_elems + 1);
-  ExpectError(job_->CheckGather(req).status(), absl::StatusCode::kInvalidArgument, "range");
+  ExpectError(job_->gathers().CheckGather(req).status(), absl::StatusCode::kInvalidArgument,
+              "range");
 }
 
 TEST_F(JobTest, ShutdownWakesWaitersWithUnavailable) {
   std::thread t([&] {
     absl::SleepFor(absl::Milliseconds(50));
-    job_->Shutdown();
+    job_->shard().Shutdown();
   });
   ExpectError(DoStep(0, absl::Seconds(30)).status(), absl::StatusCode::kUnavailable,
               "shutting down");
@@ -576,17 +579,19 @@ TEST_F(JobTest, ShutdownWakesWaitersWithUnavailable) {
 TEST_F(JobTest, DeletionWakesWaitersWithNotFound) {
   std::thread t([&] {
     absl::SleepFor(absl::Milliseconds(50));
-    job_->MarkDeleted();
+    job_->shard().MarkDeleted();
   });
   v1::GatherRequest req;
   req.set_dtype(v1::DTYPE_FP32);
-  auto s = job_->Gather(*job_->CheckGather(req), 3, v1::DTYPE_FP32, 100,
-                        absl::Now() + absl::Seconds(300), [](const v1::Chunk&) { return true; });
+  auto s = job_->gathers().Gather(*job_->gathers().CheckGather(req), 3, v1::DTYPE_FP32, 100,
+                                  absl::Now() + absl::Seconds(300),
+                                  [](const v1::Chunk&) { return true; });
   t.join();
   ExpectError(s, absl::StatusCode::kNotFound, "job job was deleted");
   // A gather that comes after the deletion (it held the job already) too.
-  s = job_->Gather(*job_->CheckGather(req), 3, v1::DTYPE_FP32, 100,
-                   absl::Now() + absl::Seconds(300), [](const v1::Chunk&) { return true; });
+  s = job_->gathers().Gather(*job_->gathers().CheckGather(req), 3, v1::DTYPE_FP32, 100,
+                             absl::Now() + absl::Seconds(300),
+                             [](const v1::Chunk&) { return true; });
   ExpectError(s, absl::StatusCode::kNotFound, "deleted");
 }
 

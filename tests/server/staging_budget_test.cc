@@ -78,31 +78,33 @@ class StagingJob {
     job_ = reg->job;
   }
 
-  absl::StatusOr<Job::PushOutcome> Push(uint32_t node, uint64_t block,
-                                        absl::Time deadline = absl::InfinitePast()) {
-    return job_->Push(GradChunk(node, block), deadline);
+  absl::StatusOr<PushOutcome> Push(uint32_t node, uint64_t block,
+                                   absl::Time deadline = absl::InfinitePast()) {
+    return job_->pushes().Push(GradChunk(node, block), deadline);
   }
   void PushOk(uint32_t node, uint64_t block) {
     auto r = Push(node, block);
     ASSERT_TRUE(r.ok()) << "node " << node << " block " << block << ": " << r.status();
-    EXPECT_EQ(*r, Job::PushOutcome::kApplied) << "node " << node << " block " << block;
+    EXPECT_EQ(*r, PushOutcome::kApplied) << "node " << node << " block " << block;
   }
   // Steps step 0 and returns the weights.
   std::vector<float> StepAndGather() {
     v1::StepRequest req;
     req.set_job_id("job");
     req.set_lr(0.01f);
-    auto out = job_->Step(req, absl::Now() + absl::Seconds(30), pool_);
+    auto out = job_->step().Step(req, absl::Now() + absl::Seconds(30), pool_);
     EXPECT_TRUE(out.ok()) << out.status();
     std::vector<float> w;
     v1::GatherRequest g;
     g.set_dtype(v1::DTYPE_FP32);
-    EXPECT_TRUE(job_->Gather(*job_->CheckGather(g), 1, v1::DTYPE_FP32, 1 << 20,
-                             absl::Now() + absl::Seconds(30), [&](const v1::Chunk& c) {
-                               const float* f = reinterpret_cast<const float*>(c.data().data());
-                               w.insert(w.end(), f, f + c.data().size() / 4);
-                               return true;
-                             })
+    EXPECT_TRUE(job_->gathers()
+                    .Gather(*job_->gathers().CheckGather(g), 1, v1::DTYPE_FP32, 1 << 20,
+                            absl::Now() + absl::Seconds(30),
+                            [&](const v1::Chunk& c) {
+                              const float* f = reinterpret_cast<const float*>(c.data().data());
+                              w.insert(w.end(), f, f + c.data().size() / 4);
+                              return true;
+                            })
                     .ok());
     return w;
   }
@@ -139,7 +141,7 @@ TEST(StagingBudgetTest, SecondEarlyNodeWaitsAndIsServedWhenTheFirstIsFolded) {
   EXPECT_EQ(s.staging_->used(), kBuffer);
 
   // Node 1 is early at block 1 too, and finds the budget spent: it waits.
-  absl::StatusOr<Job::PushOutcome> waited;
+  absl::StatusOr<PushOutcome> waited;
   std::thread early([&] { waited = s.Push(1, 1, absl::Now() + absl::Seconds(60)); });
   s.AwaitWaiters(1);
   // Block 0 completes (nodes 0 and 1 in turn): node 2's staging is folded
@@ -148,7 +150,7 @@ TEST(StagingBudgetTest, SecondEarlyNodeWaitsAndIsServedWhenTheFirstIsFolded) {
   s.PushOk(1, 0);
   early.join();
   ASSERT_TRUE(waited.ok()) << waited.status();
-  EXPECT_EQ(*waited, Job::PushOutcome::kApplied);
+  EXPECT_EQ(*waited, PushOutcome::kApplied);
   EXPECT_EQ(s.staging_->used(), kBuffer);  // now node 1's at block 1
 
   s.PushOk(0, 1);  // folds node 1's staging: the budget is free again
@@ -161,13 +163,13 @@ TEST(StagingBudgetTest, SecondEarlyNodeWaitsAndIsServedWhenTheFirstIsFolded) {
 TEST(StagingBudgetTest, WaitingPushOfANodeThatBecomesTheHeadGoesStraightIn) {
   StagingJob s(kBuffer);
   s.PushOk(2, 1);  // the only buffer, at another block
-  absl::StatusOr<Job::PushOutcome> waited;
+  absl::StatusOr<PushOutcome> waited;
   std::thread early([&] { waited = s.Push(1, 0, absl::Now() + absl::Seconds(60)); });
   s.AwaitWaiters(1);
   s.PushOk(0, 0);  // node 1 is block 0's head now: it needs no staging
   early.join();
   ASSERT_TRUE(waited.ok()) << waited.status();
-  EXPECT_EQ(*waited, Job::PushOutcome::kApplied);
+  EXPECT_EQ(*waited, PushOutcome::kApplied);
   EXPECT_EQ(s.staging_->used(), kBuffer);  // still only node 2's at block 1
 }
 
@@ -178,7 +180,7 @@ TEST(StagingBudgetTest, HeadNodeNeedsNoStagingSoAZeroBudgetStillSteps) {
   auto early = s.Push(1, 0);
   ASSERT_FALSE(early.ok());
   EXPECT_TRUE(absl::IsUnavailable(early.status())) << early.status();
-  EXPECT_TRUE(Job::IsStagingWait(early.status()));
+  EXPECT_TRUE(JobPushes::IsStagingWait(early.status()));
   for (uint64_t b = 0; b < 3; ++b) {
     for (uint32_t n = 0; n < kNodes; ++n) s.PushOk(n, b);
   }
@@ -193,7 +195,7 @@ TEST(StagingBudgetTest, EarlyPushThatTimesOutChangesNothingAndItsRetrySucceeds) 
   auto timed_out = s.Push(1, 1, absl::Now());
   ASSERT_FALSE(timed_out.ok());
   EXPECT_TRUE(absl::IsUnavailable(timed_out.status())) << timed_out.status();
-  EXPECT_TRUE(Job::IsStagingWait(timed_out.status()));
+  EXPECT_TRUE(JobPushes::IsStagingWait(timed_out.status()));
   const std::string message(timed_out.status().message());
   EXPECT_NE(message.find("staging budget of 1024 bytes"), std::string::npos) << message;
   EXPECT_NE(message.find("has 1024 in use"), std::string::npos) << message;
@@ -212,7 +214,7 @@ TEST(StagingBudgetTest, EarlyPushThatTimesOutChangesNothingAndItsRetrySucceeds) 
   ExpectSameBits(s.StepAndGather(), ReferenceWeights());
 }
 
-// The data plane waits before it reads a payload (Job::AwaitStagingRoom):
+// The data plane waits before it reads a payload (JobPushes::AwaitStagingRoom):
 // the wait ends once the push would find room, and is no wait at all for
 // the head node or a retry.
 TEST(StagingBudgetTest, AwaitStagingRoomEndsWhenAPushWouldFindRoom) {
@@ -225,15 +227,15 @@ TEST(StagingBudgetTest, AwaitStagingRoomEndsWhenAPushWouldFindRoom) {
   early.dtype = v1::DTYPE_FP32;
   ChunkFields head = early;
   head.node = 0;
-  s.job_->AwaitStagingRoom(head, kBuffer, absl::InfiniteFuture());  // returns at once
+  s.job_->pushes().AwaitStagingRoom(head, kBuffer, absl::InfiniteFuture());  // returns at once
   ChunkFields retry = early;
   retry.node = 2;
   retry.block = 0;
-  s.job_->AwaitStagingRoom(retry, kBuffer, absl::InfiniteFuture());  // returns at once
+  s.job_->pushes().AwaitStagingRoom(retry, kBuffer, absl::InfiniteFuture());  // returns at once
   EXPECT_EQ(s.staging_->waiters(), 0);
 
   std::thread waiter(
-      [&] { s.job_->AwaitStagingRoom(early, kBuffer, absl::Now() + absl::Seconds(60)); });
+      [&] { s.job_->pushes().AwaitStagingRoom(early, kBuffer, absl::Now() + absl::Seconds(60)); });
   s.AwaitWaiters(1);
   s.PushOk(0, 0);
   s.PushOk(1, 0);  // folds node 2's staging at block 0
@@ -282,7 +284,7 @@ TEST(StagingBudgetTest, DeletedJobGivesItsStagingBackWhileCallsStillHoldIt) {
 TEST(StagingBudgetTest, ShutdownWakesAPushWaitingForStaging) {
   StagingJob s(kBuffer);
   s.PushOk(2, 0);
-  absl::StatusOr<Job::PushOutcome> waited;
+  absl::StatusOr<PushOutcome> waited;
   std::thread early([&] { waited = s.Push(1, 1, absl::InfiniteFuture()); });
   s.AwaitWaiters(1);
   s.registry_.Shutdown();

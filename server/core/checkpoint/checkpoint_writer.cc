@@ -14,16 +14,16 @@ v1::ShardManifest ManifestOf(const Job& job, uint64_t version) {
   m.set_format_version(kCheckpointFormatVersion);
   *m.mutable_spec() = job.spec();
   m.set_version(version);
-  m.set_applied_steps(job.AppliedStepsBefore(version));
+  m.set_applied_steps(job.step().applied_steps().Before(version));
   m.set_num_shards(job.servers().size());
   m.set_shard_index(job.shard_index());
   for (const auto& s : job.servers()) m.add_servers(s);
   m.set_first_block(job.blocks().begin);
   m.set_num_blocks(job.blocks().size());
-  m.set_arrays(job.tier_shape().arrays);
+  m.set_arrays(job.shard().tier_shape().arrays);
   m.set_data_file(ShardDataName(job.shard_index(), job.servers().size()));
   m.set_created_at(absl::FormatTime(absl::RFC3339_sec, absl::Now(), absl::UTCTimeZone()));
-  if (auto state = job.trainer_states().Find(version); state.has_value()) {
+  if (auto state = job.step().trainer_states().Find(version); state.has_value()) {
     m.set_trainer_state(*std::move(state));
   }
   return m;
@@ -37,13 +37,12 @@ absl::StatusOr<CheckpointWritten> WriteCheckpoint(Job& job, uint64_t version,
   if (root.empty() || root[0] != '/') {
     return absl::InvalidArgumentError(absl::StrCat("root: '", root, "' is not an absolute path"));
   }
-  auto guard = job.BeginCheckpoint(version);
+  auto guard = job.snapshots().BeginCheckpoint(version);
   if (!guard.ok()) return guard.status();
   return WriteCheckpoint(job, *std::move(guard), version, root, deadline);
 }
 
-absl::StatusOr<CheckpointWritten> WriteCheckpoint(Job& job,
-                                                  std::unique_ptr<Job::CheckpointGuard> guard,
+absl::StatusOr<CheckpointWritten> WriteCheckpoint(Job& job, std::unique_ptr<CheckpointGuard> guard,
                                                   uint64_t version, const std::string& root,
                                                   absl::Time deadline) {
   if (auto s = CheckLength("root", root, kMaxPathBytes); !s.ok()) return s;
@@ -56,10 +55,12 @@ absl::StatusOr<CheckpointWritten> WriteCheckpoint(Job& job,
   v1::ShardManifest manifest = ManifestOf(job, version);
   auto data = AtomicFile::Create(absl::StrCat(out.dir, "/", manifest.data_file()));
   if (!data.ok()) return data.status();
-  AlignedBuffer<float> state(job.tier_shape().block_floats());
+  AlignedBuffer<float> state(job.shard().tier_shape().block_floats());
   const size_t record = state.size() * sizeof(float);
   for (uint64_t local = 0; local < job.blocks().size(); ++local) {
-    if (auto s = job.SnapshotBlock(local, version, deadline, state.data()); !s.ok()) return s;
+    if (auto s = job.snapshots().SnapshotBlock(local, version, deadline, state.data()); !s.ok()) {
+      return s;
+    }
     manifest.add_block_crc32(BlockChecksum(state.data(), record));
     if (auto s = (*data)->Append(state.data(), record); !s.ok()) return s;
   }

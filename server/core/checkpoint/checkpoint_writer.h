@@ -1,5 +1,5 @@
 // Writes one server's shard of a job at a version: its blocks' state (as of
-// that version, while training goes on: Job::BeginCheckpoint's
+// that version, while training goes on: JobSnapshots::BeginCheckpoint's
 // copy-on-write) into a data file, then its manifest, each renamed into
 // place only when whole. A crash at any point leaves earlier checkpoints
 // untouched and this one without its manifest (incomplete, never loaded).
@@ -28,8 +28,7 @@ absl::StatusOr<CheckpointWritten> WriteCheckpoint(Job& job, uint64_t version,
 // The same for a checkpoint the caller has already begun (so that it can
 // let training go on knowing copy-on-write is in force).
 // REQUIRES: guard came from job.BeginCheckpoint(version).
-absl::StatusOr<CheckpointWritten> WriteCheckpoint(Job& job,
-                                                  std::unique_ptr<Job::CheckpointGuard> guard,
+absl::StatusOr<CheckpointWritten> WriteCheckpoint(Job& job, std::unique_ptr<CheckpointGuard> guard,
                                                   uint64_t version, const std::string& root,
                                                   absl::Time deadline);
 

@@ -13,6 +13,7 @@
 #include "server/core/io/fault_env.h"
 #include "server/core/io/uring_env.h"
 #include "server/core/job_registry.h"
+#include "server/rpc/job_proto.h"
 #include "server/state_server.h"
 #include "tests/server/tier/tier_test_util.h"
 
@@ -68,7 +69,7 @@ void PushStep(Job& job, uint64_t step) {
       c.set_block(b);
       c.set_dtype(v1::DTYPE_FP32);
       c.set_data(std::string(reinterpret_cast<const char*>(g.data()), g.size() * 4));
-      auto r = job.Push(c);
+      auto r = job.pushes().Push(c);
       ASSERT_TRUE(r.ok()) << r.status();
     }
   }
@@ -80,11 +81,11 @@ std::string GatherAll(Job& job, v1::DType dtype, uint64_t version) {
   req.set_begin(job.blocks().begin * kBlockElems);
   req.set_end(job.blocks().end * kBlockElems);
   std::string out;
-  auto s = job.Gather(*job.CheckGather(req), version, dtype, 1000, absl::Now() + absl::Seconds(5),
-                      [&](const v1::Chunk& c) {
-                        out += c.data();
-                        return true;
-                      });
+  auto s = job.gathers().Gather(*job.gathers().CheckGather(req), version, dtype, 1000,
+                                absl::Now() + absl::Seconds(5), [&](const v1::Chunk& c) {
+                                  out += c.data();
+                                  return true;
+                                });
   EXPECT_TRUE(s.ok()) << s;
   return out;
 }
@@ -113,7 +114,7 @@ TEST(NvmeJobTest, BitIdenticalToRamTier) {
       PushStep(*job, step);
       v1::StepRequest req = StepReq(step);
       req.set_skip(step == 3);  // a skipped step too
-      auto out = job->Step(req, absl::Now() + absl::Seconds(5), pool);
+      auto out = job->step().Step(req, absl::Now() + absl::Seconds(5), pool);
       ASSERT_TRUE(out.ok()) << job->spec().job_id() << ": " << out.status();
     }
     for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
@@ -142,17 +143,16 @@ TEST(NvmeJobTest, StepFailedByDiskErrorIsRetriedToTheSameWeights) {
   const absl::Time deadline = absl::Now() + absl::Seconds(5);
   PushStep(*ram->job, 0);
   PushStep(*nvme->job, 0);
-  ASSERT_TRUE(ram->job->Step(StepReq(0), deadline, pool).ok());
+  ASSERT_TRUE(ram->job->step().Step(StepReq(0), deadline, pool).ok());
   env->AddRule({io::FaultKind::kEnospc, io::IoOp::kWrite, "", 1, 1});
-  auto failed = nvme->job->Step(StepReq(0), deadline, pool);
+  auto failed = nvme->job->step().Step(StepReq(0), deadline, pool);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kResourceExhausted) << failed.status();
   EXPECT_NE(failed.status().message().find("No space left on device"), absl::string_view::npos);
-  v1::JobStatusResponse status;
-  nvme->job->FillStatus(&status);
-  EXPECT_EQ(status.min_version(), 0u);  // the failed block
-  EXPECT_EQ(status.max_version(), 1u);  // the others
+  const ShardProgress progress = nvme->job->shard().Progress();
+  EXPECT_EQ(progress.min_version, 0u);  // the failed block
+  EXPECT_EQ(progress.max_version, 1u);  // the others
   env->ClearRules();
-  auto retried = nvme->job->Step(StepReq(0), deadline, pool);
+  auto retried = nvme->job->step().Step(StepReq(0), deadline, pool);
   ASSERT_TRUE(retried.ok()) << retried.status();
   EXPECT_EQ(retried->params_stepped, kBlockElems);  // only the block that failed
   for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
@@ -181,32 +181,30 @@ TEST(NvmeJobTest, SkippedStepReportsTheTierLoadErrorOfACheckpointSnapshot) {
   std::vector<std::vector<float>> want;  // each block's state at version 0
   for (uint64_t local = 0; local < job.blocks().size(); ++local) {
     want.emplace_back(3 * kBlockElems);
-    ASSERT_TRUE(job.SnapshotBlock(local, 0, deadline, want.back().data()).ok());
+    ASSERT_TRUE(job.snapshots().SnapshotBlock(local, 0, deadline, want.back().data()).ok());
   }
   PushStep(job, 0);
-  auto guard = job.BeginCheckpoint(0);
+  auto guard = job.snapshots().BeginCheckpoint(0);
   ASSERT_TRUE(guard.ok()) << guard.status();
   // Every read from the disk comes back corrupted (the cache holds two of
   // the shard's blocks, so the others are read).
   env->AddRule({io::FaultKind::kCorrupt, io::IoOp::kRead, "", 0, UINT64_MAX});
   v1::StepRequest skip = StepReq(0);
   skip.set_skip(true);
-  auto failed = job.Step(skip, deadline, pool);
+  auto failed = job.step().Step(skip, deadline, pool);
   ASSERT_FALSE(failed.ok());
   EXPECT_GT(env->faults_injected(), 0u);
   EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss) << failed.status();
   EXPECT_NE(failed.status().message().find("step 0 (skip): saving block"), absl::string_view::npos)
       << failed.status();
-  v1::JobStatusResponse status;
-  job.FillStatus(&status);
-  EXPECT_EQ(status.max_version(), 0u);  // nothing skipped
+  EXPECT_EQ(job.shard().Progress().max_version, 0u);  // nothing skipped
   env->ClearRules();
-  auto retried = job.Step(skip, deadline, pool);
+  auto retried = job.step().Step(skip, deadline, pool);
   ASSERT_TRUE(retried.ok()) << retried.status();
   EXPECT_EQ(retried->version, 1u);
   for (uint64_t local = 0; local < job.blocks().size(); ++local) {
     std::vector<float> got(3 * kBlockElems);
-    absl::Status s = job.SnapshotBlock(local, 0, deadline, got.data());
+    absl::Status s = job.snapshots().SnapshotBlock(local, 0, deadline, got.data());
     ASSERT_TRUE(s.ok()) << "block " << local << ": " << s;
     EXPECT_EQ(FirstMismatch(got.data(), want[local].data(), got.size()), -1) << "block " << local;
   }
@@ -225,11 +223,11 @@ TEST(NvmeJobTest, GathersDuringStepsNeverFail) {
   for (uint64_t step = 0; step < 4; ++step) {
     PushStep(*ram->job, step);
     PushStep(*nvme->job, step);
-    ASSERT_TRUE(ram->job->Step(StepReq(step), absl::Now() + absl::Seconds(5), pool).ok());
+    ASSERT_TRUE(ram->job->step().Step(StepReq(step), absl::Now() + absl::Seconds(5), pool).ok());
     std::thread gatherer([&] {
       for (int i = 0; i < 3; ++i) GatherAll(*nvme->job, v1::DTYPE_FP32, step);
     });
-    auto out = nvme->job->Step(StepReq(step), absl::Now() + absl::Seconds(5), pool);
+    auto out = nvme->job->step().Step(StepReq(step), absl::Now() + absl::Seconds(5), pool);
     gatherer.join();
     ASSERT_TRUE(out.ok()) << out.status();
   }
@@ -280,7 +278,7 @@ TEST(NvmeJobTest, RamAccountingCountsOnlyWhatStaysInRam) {
   auto r = registry.Register(Request(v1::TIER_NVME));
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(registry.ram_used(), r->job->state_bytes());
-  EXPECT_EQ(r->job->Info().state_bytes(), r->job->state_bytes());
+  EXPECT_EQ(JobInfoOf(*r->job).state_bytes(), r->job->state_bytes());
   EXPECT_TRUE(*registry.Delete("on-nvme", r->token));  // the token Register generated
   EXPECT_EQ(registry.ram_used(), 0u);
 }

@@ -1,0 +1,137 @@
+#include "server/core/job_gathers.h"
+
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/convert.h"
+
+namespace zerostate::server {
+
+absl::StatusOr<Range> JobGathers::CheckGather(const v1::GatherRequest& req) const {
+  const v1::JobSpec& spec = shard_.spec();
+  if (req.dtype() != v1::DTYPE_FP32 && req.dtype() != spec.weight_dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("dtype: ", DTypeName(req.dtype()),
+                                                   " is neither fp32 nor the job's weight_dtype ",
+                                                   DTypeName(spec.weight_dtype())));
+  }
+  const Range blocks = shard_.blocks();
+  const uint64_t be = shard_.layout().block_elems;
+  Range shard{blocks.begin * be, blocks.end * be};
+  // begin = end = 0 asks for the whole shard: nothing on an empty one.
+  if (req.begin() == 0 && req.end() == 0 && shard.empty()) return shard;
+  Range r = req.begin() == 0 && req.end() == 0 ? shard : Range{req.begin(), req.end()};
+  if (r.begin >= r.end || r.begin < shard.begin || r.end > shard.end) {
+    return absl::InvalidArgumentError(absl::StrCat("range: [", r.begin, ", ", r.end,
+                                                   ") is empty or outside this server's shard [",
+                                                   shard.begin, ", ", shard.end, ")"));
+  }
+  return r;
+}
+
+absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dtype,
+                                uint32_t max_piece, absl::Time deadline, GatherSink& sink) {
+  const bool from_master = dtype == v1::DTYPE_FP32;
+  const size_t esize = DTypeSize(dtype);
+  StateTier& tier = shard_.tier();
+  // Only versions every backup holds (JobStep::visible_through).
+  const std::function<bool(uint64_t)> visible = [this](uint64_t version) {
+    return version <= step_.visible_through();
+  };
+  // fp32 pieces are copied straight from the tier's resident state (the RAM
+  // tier), else from the block last loaded: consecutive pieces of one block
+  // at one version are served from one Load. A block's state changes only
+  // with its version, except by InitWeights before the first step, so
+  // version 0 is loaded for every piece.
+  AlignedBuffer<float> state(from_master ? tier.shape().block_floats() : 0);
+  const Block* loaded = nullptr;
+  uint64_t loaded_version = 0;
+  ChunkFields piece;
+  piece.dtype = dtype;
+  for (const BlockPiece& p : SplitByBlock(range, shard_.layout().block_elems, max_piece)) {
+    Block& b = shard_.block(p.block);
+    {
+      absl::MutexLock lock(&b.mu);
+      if (auto st = shard_.AwaitReadable(b, min_version, deadline, visible); !st.ok()) {
+        return st;
+      }
+      const float* master = from_master ? tier.Resident(b.local) : nullptr;
+      if (from_master && master == nullptr) {
+        if (loaded != &b || loaded_version != b.version || b.version == 0) {
+          if (auto s = tier.Load(b.local, state.data()); !s.ok()) return s;
+          loaded = &b;
+          loaded_version = b.version;
+        }
+        master = state.data();
+      }
+      const char* src = from_master ? reinterpret_cast<const char*>(master)
+                                    : reinterpret_cast<const char*>(b.lowp.data());
+      std::memcpy(sink.Buffer(p.count * esize), src + p.offset * esize, p.count * esize);
+      piece.block = p.block;
+      piece.offset = p.offset;
+      piece.version = b.version;
+    }
+    if (!sink.Emit(piece)) return absl::CancelledError("client went away");
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// Collects each piece into a Chunk message for a std::function.
+class ChunkMessageSink final : public GatherSink {
+ public:
+  ChunkMessageSink(const std::string& job_id, const std::function<bool(const v1::Chunk&)>& emit)
+      : emit_(emit) {
+    chunk_.set_job_id(job_id);
+  }
+  void* Buffer(size_t bytes) override {
+    chunk_.mutable_data()->resize(bytes);
+    return chunk_.mutable_data()->data();
+  }
+  bool Emit(const ChunkFields& piece) override {
+    chunk_.set_block(piece.block);
+    chunk_.set_offset(piece.offset);
+    chunk_.set_dtype(piece.dtype);
+    chunk_.set_version(piece.version);
+    return emit_(chunk_);
+  }
+
+ private:
+  const std::function<bool(const v1::Chunk&)>& emit_;
+  v1::Chunk chunk_;
+};
+
+}  // namespace
+
+absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dtype,
+                                uint32_t max_piece, absl::Time deadline,
+                                const std::function<bool(const v1::Chunk&)>& emit) {
+  ChunkMessageSink sink(shard_.spec().job_id(), emit);
+  return Gather(range, min_version, dtype, max_piece, deadline, sink);
+}
+
+absl::Status JobGathers::ReadBlock(uint64_t local, uint64_t min_version, absl::Time deadline,
+                                   float* out, uint64_t* version) {
+  Block& b = shard_.local_block(local);
+  absl::MutexLock lock(&b.mu);
+  if (auto st = shard_.AwaitReadable(b, min_version, deadline); !st.ok()) return st;
+  *version = b.version;
+  return shard_.tier().Load(local, out);
+}
+
+absl::Status JobGathers::ReadBlockAt(uint64_t local, uint64_t version, float* out) {
+  Block& b = shard_.local_block(local);
+  absl::MutexLock lock(&b.mu);
+  if (b.version != version) {
+    return absl::FailedPreconditionError(absl::StrCat("block ", b.index, " is at version ",
+                                                      b.version, ", not ", version));
+  }
+  if (b.kept.held() && b.kept.version() == version) {
+    std::memcpy(out, b.kept.data(), b.kept.size() * sizeof(float));
+    return absl::OkStatus();
+  }
+  return shard_.tier().Load(local, out);
+}
+
+}  // namespace zerostate::server

@@ -1,0 +1,76 @@
+// The gathers of one job's shard (a part of Job, server/core/job.h): its
+// weights served piece by piece, each piece once its block reaches the
+// version asked for and the backups hold it (JobStep::visible_through), in
+// fp32 from the tier or in the job's weight dtype from the low-precision
+// copy; and a block's whole state for a backup's catch-up (ReadBlock,
+// ReadBlockAt).
+//
+// Thread-safe; each piece is copied under its block's mutex only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/chunk_view.h"
+#include "common/shard_map.h"
+#include "server/core/job_shard.h"
+#include "server/core/job_step.h"
+#include "zerostate/v1/state_service.pb.h"
+
+namespace zerostate::server {
+
+// Receives the pieces of a Gather, in order. Buffer() and Emit() alternate
+// on the gathering thread: Buffer(bytes) returns memory for the next
+// piece's payload, which JobGathers fills (once, under the block's mutex)
+// before calling Emit(piece) without any lock held. Emit returns false to
+// stop the gather (the client went away).
+class GatherSink {
+ public:
+  virtual ~GatherSink() = default;
+  virtual void* Buffer(size_t bytes) = 0;
+  virtual bool Emit(const ChunkFields& piece) = 0;  // job_id left empty
+};
+
+class JobGathers {
+ public:
+  // Both outlive the JobGathers (Job owns all three).
+  JobGathers(JobShard& shard, const JobStep& step) : shard_(shard), step_(step) {}
+  JobGathers(const JobGathers&) = delete;
+  JobGathers& operator=(const JobGathers&) = delete;
+
+  // Checks a gather request; returns the element range it covers (empty
+  // for the whole shard of an empty shard). Errors: INVALID_ARGUMENT
+  // (dtype, range).
+  absl::StatusOr<Range> CheckGather(const v1::GatherRequest& req) const;
+
+  // Serves `range` (from CheckGather) block piece by piece, each once its
+  // block reaches min_version, into `sink`, at most `max_piece` elements
+  // per piece. Errors: DEADLINE_EXCEEDED, UNAVAILABLE, NOT_FOUND (the job
+  // was deleted), the tier's I/O errors, CANCELLED when the sink stopped it.
+  absl::Status Gather(Range range, uint64_t min_version, v1::DType dtype, uint32_t max_piece,
+                      absl::Time deadline, GatherSink& sink);
+  // The same, each piece as a Chunk message (tests, tools).
+  absl::Status Gather(Range range, uint64_t min_version, v1::DType dtype, uint32_t max_piece,
+                      absl::Time deadline, const std::function<bool(const v1::Chunk&)>& emit);
+
+  // Block `local`'s whole state (tier_shape().block_floats() floats:
+  // master, then moments) once it reaches `min_version` and no step is
+  // between computing and committing it; `version` gets its version.
+  // Errors: DEADLINE_EXCEEDED, UNAVAILABLE, the tier's I/O errors.
+  absl::Status ReadBlock(uint64_t local, uint64_t min_version, absl::Time deadline, float* out,
+                         uint64_t* version);
+  // Block `local`'s state at `version`, its current version, without
+  // waiting: a speculated block's from what it keeps (a catch-up's read,
+  // issue 19). REQUIRES: no step's pass runs (the caller is the Step, before
+  // its pass). Errors: FAILED_PRECONDITION when the block is at another
+  // version; the tier's I/O errors.
+  absl::Status ReadBlockAt(uint64_t local, uint64_t version, float* out);
+
+ private:
+  JobShard& shard_;
+  const JobStep& step_;
+};
+
+}  // namespace zerostate::server
