@@ -26,6 +26,6 @@ grpc::ByteBuffer MakeChunkBuffer(const ChunkFields& fields, grpc::Slice payload)
 // Parses a serialized Chunk spread over `slices` (which must outlive the
 // view). Unknown fields are skipped; a field given twice keeps its last
 // value, as protobuf does. Errors: DATA_LOSS "malformed Chunk: <what>".
-absl::StatusOr<ChunkView> ParseChunk(const std::vector<grpc::Slice>& slices);
+[[nodiscard]] absl::StatusOr<ChunkView> ParseChunk(const std::vector<grpc::Slice>& slices);
 
 }  // namespace zerostate

@@ -90,12 +90,12 @@ class DataStream {
 
   // Sends all of `iov[0..count)` (modified). Errors: UNAVAILABLE (the
   // connection broke, with the reason), DEADLINE_EXCEEDED.
-  absl::Status SendAll(iovec* iov, int count);
+  [[nodiscard]] absl::Status SendAll(iovec* iov, int count);
   // Reads between 1 and `n` (> 0) bytes into `p` (under userspace TLS, up
   // to kTlsRecvBatchBytes of what is already received: several records);
   // 0 when the peer closed the stream. Errors: UNAVAILABLE (with the reason; under TLS a peer's
   // alert, e.g. a refused certificate), DEADLINE_EXCEEDED.
-  absl::StatusOr<size_t> RecvSome(void* p, size_t n);
+  [[nodiscard]] absl::StatusOr<size_t> RecvSome(void* p, size_t n);
   // Waits until a read would not wait (bytes, or the end); false when
   // `deadline` passed first.
   bool WaitReadable(absl::Time deadline);
@@ -107,12 +107,12 @@ class DataStream {
   // Waits for `events` on the socket until `deadline`; false on timeout.
   bool Wait(short events, absl::Time deadline);
   // Sends all of `iov[0..count)` (modified) on the socket.
-  absl::Status SendRaw(iovec* iov, int count);
+  [[nodiscard]] absl::Status SendRaw(iovec* iov, int count);
   // Seals `n` bytes at `p` into records appended to sealed_ (userspace
   // records). Errors: UNAVAILABLE with OpenSSL's reason.
-  absl::Status Seal(const void* p, size_t n);
+  [[nodiscard]] absl::Status Seal(const void* p, size_t n);
   // Sends the records sealed so far.
-  absl::Status SendSealed();
+  [[nodiscard]] absl::Status SendSealed();
   // SSL_read under mu_, repeated while records are there, up to `n`
   // bytes: >0 bytes, or the negated SSL_get_error code
   // (-SSL_ERROR_WANT_READ, ...); *error gets the reason.

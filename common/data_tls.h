@@ -25,23 +25,24 @@ namespace zerostate {
 // and when `client_ca_pem` is not empty, clients must present a
 // certificate that CA signed (mutual TLS). Errors: INVALID_ARGUMENT naming
 // what did not parse or match (cert, key, CA).
-absl::StatusOr<std::shared_ptr<SSL_CTX>> ServerTlsContext(const std::string& cert_pem,
-                                                         const std::string& key_pem,
-                                                         const std::string& client_ca_pem,
-                                                         bool kernel);
+[[nodiscard]] absl::StatusOr<std::shared_ptr<SSL_CTX>> ServerTlsContext(
+    const std::string& cert_pem, const std::string& key_pem, const std::string& client_ca_pem,
+    bool kernel);
 
 // A client's context: trusts servers that `ca_pem` signed and, when
 // `cert_pem` is not empty, presents it with `key_pem`. Errors:
 // INVALID_ARGUMENT as above.
-absl::StatusOr<std::shared_ptr<SSL_CTX>> ClientTlsContext(const std::string& ca_pem,
-                                                         const std::string& cert_pem,
-                                                         const std::string& key_pem, bool kernel);
+[[nodiscard]] absl::StatusOr<std::shared_ptr<SSL_CTX>> ClientTlsContext(const std::string& ca_pem,
+                                                                        const std::string& cert_pem,
+                                                                        const std::string& key_pem,
+                                                                        bool kernel);
 
 // The server's handshake on accepted socket `fd` (not owned), done by
 // `deadline`. Errors: UNAUTHENTICATED (the client's certificate was
 // refused, or none given under mutual TLS), UNAVAILABLE (not TLS, or the
 // connection broke; with OpenSSL's reason), DEADLINE_EXCEEDED.
-absl::StatusOr<std::unique_ptr<DataStream>> TlsAccept(SSL_CTX* ctx, int fd, absl::Time deadline);
+[[nodiscard]] absl::StatusOr<std::unique_ptr<DataStream>> TlsAccept(SSL_CTX* ctx, int fd,
+                                                                    absl::Time deadline);
 
 // The client's handshake on connected socket `fd` (not owned) with the
 // server at `host` (a name or an IP address, checked against the server's
@@ -50,9 +51,9 @@ absl::StatusOr<std::unique_ptr<DataStream>> TlsAccept(SSL_CTX* ctx, int fd, absl
 // with OpenSSL's reason), DEADLINE_EXCEEDED. Under TLS 1.3 a server that
 // refuses this client's certificate says so after the client's handshake
 // ended: the stream's first read fails (UNAVAILABLE naming the alert).
-absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(SSL_CTX* ctx, int fd,
-                                                       const std::string& host,
-                                                       absl::Time deadline);
+[[nodiscard]] absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(SSL_CTX* ctx, int fd,
+                                                                     const std::string& host,
+                                                                     absl::Time deadline);
 
 // While alive, a SIGPIPE raised on this thread is dropped: OpenSSL writes
 // to the socket with write(2), not send(MSG_NOSIGNAL), and a peer that went

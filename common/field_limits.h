@@ -18,6 +18,7 @@ inline constexpr size_t kMaxAddressBytes = 1024;   // server addresses in a job'
 
 // INVALID_ARGUMENT "FIELD: N bytes, more than MAX" when `value` is longer
 // than `max`; never echoes the value.
-absl::Status CheckLength(absl::string_view field, absl::string_view value, size_t max);
+[[nodiscard]] absl::Status CheckLength(absl::string_view field, absl::string_view value,
+                                       size_t max);
 
 }  // namespace zerostate

@@ -66,10 +66,11 @@ void EncodeFrameHeader(const FrameHeader& header, uint8_t out[kFrameHeaderBytes]
 // Checks and decodes 24 header bytes. Errors: INVALID_ARGUMENT
 // "data plane frame: <what>" (bad magic, version, type, reserved bytes, a
 // length over its cap, a payload on a type that carries none).
-absl::StatusOr<FrameHeader> ParseFrameHeader(const uint8_t bytes[kFrameHeaderBytes]);
+[[nodiscard]] absl::StatusOr<FrameHeader> ParseFrameHeader(const uint8_t bytes[kFrameHeaderBytes]);
 
 // Decodes a frame's meta bytes. Errors: INVALID_ARGUMENT naming the type.
-absl::StatusOr<v1::DataFrameMeta> ParseFrameMeta(FrameType type, const uint8_t* bytes, size_t size);
+[[nodiscard]] absl::StatusOr<v1::DataFrameMeta> ParseFrameMeta(FrameType type, const uint8_t* bytes,
+                                                               size_t size);
 
 // A whole frame held in memory (tests, the fuzzer).
 struct ParsedFrame {
@@ -82,7 +83,7 @@ struct ParsedFrame {
 // Parses the frame at the start of `bytes`. Errors: those of
 // ParseFrameHeader and ParseFrameMeta, INVALID_ARGUMENT "truncated frame"
 // when `bytes` ends before the frame does.
-absl::StatusOr<ParsedFrame> ParseFrame(absl::Span<const uint8_t> bytes);
+[[nodiscard]] absl::StatusOr<ParsedFrame> ParseFrame(absl::Span<const uint8_t> bytes);
 
 // Header and meta bytes of a frame whose payload is `payload_len` bytes.
 std::string EncodeFrameStart(FrameType type, const v1::DataFrameMeta& meta, uint64_t payload_len);

@@ -39,13 +39,14 @@ class FrameBuffer {
 
 // Sends one frame. Errors: UNAVAILABLE (the connection broke, with
 // the reason), DEADLINE_EXCEEDED (the stream's send deadline passed).
-absl::Status SendFrame(DataStream& stream, FrameType type, const v1::DataFrameMeta& meta,
-                       const void* payload = nullptr, size_t payload_len = 0);
+[[nodiscard]] absl::Status SendFrame(DataStream& stream, FrameType type,
+                                     const v1::DataFrameMeta& meta, const void* payload = nullptr,
+                                     size_t payload_len = 0);
 
 // Reads exactly `n` bytes. Errors: DATA_LOSS "connection closed after k of
 // n bytes", UNAVAILABLE (the reason), DEADLINE_EXCEEDED (the stream's
 // receive deadline).
-absl::Status RecvExact(DataStream& stream, void* p, size_t n);
+[[nodiscard]] absl::Status RecvExact(DataStream& stream, void* p, size_t n);
 
 struct FrameStart {
   FrameHeader header;
@@ -57,7 +58,7 @@ struct FrameStart {
 // boundary. Errors: those of ParseFrameHeader / ParseFrameMeta
 // (INVALID_ARGUMENT), DATA_LOSS "truncated frame: ..." when the peer closed
 // mid-frame, those of RecvExact.
-absl::StatusOr<std::optional<FrameStart>> RecvFrameStart(DataStream& stream);
+[[nodiscard]] absl::StatusOr<std::optional<FrameStart>> RecvFrameStart(DataStream& stream);
 
 // Sets TCP_NODELAY (socket buffers stay auto-tuned by the kernel).
 void TuneDataSocket(int fd);

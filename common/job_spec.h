@@ -56,12 +56,12 @@ struct Layout {
 // nothing. Errors are INVALID_ARGUMENT and name the field, e.g.
 // "tensors[3].shape[1]: dimension 0 must be >= 1" or
 // "groups[1].tensors[0]: no tensor is named 'bias'".
-absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec);
+[[nodiscard]] absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec);
 
 // Whether the spec's backups fit a cluster of `num_servers` (each shard's
 // copies are on distinct servers): INVALID_ARGUMENT naming `replicas` when
 // replicas >= num_servers.
-absl::Status CheckReplicas(const v1::JobSpec& spec, size_t num_servers);
+[[nodiscard]] absl::Status CheckReplicas(const v1::JobSpec& spec, size_t num_servers);
 
 // The layout of a normalized spec. REQUIRES: spec came from NormalizeJobSpec.
 Layout LayoutOf(const v1::JobSpec& spec);
@@ -99,7 +99,7 @@ std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b);
 // Checks a job id: [A-Za-z0-9._-]{1,128}. INVALID_ARGUMENT naming the first
 // bad character escaped (a non-ASCII one whole) and its byte offset; an id
 // too long is not echoed.
-absl::Status ValidateJobId(const std::string& job_id);
+[[nodiscard]] absl::Status ValidateJobId(const std::string& job_id);
 
 // Bytes of one element of `dtype`; 0 for DTYPE_UNSPECIFIED or unknown values.
 size_t DTypeSize(v1::DType dtype);

@@ -30,7 +30,7 @@ struct MetricsEndpoint {
 // Serves `registry` on GET /metrics at `address` ("host:port", port 0: any
 // free port). Errors: UNAVAILABLE naming `flag` and the address when it
 // cannot be bound (in use, no such host), never an exception.
-absl::StatusOr<MetricsEndpoint> StartMetricsEndpoint(
+[[nodiscard]] absl::StatusOr<MetricsEndpoint> StartMetricsEndpoint(
     const std::string& flag, const std::string& address,
     const std::shared_ptr<prometheus::Registry>& registry);
 

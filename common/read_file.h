@@ -9,6 +9,6 @@ namespace zerostate {
 
 // The file's bytes. Errors: NOT_FOUND or PERMISSION_DENIED (or INTERNAL for
 // other failures), "cannot read '<path>': <reason>".
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+[[nodiscard]] absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
 }  // namespace zerostate

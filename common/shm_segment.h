@@ -37,11 +37,11 @@ class ShmSegment {
   // A new sealed memfd segment of `bytes` (> 0, rounded up to whole
   // pages), zeroed. Errors: INVALID_ARGUMENT (bytes 0), UNAVAILABLE (the
   // kernel refused; with the reason).
-  static absl::StatusOr<std::unique_ptr<ShmSegment>> Create(size_t bytes);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShmSegment>> Create(size_t bytes);
   // Maps the segment `fd` (owned from now on, closed on error too) a peer
   // handed over. Errors: FAILED_PRECONDITION (not sealed against shrinking
   // and growing, or empty), UNAVAILABLE (cannot map; the reason).
-  static absl::StatusOr<std::unique_ptr<ShmSegment>> Attach(int fd);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShmSegment>> Attach(int fd);
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
@@ -51,12 +51,12 @@ class ShmSegment {
   size_t size() const { return size_; }
   // The `bytes` bytes at `offset`. Errors: INVALID_ARGUMENT naming the
   // range and the segment's size when they do not lie inside it.
-  absl::StatusOr<uint8_t*> At(uint64_t offset, uint64_t bytes) const;
+  [[nodiscard]] absl::StatusOr<uint8_t*> At(uint64_t offset, uint64_t bytes) const;
 
  private:
   ShmSegment(int fd, uint8_t* data, size_t size) : fd_(fd), data_(data), size_(size) {}
   // Maps `bytes` of `fd` (owned; closed on error). Errors: UNAVAILABLE.
-  static absl::StatusOr<std::unique_ptr<ShmSegment>> Map(int fd, size_t bytes);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShmSegment>> Map(int fd, size_t bytes);
   const int fd_;
   uint8_t* const data_;
   const size_t size_;
@@ -64,16 +64,16 @@ class ShmSegment {
 
 // Listens on ShmSocketName(data_port). Errors: UNAVAILABLE (the name is
 // taken, or the socket cannot be made; with the reason).
-absl::StatusOr<int> ListenShm(int data_port);
+[[nodiscard]] absl::StatusOr<int> ListenShm(int data_port);
 // Connects to ShmSocketName(data_port). Errors: UNAVAILABLE (no such
 // server on this host, with the reason).
-absl::StatusOr<int> ConnectShm(int data_port);
+[[nodiscard]] absl::StatusOr<int> ConnectShm(int data_port);
 // Sends `segment_fd` over unix socket `sock` (one byte with SCM_RIGHTS).
 // Errors: UNAVAILABLE.
-absl::Status SendSegmentFd(int sock, int segment_fd);
+[[nodiscard]] absl::Status SendSegmentFd(int sock, int segment_fd);
 // Receives the descriptor SendSegmentFd sent, waiting until `deadline`.
 // Errors: DEADLINE_EXCEEDED, UNAVAILABLE (closed, or a message without
 // exactly one descriptor).
-absl::StatusOr<int> RecvSegmentFd(int sock, absl::Time deadline);
+[[nodiscard]] absl::StatusOr<int> RecvSegmentFd(int sock, absl::Time deadline);
 
 }  // namespace zerostate
