@@ -18,12 +18,13 @@ namespace zerostate::client {
 // plaintext, both, tls_cert_file without tls_key_file (or the reverse),
 // client files without tls_ca_file, a file that cannot be read, a job_token
 // outside 32..256 printable characters.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
+[[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentialsFor(
     const ClientOptions& options);
 
 // The TCP data plane's TLS context from the same files (common/data_tls.h),
 // null for plaintext. Errors: those of ChannelCredentialsFor, and
 // INVALID_ARGUMENT when a file does not parse.
-absl::StatusOr<std::shared_ptr<SSL_CTX>> DataTlsContextFor(const ClientOptions& options);
+[[nodiscard]] absl::StatusOr<std::shared_ptr<SSL_CTX>> DataTlsContextFor(
+    const ClientOptions& options);
 
 }  // namespace zerostate::client

@@ -132,7 +132,7 @@ class Ticket {
   class State;
   Ticket() = default;  // an already-completed OK ticket
   explicit Ticket(std::shared_ptr<State> state) : state_(std::move(state)) {}
-  absl::Status Wait() const;
+  [[nodiscard]] absl::Status Wait() const;
   bool Done() const;
 
  private:
@@ -151,13 +151,13 @@ class Client {
  public:
   // Opens channels to every server (lazily connected). Errors:
   // INVALID_ARGUMENT for empty server list or bad options.
-  static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
   ~Client();
 
   // Registers the job on every server (its shard of the layout), or attaches
   // to it if it exists with the same spec. The spec is validated here first:
   // a bad spec is refused before anything is sent.
-  absl::StatusOr<std::unique_ptr<JobClient>> RegisterJob(const v1::JobSpec& spec);
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<JobClient>> RegisterJob(const v1::JobSpec& spec);
 
   // Attaches to a job registered by someone else (reads its spec from the
   // first server) with ClientOptions::job_token. Errors: INVALID_ARGUMENT
@@ -165,7 +165,7 @@ class Client {
   // PERMISSION_DENIED (the token of another job), whether or not the job
   // exists (a server never says NOT_FOUND for a job); FAILED_PRECONDITION
   // (the shards are more than one version apart, as Version).
-  absl::StatusOr<std::unique_ptr<JobClient>> AttachJob(const std::string& job_id);
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<JobClient>> AttachJob(const std::string& job_id);
 
   // Loads the checkpoint in `path` (JobClient::Checkpoint's answer, on a
   // filesystem every server reaches) onto this client's servers, whatever
@@ -176,14 +176,15 @@ class Client {
   // this client's token and the checkpoint's layout. Errors: NOT_FOUND,
   // DATA_LOSS, FAILED_PRECONDITION, UNAUTHENTICATED / PERMISSION_DENIED
   // (see the Restore RPC), INVALID_ARGUMENT (empty path).
-  absl::StatusOr<std::unique_ptr<JobClient>> RestoreJob(const std::string& path,
-                                                        uint32_t num_nodes = 0);
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<JobClient>> RestoreJob(const std::string& path,
+                                                                      uint32_t num_nodes = 0);
 
   // A keyed all-gather of small values among `world` ranks through the
   // first server (NCCL unique ids, barriers). Blocks until all ranks called.
-  absl::StatusOr<std::vector<std::string>> Rendezvous(const std::string& ns,
-                                                      const std::string& key, uint32_t rank,
-                                                      uint32_t world, const std::string& value);
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Rendezvous(const std::string& ns,
+                                                                    const std::string& key,
+                                                                    uint32_t rank, uint32_t world,
+                                                                    const std::string& value);
 
   const ClientOptions& options() const;
 
@@ -205,7 +206,7 @@ class JobClient {
   std::string token() const;
 
   // The flat element range of tensor `name`. Errors: NOT_FOUND naming it.
-  absl::StatusOr<Range> TensorRange(const std::string& name) const;
+  [[nodiscard]] absl::StatusOr<Range> TensorRange(const std::string& name) const;
 
   // Pushes node `node`'s gradient for flat elements `elems` of step `step`.
   // `data` holds elems.size() elements of `dtype`: either the job's
@@ -216,11 +217,13 @@ class JobClient {
   // (layout().tensors); the alignment padding between tensors may be pushed
   // or left out, and is ignored. Pushes may come in any number of pieces, in
   // any order, and be repeated.
-  Ticket PushAsync(uint64_t step, uint32_t node, Range elems, const void* data, v1::DType dtype);
-  absl::Status Push(uint64_t step, uint32_t node, Range elems, const void* data, v1::DType dtype);
+  [[nodiscard]] Ticket PushAsync(uint64_t step, uint32_t node, Range elems, const void* data,
+                                 v1::DType dtype);
+  [[nodiscard]] absl::Status Push(uint64_t step, uint32_t node, Range elems, const void* data,
+                                  v1::DType dtype);
 
   // Gradient statistics of `step`, summed over servers in shard order.
-  absl::StatusOr<GradStatsResult> GradStats(uint64_t step);
+  [[nodiscard]] absl::StatusOr<GradStatsResult> GradStats(uint64_t step);
 
   // Applies step `step` on every server (in parallel). `trainer_state`
   // (at most kMaxTrainerStateBytes, opaque) is kept by every server as the
@@ -228,8 +231,8 @@ class JobClient {
   // TrainerState. Errors before sending: INVALID_ARGUMENT (trainer_state
   // too large).
   static constexpr size_t kMaxTrainerStateBytes = 1024;
-  absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip,
-                    const std::string& trainer_state = "");
+  [[nodiscard]] absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip,
+                                  const std::string& trainer_state = "");
 
   // Sends step `step`'s parameters ahead of its gradients to every server
   // (a job registered with speculative_step; StepRequest.ahead): lr and the
@@ -239,34 +242,34 @@ class JobClient {
   // step, the optimizer pass overlapping the pushes. Does not wait for the
   // gradients. Errors: the servers' (FAILED_PRECONDITION for a job without
   // speculative_step).
-  absl::Status StepAhead(uint64_t step, float lr, float grad_scale);
+  [[nodiscard]] absl::Status StepAhead(uint64_t step, float lr, float grad_scale);
 
   // The trainer_state the Step that made `version` carried, from the first
   // server (in shard order) that keeps it; a server keeps the newest 4.
   // Errors: NOT_FOUND (no server keeps one for `version`), INVALID_ARGUMENT
   // (version 0: no step made it), the servers' errors.
-  absl::StatusOr<std::string> TrainerState(uint64_t version);
+  [[nodiscard]] absl::StatusOr<std::string> TrainerState(uint64_t version);
 
   // Gathers flat elements `elems` at version >= min_version into `out`,
   // which holds elems.size() elements of `dtype`: FP32 (the wire carries the
   // job's weight_dtype, decoded here; or FP32 masters when weight_dtype is
   // FP32) or the job's weight_dtype (copied as is).
   // Errors before sending: INVALID_ARGUMENT (range, dtype).
-  Ticket GatherAsync(uint64_t min_version, Range elems, void* out, v1::DType dtype);
-  absl::Status Gather(uint64_t min_version, Range elems, void* out, v1::DType dtype);
+  [[nodiscard]] Ticket GatherAsync(uint64_t min_version, Range elems, void* out, v1::DType dtype);
+  [[nodiscard]] absl::Status Gather(uint64_t min_version, Range elems, void* out, v1::DType dtype);
 
   // Gathers the fp32 master weights (not the low-precision copy).
-  absl::Status GatherMaster(uint64_t min_version, Range elems, float* out);
+  [[nodiscard]] absl::Status GatherMaster(uint64_t min_version, Range elems, float* out);
 
   // Streams initial fp32 weights (jobs registered with streamed_init).
-  absl::Status InitWeights(Range elems, const float* data);
+  [[nodiscard]] absl::Status InitWeights(Range elems, const float* data);
 
   // The lowest version over all servers' shards. Errors: ABORTED naming a
   // server that restarted or no longer holds the job; FAILED_PRECONDITION
   // naming each server's version when the shards are more than one step
   // apart (a lost shard registered again), saying what to do. RegisterJob
   // and AttachJob refuse such a job the same way.
-  absl::StatusOr<uint64_t> Version();
+  [[nodiscard]] absl::StatusOr<uint64_t> Version();
 
   // Makes every server write its shard at `version` under `root` (an
   // absolute path every server reaches), while training goes on; returns
@@ -274,14 +277,14 @@ class JobClient {
   // is complete when this returns OK. Errors: INVALID_ARGUMENT (root),
   // FAILED_PRECONDITION (a version already stepped past),
   // DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED (disk full), INTERNAL (I/O).
-  absl::StatusOr<std::string> Checkpoint(uint64_t version, const std::string& root);
+  [[nodiscard]] absl::StatusOr<std::string> Checkpoint(uint64_t version, const std::string& root);
 
   // Deletes the job on every server; calls waiting on it there end (with
   // UNAUTHENTICATED once retried: the token no longer holds a job there);
   // checkpoints stay. Every server is asked even if one fails. Errors: the
   // first failing server's (a restarted server that lost the job:
   // UNAUTHENTICATED).
-  absl::Status Delete();
+  [[nodiscard]] absl::Status Delete();
 
   class Impl;
   explicit JobClient(std::unique_ptr<Impl> impl);

@@ -47,17 +47,18 @@ class Client::Impl {
   // thread has taken yet, so fan-outs of several threads at once share the
   // pool without ever waiting for each other's threads. Returns the error
   // of the lowest shard that failed.
-  absl::Status ForEachServer(absl::FunctionRef<absl::Status(int shard)> fn);
+  [[nodiscard]] absl::Status ForEachServer(absl::FunctionRef<absl::Status(int shard)> fn);
 
   // One unary RPC to server `shard` through the retrier, e.g.
   // Unary(Method::kStep, 0, &v1::StateService::Stub::Step, req, &resp).
   // `unavailable_wait` as Retrier::Run's.
   template <class Request, class Response>
-  absl::Status Unary(Method method, int shard,
-                     grpc::Status (v1::StateService::Stub::*rpc)(grpc::ClientContext*,
-                                                                 const Request&, Response*),
-                     const Request& request, Response* response,
-                     std::optional<absl::Duration> unavailable_wait = std::nullopt) {
+  [[nodiscard]] absl::Status Unary(Method method, int shard,
+                                   grpc::Status (v1::StateService::Stub::*rpc)(grpc::ClientContext*,
+                                                                               const Request&,
+                                                                               Response*),
+                                   const Request& request, Response* response,
+                                   std::optional<absl::Duration> unavailable_wait = std::nullopt) {
     ServerConn& conn = server(shard);
     return retrier_.Run(
         method, conn,

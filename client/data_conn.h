@@ -76,14 +76,14 @@ class DataConnPool {
   // An idle connection, or a new one (connected, and its TLS handshake
   // done; or attached to the same-host plane). Errors: UNAVAILABLE naming the address (cannot
   // resolve or connect, or the handshake failed: with OpenSSL's reason), DEADLINE_EXCEEDED.
-  absl::StatusOr<std::unique_ptr<DataConn>> Acquire(absl::Time deadline);
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<DataConn>> Acquire(absl::Time deadline);
   // Keeps `conn` for another stream. Only for a connection at a frame
   // boundary with nothing left to read.
   void Release(std::unique_ptr<DataConn> conn);
 
  private:
   // The handshake of connected socket `fd` (plaintext: none).
-  absl::StatusOr<std::unique_ptr<DataConn>> Open(int fd, absl::Time deadline);
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<DataConn>> Open(int fd, absl::Time deadline);
 
   const std::string address_;
   const size_t max_idle_;

@@ -23,22 +23,21 @@ namespace zerostate::client {
 // do, when they are more than one step apart (one step: a step in flight)
 // -- e.g. a restarted server's shard registered again at version 0 next
 // to shards that trained on (client/job_setup.cc).
-absl::StatusOr<uint64_t> AgreedVersion(Client::Impl& client, const Layout& layout,
-                                       const std::string& job_id,
-                                       const std::vector<uint64_t>& versions);
+[[nodiscard]] absl::StatusOr<uint64_t> AgreedVersion(Client::Impl& client, const Layout& layout,
+                                                     const std::string& job_id,
+                                                     const std::vector<uint64_t>& versions);
 
 class JobClient::Impl {
  public:
   // Registers a normalized spec on every server (client/job_setup.cc).
-  static absl::StatusOr<std::unique_ptr<JobClient>> Register(std::shared_ptr<Client::Impl> client,
-                                                             const v1::JobSpec& spec);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<JobClient>> Register(
+      std::shared_ptr<Client::Impl> client, const v1::JobSpec& spec);
   // Restores a checkpoint on every server, then attaches (client/job_setup.cc).
-  static absl::StatusOr<std::unique_ptr<JobClient>> Restore(std::shared_ptr<Client::Impl> client,
-                                                            const std::string& path,
-                                                            uint32_t num_nodes);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<JobClient>> Restore(
+      std::shared_ptr<Client::Impl> client, const std::string& path, uint32_t num_nodes);
   // Attaches to a registered job (client/job_setup.cc).
-  static absl::StatusOr<std::unique_ptr<JobClient>> Attach(std::shared_ptr<Client::Impl> client,
-                                                           const std::string& job_id);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<JobClient>> Attach(
+      std::shared_ptr<Client::Impl> client, const std::string& job_id);
 
   // `data_ports`: the data plane port each server advertised (0 or
   // missing: none).
@@ -54,19 +53,19 @@ class JobClient::Impl {
   Ticket PushAsync(uint64_t step, uint32_t node, Range elems, const void* data, v1::DType dtype);
   Ticket GatherAsync(uint64_t min_version, Range elems, void* out, v1::DType dtype,
                      bool master);
-  absl::Status InitWeights(Range elems, const float* data);
-  absl::StatusOr<GradStatsResult> GradStats(uint64_t step);
-  absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip,
-                    const std::string& trainer_state);
-  absl::Status StepAhead(uint64_t step, float lr, float grad_scale);
-  absl::StatusOr<std::string> TrainerState(uint64_t version);
-  absl::StatusOr<uint64_t> Version();
-  absl::StatusOr<std::string> Checkpoint(uint64_t version, const std::string& root);
-  absl::Status Delete();
+  [[nodiscard]] absl::Status InitWeights(Range elems, const float* data);
+  [[nodiscard]] absl::StatusOr<GradStatsResult> GradStats(uint64_t step);
+  [[nodiscard]] absl::Status Step(uint64_t step, float lr, float grad_scale, bool skip,
+                                  const std::string& trainer_state);
+  [[nodiscard]] absl::Status StepAhead(uint64_t step, float lr, float grad_scale);
+  [[nodiscard]] absl::StatusOr<std::string> TrainerState(uint64_t version);
+  [[nodiscard]] absl::StatusOr<uint64_t> Version();
+  [[nodiscard]] absl::StatusOr<std::string> Checkpoint(uint64_t version, const std::string& root);
+  [[nodiscard]] absl::Status Delete();
 
  private:
   // Sends a Step request to every server, in parallel.
-  absl::Status SendStep(const v1::StepRequest& req);
+  [[nodiscard]] absl::Status SendStep(const v1::StepRequest& req);
   // A ticket of `parts` parts that also counts as one call in flight.
   std::shared_ptr<Ticket::State> BeginCall(int parts);
   // Runs run(plan, ticket) -> absl::Status for each stream of `elems` on
@@ -80,16 +79,16 @@ class JobClient::Impl {
   // Runs fn(server) on the server that serves `shard`; for a job with
   // backups, when it fails because that server is gone, moves the shard to
   // the backup that takes it over (FailOver) and runs fn there.
-  absl::Status OnShard(int shard, absl::FunctionRef<absl::Status(int server)> fn);
+  [[nodiscard]] absl::Status OnShard(int shard, absl::FunctionRef<absl::Status(int server)> fn);
   // Moves `shard` off server `from` (which failed with `cause`) unless it
   // still answers for it: to the first backup that answers as its primary,
   // then pushes this client's pushes of the step in progress again there
   // when that backup has not applied it. Errors: `cause` when `from` still
   // answers; ABORTED when the backup is behind the step in progress (it
   // missed acknowledged steps); UNAVAILABLE when no backup answers.
-  absl::Status FailOver(int shard, int from, const absl::Status& cause);
+  [[nodiscard]] absl::Status FailOver(int shard, int from, const absl::Status& cause);
   // Sends `pushes` again, their parts in `shard` (to its server now).
-  absl::Status PushAgain(int shard, const std::vector<PushCall>& pushes);
+  [[nodiscard]] absl::Status PushAgain(int shard, const std::vector<PushCall>& pushes);
   // Remembers a push of the step in progress (for FailOver).
   void Journal(const PushCall& call);
   // The job's StepRequest-style `shard` field: set when the job has backups.

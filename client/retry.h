@@ -24,7 +24,7 @@
 namespace zerostate::client {
 
 // grpc::Status -> absl::Status, same code and message.
-absl::Status FromGrpc(const grpc::Status& status);
+[[nodiscard]] absl::Status FromGrpc(const grpc::Status& status);
 
 // True for the codes worth another attempt.
 bool IsRetryable(const absl::Status& status);
@@ -68,9 +68,10 @@ class Retrier {
   // "<Method> to <address>: " and the attempt count when it was retried.
   // `unavailable_wait` replaces the options' for this call (a replicated
   // job's failover_wait).
-  absl::Status Run(Method method, const ServerConn& server,
-                   absl::FunctionRef<absl::Status(grpc::ClientContext& ctx)> attempt,
-                   std::optional<absl::Duration> unavailable_wait = std::nullopt) const;
+  [[nodiscard]] absl::Status Run(
+      Method method, const ServerConn& server,
+      absl::FunctionRef<absl::Status(grpc::ClientContext& ctx)> attempt,
+      std::optional<absl::Duration> unavailable_wait = std::nullopt) const;
 
  private:
   absl::Duration Backoff(int retry) const;

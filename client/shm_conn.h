@@ -21,8 +21,9 @@ namespace zerostate::client {
 // Errors: UNAVAILABLE (no such server on this host, or it did not attach
 // the segment: with the reason), FAILED_PRECONDITION (it is another
 // server: the incarnations), DEADLINE_EXCEEDED. Every error means: use TCP.
-absl::StatusOr<std::unique_ptr<DataConn>> ConnectSameHost(int port, uint64_t incarnation,
-                                                          size_t segment_bytes,
-                                                          absl::Time deadline);
+[[nodiscard]] absl::StatusOr<std::unique_ptr<DataConn>> ConnectSameHost(int port,
+                                                                        uint64_t incarnation,
+                                                                        size_t segment_bytes,
+                                                                        absl::Time deadline);
 
 }  // namespace zerostate::client

@@ -32,7 +32,7 @@ class Ticket::State {
   void Done(const absl::Status& status);
 
   // Blocks until every part is done; returns the ticket's status.
-  absl::Status Wait();
+  [[nodiscard]] absl::Status Wait();
   bool IsDone();
 
  private:

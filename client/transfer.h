@@ -63,7 +63,7 @@ std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& option
 // ABORTED naming the server when `incarnation` differs from the one seen
 // when the job was registered or attached: the server restarted and lost
 // the job's state, so nothing it says now can be trusted for this job.
-absl::Status CheckIncarnation(const JobContext& job, int shard, uint64_t incarnation);
+[[nodiscard]] absl::Status CheckIncarnation(const JobContext& job, int shard, uint64_t incarnation);
 
 struct PushCall {
   Method method = Method::kPushGradients;  // or kInitWeights
@@ -78,8 +78,9 @@ struct PushCall {
 // Sends plan.elems of `call` to server plan.shard. Each payload slice
 // holds a part of `ticket` and of the byte budget until gRPC releases it,
 // so the caller's buffer stays referenced only while the ticket is pending.
-absl::Status RunPushStream(const JobContext& job, const PushCall& call, const StreamPlan& plan,
-                           const std::shared_ptr<Ticket::State>& ticket);
+[[nodiscard]] absl::Status RunPushStream(const JobContext& job, const PushCall& call,
+                                         const StreamPlan& plan,
+                                         const std::shared_ptr<Ticket::State>& ticket);
 
 struct GatherCall {
   uint64_t min_version = 0;
@@ -92,7 +93,7 @@ struct GatherCall {
 // Reads plan.elems of `call` from server plan.shard into the caller's
 // buffer. Errors: DATA_LOSS naming the server when a chunk lies outside
 // the asked range, has the wrong dtype or version, or data is missing.
-absl::Status RunGatherStream(const JobContext& job, const GatherCall& call,
-                             const StreamPlan& plan);
+[[nodiscard]] absl::Status RunGatherStream(const JobContext& job, const GatherCall& call,
+                                           const StreamPlan& plan);
 
 }  // namespace zerostate::client

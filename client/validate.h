@@ -13,19 +13,20 @@
 namespace zerostate::client {
 
 // Checks every option Client::Connect depends on.
-absl::Status ValidateOptions(const ClientOptions& options);
+[[nodiscard]] absl::Status ValidateOptions(const ClientOptions& options);
 
 // `elems` must be ordered and inside the layout's (padded) flat space.
-absl::Status ValidateRange(const Layout& layout, Range elems);
+[[nodiscard]] absl::Status ValidateRange(const Layout& layout, Range elems);
 
 // Arguments of JobClient::Push: node in [0, num_nodes), range inside the
 // layout, data non-null unless the range is empty, dtype FP32 or grad_dtype.
-absl::Status ValidatePush(const v1::JobSpec& spec, const Layout& layout, uint32_t node,
-                          Range elems, const void* data, v1::DType dtype);
+[[nodiscard]] absl::Status ValidatePush(const v1::JobSpec& spec, const Layout& layout,
+                                        uint32_t node, Range elems, const void* data,
+                                        v1::DType dtype);
 
 // Arguments of JobClient::Gather: range inside the layout, out non-null
 // unless the range is empty, dtype FP32 or the job's weight_dtype.
-absl::Status ValidateGather(const v1::JobSpec& spec, const Layout& layout, Range elems,
-                            const void* out, v1::DType dtype);
+[[nodiscard]] absl::Status ValidateGather(const v1::JobSpec& spec, const Layout& layout,
+                                          Range elems, const void* out, v1::DType dtype);
 
 }  // namespace zerostate::client
