@@ -91,7 +91,8 @@ class StateServer {
   // Starts listening. Errors: INVALID_ARGUMENT (options, e.g. neither TLS
   // files nor plaintext, or an unreadable certificate; names the flag),
   // UNAVAILABLE (an address could not be bound; names it).
-  static absl::StatusOr<std::unique_ptr<StateServer>> Start(const ServerOptions& options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<StateServer>> Start(
+      const ServerOptions& options);
   ~StateServer();  // Shutdown(absl::ZeroDuration()) if still running
 
   // The bound addresses, with the real ports.
@@ -118,7 +119,8 @@ class StateServer {
  private:
   StateServer() = default;
   // Starts data_plane_ (and data_tls_) unless --data_listen=off.
-  absl::Status StartDataPlane(const ServerOptions& opt, const DataSessionContext& ctx);
+  [[nodiscard]] absl::Status StartDataPlane(const ServerOptions& opt,
+                                            const DataSessionContext& ctx);
   // Sets the health service's status of "" and of the service's name.
   void SetServing(bool serving);
 

@@ -28,6 +28,6 @@ struct HealthProbeOptions {
 // address (cannot connect, a TLS handshake refused, NOT_SERVING: e.g.
 // draining), DEADLINE_EXCEEDED, NOT_FOUND (a service the server does not
 // know).
-absl::Status CheckHealth(const HealthProbeOptions& options);
+[[nodiscard]] absl::Status CheckHealth(const HealthProbeOptions& options);
 
 }  // namespace zerostate::server

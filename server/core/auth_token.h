@@ -23,12 +23,12 @@ using TokenHash = std::string;
 
 // 256 bits from the kernel's CSPRNG (getrandom), as 64 hex digits.
 // Errors: INTERNAL when the kernel gives no randomness.
-absl::StatusOr<std::string> GenerateToken();
+[[nodiscard]] absl::StatusOr<std::string> GenerateToken();
 
 // OK when `token` (not "") has a token's form. Errors: UNAUTHENTICATED
 // when it is malformed (length out of [kMinTokenChars, kMaxTokenChars] or
 // a character outside '!'..'~'); the message never contains the token.
-absl::Status CheckTokenForm(absl::string_view token);
+[[nodiscard]] absl::Status CheckTokenForm(absl::string_view token);
 
 // SHA-256 of `token`; "" for "".
 TokenHash HashToken(absl::string_view token);

@@ -22,9 +22,10 @@ inline constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
 // UNAVAILABLE once `shutting_down`, DEADLINE_EXCEEDED with what() at
 // `deadline`, CANCELLED once `cancelled` (null: never; polled every
 // kCancelPoll with b.mu released, as it may ask the network) says so.
-absl::Status AwaitBlock(Block& b, const std::atomic<bool>& shutting_down, absl::Time deadline,
-                        const std::function<bool()>& pred, const std::function<std::string()>& what,
-                        const std::function<bool()>& cancelled = nullptr)
+[[nodiscard]] absl::Status AwaitBlock(Block& b, const std::atomic<bool>& shutting_down,
+                                      absl::Time deadline, const std::function<bool()>& pred,
+                                      const std::function<std::string()>& what,
+                                      const std::function<bool()>& cancelled = nullptr)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
 
 }  // namespace zerostate::server

@@ -43,12 +43,12 @@ class GatherHandler {
   // Authorizes `token` for req.job_id() and checks the request, for a
   // caller that gives up at `caller_deadline` (absl::InfiniteFuture():
   // never). Errors: those of CopyForGather and JobGathers::CheckGather.
-  absl::StatusOr<Gather> Begin(const v1::GatherRequest& req, const std::string& token,
-                               absl::Time caller_deadline) const;
+  [[nodiscard]] absl::StatusOr<Gather> Begin(const v1::GatherRequest& req, const std::string& token,
+                                             absl::Time caller_deadline) const;
 
   // Serves `gather` into `sink` (JobGathers::Gather), each piece once its block
   // reaches the requested version. Errors: those of JobGathers::Gather.
-  absl::Status Serve(const Gather& gather, GatherSink& sink) const;
+  [[nodiscard]] absl::Status Serve(const Gather& gather, GatherSink& sink) const;
 
  private:
   JobRegistry& jobs_;

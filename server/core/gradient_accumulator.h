@@ -63,13 +63,14 @@ class GradientAccumulator {
   // overlaps earlier ones only in part is INVALID_ARGUMENT, nothing changes.
   // An early piece that finds no staging memory is kNoStaging (above).
   // REQUIRES: node < num_nodes, offset + count <= block_elems (checked by the caller).
-  absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count, const void* data,
-                              v1::DType dtype);
+  [[nodiscard]] absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count,
+                                            const void* data, v1::DType dtype);
   // The same with the elements spread over `data`'s segments (as received,
   // without copying them together first); an element may straddle two.
   // REQUIRES as above, and the segments hold count elements.
-  absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count,
-                              absl::Span<const ChunkView::Segment> data, v1::DType dtype);
+  [[nodiscard]] absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count,
+                                            absl::Span<const ChunkView::Segment> data,
+                                            v1::DType dtype);
 
   // Whether Add of this piece would need a new staging buffer: not a
   // retry, its node early, and without one yet. REQUIRES as Add.

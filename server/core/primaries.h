@@ -30,7 +30,7 @@ class Primaries {
   // up one when no live primary holds it: a failover). Errors:
   // UNAVAILABLE "not primary" naming the job, the shard and its primary
   // (or that this server's lease lapsed: fenced); the membership's errors.
-  absl::Status Serve(const Job& copy);
+  [[nodiscard]] absl::Status Serve(const Job& copy);
 
   // Whether this server answers for (job, shard) as primary now (a
   // backup copy that does must refuse its old primary's steps).
@@ -43,7 +43,7 @@ class Primaries {
   // first of the membership's, naming the shard (that claim then lasts
   // until this server's lease ends); a membership that cannot release
   // (UNIMPLEMENTED) is not an error.
-  absl::Status Release(const std::string& job);
+  [[nodiscard]] absl::Status Release(const std::string& job);
 
  private:
   Membership& membership_;

@@ -76,18 +76,20 @@ class PushHandler {
   // copy of a stream's previous push: a push naming the same job and a
   // block of that copy is not authorized again. Errors: those of
   // CopyForBlock only; a bad chunk is Apply's to refuse.
-  absl::StatusOr<Push> Begin(const ChunkFields& fields, const std::string& token,
-                             size_t data_bytes, absl::Time caller_deadline, Payload payload,
-                             std::shared_ptr<Job>* stream_job = nullptr) const;
+  [[nodiscard]] absl::StatusOr<Push> Begin(const ChunkFields& fields, const std::string& token,
+                                           size_t data_bytes, absl::Time caller_deadline,
+                                           Payload payload,
+                                           std::shared_ptr<Job>* stream_job = nullptr) const;
 
   // The copy of job `job_id` that holds `block`, if `token` is the job's
   // token (CopyForBlock; `serve` false: without the primary's check, for
   // InitWeights, which writes every copy), unless `*stream_job` (may be
   // null) already is that copy; then stored in `*stream_job`. For a stream
   // of chunks, whose job is authorized once per copy.
-  absl::StatusOr<std::shared_ptr<Job>> JobFor(const std::string& job_id, const std::string& token,
-                                              uint64_t block, bool serve,
-                                              std::shared_ptr<Job>* stream_job) const;
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> JobFor(const std::string& job_id,
+                                                            const std::string& token,
+                                                            uint64_t block, bool serve,
+                                                            std::shared_ptr<Job>* stream_job) const;
 
   // Applies the push: commits its claim (in_place() not null, the payload
   // is there), or else folds `chunk`. A chunk that needs staging memory the
@@ -95,7 +97,8 @@ class PushHandler {
   // otherwise it fails at once with JobPushes::IsStagingWait, and the edge may
   // Apply it again with may_wait where waiting is allowed. Errors: those
   // of JobPushes::Push and PushClaim::Commit.
-  absl::StatusOr<PushOutcome> Apply(Push& push, const ChunkView& chunk, bool may_wait) const;
+  [[nodiscard]] absl::StatusOr<PushOutcome> Apply(Push& push, const ChunkView& chunk,
+                                                  bool may_wait) const;
 
  private:
   JobRegistry& jobs_;

@@ -70,10 +70,9 @@ class RendezvousTable {
   // DEADLINE_EXCEEDED (names the missing ranks, up to 16),
   // RESOURCE_EXHAUSTED (the owner's keys with waiting calls fill its quota;
   // names it), UNAVAILABLE (shutting down).
-  absl::StatusOr<std::vector<std::string>> Join(const RendezvousOwner& owner, const std::string& ns,
-                                                const std::string& key, uint32_t rank,
-                                                uint32_t world, const std::string& value,
-                                                absl::Time deadline);
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Join(
+      const RendezvousOwner& owner, const std::string& ns, const std::string& key, uint32_t rank,
+      uint32_t world, const std::string& value, absl::Time deadline);
 
   // Keys held and their bytes, all owners together.
   size_t keys() const;
@@ -101,13 +100,14 @@ class RendezvousTable {
   using Entries = absl::node_hash_map<std::string, Entry>;
 
   // The entry `id` of `owner`, created if missing once there is room.
-  absl::StatusOr<Entries::iterator> FindOrCreateLocked(const RendezvousOwner& owner,
-                                                       const std::string& id, uint32_t world)
+  [[nodiscard]] absl::StatusOr<Entries::iterator> FindOrCreateLocked(const RendezvousOwner& owner,
+                                                                     const std::string& id,
+                                                                     uint32_t world)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops idle entries until `extra` more bytes (and `new_key`: a key) fit
   // the quotas of `owner`; RESOURCE_EXHAUSTED naming the quota otherwise.
-  absl::Status MakeRoomLocked(const RendezvousOwner& owner, size_t extra, bool new_key)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[nodiscard]] absl::Status MakeRoomLocked(const RendezvousOwner& owner, size_t extra,
+                                            bool new_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ChargeLocked(Entry& e, size_t bytes) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkIdleLocked(const std::string& id, Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MarkBusyLocked(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

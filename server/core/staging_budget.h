@@ -57,7 +57,7 @@ class StagingBudget {
   // UNAVAILABLE (the client retries it) for a piece of `what` that needed
   // `bytes` of staging and found none in time; names the budget, the
   // bytes in use and the flag.
-  absl::Status Exhausted(const std::string& what, uint64_t bytes) const;
+  [[nodiscard]] absl::Status Exhausted(const std::string& what, uint64_t bytes) const;
 
   uint64_t budget() const { return budget_; }
   uint64_t used() const;

@@ -23,7 +23,7 @@ struct TlsOptions {
 // Checks the flags' combination. Errors: INVALID_ARGUMENT naming the
 // flag: neither TLS files nor --plaintext, both, a certificate without a
 // key (or the reverse), a client CA without a certificate.
-absl::Status CheckTlsFlags(const TlsOptions& options);
+[[nodiscard]] absl::Status CheckTlsFlags(const TlsOptions& options);
 
 // The PEM contents of the files of TlsOptions.
 struct TlsPem {
@@ -34,10 +34,11 @@ struct TlsPem {
 // certificate). REQUIRES: CheckTlsFlags OK, not plaintext. Errors:
 // INVALID_ARGUMENT naming the flag: a file that cannot be read or parsed,
 // a key that does not match the certificate.
-absl::StatusOr<TlsPem> ReadTlsFiles(const TlsOptions& options);
+[[nodiscard]] absl::StatusOr<TlsPem> ReadTlsFiles(const TlsOptions& options);
 
 // The contents of `path`, for PEM files. Errors: INVALID_ARGUMENT
 // "<flag>: cannot read '<path>': <reason>".
-absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path);
+[[nodiscard]] absl::StatusOr<std::string> ReadPemFile(const std::string& flag,
+                                                      const std::string& path);
 
 }  // namespace zerostate::server

@@ -26,7 +26,7 @@ class TrainerStates {
   static constexpr size_t kKept = 4;
 
   // INVALID_ARGUMENT if `state` is too large to keep.
-  static absl::Status Check(const std::string& state) {
+  [[nodiscard]] static absl::Status Check(const std::string& state) {
     if (state.size() <= kMaxBytes) return absl::OkStatus();
     return absl::InvalidArgumentError(
         absl::StrCat("trainer_state: ", state.size(), " bytes exceed ", kMaxBytes));

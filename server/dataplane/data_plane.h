@@ -45,13 +45,12 @@ class DataPlane {
   // With `shm`, also listens for same-host clients; when that name cannot
   // be bound (another process holds it), says so on stderr and serves TCP
   // only.
-  static absl::StatusOr<std::unique_ptr<DataPlane>> Start(const std::string& listen,
-                                                          const DataSessionContext& ctx,
-                                                          int max_connections, DataTlsContext* tls,
-                                                          bool shm = false);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<DataPlane>> Start(
+      const std::string& listen, const DataSessionContext& ctx, int max_connections,
+      DataTlsContext* tls, bool shm = false);
   // OK for a connection cap of at least 1; else INVALID_ARGUMENT naming
   // --max_data_connections.
-  static absl::Status CheckMaxConnections(int max_connections);
+  [[nodiscard]] static absl::Status CheckMaxConnections(int max_connections);
 
   // Shutdown(), then joins every thread.
   ~DataPlane();

@@ -27,8 +27,8 @@ class DataTlsContext {
  public:
   // Loads the files (INVALID_ARGUMENT naming the flag, as
   // ServerCredentialsFor). `kernel`: hand records to kTLS where it can.
-  static absl::StatusOr<std::unique_ptr<DataTlsContext>> Load(const TlsOptions& options,
-                                                              bool kernel);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<DataTlsContext>> Load(
+      const TlsOptions& options, bool kernel);
 
   // The context for a new connection.
   std::shared_ptr<SSL_CTX> Current();
@@ -48,7 +48,7 @@ class DataTlsContext {
   };
   DataTlsContext(const TlsOptions& options, bool kernel) : options_(options), kernel_(kernel) {}
   Stamp Look() const;
-  absl::StatusOr<std::shared_ptr<SSL_CTX>> Make() const;
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<SSL_CTX>> Make() const;
 
   const TlsOptions options_;
   const bool kernel_;

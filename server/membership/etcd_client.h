@@ -51,36 +51,38 @@ class EtcdClient {
   // Checks the endpoints (INVALID_ARGUMENT naming a bad one) and makes a
   // channel to each; connects lazily, so an unreachable etcd shows in the
   // first call.
-  static absl::StatusOr<std::unique_ptr<EtcdClient>> Create(const EtcdClientOptions& options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EtcdClient>> Create(
+      const EtcdClientOptions& options);
 
   // The endpoint calls go to first now.
   std::string endpoint() const;
 
   // The keys in [key, range_end) (range_end "" : just `key`).
-  absl::StatusOr<etcdserverpb::RangeResponse> Range(const std::string& key,
-                                                    const std::string& range_end = "");
-  absl::StatusOr<etcdserverpb::PutResponse> Put(const std::string& key, const std::string& value,
-                                                int64_t lease = 0);
-  absl::StatusOr<etcdserverpb::DeleteRangeResponse> Delete(const std::string& key);
+  [[nodiscard]] absl::StatusOr<etcdserverpb::RangeResponse> Range(
+      const std::string& key, const std::string& range_end = "");
+  [[nodiscard]] absl::StatusOr<etcdserverpb::PutResponse> Put(const std::string& key,
+                                                              const std::string& value,
+                                                              int64_t lease = 0);
+  [[nodiscard]] absl::StatusOr<etcdserverpb::DeleteRangeResponse> Delete(const std::string& key);
   // `key` names the transaction in errors (its first compared key).
-  absl::StatusOr<etcdserverpb::TxnResponse> Txn(const etcdserverpb::TxnRequest& request,
-                                                const std::string& key);
+  [[nodiscard]] absl::StatusOr<etcdserverpb::TxnResponse> Txn(
+      const etcdserverpb::TxnRequest& request, const std::string& key);
 
   // A new lease of `ttl_seconds`; the answer has its id and the TTL etcd
   // granted (it may raise a short one to its minimum).
-  absl::StatusOr<etcdserverpb::LeaseGrantResponse> LeaseGrant(int64_t ttl_seconds);
+  [[nodiscard]] absl::StatusOr<etcdserverpb::LeaseGrantResponse> LeaseGrant(int64_t ttl_seconds);
   // Revokes lease `id`: etcd deletes its keys at once. NOT_FOUND when etcd
   // no longer has it.
-  absl::Status LeaseRevoke(int64_t id);
+  [[nodiscard]] absl::Status LeaseRevoke(int64_t id);
   // One keepalive of lease `id` on a stream of its own, within `timeout`:
   // the TTL etcd renewed it to; 0 when etcd no longer has the lease.
-  absl::StatusOr<int64_t> KeepAliveOnce(int64_t id, absl::Duration timeout);
+  [[nodiscard]] absl::StatusOr<int64_t> KeepAliveOnce(int64_t id, absl::Duration timeout);
 
   // Opens a watch of every key that starts with `prefix`, from
   // `start_revision` (inclusive), its events carrying the previous value;
   // returns once etcd has created it (within call_timeout).
-  absl::StatusOr<std::unique_ptr<EtcdWatch>> Watch(const std::string& prefix,
-                                                   int64_t start_revision);
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<EtcdWatch>> Watch(const std::string& prefix,
+                                                                 int64_t start_revision);
 
  private:
   struct Endpoint {
@@ -95,10 +97,12 @@ class EtcdClient {
   // current one, until one answers (any answer but UNAVAILABLE or a
   // deadline); the error names the endpoint, `what` and `key`.
   template <typename Call>
-  absl::Status OnEndpoints(const std::string& what, const std::string& key, Call call);
+  [[nodiscard]] absl::Status OnEndpoints(const std::string& what, const std::string& key,
+                                         Call call);
   // One unary call through OnEndpoints: `call(endpoint, context, &answer)`.
   template <typename Resp, typename Call>
-  absl::StatusOr<Resp> Ask(const std::string& what, const std::string& key, Call call);
+  [[nodiscard]] absl::StatusOr<Resp> Ask(const std::string& what, const std::string& key,
+                                         Call call);
   std::unique_ptr<grpc::ClientContext> NewContext(absl::Duration timeout) const;
 
   const EtcdClientOptions options_;
@@ -116,14 +120,14 @@ class EtcdWatch {
   // ended (etcd unreachable, cancelled, or the watch cancelled by etcd, e.g.
   // its start revision compacted away: FAILED_PRECONDITION), naming the
   // endpoint.
-  absl::StatusOr<etcdserverpb::WatchResponse> Next();
+  [[nodiscard]] absl::StatusOr<etcdserverpb::WatchResponse> Next();
   // Ends the stream: a Next waiting now, or later, returns CANCELLED.
   void Cancel();
 
  private:
   friend class EtcdClient;
   EtcdWatch(std::string endpoint, std::string prefix);
-  absl::Status Finish(const std::string& what);
+  [[nodiscard]] absl::Status Finish(const std::string& what);
 
   const std::string endpoint_;
   const std::string prefix_;

@@ -80,7 +80,8 @@ class EtcdMembership final : public Membership {
   // and puts the member key (UNAVAILABLE naming the endpoint when etcd does
   // not answer within the call timeout, on every endpoint), then starts
   // the keepalive and watch threads.
-  static absl::StatusOr<std::unique_ptr<EtcdMembership>> Start(EtcdMembershipOptions options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EtcdMembership>> Start(
+      EtcdMembershipOptions options);
 
   // Leave().
   ~EtcdMembership() override;
@@ -93,19 +94,19 @@ class EtcdMembership final : public Membership {
   void Leave();
 
   const std::string& self() const override { return options_.self; }
-  absl::StatusOr<PrimaryTerm> Primary(const std::string& job, int shard) override;
-  absl::StatusOr<PrimaryTerm> Claim(const std::string& job, int shard) override;
+  [[nodiscard]] absl::StatusOr<PrimaryTerm> Primary(const std::string& job, int shard) override;
+  [[nodiscard]] absl::StatusOr<PrimaryTerm> Claim(const std::string& job, int shard) override;
   bool LeaseValid() const override;
   // Deletes the key only if it is on this server's current lease (a Txn
   // comparing its lease), so it never removes another server's claim.
-  absl::Status Release(const std::string& job, int shard) override;
-  absl::StatusOr<std::vector<std::string>> Members() override;
+  [[nodiscard]] absl::Status Release(const std::string& job, int shard) override;
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Members() override;
   void OnPrimaryLost(std::function<void(const std::string& job, int shard)> cb) override;
 
   // Revokes the lease of the previous process of this address, if Start
   // found one. REQUIRES: this process has bound the advertised address
   // (proof that the other is gone). Errors: UNAVAILABLE (etcd).
-  absl::Status ReplacePreviousIncarnation();
+  [[nodiscard]] absl::Status ReplacePreviousIncarnation();
 
   // Whether `term` is this server's claim under its current lease, and
   // that lease valid: what a primary checks before acting as one.
@@ -122,14 +123,14 @@ class EtcdMembership final : public Membership {
   explicit EtcdMembership(EtcdMembershipOptions options, std::unique_ptr<EtcdClient> etcd);
   // Grants a lease and puts the member key on it (noting a previous
   // incarnation's lease); then LeaseValid() holds.
-  absl::Status Join();
+  [[nodiscard]] absl::Status Join();
   // Records a keepalive sent at `sent_ns` (steady clock) that etcd
   // answered with `ttl` seconds.
   void Confirm(int64_t sent_ns, int64_t ttl);
   void KeepAliveLoop();
   void WatchLoop();
   // One watch of primaries/ from a fresh read of it, until it fails.
-  absl::Status WatchOnce();
+  [[nodiscard]] absl::Status WatchOnce();
   // A primary key deleted: forget the claim if it was ours, else tell the
   // callback.
   void Lost(const std::string& key, const etcdserverpb::KeyValue& prev);
@@ -137,7 +138,7 @@ class EtcdMembership final : public Membership {
   bool Pause(absl::Duration d);
   // One line on stderr, naming this server.
   void Log(const std::string& what) const;
-  absl::Status CheckShard(const std::string& job, int shard) const;
+  [[nodiscard]] absl::Status CheckShard(const std::string& job, int shard) const;
   // (job, shard) of a key under primaries/, false when it is not one.
   bool ParsePrimaryKey(const std::string& key, ShardKey* out) const;
 

@@ -39,14 +39,14 @@ class Membership {
 
   // The live primary of (job, shard). NOT_FOUND when none holds it (never
   // claimed, or its holder's lease expired).
-  virtual absl::StatusOr<PrimaryTerm> Primary(const std::string& job, int shard) = 0;
+  [[nodiscard]] virtual absl::StatusOr<PrimaryTerm> Primary(const std::string& job, int shard) = 0;
 
   // Become primary of (job, shard) if no live primary holds it; else return
   // the holder's term (compare `primary` with self() to know which). A
   // server that already holds the shard gets its own term back, unchanged.
   // FAILED_PRECONDITION when this server's lease is not valid (it must not
   // claim what it could not keep).
-  virtual absl::StatusOr<PrimaryTerm> Claim(const std::string& job, int shard) = 0;
+  [[nodiscard]] virtual absl::StatusOr<PrimaryTerm> Claim(const std::string& job, int shard) = 0;
 
   // False once this server's lease may have expired: it must stop answering
   // as primary (fencing). It errs on the side of stopping: false as soon as
@@ -72,7 +72,7 @@ class Membership {
   // OK when this server does not hold it. Implementations without a shared
   // engine have nothing to release beyond their own record; this default
   // says so.
-  virtual absl::Status Release(const std::string& job, int shard) {
+  [[nodiscard]] virtual absl::Status Release(const std::string& job, int shard) {
     (void)job;
     (void)shard;
     return absl::UnimplementedError("this membership cannot release a claim");
@@ -80,7 +80,7 @@ class Membership {
 
   // The live servers' advertised addresses (this one included while its
   // lease holds), sorted.
-  virtual absl::StatusOr<std::vector<std::string>> Members() = 0;
+  [[nodiscard]] virtual absl::StatusOr<std::vector<std::string>> Members() = 0;
 
   // Registers the callback called (from a membership thread, never under a
   // lock of the caller's) when the primary of a (job, shard) of this

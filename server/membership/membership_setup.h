@@ -27,13 +27,13 @@ struct MembershipConfig {
 // `advertise` when set; else `listen` with a wildcard host (0.0.0.0, ::,
 // [::] or none) replaced by this host's name. INVALID_ARGUMENT when that
 // leaves port 0 (any free port: nobody could be told where to dial).
-absl::StatusOr<std::string> AdvertisedAddress(const std::string& listen,
-                                              const std::string& advertise);
+[[nodiscard]] absl::StatusOr<std::string> AdvertisedAddress(const std::string& listen,
+                                                            const std::string& advertise);
 
 // Null when config.etcd_endpoints is empty; else a started EtcdMembership
 // advertising AdvertisedAddress(listen, ...), its metrics in `registry`.
 // Errors: those of AdvertisedAddress and EtcdMembership::Start.
-absl::StatusOr<std::shared_ptr<EtcdMembership>> StartMembership(
+[[nodiscard]] absl::StatusOr<std::shared_ptr<EtcdMembership>> StartMembership(
     const MembershipConfig& config, const std::string& listen,
     std::shared_ptr<prometheus::Registry> registry);
 

@@ -32,7 +32,8 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service {
  private:
   // FAILED_PRECONDITION when this server serves (job, shard) as primary:
   // its copy takes no step or state from another.
-  absl::Status CheckNotPrimary(const std::string& job, uint32_t shard, const char* what) const;
+  [[nodiscard]] absl::Status CheckNotPrimary(const std::string& job, uint32_t shard,
+                                             const char* what) const;
 
   JobRegistry& jobs_;
   ThreadPool& pool_;

@@ -47,7 +47,7 @@ namespace zerostate::server {
 // --tls_client_ca; neither: the system's roots) and presenting the
 // server's own certificate and key. Errors: INVALID_ARGUMENT naming the
 // flag whose file cannot be read.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentialsFor(
+[[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentialsFor(
     const TlsOptions& tls, const std::string& peer_ca_file);
 
 class Replicator {
@@ -81,8 +81,9 @@ class Replicator {
  private:
   friend class ShardReplicator;
   // One backup's ApplyStep of `payload`.
-  absl::Status Send(const std::string& address, const std::string& token, uint32_t shard,
-                    const std::string& job_id, const StepReplicator::Payload& payload);
+  [[nodiscard]] absl::Status Send(const std::string& address, const std::string& token,
+                                  uint32_t shard, const std::string& job_id,
+                                  const StepReplicator::Payload& payload);
   // A call's deadline (Options::timeout) and job token.
   void PrepareCall(grpc::ClientContext& ctx, const std::string& token) const;
   // Whether `address` accepts a connection now, on a new channel (within
@@ -90,8 +91,9 @@ class Replicator {
   bool Reconnect(const std::string& address);
   // One lost copy's Seed: `first` (job, shard, registration, version),
   // then `blocks`.
-  absl::Status Seed(const std::string& address, const std::string& token,
-                    const v1::SeedPart& first, const std::vector<v1::ShardBlock>& blocks);
+  [[nodiscard]] absl::Status Seed(const std::string& address, const std::string& token,
+                                  const v1::SeedPart& first,
+                                  const std::vector<v1::ShardBlock>& blocks);
   using CopyKey = std::tuple<std::string, uint32_t, uint32_t>;  // job, shard, server
   bool IsLost(const CopyKey& key) const;
   void MarkLost(const CopyKey& key, uint64_t blocks);

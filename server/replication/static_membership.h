@@ -26,14 +26,14 @@ class StaticMembership final : public Membership {
 
   const std::string& self() const override { return self_; }
   // NOT_FOUND unless this server claimed the shard.
-  absl::StatusOr<PrimaryTerm> Primary(const std::string& job, int shard) override;
+  [[nodiscard]] absl::StatusOr<PrimaryTerm> Primary(const std::string& job, int shard) override;
   // Takes the shard (epoch one more than before), or returns the term held.
-  absl::StatusOr<PrimaryTerm> Claim(const std::string& job, int shard) override;
+  [[nodiscard]] absl::StatusOr<PrimaryTerm> Claim(const std::string& job, int shard) override;
   bool LeaseValid() const override { return true; }
   // Forgets this object's claim of the shard, if any; the next Claim takes
   // it with a larger epoch.
-  absl::Status Release(const std::string& job, int shard) override;
-  absl::StatusOr<std::vector<std::string>> Members() override { return members_; }
+  [[nodiscard]] absl::Status Release(const std::string& job, int shard) override;
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Members() override { return members_; }
   // Never called: nothing here learns of another server's loss.
   void OnPrimaryLost(std::function<void(const std::string&, int)>) override {}
 

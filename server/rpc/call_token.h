@@ -11,6 +11,6 @@ namespace zerostate::server {
 
 // The token the call carries ("" when none). Errors: UNAUTHENTICATED when
 // it is malformed (CheckTokenForm); the message never contains the token.
-absl::StatusOr<std::string> TokenOf(const grpc::ServerContextBase& ctx);
+[[nodiscard]] absl::StatusOr<std::string> TokenOf(const grpc::ServerContextBase& ctx);
 
 }  // namespace zerostate::server

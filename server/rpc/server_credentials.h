@@ -19,7 +19,7 @@ namespace zerostate::server {
 // a certificate without a key (or the reverse), a client CA without a
 // certificate, a file that cannot be read or parsed, a key that does not
 // match the certificate.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
+[[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentialsFor(
     const TlsOptions& options);
 
 }  // namespace zerostate::server

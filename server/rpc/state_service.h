@@ -107,8 +107,8 @@ class StateServiceImpl final : public StateServiceBase {
   // The copy of the shard a request names (its optional `shard`; unset:
   // the own shard), checked as a primary (server/core/routing.h).
   template <typename Request>
-  absl::StatusOr<std::shared_ptr<Job>> CopyFor(const grpc::ServerContextBase* ctx,
-                                               const Request& req);
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> CopyFor(const grpc::ServerContextBase* ctx,
+                                                             const Request& req);
   // What a chunk stream knows of itself: the token its call carries (read
   // once), and the copy of the job its last chunk named (authorized once
   // per copy).

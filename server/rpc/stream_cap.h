@@ -46,10 +46,10 @@ class StreamCap {
 
   // A slot for a new stream; when `max_streams` are open, RESOURCE_EXHAUSTED
   // naming the cap and the flag (counted as refused).
-  absl::StatusOr<Slot> Take();
+  [[nodiscard]] absl::StatusOr<Slot> Take();
 
   // INVALID_ARGUMENT naming --max_grpc_streams unless max_streams >= 1.
-  static absl::Status Check(int max_streams);
+  [[nodiscard]] static absl::Status Check(int max_streams);
 
  private:
   const int max_;

@@ -22,17 +22,17 @@ std::string ShardDataName(uint32_t shard, uint32_t num_shards);
 std::string ShardManifestName(uint32_t shard, uint32_t num_shards);
 
 // Creates `dir` and its parents. Errors: INTERNAL naming the path and errno.
-absl::Status MakeDirs(const std::string& dir);
+[[nodiscard]] absl::Status MakeDirs(const std::string& dir);
 
 // An append-only file written under a temporary name and renamed into
 // place by Commit(); destroyed without Commit() it removes the temporary.
 class AtomicFile {
  public:
-  static absl::StatusOr<std::unique_ptr<AtomicFile>> Create(const std::string& path);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<AtomicFile>> Create(const std::string& path);
   ~AtomicFile();
-  absl::Status Append(const void* data, size_t bytes);
+  [[nodiscard]] absl::Status Append(const void* data, size_t bytes);
   // fsync, rename onto the final path, fsync the directory.
-  absl::Status Commit();
+  [[nodiscard]] absl::Status Commit();
   uint64_t size() const { return size_; }
 
  private:
@@ -46,8 +46,9 @@ class AtomicFile {
 
 // Writes / reads a manifest as JSON. Read errors: NOT_FOUND (no file),
 // DATA_LOSS (unparsable), both naming the path.
-absl::Status WriteManifest(const std::string& path, const v1::ShardManifest& manifest);
-absl::StatusOr<v1::ShardManifest> ReadManifest(const std::string& path);
+[[nodiscard]] absl::Status WriteManifest(const std::string& path,
+                                         const v1::ShardManifest& manifest);
+[[nodiscard]] absl::StatusOr<v1::ShardManifest> ReadManifest(const std::string& path);
 
 // CRC-32C of a block record (the NVMe tier's checksum too).
 uint32_t BlockChecksum(const void* data, size_t bytes);

@@ -24,7 +24,8 @@ class CheckpointReader {
   // that disagree on job, version, layout, trainer state or applied steps),
   // DATA_LOSS (an unparsable manifest, applied_steps over the version, a
   // data file of the wrong size, too few checksums).
-  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& dir);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(
+      const std::string& dir);
 
   const v1::JobSpec& spec() const { return manifests_[0].spec(); }
   uint64_t version() const { return manifests_[0].version(); }
@@ -37,10 +38,10 @@ class CheckpointReader {
   // Reads global block `block`'s record (block_floats() floats) and checks
   // its checksum. Errors: DATA_LOSS (checksum, short file; names file and
   // block), INTERNAL (I/O).
-  absl::Status ReadBlock(uint64_t block, float* out) const;
+  [[nodiscard]] absl::Status ReadBlock(uint64_t block, float* out) const;
 
   // Reads and checks every block.
-  absl::Status VerifyAll() const;
+  [[nodiscard]] absl::Status VerifyAll() const;
 
  private:
   CheckpointReader(std::string dir, std::vector<v1::ShardManifest> manifests);

@@ -22,14 +22,15 @@ struct CheckpointWritten {
 // Errors: FAILED_PRECONDITION (version from the past), DEADLINE_EXCEEDED
 // (the shard did not reach the version), RESOURCE_EXHAUSTED (disk full),
 // INTERNAL (other I/O errors; names the file).
-absl::StatusOr<CheckpointWritten> WriteCheckpoint(Job& job, uint64_t version,
-                                                  const std::string& root, absl::Time deadline);
+[[nodiscard]] absl::StatusOr<CheckpointWritten> WriteCheckpoint(Job& job, uint64_t version,
+                                                                const std::string& root,
+                                                                absl::Time deadline);
 
 // The same for a checkpoint the caller has already begun (so that it can
 // let training go on knowing copy-on-write is in force).
 // REQUIRES: guard came from job.BeginCheckpoint(version).
-absl::StatusOr<CheckpointWritten> WriteCheckpoint(Job& job, std::unique_ptr<CheckpointGuard> guard,
-                                                  uint64_t version, const std::string& root,
-                                                  absl::Time deadline);
+[[nodiscard]] absl::StatusOr<CheckpointWritten> WriteCheckpoint(
+    Job& job, std::unique_ptr<CheckpointGuard> guard, uint64_t version, const std::string& root,
+    absl::Time deadline);
 
 }  // namespace zerostate::server

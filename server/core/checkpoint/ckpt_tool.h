@@ -24,18 +24,18 @@ struct CheckpointEntry {
 
 // Every <root>/<job>/v<version> directory, by job then version.
 // Errors: NOT_FOUND (root missing).
-absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& root);
+[[nodiscard]] absl::StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& root);
 
 // Opens and reads every block, checking every checksum.
-absl::Status VerifyCheckpoint(const std::string& dir);
+[[nodiscard]] absl::Status VerifyCheckpoint(const std::string& dir);
 
 // Writes a human-readable description (job, version, optimizer, shards,
 // tensors) to `out`.
-absl::Status InspectCheckpoint(const std::string& dir, std::ostream& out);
+[[nodiscard]] absl::Status InspectCheckpoint(const std::string& dir, std::ostream& out);
 
 // Writes the fp32 master weights of every tensor, in layout order, to a
 // safetensors file (written to a temporary name and renamed into place).
 // Every block's checksum is checked on the way.
-absl::Status ExportSafetensors(const std::string& dir, const std::string& path);
+[[nodiscard]] absl::Status ExportSafetensors(const std::string& dir, const std::string& path);
 
 }  // namespace zerostate::server

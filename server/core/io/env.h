@@ -34,11 +34,11 @@ class File {
   // the page cache (tmpfs, some overlay setups).
   virtual bool direct() const = 0;
   // fdatasync. Errors: INTERNAL naming the file and errno.
-  virtual absl::Status Sync() = 0;
+  [[nodiscard]] virtual absl::Status Sync() = 0;
   // Reserves [0, bytes) on the disk so later writes cannot run out of
   // space (a no-op where the filesystem cannot). Errors: RESOURCE_EXHAUSTED
   // (ENOSPC), INTERNAL; both name the file.
-  virtual absl::Status Allocate(uint64_t bytes) = 0;
+  [[nodiscard]] virtual absl::Status Allocate(uint64_t bytes) = 0;
 };
 
 // One read or write. `buf` must stay valid until its completion is reaped.
@@ -57,7 +57,7 @@ struct IoCompletion {
   // OK iff all req.len bytes were transferred. Errors: RESOURCE_EXHAUSTED
   // (ENOSPC, EDQUOT), DATA_LOSS (short read), INTERNAL (other errno, short
   // write); the message names op, file, offset and errno text.
-  absl::Status status() const;
+  [[nodiscard]] absl::Status status() const;
 };
 
 // A submission/completion queue of at most depth() requests in flight.
@@ -69,10 +69,10 @@ class IoQueue {
   virtual int in_flight() const = 0;
   // Starts `r`. REQUIRES: in_flight() < depth(). Errors: INTERNAL when the
   // kernel refused the submission (nothing is in flight then).
-  virtual absl::Status Submit(const IoRequest& r) = 0;
+  [[nodiscard]] virtual absl::Status Submit(const IoRequest& r) = 0;
   // Blocks until a request completes and returns it, in completion order.
   // REQUIRES: in_flight() > 0. Errors: INTERNAL when waiting itself failed.
-  virtual absl::StatusOr<IoCompletion> Wait() = 0;
+  [[nodiscard]] virtual absl::StatusOr<IoCompletion> Wait() = 0;
 };
 
 // Thread-safe.
@@ -83,13 +83,14 @@ class Env {
   // exists (so two tiers never share a file), INTERNAL/RESOURCE_EXHAUSTED
   // on other errors. Falls back to buffered I/O, with one log line on
   // stderr, only when the filesystem refuses O_DIRECT.
-  virtual absl::StatusOr<std::unique_ptr<File>> CreateFile(const std::string& path) = 0;
-  virtual absl::Status DeleteFile(const std::string& path) = 0;
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<File>> CreateFile(
+      const std::string& path) = 0;
+  [[nodiscard]] virtual absl::Status DeleteFile(const std::string& path) = 0;
   // Errors: INTERNAL (io_uring setup failed, e.g. locked-memory limits).
-  virtual absl::StatusOr<std::unique_ptr<IoQueue>> NewQueue(int depth) = 0;
+  [[nodiscard]] virtual absl::StatusOr<std::unique_ptr<IoQueue>> NewQueue(int depth) = 0;
 };
 
 // Submits one request on `q` and waits for it. REQUIRES: q.in_flight() == 0.
-absl::Status RunOne(IoQueue& q, const IoRequest& r);
+[[nodiscard]] absl::Status RunOne(IoQueue& q, const IoRequest& r);
 
 }  // namespace zerostate::server::io

@@ -45,11 +45,13 @@ class FaultEnv final : public Env {
   void ClearRules();
   uint64_t faults_injected() const;
 
-  absl::StatusOr<std::unique_ptr<File>> CreateFile(const std::string& path) override {
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<File>> CreateFile(const std::string& path) override {
     return base_->CreateFile(path);
   }
-  absl::Status DeleteFile(const std::string& path) override { return base_->DeleteFile(path); }
-  absl::StatusOr<std::unique_ptr<IoQueue>> NewQueue(int depth) override;
+  [[nodiscard]] absl::Status DeleteFile(const std::string& path) override {
+    return base_->DeleteFile(path);
+  }
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<IoQueue>> NewQueue(int depth) override;
 
   // The rule that fires for `r`, if one does (counts the match).
   std::optional<FaultRule> Decide(const IoRequest& r);

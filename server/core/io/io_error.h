@@ -11,13 +11,13 @@ namespace zerostate::server::io {
 
 // ENOSPC/EDQUOT → RESOURCE_EXHAUSTED, anything else → INTERNAL.
 // E.g. "write of 8192 bytes at offset 4096 in /d/f: No space left on device (errno 28)".
-absl::Status ErrnoStatus(const std::string& what, const std::string& path, uint64_t offset,
-                         uint64_t len, int err);
+[[nodiscard]] absl::Status ErrnoStatus(const std::string& what, const std::string& path,
+                                       uint64_t offset, uint64_t len, int err);
 
 // A transfer that moved fewer bytes than asked: DATA_LOSS for reads (the
 // file is shorter than its contents should be), INTERNAL for writes.
-absl::Status ShortTransferStatus(const std::string& what, const std::string& path,
-                                 uint64_t offset, uint32_t len, int64_t got);
+[[nodiscard]] absl::Status ShortTransferStatus(const std::string& what, const std::string& path,
+                                               uint64_t offset, uint32_t len, int64_t got);
 
 std::string ErrnoText(int err);
 

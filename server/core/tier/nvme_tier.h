@@ -63,23 +63,23 @@ class NvmeTier final : public StateTier {
   // Creates the file (preallocated to 2 slots per block) and the pipeline's
   // bounce buffers. Errors: INVALID_ARGUMENT (options, naming the field),
   // RESOURCE_EXHAUSTED (no room for the file), INTERNAL (directory, io_uring).
-  static absl::StatusOr<std::unique_ptr<NvmeTier>> Create(TierShape shape,
-                                                          NvmeTierOptions options);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<NvmeTier>> Create(TierShape shape,
+                                                                        NvmeTierOptions options);
   // The file is unlinked once open (scratch space: the filesystem takes its
   // blocks back when the process ends, however it ends).
   ~NvmeTier() override;
 
   // Blocks never stored read as zeros, as in the RAM tier.
-  absl::Status Load(uint64_t b, float* out) override;
-  absl::Status Store(uint64_t b, const float* in) override;
+  [[nodiscard]] absl::Status Load(uint64_t b, float* out) override;
+  [[nodiscard]] absl::Status Store(uint64_t b, const float* in) override;
   // Streams `blocks` in order through a pipeline of queue_depth bounce
   // buffers: reads run ahead of the block being computed (on the calling
   // thread; `pool` is not used) while the blocks computed before are being
   // written. A block is committed once its write completed. After an error
   // the remaining blocks are still processed; the first error is returned.
-  absl::Status Update(const std::vector<uint64_t>& blocks, ThreadPool& pool,
-                      const std::function<bool(uint64_t b, float* state)>& compute,
-                      const std::function<void(uint64_t b)>& commit) override;
+  [[nodiscard]] absl::Status Update(const std::vector<uint64_t>& blocks, ThreadPool& pool,
+                                    const std::function<bool(uint64_t b, float* state)>& compute,
+                                    const std::function<void(uint64_t b)>& commit) override;
   bool in_place() const override { return false; }
   // Cache entries plus bounce buffers.
   uint64_t ram_bytes() const override;
@@ -103,17 +103,18 @@ class NvmeTier final : public StateTier {
   class UpdateRun;  // nvme_tier_update.cc
 
   NvmeTier(TierShape shape, NvmeTierOptions options);
-  absl::Status Open();
+  [[nodiscard]] absl::Status Open();
   uint64_t SlotOffset(uint64_t b, int slot) const;
   std::string Where(uint64_t b, int slot) const;
   // `s` with "block b: " before its message.
-  static absl::Status ForBlock(uint64_t b, const absl::Status& s);
+  [[nodiscard]] static absl::Status ForBlock(uint64_t b, const absl::Status& s);
   io::IoRequest Request(io::IoOp op, uint64_t b, int slot, void* buf) const;
   // Block b's metadata now (takes its lock).
   BlockMeta Meta(uint64_t b) const;
   // Checks a completed read of block b's slot `m.current` (I/O result and
   // trailer against m.seq).
-  absl::Status CheckRead(const io::IoCompletion& done, uint64_t b, const BlockMeta& m) const;
+  [[nodiscard]] absl::Status CheckRead(const io::IoCompletion& done, uint64_t b,
+                                       const BlockMeta& m) const;
   // Seals `slot_buf` as the state after `m` and returns the write request
   // of the slot that is not m.current.
   io::IoRequest PrepareWrite(uint64_t b, const BlockMeta& m, void* slot_buf) const;
@@ -121,11 +122,11 @@ class NvmeTier final : public StateTier {
   // caches it. REQUIRES: block_mu_[b] held.
   void CommitLocked(uint64_t b, const io::IoRequest& write, const void* slot_buf);
   void Record(const io::IoCompletion& done, double seconds) const;
-  absl::StatusOr<Lane> TakeLane();
+  [[nodiscard]] absl::StatusOr<Lane> TakeLane();
   void ReturnLane(Lane lane);
   // Runs `r` on the lane's queue and records it; returns its completion
   // unchecked (errors: the queue's own).
-  absl::StatusOr<io::IoCompletion> RunSync(Lane& lane, const io::IoRequest& r) const;
+  [[nodiscard]] absl::StatusOr<io::IoCompletion> RunSync(Lane& lane, const io::IoRequest& r) const;
 
   const NvmeTierOptions options_;
   const SlotLayout layout_;

@@ -13,11 +13,11 @@ class RamTier final : public StateTier {
  public:
   explicit RamTier(TierShape shape);
 
-  absl::Status Load(uint64_t b, float* out) override;
-  absl::Status Store(uint64_t b, const float* in) override;
-  absl::Status Update(const std::vector<uint64_t>& blocks, ThreadPool& pool,
-                      const std::function<bool(uint64_t b, float* state)>& compute,
-                      const std::function<void(uint64_t b)>& commit) override;
+  [[nodiscard]] absl::Status Load(uint64_t b, float* out) override;
+  [[nodiscard]] absl::Status Store(uint64_t b, const float* in) override;
+  [[nodiscard]] absl::Status Update(const std::vector<uint64_t>& blocks, ThreadPool& pool,
+                                    const std::function<bool(uint64_t b, float* state)>& compute,
+                                    const std::function<void(uint64_t b)>& commit) override;
   bool in_place() const override { return true; }
   uint64_t ram_bytes() const override;
   const float* Resident(uint64_t b) override { return blocks_[b].data(); }

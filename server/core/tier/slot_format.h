@@ -29,7 +29,7 @@ void SealSlot(const SlotLayout& layout, uint64_t block, uint64_t seq, void* slot
 // Checks that `slot` holds block `block` at sequence `seq` with an intact
 // payload. Errors: DATA_LOSS naming `where` (block, slot, file) and what
 // did not match.
-absl::Status CheckSlot(const SlotLayout& layout, uint64_t block, uint64_t seq, const void* slot,
-                       const std::string& where);
+[[nodiscard]] absl::Status CheckSlot(const SlotLayout& layout, uint64_t block, uint64_t seq,
+                                     const void* slot, const std::string& where);
 
 }  // namespace zerostate::server

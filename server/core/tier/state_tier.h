@@ -38,12 +38,12 @@ class StateTier {
   // Copies block `b`'s state into `out` (shape().block_floats() floats,
   // 64-byte aligned). Returns the state as of the last commit.
   // Errors: the tier's I/O errors (INTERNAL, DATA_LOSS for a checksum).
-  virtual absl::Status Load(uint64_t b, float* out) = 0;
+  [[nodiscard]] virtual absl::Status Load(uint64_t b, float* out) = 0;
 
   // Replaces block `b`'s state durably enough for the tier (the NVMe tier
   // has written it when this returns). The previous state stays intact if
   // this fails.
-  virtual absl::Status Store(uint64_t b, const float* in) = 0;
+  [[nodiscard]] virtual absl::Status Store(uint64_t b, const float* in) = 0;
 
   // The optimizer step over `blocks`: for each, calls compute(b, state) with
   // the block's state in memory (modifiable in place); compute returns false
@@ -52,9 +52,10 @@ class StateTier {
   // committed and keeps its previous state; the first such error is
   // returned after the remaining blocks were processed or abandoned.
   // compute and commit for one block run on one thread, in that order.
-  virtual absl::Status Update(const std::vector<uint64_t>& blocks, ThreadPool& pool,
-                              const std::function<bool(uint64_t b, float* state)>& compute,
-                              const std::function<void(uint64_t b)>& commit) = 0;
+  [[nodiscard]] virtual absl::Status Update(
+      const std::vector<uint64_t>& blocks, ThreadPool& pool,
+      const std::function<bool(uint64_t b, float* state)>& compute,
+      const std::function<void(uint64_t b)>& commit) = 0;
 
   // True when Update hands compute the block's only copy, so a failed store
   // is impossible and compute may write derived data (the low-precision

@@ -37,7 +37,7 @@ struct TierOptions {
 // Whether this server can hold a job on `tier`. Errors: FAILED_PRECONDITION
 // (TIER_NVME without --nvme_dir, naming the flag), INVALID_ARGUMENT (an
 // unknown tier value, naming the field).
-absl::Status CheckTier(v1::StorageTier tier, const TierOptions& options);
+[[nodiscard]] absl::Status CheckTier(v1::StorageTier tier, const TierOptions& options);
 
 // RAM the tier of a shard of `shard_bytes` bytes of state holds: all of it
 // on TIER_RAM, the cache budget (at most the state) on TIER_NVME.
@@ -45,9 +45,10 @@ uint64_t TierRamBytes(v1::StorageTier tier, uint64_t shard_bytes, const TierOpti
 
 // Builds the tier. `name` names the NVMe file (unique per job shard).
 // Errors: those of CheckTier and NvmeTier::Create.
-absl::StatusOr<std::unique_ptr<StateTier>> MakeTier(v1::StorageTier tier, TierShape shape,
-                                                    const std::string& job_id,
-                                                    const std::string& name,
-                                                    const TierOptions& options);
+[[nodiscard]] absl::StatusOr<std::unique_ptr<StateTier>> MakeTier(v1::StorageTier tier,
+                                                                  TierShape shape,
+                                                                  const std::string& job_id,
+                                                                  const std::string& name,
+                                                                  const TierOptions& options);
 
 }  // namespace zerostate::server
