@@ -19,15 +19,16 @@ class CpuBackend : public Backend {
 
   uint32_t local_rank() const override { return rank_; }
   uint32_t local_size() const override { return group_->size(); }
-  absl::Status ZeroGrads() override;
-  absl::StatusOr<float> ForwardBackward(const float* x, const float* y, uint32_t batch,
-                                        float loss_scale, const GradsReadyFn& ready) override;
+  [[nodiscard]] absl::Status ZeroGrads() override;
+  [[nodiscard]] absl::StatusOr<float> ForwardBackward(const float* x, const float* y,
+                                                      uint32_t batch, float loss_scale,
+                                                      const GradsReadyFn& ready) override;
   bool SetWeightsNeeded(WeightsNeededFn need) override;
-  absl::Status StartReduceScatter(Range bucket, void* host_out) override;
-  absl::Status AllGather(Range bucket, const void* host_in) override;
-  absl::Status ReadParams(Range elems, float* host) override;
-  absl::StatusOr<bool> NodeAnyFailed(bool failed) override;
-  absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) override;
+  [[nodiscard]] absl::Status StartReduceScatter(Range bucket, void* host_out) override;
+  [[nodiscard]] absl::Status AllGather(Range bucket, const void* host_in) override;
+  [[nodiscard]] absl::Status ReadParams(Range elems, float* host) override;
+  [[nodiscard]] absl::StatusOr<bool> NodeAnyFailed(bool failed) override;
+  [[nodiscard]] absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) override;
 
  private:
   LocalGroup* const group_;

@@ -209,14 +209,14 @@ class Engine {
   Coordinated Coordinate(uint64_t step, float lr, LossScaler* next);
   // The coordinator's Step in flight, if any (its failure goes to the
   // failure hook); then the pending gathers not landed yet, landed.
-  absl::Status LandPending(PhaseTimes* times, double* grad_norm);
+  [[nodiscard]] absl::Status LandPending(PhaseTimes* times, double* grad_norm);
   // The failure hook, one call at a time.
   void Failed(const absl::Status& status);
   // Waits for the coordinator's Step in flight, if any: its outcome in
   // joined_ (its thread gave a failure to the failure hook).
   void JoinStep();
   // Bucket `index`'s pending gather, then its all-gather (collective), once.
-  absl::Status LandBucket(size_t index);
+  [[nodiscard]] absl::Status LandBucket(size_t index);
   // Layer by layer: lands every bucket below `end` (WeightsNeededFn).
   void LandBelow(uint64_t end);
   // The next step runs on this step's weights (delayed update).
@@ -228,13 +228,13 @@ class Engine {
   void PushBucket(uint64_t step, size_t index);
   // Pushes the rest (the deferred buckets only if `push_deferred`), then
   // waits for every push of the step.
-  absl::Status PushRemaining(uint64_t step, bool push_deferred);
+  [[nodiscard]] absl::Status PushRemaining(uint64_t step, bool push_deferred);
   // One ticket per bucket (completed for an empty share), first layer first.
   std::vector<client::Ticket> StartGather(uint64_t version);
-  absl::Status FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times);
+  [[nodiscard]] absl::Status FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times);
   // Ranks other than the coordinator: the scaler state and skip the
   // coordinator left with the servers for `version`.
-  absl::StatusOr<TrainerState> CoordinatorScaler(uint64_t version);
+  [[nodiscard]] absl::StatusOr<TrainerState> CoordinatorScaler(uint64_t version);
 
   client::JobClient* job_;
   std::map<uint64_t, LossScaler> saved_scalers_;
@@ -242,7 +242,7 @@ class Engine {
   const v1::TrainConfig train_;
   const Topology topo_;
   std::vector<Bucket> buckets_;  // in backward order
-  absl::Status EnsureStaging();
+  [[nodiscard]] absl::Status EnsureStaging();
 
   uint64_t staging_elems_ = 0;
   // From the backend (pinned on a GPU): staging_elems_ floats each, of

@@ -29,11 +29,12 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free);
 // memory shared between processes. Errors: DEADLINE_EXCEEDED after
 // `timeout` (absl::InfiniteDuration(): never), naming the missing local
 // ranks; the barrier is unusable afterwards.
-absl::Status LocalBarrierWait(LocalBarrierState* state, uint32_t ranks, uint32_t rank,
-                              bool shared, absl::Duration timeout);
+[[nodiscard]] absl::Status LocalBarrierWait(LocalBarrierState* state, uint32_t ranks, uint32_t rank,
+                                            bool shared, absl::Duration timeout);
 
 // Collective: true on every rank if any rank passed `failed` true.
-absl::StatusOr<bool> LocalVote(LocalBarrierState* state, uint32_t ranks, uint32_t rank,
-                               bool shared, absl::Duration timeout, bool failed);
+[[nodiscard]] absl::StatusOr<bool> LocalVote(LocalBarrierState* state, uint32_t ranks,
+                                             uint32_t rank, bool shared, absl::Duration timeout,
+                                             bool failed);
 
 }  // namespace zerostate::worker

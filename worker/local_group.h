@@ -44,7 +44,7 @@ std::unique_ptr<LocalGroup> MakeThreadGroup(uint32_t ranks, uint64_t elems,
 // e.g. with a rendezvous); the object is unlinked when rank 0's group is
 // destroyed. Errors: INTERNAL naming the system call and errno text,
 // INVALID_ARGUMENT for a size mismatch with an existing object.
-absl::StatusOr<std::unique_ptr<LocalGroup>> OpenShmGroup(
+[[nodiscard]] absl::StatusOr<std::unique_ptr<LocalGroup>> OpenShmGroup(
     const std::string& name, uint32_t ranks, uint32_t rank, uint64_t elems,
     absl::Duration timeout = absl::InfiniteDuration());
 

@@ -83,7 +83,7 @@ class PeerWatch {
 
 // A client to the same servers as `options` for the roll call: each call
 // waits at most a third of `timeout`, and is made at most twice.
-absl::StatusOr<std::unique_ptr<client::Client>> MakeControlClient(client::ClientOptions options,
-                                                                  absl::Duration timeout);
+[[nodiscard]] absl::StatusOr<std::unique_ptr<client::Client>> MakeControlClient(
+    client::ClientOptions options, absl::Duration timeout);
 
 }  // namespace zerostate::worker

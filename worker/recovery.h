@@ -58,7 +58,7 @@ struct RecoveryOptions {
 };
 
 // Checks the options. Errors: INVALID_ARGUMENT naming the flag.
-absl::Status ValidateRecoveryOptions(const RecoveryOptions& options);
+[[nodiscard]] absl::Status ValidateRecoveryOptions(const RecoveryOptions& options);
 
 struct RolledBack {
   std::unique_ptr<client::JobClient> job;  // the restored job's handle
@@ -80,7 +80,8 @@ class Recovery {
   // Coordinator: writes the checkpoint of `version` if due, remembers it
   // and prunes older ones (their failures are logged, not returned).
   // Others: no-op. Errors: JobClient::Checkpoint's.
-  absl::Status AfterStep(client::JobClient* job, uint64_t version, uint64_t start_version);
+  [[nodiscard]] absl::Status AfterStep(client::JobClient* job, uint64_t version,
+                                       uint64_t start_version);
 
   // Coordinator, as soon as its part of a step failed (Engine's failure
   // hook): decides what RollBack will do, now, so that a job that lost a
@@ -94,12 +95,13 @@ class Recovery {
   // it names the server, says the job was deleted everywhere (no rank
   // keeps waiting on a survivor) and to restore it from a checkpoint;
   // else `failure`, with the reason no rollback was possible appended.
-  absl::StatusOr<RolledBack> RollBack(client::JobClient* job, const absl::Status& failure);
+  [[nodiscard]] absl::StatusOr<RolledBack> RollBack(client::JobClient* job,
+                                                    const absl::Status& failure);
 
   // Coordinator: "" if every server holds the job, else what the servers
   // answered (naming the one that restarted and lost its shard). Waits up
   // to server_wait for servers that do not answer.
-  absl::StatusOr<std::string> LostShard(client::JobClient* job) const;
+  [[nodiscard]] absl::StatusOr<std::string> LostShard(client::JobClient* job) const;
 
  private:
   // The coordinator's part before the fence: "" when the restore can go
@@ -107,7 +109,8 @@ class Recovery {
   std::string Decide(client::JobClient* job);
   // Deletes checkpoints older than the newest keep_checkpoints; logs.
   void Prune(const client::JobClient& job, const std::string& written, uint64_t version) const;
-  absl::StatusOr<std::vector<std::string>> Meet(const std::string& what, const std::string& value);
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Meet(const std::string& what,
+                                                              const std::string& value);
 
   client::Client* const client_;
   const Topology topo_;

@@ -19,6 +19,6 @@ namespace zerostate::worker {
 // and waits until FILE exists; later passes (a replay after a rollback)
 // and other ranks go on. Empty spec: an empty hook. Errors:
 // INVALID_ARGUMENT naming --test_pause and what is wrong.
-absl::StatusOr<PhaseHook> TestPauseHook(absl::string_view spec, uint32_t rank);
+[[nodiscard]] absl::StatusOr<PhaseHook> TestPauseHook(absl::string_view spec, uint32_t rank);
 
 }  // namespace zerostate::worker

@@ -25,6 +25,6 @@ std::string EncodeTrainerState(const TrainerState& state);
 // Errors: DATA_LOSS naming what is malformed (not this format, a field
 // missing, repeated or unknown, a value out of range, a scale that is not
 // finite and > 0).
-absl::StatusOr<TrainerState> DecodeTrainerState(absl::string_view text);
+[[nodiscard]] absl::StatusOr<TrainerState> DecodeTrainerState(absl::string_view text);
 
 }  // namespace zerostate::worker

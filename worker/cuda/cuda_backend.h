@@ -51,11 +51,12 @@ struct CudaBackendOptions {
 
 // A fresh NCCL unique id (local rank 0 creates it and shares it, e.g. by
 // Client::Rendezvous). Errors: INTERNAL from NCCL.
-absl::StatusOr<std::string> NewNcclId();
+[[nodiscard]] absl::StatusOr<std::string> NewNcclId();
 
 // Errors: INTERNAL naming the failing CUDA/cuBLAS/NCCL call (no GPU, out
 // of memory, NCCL init), INVALID_ARGUMENT for a bad nccl_id.
-absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options);
+[[nodiscard]] absl::StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(
+    const CudaBackendOptions& options);
 
 // The number of CUDA devices (0 when there is no GPU or driver).
 int DeviceCount();

@@ -11,17 +11,17 @@
 
 namespace zerostate::worker::cuda {
 
-inline absl::Status Check(cudaError_t e, const char* what) {
+[[nodiscard]] inline absl::Status Check(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
 }
 
-inline absl::Status Check(ncclResult_t e, const char* what) {
+[[nodiscard]] inline absl::Status Check(ncclResult_t e, const char* what) {
   if (e == ncclSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": ", ncclGetErrorString(e)));
 }
 
-inline absl::Status Check(cublasStatus_t e, const char* what) {
+[[nodiscard]] inline absl::Status Check(cublasStatus_t e, const char* what) {
   if (e == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": ", cublasGetStatusString(e)));
 }
