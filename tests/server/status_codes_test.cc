@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/data_conn.h"
 #include "common/frame_io.h"
+#include "tests/testing/grad_chunk.h"
 #include "tests/testing/server_process.h"
 #include "zerostate/v1/state_service.grpc.pb.h"
 
@@ -51,14 +52,7 @@ v1::RegisterJobRequest JobRequest(const std::string& job, const std::string& ser
 
 v1::Chunk GradChunk(const std::string& job, uint64_t step, uint32_t node, uint64_t block,
                     uint32_t elems = kBlock) {
-  v1::Chunk c;
-  c.set_job_id(job);
-  c.set_step(step);
-  c.set_node(node);
-  c.set_block(block);
-  c.set_dtype(v1::DTYPE_FP32);
-  c.set_data(std::string(elems * sizeof(float), '\0'));
-  return c;
+  return testing::Fp32GradChunk(job, step, node, block, std::vector<float>(elems, 0.0f));
 }
 
 // What a call answered: its code and message.

@@ -23,6 +23,7 @@
 #include "client/data_conn.h"
 #include "common/frame_io.h"
 #include "server/core/optimizer/optimizer.h"
+#include "tests/testing/grad_chunk.h"
 #include "tests/testing/server_process.h"
 #include "zerostate/v1/state_service.grpc.pb.h"
 
@@ -60,15 +61,7 @@ std::vector<float> Gradient(uint32_t node, uint64_t block) {
 }
 
 v1::Chunk GradChunk(const std::string& job, uint64_t step, uint32_t node, uint64_t block) {
-  std::vector<float> g = Gradient(node, block);
-  v1::Chunk c;
-  c.set_job_id(job);
-  c.set_step(step);
-  c.set_node(node);
-  c.set_block(block);
-  c.set_dtype(v1::DTYPE_FP32);
-  c.set_data(std::string(reinterpret_cast<const char*>(g.data()), g.size() * sizeof(float)));
-  return c;
+  return testing::Fp32GradChunk(job, step, node, block, Gradient(node, block));
 }
 
 void ExpectCode(const grpc::Status& s, grpc::StatusCode code, const std::string& needle) {
