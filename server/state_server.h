@@ -133,13 +133,15 @@ class StateServer {
   // staging_, which updates metrics_) before staging_ before metrics_.
   std::unique_ptr<ServerMetrics> metrics_;
   std::shared_ptr<StagingBudget> staging_;
+  // Outlives jobs_: each replicated job's JobStep keeps a ShardReplicator
+  // that calls it.
+  std::unique_ptr<Replicator> replicator_;
   std::unique_ptr<JobRegistry> jobs_;
   std::unique_ptr<RendezvousTable> rendezvous_;
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<Membership> membership_;
   std::unique_ptr<Primaries> primaries_;
-  std::unique_ptr<Replicator> replicator_;
   std::unique_ptr<PushHandler> pushes_;  // over jobs_ and primaries_
   std::unique_ptr<GatherHandler> gathers_;
   std::unique_ptr<StateServiceImpl> service_;

@@ -231,13 +231,15 @@ absl::StatusOr<StepOutcome> JobPushes::ApplyReplicatedStep(
           absl::StrCat("grad: block ", bp->index, " of step ", step, " is missing"));
     }
   }
-  for (auto& bp : all) {
-    Block& b = *bp;
+  // Spread over the pool: each block's copy and its statistics (a GradStats
+  // retried here after a failover finds them).
+  pool.ParallelFor(all.size(), [&](size_t local) {
+    Block& b = *all[local];
     absl::MutexLock lock(&b.mu);
-    if (b.version != step) continue;
+    if (b.version != step) return;
     b.acc.SetSum(reinterpret_cast<const float*>(by_local[b.local]->data()));
-    step_.OnComplete(b);  // its statistics: a GradStats retried here after a failover finds them
-  }
+    step_.OnComplete(b);
+  });
   v1::StepRequest plain = req;
   plain.set_ahead(false);
   return step_.Step(plain, absl::InfiniteFuture(), pool);

@@ -40,6 +40,11 @@ bool SameParams(const StepParams& a, const StepParams& b) {
 }  // namespace
 
 JobStep::~JobStep() {
+  {
+    absl::MutexLock lock(&replicator_mu_);
+    replicator_ = nullptr;
+    owned_replicator_.reset();  // its thread stops before the blocks go
+  }
   absl::MutexLock lock(&tasks_mu_);
   tasks_mu_.Await(absl::Condition(
       +[](uint64_t* tasks) { return *tasks == 0; }, &tasks_));
@@ -106,6 +111,17 @@ void JobStep::OnComplete(Block& b) {
   // its statistics wait for Stats or the step's commit instead.
   if (!b.acc.streamed()) StatsOnComplete(b);
   MaybeSpeculate(b);
+  if (StepReplicator* r = replicator_.load(std::memory_order_acquire)) r->OnBlockComplete(b);
+}
+
+StepReplicator* JobStep::ReplicatorOrMake(
+    const std::function<std::unique_ptr<StepReplicator>()>& make) {
+  absl::MutexLock lock(&replicator_mu_);
+  if (owned_replicator_ == nullptr) {
+    owned_replicator_ = make();
+    replicator_.store(owned_replicator_.get(), std::memory_order_release);
+  }
+  return owned_replicator_.get();
 }
 
 absl::StatusOr<GradStats> JobStep::Stats(uint64_t step, absl::Time deadline,
@@ -478,18 +494,9 @@ std::function<absl::Status()> JobStep::Replicate(StepReplicator* replicator,
   if (replicator == nullptr) return nullptr;
   if (!pending) {  // a retry: only what the backups may lack
     if (unacked_ == nullptr || unacked_->request.step() != req.step()) return nullptr;
-    return replicator->Start(unacked_);
+    return replicator->Resend(unacked_);
   }
-  auto payload = std::make_shared<StepReplicator::Payload>();
-  payload->request = req;
-  for (const auto& bp : blocks()) {
-    Block& b = *bp;
-    absl::MutexLock lock(&b.mu);
-    payload->grads.emplace_back(b.index, std::string(reinterpret_cast<const char*>(b.acc.sum()),
-                                                     size_t{b.required} * sizeof(float)));
-  }
-  unacked_ = payload;
-  return replicator->Start(std::move(payload));
+  return replicator->Decide(req, &unacked_);
 }
 
 }  // namespace zerostate::server

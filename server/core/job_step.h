@@ -70,9 +70,13 @@ struct StepOutcome {
 };
 
 // The way of a primary's steps to its shard's backups (issue 19;
-// server/replication/replicator.h implements it). JobStep::Step calls it
-// once a step is decided, before its optimizer pass, and answers the Step
-// only once the returned wait says every live backup holds the new version.
+// server/replication/replicator.h implements it). A JobStep keeps one for
+// its job's life once it serves as primary (JobStep::Replicator). The push
+// that completes a block tells it (OnBlockComplete), so the block's summed
+// gradient can travel while the other blocks fold; JobStep::Step calls
+// Decide once a step is decided, before its optimizer pass, and answers
+// the Step only once the returned wait says every live backup holds the
+// new version.
 class StepReplicator {
  public:
   // What a backup needs to run the same step: the coordinator's request and
@@ -83,11 +87,21 @@ class StepReplicator {
     std::vector<std::pair<uint64_t, std::string>> grads;
   };
   virtual ~StepReplicator() = default;
-  // Starts sending `payload` to the backups; the returned function waits
-  // for their answers. Errors (of the wait): UNAVAILABLE naming the backup
-  // that did not acknowledge (the primary's Step fails; its retry sends the
-  // payload again).
-  virtual std::function<absl::Status()> Start(std::shared_ptr<const Payload> payload) = 0;
+  // Called by the push that completes block `b` (every node's gradient of
+  // step b.version in), under b.mu: the block's sum may start travelling
+  // to the backups before the Step. Must not block.
+  virtual void OnBlockComplete(const Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) = 0;
+  // Step `req` is decided (called under the pass mutex, before the pass
+  // moves any block): sends it, with every block's summed gradient not sent
+  // ahead, to the backups, and `*sent` gets the whole payload (a retry's
+  // Resend). The returned function waits for their answers; it must be
+  // called once. Errors (of the wait): UNAVAILABLE naming the backup that
+  // did not acknowledge (the primary's Step fails; its retry resends).
+  virtual std::function<absl::Status()> Decide(const v1::StepRequest& req,
+                                               std::shared_ptr<const Payload>* sent) = 0;
+  // Sends `payload` whole again (a retried Step the backups did not all
+  // acknowledge). Errors as Decide's.
+  virtual std::function<absl::Status()> Resend(std::shared_ptr<const Payload> payload) = 0;
 };
 
 class JobStep {
@@ -131,14 +145,21 @@ class JobStep {
   // state could not be stored keeps its previous one). On an empty shard:
   // version 0, not applied (the trainer state and a skip still recorded).
   //
-  // With a `replicator` (a primary of a job with JobSpec.replicas > 0) the
-  // step is sent to the backups while it runs here, and answered only once
-  // they acknowledged it; when they did not, the error is the replicator's
-  // (the step is applied here) and a retry sends it again.
+  // With a `replicator` (a primary of a job with JobSpec.replicas > 0:
+  // the one ReplicatorOrMake returned) the step is sent to the backups
+  // while it runs here (the sums of blocks that completed earlier already
+  // went), and answered only once they acknowledged it; when they did not,
+  // the error is the replicator's (the step is applied here) and a retry
+  // sends it again.
   absl::StatusOr<StepOutcome> Step(const v1::StepRequest& req, absl::Time deadline,
                                    ThreadPool& pool,
                                    const std::function<bool()>& cancelled = nullptr,
                                    StepReplicator* replicator = nullptr);
+
+  // The replicator of this copy as a primary: made by `make` at the first
+  // call, then the same for the job's life (it is told of every block that
+  // completes from then on, OnComplete). Thread-safe.
+  StepReplicator* ReplicatorOrMake(const std::function<std::unique_ptr<StepReplicator>()>& make);
 
   // Gathers serve versions up to this one only (issue 19): a replicated
   // step's new version is visible once every backup holds it, so no rank
@@ -157,8 +178,9 @@ class JobStep {
 
   // Called by the push that completes block b (every node's gradient in):
   // computes the block's statistics (unless its sum is not in cache:
-  // GradientAccumulator::streamed()), and schedules its speculation when
-  // the step's parameters are known. REQUIRES: b.mu held.
+  // GradientAccumulator::streamed()), schedules its speculation when
+  // the step's parameters are known, and tells the replicator, if any
+  // (StepReplicator::OnBlockComplete). REQUIRES: b.mu held.
   void OnComplete(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
 
   // Held by a pass over the blocks (Step). BeginCheckpoint takes it, so no
@@ -229,6 +251,10 @@ class JobStep {
                                           bool pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
 
   const Env env_;
+  // Made once, kept for the job's life; read without the mutex (OnComplete).
+  absl::Mutex replicator_mu_;
+  std::unique_ptr<StepReplicator> owned_replicator_ ABSL_GUARDED_BY(replicator_mu_);
+  std::atomic<StepReplicator*> replicator_{nullptr};
   // One pass per job at a time (speculation tasks step single blocks
   // outside it, under each block's mutex).
   absl::Mutex pass_mu_ ABSL_ACQUIRED_BEFORE(Block::mu, ahead_mu_);

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,12 +39,30 @@ grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
   if (auto s = CheckNotPrimary(first.job_id(), first.shard(), "step"); !s.ok()) {
     return ToGrpcStatus(s);
   }
+  // A whole step carries its request first, a streamed one last.
+  std::optional<v1::StepRequest> req;
+  if (first.has_step()) req = first.step();
   std::vector<std::pair<uint64_t, std::string>> grads;
   v1::ReplicaStepPart part;
-  while (reader->Read(&part)) grads.emplace_back(part.block(), std::move(*part.mutable_grad()));
-  auto out = (*job)->pushes().ApplyReplicatedStep(first.step(), grads, pool_);
+  while (reader->Read(&part)) {
+    if (!part.has_step()) {
+      grads.emplace_back(part.block(), std::move(*part.mutable_grad()));
+      continue;
+    }
+    if (req.has_value()) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "ApplyStep: a second step request (step ", part.step().step(), ", after step ",
+          req->step(), ")")));
+    }
+    req = part.step();
+  }
+  if (!req.has_value()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        "ApplyStep: the stream ended without the step request (nothing was applied)"));
+  }
+  auto out = (*job)->pushes().ApplyReplicatedStep(*req, grads, pool_);
   if (!out.ok()) return ToGrpcStatus(out.status());
-  resp->set_version(first.step().step() + 1);
+  resp->set_version(req->step() + 1);
   resp->set_already_applied(out->already_applied);
   return grpc::Status::OK;
 }

@@ -1,14 +1,13 @@
 #include "server/replication/replicator.h"
 
-#include <thread>
 #include <vector>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "common/shard_map.h"
 #include "grpcpp/create_channel.h"
-#include "server/core/aligned_buffer.h"
 #include "server/core/auth_token.h"
+#include "server/replication/shard_replicator.h"
 
 namespace zerostate::server {
 
@@ -30,130 +29,6 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentialsFor(
   ssl.pem_private_key = *key;
   return grpc::SslCredentials(ssl);
 }
-
-namespace {
-
-// The shard's state as a lost copy gets it (Replicator::Seed).
-struct ShardSnapshot {
-  v1::SeedPart first;  // job, shard, version, applied steps, trainer state
-  std::vector<v1::ShardBlock> blocks;
-  uint64_t bytes = 0;
-};
-
-// Reads every block of `job`'s shard at the shard's version (JobGathers::
-// ReadBlockAt: called by the Step before its pass). Errors:
-// FAILED_PRECONDITION when the blocks are at different versions; the
-// tier's.
-absl::StatusOr<std::shared_ptr<const ShardSnapshot>> SnapshotOf(Job& job) {
-  auto snap = std::make_shared<ShardSnapshot>();
-  snap->first.set_version(job.shard().Progress().min_version);
-  AlignedBuffer<float> state(job.shard().tier_shape().block_floats());
-  for (uint64_t local = 0; local < job.blocks().size(); ++local) {
-    if (auto s = job.gathers().ReadBlockAt(local, snap->first.version(), state.data()); !s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("shard ", job.shard_index(), ": ", s.message()));
-    }
-    v1::ShardBlock& b = snap->blocks.emplace_back();
-    b.set_block(job.blocks().begin + local);
-    b.set_version(snap->first.version());
-    b.set_state(reinterpret_cast<const char*>(state.data()), state.size() * sizeof(float));
-    snap->bytes += b.state().size();
-  }
-  const uint64_t version = snap->first.version();
-  snap->first.set_job_id(job.spec().job_id());
-  snap->first.set_shard(job.shard_index());
-  snap->first.set_applied_steps(job.step().applied_steps().Before(version));
-  if (auto ts = job.step().trainer_states().Find(version)) snap->first.set_trainer_state(*ts);
-  *snap->first.mutable_registration()->mutable_spec() = job.spec();
-  for (const std::string& server : job.servers()) snap->first.mutable_registration()->add_servers(server);
-  return snap;
-}
-
-}  // namespace
-
-// Sends one shard's steps to its live copies but this server, and catches
-// lost ones up when their server is back.
-class ShardReplicator final : public StepReplicator {
- public:
-  ShardReplicator(Replicator& owner, Job& job, std::vector<std::pair<uint32_t, std::string>> copies,
-                  std::string token)
-      : owner_(owner),
-        job_(job),
-        job_id_(job.spec().job_id()),
-        shard_(job.shard_index()),
-        blocks_(job.blocks().size()),
-        copies_(std::move(copies)),
-        token_(std::move(token)) {}
-
-  std::function<absl::Status()> Start(std::shared_ptr<const Payload> payload) override {
-    struct Call {
-      uint32_t server;
-      std::string address;
-      bool catch_up = false;  // Seed first; the copy is lost until both are acknowledged
-      absl::Status status;
-      std::thread thread;
-    };
-    auto calls = std::make_shared<std::vector<Call>>();
-    std::shared_ptr<const ShardSnapshot> snapshot;  // read once, before the pass moves the state
-    for (const auto& [server, address] : copies_) {
-      const bool lost = owner_.IsLost({job_id_, shard_, server});
-      if (lost) {
-        if (!owner_.Reconnect(address)) continue;
-        if (snapshot == nullptr) {
-          auto snap = SnapshotOf(job_);
-          if (!snap.ok()) continue;
-          snapshot = *std::move(snap);
-        }
-      }
-      calls->push_back(Call{server, address, lost, absl::OkStatus(), {}});
-    }
-    for (Call& c : *calls) {
-      c.thread = std::thread([this, &c, payload, snapshot] {
-        if (c.catch_up) {
-          v1::SeedPart first = snapshot->first;
-          first.mutable_registration()->set_shard_index(c.server);
-          c.status = owner_.Seed(c.address, token_, first, snapshot->blocks);
-          if (!c.status.ok()) return;
-        }
-        c.status = owner_.Send(c.address, token_, shard_, job_id_, *payload);
-      });
-    }
-    const uint64_t step = payload->request.step();
-    const uint64_t seed_bytes = snapshot == nullptr ? 0 : snapshot->bytes;
-    return [this, calls, step, seed_bytes]() -> absl::Status {
-      absl::Status first;
-      for (Call& c : *calls) {
-        c.thread.join();
-        const absl::Status& s = c.status;
-        if (c.catch_up) {  // a failed catch-up leaves the copy lost, the Step unharmed
-          if (s.ok()) owner_.Revive({job_id_, shard_, c.server}, seed_bytes);
-          continue;
-        }
-        if (s.ok()) continue;
-        if (absl::IsUnavailable(s) || absl::IsNotFound(s) || absl::IsFailedPrecondition(s) ||
-            absl::IsDeadlineExceeded(s)) {
-          owner_.MarkLost({job_id_, shard_, c.server}, blocks_);
-          continue;
-        }
-        if (first.ok()) {
-          first = absl::UnavailableError(absl::StrCat("step ", step, " of shard ", shard_,
-                                                      ": backup ", c.address,
-                                                      " did not acknowledge it: ", s.message()));
-        }
-      }
-      return first;
-    };
-  }
-
- private:
-  Replicator& owner_;
-  Job& job_;
-  const std::string job_id_;
-  const uint32_t shard_;
-  const uint64_t blocks_;
-  const std::vector<std::pair<uint32_t, std::string>> copies_;  // server index, address
-  const std::string token_;
-};
 
 std::unique_ptr<StepReplicator> Replicator::For(Job& job, uint32_t self, std::string token) {
   const uint32_t k = job.spec().replicas();

@@ -1,8 +1,10 @@
 // The primary's side of replicated shards (issue 19; docs/reliability.md,
-// "Replicated shards"): each step of a shard this server serves as primary
-// goes to the shard's other copies (ReplicaService.ApplyStep, on their
-// gRPC port, with the job's token and this server's TLS identity), all at
-// once and while the step runs here (JobStep::Step's StepReplicator).
+// "Replicated shards"): what every shard served here as primary shares
+// (peers' stubs, lost copies, the metrics); each shard's own way to its
+// backups is a ShardReplicator (shard_replicator.h), which streams each
+// block's summed gradient to the backups as the block completes and sends
+// the step when it is decided (ReplicaService.ApplyStep, on their gRPC
+// port, with the job's token and this server's TLS identity).
 //
 // A copy that cannot be reached (UNAVAILABLE), no longer holds the job
 // (NOT_FOUND: it restarted empty) or is at another version
@@ -27,6 +29,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -64,9 +67,8 @@ class Replicator {
 
   // The StepReplicator of `job`, a copy of shard job.shard_index() that
   // this server (job.servers()[self]) serves as primary; its calls carry
-  // `token`. Null when the job has no backups.
-  // `job` must outlive the StepReplicator (it reads the shard to catch a
-  // lost copy up).
+  // `token`. Null when the job has no backups. `job` must outlive it (its
+  // JobStep keeps it: JobStep::ReplicatorOrMake), and so must this object.
   std::unique_ptr<StepReplicator> For(Job& job, uint32_t self, std::string token);
 
   // Blocks of shards served here as primary that have lost a copy.

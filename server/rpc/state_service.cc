@@ -191,15 +191,16 @@ grpc::Status StateServiceImpl::Step(grpc::ServerContext* ctx, const v1::StepRequ
     auto job = CopyFor(ctx, *req);
     if (!job.ok()) return job.status();
     absl::Time start = absl::Now();
-    std::unique_ptr<StepReplicator> replicate;
+    StepReplicator* replicate = nullptr;
     if (replicator_ != nullptr && (*job)->spec().replicas() > 0) {
       auto token = TokenOf(*ctx);
       auto own = jobs_.Authorize(req->job_id(), *token);
       if (!own.ok()) return own.status();
-      replicate = replicator_->For(**job, (*own)->shard_index(), *token);
+      replicate = (*job)->step().ReplicatorOrMake(
+          [&] { return replicator_->For(**job, (*own)->shard_index(), *token); });
     }
     auto out = (*job)->step().Step(
-        *req, DeadlineOf(ctx), pool_, [ctx] { return ctx->IsCancelled(); }, replicate.get());
+        *req, DeadlineOf(ctx), pool_, [ctx] { return ctx->IsCancelled(); }, replicate);
     if (!out.ok()) return out.status();
     if (!out->already_applied && !req->ahead()) {
       PublishUsage();

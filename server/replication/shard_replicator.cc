@@ -1,0 +1,391 @@
+#include "server/replication/shard_replicator.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc_status.h"
+#include "server/core/aligned_buffer.h"
+
+namespace zerostate::server {
+namespace {
+
+// The shard's state as a lost copy gets it (Replicator::Seed).
+struct ShardSnapshot {
+  v1::SeedPart first;  // job, shard, version, applied steps, trainer state
+  std::vector<v1::ShardBlock> blocks;
+  uint64_t bytes = 0;
+};
+
+// Reads every block of `job`'s shard at the shard's version (JobGathers::
+// ReadBlockAt: called by the Step before its pass). Errors:
+// FAILED_PRECONDITION when the blocks are at different versions; the
+// tier's.
+absl::StatusOr<std::shared_ptr<const ShardSnapshot>> SnapshotOf(Job& job) {
+  auto snap = std::make_shared<ShardSnapshot>();
+  snap->first.set_version(job.shard().Progress().min_version);
+  AlignedBuffer<float> state(job.shard().tier_shape().block_floats());
+  for (uint64_t local = 0; local < job.blocks().size(); ++local) {
+    if (auto s = job.gathers().ReadBlockAt(local, snap->first.version(), state.data()); !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("shard ", job.shard_index(), ": ", s.message()));
+    }
+    v1::ShardBlock& b = snap->blocks.emplace_back();
+    b.set_block(job.blocks().begin + local);
+    b.set_version(snap->first.version());
+    b.set_state(reinterpret_cast<const char*>(state.data()), state.size() * sizeof(float));
+    snap->bytes += b.state().size();
+  }
+  const uint64_t version = snap->first.version();
+  snap->first.set_job_id(job.spec().job_id());
+  snap->first.set_shard(job.shard_index());
+  snap->first.set_applied_steps(job.step().applied_steps().Before(version));
+  if (auto ts = job.step().trainer_states().Find(version)) snap->first.set_trainer_state(*ts);
+  *snap->first.mutable_registration()->mutable_spec() = job.spec();
+  for (const std::string& server : job.servers()) snap->first.mutable_registration()->add_servers(server);
+  return snap;
+}
+
+}  // namespace
+
+struct ShardReplicator::Stream {
+  uint32_t server = 0;
+  std::string address;
+  grpc::ClientContext ctx;
+  v1::ReplicaStepResponse resp;
+  std::unique_ptr<grpc::ClientWriter<v1::ReplicaStepPart>> writer;
+  bool broken = false;  // a write failed before the step was decided
+};
+
+ShardReplicator::ShardReplicator(Replicator& owner, Job& job,
+                                 std::vector<std::pair<uint32_t, std::string>> copies,
+                                 std::string token)
+    : owner_(owner),
+      job_(job),
+      job_id_(job.spec().job_id()),
+      shard_(job.shard_index()),
+      blocks_(job.blocks().size()),
+      copies_(std::move(copies)),
+      token_(std::move(token)) {
+  {
+    absl::MutexLock lock(&mu_);
+    ResetLocked();
+  }
+  streamer_ = std::thread([this] { StreamLoop(); });
+}
+
+ShardReplicator::~ShardReplicator() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    for (grpc::ClientContext* ctx : contexts_) ctx->TryCancel();
+  }
+  streamer_.join();
+}
+
+void ShardReplicator::ResetLocked() {
+  armed_ = UINT64_MAX;
+  queue_.clear();
+  taken_.assign(blocks_, false);
+  sent_.assign(blocks_, false);
+  sums_.assign(blocks_, std::string());
+  in_flight_ = false;
+  streaming_ = false;
+  deciding_ = false;
+  streamed_to_.clear();
+  decided_.reset();
+  abandon_ = false;
+  stream_done_ = false;
+  stream_results_.clear();
+}
+
+void ShardReplicator::OnBlockComplete(const Block& b) {
+  absl::MutexLock lock(&mu_);
+  if (b.version == armed_ && !deciding_ && !taken_[b.local]) queue_.push_back(b.local);
+}
+
+void ShardReplicator::Arm(uint64_t step) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (streaming_ || armed_ == step) return;
+    armed_ = step;
+  }
+  // Blocks completed before: their OnBlockComplete came too early.
+  std::vector<uint64_t> complete;
+  for (const auto& bp : job_.shard().all_blocks()) {
+    absl::MutexLock lock(&bp->mu);
+    if (bp->version == step && bp->acc.complete()) complete.push_back(bp->local);
+  }
+  absl::MutexLock lock(&mu_);
+  if (armed_ != step || deciding_) return;
+  for (uint64_t local : complete) {
+    if (!taken_[local]) queue_.push_back(local);
+  }
+}
+
+bool ShardReplicator::CopySum(uint64_t local, uint64_t step, std::string* out) const {
+  Block& b = *job_.shard().all_blocks()[local];
+  absl::MutexLock lock(&b.mu);
+  if (b.version != step || !b.acc.complete()) return false;
+  out->assign(reinterpret_cast<const char*>(b.acc.sum()), size_t{b.required} * sizeof(float));
+  return true;
+}
+
+void ShardReplicator::StreamLoop() {
+  absl::MutexLock lock(&mu_);
+  while (true) {
+    std::function<bool()> work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stop_ || (!streaming_ && armed_ != UINT64_MAX && !deciding_ && !queue_.empty());
+    };
+    mu_.Await(absl::Condition(&work));
+    if (stop_) return;
+    StreamStep(armed_);
+  }
+}
+
+void ShardReplicator::StreamStep(uint64_t step) {
+  streaming_ = true;
+  std::vector<std::unique_ptr<Stream>> streams;
+  for (const auto& [server, address] : copies_) {
+    if (owner_.IsLost({job_id_, shard_, server})) continue;  // caught up at Decide
+    auto s = std::make_unique<Stream>();
+    s->server = server;
+    s->address = address;
+    streamed_to_.push_back(server);
+    contexts_.push_back(&s->ctx);
+    streams.push_back(std::move(s));
+  }
+  if (stop_) {
+    contexts_.clear();
+    return;
+  }
+  mu_.Unlock();
+  v1::ReplicaStepPart first;
+  first.set_job_id(job_id_);
+  first.set_shard(shard_);
+  for (auto& s : streams) {
+    owner_.PrepareCall(s->ctx, token_);
+    s->writer = owner_.Peer(s->address)->ApplyStep(&s->ctx, &s->resp);
+    s->broken = !s->writer->Write(first);
+  }
+  mu_.Lock();
+  // Before the step is decided: each block's sum as its push completes it.
+  std::function<bool()> next = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || abandon_ || deciding_ || !queue_.empty();
+  };
+  while (true) {
+    mu_.Await(absl::Condition(&next));
+    if (stop_ || abandon_ || deciding_) break;
+    const uint64_t local = queue_.front();
+    queue_.erase(queue_.begin());
+    if (taken_[local]) continue;
+    taken_[local] = true;
+    in_flight_ = true;
+    mu_.Unlock();
+    v1::ReplicaStepPart part;
+    part.set_block(job_.blocks().begin + local);
+    const bool copied = CopySum(local, step, part.mutable_grad());
+    if (copied) {
+      for (auto& s : streams) s->broken = s->broken || !s->writer->Write(part);
+    }
+    mu_.Lock();
+    in_flight_ = false;
+    if (copied) {
+      sent_[local] = true;
+      sums_[local] = std::move(*part.mutable_grad());
+    }
+  }
+  if (!stop_ && !abandon_) {
+    // Decided: the blocks not sent yet, then the request.
+    std::function<bool()> decided = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stop_ || abandon_ || decided_ != nullptr;
+    };
+    mu_.Await(absl::Condition(&decided));
+  }
+  if (stop_ || abandon_) {
+    for (auto& s : streams) s->ctx.TryCancel();
+    mu_.Unlock();
+    for (auto& s : streams) (void)s->writer->Finish();
+    mu_.Lock();
+    contexts_.clear();
+    stream_done_ = true;
+    return;
+  }
+  const std::shared_ptr<const Payload> payload = decided_;
+  const std::vector<bool> sent = sent_;
+  mu_.Unlock();
+  std::vector<Result> results;
+  v1::ReplicaStepPart part;
+  for (auto& s : streams) {
+    absl::Status status;
+    if (!s->broken) {
+      bool ok = true;
+      for (const auto& [index, grad] : payload->grads) {
+        if (sent[index - job_.blocks().begin]) continue;
+        part.set_block(index);
+        part.set_grad(grad);
+        if (!(ok = s->writer->Write(part))) break;
+      }
+      part.Clear();
+      *part.mutable_step() = payload->request;
+      if (ok) ok = s->writer->Write(part);
+      s->writer->WritesDone();
+      status = FromGrpcStatus(s->writer->Finish());
+    } else {
+      (void)s->writer->Finish();
+      // Broken before the step: the step goes whole on a new call.
+      status = owner_.Send(s->address, token_, shard_, job_id_, *payload);
+    }
+    results.push_back(Result{s->server, s->address, false, std::move(status), 0});
+  }
+  mu_.Lock();
+  contexts_.clear();
+  stream_results_ = std::move(results);
+  stream_done_ = true;
+}
+
+std::function<std::vector<ShardReplicator::Result>()> ShardReplicator::SendWhole(
+    std::shared_ptr<const Payload> payload, const std::vector<uint32_t>& to) {
+  struct Call {
+    Result result;
+    std::thread thread;
+  };
+  auto calls = std::make_shared<std::vector<Call>>();
+  std::shared_ptr<const ShardSnapshot> snapshot;  // read once, before the pass moves the state
+  for (const auto& [server, address] : copies_) {
+    if (std::find(to.begin(), to.end(), server) == to.end()) continue;
+    const bool lost = owner_.IsLost({job_id_, shard_, server});
+    if (lost) {
+      if (!owner_.Reconnect(address)) continue;
+      if (snapshot == nullptr) {
+        auto snap = SnapshotOf(job_);
+        if (!snap.ok()) continue;
+        snapshot = *std::move(snap);
+      }
+    }
+    calls->push_back(Call{Result{server, address, lost, absl::OkStatus(), 0}, {}});
+  }
+  for (Call& c : *calls) {
+    c.thread = std::thread([this, &c, payload, snapshot] {
+      Result& r = c.result;
+      if (r.catch_up) {
+        v1::SeedPart first = snapshot->first;
+        first.mutable_registration()->set_shard_index(r.server);
+        r.status = owner_.Seed(r.address, token_, first, snapshot->blocks);
+        if (!r.status.ok()) return;
+        r.seed_bytes = snapshot->bytes;
+      }
+      r.status = owner_.Send(r.address, token_, shard_, job_id_, *payload);
+    });
+  }
+  return [calls]() {
+    std::vector<Result> results;
+    for (Call& c : *calls) {
+      c.thread.join();
+      results.push_back(std::move(c.result));
+    }
+    return results;
+  };
+}
+
+absl::Status ShardReplicator::Judge(uint64_t step, const std::vector<Result>& results) {
+  absl::Status first;
+  for (const Result& r : results) {
+    const absl::Status& s = r.status;
+    if (r.catch_up) {  // a failed catch-up leaves the copy lost, the Step unharmed
+      if (s.ok()) owner_.Revive({job_id_, shard_, r.server}, r.seed_bytes);
+      continue;
+    }
+    if (s.ok()) continue;
+    if (absl::IsUnavailable(s) || absl::IsNotFound(s) || absl::IsFailedPrecondition(s) ||
+        absl::IsDeadlineExceeded(s)) {
+      owner_.MarkLost({job_id_, shard_, r.server}, blocks_);
+      continue;
+    }
+    if (first.ok()) {
+      first = absl::UnavailableError(absl::StrCat("step ", step, " of shard ", shard_,
+                                                  ": backup ", r.address,
+                                                  " did not acknowledge it: ", s.message()));
+    }
+  }
+  return first;
+}
+
+std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req,
+                                                      std::shared_ptr<const Payload>* sent) {
+  const uint64_t step = req.step();
+  const Range range = job_.blocks();
+  std::vector<bool> mine(blocks_, true);  // the blocks Decide copies
+  std::vector<uint32_t> whole;            // the copies that get the step whole
+  bool streamed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (streaming_ && armed_ != step) {  // a stream of another step (a restore came between)
+      abandon_ = true;
+      for (grpc::ClientContext* ctx : contexts_) ctx->TryCancel();
+      mu_.Await(absl::Condition(&stream_done_));
+    }
+    streamed = streaming_ && !abandon_;
+    if (!streamed) ResetLocked();  // nothing armed until this step is acknowledged
+    deciding_ = true;              // the stream takes no more blocks
+    mu_.Await(absl::Condition(
+        +[](bool* in_flight) { return !*in_flight; }, &in_flight_));
+    for (uint64_t local = 0; local < blocks_; ++local) mine[local] = !sent_[local];
+    for (const auto& [server, address] : copies_) {
+      if (!streamed || std::find(streamed_to_.begin(), streamed_to_.end(), server) ==
+                           streamed_to_.end()) {
+        whole.push_back(server);
+      }
+    }
+  }
+  auto payload = std::make_shared<Payload>();
+  payload->request = req;
+  payload->grads.resize(blocks_);
+  for (uint64_t local = 0; local < blocks_; ++local) {
+    payload->grads[local].first = range.begin + local;
+    if (!mine[local]) continue;
+    // As a backup needs it: a block not at `step` (stepped already) is
+    // skipped there, whatever it gets.
+    Block& b = *job_.shard().all_blocks()[local];
+    absl::MutexLock lock(&b.mu);
+    payload->grads[local].second.assign(reinterpret_cast<const char*>(b.acc.sum()),
+                                        size_t{b.required} * sizeof(float));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    for (uint64_t local = 0; local < blocks_; ++local) {
+      if (!mine[local]) payload->grads[local].second = std::move(sums_[local]);
+    }
+    if (streamed) decided_ = payload;
+  }
+  *sent = payload;
+  auto others = SendWhole(payload, whole);
+  return [this, others, streamed, step]() {
+    std::vector<Result> results = others();
+    {
+      absl::MutexLock lock(&mu_);
+      if (streamed) {
+        mu_.Await(absl::Condition(&stream_done_));
+        for (Result& r : stream_results_) results.push_back(std::move(r));
+      }
+      ResetLocked();
+    }
+    absl::Status s = Judge(step, results);
+    Arm(step + 1);
+    return s;
+  };
+}
+
+std::function<absl::Status()> ShardReplicator::Resend(std::shared_ptr<const Payload> payload) {
+  std::vector<uint32_t> all;
+  for (const auto& [server, address] : copies_) all.push_back(server);
+  const uint64_t step = payload->request.step();
+  auto others = SendWhole(std::move(payload), all);
+  return [this, others, step]() {
+    std::vector<Result> results = others();
+    absl::Status s = Judge(step, results);
+    Arm(step + 1);
+    return s;
+  };
+}
+
+}  // namespace zerostate::server

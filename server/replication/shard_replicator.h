@@ -1,0 +1,115 @@
+// One shard's way to its backups, on the server that serves it as primary
+// (issue 19; docs/reliability.md, "Replicated shards"): the StepReplicator
+// that Replicator::For makes, kept by the shard's JobStep for the job's
+// life.
+//
+// A step travels to each live backup as one ReplicaService.ApplyStep call.
+// Once the previous step was acknowledged, the shard is armed for the next
+// one: each block's summed gradient is sent as soon as the push that
+// completes the block (every node's gradient folded in) tells this object
+// (OnBlockComplete), on this object's streaming thread, while the other
+// blocks still fold. The Step's Decide then copies the sums the stream has
+// not taken yet (before the pass moves any block), and the stream sends
+// them and the coordinator's request last. So the backup's optimizer pass
+// runs beside the primary's, and the Step waits only for the last blocks'
+// transfer and the backup's pass. A step that was not armed (the first
+// one, a retry) goes whole at Decide, as does a step to a backup whose
+// stream broke before the Step (a new call), or one caught up at Decide.
+//
+// Thread-safe. Lock order: a block's mutex, then this object's mutex (a
+// Block's mutex is never taken under this object's).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/client_context.h"
+#include "server/core/job.h"
+#include "server/replication/replicator.h"
+
+namespace zerostate::server {
+
+class ShardReplicator final : public StepReplicator {
+ public:
+  // `copies`: the shard's other copies (server index, address). `owner`
+  // and `job` must outlive this object.
+  ShardReplicator(Replicator& owner, Job& job, std::vector<std::pair<uint32_t, std::string>> copies,
+                  std::string token);
+  // Cancels a stream in progress and stops the streaming thread.
+  ~ShardReplicator() override;
+
+  void OnBlockComplete(const Block& b) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+  std::function<absl::Status()> Decide(const v1::StepRequest& req,
+                                       std::shared_ptr<const Payload>* sent) override;
+  std::function<absl::Status()> Resend(std::shared_ptr<const Payload> payload) override;
+
+ private:
+  // One copy's outcome of a step.
+  struct Result {
+    uint32_t server = 0;
+    std::string address;
+    bool catch_up = false;  // Seed first; the copy was lost
+    absl::Status status;
+    uint64_t seed_bytes = 0;  // a catch-up's, once seeded
+  };
+  // One streamed ApplyStep call (the streaming thread's).
+  struct Stream;
+
+  // Sends `payload` whole to each copy in `to` (a lost one is caught up
+  // first, when its server answers), on a thread each; the function
+  // returned joins them and gives their results.
+  std::function<std::vector<Result>()> SendWhole(std::shared_ptr<const Payload> payload,
+                                                 const std::vector<uint32_t>& to);
+  // The Step's answer from the copies' results: lost ones marked, caught
+  // up ones revived, other errors UNAVAILABLE naming the backup.
+  absl::Status Judge(uint64_t step, const std::vector<Result>& results);
+  // Arms `step`: the blocks already complete at that version are queued
+  // (the others as their pushes complete them).
+  void Arm(uint64_t step) ABSL_LOCKS_EXCLUDED(mu_);
+  // Back to no stream, nothing armed. REQUIRES: no stream open.
+  void ResetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // The streaming thread: waits for an armed step's first complete block,
+  // opens a call to each live copy, sends each queued block's sum, then,
+  // once decided, the rest and the request.
+  void StreamLoop();
+  void StreamStep(uint64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies block `local`'s sum into `out` if it is complete at `step`.
+  bool CopySum(uint64_t local, uint64_t step, std::string* out) const;
+
+  Replicator& owner_;
+  Job& job_;
+  const std::string job_id_;
+  const uint32_t shard_;
+  const uint64_t blocks_;
+  const std::vector<std::pair<uint32_t, std::string>> copies_;  // server index, address
+  const std::string token_;
+
+  mutable absl::Mutex mu_;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t armed_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;  // UINT64_MAX: none
+  std::vector<uint64_t> queue_ ABSL_GUARDED_BY(mu_);  // complete blocks (local) of armed_
+  std::vector<bool> taken_ ABSL_GUARDED_BY(mu_);      // by local: the stream took it
+  std::vector<bool> sent_ ABSL_GUARDED_BY(mu_);       // by local: the stream sent it
+  std::vector<std::string> sums_ ABSL_GUARDED_BY(mu_);  // by local: what it sent
+  bool in_flight_ ABSL_GUARDED_BY(mu_) = false;  // the stream copies or sends a block
+  bool streaming_ ABSL_GUARDED_BY(mu_) = false;  // a stream of armed_ is open
+  bool deciding_ ABSL_GUARDED_BY(mu_) = false;   // Decide runs: the stream takes no more blocks
+  std::vector<uint32_t> streamed_to_ ABSL_GUARDED_BY(mu_);  // copies it is open to
+  std::vector<grpc::ClientContext*> contexts_ ABSL_GUARDED_BY(mu_);  // to cancel it
+  std::shared_ptr<const Payload> decided_ ABSL_GUARDED_BY(mu_);  // the step, once decided
+  bool abandon_ ABSL_GUARDED_BY(mu_) = false;  // end the stream without the step
+  bool stream_done_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Result> stream_results_ ABSL_GUARDED_BY(mu_);
+  std::thread streamer_;
+};
+
+}  // namespace zerostate::server
