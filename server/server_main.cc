@@ -75,6 +75,12 @@ ABSL_FLAG(double, data_frame_timeout_seconds, 60,
 ABSL_FLAG(bool, data_ktls, true,
           "under TLS, hand the data plane's TLS records to the kernel (kTLS) where it offers "
           "it; false: OpenSSL encrypts in userspace");
+ABSL_FLAG(uint64_t, jobless_rendezvous_keys_per_token, 1024,
+          "rendezvous keys one token that holds no job here may have (>= 1; workers meet "
+          "before rank 0 registers the job)");
+ABSL_FLAG(uint64_t, jobless_rendezvous_keys, 8192,
+          "rendezvous keys all tokens that hold no job here may have together (>= "
+          "--jobless_rendezvous_keys_per_token)");
 ABSL_FLAG(uint64_t, max_jobs, 0, "jobs this server holds at most (0: unlimited)");
 ABSL_FLAG(uint64_t, job_ram_quota_bytes, 0, "RAM one job's shard may hold (0: unlimited)");
 ABSL_FLAG(uint64_t, job_disk_quota_bytes, 0,
@@ -184,6 +190,8 @@ int main(int argc, char** argv) {
   options.tls.key_file = absl::GetFlag(FLAGS_tls_key);
   options.tls.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   options.tls.plaintext = absl::GetFlag(FLAGS_plaintext);
+  options.rendezvous.guest.keys = absl::GetFlag(FLAGS_jobless_rendezvous_keys_per_token);
+  options.rendezvous.guests.keys = absl::GetFlag(FLAGS_jobless_rendezvous_keys);
   options.quotas.max_jobs = absl::GetFlag(FLAGS_max_jobs);
   options.quotas.job_ram_bytes = absl::GetFlag(FLAGS_job_ram_quota_bytes);
   options.quotas.job_disk_bytes = absl::GetFlag(FLAGS_job_disk_quota_bytes);

@@ -131,6 +131,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   // Checked even when the data plane is off: a bad flag is refused alike.
   if (auto st = DataPlane::CheckMaxConnections(opt.max_data_connections); !st.ok()) return st;
   if (auto st = StreamCap::Check(opt.service.max_streams); !st.ok()) return st;
+  if (auto st = RendezvousTable::Check(opt.rendezvous); !st.ok()) return st;
   if (opt.data_frame_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
         absl::StrCat("data_frame_timeout_seconds: ", absl::FormatDuration(opt.data_frame_timeout),
@@ -151,7 +152,11 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   tiers.metrics = [m = s->metrics_.get()](const std::string& job) { return m->TierSink(job); };
   s->staging_ = std::make_shared<StagingBudget>(*staging_bytes, s->metrics_.get());
   s->jobs_ = std::make_unique<JobRegistry>(budget, std::move(tiers), opt.quotas, s->staging_);
-  s->rendezvous_ = std::make_unique<RendezvousTable>();
+  RendezvousOptions rendezvous = opt.rendezvous;
+  rendezvous.on_usage = [m = s->metrics_.get()](const RendezvousUsage& u) {
+    m->SetRendezvous(u.keys, u.bytes, u.jobless_keys, u.jobless_bytes);
+  };
+  s->rendezvous_ = std::make_unique<RendezvousTable>(std::move(rendezvous));
   s->pool_ = std::make_unique<ThreadPool>(threads);
   s->metrics_->SetRam(0, budget, 0);
   if (!opt.metrics_listen.empty()) {

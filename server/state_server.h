@@ -14,6 +14,7 @@
 #include "server/dataplane/data_plane.h"
 #include "server/membership/membership.h"
 #include "server/core/primaries.h"
+#include "server/core/rendezvous.h"
 #include "server/replication/replica_service.h"
 #include "server/replication/replicator.h"
 #include "server/rpc/state_service.h"
@@ -50,6 +51,9 @@ struct ServerOptions {
   // in the metrics sink.
   TierOptions tiers;
   ServiceOptions service;
+  // Rendezvous quotas (--jobless_rendezvous_keys_per_token,
+  // --jobless_rendezvous_keys); Start sets on_usage to the metrics.
+  RendezvousOptions rendezvous;
   // Transport security of `listen`: TLS files, or plaintext; one of the
   // two is required (server/core/tls_files.h).
   TlsOptions tls;

@@ -144,6 +144,14 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
           BuildCounter().Name("zerostate_grpc_streams_refused_total")
               .Help("gRPC chunk streams refused at the cap (--max_grpc_streams)")
               .Register(*registry_).Add({})),
+      rendezvous_keys_(BuildGauge().Name("zerostate_rendezvous_keys")
+                           .Help("Rendezvous keys held, by whose token: one with a job here "
+                                 "(holder=job) or none (holder=jobless)")
+                           .Register(*registry_)),
+      rendezvous_bytes_(BuildGauge().Name("zerostate_rendezvous_bytes")
+                            .Help("Bytes of the rendezvous keys held (keys, values and a fixed "
+                                  "overhead each), by whose token")
+                            .Register(*registry_)),
       under_replicated_blocks_(
           BuildGauge().Name("zerostate_under_replicated_blocks")
               .Help("Blocks of shards served here as primary with fewer live copies than "
@@ -221,6 +229,14 @@ void ServerMetrics::RecordDataConnectionRefused() { data_connections_refused_.In
 void ServerMetrics::SetGrpcStreams(int open) { grpc_streams_.Set(open); }
 
 void ServerMetrics::RecordGrpcStreamRefused() { grpc_streams_refused_.Increment(); }
+
+void ServerMetrics::SetRendezvous(uint64_t keys, uint64_t bytes, uint64_t jobless_keys,
+                                  uint64_t jobless_bytes) {
+  rendezvous_keys_.Add({{"holder", "job"}}).Set(static_cast<double>(keys - jobless_keys));
+  rendezvous_keys_.Add({{"holder", "jobless"}}).Set(static_cast<double>(jobless_keys));
+  rendezvous_bytes_.Add({{"holder", "job"}}).Set(static_cast<double>(bytes - jobless_bytes));
+  rendezvous_bytes_.Add({{"holder", "jobless"}}).Set(static_cast<double>(jobless_bytes));
+}
 
 void ServerMetrics::SetUnderReplicatedBlocks(uint64_t blocks) {
   under_replicated_blocks_.Set(static_cast<double>(blocks));

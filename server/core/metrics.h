@@ -52,6 +52,9 @@ class ServerMetrics {
   // (--max_grpc_streams).
   void SetGrpcStreams(int open);
   void RecordGrpcStreamRefused();
+  // Rendezvous keys held and their bytes (server/core/rendezvous.h), all
+  // tokens and those of tokens with no job here.
+  void SetRendezvous(uint64_t keys, uint64_t bytes, uint64_t jobless_keys, uint64_t jobless_bytes);
   // Replicated shards (issue 19): blocks of the shards this server serves
   // as primary that have fewer live copies than JobSpec.replicas asks; and
   // shard state bytes sent to copies being caught up.
@@ -98,6 +101,8 @@ class ServerMetrics {
   prometheus::Counter& data_connections_refused_;
   prometheus::Gauge& grpc_streams_;
   prometheus::Counter& grpc_streams_refused_;
+  prometheus::Family<prometheus::Gauge>& rendezvous_keys_;
+  prometheus::Family<prometheus::Gauge>& rendezvous_bytes_;
   prometheus::Gauge& under_replicated_blocks_;
   prometheus::Counter& catchup_bytes_;
   prometheus::Gauge& disk_used_;

@@ -52,7 +52,21 @@ std::string QuotaText(const char* whose, const RendezvousQuota& q) {
 
 }  // namespace
 
-RendezvousTable::RendezvousTable(RendezvousOptions options) : options_(options) {}
+absl::Status RendezvousTable::Check(const RendezvousOptions& options) {
+  if (options.guest.keys < 1) {
+    return absl::InvalidArgumentError(
+        "jobless_rendezvous_keys_per_token: 0 keys; a token with no job must be able to meet");
+  }
+  if (options.guests.keys < options.guest.keys || options.guests.bytes < options.guest.bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "jobless_rendezvous_keys: ", options.guests.keys,
+        " keys is less than one token's quota (--jobless_rendezvous_keys_per_token=",
+        options.guest.keys, ")"));
+  }
+  return absl::OkStatus();
+}
+
+RendezvousTable::RendezvousTable(RendezvousOptions options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::vector<std::string>> RendezvousTable::Join(
     const RendezvousOwner& owner, const std::string& ns, const std::string& key, uint32_t rank,
@@ -84,11 +98,13 @@ absl::StatusOr<std::vector<std::string>> RendezvousTable::Join(
     e.values.emplace(rank, value);
     ChargeLocked(e, extra);
   }
+  PublishLocked();
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return shutting_down_ || e.values.size() == e.world;
   };
   bool ok = mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
   if (--e.waiters == 0) MarkIdleLocked(id, e);
+  PublishLocked();
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
   if (!ok) {
     return absl::DeadlineExceededError(absl::StrCat(
@@ -199,6 +215,12 @@ void RendezvousTable::SweepLocked(absl::Time now) {
     const std::string& id = idle_.begin()->second;
     if (now - entries_.find(id)->second.idle_since < options_.idle_linger) return;
     EraseLocked(std::string(id));
+  }
+}
+
+void RendezvousTable::PublishLocked() {
+  if (options_.on_usage) {
+    options_.on_usage({entries_.size(), bytes_, guest_keys_, guest_bytes_});
   }
 }
 

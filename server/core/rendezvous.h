@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,15 @@ struct RendezvousQuota {
   size_t bytes = 0;
 };
 
+// What the table holds: keys and their bytes, all owners and those that
+// hold no job.
+struct RendezvousUsage {
+  size_t keys = 0;
+  size_t bytes = 0;
+  size_t jobless_keys = 0;
+  size_t jobless_bytes = 0;
+};
+
 struct RendezvousOptions {
   // One owner that holds a job on this server.
   RendezvousQuota job{65536, 256u << 20};
@@ -43,6 +53,9 @@ struct RendezvousOptions {
   RendezvousQuota guests{8192, 64u << 20};
   // How long an idle key is kept for a retry.
   absl::Duration idle_linger = absl::Minutes(10);
+  // Called (under the table's lock: keep it short) with the usage after
+  // each call changed it; null: not told.
+  std::function<void(const RendezvousUsage&)> on_usage;
 };
 
 // Who calls: the token hash, and whether it holds a job here.
@@ -58,6 +71,10 @@ class RendezvousTable {
   static constexpr size_t kMaxKeyBytes = 1024;
   static constexpr size_t kKeyOverheadBytes = 128;
   static constexpr size_t kValueOverheadBytes = 64;
+
+  // INVALID_ARGUMENT naming the server flag unless one token with no job
+  // may hold a key and all of them together at least one token's quota.
+  [[nodiscard]] static absl::Status Check(const RendezvousOptions& options);
 
   explicit RendezvousTable(RendezvousOptions options = RendezvousOptions());
 
@@ -114,6 +131,8 @@ class RendezvousTable {
   void EraseLocked(const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops entries idle for longer than idle_linger.
   void SweepLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tells options_.on_usage.
+  void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RendezvousOptions options_;
   mutable absl::Mutex mu_;

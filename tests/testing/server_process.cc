@@ -16,6 +16,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -78,6 +79,13 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(ServerProces
                                                                     int port) {
   if (options.binary.empty()) {
     return absl::InvalidArgumentError("ServerProcessOptions.binary: empty server path");
+  }
+  // Another build's server, e.g. an old commit's, to check that a test
+  // fails against it (docs/reliability.md).
+  const char* other = getenv("ZEROSTATE_TEST_SERVER_BINARY");
+  if (other != nullptr && *other != '\0' &&
+      absl::EndsWith(options.binary, "zerostate-server")) {
+    options.binary = other;
   }
   if (port == 0 && options.fixed_port) {
     int fd = ListenOnLoopback(&port);

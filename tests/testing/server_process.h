@@ -32,7 +32,9 @@
 namespace zerostate::testing {
 
 struct ServerProcessOptions {
-  // Path of the zerostate-server binary. Required.
+  // Path of the zerostate-server binary. Required. The environment variable
+  // ZEROSTATE_TEST_SERVER_BINARY, when set, replaces a path that ends in
+  // "zerostate-server" (to run a test against another build's server; docs/reliability.md).
   std::string binary;
   // Extra flags, appended after --listen (e.g. "--threads=2").
   std::vector<std::string> args;
