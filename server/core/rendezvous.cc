@@ -76,9 +76,15 @@ absl::StatusOr<std::vector<std::string>> RendezvousTable::Join(
   absl::MutexLock lock(&mu_);
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
   SweepLocked(absl::Now());
-  auto it = FindOrCreateLocked(owner, id, world);
-  if (!it.ok()) return it.status();
-  Entry& e = (*it)->second;
+  auto found = FindOrCreateLocked(owner, id, world);
+  if (!found.ok()) {
+    PublishLocked();
+    return found.status();
+  }
+  // Held while this call waits: the entry may be dropped meanwhile.
+  std::shared_ptr<Entry> entry = *std::move(found);
+  Entry& e = *entry;
+  if (owner.holds_job && e.guest) PromoteLocked(e);
   if (e.world != world) {
     return absl::InvalidArgumentError(
         absl::StrCat("world: ", world, " differs from ", e.world, " given by an earlier rank"));
@@ -91,21 +97,33 @@ absl::StatusOr<std::vector<std::string>> RendezvousTable::Join(
   if (e.waiters++ == 0) MarkBusyLocked(e);
   if (present == e.values.end()) {
     size_t extra = value.size() + kValueOverheadBytes;
-    if (auto s = MakeRoomLocked(owner, extra, false); !s.ok()) {
-      if (--e.waiters == 0) MarkIdleLocked(id, e);
+    if (auto s = MakeRoomLocked(owner, extra, false, &e); !s.ok()) {
+      if (--e.waiters == 0) MarkIdleLocked(e);
+      PublishLocked();
       return s;
     }
     e.values.emplace(rank, value);
     ChargeLocked(e, extra);
   }
+  PlaceVictimLocked(e);
   PublishLocked();
   auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutting_down_ || e.values.size() == e.world;
+    return shutting_down_ || e.dropped || e.complete();
   };
   bool ok = mu_.AwaitWithDeadline(absl::Condition(&done), deadline);
-  if (--e.waiters == 0) MarkIdleLocked(id, e);
+  --e.waiters;
+  if (!e.dropped) {
+    if (e.waiters == 0) MarkIdleLocked(e);
+    PlaceVictimLocked(e);
+  }
   PublishLocked();
   if (shutting_down_) return absl::UnavailableError("server is shutting down");
+  if (e.dropped) {
+    return absl::UnavailableError(absl::StrCat(
+        "rendezvous '", key, "': dropped to make room for another token's key (",
+        QuotaText("the keys of tokens with no job on this server", options_.guests),
+        " are full); retry, or register the job first"));
+  }
   if (!ok) {
     return absl::DeadlineExceededError(absl::StrCat(
         "rendezvous '", key, "': ", MissingRanks(e.values, e.world), " did not arrive in time"));
@@ -115,26 +133,29 @@ absl::StatusOr<std::vector<std::string>> RendezvousTable::Join(
   return values;
 }
 
-absl::StatusOr<RendezvousTable::Entries::iterator> RendezvousTable::FindOrCreateLocked(
+absl::StatusOr<std::shared_ptr<RendezvousTable::Entry>> RendezvousTable::FindOrCreateLocked(
     const RendezvousOwner& owner, const std::string& id, uint32_t world) {
   auto it = entries_.find(id);
-  if (it != entries_.end()) return it;
-  // The entry to create is not there yet, so it cannot be evicted here.
-  if (auto s = MakeRoomLocked(owner, id.size() + kKeyOverheadBytes, true); !s.ok()) return s;
-  Entry e;
-  e.owner = owner.id;
-  e.guest = !owner.holds_job;
-  e.world = world;
-  it = entries_.emplace(id, std::move(e)).first;
-  Owner& o = owners_[owner.id];
-  ++o.keys;
-  if (it->second.guest) ++guest_keys_;
-  ChargeLocked(it->second, id.size() + kKeyOverheadBytes);
-  return it;
+  if (it != entries_.end()) return it->second;
+  // The entry to create is not there yet, so it cannot be dropped here.
+  if (auto s = MakeRoomLocked(owner, id.size() + kKeyOverheadBytes, true, nullptr); !s.ok()) {
+    return s;
+  }
+  auto e = std::make_shared<Entry>();
+  e->id = id;
+  e->owner = owner.id;
+  e->guest = !owner.holds_job;
+  e->world = world;
+  e->seq = ++next_seq_;
+  entries_.emplace(id, e);
+  ++owners_[owner.id].keys;
+  if (e->guest) ++guest_keys_;
+  ChargeLocked(*e, id.size() + kKeyOverheadBytes);
+  return e;
 }
 
 absl::Status RendezvousTable::MakeRoomLocked(const RendezvousOwner& owner, size_t extra,
-                                             bool new_key) {
+                                             bool new_key, const Entry* keep) {
   const RendezvousQuota& mine = owner.holds_job ? options_.job : options_.guest;
   auto owner_full = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto o = owners_.find(owner.id);
@@ -159,14 +180,24 @@ absl::Status RendezvousTable::MakeRoomLocked(const RendezvousOwner& owner, size_
            guest_bytes_ + extra > options_.guests.bytes;
   };
   while (guests_full()) {
-    if (guest_idle_.empty()) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "rendezvous: keys with waiting calls of tokens with no job on this server fill their "
-          "shared quota (",
-          QuotaText("all such tokens together", options_.guests),
-          "); register the job first, or retry"));
+    if (!guest_idle_.empty()) {
+      EraseLocked(guest_idle_.begin()->second);
+      continue;
     }
-    EraseLocked(guest_idle_.begin()->second);
+    // Every jobless key has waiting calls: drop the cheapest one, never
+    // refuse the newcomer. `keep` (the caller's own key) stays.
+    auto victim = guest_victims_.begin();
+    if (victim != guest_victims_.end() && keep != nullptr && std::get<2>(*victim) == keep->id) {
+      ++victim;
+    }
+    if (victim == guest_victims_.end()) {
+      // Only complete keys whose calls are leaving: not reached while the
+      // pool holds at least one owner's quota (Check).
+      return absl::UnavailableError(absl::StrCat(
+          "rendezvous: ", QuotaText("the keys of tokens with no job on this server", options_.guests),
+          " are full; retry, or register the job first"));
+    }
+    EraseLocked(std::string(std::get<2>(*victim)));
   }
   return absl::OkStatus();
 }
@@ -178,12 +209,12 @@ void RendezvousTable::ChargeLocked(Entry& e, size_t bytes) {
   if (e.guest) guest_bytes_ += bytes;
 }
 
-void RendezvousTable::MarkIdleLocked(const std::string& id, Entry& e) {
+void RendezvousTable::MarkIdleLocked(Entry& e) {
   e.idle_seq = ++next_seq_;
   e.idle_since = absl::Now();
-  owners_[e.owner].idle.emplace(e.idle_seq, id);
-  idle_.emplace(e.idle_seq, id);
-  if (e.guest) guest_idle_.emplace(e.idle_seq, id);
+  owners_[e.owner].idle.emplace(e.idle_seq, e.id);
+  idle_.emplace(e.idle_seq, e.id);
+  if (e.guest) guest_idle_.emplace(e.idle_seq, e.id);
 }
 
 void RendezvousTable::MarkBusyLocked(Entry& e) {
@@ -194,10 +225,35 @@ void RendezvousTable::MarkBusyLocked(Entry& e) {
   e.idle_seq = 0;
 }
 
+void RendezvousTable::PromoteLocked(Entry& e) {
+  guest_idle_.erase(e.idle_seq);
+  --guest_keys_;
+  guest_bytes_ -= e.bytes;
+  e.guest = false;
+  PlaceVictimLocked(e);
+}
+
+void RendezvousTable::PlaceVictimLocked(Entry& e) {
+  if (e.victim) {
+    guest_victims_.erase(Victim(e.victim_ranks, e.seq, e.id));
+    e.victim = false;
+  }
+  if (e.guest && !e.dropped && e.waiters > 0 && !e.complete()) {
+    e.victim_ranks = e.values.size();
+    guest_victims_.emplace(e.victim_ranks, e.seq, e.id);
+    e.victim = true;
+  }
+}
+
 void RendezvousTable::EraseLocked(const std::string& id) {
   auto it = entries_.find(id);
-  Entry& e = it->second;
+  std::shared_ptr<Entry> held = it->second;
+  Entry& e = *held;
   MarkBusyLocked(e);
+  if (e.victim) {
+    guest_victims_.erase(Victim(e.victim_ranks, e.seq, e.id));
+    e.victim = false;
+  }
   auto o = owners_.find(e.owner);
   --o->second.keys;
   o->second.bytes -= e.bytes;
@@ -208,12 +264,18 @@ void RendezvousTable::EraseLocked(const std::string& id) {
     guest_bytes_ -= e.bytes;
   }
   entries_.erase(it);
+  if (e.waiters > 0) {
+    // Its waiting calls wake up (the condition they wait on) and answer
+    // UNAVAILABLE; its values go now.
+    e.dropped = true;
+    e.values = {};
+  }
 }
 
 void RendezvousTable::SweepLocked(absl::Time now) {
   while (!idle_.empty()) {
     const std::string& id = idle_.begin()->second;
-    if (now - entries_.find(id)->second.idle_since < options_.idle_linger) return;
+    if (now - entries_.find(id)->second->idle_since < options_.idle_linger) return;
     EraseLocked(std::string(id));
   }
 }

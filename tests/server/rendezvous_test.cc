@@ -79,38 +79,93 @@ TEST(RendezvousTest, FinishedAndAbandonedKeysMakeRoomAndNeverBlockAnotherToken) 
 }
 
 // A token with no job may hold a few keys with waiting calls; at its quota
-// it is refused, naming the quota, and other tokens are not.
-TEST(RendezvousTest, ATokenWithNoJobHasASmallQuotaOfWaitingKeys) {
+// it is refused, naming the quota, and other tokens are not. A full
+// jobless pool never refuses a newcomer: it drops the key with the fewest
+// ranks, oldest first, whose waiting call gets UNAVAILABLE.
+TEST(RendezvousTest, ATokenWithNoJobHasASmallQuotaAndAFullPoolDropsTheCheapestKey) {
   RendezvousOptions options;
   options.guest = {4, 1 << 20};
   options.guests = {6, 1 << 20};
   RendezvousTable table(options);
-  const RendezvousOwner a{"a", false}, b{"b", false};
+  const RendezvousOwner a{"a", false}, b{"b", false}, c{"c", false};
   std::vector<std::thread> waiting;
-  auto wait = [&](const RendezvousOwner& o, int i) {
-    waiting.emplace_back([&table, o, i] {
-      (void)table.Join(o, "ns", absl::StrCat("k", i), 0, 2, "", absl::InfiniteFuture());
+  std::vector<absl::Status> answers(8);
+  auto wait = [&](const RendezvousOwner& o, const std::string& key, uint32_t rank,
+                  uint32_t world, int slot) {
+    waiting.emplace_back([&table, &answers, o, key, rank, world, slot] {
+      answers[slot] = table.Join(o, "ns", key, rank, world, "", absl::InfiniteFuture()).status();
     });
   };
   // Waits until the waiting threads' keys are in the table.
   auto await_keys = [&](size_t n) {
     while (table.keys() < n) std::this_thread::yield();
   };
-  for (int i = 0; i < 4; ++i) wait(a, i);
-  await_keys(4);
+  for (int i = 0; i < 4; ++i) {
+    wait(a, absl::StrCat("k", i), 0, 2, i);
+    await_keys(i + 1);
+  }
   auto refused = table.Join(a, "ns", "k4", 0, 1, "", absl::Now());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
   EXPECT_NE(refused.status().message().find("4 keys"), std::string::npos) << refused.status();
-  for (int i = 0; i < 2; ++i) wait(b, i);
+  // b: a key with two ranks in it, and one with one: the pool is full.
+  wait(b, "two", 0, 3, 4);
+  await_keys(5);
+  wait(b, "two", 1, 3, 5);
+  wait(b, "one", 0, 2, 6);
   await_keys(6);
-  auto full = table.Join(b, "ns", "k9", 0, 1, "", absl::Now());
-  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted) << full.status();
-  EXPECT_NE(full.status().message().find("register the job"), std::string::npos);
+  // c's new key takes the place of a's oldest one-rank key.
+  auto newcomer = table.Join(c, "ns", "c", 0, 1, "", absl::Now());
+  EXPECT_TRUE(newcomer.ok()) << newcomer.status();
+  waiting[0].join();
+  EXPECT_EQ(answers[0].code(), absl::StatusCode::kUnavailable) << answers[0];
+  EXPECT_NE(answers[0].message().find("dropped"), std::string::npos) << answers[0];
+  EXPECT_LE(table.keys(), 6u);
+  // b's two-rank key was kept: its third rank completes it.
+  auto third = table.Join(b, "ns", "two", 2, 3, "", absl::Now() + absl::Seconds(10));
+  EXPECT_TRUE(third.ok()) << third.status();
+  waiting[4].join();
+  waiting[5].join();
+  EXPECT_TRUE(answers[4].ok()) << answers[4];
+  EXPECT_TRUE(answers[5].ok()) << answers[5];
   // A token with a job is not limited by tokens without one.
   auto job = table.Join(kOwner, "job", "barrier", 0, 1, "", absl::Now());
   EXPECT_TRUE(job.ok()) << job.status();
   table.Shutdown();
-  for (auto& t : waiting) t.join();
+  for (size_t i : {1, 2, 3, 6}) waiting[i].join();
+}
+
+// A jobless key that a caller whose token now holds a job joins (rank 0
+// after registering) leaves the jobless pool: no jobless newcomer drops it.
+TEST(RendezvousTest, AKeyJoinedByItsRegisteredTokenIsNeverDropped) {
+  RendezvousOptions options;
+  options.guest = {1, 1 << 20};
+  options.guests = {1, 1 << 20};
+  RendezvousTable table(options);
+  const RendezvousOwner before{"run", false}, after{"run", true};
+  std::vector<absl::Status> answers(2);
+  std::thread rank1([&] {
+    answers[1] = table.Join(before, "ns", "registered", 1, 3, "", absl::InfiniteFuture()).status();
+  });
+  while (table.keys() < 1) std::this_thread::yield();
+  const size_t one_rank = table.bytes();
+  std::thread rank0([&] {
+    answers[0] = table.Join(after, "ns", "registered", 0, 3, "", absl::InfiniteFuture()).status();
+  });
+  // Rank 0 has joined once the key holds a second value.
+  while (table.bytes() < one_rank + RendezvousTable::kValueOverheadBytes) {
+    std::this_thread::yield();
+  }
+  for (int i = 0; i < 10; ++i) {
+    const RendezvousOwner other{absl::StrCat("other", i), false};
+    auto v = table.Join(other, "ns", "k", 0, 1, "", absl::Now());
+    EXPECT_TRUE(v.ok()) << v.status();
+  }
+  auto rank2 = table.Join(before, "ns", "registered", 2, 3, "", absl::Now() + absl::Seconds(10));
+  EXPECT_TRUE(rank2.ok()) << rank2.status();
+  rank0.join();
+  rank1.join();
+  EXPECT_TRUE(answers[0].ok()) << answers[0];
+  EXPECT_TRUE(answers[1].ok()) << answers[1];
 }
 
 TEST(RendezvousTest, AHugeKeyIsRefusedWithoutEchoingIt) {
