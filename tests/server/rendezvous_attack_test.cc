@@ -92,8 +92,8 @@ class Attack {
 // the cheapest key (the fewest ranks, oldest first) and a dropped call's
 // client retries; rank 0's key, registered, is never dropped.
 TEST_F(RendezvousAttackTest, ManyTokensFillingTheJoblessPoolCannotFailARunsStartRendezvous) {
-  StartServer({"--jobless_rendezvous_keys_per_token=2",
-               absl::StrCat("--jobless_rendezvous_keys=", kPoolKeys)});
+  ASSERT_NO_FATAL_FAILURE(StartServer({"--jobless_rendezvous_keys_per_token=2",
+                                       absl::StrCat("--jobless_rendezvous_keys=", kPoolKeys)}));
   Attack attack(stub_.get(), 2 * kPoolKeys);
   // The pool is full of waiting attacker keys.
   while (MetricValue(Metrics(), kJoblessKeys) < kPoolKeys) {
