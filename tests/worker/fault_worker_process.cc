@@ -6,9 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 
 extern char** environ;
@@ -25,7 +27,12 @@ std::string ReadFileOrEmpty(const std::string& path) {
 WorkerProcess::WorkerProcess(const std::string& binary, const std::vector<std::string>& env,
                              const std::vector<std::string>& flags, std::string log)
     : log_(std::move(log)) {
-  std::vector<std::string> args = {binary};
+  // Another build's worker, e.g. an old commit's, to check that a test
+  // fails against it (docs/reliability.md).
+  const char* other = getenv("ZEROSTATE_TEST_WORKER_BINARY");
+  const bool replace = other != nullptr && *other != '\0' &&
+                       absl::EndsWith(binary, "zerostate-worker");
+  std::vector<std::string> args = {replace ? std::string(other) : binary};
   args.insert(args.end(), flags.begin(), flags.end());
   std::vector<std::string> envs = env;
   for (char** e = environ; *e != nullptr; ++e) envs.emplace_back(*e);

@@ -16,7 +16,9 @@ namespace zerostate::testing {
 class WorkerProcess {
  public:
   // Starts `binary` with `flags`, this environment plus `env`, stdout and
-  // stderr to `log`. pid() is -1 if it could not be started.
+  // stderr to `log`. pid() is -1 if it could not be started. The
+  // environment variable ZEROSTATE_TEST_WORKER_BINARY, when set, replaces a
+  // `binary` that ends in "zerostate-worker" (another build's worker).
   WorkerProcess(const std::string& binary, const std::vector<std::string>& env,
                 const std::vector<std::string>& flags, std::string log);
   // Kills (SIGKILL) and reaps it if still running.
