@@ -168,6 +168,24 @@ TEST(RendezvousTest, AKeyJoinedByItsRegisteredTokenIsNeverDropped) {
   EXPECT_TRUE(answers[1].ok()) << answers[1];
 }
 
+// The server's flags (--jobless_rendezvous_keys_per_token,
+// --jobless_rendezvous_keys) are checked at start, each named.
+TEST(RendezvousTest, BadQuotasAreNamedByTheirFlags) {
+  EXPECT_TRUE(RendezvousTable::Check(RendezvousOptions()).ok());
+  RendezvousOptions none;
+  none.guest.keys = 0;
+  absl::Status s = RendezvousTable::Check(none);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("jobless_rendezvous_keys_per_token"), std::string::npos) << s;
+  RendezvousOptions small_pool;
+  small_pool.guest.keys = 16;
+  small_pool.guests.keys = 8;
+  s = RendezvousTable::Check(small_pool);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("jobless_rendezvous_keys: 8 keys is less than"), std::string::npos)
+      << s;
+}
+
 TEST(RendezvousTest, AHugeKeyIsRefusedWithoutEchoingIt) {
   RendezvousTable table;
   std::string key(1 << 20, 'k');
