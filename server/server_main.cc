@@ -63,6 +63,9 @@ ABSL_FLAG(std::string, peer_tls_ca, "",
           "a replicated job's steps to backups (empty: --tls_client_ca)");
 ABSL_FLAG(double, replica_timeout_seconds, 60,
           "how long one step's call to a backup may take before the backup counts as lost");
+ABSL_FLAG(int, replica_lanes, 0,
+          "connections each streamed step's gradient sums travel on to each backup "
+          "(0: one per 4 hardware threads, 1 to 4)");
 // The gRPC edge's chunk streams each hold at most one waiting thread
 // (a gather, or a push waiting for staging memory), so the cap bounds those
 // threads as --max_data_connections bounds the data plane's.
@@ -204,6 +207,7 @@ int main(int argc, char** argv) {
   options.data_frame_timeout = absl::Seconds(absl::GetFlag(FLAGS_data_frame_timeout_seconds));
   options.peer_tls_ca = absl::GetFlag(FLAGS_peer_tls_ca);
   options.replica_timeout = absl::Seconds(absl::GetFlag(FLAGS_replica_timeout_seconds));
+  options.replica_lanes = absl::GetFlag(FLAGS_replica_lanes);
   options.membership = membership;  // null: StaticMembership (no etcd, no fencing)
   auto server = zerostate::server::StateServer::Start(options);
   if (!server.ok()) {

@@ -176,13 +176,20 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   // the steps' way to the backups.
   auto peer_credentials = PeerCredentialsFor(opt.tls, opt.peer_tls_ca);
   if (!peer_credentials.ok()) return peer_credentials.status();
+  if (opt.replica_lanes < 0 || opt.replica_lanes > 16) {
+    return absl::InvalidArgumentError(absl::StrCat("--replica_lanes: ", opt.replica_lanes,
+                                                   " is not between 0 (automatic) and 16"));
+  }
   s->membership_ = opt.membership != nullptr
                        ? opt.membership
                        : std::make_shared<StaticMembership>(opt.listen, std::vector<std::string>{});
   s->primaries_ = std::make_unique<Primaries>(*s->membership_);
-  s->replicator_ = std::make_unique<Replicator>(
-      Replicator::Options{*std::move(peer_credentials), opt.replica_timeout, absl::Seconds(1),
-                          s->metrics_.get()});
+  const int lanes =
+      opt.replica_lanes > 0
+          ? opt.replica_lanes
+          : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
+  s->replicator_ = std::make_unique<Replicator>(Replicator::Options{
+      *std::move(peer_credentials), opt.replica_timeout, absl::Seconds(1), s->metrics_.get(), lanes});
   // The core's push and gather paths, which both edges call.
   s->pushes_ = std::make_unique<PushHandler>(*s->jobs_, s->primaries_.get(), service.max_wait);
   s->gathers_ = std::make_unique<GatherHandler>(*s->jobs_, s->primaries_.get(), service.max_wait,

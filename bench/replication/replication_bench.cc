@@ -14,7 +14,8 @@
 //                            lease to wait for); limit 2 s, the goal
 //                            after lease expiry
 // Three servers, a model of --params fp32 parameters (one tensor per 4 Mi).
-//   replication_bench [--json] [--params=16777216] [--steps=8] [--server=PATH]
+//   replication_bench [--json] [--params=16777216] [--steps=8] [--replica_lanes=0]
+//                     [--server=PATH]
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -33,6 +34,8 @@
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 ABSL_FLAG(int64_t, params, 16 << 20, "model parameters");
 ABSL_FLAG(int, steps, 8, "timed steps per setting (the median is printed)");
+ABSL_FLAG(int, replica_lanes, 0,
+          "the servers' --replica_lanes (connections per backup for a step's sums; 0: theirs)");
 ABSL_FLAG(std::string, server, ZEROSTATE_SERVER_PATH,
           "the zerostate-server binary the bench starts (default: this build's)");
 
@@ -150,7 +153,8 @@ double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - si
 void Main() {
   testing::ServerProcessOptions o;
   o.binary = absl::GetFlag(FLAGS_server);
-  o.args = {"--metrics_listen=", "--grace_seconds=1"};
+  o.args = {"--metrics_listen=", "--grace_seconds=1",
+            absl::StrCat("--replica_lanes=", absl::GetFlag(FLAGS_replica_lanes))};
   auto cluster = testing::ServerCluster::Start(3, o);
   if (!cluster.ok()) Fail(cluster.status().ToString());
   const auto servers = (*cluster)->addresses();

@@ -25,20 +25,55 @@ absl::Status ReplicaServiceImpl::CheckNotPrimary(const std::string& job, uint32_
                                                     what, " from another"));
 }
 
+absl::StatusOr<std::shared_ptr<Job>> ReplicaServiceImpl::OpenStep(
+    grpc::ServerContext& ctx, grpc::ServerReader<v1::ReplicaStepPart>& reader, const char* method,
+    v1::ReplicaStepPart* first) const {
+  auto token = TokenOf(ctx);
+  if (!token.ok()) return token.status();
+  if (!reader.Read(first)) {
+    return absl::InvalidArgumentError(absl::StrCat(method, ": the stream carried no message"));
+  }
+  auto job = jobs_.Shard(first->job_id(), *token, first->shard());
+  if (!job.ok()) return job.status();
+  if (auto s = CheckNotPrimary(first->job_id(), first->shard(), "step"); !s.ok()) return s;
+  return job;
+}
+
+grpc::Status ReplicaServiceImpl::SendSums(grpc::ServerContext* ctx,
+                                          grpc::ServerReader<v1::ReplicaStepPart>* reader,
+                                          v1::SendSumsResponse* resp) {
+  v1::ReplicaStepPart first;
+  auto job = OpenStep(*ctx, *reader, "SendSums", &first);
+  if (!job.ok()) return ToGrpcStatus(job.status());
+  if (first.transfer() == 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError("SendSums: transfer must not be 0"));
+  }
+  Sums sums;
+  v1::ReplicaStepPart part;
+  const Range blocks = (*job)->blocks();
+  while (reader->Read(&part)) {
+    if (part.block() < blocks.begin || part.block() >= blocks.end || sums.size() >= blocks.size()) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "SendSums: block ", part.block(), " is outside shard ", first.shard(), " [",
+          blocks.begin, ", ", blocks.end, ") or came once too many")));
+    }
+    sums.emplace_back(part.block(), std::move(*part.mutable_grad()));
+  }
+  if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "primary went away");
+  resp->set_blocks(sums.size());
+  absl::MutexLock lock(&kept_mu_);
+  Kept& kept = kept_[{first.job_id(), first.shard()}];
+  if (kept.transfer != first.transfer()) kept = Kept{first.transfer(), {}};
+  for (auto& sum : sums) kept.sums.push_back(std::move(sum));
+  return grpc::Status::OK;
+}
+
 grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
                                            grpc::ServerReader<v1::ReplicaStepPart>* reader,
                                            v1::ReplicaStepResponse* resp) {
-  auto token = TokenOf(*ctx);
-  if (!token.ok()) return ToGrpcStatus(token.status());
   v1::ReplicaStepPart first;
-  if (!reader->Read(&first)) {
-    return ToGrpcStatus(absl::InvalidArgumentError("ApplyStep: the stream carried no message"));
-  }
-  auto job = jobs_.Shard(first.job_id(), *token, first.shard());
+  auto job = OpenStep(*ctx, *reader, "ApplyStep", &first);
   if (!job.ok()) return ToGrpcStatus(job.status());
-  if (auto s = CheckNotPrimary(first.job_id(), first.shard(), "step"); !s.ok()) {
-    return ToGrpcStatus(s);
-  }
   // A whole step carries its request first, a streamed one last.
   std::optional<v1::StepRequest> req;
   if (first.has_step()) req = first.step();
@@ -59,6 +94,14 @@ grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
   if (!req.has_value()) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         "ApplyStep: the stream ended without the step request (nothing was applied)"));
+  }
+  if (first.transfer() != 0) {  // the sums its lanes left
+    absl::MutexLock lock(&kept_mu_);
+    auto it = kept_.find(std::make_pair(first.job_id(), first.shard()));
+    if (it != kept_.end() && it->second.transfer == first.transfer()) {
+      for (auto& sum : it->second.sums) grads.push_back(std::move(sum));
+      kept_.erase(it);
+    }
   }
   auto out = (*job)->pushes().ApplyReplicatedStep(*req, grads, pool_);
   if (!out.ok()) return ToGrpcStatus(out.status());

@@ -1,13 +1,23 @@
 // The backup's side of replicated shards (issue 19): ReplicaService on the
 // state server's gRPC port (proto/zerostate/v1/replica.proto). ApplyStep
-// runs a primary's step on this server's copy of the shard; ReadShard
+// runs a primary's step on this server's copy of the shard, with the sums
+// its SendSums lanes left (kept per (job, shard), one transfer each, until
+// that ApplyStep takes them); ReadShard
 // serves a copy's state (checks); Seed replaces a lost copy's state with
 // its primary's (catch-up). Every call is authorized with
 // the job's token, as StateService calls are.
 // Thread-safe.
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "server/core/job_registry.h"
 #include "server/core/primaries.h"
 #include "server/core/thread_pool.h"
@@ -24,6 +34,8 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service {
 
   grpc::Status ApplyStep(grpc::ServerContext* ctx, grpc::ServerReader<v1::ReplicaStepPart>* reader,
                          v1::ReplicaStepResponse* resp) override;
+  grpc::Status SendSums(grpc::ServerContext* ctx, grpc::ServerReader<v1::ReplicaStepPart>* reader,
+                        v1::SendSumsResponse* resp) override;
   grpc::Status ReadShard(grpc::ServerContext* ctx, const v1::ReadShardRequest* req,
                          grpc::ServerWriter<v1::ShardBlock>* writer) override;
   grpc::Status Seed(grpc::ServerContext* ctx, grpc::ServerReader<v1::SeedPart>* reader,
@@ -35,9 +47,24 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service {
   [[nodiscard]] absl::Status CheckNotPrimary(const std::string& job, uint32_t shard,
                                              const char* what) const;
 
+  using Sums = std::vector<std::pair<uint64_t, std::string>>;  // global block, sum
+  // The start of ApplyStep and SendSums (`method`): the token, the first
+  // message (into `first`), and the copy it names, which takes steps from
+  // a primary (not served here as primary).
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> OpenStep(
+      grpc::ServerContext& ctx, grpc::ServerReader<v1::ReplicaStepPart>& reader,
+      const char* method, v1::ReplicaStepPart* first) const;
+
   JobRegistry& jobs_;
   ThreadPool& pool_;
   const Primaries* const primaries_;
+  struct Kept {
+    uint64_t transfer = 0;
+    Sums sums;
+  };
+  absl::Mutex kept_mu_;
+  // (job, shard) -> the lanes' sums of one transfer.
+  absl::flat_hash_map<std::pair<std::string, uint32_t>, Kept> kept_ ABSL_GUARDED_BY(kept_mu_);
 };
 
 }  // namespace zerostate::server

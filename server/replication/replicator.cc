@@ -43,10 +43,16 @@ std::unique_ptr<StepReplicator> Replicator::For(Job& job, uint32_t self, std::st
 
 namespace {
 
+// As the clients' channels (client/server_conn.cc): windows for several
+// 1 MiB sums in flight from the start.
 grpc::ChannelArguments PeerChannelArgs() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 8 << 20);
+  args.SetInt(GRPC_ARG_HTTP2_WRITE_BUFFER_SIZE, 4 << 20);
+  args.SetInt(GRPC_ARG_TCP_READ_CHUNK_SIZE, 1 << 20);
+  args.SetInt(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
   return args;
 }
 
@@ -67,6 +73,22 @@ std::shared_ptr<v1::ReplicaService::Stub> Replicator::Peer(const std::string& ad
   return stub;
 }
 
+std::shared_ptr<v1::ReplicaService::Stub> Replicator::Lane(const std::string& address, int lane) {
+  absl::MutexLock lock(&mu_);
+  auto& stub = lanes_[{address, lane}];
+  if (stub == nullptr) {
+    // Its own connection: a private subchannel pool and an argument of its own.
+    grpc::ChannelArguments args = PeerChannelArgs();
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetInt("zerostate.replica_lane", lane);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+    stub = v1::ReplicaService::NewStub(
+        grpc::CreateCustomChannel(address, options_.credentials, args));
+  }
+  return stub;
+}
+
 bool Replicator::Reconnect(const std::string& address) {
   // Its own subchannel: not one in a reconnect backoff since the server died.
   grpc::ChannelArguments args = PeerChannelArgs();
@@ -81,6 +103,7 @@ bool Replicator::Reconnect(const std::string& address) {
   }
   absl::MutexLock lock(&mu_);
   peers_[address] = v1::ReplicaService::NewStub(channel);
+  absl::erase_if(lanes_, [&](const auto& entry) { return entry.first.first == address; });
   return true;
 }
 

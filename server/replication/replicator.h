@@ -62,6 +62,9 @@ class Replicator {
     // this step gives up catching it up (refused connections fail at once).
     absl::Duration reconnect_timeout = absl::Seconds(1);
     ServerMetrics* metrics = nullptr;  // zerostate_under_replicated_blocks, _catchup_bytes_total
+    // Connections a streamed step's sums travel on to each backup (the
+    // ApplyStep call's and lanes - 1 SendSums calls, each on its own).
+    int lanes = 4;
   };
   explicit Replicator(Options options) : options_(std::move(options)) {}
 
@@ -79,6 +82,10 @@ class Replicator {
 
   // Stub of peer `address`, made at first use.
   std::shared_ptr<v1::ReplicaService::Stub> Peer(const std::string& address);
+  // Stub of lane `lane` (1 .. lanes - 1) to peer `address`: a connection
+  // of its own, made at first use (and again after a Reconnect).
+  std::shared_ptr<v1::ReplicaService::Stub> Lane(const std::string& address, int lane);
+  int lanes() const { return options_.lanes; }
 
  private:
   friend class ShardReplicator;
@@ -107,6 +114,8 @@ class Replicator {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<v1::ReplicaService::Stub>> peers_
       ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::pair<std::string, int>, std::shared_ptr<v1::ReplicaService::Stub>>
+      lanes_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<CopyKey> lost_ ABSL_GUARDED_BY(mu_);
   // (job, shard) -> its blocks, for shards that lost a copy.
   absl::flat_hash_map<std::pair<std::string, uint32_t>, uint64_t> under_ ABSL_GUARDED_BY(mu_);

@@ -1,6 +1,7 @@
 #include "server/replication/shard_replicator.h"
 
 #include <algorithm>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
@@ -47,13 +48,16 @@ absl::StatusOr<std::shared_ptr<const ShardSnapshot>> SnapshotOf(Job& job) {
 
 }  // namespace
 
+// One call of a streamed step: a copy's ApplyStep (lane 0) or one of its
+// SendSums lanes.
 struct ShardReplicator::Stream {
   uint32_t server = 0;
   std::string address;
   grpc::ClientContext ctx;
-  v1::ReplicaStepResponse resp;
+  v1::ReplicaStepResponse step_resp;
+  v1::SendSumsResponse sums_resp;
   std::unique_ptr<grpc::ClientWriter<v1::ReplicaStepPart>> writer;
-  bool broken = false;  // a write failed before the step was decided
+  bool broken = false;  // a write failed, or the lane was not answered OK
 };
 
 ShardReplicator::ShardReplicator(Replicator& owner, Job& job,
@@ -66,6 +70,8 @@ ShardReplicator::ShardReplicator(Replicator& owner, Job& job,
       blocks_(job.blocks().size()),
       copies_(std::move(copies)),
       token_(std::move(token)) {
+  std::random_device random;
+  next_transfer_ = (uint64_t{random()} << 32 | random()) | 1;
   {
     absl::MutexLock lock(&mu_);
     ResetLocked();
@@ -88,7 +94,9 @@ void ShardReplicator::ResetLocked() {
   taken_.assign(blocks_, false);
   sent_.assign(blocks_, false);
   sums_.assign(blocks_, std::string());
-  in_flight_ = false;
+  in_flight_ = 0;
+  remaining_.clear();
+  next_remaining_ = 0;
   streaming_ = false;
   deciding_ = false;
   streamed_to_.clear();
@@ -144,30 +152,94 @@ void ShardReplicator::StreamLoop() {
 
 void ShardReplicator::StreamStep(uint64_t step) {
   streaming_ = true;
-  std::vector<std::unique_ptr<Stream>> streams;
+  const int lanes = std::max(1, owner_.lanes());
+  std::vector<std::vector<std::unique_ptr<Stream>>> by_lane(lanes);  // [lane][copy]
   for (const auto& [server, address] : copies_) {
     if (owner_.IsLost({job_id_, shard_, server})) continue;  // caught up at Decide
-    auto s = std::make_unique<Stream>();
-    s->server = server;
-    s->address = address;
     streamed_to_.push_back(server);
-    contexts_.push_back(&s->ctx);
-    streams.push_back(std::move(s));
+    for (int lane = 0; lane < lanes; ++lane) {
+      auto s = std::make_unique<Stream>();
+      s->server = server;
+      s->address = address;
+      contexts_.push_back(&s->ctx);
+      by_lane[lane].push_back(std::move(s));
+    }
   }
   if (stop_) {
     contexts_.clear();
     return;
   }
+  const uint64_t transfer = next_transfer_++;
   mu_.Unlock();
   v1::ReplicaStepPart first;
   first.set_job_id(job_id_);
   first.set_shard(shard_);
-  for (auto& s : streams) {
-    owner_.PrepareCall(s->ctx, token_);
-    s->writer = owner_.Peer(s->address)->ApplyStep(&s->ctx, &s->resp);
-    s->broken = !s->writer->Write(first);
+  first.set_transfer(transfer);
+  for (int lane = 0; lane < lanes; ++lane) {
+    for (auto& s : by_lane[lane]) {
+      owner_.PrepareCall(s->ctx, token_);
+      s->writer = lane == 0 ? owner_.Peer(s->address)->ApplyStep(&s->ctx, &s->step_resp)
+                            : owner_.Lane(s->address, lane)->SendSums(&s->ctx, &s->sums_resp);
+      s->broken = !s->writer->Write(first);
+    }
+  }
+  // Each lane sends blocks as they complete, then, once decided, its share
+  // of the rest; the SendSums lanes end before the step is sent.
+  std::vector<std::thread> helpers;
+  for (int lane = 1; lane < lanes; ++lane) {
+    helpers.emplace_back([this, step, &calls = by_lane[lane]] {
+      SendLane(step, calls);
+      for (auto& s : calls) {
+        if (!s->broken) s->writer->WritesDone();
+        s->broken = !s->writer->Finish().ok() || s->broken;
+      }
+    });
+  }
+  SendLane(step, by_lane[0]);
+  for (std::thread& t : helpers) t.join();
+  mu_.Lock();
+  if (stop_ || abandon_) {
+    for (auto& s : by_lane[0]) s->ctx.TryCancel();
+    mu_.Unlock();
+    for (auto& s : by_lane[0]) (void)s->writer->Finish();
+    mu_.Lock();
+    contexts_.clear();
+    stream_done_ = true;
+    return;
+  }
+  const std::shared_ptr<const Payload> payload = decided_;
+  mu_.Unlock();
+  std::vector<Result> results;
+  v1::ReplicaStepPart part;
+  *part.mutable_step() = payload->request;
+  for (size_t c = 0; c < by_lane[0].size(); ++c) {
+    Stream& main = *by_lane[0][c];
+    bool whole = !main.broken;
+    for (int lane = 1; lane < lanes; ++lane) whole = whole && !by_lane[lane][c]->broken;
+    absl::Status status;
+    if (whole && main.writer->Write(part)) {
+      main.writer->WritesDone();
+      status = FromGrpcStatus(main.writer->Finish());
+    } else {
+      main.ctx.TryCancel();
+      (void)main.writer->Finish();
+      // A lane broke: the step goes whole on a new call.
+      status = owner_.Send(main.address, token_, shard_, job_id_, *payload);
+    }
+    results.push_back(Result{main.server, main.address, false, std::move(status), 0});
   }
   mu_.Lock();
+  contexts_.clear();
+  stream_results_ = std::move(results);
+  stream_done_ = true;
+}
+
+void ShardReplicator::SendLane(uint64_t step, std::vector<std::unique_ptr<Stream>>& calls) {
+  auto write = [&calls](const v1::ReplicaStepPart& part) {
+    for (auto& s : calls) s->broken = s->broken || !s->writer->Write(part);
+  };
+  v1::ReplicaStepPart part;
+  absl::MutexLock lock(&mu_);
   // Before the step is decided: each block's sum as its push completes it.
   std::function<bool()> next = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stop_ || abandon_ || deciding_ || !queue_.empty();
@@ -179,68 +251,33 @@ void ShardReplicator::StreamStep(uint64_t step) {
     queue_.erase(queue_.begin());
     if (taken_[local]) continue;
     taken_[local] = true;
-    in_flight_ = true;
+    ++in_flight_;
     mu_.Unlock();
-    v1::ReplicaStepPart part;
     part.set_block(job_.blocks().begin + local);
     const bool copied = CopySum(local, step, part.mutable_grad());
-    if (copied) {
-      for (auto& s : streams) s->broken = s->broken || !s->writer->Write(part);
-    }
+    if (copied) write(part);
     mu_.Lock();
-    in_flight_ = false;
+    --in_flight_;
     if (copied) {
       sent_[local] = true;
       sums_[local] = std::move(*part.mutable_grad());
     }
   }
-  if (!stop_ && !abandon_) {
-    // Decided: the blocks not sent yet, then the request.
-    std::function<bool()> decided = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stop_ || abandon_ || decided_ != nullptr;
-    };
-    mu_.Await(absl::Condition(&decided));
-  }
-  if (stop_ || abandon_) {
-    for (auto& s : streams) s->ctx.TryCancel();
-    mu_.Unlock();
-    for (auto& s : streams) (void)s->writer->Finish();
-    mu_.Lock();
-    contexts_.clear();
-    stream_done_ = true;
-    return;
-  }
+  // Decided: a share of the blocks not sent yet.
+  std::function<bool()> decided = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || abandon_ || decided_ != nullptr;
+  };
+  mu_.Await(absl::Condition(&decided));
+  if (stop_ || abandon_) return;
   const std::shared_ptr<const Payload> payload = decided_;
-  const std::vector<bool> sent = sent_;
-  mu_.Unlock();
-  std::vector<Result> results;
-  v1::ReplicaStepPart part;
-  for (auto& s : streams) {
-    absl::Status status;
-    if (!s->broken) {
-      bool ok = true;
-      for (const auto& [index, grad] : payload->grads) {
-        if (sent[index - job_.blocks().begin]) continue;
-        part.set_block(index);
-        part.set_grad(grad);
-        if (!(ok = s->writer->Write(part))) break;
-      }
-      part.Clear();
-      *part.mutable_step() = payload->request;
-      if (ok) ok = s->writer->Write(part);
-      s->writer->WritesDone();
-      status = FromGrpcStatus(s->writer->Finish());
-    } else {
-      (void)s->writer->Finish();
-      // Broken before the step: the step goes whole on a new call.
-      status = owner_.Send(s->address, token_, shard_, job_id_, *payload);
-    }
-    results.push_back(Result{s->server, s->address, false, std::move(status), 0});
+  while (next_remaining_ < remaining_.size()) {
+    const auto& [index, grad] = payload->grads[remaining_[next_remaining_++]];
+    mu_.Unlock();
+    part.set_block(index);
+    part.set_grad(grad);
+    write(part);
+    mu_.Lock();
   }
-  mu_.Lock();
-  contexts_.clear();
-  stream_results_ = std::move(results);
-  stream_done_ = true;
 }
 
 std::function<std::vector<ShardReplicator::Result>()> ShardReplicator::SendWhole(
@@ -328,7 +365,7 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
     if (!streamed) ResetLocked();  // nothing armed until this step is acknowledged
     deciding_ = true;              // the stream takes no more blocks
     mu_.Await(absl::Condition(
-        +[](bool* in_flight) { return !*in_flight; }, &in_flight_));
+        +[](int* in_flight) { return *in_flight == 0; }, &in_flight_));
     for (uint64_t local = 0; local < blocks_; ++local) mine[local] = !sent_[local];
     for (const auto& [server, address] : copies_) {
       if (!streamed || std::find(streamed_to_.begin(), streamed_to_.end(), server) ==
@@ -354,6 +391,7 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
     absl::MutexLock lock(&mu_);
     for (uint64_t local = 0; local < blocks_; ++local) {
       if (!mine[local]) payload->grads[local].second = std::move(sums_[local]);
+      if (mine[local]) remaining_.push_back(local);
     }
     if (streamed) decided_ = payload;
   }

@@ -3,18 +3,20 @@
 // that Replicator::For makes, kept by the shard's JobStep for the job's
 // life.
 //
-// A step travels to each live backup as one ReplicaService.ApplyStep call.
-// Once the previous step was acknowledged, the shard is armed for the next
-// one: each block's summed gradient is sent as soon as the push that
-// completes the block (every node's gradient folded in) tells this object
-// (OnBlockComplete), on this object's streaming thread, while the other
-// blocks still fold. The Step's Decide then copies the sums the stream has
-// not taken yet (before the pass moves any block), and the stream sends
-// them and the coordinator's request last. So the backup's optimizer pass
+// A step travels to each live backup as one ReplicaService.ApplyStep call
+// plus Replicator::lanes() - 1 SendSums calls, each on a connection of its
+// own (a transfer id ties them together). Once the previous step was
+// acknowledged, the shard is armed for the next one: each block's summed
+// gradient is sent as soon as the push that completes the block (every
+// node's gradient folded in) tells this object (OnBlockComplete), by the
+// first free lane (a thread each), while the other blocks still fold. The
+// Step's Decide then copies the sums the lanes have not taken yet (before
+// the pass moves any block); the lanes share them out, the SendSums calls
+// end, and the request goes last on ApplyStep. So the backup's optimizer pass
 // runs beside the primary's, and the Step waits only for the last blocks'
 // transfer and the backup's pass. A step that was not armed (the first
-// one, a retry) goes whole at Decide, as does a step to a backup whose
-// stream broke before the Step (a new call), or one caught up at Decide.
+// one, a retry) goes whole at Decide, as does a step to a backup one of
+// whose lanes broke (a new call), or one caught up at Decide.
 //
 // Thread-safe. Lock order: a block's mutex, then this object's mutex (a
 // Block's mutex is never taken under this object's).
@@ -82,6 +84,10 @@ class ShardReplicator final : public StepReplicator {
   // once decided, the rest and the request.
   void StreamLoop();
   void StreamStep(uint64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One lane's sends of `step` on `calls` (one per copy): queued blocks
+  // until the step is decided, then a share of those not sent.
+  void SendLane(uint64_t step, std::vector<std::unique_ptr<Stream>>& calls)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Copies block `local`'s sum into `out` if it is complete at `step`.
   bool CopySum(uint64_t local, uint64_t step, std::string* out) const;
 
@@ -100,7 +106,9 @@ class ShardReplicator final : public StepReplicator {
   std::vector<bool> taken_ ABSL_GUARDED_BY(mu_);      // by local: the stream took it
   std::vector<bool> sent_ ABSL_GUARDED_BY(mu_);       // by local: the stream sent it
   std::vector<std::string> sums_ ABSL_GUARDED_BY(mu_);  // by local: what it sent
-  bool in_flight_ ABSL_GUARDED_BY(mu_) = false;  // the stream copies or sends a block
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // blocks the lanes copy or send
+  std::vector<size_t> remaining_ ABSL_GUARDED_BY(mu_);  // once decided: the blocks not sent
+  size_t next_remaining_ ABSL_GUARDED_BY(mu_) = 0;      // the next of them a lane takes
   bool streaming_ ABSL_GUARDED_BY(mu_) = false;  // a stream of armed_ is open
   bool deciding_ ABSL_GUARDED_BY(mu_) = false;   // Decide runs: the stream takes no more blocks
   std::vector<uint32_t> streamed_to_ ABSL_GUARDED_BY(mu_);  // copies it is open to
@@ -109,6 +117,7 @@ class ShardReplicator final : public StepReplicator {
   bool abandon_ ABSL_GUARDED_BY(mu_) = false;  // end the stream without the step
   bool stream_done_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Result> stream_results_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_transfer_ = 0;  // the streaming thread's
   std::thread streamer_;
 };
 

@@ -35,7 +35,10 @@ class FailoverTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(FailoverTest, TheBackupTakesOverAndTheRunEndsBitIdenticalWithoutRollback) {
   const Param p = GetParam();
-  auto cluster = ServerCluster::Start(3, TestServerOptions());
+  // Streamed steps on two connections per backup (ApplyStep, a SendSums lane).
+  ServerProcessOptions o = TestServerOptions();
+  o.args.push_back("--replica_lanes=2");
+  auto cluster = ServerCluster::Start(3, o);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   v1::JobSpec spec = ReplicatedSpec(absl::StrCat("failover", p.server), 1);
   spec.set_speculative_step(p.speculative);

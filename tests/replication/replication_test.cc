@@ -10,7 +10,11 @@ namespace {
 class ReplicationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto cluster = ServerCluster::Start(3, TestServerOptions());
+    // Each streamed step's sums on three connections per backup
+    // (ApplyStep and two SendSums lanes).
+    ServerProcessOptions o = TestServerOptions();
+    o.args.push_back("--replica_lanes=3");
+    auto cluster = ServerCluster::Start(3, o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
   }
