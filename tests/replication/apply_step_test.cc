@@ -14,23 +14,11 @@ namespace {
 
 constexpr uint64_t kVersion = 2;
 
-class ApplyStepTest : public ::testing::Test {
+class ApplyStepTest : public ReplicaCallTest {
  protected:
   void SetUp() override {
-    auto cluster = ServerCluster::Start(3, TestServerOptions());
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
-    servers_ = cluster_->addresses();
-    auto run = StartNodes(ReplicatedSpec("applied", 1), servers_);
-    ASSERT_TRUE(run.ok()) << run.status();
-    run_ = *std::move(run);
-    for (uint64_t step = 0; step < kVersion; ++step) {
-      ASSERT_TRUE(RunStep(run_.nodes, step).ok()) << "step " << step;
-    }
-    auto primary = ReadCopy(servers_[0], "applied", 0, kVersion);
-    ASSERT_TRUE(primary.ok()) << primary.status();
-    ASSERT_GE(primary->blocks.size(), 2u);
-    for (const v1::ShardBlock& b : primary->blocks) blocks_.push_back(b.block());
+    StartSteppedJob("applied", kVersion);
+    for (const v1::ShardBlock& b : primary_.blocks) blocks_.push_back(b.block());
   }
 
   // A block's summed gradient of the right size (zeros).
@@ -88,9 +76,6 @@ class ApplyStepTest : public ::testing::Test {
     });
   }
 
-  std::unique_ptr<ServerCluster> cluster_;
-  std::vector<std::string> servers_;
-  ReplicatedRun run_;
   std::vector<uint64_t> blocks_;  // shard 0's
 };
 

@@ -187,4 +187,34 @@ inline void ExpectSameCopies(const std::string& a, const std::string& b, const s
                      absl::StrCat("shard ", shard, " copy on ", b, " against ", a));
 }
 
+// For tests of single ReplicaService calls to server 1's backup copy of
+// shard 0 (whose primary is server 0): three servers, a job of two nodes
+// with one backup per shard, a few steps in.
+class ReplicaCallTest : public ::testing::Test {
+ protected:
+  // Starts the servers and job `job_id`, runs steps [0, steps) and reads
+  // shard 0's copy on its primary into primary_ (at least two blocks).
+  void StartSteppedJob(const std::string& job_id, uint64_t steps) {
+    auto cluster = ServerCluster::Start(3, TestServerOptions());
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    servers_ = cluster_->addresses();
+    auto run = StartNodes(ReplicatedSpec(job_id, 1), servers_);
+    ASSERT_TRUE(run.ok()) << run.status();
+    run_ = *std::move(run);
+    for (uint64_t step = 0; step < steps; ++step) {
+      ASSERT_TRUE(RunStep(run_.nodes, step).ok()) << "step " << step;
+    }
+    auto primary = ReadCopy(servers_[0], job_id, 0, steps);
+    ASSERT_TRUE(primary.ok()) << primary.status();
+    primary_ = *std::move(primary);
+    ASSERT_GE(primary_.blocks.size(), 2u);
+  }
+
+  std::unique_ptr<ServerCluster> cluster_;
+  std::vector<std::string> servers_;
+  ReplicatedRun run_;
+  ShardCopy primary_;  // shard 0 on server 0
+};
+
 }  // namespace zerostate::testing

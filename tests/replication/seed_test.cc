@@ -10,24 +10,9 @@ namespace {
 
 constexpr uint64_t kVersion = 2;
 
-class SeedTest : public ::testing::Test {
+class SeedTest : public ReplicaCallTest {
  protected:
-  void SetUp() override {
-    auto cluster = ServerCluster::Start(3, TestServerOptions());
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_ = *std::move(cluster);
-    servers_ = cluster_->addresses();
-    auto run = StartNodes(ReplicatedSpec("seeded", 1), servers_);
-    ASSERT_TRUE(run.ok()) << run.status();
-    run_ = *std::move(run);
-    for (uint64_t step = 0; step < kVersion; ++step) {
-      ASSERT_TRUE(RunStep(run_.nodes, step).ok()) << "step " << step;
-    }
-    auto primary = ReadCopy(servers_[0], "seeded", 0, kVersion);
-    ASSERT_TRUE(primary.ok()) << primary.status();
-    primary_ = *std::move(primary);
-    ASSERT_GE(primary_.blocks.size(), 2u);
-  }
+  void SetUp() override { StartSteppedJob("seeded", kVersion); }
 
   // A good Seed of shard 0 for server 1: the primary's copy.
   std::vector<v1::SeedPart> GoodSeed() const {
@@ -61,10 +46,6 @@ class SeedTest : public ::testing::Test {
     return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
   }
 
-  std::unique_ptr<ServerCluster> cluster_;
-  std::vector<std::string> servers_;
-  ReplicatedRun run_;
-  ShardCopy primary_;
 };
 
 struct BadSeed {
