@@ -6,6 +6,9 @@
 // (whose primary is server 0). Good streamed steps, lanes included, are
 // replication_test's (its servers run with --replica_lanes=3).
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 
 #include "tests/replication/replication_fixture.h"
 
@@ -177,6 +180,23 @@ TEST_F(ApplyStepTest, BadStepsAndSumsAreRefusedNamingWhatIsWrongAndTheCopyStaysA
   ExpectSameCopies(servers_[0], servers_[1], "applied", 0, kVersion);
   ASSERT_TRUE(RunStep(run_.nodes, kVersion).ok());
   ExpectSameCopies(servers_[0], servers_[1], "applied", 0, kVersion + 1);
+}
+
+// --replica_lanes out of range or not a number: the server does not start
+// and says which flag.
+TEST(ReplicaLanesFlagTest, BadValuesAreRefusedNamingTheFlag) {
+  const std::vector<std::string> bad = {"-1", "17", "many"};
+  for (const std::string& value : bad) {
+    const std::string log = ::testing::TempDir() + "replica-lanes-" + value + ".log";
+    ServerProcessOptions o = TestServerOptions();
+    o.args.push_back("--replica_lanes=" + value);
+    o.stderr_path = log;
+    EXPECT_FALSE(ServerProcess::Start(o).ok()) << value << " was accepted";
+    std::ifstream in(log);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("replica_lanes"), std::string::npos) << value << ": " << text;
+    std::remove(log.c_str());
+  }
 }
 
 }  // namespace
