@@ -14,8 +14,14 @@
 #               twice the cores);
 #   tls-grpc    gRPC under TLS (only with ZS_TLS_GRPC=1; unchanged by the
 #               data plane's work).
-# target.txt: per figure, TLS / plaintext at 4 streams, at 8, and TLS at 8
-# against plaintext at 4.
+#   aes         `openssl speed -evp aes-128-gcm` on one core (aes.txt): the
+#               cipher's raw rate, the floor of the TLS CPU s/GB;
+# target.txt: first, as --json figures, the AES-128-GCM GB/s per core and
+# the crypto ceiling it implies for this host (cores * rate / 2: each byte
+# sealed once and opened once, both ends on the same cores); then per
+# figure, TLS / plaintext at 4 streams, at 8, TLS at 8 against plaintext
+# at 4, and "ceiling": the ratio this host allows when TLS costs
+# plaintext's CPU s/GB plus the two cipher passes (bench/transport/tls_target.py).
 # Bundle first: ../shared/tools/device-bundle .device \
 #   build/bench/transport/transport_bench build/bench/transport/stream_bench \
 #   build/server/zerostate-server
@@ -52,6 +58,10 @@ fi
 { modprobe tls 2>&1; echo "tcp_available_ulp: $(cat /proc/sys/net/ipv4/tcp_available_ulp)";
   grep -w '^tls' /proc/modules; } > "$out/ktls.txt" 2>&1
 cat "$out/ktls.txt"
+# The cipher alone, one core: 16 KiB blocks (one TLS record).
+echo "== aes: openssl speed -evp aes-128-gcm" | tee -a "$out/all.log"
+openssl speed -elapsed -seconds 3 -evp aes-128-gcm -bytes 16384 > "$out/aes.txt" 2>&1
+grep -i 'aes-128-gcm' "$out/aes.txt" | tail -1 | tee -a "$out/all.log"
 # The byte stream alone: plaintext against TLS per connection.
 echo "== stream: stream_bench" | tee -a "$out/all.log"
 timeout 120 "$bin/stream_bench" --connections=1,4,8 --mib="${ZS_STREAM_MIB:-1024}" --reps=2 \
@@ -67,5 +77,6 @@ if [ "${ZS_TLS_GRPC:-0}" = 1 ]; then
     --tls_dir=$certs --json "$@"
 fi
 # The target: TLS data plane over plaintext data plane, fp32 and bf16.
-python3 "$(dirname "$0")/tls_target.py" "$out/tls-tcp.log" "$out/tls-tcp-s8.log" |
+python3 "$(dirname "$0")/tls_target.py" "$out/tls-tcp.log" "$out/tls-tcp-s8.log" "$out/aes.txt" \
+  "$(nproc)" |
   tee "$out/target.txt"
