@@ -7,7 +7,8 @@
 // port, with the job's token and this server's TLS identity).
 //
 // A copy that cannot be reached (UNAVAILABLE), no longer holds the job
-// (NOT_FOUND: it restarted empty) or is at another version
+// (it restarted empty: UNAUTHENTICATED, as any call of a job a server does
+// not hold, or NOT_FOUND) or is at another version
 // (FAILED_PRECONDITION) is lost: the step is acknowledged without it, and
 // the shard counts as under-replicated until a catch-up brings a copy
 // back. Any other answer fails the primary's Step (its retry sends again).

@@ -333,8 +333,10 @@ absl::Status ShardReplicator::Judge(uint64_t step, const std::vector<Result>& re
       continue;
     }
     if (s.ok()) continue;
+    // UNAUTHENTICATED: the copy's server knows no job of this token (it
+    // restarted empty; the job's calls answer so, never NOT_FOUND).
     if (absl::IsUnavailable(s) || absl::IsNotFound(s) || absl::IsFailedPrecondition(s) ||
-        absl::IsDeadlineExceeded(s)) {
+        absl::IsDeadlineExceeded(s) || absl::IsUnauthenticated(s)) {
       owner_.MarkLost({job_id_, shard_, r.server}, blocks_);
       continue;
     }
