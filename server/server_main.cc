@@ -123,6 +123,10 @@ std::shared_ptr<zerostate::server::EtcdMembership> JoinMembership(
 
 }  // namespace
 
+ABSL_FLAG(std::string, test_seed_hold, "",
+          "testing: PHASE:DIR; a replicated shard's catch-up (ReplicaService.Seed) received "
+          "here stops at PHASE (blocks: after its first block; applied: after the copy took "
+          "the state) until DIR/release exists, and says so with DIR/PHASE-shard<N>");
 ABSL_FLAG(std::string, test_nvme_write_hold, "",
           "testing: FIFO (a named pipe); the NVMe tier's first write waits until it reads a "
           "byte from FIFO, so a test holds an NVMe job's creation where it likes");
@@ -146,6 +150,27 @@ std::shared_ptr<zerostate::server::io::Env> HoldingEnv(const std::string& fifo) 
   };
   env->AddRule(std::move(rule));
   return env;
+}
+
+// --test_seed_hold=PHASE:DIR: a Seed received at PHASE ("blocks" or
+// "applied", ReplicaServiceImpl::SeedHook) creates DIR/PHASE-shard<N>,
+// then waits until DIR/release exists. Exits on a malformed value.
+zerostate::server::ReplicaServiceImpl::SeedHook SeedHold(const std::string& flag) {
+  const size_t colon = flag.find(':');
+  const std::string phase = flag.substr(0, colon);
+  if (colon == std::string::npos || (phase != "blocks" && phase != "applied")) {
+    std::cerr << "zerostate-server: --test_seed_hold: '" << flag
+              << "' is not PHASE:DIR with PHASE blocks or applied" << std::endl;
+    std::exit(1);
+  }
+  const std::string dir = flag.substr(colon + 1);
+  return [phase, dir](std::string_view at, uint32_t shard) {
+    if (at != phase) return;
+    const std::string marker = dir + "/" + phase + "-shard" + std::to_string(shard);
+    if (int fd = open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644); fd >= 0) close(fd);
+    const std::string release = dir + "/release";
+    while (access(release.c_str(), F_OK) != 0) usleep(10000);
+  };
 }
 
 }  // namespace
@@ -208,6 +233,9 @@ int main(int argc, char** argv) {
   options.peer_tls_ca = absl::GetFlag(FLAGS_peer_tls_ca);
   options.replica_timeout = absl::Seconds(absl::GetFlag(FLAGS_replica_timeout_seconds));
   options.replica_lanes = absl::GetFlag(FLAGS_replica_lanes);
+  if (const std::string hold = absl::GetFlag(FLAGS_test_seed_hold); !hold.empty()) {
+    options.test_seed_hook = SeedHold(hold);
+  }
   options.membership = membership;  // null: StaticMembership (no etcd, no fencing)
   auto server = zerostate::server::StateServer::Start(options);
   if (!server.ok()) {

@@ -207,7 +207,8 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
       service, *s->jobs_, *s->pushes_, *s->gathers_, *s->rendezvous_, *s->pool_, *s->metrics_,
       s->incarnation_, s->primaries_.get(), s->replicator_.get());
   s->replica_service_ =
-      std::make_unique<ReplicaServiceImpl>(*s->jobs_, *s->pool_, s->primaries_.get());
+      std::make_unique<ReplicaServiceImpl>(*s->jobs_, *s->pool_, s->primaries_.get(),
+                                           opt.test_seed_hook);
   s->service_->PublishUsage();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -91,6 +91,8 @@ struct ServerOptions {
   std::string peer_tls_ca;
   absl::Duration replica_timeout = absl::Seconds(60);
   int replica_lanes = 0;
+  // Testing only (--test_seed_hold): ReplicaServiceImpl's SeedHook.
+  ReplicaServiceImpl::SeedHook test_seed_hook;
 };
 
 class StateServer {

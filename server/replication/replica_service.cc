@@ -176,6 +176,7 @@ grpc::Status ReplicaServiceImpl::Seed(grpc::ServerContext* ctx,
   // Every block checked and kept before any is written.
   std::vector<std::string> states(count);
   std::vector<bool> seen(count, false);
+  uint64_t received = 0;
   v1::SeedPart part;
   while (reader->Read(&part)) {
     const v1::ShardBlock& b = part.block();
@@ -201,6 +202,7 @@ grpc::Status ReplicaServiceImpl::Seed(grpc::ServerContext* ctx,
     }
     seen[local] = true;
     states[local] = std::move(*part.mutable_block()->mutable_state());
+    if (seed_hook_ && ++received == 1) seed_hook_("blocks", first.shard());
   }
   for (uint64_t local = 0; local < count; ++local) {
     if (!seen[local]) {
@@ -225,6 +227,7 @@ grpc::Status ReplicaServiceImpl::Seed(grpc::ServerContext* ctx,
       return ToGrpcStatus(s);
     }
   }
+  if (seed_hook_) seed_hook_("applied", first.shard());
   resp->set_version(first.version());
   return grpc::Status::OK;
 }

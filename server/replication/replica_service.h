@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -27,10 +29,18 @@ namespace zerostate::server {
 
 class ReplicaServiceImpl final : public v1::ReplicaService::Service {
  public:
+  // Testing (the server's --test_seed_hold): called by Seed with the
+  // shard it seeds at two points, "blocks" (the first block read, the rest
+  // not yet) and "applied" (the copy took the state, Seed not answered
+  // yet), so a test can kill a server in the middle of a catch-up.
+  using SeedHook = std::function<void(std::string_view phase, uint32_t shard)>;
+
   // All references must outlive the service; `primaries` may be null (no
-  // replicated job can then be served as primary here).
-  ReplicaServiceImpl(JobRegistry& jobs, ThreadPool& pool, const Primaries* primaries)
-      : jobs_(jobs), pool_(pool), primaries_(primaries) {}
+  // replicated job can then be served as primary here); `seed_hook` may be
+  // empty.
+  ReplicaServiceImpl(JobRegistry& jobs, ThreadPool& pool, const Primaries* primaries,
+                     SeedHook seed_hook = {})
+      : jobs_(jobs), pool_(pool), primaries_(primaries), seed_hook_(std::move(seed_hook)) {}
 
   grpc::Status ApplyStep(grpc::ServerContext* ctx, grpc::ServerReader<v1::ReplicaStepPart>* reader,
                          v1::ReplicaStepResponse* resp) override;
@@ -65,6 +75,7 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service {
   absl::Mutex kept_mu_;
   // (job, shard) -> the lanes' sums of one transfer.
   absl::flat_hash_map<std::pair<std::string, uint32_t>, Kept> kept_ ABSL_GUARDED_BY(kept_mu_);
+  const SeedHook seed_hook_;
 };
 
 }  // namespace zerostate::server

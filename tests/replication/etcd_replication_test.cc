@@ -2,48 +2,19 @@
 // tests/testing/etcd_process.h): three zerostate-server processes started
 // with --etcd_endpoints, a job of two nodes with one backup per shard.
 // Skipped where /usr/bin/etcd is missing.
-#include <functional>
-
-#include "absl/strings/str_cat.h"
-#include "tests/replication/replication_fixture.h"
-#include "tests/server/membership/etcd_fixture.h"
+#include "tests/replication/etcd_cluster_fixture.h"
 
 namespace zerostate::server {
 namespace {
 
-using testing::ServerCluster;
-using testing::ServerProcessOptions;
-
-class EtcdReplicationTest : public EtcdFixture {
+class EtcdReplicationTest : public EtcdClusterFixture {
  protected:
-  EtcdReplicationTest() : EtcdFixture("repl") {}
+  EtcdReplicationTest() : EtcdClusterFixture("repl") {}
 
   void SetUp() override {
-    EtcdFixture::SetUp();
+    EtcdClusterFixture::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    observer_ = Member("observer:1");
-    ASSERT_TRUE(observer_);
-    ServerProcessOptions o = testing::TestServerOptions();
-    o.args.push_back("--etcd_endpoints=" + etcd_->endpoint());
-    o.args.push_back("--cluster=" + cluster_);
-    o.args.push_back(absl::StrCat("--etcd_lease_ttl_seconds=", kTestTtlSeconds));
-    o.fixed_port = true;  // advertised in etcd
-    auto cluster = ServerCluster::Start(3, o);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    cluster_procs_ = *std::move(cluster);
-  }
-
-  // Runs steps [from, to) of `run`, each checked against `ref`;
-  // `after_push` (if set) on node 0 once its push of step `from` is in.
-  void Train(testing::ReplicatedRun& run, testing::ReferenceModel& ref, uint64_t from,
-             uint64_t to, const std::function<void()>& after_push = nullptr) {
-    std::vector<std::vector<float>> grads(testing::kReplicaNodes);
-    for (uint64_t step = from; step < to; ++step) {
-      absl::Status s =
-          testing::TrainerStep(run.nodes, step, grads, step == from ? after_push : nullptr);
-      ASSERT_TRUE(s.ok()) << "step " << step << ": " << s;
-      ref.Step(step, grads, testing::StepLr(step), testing::kStepScale);
-    }
+    StartServers();
   }
 
   // Each shard's term in etcd: held by its own server; epochs out.
@@ -57,13 +28,10 @@ class EtcdReplicationTest : public EtcdFixture {
       (*epochs)[shard] = term->epoch;
     }
   }
-
-  std::unique_ptr<EtcdMembership> observer_;
-  std::unique_ptr<ServerCluster> cluster_procs_;
 };
 
 TEST_F(EtcdReplicationTest, DeletingAJobReleasesItsPrimariesClaimsAtOnce) {
-  const std::vector<std::string> servers = cluster_procs_->addresses();
+  const std::vector<std::string> servers = addresses();
   v1::JobSpec spec = testing::ReplicatedSpec("released", 1);
   std::vector<int64_t> epochs;
   {
@@ -102,7 +70,7 @@ TEST_F(EtcdReplicationTest, DeletingAJobReleasesItsPrimariesClaimsAtOnce) {
 // epoch. The step is applied once and the run ends bit-identical to the
 // reference, with no rollback.
 TEST_F(EtcdReplicationTest, AKilledPrimarysBackupClaimsItsShardOnceTheLeaseExpires) {
-  const std::vector<std::string> servers = cluster_procs_->addresses();
+  const std::vector<std::string> servers = addresses();
   v1::JobSpec spec = testing::ReplicatedSpec("failover", 1);
   auto run = testing::StartNodes(spec, servers);
   ASSERT_TRUE(run.ok()) << run.status();
@@ -110,8 +78,8 @@ TEST_F(EtcdReplicationTest, AKilledPrimarysBackupClaimsItsShardOnceTheLeaseExpir
   Train(*run, ref, 0, 2);
   std::vector<int64_t> epochs;
   ExpectOwnPrimaries(spec.job_id(), servers, &epochs);
-  Train(*run, ref, 2, 5, [&] { ASSERT_TRUE(cluster_procs_->server(1).Kill().ok()); });
-  EXPECT_FALSE(cluster_procs_->server(1).running());
+  Train(*run, ref, 2, 5, [&] { ASSERT_TRUE(server(1).Kill().ok()); });
+  EXPECT_FALSE(server(1).running());
   // Shard 1 is server 2's now (the next server of the ring), claimed anew.
   auto term = observer_->Primary(spec.job_id(), 1);
   ASSERT_TRUE(term.ok()) << term.status();
@@ -126,19 +94,19 @@ TEST_F(EtcdReplicationTest, AKilledPrimarysBackupClaimsItsShardOnceTheLeaseExpir
 // 1 at the next step, bit-identical to them; then server 2 is SIGKILLed and
 // shard 1 moves back to the caught-up copy on server 1, with no rollback.
 TEST_F(EtcdReplicationTest, ARestartedServerIsCaughtUpAndTakesItsShardBack) {
-  const std::vector<std::string> servers = cluster_procs_->addresses();
+  const std::vector<std::string> servers = addresses();
   v1::JobSpec spec = testing::ReplicatedSpec("catchup", 1);
   auto run = testing::StartNodes(spec, servers);
   ASSERT_TRUE(run.ok()) << run.status();
   testing::ReferenceModel ref(run->nodes[0]->spec());
   Train(*run, ref, 0, 2);
-  ASSERT_TRUE(cluster_procs_->server(1).Kill().ok());
+  ASSERT_TRUE(server(1).Kill().ok());
   Train(*run, ref, 2, 4);
-  ASSERT_TRUE(cluster_procs_->server(1).Restart().ok());
+  ASSERT_TRUE(server(1).Restart().ok());
   Train(*run, ref, 4, 6);
   testing::ExpectSameCopies(servers[0], servers[1], spec.job_id(), 0, 6);
   testing::ExpectSameCopies(servers[2], servers[1], spec.job_id(), 1, 6);
-  ASSERT_TRUE(cluster_procs_->server(2).Kill().ok());
+  ASSERT_TRUE(server(2).Kill().ok());
   Train(*run, ref, 6, 8);
   auto term = observer_->Primary(spec.job_id(), 1);
   ASSERT_TRUE(term.ok()) << term.status();

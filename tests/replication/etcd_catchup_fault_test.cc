@@ -1,0 +1,118 @@
+// A kill in the middle of re-replication (issue 19): three servers in a
+// real etcd, a job of two nodes with one backup per shard. Server 1 is
+// SIGKILLed and restarted empty; at the next step its shards' primaries
+// mark its copies lost, at the one after they catch them up
+// (ReplicaService.Seed). The servers run with --test_seed_hold, so that
+// catch-up stops in the middle until the test lets it go, and the test
+// kills a server there: the catching-up one, or the seeding primary once
+// its copy holds the state. Either way the run ends at the version of a
+// run without faults, with its weights bit for bit: no step lost, none
+// applied twice, no rollback (no checkpoint is ever taken or restored).
+#include "tests/replication/etcd_cluster_fixture.h"
+
+namespace zerostate::server {
+namespace {
+
+constexpr uint64_t kSteps = 8;
+constexpr uint64_t kLostStep = 2;     // server 1 killed and restarted before it
+constexpr uint64_t kCatchupStep = 3;  // its copies caught up (and a server killed) in it
+constexpr uint64_t kRestartStep = 5;  // the killed server back before it
+constexpr uint64_t kTakeOverStep = 6;
+
+class EtcdCatchupFaultTest : public EtcdClusterFixture {
+ protected:
+  EtcdCatchupFaultTest() : EtcdClusterFixture("catchupfault") {}
+
+  // Starts the servers with catch-ups held at `phase`, and the job.
+  void Start(const std::string& phase) {
+    hold_ = TestDirectory("seedhold");
+    StartServers({absl::StrCat("--test_seed_hold=", phase, ":", hold_)});
+    if (HasFatalFailure()) return;
+    spec_ = testing::ReplicatedSpec("catchupfault", 1);
+    auto run = testing::StartNodes(spec_, addresses());
+    ASSERT_TRUE(run.ok()) << run.status();
+    run_ = *std::move(run);
+    ref_ = std::make_unique<testing::ReferenceModel>(run_.nodes[0]->spec());
+  }
+
+  // Steps up to kLostStep, then server 1 killed and restarted empty: shard
+  // 1 moves to server 2 (the restart revoked server 1's lease), and the
+  // copies on server 1 of shards 0 and 1 are lost at kLostStep.
+  void LoseServer1() {
+    ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, 0, kLostStep));
+    ASSERT_TRUE(server(1).Kill().ok());
+    ASSERT_TRUE(server(1).Restart().ok());
+    ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kLostStep, kCatchupStep));
+    EXPECT_EQ(PrimaryOf(spec_.job_id(), 1), addresses()[2]);
+  }
+
+  // Step kCatchupStep, with `fault` run on a thread of its own once server
+  // 1 holds shard 0's catch-up at the phase; then the hold is let go.
+  void CatchupStepWith(const std::function<void()>& fault) {
+    std::thread watcher([&] {
+      EXPECT_TRUE(AwaitFile(hold_ + "/" + phase_marker_ + "-shard0"))
+          << "shard 0's catch-up never reached the hold";
+      fault();
+      Touch(hold_ + "/release");
+    });
+    Train(run_, *ref_, kCatchupStep, kCatchupStep + 1);  // the caller checks for failures
+    watcher.join();
+  }
+
+  std::string hold_;
+  std::string phase_marker_;
+  v1::JobSpec spec_;
+  testing::ReplicatedRun run_;
+  std::unique_ptr<testing::ReferenceModel> ref_;
+};
+
+// The catching-up server SIGKILLed when its copy of shard 0 has its first
+// block: the primaries' catch-ups fail, the step is acknowledged without
+// it, and the copies stay lost. Restarted again, it is caught up at the
+// next step, bit-identical to the primaries; then shard 0's primary is
+// SIGKILLed and shard 0 moves to that copy with no rollback.
+TEST_F(EtcdCatchupFaultTest, TheCatchingUpServerKilledMidSeedIsCaughtUpOnceBack) {
+  phase_marker_ = "blocks";
+  Start(phase_marker_);
+  if (HasFatalFailure() || IsSkipped()) return;
+  ASSERT_NO_FATAL_FAILURE(LoseServer1());
+  ASSERT_NO_FATAL_FAILURE(CatchupStepWith([&] { EXPECT_TRUE(server(1).Kill().ok()); }));
+  EXPECT_FALSE(server(1).running());
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kCatchupStep + 1, kRestartStep));
+  ASSERT_TRUE(server(1).Restart().ok());  // catch-ups pass the hold now
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kRestartStep, kTakeOverStep));
+  testing::ExpectSameCopies(addresses()[0], addresses()[1], spec_.job_id(), 0, kTakeOverStep);
+  testing::ExpectSameCopies(addresses()[2], addresses()[1], spec_.job_id(), 1, kTakeOverStep);
+  ASSERT_TRUE(server(0).Kill().ok());
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kTakeOverStep, kSteps));
+  EXPECT_EQ(PrimaryOf(spec_.job_id(), 0), addresses()[1]);
+  testing::ExpectReferenceRun(run_.nodes, *ref_, kSteps);
+}
+
+// The seeding primary of shard 0 (server 0) SIGKILLed in the middle of its
+// Step, once server 1's copy holds the shard's state at the step in
+// progress and before the step reached it: the clients move shard 0 to that
+// copy when server 0's lease expires (a restarted server's copy is taken at
+// the step in progress), push the step again and step there, once. Server
+// 0 restarted is caught up by server 1; the run ends bit-identical.
+TEST_F(EtcdCatchupFaultTest, TheSeedingPrimaryKilledOnceItsCopyHoldsTheStateFailsOverToIt) {
+  phase_marker_ = "applied";
+  Start(phase_marker_);
+  if (HasFatalFailure() || IsSkipped()) return;
+  ASSERT_NO_FATAL_FAILURE(LoseServer1());
+  ASSERT_NO_FATAL_FAILURE(CatchupStepWith([&] { EXPECT_TRUE(server(0).Kill().ok()); }));
+  EXPECT_FALSE(server(0).running());
+  EXPECT_EQ(PrimaryOf(spec_.job_id(), 0), addresses()[1]);
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kCatchupStep + 1, kRestartStep));
+  ASSERT_TRUE(server(0).Restart().ok());
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kRestartStep, kTakeOverStep));
+  // Server 0 caught up by the primaries of its copies (shards 0 and 2).
+  testing::ExpectSameCopies(addresses()[1], addresses()[0], spec_.job_id(), 0, kTakeOverStep);
+  testing::ExpectSameCopies(addresses()[2], addresses()[0], spec_.job_id(), 2, kTakeOverStep);
+  testing::ExpectSameCopies(addresses()[2], addresses()[1], spec_.job_id(), 1, kTakeOverStep);
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kTakeOverStep, kSteps));
+  testing::ExpectReferenceRun(run_.nodes, *ref_, kSteps);
+}
+
+}  // namespace
+}  // namespace zerostate::server

@@ -1,0 +1,116 @@
+// Shared setup of the replicated-shard tests whose servers' membership is
+// a real etcd (issue 19; tests/testing/etcd_process.h, 4 s leases): three
+// zerostate-server processes started with --etcd_endpoints on fixed ports,
+// each with its own endpoint (etcd itself, or a FaultProxy in front of it)
+// and the same extra flags; a job of two nodes trained step by step and
+// checked against the reference. Skipped where /usr/bin/etcd is missing.
+#pragma once
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "tests/replication/replication_fixture.h"
+#include "tests/server/membership/etcd_fixture.h"
+
+namespace zerostate::server {
+
+inline constexpr int kEtcdServers = 3;
+
+class EtcdClusterFixture : public EtcdFixture {
+ protected:
+  explicit EtcdClusterFixture(std::string cluster) : EtcdFixture(std::move(cluster)) {}
+
+  void SetUp() override {
+    EtcdFixture::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    observer_ = Member("observer:1");
+    ASSERT_TRUE(observer_);
+  }
+
+  // Starts the servers. Server i dials etcd at `endpoints[i]` (missing or
+  // empty: etcd itself) and gets `extra` flags after the membership's.
+  void StartServers(const std::vector<std::string>& extra = {},
+                    const std::vector<std::string>& endpoints = {}) {
+    for (int i = 0; i < kEtcdServers; ++i) {
+      testing::ServerProcessOptions o = testing::TestServerOptions();
+      const bool own = i < static_cast<int>(endpoints.size()) && !endpoints[i].empty();
+      o.args.push_back("--etcd_endpoints=" + (own ? endpoints[i] : etcd_->endpoint()));
+      o.args.push_back("--cluster=" + cluster_);
+      o.args.push_back(absl::StrCat("--etcd_lease_ttl_seconds=", kTestTtlSeconds));
+      o.args.insert(o.args.end(), extra.begin(), extra.end());
+      o.fixed_port = true;  // advertised in etcd
+      auto server = testing::ServerProcess::Start(o);
+      ASSERT_TRUE(server.ok()) << "server " << i << ": " << server.status();
+      addresses_.push_back((*server)->address());
+      servers_.push_back(*std::move(server));
+    }
+  }
+
+  testing::ServerProcess& server(int i) { return *servers_[i]; }
+  const std::vector<std::string>& addresses() const { return addresses_; }
+
+  // Runs steps [from, to) of `run`, each checked against `ref`;
+  // `after_push` (if set) on node 0 once its push of step `from` is in.
+  void Train(testing::ReplicatedRun& run, testing::ReferenceModel& ref, uint64_t from,
+             uint64_t to, const std::function<void()>& after_push = nullptr) {
+    std::vector<std::vector<float>> grads(testing::kReplicaNodes);
+    for (uint64_t step = from; step < to; ++step) {
+      absl::Status s =
+          testing::TrainerStep(run.nodes, step, grads, step == from ? after_push : nullptr);
+      ASSERT_TRUE(s.ok()) << "step " << step << ": " << s;
+      ref.Step(step, grads, testing::StepLr(step), testing::kStepScale);
+    }
+  }
+
+  // The server etcd names as the primary of `shard` ("" with a failure
+  // when none).
+  std::string PrimaryOf(const std::string& job, int shard) {
+    auto term = observer_->Primary(job, shard);
+    EXPECT_TRUE(term.ok()) << "shard " << shard << ": " << term.status();
+    return term.ok() ? term->primary : "";
+  }
+
+  std::unique_ptr<EtcdMembership> observer_;
+  std::vector<std::unique_ptr<testing::ServerProcess>> servers_;
+  std::vector<std::string> addresses_;
+};
+
+// A directory of this test's own (under the test temp dir), for files the
+// servers and the test exchange.
+inline std::string TestDirectory(const std::string& what) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = absl::StrCat(info->test_suite_name(), ".", info->name());
+  for (char& c : name) {
+    if (c == '/') c = '_';
+  }
+  const std::string dir = absl::StrCat(::testing::TempDir(), "zs_", what, ".", getpid(), ".", name);
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+// Whether `path` appears within `timeout`.
+inline bool AwaitFile(const std::string& path, absl::Duration timeout = absl::Seconds(60)) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (access(path.c_str(), F_OK) != 0) {
+    if (absl::Now() >= give_up) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+// Creates the empty file `path`.
+inline void Touch(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f != nullptr) std::fclose(f);
+}
+
+}  // namespace zerostate::server
