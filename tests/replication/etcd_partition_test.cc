@@ -1,0 +1,90 @@
+// A primary partitioned from etcd during a training run (issue 19): three
+// servers in a real etcd, server 1 dialing it through a FaultProxy, a job
+// of two nodes with one backup per shard. The proxy black-holes server 1's
+// etcd traffic in the middle of a step (after node 0's pushes); server 1
+// keeps running and stays reachable by the clients and the other servers.
+// It fences itself (answers "not primary ... fenced" for its shard), its
+// backup claims the shard once etcd expires the lease, the clients move to
+// it, and the run ends at the version of a run without the fault with its
+// weights bit for bit (no rollback). The old primary never forks the
+// state: its copy stays a backup, bit-identical to the new primary's, and
+// after the network heals it joins on a new lease and takes the shard back
+// when the new primary is SIGKILLed.
+#include "grpcpp/create_channel.h"
+#include "tests/replication/etcd_cluster_fixture.h"
+#include "tests/testing/fault_proxy.h"
+
+namespace zerostate::server {
+namespace {
+
+// JobStatus of `shard` asked of `server` directly.
+grpc::Status DirectJobStatus(const std::string& server, const std::string& job, uint32_t shard) {
+  auto stub =
+      v1::StateService::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("zerostate-job-token", testing::kTestJobToken);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::JobStatusRequest req;
+  req.set_job_id(job);
+  req.set_shard(shard);
+  v1::JobStatusResponse resp;
+  return stub->JobStatus(&ctx, req, &resp);
+}
+
+class EtcdPartitionTest : public EtcdClusterFixture {
+ protected:
+  EtcdPartitionTest() : EtcdClusterFixture("partition") {}
+};
+
+TEST_F(EtcdPartitionTest, APrimaryCutOffFromEtcdFencesItselfAndItsBackupTakesOverWithoutRollback) {
+  auto proxy = testing::FaultProxy::Start(etcd_->endpoint());
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  StartServers({}, {"", (*proxy)->address(), ""});
+  if (HasFatalFailure()) return;
+  const std::vector<std::string>& servers = addresses();
+  v1::JobSpec spec = testing::ReplicatedSpec("partition", 1);
+  auto run = testing::StartNodes(spec, servers);
+  ASSERT_TRUE(run.ok()) << run.status();
+  testing::ReferenceModel ref(run->nodes[0]->spec());
+  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 0, 2));
+  auto before = observer_->Primary(spec.job_id(), 1);
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->primary, servers[1]);
+
+  // Cut off in the middle of step 2; it fences itself a quarter TTL
+  // before etcd can expire its lease (docs: "Membership and fencing").
+  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 2, 3, [&] { (*proxy)->SetBlackHole(true); }));
+  const absl::Time give_up = absl::Now() + absl::Seconds(3 * kTestTtlSeconds);
+  grpc::Status fenced;
+  while (absl::Now() < give_up) {
+    fenced = DirectJobStatus(servers[1], spec.job_id(), 1);
+    if (!fenced.ok()) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(fenced.error_code(), grpc::StatusCode::UNAVAILABLE) << fenced.error_message();
+  EXPECT_NE(fenced.error_message().find("fenced"), std::string::npos) << fenced.error_message();
+  // The clients meet the fenced primary and move shard 1 to its backup
+  // once etcd expired the lease.
+  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 3, 6));
+  auto after = observer_->Primary(spec.job_id(), 1);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->primary, servers[2]);
+  EXPECT_GT(after->epoch, before->epoch);
+  EXPECT_TRUE(server(1).running());
+  // The old primary's copy is a backup of the new one's, bit for bit.
+  testing::ExpectSameCopies(servers[2], servers[1], spec.job_id(), 1, 6);
+  testing::ExpectReferenceRun(run->nodes, ref, 6);
+
+  // Healed: server 1 joins on a new lease (its old claim stays void) and
+  // is the backup that takes shard 1 when server 2 dies.
+  (*proxy)->SetBlackHole(false);
+  (*proxy)->CutAll();
+  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 6, 7));
+  ASSERT_TRUE(server(2).Kill().ok());
+  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 7, 9));
+  EXPECT_EQ(PrimaryOf(spec.job_id(), 1), servers[1]);
+  testing::ExpectReferenceRun(run->nodes, ref, 9);
+}
+
+}  // namespace
+}  // namespace zerostate::server
