@@ -379,16 +379,28 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
   auto payload = std::make_shared<Payload>();
   payload->request = req;
   payload->grads.resize(blocks_);
+  std::vector<uint64_t> to_copy;
   for (uint64_t local = 0; local < blocks_; ++local) {
     payload->grads[local].first = range.begin + local;
-    if (!mine[local]) continue;
-    // As a backup needs it: a block not at `step` (stepped already) is
-    // skipped there, whatever it gets.
-    Block& b = *job_.shard().all_blocks()[local];
-    absl::MutexLock lock(&b.mu);
-    payload->grads[local].second.assign(reinterpret_cast<const char*>(b.acc.sum()),
-                                        size_t{b.required} * sizeof(float));
+    if (mine[local]) to_copy.push_back(local);
   }
+  // As a backup needs it: a block not at `step` (stepped already) is
+  // skipped there, whatever it gets. Many blocks (the lanes fell behind, or
+  // nothing was armed) are copied by a thread per lane, the pass waiting.
+  auto copy = [&](size_t first_index, size_t stride) {
+    for (size_t i = first_index; i < to_copy.size(); i += stride) {
+      Block& b = *job_.shard().all_blocks()[to_copy[i]];
+      absl::MutexLock lock(&b.mu);
+      payload->grads[to_copy[i]].second.assign(reinterpret_cast<const char*>(b.acc.sum()),
+                                               size_t{b.required} * sizeof(float));
+    }
+  };
+  const size_t threads =
+      std::min<size_t>(std::max(1, owner_.lanes()), std::max<size_t>(1, to_copy.size() / 8));
+  std::vector<std::thread> copiers;
+  for (size_t t = 1; t < threads; ++t) copiers.emplace_back(copy, t, threads);
+  copy(0, threads);
+  for (std::thread& t : copiers) t.join();
   {
     absl::MutexLock lock(&mu_);
     for (uint64_t local = 0; local < blocks_; ++local) {
