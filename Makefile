@@ -1,5 +1,6 @@
 # The two commands of the README, and a few helpers.
 #   make demo   - install deps, build, run a local cluster that trains
+#                 (KILL=1: with backups, a server killed mid-run)
 #   make test   - install deps, build, run the whole test suite, then the
 #                 same C++ tests under ASan/UBSan (test-asan), then the
 #                 clang build that checks the locks and runs every libFuzzer
@@ -10,6 +11,7 @@ CMAKE_FLAGS ?=
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 20
+KILL ?= 0
 
 .PHONY: deps configure build demo test test-asan fuzz bench clean
 
@@ -22,8 +24,9 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# make demo KILL=1: replicated shards; a server SIGKILLed mid-run, no rollback.
 demo: build
-	@scripts/demo.sh $(BUILD)
+	@KILL=$(KILL) scripts/demo.sh $(BUILD)
 
 # The normal suite first; the sanitizer build and the fuzzers only after it passed.
 test: build

@@ -20,6 +20,7 @@ v1::JobSpec BuildJobSpec(const v1::TrainConfig& train, const Mlp& model, uint32_
   spec.set_block_elems(train.block_elems());
   spec.set_seed(train.seed());
   spec.set_speculative_step(train.speculative_step());
+  spec.set_replicas(train.replicas());
   return spec;
 }
 
