@@ -9,11 +9,21 @@
 #include "client/client_impl.h"
 #include "client/job_client_impl.h"
 #include "client/ticket_state.h"
+#include "common/data_tls.h"
 #include "common/job_spec.h"
 #include "client/validate.h"
 
 namespace zerostate::client {
 namespace {
+
+// `o` with streams_per_server raised to userspace_tls_streams_per_server
+// where the data plane's TLS records will be done in userspace (client.h).
+ClientOptions RaiseUserspaceTlsStreams(ClientOptions o) {
+  if (o.data_plane && !o.plaintext && (!o.data_ktls || !KernelTlsAvailable())) {
+    o.streams_per_server = std::max(o.streams_per_server, o.userspace_tls_streams_per_server);
+  }
+  return o;
+}
 
 int PoolThreads(const ClientOptions& o) {
   if (o.threads > 0) return o.threads;
@@ -52,7 +62,7 @@ struct FanOut {
 }  // namespace
 
 Client::Impl::Impl(ClientOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
-    : options_(std::move(options)),
+    : options_(RaiseUserspaceTlsStreams(std::move(options))),
       metrics_(options_.metrics.get(), options_.servers),
       token_(options_.job_token),
       retrier_(options_, &metrics_, &shutdown_, &token_),

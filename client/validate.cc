@@ -27,6 +27,9 @@ absl::Status ValidateOptions(const ClientOptions& o) {
   }
   if (o.channels_per_server < 1) return Invalid("channels_per_server: must be >= 1");
   if (o.streams_per_server < 1) return Invalid("streams_per_server: must be >= 1");
+  if (o.userspace_tls_streams_per_server < 0) {
+    return Invalid("userspace_tls_streams_per_server: must be >= 0");
+  }
   if (o.chunk_bytes < 256 || o.chunk_bytes > (64u << 20)) {
     return Invalid(absl::StrCat("chunk_bytes: ", o.chunk_bytes, " outside [256, 64 MiB]"));
   }

@@ -68,7 +68,11 @@ timeout 120 "$bin/stream_bench" --connections=1,4,8 --mib="${ZS_STREAM_MIB:-1024
   --json 2>&1 | tee "$out/stream.log" >> "$out/all.log"
 # The data plane, plaintext / TLS, mutual TLS, 1 and 4 servers; 4 streams
 # per server (the default), then 8.
-run tls-tcp 300 --server_binary=$s --planes=tcp --servers=1,4 --reps=2 --tls_dir=$certs --json "$@"
+# --userspace_tls_streams=0 keeps TLS at 4 here; the client's default under
+# userspace TLS is 8 (ClientOptions::userspace_tls_streams_per_server): the
+# column "TLS@8 / plain@4" is what a default client gets.
+run tls-tcp 300 --server_binary=$s --planes=tcp --servers=1,4 --reps=2 --tls_dir=$certs \
+  --userspace_tls_streams=0 --json "$@"
 run tls-tcp-s8 300 --server_binary=$s --planes=tcp --servers=1,4 --reps=2 --streams=8 \
   --tls_dir=$certs --json "$@"
 # gRPC under TLS against plaintext, for the table (smaller tensor).

@@ -63,6 +63,9 @@ ABSL_FLAG(std::string, servers, "1,2,4", "server counts to measure");
 ABSL_FLAG(int, reps, 3, "timed repetitions per figure; the best counts");
 ABSL_FLAG(int, channels, 2, "ClientOptions::channels_per_server");
 ABSL_FLAG(int, streams, 4, "ClientOptions::streams_per_server");
+ABSL_FLAG(int, userspace_tls_streams, zerostate::client::ClientOptions{}.userspace_tls_streams_per_server,
+          "ClientOptions::userspace_tls_streams_per_server: under TLS without kTLS, at least "
+          "this many streams per server (0: --streams)");
 ABSL_FLAG(int, connections, 0,
           "TCP plane: connections in all, spread over the servers (--streams = connections / "
           "servers, at least 1); 0: --streams per server");
@@ -263,6 +266,7 @@ client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers
   }
   o.channels_per_server = absl::GetFlag(FLAGS_channels);
   o.streams_per_server = StreamsPerServer(static_cast<int>(servers.size()));
+  o.userspace_tls_streams_per_server = absl::GetFlag(FLAGS_userspace_tls_streams);
   o.chunk_bytes = size_t{1024} * absl::GetFlag(FLAGS_chunk_kib);
   o.max_bytes_in_flight = std::max<size_t>(o.max_bytes_in_flight, 4 * o.chunk_bytes);
   if (absl::GetFlag(FLAGS_window_mib) > 0) {

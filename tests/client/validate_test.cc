@@ -83,6 +83,9 @@ TEST(ValidateTest, Options) {
   bad.streams_per_server = 0;
   ExpectInvalid(ValidateOptions(bad), "streams_per_server");
   bad = o;
+  bad.userspace_tls_streams_per_server = -1;
+  ExpectInvalid(ValidateOptions(bad), "userspace_tls_streams_per_server");
+  bad = o;
   bad.chunk_bytes = 1;
   ExpectInvalid(ValidateOptions(bad), "chunk_bytes");
   bad = o;
