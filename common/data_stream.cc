@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/bio.h>
-#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <poll.h>
@@ -11,11 +10,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/data_tls.h"
+#include "common/tls_records.h"
 
 namespace zerostate {
 namespace {
@@ -33,142 +32,43 @@ absl::Status Timeout(const char* what) {
   return absl::DeadlineExceededError(absl::StrCat(what, ": deadline exceeded"));
 }
 
-// A write BIO that appends what OpenSSL writes (sealed records) to the
-// std::string its data points to; it never blocks and never fails.
-int AppendWrite(BIO* bio, const char* data, int len) {
-  static_cast<std::string*>(BIO_get_data(bio))->append(data, static_cast<size_t>(len));
-  return len;
-}
-
-long AppendCtrl(BIO*, int cmd, long, void*) {
-  return cmd == BIO_CTRL_FLUSH ? 1 : 0;  // nothing is ever pending in the BIO itself
-}
-
-}  // namespace
-
-struct TlsInbox {
-  explicit TlsInbox(int socket) : fd(socket) {}
-  const int fd;
-  std::unique_ptr<char[]> bytes;  // kTlsRecvBatchBytes, from the first read
-  size_t at = 0;   // bytes[at, end) wait to be taken
-  size_t end = 0;
-  bool eof = false;  // the peer closed the connection
-  int error = 0;     // errno of the recv that failed, or 0
-};
-
-namespace {
-
-// A read BIO that gives OpenSSL the bytes of a TlsInbox, refilled from its
-// socket (kTlsRecvBatchBytes at most) when empty; a retry when the socket
-// has nothing.
-int InboxRead(BIO* bio, char* out, int len) {
-  TlsInbox& in = *static_cast<TlsInbox*>(BIO_get_data(bio));
-  BIO_clear_retry_flags(bio);
-  if (in.at == in.end) {
-    if (in.bytes == nullptr) in.bytes = std::make_unique<char[]>(kTlsRecvBatchBytes);
-    ssize_t n;
-    do {
-      n = recv(in.fd, in.bytes.get(), kTlsRecvBatchBytes, MSG_DONTWAIT);
-    } while (n < 0 && errno == EINTR);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      BIO_set_retry_read(bio);
-      return -1;
-    }
-    if (n < 0) {
-      in.error = errno;
-      return -1;
-    }
-    in.eof = n == 0;
-    if (n == 0) return 0;
-    in.at = 0;
-    in.end = static_cast<size_t>(n);
-  }
-  size_t take = std::min(static_cast<size_t>(len), in.end - in.at);
-  std::memcpy(out, in.bytes.get() + in.at, take);
-  in.at += take;
-  return static_cast<int>(take);
-}
-
-long InboxCtrl(BIO* bio, int cmd, long, void*) {
-  const TlsInbox& in = *static_cast<const TlsInbox*>(BIO_get_data(bio));
-  switch (cmd) {
-    case BIO_CTRL_PENDING:
-      return static_cast<long>(in.end - in.at);
-    case BIO_CTRL_EOF:
-      return in.eof ? 1 : 0;
-    case BIO_CTRL_FLUSH:
-      return 1;
-    default:
-      return 0;
-  }
-}
-
-// The methods of the two BIOs (OpenSSL calls them; `ctrl` answers its
-// questions), made once and never changed; null when OpenSSL could not.
-struct BioMethods {
-  const BIO_METHOD* append;
-  const BIO_METHOD* inbox;
-};
-
-const BIO_METHOD* NewMethod(const char* name, int (*read)(BIO*, char*, int),
-                            int (*write)(BIO*, const char*, int),
-                            long (*ctrl)(BIO*, int, long, void*)) {
-  BIO_METHOD* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, name);
-  if (m == nullptr) return nullptr;
-  if (read != nullptr) BIO_meth_set_read(m, read);
-  if (write != nullptr) BIO_meth_set_write(m, write);
-  BIO_meth_set_ctrl(m, ctrl);
-  return m;
-}
-
-const BioMethods& Methods() {
-  static const BioMethods methods{
-      NewMethod("zerostate sealed", nullptr, AppendWrite, AppendCtrl),
-      NewMethod("zerostate inbox", InboxRead, nullptr, InboxCtrl)};
-  return methods;
-}
-
-// A BIO of `method` whose data is `data`, or null when OpenSSL could not
-// make one.
-BIO* NewBio(const BIO_METHOD* method, void* data) {
-  BIO* bio = method != nullptr ? BIO_new(method) : nullptr;
-  if (bio == nullptr) return nullptr;
-  BIO_set_data(bio, data);
-  BIO_set_init(bio, 1);
-  return bio;
-}
-
-// A BIO appending to `out`, or null when OpenSSL could not make one.
-BIO* AppendBio(std::string* out) { return NewBio(Methods().append, out); }
-
 }  // namespace
 
 DataStream::DataStream(int fd) : fd_(fd), ssl_(nullptr), kernel_send_(true), kernel_recv_(true) {
   MakeNonBlocking(fd_);
 }
 
-DataStream::DataStream(int fd, SSL* ssl)
+DataStream::DataStream(int fd, SSL* ssl, std::unique_ptr<TlsRecordKey> sealer,
+                       std::unique_ptr<TlsRecordReader> reader)
     : fd_(fd),
       ssl_(ssl),
-      kernel_send_(BIO_get_ktls_send(SSL_get_wbio(ssl)) != 0),
-      kernel_recv_(BIO_get_ktls_recv(SSL_get_rbio(ssl)) != 0) {
+      kernel_send_(sealer == nullptr),
+      kernel_recv_(reader == nullptr),
+      sealer_(std::move(sealer)),
+      reader_(std::move(reader)) {
   MakeNonBlocking(fd_);
-  if (!kernel_send_) {
-    // Records are sealed into sealed_ and sent in batches by SendSealed.
-    // Without a BIO (out of memory) OpenSSL keeps writing to the socket,
-    // one record per write: slower, still correct.
-    if (BIO* bio = AppendBio(&sealed_)) SSL_set0_wbio(ssl_, bio);
+}
+
+absl::StatusOr<std::unique_ptr<DataStream>> DataStream::OverTls(int fd, SSL* ssl,
+                                                                const TlsTrafficSecrets& secrets) {
+  std::unique_ptr<TlsRecordKey> sealer;
+  std::unique_ptr<TlsRecordReader> reader;
+  absl::Status s;
+  if (BIO_get_ktls_send(SSL_get_wbio(ssl)) == 0) {
+    auto key = TlsRecordKey::Make(ssl, secrets, /*send=*/true);
+    if (key.ok()) sealer = *std::move(key);
+    s.Update(key.status());
   }
-  if (!kernel_recv_) {
-    // Records are read from inbox_, which recv(2)s in large pieces. What
-    // OpenSSL already read from the socket stays in its own buffer, read
-    // first. Without a BIO OpenSSL keeps reading the socket itself.
-    auto inbox = std::make_unique<TlsInbox>(fd_);
-    if (BIO* bio = NewBio(Methods().inbox, inbox.get())) {
-      SSL_set0_rbio(ssl_, bio);
-      inbox_ = std::move(inbox);
-    }
+  if (BIO_get_ktls_recv(SSL_get_rbio(ssl)) == 0) {
+    auto key = TlsRecordKey::Make(ssl, secrets, /*send=*/false);
+    if (key.ok()) reader = std::make_unique<TlsRecordReader>(*std::move(key));
+    s.Update(key.status());
   }
+  if (!s.ok()) {
+    SSL_free(ssl);
+    return s;
+  }
+  return std::unique_ptr<DataStream>(new DataStream(fd, ssl, std::move(sealer), std::move(reader)));
 }
 
 DataStream::~DataStream() {
@@ -210,35 +110,6 @@ bool DataStream::Wait(short events, absl::Time deadline) {
   }
 }
 
-int DataStream::SslRead(void* p, size_t n, std::string* error) {
-  absl::MutexLock lock(&mu_);
-  // Only with kTLS sending does OpenSSL write to the socket (an alert).
-  std::optional<ScopedNoSigpipe> no_sigpipe;
-  if (kernel_send_) no_sigpipe.emplace();
-  ERR_clear_error();
-  size_t got = 0;
-  while (got < n) {
-    size_t r = 0;
-    if (SSL_read_ex(ssl_, static_cast<char*>(p) + got, n - got, &r) == 1) {
-      got += r;
-      continue;
-    }
-    if (got > 0) {
-      ERR_clear_error();  // the same condition shows again on the next call
-      break;
-    }
-    int code = SSL_get_error(ssl_, 0);
-    if (code == SSL_ERROR_SYSCALL) {
-      const int err = inbox_ != nullptr ? std::exchange(inbox_->error, 0) : errno;
-      *error = err != 0 ? std::strerror(err) : "connection closed";
-    } else if (code == SSL_ERROR_SSL) {
-      *error = absl::StrCat("TLS: ", TakeOpenSslErrors());
-    }
-    return -code;
-  }
-  return static_cast<int>(got);
-}
-
 absl::Status DataStream::SendRaw(iovec* iov, int count) {
   int first = 0;
   while (first < count) {
@@ -266,57 +137,36 @@ absl::Status DataStream::SendRaw(iovec* iov, int count) {
   return absl::OkStatus();
 }
 
-absl::Status DataStream::Seal(const void* p, size_t n) {
-  absl::MutexLock lock(&mu_);
-  ERR_clear_error();
-  size_t written = 0;
-  // The write BIO never blocks: one call seals all of it (or fails).
-  if (SSL_write_ex(ssl_, p, n, &written) == 1 && written == n) return absl::OkStatus();
-  std::string why = TakeOpenSslErrors();
-  return absl::UnavailableError(
-      absl::StrCat("send: TLS: ", why.empty() ? "cannot seal the records" : why));
-}
-
-absl::Status DataStream::SendSealed() {
-  {
-    absl::MutexLock lock(&mu_);
-    sending_.swap(sealed_);
+absl::Status DataStream::SealAndSend(iovec* iov, int count) {
+  constexpr size_t kRecords = (kTlsSendBatchBytes + kTlsRecordPlaintext - 1) / kTlsRecordPlaintext;
+  if (sealed_ == nullptr) {
+    sealed_ = std::make_unique<char[]>(kTlsSendBatchBytes + kRecords * kTlsRecordOverhead);
   }
-  iovec iov{sending_.data(), sending_.size()};
-  absl::Status s = SendRaw(&iov, 1);
-  sending_.clear();
-  // The batch's memory goes back to sealed_ unless OpenSSL wrote there
-  // meanwhile (an alert while reading): one batch's worth per stream.
-  absl::MutexLock lock(&mu_);
-  if (sealed_.empty()) sending_.swap(sealed_);
-  return s;
+  size_t left = 0;
+  for (int i = 0; i < count; ++i) left += iov[i].iov_len;
+  int at = 0;  // the iovec the next record starts in
+  while (left > 0) {
+    // One batch: up to kTlsSendBatchBytes of plaintext in full records.
+    char* out = sealed_.get();
+    for (size_t batch = std::min(left, kTlsSendBatchBytes); batch > 0;) {
+      const size_t n = std::min(batch, kTlsRecordPlaintext);
+      if (absl::Status s = sealer_->Seal(iov, &at, n, out); !s.ok()) return s;
+      out += n + kTlsRecordOverhead;
+      batch -= n;
+      left -= n;
+    }
+    iovec sealed{sealed_.get(), static_cast<size_t>(out - sealed_.get())};
+    if (absl::Status s = SendRaw(&sealed, 1); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status DataStream::SendAll(iovec* iov, int count) {
-  if (kernel_send_) return SendRaw(iov, count);
-  // Userspace records: sealed kTlsSendBatchBytes at a time; each batch
-  // leaves in one send (with whatever smaller pieces came before it).
-  size_t batched = 0;  // plaintext sealed since the last send
-  for (int i = 0; i < count; ++i) {
-    const char* p = static_cast<const char*>(iov[i].iov_base);
-    for (size_t left = iov[i].iov_len; left > 0;) {
-      size_t take = std::min(left, kTlsSendBatchBytes - batched);
-      if (absl::Status s = Seal(p, take); !s.ok()) return s;
-      p += take;
-      left -= take;
-      batched += take;
-      if (batched == kTlsSendBatchBytes) {
-        if (absl::Status s = SendSealed(); !s.ok()) return s;
-        batched = 0;
-      }
-    }
-  }
-  return batched > 0 ? SendSealed() : absl::OkStatus();
+  return kernel_send_ ? SendRaw(iov, count) : SealAndSend(iov, count);
 }
 
 absl::StatusOr<size_t> DataStream::RecvSome(void* p, size_t n) {
   while (true) {
-    short want = POLLIN;
     if (kernel_recv_) {
       ssize_t r = recv(fd_, p, n, MSG_DONTWAIT);
       if (r >= 0) return static_cast<size_t>(r);
@@ -324,25 +174,24 @@ absl::StatusOr<size_t> DataStream::RecvSome(void* p, size_t n) {
       // EIO: under kTLS, a record that is not data (a peer's alert).
       if (errno != EAGAIN && errno != EWOULDBLOCK) return Errno("recv", errno);
     } else {
-      std::string error;
-      int r = SslRead(p, std::min(n, kTlsRecvBatchBytes), &error);
-      if (r > 0) return static_cast<size_t>(r);
-      if (r == -SSL_ERROR_ZERO_RETURN) return 0;
-      if (r == -SSL_ERROR_WANT_WRITE) {
-        want = POLLOUT;
-      } else if (r != -SSL_ERROR_WANT_READ) {
-        if (r == -SSL_ERROR_SYSCALL && error == "connection closed") return 0;
-        return absl::UnavailableError(absl::StrCat("recv: ", error));
-      }
+      absl::MutexLock lock(&recv_mu_);
+      absl::StatusOr<size_t> got = reader_->Read(static_cast<char*>(p), n, kTlsRecvBatchBytes);
+      if (!got.ok()) return absl::UnavailableError(absl::StrCat("recv: ", got.status().message()));
+      if (*got > 0) return *got;
+      bool closed = false;
+      absl::StatusOr<bool> came = reader_->Receive(fd_, &closed);
+      if (closed) return 0;
+      if (!came.ok()) return came.status();
+      if (*came) continue;
     }
-    if (!Wait(want, recv_deadline_)) return Timeout("recv");
+    if (!Wait(POLLIN, recv_deadline_)) return Timeout("recv");
   }
 }
 
 bool DataStream::Buffered() {
-  if (ssl_ == nullptr || kernel_recv_) return false;
-  absl::MutexLock lock(&mu_);
-  return SSL_has_pending(ssl_) != 0 || (inbox_ != nullptr && inbox_->at < inbox_->end);
+  if (kernel_recv_) return false;
+  absl::MutexLock lock(&recv_mu_);
+  return reader_->Ready();
 }
 
 bool DataStream::WaitReadable(absl::Time deadline) {

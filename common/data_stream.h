@@ -9,23 +9,19 @@
 // default): a frame that trickles in one byte at a time still ends at its
 // deadline. The socket is non-blocking; waits are poll(2).
 //
-// Userspace records are sent in batches: OpenSSL seals up to
-// kTlsSendBatchBytes of plaintext into records held in memory (its write
-// BIO is a buffer, not the socket), and they leave in one send(2), so the
-// kernel sees a few large writes rather than one per 16 KiB record (the
-// cost that dominated on loopback). A batch may end anywhere in a frame;
-// SendAll returns once every record of its bytes was sent. Received
-// records are read from the socket kTlsRecvBatchBytes at a time into a
-// buffer of the stream's (OpenSSL's read BIO takes each record from there:
-// its own read-ahead would move what is left in its buffer to the front
-// at every record), and decrypted into the caller's memory, as many as
-// fit, in one call. OpenSSL never touches the socket after the handshake,
-// so no SIGPIPE can come from it (sends use MSG_NOSIGNAL); what it writes
-// while reading (an alert) leaves with the next send.
+// Userspace records (common/tls_records.h) are sealed straight from the
+// caller's memory, kTlsSendBatchBytes of plaintext at a time, into a buffer
+// that leaves in one send(2), so the kernel sees a few large writes rather
+// than one per 16 KiB record. A batch may end anywhere in a frame; SendAll
+// returns once every record of its bytes was sent. Received records are
+// read from the socket kTlsRecvBatchBytes at a time and opened straight
+// into the caller's memory, as many as fit, in one call. OpenSSL does the
+// handshake only; after it, nothing but this stream touches the socket.
 //
 // Thread-safety: one thread may send while another receives (the server's
 // sessions do); two threads must not both send, or both receive. The
-// OpenSSL object, which is not thread-safe, is only touched under mu_.
+// OpenSSL object, which is not thread-safe, is only touched under mu_;
+// each direction's records only by that direction's thread.
 #pragma once
 
 #include <sys/uio.h>
@@ -52,17 +48,22 @@ inline constexpr size_t kTlsSendBatchBytes = 256 << 10;
 // (acknowledgements) do not wait long.
 inline constexpr size_t kTlsRecvBatchBytes = 256 << 10;
 
-// Received bytes not yet taken by OpenSSL (common/data_stream.cc).
-struct TlsInbox;
+class TlsRecordKey;
+class TlsRecordReader;
+struct TlsTrafficSecrets;
 
 class DataStream {
  public:
   // A plaintext stream on connected socket `fd` (not owned; made
   // non-blocking).
   explicit DataStream(int fd);
-  // A TLS stream on `fd` whose handshake `ssl` (owned) completed; each
-  // direction goes through the kernel when OpenSSL enabled kTLS for it.
-  DataStream(int fd, SSL* ssl);
+  // A TLS stream on `fd` whose handshake `ssl` (owned, freed on error
+  // too) completed, with the traffic secrets that handshake reported: each
+  // direction goes through the kernel when OpenSSL enabled kTLS for it,
+  // else through userspace records. Errors: INTERNAL (see
+  // TlsRecordKey::Make).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<DataStream>> OverTls(
+      int fd, SSL* ssl, const TlsTrafficSecrets& secrets);
   ~DataStream();
   DataStream(const DataStream&) = delete;
   DataStream& operator=(const DataStream&) = delete;
@@ -108,28 +109,24 @@ class DataStream {
   bool Wait(short events, absl::Time deadline);
   // Sends all of `iov[0..count)` (modified) on the socket.
   [[nodiscard]] absl::Status SendRaw(iovec* iov, int count);
-  // Seals `n` bytes at `p` into records appended to sealed_ (userspace
-  // records). Errors: UNAVAILABLE with OpenSSL's reason.
-  [[nodiscard]] absl::Status Seal(const void* p, size_t n);
-  // Sends the records sealed so far.
-  [[nodiscard]] absl::Status SendSealed();
-  // SSL_read under mu_, repeated while records are there, up to `n`
-  // bytes: >0 bytes, or the negated SSL_get_error code
-  // (-SSL_ERROR_WANT_READ, ...); *error gets the reason.
-  int SslRead(void* p, size_t n, std::string* error);
+  DataStream(int fd, SSL* ssl, std::unique_ptr<TlsRecordKey> sealer,
+             std::unique_ptr<TlsRecordReader> reader);
+  // Userspace records: seals all of `iov[0..count)` (modified) and sends it.
+  [[nodiscard]] absl::Status SealAndSend(iovec* iov, int count);
 
   mutable absl::Mutex mu_;  // serializes every use of ssl_ after the handshake
   const int fd_;
   SSL* const ssl_ ABSL_PT_GUARDED_BY(mu_);
   const bool kernel_send_;
   const bool kernel_recv_;
-  // Userspace records: what OpenSSL sealed (its write BIO appends here),
-  // and the batch being sent (sending thread only), swapped with it.
-  std::string sealed_ ABSL_GUARDED_BY(mu_);
-  std::string sending_;
-  // Userspace records: what was received from the socket and not yet
-  // taken by OpenSSL (its read BIO reads from here), or null.
-  std::unique_ptr<TlsInbox> inbox_ ABSL_PT_GUARDED_BY(mu_);
+  // Userspace records sent: their key, and the batch being sent (sending
+  // thread only); null under kTLS and in plaintext.
+  std::unique_ptr<TlsRecordKey> sealer_;
+  std::unique_ptr<char[]> sealed_;
+  // Userspace records received (receiving thread only; Buffered may be
+  // asked from another), or null.
+  mutable absl::Mutex recv_mu_;
+  std::unique_ptr<TlsRecordReader> reader_ ABSL_PT_GUARDED_BY(recv_mu_);
   absl::Time send_deadline_ = absl::InfiniteFuture();
   absl::Time recv_deadline_ = absl::InfiniteFuture();
 };

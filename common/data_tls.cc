@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/tls_records.h"
 
 namespace zerostate {
 namespace {
@@ -44,10 +45,13 @@ std::shared_ptr<SSL_CTX> NewContext(const SSL_METHOD* method, bool kernel) {
   if (kernel && KernelTlsAvailable()) {
     options |= SSL_OP_ENABLE_KTLS;
   }
-  // No read-ahead (kTLS takes none): after the handshake, userspace
-  // records are read from the socket in large pieces by DataStream.
+  // No read-ahead (kTLS takes none): OpenSSL reads no byte past the
+  // handshake's records; after it, userspace records are read and opened
+  // by DataStream (common/tls_records.h) with the traffic secrets the
+  // keylog callback hands to the handshake's TlsTrafficSecrets.
   SSL_CTX_set_options(ctx.get(), options);
   SSL_CTX_set_num_tickets(ctx.get(), 0);
+  SSL_CTX_set_keylog_callback(ctx.get(), TlsSecretsCallback);
   return ctx;
 }
 
@@ -96,13 +100,18 @@ absl::StatusOr<std::unique_ptr<DataStream>> Handshake(SSL* ssl, int fd, absl::Ti
   int flags = fcntl(fd, F_GETFL);
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
   ERR_clear_error();
+  TlsTrafficSecrets secrets;  // filled by TlsSecretsCallback during the handshake
+  SSL_set_app_data(ssl, &secrets);
   while (true) {
     int r;
     {
       ScopedNoSigpipe no_sigpipe;
       r = step(ssl);
     }
-    if (r == 1) return std::make_unique<DataStream>(fd, ssl);
+    if (r == 1) {
+      SSL_set_app_data(ssl, nullptr);
+      return DataStream::OverTls(fd, ssl, secrets);
+    }
     int code = SSL_get_error(ssl, r);
     short events = code == SSL_ERROR_WANT_READ ? POLLIN : code == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
     if (events == 0) {
