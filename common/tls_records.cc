@@ -251,8 +251,11 @@ absl::StatusOr<size_t> TlsRecordReader::Read(char* p, size_t n, size_t limit) {
 
 absl::StatusOr<bool> TlsRecordReader::Receive(int fd, bool* closed) {
   if (inbox_ == nullptr) inbox_ = std::make_unique<char[]>(kInbox);
-  // What is left is less than one record (Read took every whole one).
-  if (at_ > 0) {
+  // What is left is less than one record (Read took every whole one): it
+  // moves to the front only when a whole record might not fit behind it.
+  if (at_ == end_) {
+    at_ = end_ = 0;
+  } else if (kInbox - end_ < kHeader + kMaxRecordBody) {
     std::memmove(inbox_.get(), inbox_.get() + at_, end_ - at_);
     end_ -= at_;
     at_ = 0;
