@@ -1,10 +1,10 @@
 // DataStream (common/data_stream.h) over a real loopback TCP connection,
-// plaintext and under mutual TLS with OpenSSL's userspace records (where
+// plaintext and under mutual TLS with userspace records (common/tls_records.h:
 // records are sealed kTlsSendBatchBytes at a time and sent in batches):
 // bytes arrive whole and in order whatever the batch boundaries (inside a
 // frame's header, its payload, between frames) and however the reader cuts
 // its reads; both directions at once; a peer that went away mid-batch is an
-// error, not a signal.
+// error, not a signal; bytes the peer did not seal are refused by name.
 #include "common/data_stream.h"
 
 #include <sys/socket.h>
@@ -17,6 +17,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/data_tls.h"
@@ -264,6 +265,42 @@ TEST_P(DataStreamTest, TheEndOfTheStreamReadsAsZero) {
   absl::StatusOr<size_t> end = server_->RecvSome(&more, 1);
   ASSERT_TRUE(end.ok()) << end.status();
   EXPECT_EQ(*end, 0u);
+}
+
+// Under TLS, bytes on the socket that the peer's stream did not seal are
+// refused by name after what it did seal was read: a forged record (the
+// right header, a body under no key of the connection) fails its
+// integrity check; plaintext fails as not a TLS 1.3 record.
+TEST_P(DataStreamTest, BytesThePeerDidNotSealAreRefusedByName) {
+  if (!tls()) GTEST_SKIP() << "TLS only";
+  const struct {
+    std::string raw;
+    const char* error;
+  } cases[] = {
+      {std::string("\x17\x03\x03\x00\x40", 5) + Pattern(64, 12), "integrity check"},
+      {"PUSH plaintext frame", "not a TLS 1.3 record"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.error);
+    client_.reset();  // a new connection
+    server_.reset();
+    close(std::exchange(sockets_.client, -1));
+    close(std::exchange(sockets_.server, -1));
+    ASSERT_NO_FATAL_FAILURE(SetUp());
+    const std::string data = Pattern(40 << 10, 11);
+    iovec iov{const_cast<char*>(data.data()), data.size()};
+    ASSERT_TRUE(client_->SendAll(&iov, 1).ok());
+    ASSERT_EQ(send(sockets_.client, c.raw.data(), c.raw.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(c.raw.size()));
+    absl::StatusOr<std::string> got = ReadInPieces(*server_, data.size(), {1 << 20});
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_TRUE(*got == data);
+    char more[64];
+    absl::StatusOr<size_t> r = server_->RecvSome(more, sizeof(more));
+    ASSERT_FALSE(r.ok()) << "read " << *r << " bytes";
+    EXPECT_TRUE(absl::IsUnavailable(r.status())) << r.status();
+    EXPECT_NE(r.status().message().find(c.error), std::string::npos) << r.status();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Planes, DataStreamTest, ::testing::Bool(),
