@@ -36,26 +36,45 @@ grpc::Status DirectJobStatus(const std::string& server, const std::string& job, 
 class EtcdPartitionTest : public EtcdClusterFixture {
  protected:
   EtcdPartitionTest() : EtcdClusterFixture("partition") {}
+
+  // The servers, server 1 dialing etcd through proxy_, and job `id` trained
+  // to version 2; before_: shard 1's term then (server 1's).
+  void StartAndTrain(const std::string& id) {
+    auto proxy = testing::FaultProxy::Start(etcd_->endpoint());
+    ASSERT_TRUE(proxy.ok()) << proxy.status();
+    proxy_ = *std::move(proxy);
+    ASSERT_NO_FATAL_FAILURE(StartServers({}, {"", proxy_->address(), ""}));
+    spec_ = testing::ReplicatedSpec(id, 1);
+    auto run = testing::StartNodes(spec_, addresses());
+    ASSERT_TRUE(run.ok()) << run.status();
+    run_ = *std::move(run);
+    ref_ = std::make_unique<testing::ReferenceModel>(run_.nodes[0]->spec());
+    ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, 0, 2));
+    auto before = observer_->Primary(spec_.job_id(), 1);
+    ASSERT_TRUE(before.ok()) << before.status();
+    EXPECT_EQ(before->primary, addresses()[1]);
+    before_ = *before;
+  }
+
+  std::unique_ptr<testing::FaultProxy> proxy_;
+  v1::JobSpec spec_;
+  testing::ReplicatedRun run_;
+  std::unique_ptr<testing::ReferenceModel> ref_;
+  PrimaryTerm before_;
 };
 
 TEST_F(EtcdPartitionTest, APrimaryCutOffFromEtcdFencesItselfAndItsBackupTakesOverWithoutRollback) {
-  auto proxy = testing::FaultProxy::Start(etcd_->endpoint());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
-  StartServers({}, {"", (*proxy)->address(), ""});
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(StartAndTrain("partition"));
   const std::vector<std::string>& servers = addresses();
-  v1::JobSpec spec = testing::ReplicatedSpec("partition", 1);
-  auto run = testing::StartNodes(spec, servers);
-  ASSERT_TRUE(run.ok()) << run.status();
-  testing::ReferenceModel ref(run->nodes[0]->spec());
-  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 0, 2));
-  auto before = observer_->Primary(spec.job_id(), 1);
-  ASSERT_TRUE(before.ok()) << before.status();
-  EXPECT_EQ(before->primary, servers[1]);
+  const v1::JobSpec& spec = spec_;
+  testing::ReplicatedRun* run = &run_;
+  testing::ReferenceModel& ref = *ref_;
+  testing::FaultProxy* proxy = proxy_.get();
+  const PrimaryTerm* before = &before_;
 
   // Cut off in the middle of step 2; it fences itself a quarter TTL
   // before etcd can expire its lease (docs: "Membership and fencing").
-  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 2, 3, [&] { (*proxy)->SetBlackHole(true); }));
+  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 2, 3, [&] { proxy->SetBlackHole(true); }));
   const absl::Time give_up = absl::Now() + absl::Seconds(3 * kTestTtlSeconds);
   grpc::Status fenced;
   while (absl::Now() < give_up) {
@@ -79,8 +98,8 @@ TEST_F(EtcdPartitionTest, APrimaryCutOffFromEtcdFencesItselfAndItsBackupTakesOve
 
   // Healed: server 1 joins on a new lease (its old claim stays void) and
   // is the backup that takes shard 1 when server 2 dies.
-  (*proxy)->SetBlackHole(false);
-  (*proxy)->CutAll();
+  proxy->SetBlackHole(false);
+  proxy->CutAll();
   ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 6, 7));
   ASSERT_TRUE(server(2).Kill().ok());
   ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 7, 9));
@@ -96,19 +115,14 @@ TEST_F(EtcdPartitionTest, APrimaryCutOffFromEtcdFencesItselfAndItsBackupTakesOve
 // twice, and the run ends bit-identical. (Should the heal reach etcd too
 // late, the backup takes over instead; the run still ends bit-identical.)
 TEST_F(EtcdPartitionTest, APrimaryCutOffForLessThanItsLeaseServesItsShardAgainOnceHealed) {
-  auto proxy = testing::FaultProxy::Start(etcd_->endpoint());
-  ASSERT_TRUE(proxy.ok()) << proxy.status();
-  StartServers({}, {"", (*proxy)->address(), ""});
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(StartAndTrain("blip"));
   const std::vector<std::string>& servers = addresses();
-  v1::JobSpec spec = testing::ReplicatedSpec("blip", 1);
-  auto run = testing::StartNodes(spec, servers);
-  ASSERT_TRUE(run.ok()) << run.status();
-  testing::ReferenceModel ref(run->nodes[0]->spec());
-  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 0, 2));
-  auto before = observer_->Primary(spec.job_id(), 1);
-  ASSERT_TRUE(before.ok()) << before.status();
-  (*proxy)->SetBlackHole(true);
+  const v1::JobSpec& spec = spec_;
+  testing::ReplicatedRun* run = &run_;
+  testing::ReferenceModel& ref = *ref_;
+  testing::FaultProxy* proxy = proxy_.get();
+  const PrimaryTerm* before = &before_;
+  proxy->SetBlackHole(true);
   const absl::Time give_up = absl::Now() + absl::Seconds(2 * kTestTtlSeconds);
   while (DirectJobStatus(servers[1], spec.job_id(), 1).ok() && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(10));
@@ -117,7 +131,7 @@ TEST_F(EtcdPartitionTest, APrimaryCutOffForLessThanItsLeaseServesItsShardAgainOn
   // meets the fenced primary, and the cut heals meanwhile.
   std::thread heal([&] {
     absl::SleepFor(absl::Milliseconds(100));
-    (*proxy)->SetBlackHole(false);
+    proxy->SetBlackHole(false);
   });
   Train(*run, ref, 2, 3);
   heal.join();
