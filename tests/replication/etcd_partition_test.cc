@@ -65,20 +65,14 @@ class EtcdPartitionTest : public EtcdClusterFixture {
 
 TEST_F(EtcdPartitionTest, APrimaryCutOffFromEtcdFencesItselfAndItsBackupTakesOverWithoutRollback) {
   ASSERT_NO_FATAL_FAILURE(StartAndTrain("partition"));
-  const std::vector<std::string>& servers = addresses();
-  const v1::JobSpec& spec = spec_;
-  testing::ReplicatedRun* run = &run_;
-  testing::ReferenceModel& ref = *ref_;
-  testing::FaultProxy* proxy = proxy_.get();
-  const PrimaryTerm* before = &before_;
 
   // Cut off in the middle of step 2; it fences itself a quarter TTL
   // before etcd can expire its lease (docs: "Membership and fencing").
-  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 2, 3, [&] { proxy->SetBlackHole(true); }));
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, 2, 3, [&] { proxy_->SetBlackHole(true); }));
   const absl::Time give_up = absl::Now() + absl::Seconds(3 * kTestTtlSeconds);
   grpc::Status fenced;
   while (absl::Now() < give_up) {
-    fenced = DirectJobStatus(servers[1], spec.job_id(), 1);
+    fenced = DirectJobStatus(addresses()[1], spec_.job_id(), 1);
     if (!fenced.ok()) break;
     absl::SleepFor(absl::Milliseconds(50));
   }
@@ -86,25 +80,25 @@ TEST_F(EtcdPartitionTest, APrimaryCutOffFromEtcdFencesItselfAndItsBackupTakesOve
   EXPECT_NE(fenced.error_message().find("fenced"), std::string::npos) << fenced.error_message();
   // The clients meet the fenced primary and move shard 1 to its backup
   // once etcd expired the lease.
-  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 3, 6));
-  auto after = observer_->Primary(spec.job_id(), 1);
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, 3, 6));
+  auto after = observer_->Primary(spec_.job_id(), 1);
   ASSERT_TRUE(after.ok()) << after.status();
-  EXPECT_EQ(after->primary, servers[2]);
-  EXPECT_GT(after->epoch, before->epoch);
+  EXPECT_EQ(after->primary, addresses()[2]);
+  EXPECT_GT(after->epoch, before_.epoch);
   EXPECT_TRUE(server(1).running());
   // The old primary's copy is a backup of the new one's, bit for bit.
-  testing::ExpectSameCopies(servers[2], servers[1], spec.job_id(), 1, 6);
-  testing::ExpectReferenceRun(run->nodes, ref, 6);
+  testing::ExpectSameCopies(addresses()[2], addresses()[1], spec_.job_id(), 1, 6);
+  testing::ExpectReferenceRun(run_.nodes, *ref_, 6);
 
   // Healed: server 1 joins on a new lease (its old claim stays void) and
   // is the backup that takes shard 1 when server 2 dies.
-  proxy->SetBlackHole(false);
-  proxy->CutAll();
-  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 6, 7));
+  proxy_->SetBlackHole(false);
+  proxy_->CutAll();
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, 6, 7));
   ASSERT_TRUE(server(2).Kill().ok());
-  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 7, 9));
-  EXPECT_EQ(PrimaryOf(spec.job_id(), 1), servers[1]);
-  testing::ExpectReferenceRun(run->nodes, ref, 9);
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, 7, 9));
+  EXPECT_EQ(PrimaryOf(spec_.job_id(), 1), addresses()[1]);
+  testing::ExpectReferenceRun(run_.nodes, *ref_, 9);
 }
 
 // A cut shorter than the lease: the primary fences itself, and the clients
@@ -116,41 +110,35 @@ TEST_F(EtcdPartitionTest, APrimaryCutOffFromEtcdFencesItselfAndItsBackupTakesOve
 // late, the backup takes over instead; the run still ends bit-identical.)
 TEST_F(EtcdPartitionTest, APrimaryCutOffForLessThanItsLeaseServesItsShardAgainOnceHealed) {
   ASSERT_NO_FATAL_FAILURE(StartAndTrain("blip"));
-  const std::vector<std::string>& servers = addresses();
-  const v1::JobSpec& spec = spec_;
-  testing::ReplicatedRun* run = &run_;
-  testing::ReferenceModel& ref = *ref_;
-  testing::FaultProxy* proxy = proxy_.get();
-  const PrimaryTerm* before = &before_;
-  proxy->SetBlackHole(true);
+  proxy_->SetBlackHole(true);
   const absl::Time give_up = absl::Now() + absl::Seconds(2 * kTestTtlSeconds);
-  while (DirectJobStatus(servers[1], spec.job_id(), 1).ok() && absl::Now() < give_up) {
+  while (DirectJobStatus(addresses()[1], spec_.job_id(), 1).ok() && absl::Now() < give_up) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   // Fenced, about a second before etcd can expire the lease: the step
   // meets the fenced primary, and the cut heals meanwhile.
   std::thread heal([&] {
     absl::SleepFor(absl::Milliseconds(100));
-    proxy->SetBlackHole(false);
+    proxy_->SetBlackHole(false);
   });
-  Train(*run, ref, 2, 3);
+  Train(run_, *ref_, 2, 3);
   heal.join();
   if (HasFatalFailure()) return;
-  ASSERT_NO_FATAL_FAILURE(Train(*run, ref, 3, 5));
-  auto after = observer_->Primary(spec.job_id(), 1);
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, 3, 5));
+  auto after = observer_->Primary(spec_.job_id(), 1);
   ASSERT_TRUE(after.ok()) << after.status();
-  if (after->primary == servers[1]) {
-    EXPECT_EQ(after->epoch, before->epoch) << "the same claim";
+  if (after->primary == addresses()[1]) {
+    EXPECT_EQ(after->epoch, before_.epoch) << "the same claim";
   } else {
     // The heal reached etcd after it expired the lease (the window is
     // about a second; a loaded machine can miss it): then the backup took
     // the shard over, as in the test above.
     std::cout << "the lease expired before the heal reached etcd" << std::endl;
-    EXPECT_EQ(after->primary, servers[2]);
-    EXPECT_GT(after->epoch, before->epoch);
+    EXPECT_EQ(after->primary, addresses()[2]);
+    EXPECT_GT(after->epoch, before_.epoch);
   }
-  testing::ExpectSameCopies(servers[1], servers[2], spec.job_id(), 1, 5);
-  testing::ExpectReferenceRun(run->nodes, ref, 5);
+  testing::ExpectSameCopies(addresses()[1], addresses()[2], spec_.job_id(), 1, 5);
+  testing::ExpectReferenceRun(run_.nodes, *ref_, 5);
 }
 
 }  // namespace
