@@ -1,6 +1,7 @@
 // A state server killed with SIGKILL in each phase of a step, and back on
 // its port after 0, 3 or 30 s, under real zerostate-worker processes (2
-// nodes of 2 local ranks as threads, 2 real servers, --checkpoint_every=5):
+// nodes of 2 local ranks as threads, 2 real servers, --checkpoint_every=5,
+// 25 steps: the kill points, the rollback to step 10, and 10 steps after):
 // the ranks wait for the server (--server_wait_seconds), agree on the
 // rollback, and the run ends with the weights of a run without the fault,
 // bit for bit. --test_pause stops rank 0 just before the phase, so the kill

@@ -11,7 +11,12 @@
 namespace zerostate::testing {
 namespace {
 
-using KillRestartTest = KillFixture;
+class KillRestartTest : public KillFixture {
+ protected:
+  // Past the second kill (after step 31), with the rollback to 30 and a
+  // checkpoint interval of training after it.
+  KillRestartTest() { steps_ = 40; }
+};
 
 TEST_F(KillRestartTest, KilledServerIsRolledBackAndTheRunEndsBitIdentical) {
   const std::string reference = RunClean("clean");
