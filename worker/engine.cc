@@ -174,7 +174,7 @@ Engine::Coordinated Engine::Coordinate(uint64_t step, float lr, LossScaler* next
     return out;
   }
   out.decision = DecideStep(stats->sum_squares, stats->nonfinite_count, next->scale(),
-                            double{topo_.world()} * train_.grad_accum_steps(),
+                            static_cast<double>(topo_.world()) * train_.grad_accum_steps(),
                             train_.gradient_clipping());
   next->Update(out.decision.skip);
   // The servers keep the coordinator's decision; the other ranks read it
@@ -337,7 +337,8 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   absl::Status ahead;
   if (train_.speculative_step() && topo_.rank() == 0) {
     ahead = job_->StepAhead(step, report.lr,
-                            UnclippedGradScale(scaler_.scale(), double{topo_.world()} * micros));
+                            UnclippedGradScale(scaler_.scale(),
+                                               static_cast<double>(topo_.world()) * micros));
   }
   GradsReadyFn ready = [&](uint64_t begin) { OnReady(step, begin); };
   for (uint32_t m = 0; m < micros; ++m) {

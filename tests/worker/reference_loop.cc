@@ -138,7 +138,8 @@ ReferenceResult RunReference(const v1::WorkerConfig& config, const Topology& top
     }
     auto stats = SumStats(s);
     StepDecision d = DecideStep(stats.sum_squares, stats.nonfinite, scaler.scale(),
-                                double{topo.world()} * t.grad_accum_steps(), t.gradient_clipping());
+                                static_cast<double>(topo.world()) * t.grad_accum_steps(),
+                                t.gradient_clipping());
     if (!d.skip) ApplyStep(s, applied++, LearningRate(t.lr(), step), d.grad_scale);
     scaler.Update(d.skip);
     previous = s.working;
