@@ -48,7 +48,7 @@ class Job {
   // for JobSnapshots::RestoreBlock. Early nodes' staging buffers come from
   // `staging` (null: unbounded; the server's --staging_budget_bytes
   // otherwise).
-  static absl::StatusOr<std::unique_ptr<Job>> Create(
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<Job>> Create(
       v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index,
       bool initialize = true, const TierOptions& tiers = TierOptions(),
       std::shared_ptr<StagingBudget> staging = nullptr);

@@ -43,30 +43,31 @@ class JobGathers {
   // Checks a gather request; returns the element range it covers (empty
   // for the whole shard of an empty shard). Errors: INVALID_ARGUMENT
   // (dtype, range).
-  absl::StatusOr<Range> CheckGather(const v1::GatherRequest& req) const;
+  [[nodiscard]] absl::StatusOr<Range> CheckGather(const v1::GatherRequest& req) const;
 
   // Serves `range` (from CheckGather) block piece by piece, each once its
   // block reaches min_version, into `sink`, at most `max_piece` elements
   // per piece. Errors: DEADLINE_EXCEEDED, UNAVAILABLE, NOT_FOUND (the job
   // was deleted), the tier's I/O errors, CANCELLED when the sink stopped it.
-  absl::Status Gather(Range range, uint64_t min_version, v1::DType dtype, uint32_t max_piece,
-                      absl::Time deadline, GatherSink& sink);
+  [[nodiscard]] absl::Status Gather(Range range, uint64_t min_version, v1::DType dtype,
+                                    uint32_t max_piece, absl::Time deadline, GatherSink& sink);
   // The same, each piece as a Chunk message (tests, tools).
-  absl::Status Gather(Range range, uint64_t min_version, v1::DType dtype, uint32_t max_piece,
-                      absl::Time deadline, const std::function<bool(const v1::Chunk&)>& emit);
+  [[nodiscard]] absl::Status Gather(Range range, uint64_t min_version, v1::DType dtype,
+                                    uint32_t max_piece, absl::Time deadline,
+                                    const std::function<bool(const v1::Chunk&)>& emit);
 
   // Block `local`'s whole state (tier_shape().block_floats() floats:
   // master, then moments) once it reaches `min_version` and no step is
   // between computing and committing it; `version` gets its version.
   // Errors: DEADLINE_EXCEEDED, UNAVAILABLE, the tier's I/O errors.
-  absl::Status ReadBlock(uint64_t local, uint64_t min_version, absl::Time deadline, float* out,
-                         uint64_t* version);
+  [[nodiscard]] absl::Status ReadBlock(uint64_t local, uint64_t min_version, absl::Time deadline,
+                                       float* out, uint64_t* version);
   // Block `local`'s state at `version`, its current version, without
   // waiting: a speculated block's from what it keeps (a catch-up's read,
   // issue 19). REQUIRES: no step's pass runs (the caller is the Step, before
   // its pass). Errors: FAILED_PRECONDITION when the block is at another
   // version; the tier's I/O errors.
-  absl::Status ReadBlockAt(uint64_t local, uint64_t version, float* out);
+  [[nodiscard]] absl::Status ReadBlockAt(uint64_t local, uint64_t version, float* out);
 
  private:
   JobShard& shard_;

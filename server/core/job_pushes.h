@@ -49,7 +49,7 @@ class PushClaim {
   // REQUIRES: data() is not null and holds the payload. Errors:
   // UNAVAILABLE when the block was restored while the payload arrived
   // (push it again).
-  absl::StatusOr<PushOutcome> Commit();
+  [[nodiscard]] absl::StatusOr<PushOutcome> Commit();
 
  private:
   friend class JobPushes;
@@ -79,10 +79,10 @@ class JobPushes {
   // overlap), FAILED_PRECONDITION (step too far ahead), UNAVAILABLE (no
   // staging memory by the deadline, IsStagingWait; nothing changed; or
   // shutting down).
-  absl::StatusOr<PushOutcome> Push(const ChunkView& chunk,
-                                   absl::Time deadline = absl::InfinitePast());
-  absl::StatusOr<PushOutcome> Push(const v1::Chunk& chunk,
-                                   absl::Time deadline = absl::InfinitePast()) {
+  [[nodiscard]] absl::StatusOr<PushOutcome> Push(const ChunkView& chunk,
+                                                 absl::Time deadline = absl::InfinitePast());
+  [[nodiscard]] absl::StatusOr<PushOutcome> Push(const v1::Chunk& chunk,
+                                                 absl::Time deadline = absl::InfinitePast()) {
     return Push(ViewOf(chunk), deadline);
   }
   // True for Push's error when the staging budget had no room in time.
@@ -111,8 +111,10 @@ class JobPushes {
 
   // Writes initial fp32 weights. Errors: INVALID_ARGUMENT (block, range,
   // length, dtype), FAILED_PRECONDITION (not streamed_init, already stepped).
-  absl::Status InitWeights(const ChunkView& chunk);
-  absl::Status InitWeights(const v1::Chunk& chunk) { return InitWeights(ViewOf(chunk)); }
+  [[nodiscard]] absl::Status InitWeights(const ChunkView& chunk);
+  [[nodiscard]] absl::Status InitWeights(const v1::Chunk& chunk) {
+    return InitWeights(ViewOf(chunk));
+  }
 
   // A backup's copy applies its primary's step (ReplicaService.ApplyStep;
   // issue 19): `grads` (global block -> summed gradient, `required` floats
@@ -122,15 +124,16 @@ class JobPushes {
   // (a block at another version: the copy needs a catch-up),
   // INVALID_ARGUMENT (a block of the shard missing from `grads`, one
   // outside it, a wrong size); nothing changed then.
-  absl::StatusOr<StepOutcome> ApplyReplicatedStep(
+  [[nodiscard]] absl::StatusOr<StepOutcome> ApplyReplicatedStep(
       const v1::StepRequest& req, const std::vector<std::pair<uint64_t, std::string>>& grads,
       ThreadPool& pool);
 
  private:
   // CheckChunk for a gradient push, and its node. With fields and a length
   // only (no data): for the checks before a payload is read.
-  absl::StatusOr<JobShard::ChunkRef> CheckPush(const ChunkView& c) const;
-  absl::StatusOr<JobShard::ChunkRef> CheckPush(const ChunkFields& fields, size_t data_bytes) const;
+  [[nodiscard]] absl::StatusOr<JobShard::ChunkRef> CheckPush(const ChunkView& c) const;
+  [[nodiscard]] absl::StatusOr<JobShard::ChunkRef> CheckPush(const ChunkFields& fields,
+                                                             size_t data_bytes) const;
 
   JobShard& shard_;
   JobStep& step_;

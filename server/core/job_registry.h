@@ -65,8 +65,8 @@ class JobRegistry {
   // the job is created outside it and published under it; a Register or
   // Restore of the same id meanwhile waits for that outcome and is then
   // answered as if it had come after it.
-  absl::StatusOr<Registered> Register(const v1::RegisterJobRequest& req,
-                                      const std::string& token = "");
+  [[nodiscard]] absl::StatusOr<Registered> Register(const v1::RegisterJobRequest& req,
+                                                    const std::string& token = "");
 
   // Loads a checkpoint (written by any number of servers) as this server's
   // shard of the job on the cluster req.servers(), replacing the job if it
@@ -77,33 +77,34 @@ class JobRegistry {
   // (servers, shard_index, job_id other than the checkpoint's, num_nodes),
   // UNAUTHENTICATED / PERMISSION_DENIED (as Authorize), RESOURCE_EXHAUSTED
   // (a quota or the RAM budget).
-  absl::StatusOr<Registered> Restore(const v1::RestoreRequest& req,
-                                     const std::string& token = "");
+  [[nodiscard]] absl::StatusOr<Registered> Restore(const v1::RestoreRequest& req,
+                                                   const std::string& token = "");
 
   // The job, if `token` is its token. Errors: INVALID_ARGUMENT (job_id
   // empty; names the field), UNAUTHENTICATED (no token, or one no job here
   // has), PERMISSION_DENIED (the token of another job). The answer is the
   // same whether or not `job_id` exists.
-  absl::StatusOr<std::shared_ptr<Job>> Authorize(const std::string& job_id,
-                                                 const std::string& token) const;
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> Authorize(const std::string& job_id,
+                                                               const std::string& token) const;
 
   // This server's copy of shard `shard` of the job, if `token` is its
   // token: its own shard (the primary's copy) or one it backs up
   // (JobSpec.replicas; issue 19). Errors: as Authorize; NOT_FOUND naming
   // the shard when this server holds no copy of it.
-  absl::StatusOr<std::shared_ptr<Job>> Shard(const std::string& job_id, const std::string& token,
-                                             uint32_t shard) const;
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> Shard(const std::string& job_id,
+                                                           const std::string& token,
+                                                           uint32_t shard) const;
 
   // The job, without a credential check: for code that serves no caller
   // (tests, tools). NOT_FOUND names the job id.
-  absl::StatusOr<std::shared_ptr<Job>> Get(const std::string& job_id) const;
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> Get(const std::string& job_id) const;
 
   // Drops the job if `token` is its token (errors as Authorize); in-flight
   // calls keep their reference until they finish, but its staging memory
   // goes back to the budget at once (JobPushes::ReleaseStaging). A retry with the token of
   // a job this registry deleted (among the last kMaxTombstones) answers
   // false rather than an auth error.
-  absl::StatusOr<bool> Delete(const std::string& job_id, const std::string& token);
+  [[nodiscard]] absl::StatusOr<bool> Delete(const std::string& job_id, const std::string& token);
   static constexpr size_t kMaxTombstones = 4096;
 
   uint64_t ram_used() const;
@@ -118,20 +119,22 @@ class JobRegistry {
 
  private:
   // OK when job `job_id` exists with token hash `hash` (see Authorize).
-  absl::Status AuthorizeLocked(const std::string& job_id, const TokenHash& hash) const
+  [[nodiscard]] absl::Status AuthorizeLocked(const std::string& job_id, const TokenHash& hash) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // AuthorizeLocked, but ALREADY_EXISTS "taken" for a token that is not the
   // job's (what RegisterJob of an existing id answers).
-  absl::Status CheckTakenLocked(const std::string& job_id, const TokenHash& hash) const
+  [[nodiscard]] absl::Status CheckTakenLocked(const std::string& job_id,
+                                              const TokenHash& hash) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // RESOURCE_EXHAUSTED naming the quota a new job of `ram` and `disk`
   // bytes would exceed (`replacing`: it takes an existing job's place).
-  absl::Status CheckQuotasLocked(const std::string& job_id, uint64_t ram, uint64_t disk,
-                                 bool replacing) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[nodiscard]] absl::Status CheckQuotasLocked(const std::string& job_id, uint64_t ram,
+                                               uint64_t disk, bool replacing) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Register's creation of the job, outside mu_: the token (generated into
   // `generated` when `token` is "") and Job::Create of each copy in
   // `shards` (the own shard first, then the shards it backs up).
-  absl::StatusOr<std::vector<std::shared_ptr<Job>>> CreateJob(
+  [[nodiscard]] absl::StatusOr<std::vector<std::shared_ptr<Job>>> CreateJob(
       const v1::RegisterJobRequest& req, const v1::JobSpec& spec,
       const std::vector<uint32_t>& shards, const std::string& token, std::string* generated)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -141,8 +144,8 @@ class JobRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropTokenLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Delete's part under mu_ (which it takes); `deleted` gets the copies dropped.
-  absl::StatusOr<bool> Unregister(const std::string& job_id, const std::string& token,
-                                    std::vector<std::shared_ptr<Job>>* deleted)
+  [[nodiscard]] absl::StatusOr<bool> Unregister(const std::string& job_id, const std::string& token,
+                                                std::vector<std::shared_ptr<Job>>* deleted)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   const uint64_t ram_budget_;

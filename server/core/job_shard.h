@@ -57,10 +57,10 @@ class JobShard {
 
   // Builds the tier spec().tier() chooses, with `tiers` (tier_factory.h).
   // Once, before any other call but the accessors. Errors: those of MakeTier.
-  absl::Status Open(const TierOptions& tiers);
+  [[nodiscard]] absl::Status Open(const TierOptions& tiers);
   // Stores every block's initial weights (seeded, or zeros awaiting
   // JobPushes::InitWeights when spec().streamed_init()). Errors: the tier's.
-  absl::Status InitializeWeights();
+  [[nodiscard]] absl::Status InitializeWeights();
 
   const v1::JobSpec& spec() const { return spec_; }
   const Layout& layout() const { return layout_; }
@@ -101,27 +101,28 @@ class JobShard {
   // Validates the placement and payload length of a chunk of `dtype`
   // (`dtype_field` names the spec's field in the error). Errors:
   // INVALID_ARGUMENT (block, dtype, length, offset).
-  absl::StatusOr<ChunkRef> CheckChunk(const ChunkView& c, v1::DType dtype,
-                                      const char* dtype_field) const;
+  [[nodiscard]] absl::StatusOr<ChunkRef> CheckChunk(const ChunkView& c, v1::DType dtype,
+                                                    const char* dtype_field) const;
 
   // Waits under b.mu until pred() holds; the error names what was awaited.
   // With `cancelled` (polled every kCancelPoll, b.mu released meanwhile)
   // CANCELLED once it is true. Errors also: UNAVAILABLE (shut down),
   // NOT_FOUND (deleted), DEADLINE_EXCEEDED.
-  absl::Status AwaitBlock(Block& b, absl::Time deadline, const std::function<bool()>& pred,
-                          const std::function<std::string()>& what,
-                          const std::function<bool()>& cancelled = nullptr) const
+  [[nodiscard]] absl::Status AwaitBlock(Block& b, absl::Time deadline,
+                                        const std::function<bool()>& pred,
+                                        const std::function<std::string()>& what,
+                                        const std::function<bool()>& cancelled = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   // Under b.mu: until the block reaches `version`.
-  absl::Status AwaitVersion(Block& b, uint64_t version, absl::Time deadline) const
+  [[nodiscard]] absl::Status AwaitVersion(Block& b, uint64_t version, absl::Time deadline) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   // Under b.mu: until the block reaches `version` and no step is between
   // computing and committing it (Block::stepping), so what is read is the
   // state its version says; with `visible` (null: always), also until
   // visible(version) holds (JobStep::visible_through: the backups hold it).
-  absl::Status AwaitReadable(Block& b, uint64_t version, absl::Time deadline,
-                             const std::function<bool(uint64_t)>& visible = nullptr) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+  [[nodiscard]] absl::Status AwaitReadable(Block& b, uint64_t version, absl::Time deadline,
+                                           const std::function<bool(uint64_t)>& visible =
+                                               nullptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
 
   // The blocks' versions and progress, each block read under its mutex.
   ShardProgress Progress() const;

@@ -53,16 +53,17 @@ class JobSnapshots {
   // per job at a time: a second waits; so does one begun during a step's
   // optimizer pass, until the pass ends. Errors: FAILED_PRECONDITION when a
   // block is already past `version`.
-  absl::StatusOr<std::unique_ptr<CheckpointGuard>> BeginCheckpoint(uint64_t version);
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<CheckpointGuard>> BeginCheckpoint(uint64_t version);
 
   // Copies block `local`'s state at the checkpoint's version into `out`
   // (tier shape().block_floats() floats), waiting until the block reaches
   // it. Errors: DEADLINE_EXCEEDED, UNAVAILABLE, the tier's I/O errors.
-  absl::Status SnapshotBlock(uint64_t local, uint64_t version, absl::Time deadline, float* out);
+  [[nodiscard]] absl::Status SnapshotBlock(uint64_t local, uint64_t version, absl::Time deadline,
+                                           float* out);
 
   // Loads block `local`'s state (from a checkpoint) and sets its version.
   // Only for a job not yet visible to callers (JobRegistry::Restore).
-  absl::Status RestoreBlock(uint64_t local, const float* state, uint64_t version);
+  [[nodiscard]] absl::Status RestoreBlock(uint64_t local, const float* state, uint64_t version);
   // Of the steps before `version`, `applied` applied the optimizer (the
   // checkpoint's ShardManifest.applied_steps). Same restriction.
   void RestoreAppliedSteps(uint64_t version, uint64_t applied) {
@@ -70,7 +71,7 @@ class JobSnapshots {
   }
   // Keeps a restored checkpoint's trainer state as version `version`'s.
   // Errors: DATA_LOSS (too large to have come from a Step).
-  absl::Status RestoreTrainerState(uint64_t version, const std::string& state);
+  [[nodiscard]] absl::Status RestoreTrainerState(uint64_t version, const std::string& state);
 
  private:
   friend class CheckpointGuard;

@@ -134,8 +134,9 @@ class JobStep {
   // here, one after another). Errors: FAILED_PRECONDITION (step from the
   // past or too far ahead), DEADLINE_EXCEEDED (names missing nodes),
   // UNAVAILABLE.
-  absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline,
-                                  StepPhaseTimes* times = nullptr, ThreadPool* pool = nullptr);
+  [[nodiscard]] absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline,
+                                                StepPhaseTimes* times = nullptr,
+                                                ThreadPool* pool = nullptr);
 
   // Applies step req.step() as described above; a Step sent ahead
   // (req.ahead()) is StepAhead(req, pool). Errors:
@@ -151,7 +152,7 @@ class JobStep {
   // went), and answered only once they acknowledged it; when they did not,
   // the error is the replicator's (the step is applied here) and a retry
   // sends it again.
-  absl::StatusOr<StepOutcome> Step(const v1::StepRequest& req, absl::Time deadline,
+  [[nodiscard]] absl::StatusOr<StepOutcome> Step(const v1::StepRequest& req, absl::Time deadline,
                                    ThreadPool& pool,
                                    const std::function<bool()>& cancelled = nullptr,
                                    StepReplicator* replicator = nullptr);
@@ -174,7 +175,7 @@ class JobStep {
   // Errors: FAILED_PRECONDITION (job without speculative_step; step from
   // the past or too far ahead), INVALID_ARGUMENT (lr, grad_scale, skip set,
   // trainer_state set). A retry is harmless.
-  absl::StatusOr<StepOutcome> StepAhead(const v1::StepRequest& req, ThreadPool& pool);
+  [[nodiscard]] absl::StatusOr<StepOutcome> StepAhead(const v1::StepRequest& req, ThreadPool& pool);
 
   // Called by the push that completes block b (every node's gradient in):
   // computes the block's statistics (unless its sum is not in cache:
@@ -204,14 +205,14 @@ class JobStep {
   const std::vector<std::unique_ptr<Block>>& blocks() const { return *env_.blocks; }
 
   // The checks of a Step's numbers, ahead or not.
-  static absl::Status CheckRequest(const v1::StepRequest& req);
+  [[nodiscard]] static absl::Status CheckRequest(const v1::StepRequest& req);
   // The parameters req asks for: lr, grad_scale (0 means 1) and t, the
   // steps applied before req.step() + 1.
   StepParams ParamsOf(const v1::StepRequest& req) const;
-  absl::Status CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const
+  [[nodiscard]] absl::Status CheckStepWindow(const Block& b, uint64_t step, bool for_stats) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
-  absl::Status AwaitGradients(Block& b, uint64_t step, absl::Time deadline,
-                              const std::function<bool()>& cancelled = nullptr) const
+  [[nodiscard]] absl::Status AwaitGradients(Block& b, uint64_t step, absl::Time deadline,
+                                            const std::function<bool()>& cancelled = nullptr) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   // Unless it holds them already, the block's gradient statistics once complete.
   void StatsOnComplete(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
@@ -223,14 +224,14 @@ class JobStep {
   void Speculate(uint64_t local, ThreadPool& pool);
 
   // The optimizer pass of the Step over the blocks still at `step`.
-  absl::Status RunPass(uint64_t step, const StepParams& params, ThreadPool& pool, uint64_t* stepped,
-                       StepOutcome* out);
+  [[nodiscard]] absl::Status RunPass(uint64_t step, const StepParams& params, ThreadPool& pool,
+                                     uint64_t* stepped, StepOutcome* out);
   // The Step's skip: the version moves on, the state stays (a speculated
   // block gets its kept state back, counted in out->blocks_redone).
   // Returns the elements skipped. Under a running checkpoint the blocks'
   // state at its version is kept first: a tier Load error fails the Step
   // with the tier's code, naming the block, and nothing is skipped.
-  absl::StatusOr<uint64_t> SkipPass(uint64_t step, StepOutcome* out);
+  [[nodiscard]] absl::StatusOr<uint64_t> SkipPass(uint64_t step, StepOutcome* out);
   // Runs the fused kernel on b's state; the low-precision copy goes to
   // b.next_lowp when `aside` or the tier does not update in place, else
   // straight into b.lowp. Marks the block stepping.
