@@ -72,7 +72,7 @@ class ShardReplicator final : public StepReplicator {
                                                  const std::vector<uint32_t>& to);
   // The Step's answer from the copies' results: lost ones marked, caught
   // up ones revived, other errors UNAVAILABLE naming the backup.
-  absl::Status Judge(uint64_t step, const std::vector<Result>& results);
+  [[nodiscard]] absl::Status Judge(uint64_t step, const std::vector<Result>& results);
   // Arms `step`: the blocks already complete at that version are queued
   // (the others as their pushes complete them).
   void Arm(uint64_t step) ABSL_LOCKS_EXCLUDED(mu_);
