@@ -10,7 +10,7 @@ JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
-FUZZ_SECONDS ?= 20
+FUZZ_SECONDS ?= 10
 KILL ?= 0
 
 .PHONY: deps configure build demo test test-asan fuzz bench clean
@@ -40,6 +40,11 @@ test: build
 # left out: they test no C++ of their own and the sanitizer adds nothing there;
 # so are the Python package's (label python): an ASan-built
 # libzerostate_client.so cannot be loaded into an uninstrumented python3.
+# ASAN_SKIP: three process tests that the normal suite runs and whose code
+# paths other tests cover under ASan, left out here for CI's time (each
+# 47-53 s under ASan on 2 cores): the 30 s outage (its 3 s and 0 s twins
+# run), and two rollbacks to a checkpoint (CheckpointPruneTest's rollback runs).
+ASAN_SKIP ?= back_after_30s|KillRestartTest.KilledServerIsRolledBackAndTheRunEndsBitIdentical|Fp16FaultTest.KilledServerIsRolledBackWithoutWaitingForADeadline
 test-asan: deps
 	@[ -f $(ASAN_BUILD)/build.ninja ] || cmake -S . -B $(ASAN_BUILD) -G Ninja $(CMAKE_FLAGS) \
 	  -DZEROSTATE_SANITIZE=ON -DZEROSTATE_BENCH=OFF -DZEROSTATE_CUDA=OFF >/dev/null
@@ -47,7 +52,7 @@ test-asan: deps
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	  ctest --output-on-failure -j $(JOBS) --timeout 600 -LE 'deploy|python'
+	  ctest --output-on-failure -j $(JOBS) --timeout 600 -LE 'deploy|python' -E '$(ASAN_SKIP)'
 
 # The lock check and the fuzzers, in one clang build (tests/fuzz/run.sh):
 # every server, common and client library compiled with

@@ -6,7 +6,7 @@
 # checks every server, common and client lock annotation (-Werror=thread-safety,
 # CMakeLists.txt at the top): a lock finding fails the build, and this script.
 #   tests/fuzz/run.sh [seconds-per-harness] [harness...]
-# Defaults: 60 s, every harness. `make test` runs it with 20 s (CI).
+# Defaults: 60 s, every harness. `make test` runs it with 10 s (CI).
 # Fails (exit 1) on any lock finding, crash, leak, timeout, out-of-memory or
 # sanitizer report; the reproducer is left in $FUZZ_OUT/<harness>/ (default
 # build-fuzz/fuzz-out) and named in the log. Environment: BUILD (build
