@@ -50,12 +50,13 @@ DataStream::DataStream(int fd, SSL* ssl, std::unique_ptr<TlsRecordKey> sealer,
 }
 
 absl::StatusOr<std::unique_ptr<DataStream>> DataStream::OverTls(int fd, SSL* ssl,
-                                                                const TlsTrafficSecrets& secrets) {
+                                                                const TlsTrafficSecrets& secrets,
+                                                                uint64_t records_per_key) {
   std::unique_ptr<TlsRecordKey> sealer;
   std::unique_ptr<TlsRecordReader> reader;
   absl::Status s;
   if (BIO_get_ktls_send(SSL_get_wbio(ssl)) == 0) {
-    auto key = TlsRecordKey::Make(ssl, secrets, /*send=*/true);
+    auto key = TlsRecordKey::Make(ssl, secrets, /*send=*/true, records_per_key);
     if (key.ok()) sealer = *std::move(key);
     s.Update(key.status());
   }
@@ -139,8 +140,9 @@ absl::Status DataStream::SendRaw(iovec* iov, int count) {
 
 absl::Status DataStream::SealAndSend(iovec* iov, int count) {
   constexpr size_t kRecords = (kTlsSendBatchBytes + kTlsRecordPlaintext - 1) / kTlsRecordPlaintext;
-  if (sealed_ == nullptr) {
-    sealed_ = std::make_unique<char[]>(kTlsSendBatchBytes + kRecords * kTlsRecordOverhead);
+  if (sealed_ == nullptr) {  // room for a key update before each record
+    sealed_ = std::make_unique<char[]>(kTlsSendBatchBytes +
+                                       kRecords * (kTlsRecordOverhead + kTlsKeyUpdateRecord));
   }
   size_t left = 0;
   for (int i = 0; i < count; ++i) left += iov[i].iov_len;
@@ -150,6 +152,10 @@ absl::Status DataStream::SealAndSend(iovec* iov, int count) {
     char* out = sealed_.get();
     for (size_t batch = std::min(left, kTlsSendBatchBytes); batch > 0;) {
       const size_t n = std::min(batch, kTlsRecordPlaintext);
+      if (sealer_->Due()) {
+        if (absl::Status s = sealer_->SealKeyUpdate(out); !s.ok()) return s;
+        out += kTlsKeyUpdateRecord;
+      }
       if (absl::Status s = sealer_->Seal(iov, &at, n, out); !s.ok()) return s;
       out += n + kTlsRecordOverhead;
       batch -= n;
@@ -186,6 +192,14 @@ absl::StatusOr<size_t> DataStream::RecvSome(void* p, size_t n) {
     }
     if (!Wait(POLLIN, recv_deadline_)) return Timeout("recv");
   }
+}
+
+uint64_t DataStream::KeyUpdatesSent() const { return sealer_ ? sealer_->updates() : 0; }
+
+uint64_t DataStream::KeyUpdatesReceived() {
+  if (kernel_recv_) return 0;
+  absl::MutexLock lock(&recv_mu_);
+  return reader_->key_updates();
 }
 
 bool DataStream::Buffered() {

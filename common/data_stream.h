@@ -27,6 +27,7 @@
 #include <sys/uio.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -60,10 +61,11 @@ class DataStream {
   // A TLS stream on `fd` whose handshake `ssl` (owned, freed on error
   // too) completed, with the traffic secrets that handshake reported: each
   // direction goes through the kernel when OpenSSL enabled kTLS for it,
-  // else through userspace records. Errors: INTERNAL (see
-  // TlsRecordKey::Make).
+  // else through userspace records, whose sending key is updated every
+  // `records_per_key` records (common/tls_records.h). Errors: INTERNAL
+  // (see TlsRecordKey::Make).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<DataStream>> OverTls(
-      int fd, SSL* ssl, const TlsTrafficSecrets& secrets);
+      int fd, SSL* ssl, const TlsTrafficSecrets& secrets, uint64_t records_per_key);
   ~DataStream();
   DataStream(const DataStream&) = delete;
   DataStream& operator=(const DataStream&) = delete;
@@ -73,6 +75,11 @@ class DataStream {
   // Whether the kernel does the records of each direction (plaintext: true).
   bool kernel_send() const { return kernel_send_; }
   bool kernel_recv() const { return kernel_recv_; }
+  // Key updates of the userspace records (common/tls_records.h): sealed
+  // (by the sending thread) and opened (by the receiving one); 0 in
+  // plaintext and under kTLS.
+  uint64_t KeyUpdatesSent() const;
+  uint64_t KeyUpdatesReceived() ABSL_LOCKS_EXCLUDED(recv_mu_);
   // "plaintext", or the TLS version and cipher with where the records are
   // done, e.g. "TLSv1.3 TLS_AES_256_GCM_SHA384, records in the kernel (kTLS)".
   std::string Describe() const;

@@ -96,7 +96,7 @@ absl::Status UseIdentity(SSL_CTX* ctx, const std::string& cert_pem, const std::s
 
 // Runs `step` (SSL_accept / SSL_connect) on non-blocking `fd` until done.
 absl::StatusOr<std::unique_ptr<DataStream>> Handshake(SSL* ssl, int fd, absl::Time deadline,
-                                                      int (*step)(SSL*)) {
+                                                      int (*step)(SSL*), uint64_t records_per_key) {
   int flags = fcntl(fd, F_GETFL);
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
   ERR_clear_error();
@@ -110,7 +110,7 @@ absl::StatusOr<std::unique_ptr<DataStream>> Handshake(SSL* ssl, int fd, absl::Ti
     }
     if (r == 1) {
       SSL_set_app_data(ssl, nullptr);
-      return DataStream::OverTls(fd, ssl, secrets);
+      return DataStream::OverTls(fd, ssl, secrets, records_per_key);
     }
     int code = SSL_get_error(ssl, r);
     short events = code == SSL_ERROR_WANT_READ ? POLLIN : code == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
@@ -216,18 +216,20 @@ absl::StatusOr<std::shared_ptr<SSL_CTX>> ClientTlsContext(const std::string& ca_
   return ctx;
 }
 
-absl::StatusOr<std::unique_ptr<DataStream>> TlsAccept(SSL_CTX* ctx, int fd, absl::Time deadline) {
+absl::StatusOr<std::unique_ptr<DataStream>> TlsAccept(SSL_CTX* ctx, int fd, absl::Time deadline,
+                                                      uint64_t records_per_key) {
   SSL* ssl = SSL_new(ctx);
   if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
     SSL_free(ssl);
     return absl::UnavailableError(absl::StrCat("TLS: ", TakeOpenSslErrors()));
   }
-  return Handshake(ssl, fd, deadline, SSL_accept);
+  return Handshake(ssl, fd, deadline, SSL_accept, records_per_key);
 }
 
 absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(SSL_CTX* ctx, int fd,
                                                        const std::string& host,
-                                                       absl::Time deadline) {
+                                                       absl::Time deadline,
+                                                       uint64_t records_per_key) {
   SSL* ssl = SSL_new(ctx);
   if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
     SSL_free(ssl);
@@ -244,7 +246,7 @@ absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(SSL_CTX* ctx, int fd,
     X509_VERIFY_PARAM_set1_host(param, host.c_str(), host.size());
     SSL_set_tlsext_host_name(ssl, host.c_str());
   }
-  return Handshake(ssl, fd, deadline, SSL_connect);
+  return Handshake(ssl, fd, deadline, SSL_connect, records_per_key);
 }
 
 bool KernelTlsAvailable() {

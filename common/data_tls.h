@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/data_stream.h"
+#include "common/tls_records.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
 
@@ -41,8 +42,10 @@ namespace zerostate {
 // `deadline`. Errors: UNAUTHENTICATED (the client's certificate was
 // refused, or none given under mutual TLS), UNAVAILABLE (not TLS, or the
 // connection broke; with OpenSSL's reason), DEADLINE_EXCEEDED.
-[[nodiscard]] absl::StatusOr<std::unique_ptr<DataStream>> TlsAccept(SSL_CTX* ctx, int fd,
-                                                                    absl::Time deadline);
+// Userspace records update their sending key every `records_per_key`
+// records (common/tls_records.h; tests make it small).
+[[nodiscard]] absl::StatusOr<std::unique_ptr<DataStream>> TlsAccept(
+    SSL_CTX* ctx, int fd, absl::Time deadline, uint64_t records_per_key = kTlsRecordsPerKey);
 
 // The client's handshake on connected socket `fd` (not owned) with the
 // server at `host` (a name or an IP address, checked against the server's
@@ -51,9 +54,10 @@ namespace zerostate {
 // with OpenSSL's reason), DEADLINE_EXCEEDED. Under TLS 1.3 a server that
 // refuses this client's certificate says so after the client's handshake
 // ended: the stream's first read fails (UNAVAILABLE naming the alert).
-[[nodiscard]] absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(SSL_CTX* ctx, int fd,
-                                                                     const std::string& host,
-                                                                     absl::Time deadline);
+// `records_per_key` as TlsAccept's.
+[[nodiscard]] absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(
+    SSL_CTX* ctx, int fd, const std::string& host, absl::Time deadline,
+    uint64_t records_per_key = kTlsRecordsPerKey);
 
 // While alive, a SIGPIPE raised on this thread is dropped: OpenSSL writes
 // to the socket with write(2), not send(MSG_NOSIGNAL), and a peer that went

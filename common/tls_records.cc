@@ -20,6 +20,14 @@ namespace {
 
 constexpr unsigned char kApplicationData = 23;
 constexpr unsigned char kAlert = 21;
+constexpr unsigned char kHandshake = 22;
+// RFC 8446 4.6.3: handshake type key_update, a 3-byte length of 1, and
+// whether the peer must update its own sending key too.
+constexpr unsigned char kKeyUpdate = 24;
+constexpr unsigned char kUpdateNotRequested = 0;
+constexpr unsigned char kUpdateRequested = 1;
+constexpr size_t kKeyUpdateMessage = 5;
+static_assert(kKeyUpdateMessage + kTlsRecordOverhead == kTlsKeyUpdateRecord);
 constexpr size_t kHeader = 5;
 constexpr size_t kTag = 16;
 // The longest record TLS 1.3 allows: plaintext, inner type and 255 bytes
@@ -93,7 +101,8 @@ void TlsSecretsCallback(const SSL* ssl, const char* line) {
 
 absl::StatusOr<std::unique_ptr<TlsRecordKey>> TlsRecordKey::Make(SSL* ssl,
                                                                  const TlsTrafficSecrets& secrets,
-                                                                 bool send) {
+                                                                 bool send,
+                                                                 uint64_t records_per_key) {
   const SSL_CIPHER* suite = SSL_get_current_cipher(ssl);
   const int nid = suite != nullptr ? SSL_CIPHER_get_cipher_nid(suite) : NID_undef;
   const EVP_CIPHER* cipher = nid == NID_aes_128_gcm   ? EVP_aes_128_gcm()
@@ -109,22 +118,44 @@ absl::StatusOr<std::unique_ptr<TlsRecordKey>> TlsRecordKey::Make(SSL* ssl,
     return Internal(absl::StrCat("OpenSSL did not report the ", client_secret ? "client" : "server",
                                  " traffic secret"));
   }
-  const EVP_MD* md = SSL_CIPHER_get_handshake_digest(suite);
-  unsigned char key[32];
-  const size_t key_len = static_cast<size_t>(EVP_CIPHER_get_key_length(cipher));
   std::unique_ptr<TlsRecordKey> out(new TlsRecordKey());
+  out->md_ = SSL_CIPHER_get_handshake_digest(suite);
+  out->cipher_ = cipher;
+  out->send_ = send;
+  out->secret_ = secret;
+  out->records_per_key_ = std::max<uint64_t>(records_per_key, 1);
   out->ctx_ = EVP_CIPHER_CTX_new();
-  bool ok = md != nullptr && key_len <= sizeof(key) &&
-            ExpandLabel(md, secret, "key", key, key_len) &&
-            ExpandLabel(md, secret, "iv", out->iv_, sizeof(out->iv_)) && out->ctx_ != nullptr &&
-            EVP_CipherInit_ex(out->ctx_, cipher, nullptr, key, nullptr, send ? 1 : 0) == 1;
-  OPENSSL_cleanse(key, sizeof(key));
-  if (!ok) return Internal("cannot derive the record keys");
+  if (out->md_ == nullptr || out->ctx_ == nullptr || !out->Derive()) {
+    return Internal("cannot derive the record keys");
+  }
   return out;
+}
+
+bool TlsRecordKey::Derive() {
+  unsigned char key[32];
+  const size_t key_len = static_cast<size_t>(EVP_CIPHER_get_key_length(cipher_));
+  bool ok = key_len <= sizeof(key) && ExpandLabel(md_, secret_, "key", key, key_len) &&
+            ExpandLabel(md_, secret_, "iv", iv_, sizeof(iv_)) &&
+            EVP_CipherInit_ex(ctx_, cipher_, nullptr, key, nullptr, send_ ? 1 : 0) == 1;
+  OPENSSL_cleanse(key, sizeof(key));
+  seq_ = 0;
+  return ok;
+}
+
+absl::Status TlsRecordKey::Update() {
+  std::string next(secret_.size(), '\0');
+  bool ok = ExpandLabel(md_, secret_, "traffic upd", reinterpret_cast<unsigned char*>(next.data()),
+                        next.size());
+  OPENSSL_cleanse(secret_.data(), secret_.size());
+  secret_.swap(next);
+  if (!ok || !Derive()) return Internal("cannot derive the next traffic secret");
+  ++updates_;
+  return absl::OkStatus();
 }
 
 TlsRecordKey::~TlsRecordKey() {
   EVP_CIPHER_CTX_free(ctx_);
+  OPENSSL_cleanse(secret_.data(), secret_.size());
   OPENSSL_cleanse(iv_, sizeof(iv_));
 }
 
@@ -134,6 +165,19 @@ void TlsRecordKey::Nonce(unsigned char* nonce) const {
 }
 
 absl::Status TlsRecordKey::Seal(iovec* iov, int* at, size_t n, char* out) {
+  return SealRecord(iov, at, n, kApplicationData, out);
+}
+
+absl::Status TlsRecordKey::SealKeyUpdate(char* out) {
+  unsigned char message[kKeyUpdateMessage] = {kKeyUpdate, 0, 0, 1, kUpdateNotRequested};
+  iovec v{message, sizeof(message)};
+  int at = 0;
+  if (absl::Status s = SealRecord(&v, &at, sizeof(message), kHandshake, out); !s.ok()) return s;
+  return Update();
+}
+
+absl::Status TlsRecordKey::SealRecord(iovec* iov, int* at, size_t n, unsigned char type,
+                                      char* out) {
   unsigned char nonce[12];
   Nonce(nonce);
   const size_t body = n + 1 + kTag;
@@ -161,7 +205,7 @@ absl::Status TlsRecordKey::Seal(iovec* iov, int* at, size_t n, char* out) {
     v.iov_base = static_cast<char*>(v.iov_base) + take;
     v.iov_len -= take;
   }
-  ok = ok && EVP_EncryptUpdate(ctx_, w, &len, &kApplicationData, 1) == 1 &&
+  ok = ok && EVP_EncryptUpdate(ctx_, w, &len, &type, 1) == 1 &&
        EVP_EncryptFinal_ex(ctx_, w + 1, &len) == 1 &&
        EVP_CIPHER_CTX_ctrl(ctx_, EVP_CTRL_AEAD_GET_TAG, kTag, w + 1) == 1;
   if (!ok) return Internal("cannot seal a record");
@@ -191,6 +235,22 @@ absl::StatusOr<size_t> TlsRecordKey::Open(const char* record, size_t len, char* 
   if (end == 0) return absl::UnavailableError("TLS: a record without a content type");
   const unsigned char type = w[end - 1];
   if (type == kApplicationData) return end - 1;
+  if (type == kHandshake) {
+    // One whole KeyUpdate per record, as SealKeyUpdate seals it.
+    if (end - 1 != kKeyUpdateMessage || w[0] != kKeyUpdate || w[1] != 0 || w[2] != 0 ||
+        w[3] != 1 || w[4] > kUpdateRequested) {
+      return absl::UnavailableError(absl::StrCat(
+          "TLS: a handshake record of ", end - 1, " bytes (message type ", w[0],
+          ") after the handshake; only a whole KeyUpdate is taken on the data plane"));
+    }
+    if (w[4] == kUpdateRequested) {
+      return absl::UnavailableError(
+          "TLS: the peer's KeyUpdate requests one back (update_requested), which the data "
+          "plane never sends; its updates are update_not_requested");
+    }
+    if (absl::Status s = Update(); !s.ok()) return absl::UnavailableError(s.message());
+    return 0;
+  }
   if (type == kAlert && end == 3) {
     return absl::UnavailableError(
         absl::StrCat("TLS: the peer sent the alert ", SSL_alert_desc_string_long(w[1])));

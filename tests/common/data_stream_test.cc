@@ -4,7 +4,8 @@
 // bytes arrive whole and in order whatever the batch boundaries (inside a
 // frame's header, its payload, between frames) and however the reader cuts
 // its reads; both directions at once; a peer that went away mid-batch is an
-// error, not a signal; bytes the peer did not seal are refused by name.
+// error, not a signal; bytes the peer did not seal are refused by name; the
+// sending keys are updated every few records and the bytes stay whole.
 #include "common/data_stream.h"
 
 #include <sys/socket.h>
@@ -88,9 +89,10 @@ class DataStreamTest : public ::testing::TestWithParam<bool> {
                            ReadFile(certs.Path("client.key")), /*kernel=*/false);
       ASSERT_TRUE(client_ctx.ok()) << client_ctx.status();
       auto accepted = std::async(std::launch::async, [&] {
-        return TlsAccept(server_ctx->get(), sockets_.server, deadline);
+        return TlsAccept(server_ctx->get(), sockets_.server, deadline, records_per_key_);
       });
-      auto connected = TlsConnect(client_ctx->get(), sockets_.client, "127.0.0.1", deadline);
+      auto connected =
+          TlsConnect(client_ctx->get(), sockets_.client, "127.0.0.1", deadline, records_per_key_);
       auto served = accepted.get();
       ASSERT_TRUE(connected.ok()) << connected.status();
       ASSERT_TRUE(served.ok()) << served.status();
@@ -122,6 +124,35 @@ class DataStreamTest : public ::testing::TestWithParam<bool> {
     return got;
   }
 
+  // Each end sends `bytes` while it receives the other's, on two threads
+  // per stream (as a server session reads pushes while it sends answers),
+  // in frames of 1 MiB as the data plane sends them; both arrive whole.
+  void SendBothWaysAndCheck(size_t bytes) {
+    const std::string up = Pattern(bytes, 7);
+    const std::string down = Pattern(bytes, 8);
+    auto send = [](DataStream* stream, const std::string* data) {
+      for (size_t at = 0; at < data->size(); at += 1 << 20) {
+        iovec iov{const_cast<char*>(data->data() + at),
+                  std::min<size_t>(1 << 20, data->size() - at)};
+        if (absl::Status s = stream->SendAll(&iov, 1); !s.ok()) return s;
+      }
+      return absl::OkStatus();
+    };
+    auto up_sent = std::async(std::launch::async, send, client_.get(), &up);
+    auto down_sent = std::async(std::launch::async, send, server_.get(), &down);
+    auto up_got = std::async(std::launch::async,
+                             [&] { return ReadInPieces(*server_, up.size(), {1 << 20, 333}); });
+    absl::StatusOr<std::string> down_got = ReadInPieces(*client_, down.size(), {5000, 1 << 20});
+    ASSERT_TRUE(up_sent.get().ok());
+    ASSERT_TRUE(down_sent.get().ok());
+    absl::StatusOr<std::string> up_received = up_got.get();
+    ASSERT_TRUE(up_received.ok()) << up_received.status();
+    ASSERT_TRUE(down_got.ok()) << down_got.status();
+    EXPECT_TRUE(*up_received == up);
+    EXPECT_TRUE(*down_got == down);
+  }
+
+  uint64_t records_per_key_ = kTlsRecordsPerKey;
   SocketPair sockets_;
   std::unique_ptr<DataStream> client_;
   std::unique_ptr<DataStream> server_;
@@ -205,32 +236,7 @@ TEST_P(DataStreamTest, ARecordReadInPartsLeavesTheRestBuffered) {
   EXPECT_TRUE(*rest == data.substr(1));
 }
 
-TEST_P(DataStreamTest, BothDirectionsAtOnceStayWhole) {
-  // Each end sends 8 MiB while it receives the other's, on two threads per
-  // stream (as a server session reads pushes while it sends answers).
-  const std::string up = Pattern(8 << 20, 7);
-  const std::string down = Pattern(8 << 20, 8);
-  auto send = [](DataStream* stream, const std::string* data) {
-    // In frames of 1 MiB, as the data plane sends them.
-    for (size_t at = 0; at < data->size(); at += 1 << 20) {
-      iovec iov{const_cast<char*>(data->data() + at), std::min<size_t>(1 << 20, data->size() - at)};
-      if (absl::Status s = stream->SendAll(&iov, 1); !s.ok()) return s;
-    }
-    return absl::OkStatus();
-  };
-  auto up_sent = std::async(std::launch::async, send, client_.get(), &up);
-  auto down_sent = std::async(std::launch::async, send, server_.get(), &down);
-  auto up_got = std::async(std::launch::async,
-                           [&] { return ReadInPieces(*server_, up.size(), {1 << 20, 333}); });
-  absl::StatusOr<std::string> down_got = ReadInPieces(*client_, down.size(), {5000, 1 << 20});
-  ASSERT_TRUE(up_sent.get().ok());
-  ASSERT_TRUE(down_sent.get().ok());
-  absl::StatusOr<std::string> up_received = up_got.get();
-  ASSERT_TRUE(up_received.ok()) << up_received.status();
-  ASSERT_TRUE(down_got.ok()) << down_got.status();
-  EXPECT_TRUE(*up_received == up);
-  EXPECT_TRUE(*down_got == down);
-}
+TEST_P(DataStreamTest, BothDirectionsAtOnceStayWhole) { SendBothWaysAndCheck(8 << 20); }
 
 TEST_P(DataStreamTest, APeerGoneMidBatchIsUnavailableNotASignal) {
   // The reader takes a little, then goes away with unread bytes (a reset);
@@ -302,6 +308,26 @@ TEST_P(DataStreamTest, BytesThePeerDidNotSealAreRefusedByName) {
     EXPECT_NE(r.status().message().find(c.error), std::string::npos) << r.status();
   }
 }
+
+// Userspace records with a key update every 3 records (the default is
+// every 2^24): 2 MiB each way is 128 records, so 42 updates each way, each
+// opened by the other end, and every byte arrives whole.
+class DataStreamKeyUpdateTest : public DataStreamTest {
+ protected:
+  DataStreamKeyUpdateTest() { records_per_key_ = 3; }
+};
+
+TEST_P(DataStreamKeyUpdateTest, KeysMoveOnEveryFewRecordsAndTheBytesStayWhole) {
+  ASSERT_NO_FATAL_FAILURE(SendBothWaysAndCheck(2 << 20));
+  constexpr uint64_t kUpdates = (2 << 20) / kTlsRecordPlaintext / 3;
+  EXPECT_EQ(client_->KeyUpdatesSent(), kUpdates);
+  EXPECT_EQ(server_->KeyUpdatesSent(), kUpdates);
+  EXPECT_EQ(server_->KeyUpdatesReceived(), kUpdates);
+  EXPECT_EQ(client_->KeyUpdatesReceived(), kUpdates);
+}
+
+INSTANTIATE_TEST_SUITE_P(Planes, DataStreamKeyUpdateTest, ::testing::Values(true),
+                         [](const ::testing::TestParamInfo<bool>&) { return "Tls"; });
 
 INSTANTIATE_TEST_SUITE_P(Planes, DataStreamTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
