@@ -208,8 +208,6 @@ bool DataStream::Buffered() {
   return reader_->Ready();
 }
 
-bool DataStream::WaitReadable(absl::Time deadline) {
-  return Buffered() || Wait(POLLIN, deadline);
-}
+bool DataStream::WaitReadable(absl::Time deadline) { return Buffered() || Wait(POLLIN, deadline); }
 
 }  // namespace zerostate

@@ -113,7 +113,9 @@ absl::StatusOr<std::unique_ptr<DataStream>> Handshake(SSL* ssl, int fd, absl::Ti
       return DataStream::OverTls(fd, ssl, secrets, records_per_key);
     }
     int code = SSL_get_error(ssl, r);
-    short events = code == SSL_ERROR_WANT_READ ? POLLIN : code == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+    short events = code == SSL_ERROR_WANT_READ    ? POLLIN
+                   : code == SSL_ERROR_WANT_WRITE ? POLLOUT
+                                                  : 0;
     if (events == 0) {
       long verify = SSL_get_verify_result(ssl);
       std::string why = code == SSL_ERROR_SYSCALL && ERR_peek_error() == 0
@@ -188,9 +190,9 @@ std::string TakeOpenSslErrors() {
 }
 
 absl::StatusOr<std::shared_ptr<SSL_CTX>> ServerTlsContext(const std::string& cert_pem,
-                                                         const std::string& key_pem,
-                                                         const std::string& client_ca_pem,
-                                                         bool kernel) {
+                                                          const std::string& key_pem,
+                                                          const std::string& client_ca_pem,
+                                                          bool kernel) {
   std::shared_ptr<SSL_CTX> ctx = NewContext(TLS_server_method(), kernel);
   if (!ctx) return Invalid("cannot make a context");
   if (auto s = UseIdentity(ctx.get(), cert_pem, key_pem); !s.ok()) return s;
@@ -204,8 +206,8 @@ absl::StatusOr<std::shared_ptr<SSL_CTX>> ServerTlsContext(const std::string& cer
 }
 
 absl::StatusOr<std::shared_ptr<SSL_CTX>> ClientTlsContext(const std::string& ca_pem,
-                                                         const std::string& cert_pem,
-                                                         const std::string& key_pem, bool kernel) {
+                                                          const std::string& cert_pem,
+                                                          const std::string& key_pem, bool kernel) {
   std::shared_ptr<SSL_CTX> ctx = NewContext(TLS_client_method(), kernel);
   if (!ctx) return Invalid("cannot make a context");
   if (auto s = Trust(ctx.get(), ca_pem, "the CA does not parse"); !s.ok()) return s;
@@ -227,8 +229,7 @@ absl::StatusOr<std::unique_ptr<DataStream>> TlsAccept(SSL_CTX* ctx, int fd, absl
 }
 
 absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(SSL_CTX* ctx, int fd,
-                                                       const std::string& host,
-                                                       absl::Time deadline,
+                                                       const std::string& host, absl::Time deadline,
                                                        uint64_t records_per_key) {
   SSL* ssl = SSL_new(ctx);
   if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
@@ -239,7 +240,8 @@ absl::StatusOr<std::unique_ptr<DataStream>> TlsConnect(SSL_CTX* ctx, int fd,
   // against its DNS names (and sent as SNI).
   in6_addr any;
   X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
-  bool ip = inet_pton(AF_INET, host.c_str(), &any) == 1 || inet_pton(AF_INET6, host.c_str(), &any) == 1;
+  bool ip =
+      inet_pton(AF_INET, host.c_str(), &any) == 1 || inet_pton(AF_INET6, host.c_str(), &any) == 1;
   if (ip) {
     X509_VERIFY_PARAM_set1_ip_asc(param, host.c_str());
   } else {

@@ -237,11 +237,11 @@ absl::StatusOr<size_t> TlsRecordKey::Open(const char* record, size_t len, char* 
   if (type == kApplicationData) return end - 1;
   if (type == kHandshake) {
     // One whole KeyUpdate per record, as SealKeyUpdate seals it.
-    if (end - 1 != kKeyUpdateMessage || w[0] != kKeyUpdate || w[1] != 0 || w[2] != 0 ||
-        w[3] != 1 || w[4] > kUpdateRequested) {
-      return absl::UnavailableError(absl::StrCat(
-          "TLS: a handshake record of ", end - 1, " bytes (message type ", w[0],
-          ") after the handshake; only a whole KeyUpdate is taken on the data plane"));
+    if (end - 1 != kKeyUpdateMessage || w[0] != kKeyUpdate || w[1] != 0 || w[2] != 0 || w[3] != 1 ||
+        w[4] > kUpdateRequested) {
+      return absl::UnavailableError(
+          absl::StrCat("TLS: a handshake record of ", end - 1, " bytes (message type ", w[0],
+                       ") after the handshake; only a whole KeyUpdate is taken on the data plane"));
     }
     if (w[4] == kUpdateRequested) {
       return absl::UnavailableError(
@@ -255,9 +255,9 @@ absl::StatusOr<size_t> TlsRecordKey::Open(const char* record, size_t len, char* 
     return absl::UnavailableError(
         absl::StrCat("TLS: the peer sent the alert ", SSL_alert_desc_string_long(w[1])));
   }
-  return absl::UnavailableError(absl::StrCat(
-      "TLS: a record of type ", type,
-      " after the handshake (only application data is taken on the data plane)"));
+  return absl::UnavailableError(
+      absl::StrCat("TLS: a record of type ", type,
+                   " after the handshake (only application data is taken on the data plane)"));
 }
 
 TlsRecordReader::TlsRecordReader(std::unique_ptr<TlsRecordKey> key) : key_(std::move(key)) {}

@@ -12,10 +12,7 @@
 #include <unistd.h>
 
 #include <cstring>
-#include <fstream>
 #include <future>
-#include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -24,27 +21,15 @@
 #include "common/data_tls.h"
 #include "common/frame_io.h"
 #include "gtest/gtest.h"
+#include "tests/testing/pattern.h"
 #include "tests/testing/server_process.h"
 #include "tests/testing/test_certificates.h"
+#include "tests/testing/tls_contexts.h"
 
 namespace zerostate {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// `n` bytes that differ from one offset to the next (a shifted or dropped
-// piece shows).
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string out(n, '\0');
-  std::mt19937 gen(seed);
-  for (char& c : out) c = static_cast<char>(gen());
-  return out;
-}
+using testing::Pattern;
 
 // Two ends of one loopback TCP connection (owned).
 struct SocketPair {
@@ -80,19 +65,13 @@ class DataStreamTest : public ::testing::TestWithParam<bool> {
     } else {
       const testing::TestCertificates& certs = Certificates();
       ASSERT_TRUE(certs.ok()) << certs.Log();
-      auto server_ctx =
-          ServerTlsContext(ReadFile(certs.Path("server.pem")), ReadFile(certs.Path("server.key")),
-                           ReadFile(certs.Path("ca.pem")), /*kernel=*/false);
-      ASSERT_TRUE(server_ctx.ok()) << server_ctx.status();
-      auto client_ctx =
-          ClientTlsContext(ReadFile(certs.Path("ca.pem")), ReadFile(certs.Path("client.pem")),
-                           ReadFile(certs.Path("client.key")), /*kernel=*/false);
-      ASSERT_TRUE(client_ctx.ok()) << client_ctx.status();
+      auto contexts = testing::MutualTlsContexts(certs, /*kernel=*/false);
+      ASSERT_TRUE(contexts.ok()) << contexts.status();
       auto accepted = std::async(std::launch::async, [&] {
-        return TlsAccept(server_ctx->get(), sockets_.server, deadline, records_per_key_);
+        return TlsAccept(contexts->server.get(), sockets_.server, deadline, records_per_key_);
       });
-      auto connected =
-          TlsConnect(client_ctx->get(), sockets_.client, "127.0.0.1", deadline, records_per_key_);
+      auto connected = TlsConnect(contexts->client.get(), sockets_.client, "127.0.0.1", deadline,
+                                  records_per_key_);
       auto served = accepted.get();
       ASSERT_TRUE(connected.ok()) << connected.status();
       ASSERT_TRUE(served.ok()) << served.status();
@@ -140,8 +119,9 @@ class DataStreamTest : public ::testing::TestWithParam<bool> {
     };
     auto up_sent = std::async(std::launch::async, send, client_.get(), &up);
     auto down_sent = std::async(std::launch::async, send, server_.get(), &down);
-    auto up_got = std::async(std::launch::async,
-                             [&] { return ReadInPieces(*server_, up.size(), {1 << 20, 333}); });
+    auto up_got = std::async(std::launch::async, [&] {
+      return ReadInPieces(*server_, up.size(), {1 << 20, 333});
+    });
     absl::StatusOr<std::string> down_got = ReadInPieces(*client_, down.size(), {5000, 1 << 20});
     ASSERT_TRUE(up_sent.get().ok());
     ASSERT_TRUE(down_sent.get().ok());
@@ -169,8 +149,9 @@ TEST_P(DataStreamTest, BatchBoundariesInsideAPieceArriveWholeAndInOrder) {
     iov.push_back({const_cast<char*>(p.data()), p.size()});
     all += p;
   }
-  auto sent = std::async(std::launch::async,
-                         [&] { return client_->SendAll(iov.data(), static_cast<int>(iov.size())); });
+  auto sent = std::async(std::launch::async, [&] {
+    return client_->SendAll(iov.data(), static_cast<int>(iov.size()));
+  });
   // Reads of a byte, of less than a record, of a record and a bit, and of
   // more than a batch.
   absl::StatusOr<std::string> got =

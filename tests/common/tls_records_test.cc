@@ -11,33 +11,20 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <future>
-#include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/data_tls.h"
 #include "gtest/gtest.h"
+#include "tests/testing/pattern.h"
 #include "tests/testing/test_certificates.h"
+#include "tests/testing/tls_contexts.h"
 
 namespace zerostate {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-std::string Pattern(size_t n, uint32_t seed) {
-  std::string out(n, '\0');
-  std::mt19937 gen(seed);
-  for (char& c : out) c = static_cast<char>(gen());
-  return out;
-}
+using testing::Pattern;
 
 const testing::TestCertificates& Certificates() {
   static const testing::TestCertificates* certs = new testing::TestCertificates(
@@ -52,17 +39,11 @@ class TlsRecordsTest : public ::testing::Test {
   void SetUp() override {
     const testing::TestCertificates& certs = Certificates();
     ASSERT_TRUE(certs.ok()) << certs.Log();
-    auto server_ctx =
-        ServerTlsContext(ReadFile(certs.Path("server.pem")), ReadFile(certs.Path("server.key")),
-                         ReadFile(certs.Path("ca.pem")), /*kernel=*/false);
-    ASSERT_TRUE(server_ctx.ok()) << server_ctx.status();
-    auto client_ctx =
-        ClientTlsContext(ReadFile(certs.Path("ca.pem")), ReadFile(certs.Path("client.pem")),
-                         ReadFile(certs.Path("client.key")), /*kernel=*/false);
-    ASSERT_TRUE(client_ctx.ok()) << client_ctx.status();
+    auto contexts = testing::MutualTlsContexts(certs, /*kernel=*/false);
+    ASSERT_TRUE(contexts.ok()) << contexts.status();
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds_), 0);
-    server_ = SSL_new(server_ctx->get());
-    client_ = SSL_new(client_ctx->get());
+    server_ = SSL_new(contexts->server.get());
+    client_ = SSL_new(contexts->client.get());
     ASSERT_TRUE(server_ != nullptr && client_ != nullptr);
     SSL_set_fd(server_, fds_[0]);
     SSL_set_fd(client_, fds_[1]);
@@ -154,7 +135,9 @@ TEST_F(TlsRecordsTest, OpenSslsKeyUpdatesAreOpenedAndTheRecordsAfterThem) {
   const std::vector<std::string> pieces = {Pattern(40000, 2), Pattern(100, 3), Pattern(20000, 4)};
   std::string all;
   for (size_t i = 0; i < pieces.size(); ++i) {
-    if (i > 0) ASSERT_EQ(SSL_key_update(server_, SSL_KEY_UPDATE_NOT_REQUESTED), 1);
+    if (i > 0) {
+      ASSERT_EQ(SSL_key_update(server_, SSL_KEY_UPDATE_NOT_REQUESTED), 1);
+    }
     ASSERT_EQ(SSL_write(server_, pieces[i].data(), static_cast<int>(pieces[i].size())),
               static_cast<int>(pieces[i].size()));
     all += pieces[i];
@@ -181,8 +164,7 @@ TEST_F(TlsRecordsTest, AKeyUpdateRequestingOneBackIsRefusedByName) {
   absl::StatusOr<std::string> more = ReadAtClient(reader, 10);
   ASSERT_FALSE(more.ok());
   EXPECT_TRUE(absl::IsUnavailable(more.status())) << more.status();
-  EXPECT_NE(more.status().message().find("update_requested"), std::string::npos)
-      << more.status();
+  EXPECT_NE(more.status().message().find("update_requested"), std::string::npos) << more.status();
   EXPECT_EQ(reader.key_updates(), 0u);
 }
 

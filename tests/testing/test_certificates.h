@@ -36,13 +36,15 @@ class TestCertificates {
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
   const std::string& dir() const { return dir_; }
   bool ok() const { return ok_; }
-  // What openssl printed, for a failure's message.
-  std::string Log() const {
-    std::ifstream in(Path("openssl.log"));
+  // The text of file `name` here (a PEM file); "" when missing.
+  std::string Read(const std::string& name) const {
+    std::ifstream in(Path(name));
     std::stringstream text;
     text << in.rdbuf();
     return text.str();
   }
+  // What openssl printed, for a failure's message.
+  std::string Log() const { return Read("openssl.log"); }
 
  private:
   static constexpr char kNewKey[] = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
