@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, hidden, "8192,8192", "hidden widths");
 ABSL_FLAG(uint32_t, output, 2048, "output width");
 ABSL_FLAG(uint32_t, micro_batch, 4, "samples per micro-batch");
 ABSL_FLAG(int, steps, 3, "end-to-end steps timed (after one warm-up step)");
+ABSL_FLAG(std::string, wire, "fp32",
+          "gradients and weights on the wire: fp32, or bf16 (bf16 gradients of one node are "
+          "summed with streaming stores, so their statistics are read back from memory)");
 ABSL_FLAG(bool, speculative, true,
           "also time the same model as a speculative_step job (speculative_* figures)");
 
@@ -93,6 +96,14 @@ v1::WorkerConfig BenchConfig() {
   c.mutable_train()->set_job_id("step-bench");
   c.mutable_train()->set_micro_batch_size(absl::GetFlag(FLAGS_micro_batch));
   c.mutable_train()->set_steps(1 + 1 + absl::GetFlag(FLAGS_steps));
+  const std::string wire = absl::GetFlag(FLAGS_wire);
+  if (wire == "bf16") {
+    c.mutable_train()->set_grad_dtype(v1::DTYPE_BF16);
+    c.mutable_train()->set_weight_dtype(v1::DTYPE_BF16);
+  } else if (wire != "fp32") {
+    Check(absl::InvalidArgumentError(absl::StrCat("--wire: ", wire, " is neither fp32 nor bf16")),
+          "flags");
+  }
   return *NormalizeConfig(c, 1);
 }
 

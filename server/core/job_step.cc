@@ -104,12 +104,35 @@ void JobStep::StatsOnComplete(Block& b) {
   b.stats_step = b.version;
 }
 
+void JobStep::QueueStats(Block& b) {
+  ThreadPool* pool = stats_pool_.load(std::memory_order_acquire);
+  if (pool == nullptr || env_.shutting_down->load()) return;
+  {
+    absl::MutexLock lock(&tasks_mu_);
+    ++tasks_;
+  }
+  pool->Schedule([this, local = b.local, version = b.version] {
+    {
+      Block& block = *blocks()[local];
+      absl::MutexLock lock(&block.mu);
+      if (block.version == version && !env_.shutting_down->load()) StatsOnComplete(block);
+    }
+    absl::MutexLock lock(&tasks_mu_);
+    --tasks_;
+  });
+}
+
 void JobStep::OnComplete(Block& b) {
   // A sum streamed out of cache (the first node's long pieces decoded
   // with non-temporal stores, as bf16 pushes of one node are) would be
   // read back from memory here, on the push's path, halving those pushes:
-  // its statistics wait for Stats or the step's commit instead.
-  if (!b.acc.streamed()) StatsOnComplete(b);
+  // its statistics are read on the stats pool instead, while later blocks
+  // still arrive (Stats or the step's commit computes those not done yet).
+  if (b.acc.streamed()) {
+    QueueStats(b);
+  } else {
+    StatsOnComplete(b);
+  }
   MaybeSpeculate(b);
   if (StepReplicator* r = replicator_.load(std::memory_order_acquire)) r->OnBlockComplete(b);
 }
@@ -126,6 +149,7 @@ StepReplicator* JobStep::ReplicatorOrMake(
 
 absl::StatusOr<GradStats> JobStep::Stats(uint64_t step, absl::Time deadline,
                                          StepPhaseTimes* times, ThreadPool* pool) {
+  if (pool != nullptr) stats_pool_.store(pool, std::memory_order_release);
   auto start = Clock::now();
   for (const auto& bp : blocks()) {
     Block& b = *bp;

@@ -127,13 +127,23 @@ class JobStep {
   // blocks, in block order, of each block's ComputeGradStats, computed by
   // the push that completed the block (OnComplete) while its sum was in
   // cache (a sum written with non-temporal stores, GradientAccumulator::
-  // streamed(), is not: then here, or at the step's commit), kept until the
-  // block's next step commits (a retry gets the same answer). `times`
+  // streamed(), is not: then on the stats pool as soon as the block
+  // completes, see below; else here, or at the step's commit), kept until
+  // the block's next step commits (a retry gets the same answer). `times`
   // (null: not measured) gets wait_gradients and grad_stats. The blocks
-  // whose statistics are left to this call are computed on `pool` (null:
-  // here, one after another). Errors: FAILED_PRECONDITION (step from the
-  // past or too far ahead), DEADLINE_EXCEEDED (names missing nodes),
-  // UNAVAILABLE.
+  // whose statistics are still left to this call are computed on `pool`
+  // (null: here, one after another).
+  //
+  // A non-null `pool` becomes the job's stats pool from then on: the push
+  // that completes a block whose sum was streamed queues the block's
+  // statistics on it, so they are read back on cores that are idle while
+  // the other blocks' gradients still arrive, not after the last one (a
+  // job of one node pushing bf16: a pass over the whole sum between the
+  // last push and the Step). The pool must stay alive while pushes reach
+  // the job and run its queued tasks before it goes (~ThreadPool does);
+  // ~JobStep waits for those still queued. Errors: FAILED_PRECONDITION
+  // (step from the past or too far ahead), DEADLINE_EXCEEDED (names
+  // missing nodes), UNAVAILABLE.
   [[nodiscard]] absl::StatusOr<GradStats> Stats(uint64_t step, absl::Time deadline,
                                                 StepPhaseTimes* times = nullptr,
                                                 ThreadPool* pool = nullptr);
@@ -178,8 +188,9 @@ class JobStep {
   [[nodiscard]] absl::StatusOr<StepOutcome> StepAhead(const v1::StepRequest& req, ThreadPool& pool);
 
   // Called by the push that completes block b (every node's gradient in):
-  // computes the block's statistics (unless its sum is not in cache:
-  // GradientAccumulator::streamed()), schedules its speculation when
+  // computes the block's statistics (when its sum is not in cache,
+  // GradientAccumulator::streamed(): queues them on the stats pool, if
+  // Stats gave one), schedules its speculation when
   // the step's parameters are known, and tells the replicator, if any
   // (StepReplicator::OnBlockComplete). REQUIRES: b.mu held.
   void OnComplete(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
@@ -216,6 +227,9 @@ class JobStep {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   // Unless it holds them already, the block's gradient statistics once complete.
   void StatsOnComplete(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+  // Queues StatsOnComplete of complete block b at its version on the stats
+  // pool (none yet: left to Stats or the commit).
+  void QueueStats(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
 
   // Queues b's speculation when it is complete, not stepped, and the
   // parameters of its step are known.
@@ -268,8 +282,12 @@ class JobStep {
   mutable absl::Mutex ahead_mu_;
   std::optional<Ahead> ahead_ ABSL_GUARDED_BY(ahead_mu_);
 
+  // The pool of the last Stats that gave one (QueueStats), or null.
+  std::atomic<ThreadPool*> stats_pool_{nullptr};
+
   absl::Mutex tasks_mu_;
-  uint64_t tasks_ ABSL_GUARDED_BY(tasks_mu_) = 0;  // speculation tasks queued or running
+  // Speculation and statistics tasks queued or running.
+  uint64_t tasks_ ABSL_GUARDED_BY(tasks_mu_) = 0;
 };
 
 }  // namespace zerostate::server

@@ -292,9 +292,12 @@ TEST_F(JobTest, StatsAreThePerBlockKernelAddedInBlockOrder) {
 
 // A one-node job whose bf16 pieces are long enough to be streamed into the
 // sum (GradientAccumulator::streamed()): its statistics, left by the push
-// to Stats (on its pool) or the step's commit, are still each block's
+// to Stats (on its pool), to the tasks the push queues on the stats pool
+// once a Stats gave one, or to the step's commit, are still each block's
 // ComputeGradStats added in block order, bit for bit, and kept past the
-// step's commit whether or not Stats ran before it.
+// step's commit whether or not Stats ran before it. Step 0: Stats with the
+// pool; step 1: the pushes queue the statistics, Stats (no pool) comes
+// while they may still run; step 2: no Stats before the Step.
 TEST(JobStreamedSumTest, StatsAreTheSameAndKeptPastTheCommit) {
   constexpr uint32_t kBig = 16384;  // a whole block per piece: streamed
   v1::RegisterJobRequest req = MakeRequest(/*nodes=*/1);
@@ -312,7 +315,7 @@ TEST(JobStreamedSumTest, StatsAreTheSameAndKeptPastTheCommit) {
   Job& job = *reg->job;
   const uint64_t blocks = job.layout().num_blocks();
   ASSERT_EQ(blocks, 3u);
-  for (uint64_t step = 0; step < 2; ++step) {
+  for (uint64_t step = 0; step < 3; ++step) {
     std::mt19937 rng(step + 7);
     std::uniform_real_distribution<float> d(-1, 1);
     std::vector<float> g(blocks * kBig, 0.0f);
@@ -336,8 +339,9 @@ TEST(JobStreamedSumTest, StatsAreTheSameAndKeptPastTheCommit) {
       expected.sum_squares += part.sum_squares;
       expected.nonfinite += part.nonfinite;
     }
-    if (step == 0) {  // asked before the step (computed on the pool); step 1: first after it
-      auto stats = job.step().Stats(step, absl::Now() + absl::Seconds(5), nullptr, &pool);
+    if (step < 2) {  // asked before the step; step 2: first after it
+      auto stats = job.step().Stats(step, absl::Now() + absl::Seconds(5), nullptr,
+                                    step == 0 ? &pool : nullptr);
       ASSERT_TRUE(stats.ok()) << stats.status();
       EXPECT_EQ(stats->sum_squares, expected.sum_squares);
     }
