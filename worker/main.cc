@@ -56,6 +56,10 @@ ABSL_FLAG(bool, plaintext, false, "talk to the state servers without TLS (server
 ABSL_FLAG(int64_t, delayed_update_warmup, -1,
           "delayed parameter update (ZeRO-Offload's DPU) after this many synchronous steps "
           "(train.delayed_update; -1: the config's, off by default)");
+ABSL_FLAG(int32_t, streams_per_server, 0,
+          "streams (connections) per server of each push and gather, each on a thread of "
+          "its own (0: the client's default, 4); more put more of a same-host server's "
+          "cores on the copies");
 ABSL_FLAG(bool, data_plane, true,
           "push and gather over the servers' TCP data plane, under TLS when the servers are "
           "(false: over gRPC)");
@@ -250,6 +254,15 @@ int Main() {
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.plaintext = absl::GetFlag(FLAGS_plaintext);
   options.data_plane = absl::GetFlag(FLAGS_data_plane);
+  if (const int32_t streams = absl::GetFlag(FLAGS_streams_per_server); streams != 0) {
+    if (streams < 1 || streams > 64) {
+      return std::fprintf(stderr,
+                          "zerostate-worker: --streams_per_server: %d must be between 0 (the "
+                          "client's default) and 64\n",
+                          streams), 2;
+    }
+    options.streams_per_server = streams;
+  }
   auto token = WorkerJobToken(GetEnv(kJobTokenEnv), topo->world(), threads > 0 ? threads : 1);
   if (!token.ok()) return std::fprintf(stderr, "zerostate-worker: %s\n", token.status().ToString().c_str()), 2;
   options.job_token = *token;

@@ -7,7 +7,9 @@ why):
                                     speculative, delayed, sync_layer_buckets
                                     (synchronous, one bucket per layer),
                                     sync_whole_landing (that, and every
-                                    weight landed at the step's end);
+                                    weight landed at the step's end),
+                                    sync_streams8 (synchronous, 8 streams
+                                    per server: --streams_per_server);
                                     wire fp32, bf16
   <peer>_step_ms                    fsdp2_offload_fp32, fsdp2_offload_bf16,
                                     pure_gpu (fp32)
@@ -27,7 +29,12 @@ why):
                                     waits for weights count as gather)
   overlap.<mode>_<wire>             the longest part's median / the step's
                                     median (1: perfect overlap, 1/5: none)
-  same_losses.sync_{layer_buckets,whole_landing}_<wire>
+  server_<mode>_<wire>.<phase>_ms   the server's mean ms per observation of
+                                    each phase of the job's steps
+                                    (zerostate_step_phase_seconds of
+                                    metrics_<mode>_<wire>.txt: grad_stats,
+                                    optimizer, commit, wait_gradients, ...)
+  same_losses.sync_{layer_buckets,whole_landing,streams8}_<wire>
                                     1 when every step's loss (as printed) of
                                     that run equals the default synchronous
                                     run's, else 0: neither the bucket cut nor
@@ -43,7 +50,7 @@ import argparse
 import os
 import statistics
 
-from step_logs import emit, figure_value, figures, worker_steps
+from step_logs import emit, figure_value, figures, phase_means, worker_steps
 
 p = argparse.ArgumentParser()
 p.add_argument("--out", required=True)
@@ -53,7 +60,8 @@ p.add_argument("--reference", default="")
 a = p.parse_args()
 
 WIRES = ("fp32", "bf16")
-MODES = ("sync", "speculative", "delayed", "sync_layer_buckets", "sync_whole_landing")
+MODES = ("sync", "speculative", "delayed", "sync_layer_buckets", "sync_whole_landing",
+         "sync_streams8")
 # Bytes of memory traffic per parameter of each stage of a step on one
 # host, the trainer on the GPU, the server on loopback over the same-host
 # (shared memory) plane; read + write of host memory:
@@ -171,9 +179,11 @@ for wire in WIRES:
         if floor[wire]:
             emit(f"ratio.{name}.to.floor", ours / floor[wire], "x", floor[wire],
                  ours / floor[wire])
+        for phase, seconds in sorted(phase_means(path(f"metrics_{name}.txt"), name).items()):
+            emit(f"server_{name}.{phase}_ms", seconds * 1e3, "ms")
 for wire in WIRES:
     base = losses(f"sync_{wire}")
-    for other in ("sync_layer_buckets", "sync_whole_landing"):
+    for other in ("sync_layer_buckets", "sync_whole_landing", "sync_streams8"):
         cut = losses(f"{other}_{wire}")
         if base and cut:
             emit(f"same_losses.{other}_{wire}", int(base == cut), "bool", steps=len(base))

@@ -1,4 +1,4 @@
-// Bad checkpoint and peer-timeout flags of zerostate-worker: refused with
+// Bad checkpoint, peer-timeout, pause and stream flags of zerostate-worker: refused with
 // exit code 2 and a message naming the flag, before anything is trained.
 #include <gtest/gtest.h>
 
@@ -41,6 +41,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlags{"nan_timeout", {"--peer_timeout_seconds=nan"}, "--peer_timeout_seconds: nan"},
         BadFlags{"negative_server_wait", {"--server_wait_seconds=-3"},
                  "--server_wait_seconds: -3 must be >= 0"},
+        BadFlags{"negative_streams", {"--streams_per_server=-1"},
+                 "--streams_per_server: -1 must be between 0"},
+        BadFlags{"too_many_streams", {"--streams_per_server=65"},
+                 "--streams_per_server: 65 must be between 0"},
         BadFlags{"pause_phase", {"--test_pause=backward:3:/tmp/x"},
                  "--test_pause: 'backward:3:/tmp/x' names no phase"},
         BadFlags{"pause_parts", {"--test_pause=push:3"}, "--test_pause: 'push:3' has too few parts"}),
