@@ -189,7 +189,8 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
           ? opt.replica_lanes
           : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
   s->replicator_ = std::make_unique<Replicator>(Replicator::Options{
-      *std::move(peer_credentials), opt.replica_timeout, absl::Seconds(1), s->metrics_.get(), lanes});
+      *std::move(peer_credentials), opt.replica_timeout, absl::Seconds(1), s->metrics_.get(), lanes,
+      s->primaries_.get()});
   // The core's push and gather paths, which both edges call.
   s->pushes_ = std::make_unique<PushHandler>(*s->jobs_, s->primaries_.get(), service.max_wait);
   s->gathers_ = std::make_unique<GatherHandler>(*s->jobs_, s->primaries_.get(), service.max_wait,

@@ -34,9 +34,10 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
   const bool from_master = dtype == v1::DTYPE_FP32;
   const size_t esize = DTypeSize(dtype);
   StateTier& tier = shard_.tier();
-  // Only versions every backup holds (JobStep::visible_through).
+  // Only versions every backup holds (JobStep::visible_through); a
+  // deposed copy serves none (its waiters end with the reason).
   const std::function<bool(uint64_t)> visible = [this](uint64_t version) {
-    return version <= step_.visible_through();
+    return version <= step_.visible_through() || step_.deposed();
   };
   // fp32 pieces are copied straight from the tier's resident state (the RAM
   // tier), else from the block last loaded: consecutive pieces of one block
@@ -55,6 +56,7 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
       if (auto st = shard_.AwaitReadable(b, min_version, deadline, visible); !st.ok()) {
         return st;
       }
+      if (auto st = step_.CheckNotDeposed(); !st.ok()) return st;
       const float* master = from_master ? tier.Resident(b.local) : nullptr;
       if (from_master && master == nullptr) {
         if (loaded != &b || loaded_version != b.version || b.version == 0) {

@@ -479,7 +479,7 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
     if (s.ok() && replicated) {
       unacked_.reset();
       visible_through_ = UINT64_MAX;
-      for (const auto& bp : blocks()) absl::MutexLock wake(&bp->mu);  // gathers waiting for it
+      WakeBlocks();
     }
     return s;
   };
@@ -511,6 +511,39 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
   out.already_applied = stepped == 0;
   out.params_stepped = req.skip() ? 0 : stepped;
   return out;
+}
+
+void JobStep::WakeBlocks() {
+  for (const auto& bp : blocks()) absl::MutexLock wake(&bp->mu);  // gathers waiting on them
+}
+
+void JobStep::MarkDeposed(std::string why) {
+  {
+    absl::MutexLock lock(&deposed_mu_);
+    deposed_ = std::move(why);
+    deposed_flag_ = true;
+  }
+  WakeBlocks();
+}
+
+absl::Status JobStep::CheckNotDeposed() const {
+  absl::MutexLock lock(&deposed_mu_);
+  if (deposed_.empty()) return absl::OkStatus();
+  return absl::UnavailableError(deposed_);
+}
+
+void JobStep::Reseeded() {
+  {
+    absl::MutexLock pass_lock(&pass_mu_);
+    unacked_.reset();
+    visible_through_ = UINT64_MAX;
+  }
+  {
+    absl::MutexLock lock(&deposed_mu_);
+    deposed_.clear();
+    deposed_flag_ = false;
+  }
+  WakeBlocks();
 }
 
 std::function<absl::Status()> JobStep::Replicate(StepReplicator* replicator,

@@ -178,6 +178,24 @@ class JobStep {
   // are taken (released) when it grows, which wakes their waiters.
   uint64_t visible_through() const { return visible_through_.load(); }
 
+  // Fencing (issue 19; docs/reliability.md, "Replicated shards"): a backup
+  // of this copy's shard answered this copy's step that it serves the shard
+  // as primary now (a newer claim). The step ran here but was never
+  // acknowledged, so this copy holds state no primary vouches for: until a
+  // catch-up replaces it (Reseeded), the copy serves nothing as primary
+  // (Primaries::Serve refuses it), takes no step from a primary (it needs a
+  // catch-up), and gathers waiting on it end with CheckNotDeposed's error.
+  // `why` names the shard and its new primary. Never blocks on the pass.
+  void MarkDeposed(std::string why) ABSL_LOCKS_EXCLUDED(deposed_mu_);
+  bool deposed() const { return deposed_flag_.load(); }
+  // OK, or UNAVAILABLE "not primary: ..." (the reason MarkDeposed got)
+  // while the copy is deposed.
+  [[nodiscard]] absl::Status CheckNotDeposed() const ABSL_LOCKS_EXCLUDED(deposed_mu_);
+  // The copy's state was replaced by its primary's (ReplicaService.Seed):
+  // no longer deposed; its versions are acknowledged ones (visible), and an
+  // unacknowledged step it kept for a retry is dropped.
+  void Reseeded() ABSL_LOCKS_EXCLUDED(pass_mu_, deposed_mu_);
+
   // The Step sent ahead (req.ahead): records its parameters and schedules
   // every complete block at version req.step() on `pool` (which must outlive
   // the job). Does not wait; commits nothing. Answer: version req.step()
@@ -265,6 +283,10 @@ class JobStep {
   std::function<absl::Status()> Replicate(StepReplicator* replicator, const v1::StepRequest& req,
                                           bool pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
 
+  // Takes and releases every block's mutex: gathers waiting on a block
+  // look again at what they wait for (visible_through_, deposed_flag_).
+  void WakeBlocks();
+
   const Env env_;
   // Made once, kept for the job's life; read without the mutex (OnComplete).
   absl::Mutex replicator_mu_;
@@ -276,6 +298,9 @@ class JobStep {
   // The last step sent to the backups until they all acknowledged it.
   std::shared_ptr<const StepReplicator::Payload> unacked_ ABSL_GUARDED_BY(pass_mu_);
   std::atomic<uint64_t> visible_through_{UINT64_MAX};
+  mutable absl::Mutex deposed_mu_;
+  std::string deposed_ ABSL_GUARDED_BY(deposed_mu_);  // why; empty: not deposed
+  std::atomic<bool> deposed_flag_{false};  // !deposed_.empty(), read under blocks' mutexes
   TrainerStates trainer_states_;
   AppliedSteps applied_steps_;
 

@@ -9,6 +9,9 @@ namespace zerostate::server {
 absl::Status Primaries::Serve(const Job& copy) {
   const std::string& job = copy.spec().job_id();
   const uint32_t shard = copy.shard_index();
+  // A deposed copy holds a step no primary acknowledged: never served
+  // until a catch-up replaced it, whatever the membership says.
+  if (auto s = copy.step().CheckNotDeposed(); !s.ok()) return s;
   {
     absl::MutexLock lock(&mu_);
     auto it = held_.find({job, shard});
@@ -17,12 +20,15 @@ absl::Status Primaries::Serve(const Job& copy) {
       held_.erase(it);
     }
   }
-  if (!membership_.LeaseValid()) {
+  const auto fenced = [&] {
     return absl::UnavailableError(absl::StrCat(
         "not primary: shard ", shard, " of job '", job, "': this server (", membership_.self(),
         ") lost its membership lease and is fenced; ask the shard's backups"));
-  }
+  };
+  if (!membership_.LeaseValid()) return fenced();
   auto term = membership_.Claim(job, static_cast<int>(shard));
+  // FAILED_PRECONDITION: the lease lapsed since the check above.
+  if (absl::IsFailedPrecondition(term.status())) return fenced();
   if (!term.ok()) return term.status();
   if (term->primary != membership_.self()) {
     return absl::UnavailableError(absl::StrCat("not primary: shard ", shard, " of job '", job,
@@ -34,10 +40,18 @@ absl::Status Primaries::Serve(const Job& copy) {
   return absl::OkStatus();
 }
 
-bool Primaries::Serving(const std::string& job, uint32_t shard) const {
+std::optional<PrimaryTerm> Primaries::Serving(const std::string& job, uint32_t shard) const {
   absl::MutexLock lock(&mu_);
   auto it = held_.find({job, shard});
-  return it != held_.end() && membership_.Holds(job, static_cast<int>(shard), it->second);
+  if (it == held_.end() || !membership_.Holds(job, static_cast<int>(shard), it->second)) {
+    return std::nullopt;
+  }
+  return it->second;
+}
+
+void Primaries::Fence(const std::string& job, uint32_t shard) {
+  absl::MutexLock lock(&mu_);
+  held_.erase({job, shard});
 }
 
 absl::Status Primaries::Release(const std::string& job) {

@@ -7,6 +7,7 @@
 // Thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -29,12 +30,21 @@ class Primaries {
   // shard's claim, or claims it now (its own shard at first use; a backed-
   // up one when no live primary holds it: a failover). Errors:
   // UNAVAILABLE "not primary" naming the job, the shard and its primary
-  // (or that this server's lease lapsed: fenced); the membership's errors.
+  // (or that this server's lease lapsed, or the copy was deposed: fenced);
+  // the membership's errors.
   [[nodiscard]] absl::Status Serve(const Job& copy);
 
-  // Whether this server answers for (job, shard) as primary now (a
-  // backup copy that does must refuse its old primary's steps).
-  bool Serving(const std::string& job, uint32_t shard) const;
+  // This server's term of (job, shard) when it answers for it as primary
+  // now (a backup copy that does must refuse its old primary's steps:
+  // ReplicaService answers them ABORTED naming this term); else nullopt.
+  std::optional<PrimaryTerm> Serving(const std::string& job, uint32_t shard) const;
+
+  // Fences this server for (job, shard) at once, as a lapsed lease does
+  // for every shard: its held claim is dropped, so it no longer counts as
+  // Serving, and the next Serve asks the membership again (which names the
+  // new primary). Called when a backup answered that it serves the shard
+  // as primary now (the copy is then deposed: JobStep::MarkDeposed).
+  void Fence(const std::string& job, uint32_t shard);
 
   // Gives up every claim this server holds of the job's shards (it was
   // deleted): Membership::Release of each, so the other members hear of

@@ -18,11 +18,24 @@ namespace zerostate::server {
 
 absl::Status ReplicaServiceImpl::CheckNotPrimary(const std::string& job, uint32_t shard,
                                                  const char* what) const {
-  if (primaries_ == nullptr || !primaries_->Serving(job, shard)) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat("shard ", shard, " of job '", job,
-                                                    "' is served by this server as primary now; "
-                                                    "it takes no ",
-                                                    what, " from another"));
+  if (primaries_ == nullptr) return absl::OkStatus();
+  std::optional<PrimaryTerm> term = primaries_->Serving(job, shard);
+  if (!term.has_value()) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat("shard ", shard, " of job '", job,
+                                         "' has a newer primary: this server, ", term->primary,
+                                         " (epoch ", term->epoch, "); a ", what,
+                                         " from another is refused"));
+}
+
+absl::Status ReplicaServiceImpl::CheckTakesSteps(const Job& copy, const char* what) const {
+  if (auto s = CheckNotPrimary(copy.spec().job_id(), copy.shard_index(), what); !s.ok()) return s;
+  if (auto s = copy.step().CheckNotDeposed(); !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shard ", copy.shard_index(), " of job '", copy.spec().job_id(),
+                     "': this copy needs a catch-up before it can take a ", what, " (",
+                     s.message(), ")"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<Job>> ReplicaServiceImpl::OpenStep(
@@ -35,7 +48,7 @@ absl::StatusOr<std::shared_ptr<Job>> ReplicaServiceImpl::OpenStep(
   }
   auto job = jobs_.Shard(first->job_id(), *token, first->shard());
   if (!job.ok()) return job.status();
-  if (auto s = CheckNotPrimary(first->job_id(), first->shard(), "step"); !s.ok()) return s;
+  if (auto s = CheckTakesSteps(**job, "step"); !s.ok()) return s;
   return job;
 }
 
@@ -227,6 +240,7 @@ grpc::Status ReplicaServiceImpl::Seed(grpc::ServerContext* ctx,
       return ToGrpcStatus(s);
     }
   }
+  copy.step().Reseeded();  // a deposed copy's unacknowledged step is gone
   if (seed_hook_) seed_hook_("applied", first.shard());
   resp->set_version(first.version());
   return grpc::Status::OK;

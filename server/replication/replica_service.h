@@ -52,10 +52,16 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service {
                     v1::SeedResponse* resp) override;
 
  private:
-  // FAILED_PRECONDITION when this server serves (job, shard) as primary:
-  // its copy takes no step or state from another.
+  // ABORTED when this server serves (job, shard) as primary: its copy
+  // takes no step or state (`what`) from another, who is no longer the
+  // primary (fencing: the sender must stop answering as primary). The
+  // message names this server and its term's epoch.
   [[nodiscard]] absl::Status CheckNotPrimary(const std::string& job, uint32_t shard,
                                              const char* what) const;
+  // CheckNotPrimary, then FAILED_PRECONDITION "needs a catch-up" when the
+  // copy is deposed (JobStep::MarkDeposed): it holds a step no primary
+  // acknowledged, so it takes a step only once a Seed replaced its state.
+  [[nodiscard]] absl::Status CheckTakesSteps(const Job& copy, const char* what) const;
 
   using Sums = std::vector<std::pair<uint64_t, std::string>>;  // global block, sum
   // The start of ApplyStep and SendSums (`method`): the token, the first

@@ -180,6 +180,16 @@ void Replicator::Revive(const CopyKey& key, uint64_t bytes) {
   if (options_.metrics != nullptr) options_.metrics->RecordCatchupBytes(bytes);
 }
 
+void Replicator::Depose(const std::string& job, uint32_t shard) {
+  if (options_.primaries != nullptr) options_.primaries->Fence(job, shard);
+  absl::MutexLock lock(&mu_);
+  absl::erase_if(lost_, [&](const CopyKey& k) {
+    return std::get<0>(k) == job && std::get<1>(k) == shard;
+  });
+  under_.erase({job, shard});
+  PublishLocked();
+}
+
 void Replicator::Forget(const std::string& job) {
   absl::MutexLock lock(&mu_);
   absl::erase_if(lost_, [&](const CopyKey& k) { return std::get<0>(k) == job; });

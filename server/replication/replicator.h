@@ -8,10 +8,20 @@
 //
 // A copy that cannot be reached (UNAVAILABLE), no longer holds the job
 // (it restarted empty: UNAUTHENTICATED, as any call of a job a server does
-// not hold, or NOT_FOUND) or is at another version
-// (FAILED_PRECONDITION) is lost: the step is acknowledged without it, and
-// the shard counts as under-replicated until a catch-up brings a copy
-// back. Any other answer fails the primary's Step (its retry sends again).
+// not hold, or NOT_FOUND) or needs a catch-up (FAILED_PRECONDITION: it is
+// at another version, or was deposed) is lost: the step is acknowledged
+// without it, and the shard counts as under-replicated until a catch-up
+// brings a copy back.
+//
+// Fencing: a copy that answers ABORTED serves the shard as primary now (it
+// claimed it after this server's claim lapsed, or was let go, without this
+// server noticing yet). Then this server is no longer the primary: the step
+// is not acknowledged (UNAVAILABLE "not primary" naming the shard and the
+// new primary), this server is fenced for the shard (Primaries::Fence, as
+// a lapsed lease fences it) and its copy deposed (JobStep::MarkDeposed,
+// until the new primary catches it up), so the clients move to the new
+// primary and run the step there. Any other answer fails the primary's
+// Step (its retry sends again).
 //
 // Catch-up: at each later step the primary checks whether a lost copy's
 // server accepts a connection again (a new channel, up to
@@ -42,6 +52,7 @@
 #include "server/core/tls_files.h"
 #include "server/core/job.h"
 #include "server/core/metrics.h"
+#include "server/core/primaries.h"
 #include "zerostate/v1/replica.grpc.pb.h"
 
 namespace zerostate::server {
@@ -66,6 +77,9 @@ class Replicator {
     // Connections a streamed step's sums travel on to each backup (the
     // ApplyStep call's and lanes - 1 SendSums calls, each on its own).
     int lanes = 4;
+    // Fenced for a shard whose backup answers that it is the primary now
+    // (Primaries::Fence); null: none (tests of the replicator alone).
+    Primaries* primaries = nullptr;
   };
   explicit Replicator(Options options) : options_(std::move(options)) {}
 
@@ -109,6 +123,9 @@ class Replicator {
   void MarkLost(const CopyKey& key, uint64_t blocks);
   // The copy caught up with `bytes` of state: live again.
   void Revive(const CopyKey& key, uint64_t bytes);
+  // (job, shard) has a newer primary (a backup answered ABORTED): no longer
+  // served here (Primaries::Fence), so its lost copies are forgotten.
+  void Depose(const std::string& job, uint32_t shard);
   void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;

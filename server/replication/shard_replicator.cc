@@ -325,6 +325,21 @@ std::function<std::vector<ShardReplicator::Result>()> ShardReplicator::SendWhole
 }
 
 absl::Status ShardReplicator::Judge(uint64_t step, const std::vector<Result>& results) {
+  // Fencing comes first: a copy that serves the shard as primary now
+  // (ABORTED, to the step or to its catch-up) means this server is not the
+  // primary any more, whatever the others answered.
+  for (const Result& r : results) {
+    if (!absl::IsAborted(r.status)) continue;
+    std::string why = absl::StrCat(
+        "not primary: shard ", shard_, " of job '", job_id_, "' has a newer primary, ", r.address,
+        ", which refused step ", step, " from this server (", r.status.message(),
+        "); step ", step, " is not acknowledged and this server is fenced for the shard; ask "
+        "the shard's backups");
+    // Deposed before fenced: a Serve in between must not claim the shard again.
+    job_.step().MarkDeposed(why);
+    owner_.Depose(job_id_, shard_);
+    return absl::UnavailableError(std::move(why));
+  }
   absl::Status first;
   for (const Result& r : results) {
     const absl::Status& s = r.status;
@@ -335,6 +350,7 @@ absl::Status ShardReplicator::Judge(uint64_t step, const std::vector<Result>& re
     if (s.ok()) continue;
     // UNAUTHENTICATED: the copy's server knows no job of this token (it
     // restarted empty; the job's calls answer so, never NOT_FOUND).
+    // FAILED_PRECONDITION: the copy needs a catch-up.
     if (absl::IsUnavailable(s) || absl::IsNotFound(s) || absl::IsFailedPrecondition(s) ||
         absl::IsDeadlineExceeded(s) || absl::IsUnauthenticated(s)) {
       owner_.MarkLost({job_id_, shard_, r.server}, blocks_);
@@ -421,10 +437,14 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
       }
       ResetLocked();
     }
-    absl::Status s = Judge(step, results);
-    Arm(step + 1);
-    return s;
+    return Conclude(step, results);
   };
+}
+
+absl::Status ShardReplicator::Conclude(uint64_t step, const std::vector<Result>& results) {
+  absl::Status s = Judge(step, results);
+  if (!job_.step().deposed()) Arm(step + 1);  // a deposed copy sends no more steps
+  return s;
 }
 
 std::function<absl::Status()> ShardReplicator::Resend(std::shared_ptr<const Payload> payload) {
@@ -433,10 +453,7 @@ std::function<absl::Status()> ShardReplicator::Resend(std::shared_ptr<const Payl
   const uint64_t step = payload->request.step();
   auto others = SendWhole(std::move(payload), all);
   return [this, others, step]() {
-    std::vector<Result> results = others();
-    absl::Status s = Judge(step, results);
-    Arm(step + 1);
-    return s;
+    return Conclude(step, others());
   };
 }
 

@@ -71,8 +71,13 @@ class ShardReplicator final : public StepReplicator {
   std::function<std::vector<Result>()> SendWhole(std::shared_ptr<const Payload> payload,
                                                  const std::vector<uint32_t>& to);
   // The Step's answer from the copies' results: lost ones marked, caught
-  // up ones revived, other errors UNAVAILABLE naming the backup.
+  // up ones revived, other errors UNAVAILABLE naming the backup. A copy
+  // that answered ABORTED is the shard's primary now: this copy is deposed
+  // and this server fenced for the shard (Replicator::Depose), and the
+  // answer is UNAVAILABLE "not primary" naming the shard and that copy.
   [[nodiscard]] absl::Status Judge(uint64_t step, const std::vector<Result>& results);
+  // Judge, then arms the next step unless the copy was deposed.
+  [[nodiscard]] absl::Status Conclude(uint64_t step, const std::vector<Result>& results);
   // Arms `step`: the blocks already complete at that version are queued
   // (the others as their pushes complete them).
   void Arm(uint64_t step) ABSL_LOCKS_EXCLUDED(mu_);

@@ -158,7 +158,8 @@ TEST_F(ApplyStepTest, BadStepsAndSumsAreRefusedNamingWhatIsWrongAndTheCopyStaysA
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
   // A lane whose step never comes: its sums are kept, applied to nothing.
   EXPECT_TRUE(SendSums(lane).ok());
-  // To the shard's primary, which takes no step from another.
+  // To the shard's primary, which takes no step from another: ABORTED,
+  // the sender is no longer the primary (it fences itself).
   auto primary = v1::ReplicaService::NewStub(
       grpc::CreateChannel(servers_[0], grpc::InsecureChannelCredentials()));
   {
@@ -171,8 +172,11 @@ TEST_F(ApplyStepTest, BadStepsAndSumsAreRefusedNamingWhatIsWrongAndTheCopyStaysA
     }
     writer->WritesDone();
     grpc::Status g = writer->Finish();
-    EXPECT_EQ(g.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << g.error_message();
-    EXPECT_NE(g.error_message().find("served by this server as primary now"), std::string::npos)
+    EXPECT_EQ(g.error_code(), grpc::StatusCode::ABORTED) << g.error_message();
+    EXPECT_NE(g.error_message().find("shard 0 of job 'applied' has a newer primary: this server"),
+              std::string::npos)
+        << g.error_message();
+    EXPECT_NE(g.error_message().find("a step from another is refused"), std::string::npos)
         << g.error_message();
   }
   // Nothing changed: the backup still equals the primary, and steps go on

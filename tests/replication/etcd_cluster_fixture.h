@@ -62,13 +62,7 @@ class EtcdClusterFixture : public EtcdFixture {
   // `after_push` (if set) on node 0 once its push of step `from` is in.
   void Train(testing::ReplicatedRun& run, testing::ReferenceModel& ref, uint64_t from,
              uint64_t to, const std::function<void()>& after_push = nullptr) {
-    std::vector<std::vector<float>> grads(testing::kReplicaNodes);
-    for (uint64_t step = from; step < to; ++step) {
-      absl::Status s =
-          testing::TrainerStep(run.nodes, step, grads, step == from ? after_push : nullptr);
-      ASSERT_TRUE(s.ok()) << "step " << step << ": " << s;
-      ref.Step(step, grads, testing::StepLr(step), testing::kStepScale);
-    }
+    testing::TrainSteps(run.nodes, ref, from, to, after_push);
   }
 
   // The server etcd names as the primary of `shard` ("" with a failure

@@ -19,31 +19,20 @@
 namespace zerostate::server {
 namespace {
 
-// JobStatus of `shard` asked of `server` directly.
-grpc::Status DirectJobStatus(const std::string& server, const std::string& job, uint32_t shard) {
-  auto stub =
-      v1::StateService::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.AddMetadata("zerostate-job-token", testing::kTestJobToken);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::JobStatusRequest req;
-  req.set_job_id(job);
-  req.set_shard(shard);
-  v1::JobStatusResponse resp;
-  return stub->JobStatus(&ctx, req, &resp);
-}
+using testing::DirectJobStatus;
 
 class EtcdPartitionTest : public EtcdClusterFixture {
  protected:
   EtcdPartitionTest() : EtcdClusterFixture("partition") {}
 
-  // The servers, server 1 dialing etcd through proxy_, and job `id` trained
-  // to version 2; before_: shard 1's term then (server 1's).
-  void StartAndTrain(const std::string& id) {
+  // The servers (with `extra` flags), server 1 dialing etcd through
+  // proxy_, and job `id` trained to version 2; before_: shard 1's term then
+  // (server 1's).
+  void StartAndTrain(const std::string& id, const std::vector<std::string>& extra = {}) {
     auto proxy = testing::FaultProxy::Start(etcd_->endpoint());
     ASSERT_TRUE(proxy.ok()) << proxy.status();
     proxy_ = *std::move(proxy);
-    ASSERT_NO_FATAL_FAILURE(StartServers({}, {"", proxy_->address(), ""}));
+    ASSERT_NO_FATAL_FAILURE(StartServers(extra, {"", proxy_->address(), ""}));
     spec_ = testing::ReplicatedSpec(id, 1);
     auto run = testing::StartNodes(spec_, addresses());
     ASSERT_TRUE(run.ok()) << run.status();
@@ -139,6 +128,55 @@ TEST_F(EtcdPartitionTest, APrimaryCutOffForLessThanItsLeaseServesItsShardAgainOn
   }
   testing::ExpectSameCopies(addresses()[1], addresses()[2], spec_.job_id(), 1, 5);
   testing::ExpectReferenceRun(run_.nodes, *ref_, 5);
+}
+
+// Fencing by the new primary: etcd lets the primary's claim go (its lease
+// expired; here revoked, while the primary is cut off from etcd, so it has
+// not noticed: a primary paused past its lease, or slow to hear) and the
+// backup claims the shard. The old primary, still sure of its claim, runs
+// the next step: the new primary refuses it (ABORTED), so the old one does
+// not acknowledge it and is fenced for the shard; the clients move to the
+// new primary and run the step there once, and the new primary catches the
+// old one's copy up (its unacknowledged step is gone). Without the fence
+// the step would be acknowledged by the old primary alone and the state
+// would fork (the new primary's copy left behind).
+TEST_F(EtcdPartitionTest, APrimaryWhoseLeaseExpiredUnnoticedIsDeposedAtItsNextStep) {
+  // 20 s leases: cut off, server 1 still counts its lease valid for more
+  // than 8 s (TTL - TTL/4 after its last keepalive, every TTL/3).
+  ASSERT_NO_FATAL_FAILURE(StartAndTrain("deposed", {"--etcd_lease_ttl_seconds=20"}));
+  proxy_->SetBlackHole(true);
+  auto raw = Client();
+  ASSERT_TRUE(raw);
+  auto claim = raw->Range(absl::StrCat("/zerostate/", cluster_, "/primaries/deposed/1"));
+  ASSERT_TRUE(claim.ok()) << claim.status();
+  ASSERT_EQ(claim->kvs_size(), 1);
+  ASSERT_TRUE(raw->LeaseRevoke(claim->kvs(0).lease()).ok());
+  // Server 2, shard 1's backup, asked for the shard, claims it.
+  grpc::Status claimed = DirectJobStatus(addresses()[2], spec_.job_id(), 1);
+  ASSERT_TRUE(claimed.ok()) << claimed.error_message();
+  auto after = observer_->Primary(spec_.job_id(), 1);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->primary, addresses()[2]);
+  EXPECT_GT(after->epoch, before_.epoch);
+
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, 2, 5));
+  testing::ExpectReferenceRun(run_.nodes, *ref_, 5);
+  EXPECT_EQ(PrimaryOf(spec_.job_id(), 1), addresses()[2]);
+  testing::ExpectSameCopies(addresses()[2], addresses()[1], spec_.job_id(), 1, 5);
+  // Healed, server 1 still answers for shard 1 no more (at first, while
+  // its etcd connections come back, with etcd's own UNAVAILABLE).
+  proxy_->SetBlackHole(false);
+  proxy_->CutAll();
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  grpc::Status fenced;
+  do {
+    fenced = DirectJobStatus(addresses()[1], spec_.job_id(), 1);
+    ASSERT_EQ(fenced.error_code(), grpc::StatusCode::UNAVAILABLE) << fenced.error_message();
+    if (fenced.error_message().find("not primary") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  } while (absl::Now() < give_up);
+  EXPECT_NE(fenced.error_message().find("not primary"), std::string::npos)
+      << fenced.error_message();
 }
 
 }  // namespace

@@ -97,6 +97,19 @@ inline absl::Status TrainerStep(std::vector<std::unique_ptr<client::JobClient>>&
   return absl::OkStatus();
 }
 
+// Runs steps [from, to) of the nodes as TrainerStep, each also taken by
+// `ref`; `after_push` (if set) on node 0 once its push of step `from` is in.
+inline void TrainSteps(std::vector<std::unique_ptr<client::JobClient>>& nodes,
+                       ReferenceModel& ref, uint64_t from, uint64_t to,
+                       const std::function<void()>& after_push = nullptr) {
+  std::vector<std::vector<float>> grads(nodes.size());
+  for (uint64_t step = from; step < to; ++step) {
+    absl::Status s = TrainerStep(nodes, step, grads, step == from ? after_push : nullptr);
+    ASSERT_TRUE(s.ok()) << "step " << step << ": " << s;
+    ref.Step(step, grads, StepLr(step), kStepScale);
+  }
+}
+
 // The nodes of a run: node 0 registers the job, the others attach; each
 // client fails over after 500 ms.
 struct ReplicatedRun {
@@ -133,6 +146,22 @@ inline void ExpectReferenceRun(std::vector<std::unique_ptr<client::JobClient>>& 
     ASSERT_TRUE(nodes[n]->GatherMaster(steps, {0, total}, master.data()).ok());
     ExpectBitIdentical(master.data(), ref.master(), total, absl::StrCat("node ", n, "'s master"));
   }
+}
+
+// JobStatus of `shard` asked of `server` directly (a backup asked so
+// claims the shard: the failover's way to it).
+inline grpc::Status DirectJobStatus(const std::string& server, const std::string& job,
+                                    uint32_t shard) {
+  auto stub =
+      v1::StateService::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("zerostate-job-token", kTestJobToken);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::JobStatusRequest req;
+  req.set_job_id(job);
+  req.set_shard(shard);
+  v1::JobStatusResponse resp;
+  return stub->JobStatus(&ctx, req, &resp);
 }
 
 // One copy of a shard as ReplicaService.ReadShard serves it.

@@ -90,12 +90,16 @@ TEST_F(SeedTest, BadSeedsAreRefusedNamingWhatIsWrongAndTheCopyStaysAsItWas) {
   // Without the job's token.
   absl::Status s = Seed(servers_[1], GoodSeed(), /*with_token=*/false);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
-  // To the shard's primary, which takes no state from another.
+  // To the shard's primary, which takes no state from another: ABORTED,
+  // the sender is no longer the primary.
   std::vector<v1::SeedPart> to_primary = GoodSeed();
   to_primary[0].mutable_registration()->set_shard_index(0);
   s = Seed(servers_[0], to_primary);
-  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-  EXPECT_NE(s.message().find("served by this server as primary now"), std::string::npos) << s;
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;
+  EXPECT_NE(s.message().find("shard 0 of job 'seeded' has a newer primary: this server"),
+            std::string::npos)
+      << s;
+  EXPECT_NE(s.message().find("a catch-up from another is refused"), std::string::npos) << s;
   // Nothing changed: the backup still equals the primary, and steps go on.
   ExpectSameCopies(servers_[0], servers_[1], "seeded", 0, kVersion);
   // A good Seed (the copy's own state again) is accepted, and the next
