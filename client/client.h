@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/job_spec.h"
 #include "common/shard_map.h"
 #include "zerostate/v1/state_service.pb.h"
@@ -143,6 +144,9 @@ class Ticket {
   explicit Ticket(std::shared_ptr<State> state) : state_(std::move(state)) {}
   [[nodiscard]] absl::Status Wait() const;
   bool Done() const;
+  // Blocks until it is done or `timeout` passed, whichever comes first;
+  // returns Done() (the status is Wait()'s).
+  bool WaitFor(absl::Duration timeout) const;
 
  private:
   std::shared_ptr<State> state_;

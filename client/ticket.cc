@@ -24,6 +24,12 @@ absl::Status Ticket::State::Wait() {
   return status_;
 }
 
+bool Ticket::State::WaitFor(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(
+      absl::Condition(+[](int* pending) { return *pending <= 0; }, &pending_), timeout);
+}
+
 bool Ticket::State::IsDone() {
   absl::MutexLock lock(&mu_);
   return pending_ <= 0;
@@ -38,5 +44,7 @@ Ticket CompletedTicket(absl::Status status) {
 absl::Status Ticket::Wait() const { return state_ ? state_->Wait() : absl::OkStatus(); }
 
 bool Ticket::Done() const { return !state_ || state_->IsDone(); }
+
+bool Ticket::WaitFor(absl::Duration timeout) const { return !state_ || state_->WaitFor(timeout); }
 
 }  // namespace zerostate::client

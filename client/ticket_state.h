@@ -34,6 +34,8 @@ class Ticket::State {
   // Blocks until every part is done; returns the ticket's status.
   [[nodiscard]] absl::Status Wait();
   bool IsDone();
+  // Waits until every part is done or `timeout` passed; returns IsDone().
+  bool WaitFor(absl::Duration timeout);
 
  private:
   absl::Mutex mu_;

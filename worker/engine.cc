@@ -202,12 +202,11 @@ absl::Status Engine::LandBucket(size_t index) {
   if (landed_[index]) return absl::OkStatus();
   landed_[index] = true;
   const client::Ticket& t = pending_gather_[index];
-  // The coordinator watches its own Step meanwhile: if it fails, no
-  // version comes unless the failure hook ends the wait.
-  while (pending_step_.valid() && !t.Done()) {
-    if (pending_step_.wait_for(std::chrono::microseconds(200)) == std::future_status::ready) {
-      JoinStep();
-    }
+  // The coordinator watches its own Step meanwhile (every 200 us): if it
+  // fails, no version comes unless the failure hook ends the wait. The
+  // bucket lands as soon as its gather is done.
+  while (pending_step_.valid() && !t.WaitFor(absl::Microseconds(200))) {
+    if (pending_step_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) JoinStep();
   }
   absl::Status status = t.Wait();
   const Bucket& b = buckets_[index];

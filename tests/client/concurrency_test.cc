@@ -38,6 +38,19 @@ TEST(TicketTest, CompletedTicketCarriesStatus) {
   EXPECT_EQ(t.Wait().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// WaitFor returns false while a part is pending (after its timeout), true
+// once the last part is done, or at once for a completed ticket.
+TEST(TicketTest, WaitForSaysWhetherItIsDone) {
+  EXPECT_TRUE(Ticket().WaitFor(absl::ZeroDuration()));
+  auto state = std::make_shared<Ticket::State>(1);
+  Ticket t(state);
+  EXPECT_FALSE(t.WaitFor(absl::Milliseconds(1)));
+  std::thread done([state] { state->Done(absl::UnavailableError("x")); });
+  EXPECT_TRUE(t.WaitFor(absl::InfiniteDuration()));
+  done.join();
+  EXPECT_EQ(t.Wait().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST(ThreadPoolTest, RunsEveryTaskBeforeDestruction) {
   std::atomic<int> ran{0};
   {
