@@ -13,7 +13,8 @@ absl::Status Bad(const std::string& what) {
 }
 
 bool HasPayload(FrameType type) {
-  return type == FrameType::kPush || type == FrameType::kGatherPiece;
+  return type == FrameType::kPush || type == FrameType::kGatherPiece ||
+         type == FrameType::kReplicaSum;
 }
 
 uint64_t LoadLE(const uint8_t* p, int n) {
@@ -44,6 +45,10 @@ std::string FrameTypeName(uint8_t type) {
       return "ERROR";
     case FrameType::kShmReady:
       return "SHM_READY";
+    case FrameType::kReplicaSum:
+      return "REPLICA_SUM";
+    case FrameType::kReplicaSumAck:
+      return "REPLICA_SUM_ACK";
   }
   return absl::StrCat("type ", type);
 }
@@ -67,7 +72,7 @@ absl::StatusOr<FrameHeader> ParseFrameHeader(const uint8_t b[kFrameHeaderBytes])
     return Bad(absl::StrCat("version ", b[4], " (this server speaks ", kFrameVersion, ")"));
   }
   if (b[5] < static_cast<uint8_t>(FrameType::kPush) ||
-      b[5] > static_cast<uint8_t>(FrameType::kShmReady)) {
+      b[5] > static_cast<uint8_t>(FrameType::kReplicaSumAck)) {
     return Bad(absl::StrCat("unknown frame type ", b[5]));
   }
   if (LoadLE(b + 6, 2) != 0 || LoadLE(b + 12, 4) != 0) return Bad("reserved bytes are not zero");

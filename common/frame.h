@@ -11,7 +11,8 @@
 //        8     4  meta_len, little-endian, <= kMaxFrameMetaBytes
 //       12     4  reserved, zero
 //       16     8  payload_len, little-endian, <= kMaxFramePayloadBytes;
-//                 zero unless the type carries a payload (PUSH, GATHER_PIECE)
+//                 zero unless the type carries a payload (PUSH, GATHER_PIECE,
+//                 REPLICA_SUM)
 //
 // A client sends PUSH frames (each answered by one PUSH_ACK, in order; it
 // may send several before reading the answers) and GATHER frames (answered
@@ -20,8 +21,11 @@
 // connection is closed. On the same-host plane (common/shm_segment.h) the
 // server first answers the segment with SHM_READY (code 0: attached), and
 // PUSH and GATHER_PIECE carry their payload in the segment (meta shm_offset
-// and shm_bytes, payload_len 0). The parser is strict: a frame is accepted only if
-// every field above holds. Pure functions; thread-safe.
+// and shm_bytes, payload_len 0). A shard's primary sends its backups each
+// block's summed gradient of a step as a REPLICA_SUM (answered by one
+// REPLICA_SUM_ACK each; server/replication/shard_replicator.h). The parser
+// is strict: a frame is accepted only if every field above holds. Pure
+// functions; thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -42,13 +46,15 @@ inline constexpr uint32_t kMaxFrameMetaBytes = 64 << 10;
 inline constexpr uint64_t kMaxFramePayloadBytes = 64ull << 20;
 
 enum class FrameType : uint8_t {
-  kPush = 1,         // client -> server: token, chunk fields; payload
-  kPushAck = 2,      // server -> client: incarnation, code, message, duplicate
-  kGather = 3,       // client -> server: token, gather request, timeout
-  kGatherPiece = 4,  // server -> client: chunk fields; payload
-  kGatherEnd = 5,    // server -> client: incarnation, code, message, bytes
-  kError = 6,        // server -> client: a frame it could not parse; then it closes
-  kShmReady = 7,     // server -> client, same host only: incarnation, code, message
+  kPush = 1,           // client -> server: token, chunk fields; payload
+  kPushAck = 2,        // server -> client: incarnation, code, message, duplicate
+  kGather = 3,         // client -> server: token, gather request, timeout
+  kGatherPiece = 4,    // server -> client: chunk fields; payload
+  kGatherEnd = 5,      // server -> client: incarnation, code, message, bytes
+  kError = 6,          // server -> client: a frame it could not parse; then it closes
+  kShmReady = 7,       // server -> client, same host only: incarnation, code, message
+  kReplicaSum = 8,     // primary -> backup server: token, replica_sum; payload (issue 19)
+  kReplicaSumAck = 9,  // backup -> primary: incarnation, code, message
 };
 
 // "PUSH", "GATHER_END", ...; "type <n>" for a value outside FrameType.

@@ -188,14 +188,20 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
       opt.replica_lanes > 0
           ? opt.replica_lanes
           : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
-  s->replicator_ = std::make_unique<Replicator>(Replicator::Options{
-      *std::move(peer_credentials), opt.replica_timeout, absl::Seconds(1), s->metrics_.get(), lanes,
-      s->primaries_.get()});
+  auto peer_data_tls = PeerDataTlsFor(opt.tls, opt.peer_tls_ca, opt.data_ktls);
+  if (!peer_data_tls.ok()) return peer_data_tls.status();
+  s->replicator_ = std::make_unique<Replicator>(
+      Replicator::Options{*std::move(peer_credentials), opt.replica_timeout, absl::Seconds(1),
+                          s->metrics_.get(), lanes, s->primaries_.get(),
+                          *std::move(peer_data_tls)});
   // The core's push and gather paths, which both edges call.
   s->pushes_ = std::make_unique<PushHandler>(*s->jobs_, s->primaries_.get(), service.max_wait);
   s->gathers_ = std::make_unique<GatherHandler>(*s->jobs_, s->primaries_.get(), service.max_wait,
                                                 service.gather_piece_elems);
+  s->replica_service_ = std::make_unique<ReplicaServiceImpl>(
+      *s->jobs_, *s->pool_, s->primaries_.get(), opt.test_seed_hook);
   DataSessionContext data;
+  data.replica_sums = s->replica_service_.get();
   data.pushes = s->pushes_.get();
   data.gathers = s->gathers_.get();
   data.metrics = s->metrics_.get();
@@ -207,9 +213,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   s->service_ = std::make_unique<StateServiceImpl>(
       service, *s->jobs_, *s->pushes_, *s->gathers_, *s->rendezvous_, *s->pool_, *s->metrics_,
       s->incarnation_, s->primaries_.get(), s->replicator_.get());
-  s->replica_service_ =
-      std::make_unique<ReplicaServiceImpl>(*s->jobs_, *s->pool_, s->primaries_.get(),
-                                           opt.test_seed_hook);
+  s->replica_service_->SetDataPort(service.data_port);
   s->service_->PublishUsage();
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

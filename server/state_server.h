@@ -85,8 +85,8 @@ struct ServerOptions {
   // cluster runs etcd. Calls to peers trust `peer_tls_ca` (--peer_tls_ca;
   // empty: tls.client_ca_file) and present the server's certificate; one
   // step's call to a backup may take `replica_timeout`; a streamed step's
-  // sums travel on `replica_lanes` connections to each backup (0: one per
-  // 4 hardware threads, 1 to 4).
+  // sums travel on `replica_lanes` connections to each backup's data plane
+  // (0: one per 4 hardware threads, 1 to 4).
   std::shared_ptr<Membership> membership;
   std::string peer_tls_ca;
   absl::Duration replica_timeout = absl::Seconds(60);

@@ -22,6 +22,7 @@ constexpr char kPushMethod[] = "DataPush";
 constexpr char kGatherMethod[] = "DataGather";
 constexpr char kShmPushMethod[] = "ShmPush";
 constexpr char kShmGatherMethod[] = "ShmGather";
+constexpr char kReplicaSumMethod[] = "DataReplicaSum";
 
 // The longest sending one answer may take (a client that stopped reading).
 constexpr absl::Duration kSendTimeout = absl::Seconds(60);
@@ -214,10 +215,12 @@ class Session final : public GatherSink {
         return ServePush(f);
       case FrameType::kGather:
         return ServeGather(f);
+      case FrameType::kReplicaSum:
+        return ServeReplicaSum(f);
       default:
-        return absl::InvalidArgumentError(
-            absl::StrCat("data plane frame: a client may send PUSH or GATHER frames, not ",
-                         FrameTypeName(static_cast<uint8_t>(f.header.type))));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data plane frame: a client may send PUSH, GATHER or REPLICA_SUM frames, not ",
+            FrameTypeName(static_cast<uint8_t>(f.header.type))));
     }
   }
 
@@ -305,10 +308,16 @@ class Session final : public GatherSink {
     return handed ? absl::OkStatus() : absl::UnavailableError("client went away");
   }
 
-  // A push whose token or job was refused: its payload is read into a
-  // small scratch buffer and dropped (no pool buffer, no claim), and the
-  // refusal is the frame's answer, in order.
+  // A push whose token or job was refused: its payload is dropped (no
+  // pool buffer, no claim), and the refusal is the frame's answer, in order.
   absl::Status RefusePush(const FrameStart& f, const absl::Status& refused, absl::Time start) {
+    return Refuse(f, refused, start, push_method_, FrameType::kPushAck);
+  }
+
+  // Reads a refused frame's payload into a small scratch buffer, drops it,
+  // and answers `refused` with a `answer` frame, in order.
+  absl::Status Refuse(const FrameStart& f, const absl::Status& refused, absl::Time start,
+                      const char* method, FrameType answer) {
     char scratch[16 << 10];
     for (uint64_t left = f.header.payload_len; left > 0;) {
       size_t n = static_cast<size_t>(std::min<uint64_t>(left, sizeof(scratch)));
@@ -319,12 +328,49 @@ class Session final : public GatherSink {
       if (!read.ok()) return read;
       left -= n;
     }
-    const bool handed = tasks_.Run([this, refused, start] {
-      ctx_.metrics->RecordRpc(push_method_, refused, absl::ToDoubleSeconds(absl::Now() - start), 0,
-                              0);
-      return Send(FrameType::kPushAck, Reply(ctx_.incarnation, refused)).ok();
+    return Answer(refused, start, method, answer, 0);
+  }
+
+  // Records `status` in the metrics and sends it as a `type` frame, on
+  // tasks_ (in order with the answers before it).
+  absl::Status Answer(const absl::Status& status, absl::Time start, const char* method,
+                      FrameType type, uint64_t bytes) {
+    const bool handed = tasks_.Run([this, status, start, method, type, bytes] {
+      ctx_.metrics->RecordRpc(method, status, absl::ToDoubleSeconds(absl::Now() - start), bytes, 0);
+      return Send(type, Reply(ctx_.incarnation, status)).ok();
     });
     return handed ? absl::OkStatus() : absl::UnavailableError("client went away");
+  }
+
+  // A primary's summed gradient of one block (issue 19): checked from its
+  // meta, then its payload read and kept until the step's ApplyStep.
+  absl::Status ServeReplicaSum(const FrameStart& f) {
+    const absl::Time start = absl::Now();
+    if (shm_ != nullptr) {
+      return absl::InvalidArgumentError(
+          "data plane frame: REPLICA_SUM on a same-host (shm) connection");
+    }
+    if (absl::StatusOr<const uint8_t*> in_shm = ShmPayload(f); !in_shm.ok()) {
+      return in_shm.status();
+    }
+    const uint64_t bytes = f.header.payload_len;
+    absl::Status checked =
+        ctx_.replica_sums == nullptr
+            ? absl::FailedPreconditionError("REPLICA_SUM: this server keeps no replica sums")
+            : ctx_.replica_sums->Check(f.meta.token(), f.meta.replica_sum(), bytes);
+    if (!checked.ok()) {
+      return Refuse(f, checked, start, kReplicaSumMethod, FrameType::kReplicaSumAck);
+    }
+    authorized_ = true;
+    std::string sum(bytes, '\0');
+    stream_.SetRecvDeadline(absl::Now() + ctx_.frame_timeout);
+    absl::Status read = RecvExact(stream_, sum.data(), bytes);
+    if (absl::IsDataLoss(read)) {
+      return absl::DataLossError(absl::StrCat("truncated frame payload: ", read.message()));
+    }
+    if (!read.ok()) return read;
+    absl::Status kept = ctx_.replica_sums->Keep(f.meta.replica_sum(), std::move(sum));
+    return Answer(kept, start, kReplicaSumMethod, FrameType::kReplicaSumAck, bytes);
   }
 
   absl::Status ServeGather(const FrameStart& f) {

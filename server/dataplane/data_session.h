@@ -22,6 +22,12 @@
 // connection that has not yet sent an authorized frame is closed after
 // that long idle.
 //
+// A REPLICA_SUM (a shard's primary to its backup, issue 19) is checked
+// from its meta (DataSessionContext::replica_sums) before its payload is
+// read, as a push is; a refused one's payload is dropped the same way, and
+// each is answered by a REPLICA_SUM_ACK, in order with the other answers.
+// The same-host plane takes none.
+//
 // On the same-host plane (server/dataplane/shm_session.h) the session is the same but
 // for where payloads are: with a segment, a PUSH's payload is read (and
 // folded) straight from the segment and a gather's pieces are written into
@@ -35,10 +41,11 @@
 #include "absl/time/time.h"
 #include "common/frame_io.h"
 #include "common/shm_segment.h"
-#include "server/dataplane/data_buffers.h"
 #include "server/core/gather_handler.h"
 #include "server/core/metrics.h"
 #include "server/core/push_handler.h"
+#include "server/core/replica_sums.h"
+#include "server/dataplane/data_buffers.h"
 
 namespace zerostate::server {
 
@@ -48,6 +55,9 @@ struct DataSessionContext {
   const GatherHandler* gathers = nullptr;
   ServerMetrics* metrics = nullptr;
   uint64_t incarnation = 0;
+  // Where a backup keeps the sums of REPLICA_SUM frames (issue 19); null:
+  // such frames are refused (FAILED_PRECONDITION).
+  ReplicaSums* replica_sums = nullptr;
   // Payload buffers of every session (required).
   DataBufferPool* buffers = nullptr;
   // How long a frame may take to arrive (--data_frame_timeout_seconds).

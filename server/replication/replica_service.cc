@@ -38,54 +38,67 @@ absl::Status ReplicaServiceImpl::CheckTakesSteps(const Job& copy, const char* wh
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::shared_ptr<Job>> ReplicaServiceImpl::CopyFor(const std::string& job,
+                                                                 const std::string& token,
+                                                                 uint32_t shard,
+                                                                 const char* what) const {
+  auto copy = jobs_.Shard(job, token, shard);
+  if (!copy.ok()) return copy.status();
+  if (auto s = CheckTakesSteps(**copy, what); !s.ok()) return s;
+  return copy;
+}
+
 absl::StatusOr<std::shared_ptr<Job>> ReplicaServiceImpl::OpenStep(
-    grpc::ServerContext& ctx, grpc::ServerReader<v1::ReplicaStepPart>& reader, const char* method,
+    grpc::ServerContext& ctx, grpc::ServerReader<v1::ReplicaStepPart>& reader,
     v1::ReplicaStepPart* first) const {
   auto token = TokenOf(ctx);
   if (!token.ok()) return token.status();
   if (!reader.Read(first)) {
-    return absl::InvalidArgumentError(absl::StrCat(method, ": the stream carried no message"));
+    return absl::InvalidArgumentError("ApplyStep: the stream carried no message");
   }
-  auto job = jobs_.Shard(first->job_id(), *token, first->shard());
-  if (!job.ok()) return job.status();
-  if (auto s = CheckTakesSteps(**job, "step"); !s.ok()) return s;
-  return job;
+  return CopyFor(first->job_id(), *token, first->shard(), "step");
 }
 
-grpc::Status ReplicaServiceImpl::SendSums(grpc::ServerContext* ctx,
-                                          grpc::ServerReader<v1::ReplicaStepPart>* reader,
-                                          v1::SendSumsResponse* resp) {
-  v1::ReplicaStepPart first;
-  auto job = OpenStep(*ctx, *reader, "SendSums", &first);
-  if (!job.ok()) return ToGrpcStatus(job.status());
-  if (first.transfer() == 0) {
-    return ToGrpcStatus(absl::InvalidArgumentError("SendSums: transfer must not be 0"));
+absl::Status ReplicaServiceImpl::Check(const std::string& token, const v1::ReplicaSum& sum,
+                                       uint64_t bytes) const {
+  auto job = CopyFor(sum.job_id(), token, sum.shard(), "step's sum");
+  if (!job.ok()) return job.status();
+  if (sum.transfer() == 0) {
+    return absl::InvalidArgumentError("REPLICA_SUM: replica_sum.transfer must not be 0");
   }
-  Sums sums;
-  v1::ReplicaStepPart part;
   const Range blocks = (*job)->blocks();
-  while (reader->Read(&part)) {
-    if (part.block() < blocks.begin || part.block() >= blocks.end || sums.size() >= blocks.size()) {
-      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-          "SendSums: block ", part.block(), " is outside shard ", first.shard(), " [",
-          blocks.begin, ", ", blocks.end, ") or came once too many")));
-    }
-    sums.emplace_back(part.block(), std::move(*part.mutable_grad()));
+  if (sum.block() < blocks.begin || sum.block() >= blocks.end) {
+    return absl::InvalidArgumentError(absl::StrCat("REPLICA_SUM: block ", sum.block(),
+                                                   " is outside shard ", sum.shard(), " [",
+                                                   blocks.begin, ", ", blocks.end, ")"));
   }
-  if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "primary went away");
-  resp->set_blocks(sums.size());
+  const uint64_t want = uint64_t{(*job)->shard().block(sum.block()).required} * sizeof(float);
+  if (bytes != want) {
+    return absl::InvalidArgumentError(absl::StrCat("REPLICA_SUM: block ", sum.block(), " carries ",
+                                                   bytes, " bytes of sum; it needs ", want));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReplicaServiceImpl::Keep(const v1::ReplicaSum& sum, std::string bytes) {
   absl::MutexLock lock(&kept_mu_);
-  Kept& kept = kept_[{first.job_id(), first.shard()}];
-  if (kept.transfer != first.transfer()) kept = Kept{first.transfer(), {}};
-  for (auto& sum : sums) kept.sums.push_back(std::move(sum));
-  return grpc::Status::OK;
+  Kept& kept = kept_[{sum.job_id(), sum.shard()}];
+  if (kept.transfer != sum.transfer()) kept = Kept{sum.transfer(), {}};
+  for (const auto& [block, held] : kept.sums) {
+    if (block == sum.block()) {
+      return absl::InvalidArgumentError(absl::StrCat("REPLICA_SUM: block ", sum.block(),
+                                                     " came twice in transfer ", sum.transfer()));
+    }
+  }
+  kept.sums.emplace_back(sum.block(), std::move(bytes));
+  return absl::OkStatus();
 }
 
 grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
                                            grpc::ServerReader<v1::ReplicaStepPart>* reader,
                                            v1::ReplicaStepResponse* resp) {
   v1::ReplicaStepPart first;
-  auto job = OpenStep(*ctx, *reader, "ApplyStep", &first);
+  auto job = OpenStep(*ctx, *reader, &first);
   if (!job.ok()) return ToGrpcStatus(job.status());
   // A whole step carries its request first, a streamed one last.
   std::optional<v1::StepRequest> req;
@@ -108,7 +121,7 @@ grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
     return ToGrpcStatus(absl::InvalidArgumentError(
         "ApplyStep: the stream ended without the step request (nothing was applied)"));
   }
-  if (first.transfer() != 0) {  // the sums its lanes left
+  if (first.transfer() != 0) {  // the sums sent ahead on the data plane
     absl::MutexLock lock(&kept_mu_);
     auto it = kept_.find(std::make_pair(first.job_id(), first.shard()));
     if (it != kept_.end() && it->second.transfer == first.transfer()) {
@@ -120,6 +133,7 @@ grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
   if (!out.ok()) return ToGrpcStatus(out.status());
   resp->set_version(req->step() + 1);
   resp->set_already_applied(out->already_applied);
+  resp->set_data_port(data_port_.load(std::memory_order_relaxed));
   return grpc::Status::OK;
 }
 

@@ -1,14 +1,16 @@
 // The backup's side of replicated shards (issue 19): ReplicaService on the
 // state server's gRPC port (proto/zerostate/v1/replica.proto). ApplyStep
 // runs a primary's step on this server's copy of the shard, with the sums
-// its SendSums lanes left (kept per (job, shard), one transfer each, until
-// that ApplyStep takes them); ReadShard
+// the primary sent ahead on the data plane (REPLICA_SUM frames, kept here
+// as ReplicaSums per (job, shard), one transfer each, until that
+// ApplyStep takes them); ReadShard
 // serves a copy's state (checks); Seed replaces a lost copy's state with
 // its primary's (catch-up). Every call is authorized with
 // the job's token, as StateService calls are.
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -22,12 +24,13 @@
 #include "absl/synchronization/mutex.h"
 #include "server/core/job_registry.h"
 #include "server/core/primaries.h"
+#include "server/core/replica_sums.h"
 #include "server/core/thread_pool.h"
 #include "zerostate/v1/replica.grpc.pb.h"
 
 namespace zerostate::server {
 
-class ReplicaServiceImpl final : public v1::ReplicaService::Service {
+class ReplicaServiceImpl final : public v1::ReplicaService::Service, public ReplicaSums {
  public:
   // Testing (the server's --test_seed_hold): called by Seed with the
   // shard it seeds at two points, "blocks" (the first block read, the rest
@@ -42,14 +45,22 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service {
                      SeedHook seed_hook = {})
       : jobs_(jobs), pool_(pool), primaries_(primaries), seed_hook_(std::move(seed_hook)) {}
 
+  // This server's data plane port (0: none, the default), which ApplyStep
+  // answers so that the primary sends later sums there. Set once the data
+  // plane (which serves this object's REPLICA_SUMs) has started.
+  void SetDataPort(uint32_t port) { data_port_.store(port, std::memory_order_relaxed); }
+
   grpc::Status ApplyStep(grpc::ServerContext* ctx, grpc::ServerReader<v1::ReplicaStepPart>* reader,
                          v1::ReplicaStepResponse* resp) override;
-  grpc::Status SendSums(grpc::ServerContext* ctx, grpc::ServerReader<v1::ReplicaStepPart>* reader,
-                        v1::SendSumsResponse* resp) override;
   grpc::Status ReadShard(grpc::ServerContext* ctx, const v1::ReadShardRequest* req,
                          grpc::ServerWriter<v1::ShardBlock>* writer) override;
   grpc::Status Seed(grpc::ServerContext* ctx, grpc::ServerReader<v1::SeedPart>* reader,
                     v1::SeedResponse* resp) override;
+
+  // ReplicaSums: the data plane's REPLICA_SUM frames.
+  [[nodiscard]] absl::Status Check(const std::string& token, const v1::ReplicaSum& sum,
+                                   uint64_t bytes) const override;
+  [[nodiscard]] absl::Status Keep(const v1::ReplicaSum& sum, std::string bytes) override;
 
  private:
   // ABORTED when this server serves (job, shard) as primary: its copy
@@ -64,22 +75,29 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service {
   [[nodiscard]] absl::Status CheckTakesSteps(const Job& copy, const char* what) const;
 
   using Sums = std::vector<std::pair<uint64_t, std::string>>;  // global block, sum
-  // The start of ApplyStep and SendSums (`method`): the token, the first
-  // message (into `first`), and the copy it names, which takes steps from
-  // a primary (not served here as primary).
+  // The start of ApplyStep: the token, the first message (into `first`),
+  // and the copy it names, which takes steps from a primary (not served
+  // here as primary).
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> OpenStep(
       grpc::ServerContext& ctx, grpc::ServerReader<v1::ReplicaStepPart>& reader,
-      const char* method, v1::ReplicaStepPart* first) const;
+      v1::ReplicaStepPart* first) const;
+  // The copy of `shard` of `job` a primary's step or sums (`what`) go to:
+  // authorized by `token`, held here, taking steps (CheckTakesSteps).
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> CopyFor(const std::string& job,
+                                                             const std::string& token,
+                                                             uint32_t shard,
+                                                             const char* what) const;
 
   JobRegistry& jobs_;
   ThreadPool& pool_;
   const Primaries* const primaries_;
+  std::atomic<uint32_t> data_port_{0};
   struct Kept {
     uint64_t transfer = 0;
     Sums sums;
   };
   absl::Mutex kept_mu_;
-  // (job, shard) -> the lanes' sums of one transfer.
+  // (job, shard) -> the sums of one transfer.
   absl::flat_hash_map<std::pair<std::string, uint32_t>, Kept> kept_ ABSL_GUARDED_BY(kept_mu_);
   const SeedHook seed_hook_;
 };

@@ -1,9 +1,12 @@
 #include "server/replication/replicator.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "common/data_tls.h"
+#include "common/frame_io.h"
 #include "common/shard_map.h"
 #include "grpcpp/create_channel.h"
 #include "server/core/auth_token.h"
@@ -11,23 +14,52 @@
 
 namespace zerostate::server {
 
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentialsFor(
-    const TlsOptions& tls, const std::string& peer_ca_file) {
-  if (tls.plaintext) return grpc::InsecureChannelCredentials();
-  grpc::SslCredentialsOptions ssl;  // no CA file: the system's roots
+namespace {
+
+// The PEM files of a server's identity towards its peers: the CA it trusts
+// them by (empty: the system's roots), its certificate and key.
+struct PeerPems {
+  std::string ca, cert, key;
+};
+
+absl::StatusOr<PeerPems> ReadPeerPems(const TlsOptions& tls, const std::string& peer_ca_file) {
+  PeerPems pems;
   const std::string& ca_file = peer_ca_file.empty() ? tls.client_ca_file : peer_ca_file;
   if (!ca_file.empty()) {
     auto ca = ReadPemFile(peer_ca_file.empty() ? "--tls_client_ca" : "--peer_tls_ca", ca_file);
     if (!ca.ok()) return ca.status();
-    ssl.pem_root_certs = *ca;
+    pems.ca = *std::move(ca);
   }
   auto cert = ReadPemFile("--tls_cert", tls.cert_file);
   if (!cert.ok()) return cert.status();
   auto key = ReadPemFile("--tls_key", tls.key_file);
   if (!key.ok()) return key.status();
-  ssl.pem_cert_chain = *cert;
-  ssl.pem_private_key = *key;
+  pems.cert = *std::move(cert);
+  pems.key = *std::move(key);
+  return pems;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentialsFor(
+    const TlsOptions& tls, const std::string& peer_ca_file) {
+  if (tls.plaintext) return grpc::InsecureChannelCredentials();
+  auto pems = ReadPeerPems(tls, peer_ca_file);
+  if (!pems.ok()) return pems.status();
+  grpc::SslCredentialsOptions ssl;  // no CA: the system's roots
+  ssl.pem_root_certs = pems->ca;
+  ssl.pem_cert_chain = pems->cert;
+  ssl.pem_private_key = pems->key;
   return grpc::SslCredentials(ssl);
+}
+
+absl::StatusOr<std::shared_ptr<SSL_CTX>> PeerDataTlsFor(const TlsOptions& tls,
+                                                        const std::string& peer_ca_file,
+                                                        bool kernel) {
+  if (tls.plaintext) return nullptr;
+  auto pems = ReadPeerPems(tls, peer_ca_file);
+  if (!pems.ok()) return pems.status();
+  return ClientTlsContext(pems->ca, pems->cert, pems->key, kernel);
 }
 
 std::unique_ptr<StepReplicator> Replicator::For(Job& job, uint32_t self, std::string token) {
@@ -73,20 +105,45 @@ std::shared_ptr<v1::ReplicaService::Stub> Replicator::Peer(const std::string& ad
   return stub;
 }
 
-std::shared_ptr<v1::ReplicaService::Stub> Replicator::Lane(const std::string& address, int lane) {
-  absl::MutexLock lock(&mu_);
-  auto& stub = lanes_[{address, lane}];
-  if (stub == nullptr) {
-    // Its own connection: a private subchannel pool and an argument of its own.
-    grpc::ChannelArguments args = PeerChannelArgs();
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    args.SetInt("zerostate.replica_lane", lane);
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    stub = v1::ReplicaService::NewStub(
-        grpc::CreateCustomChannel(address, options_.credentials, args));
+absl::StatusOr<std::unique_ptr<client::DataConn>> Replicator::Lane(const std::string& address) {
+  std::shared_ptr<client::DataConnPool> pool;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = lanes_.find(address);
+    if (it == lanes_.end()) {
+      return absl::NotFoundError(absl::StrCat("the data port of ", address, " is not known"));
+    }
+    pool = it->second;
   }
-  return stub;
+  return pool->Acquire(absl::Now() + options_.timeout);
+}
+
+void Replicator::Release(const std::string& address, std::unique_ptr<client::DataConn> conn) {
+  absl::MutexLock lock(&mu_);
+  auto it = lanes_.find(address);
+  if (it != lanes_.end()) it->second->Release(std::move(conn));
+}
+
+absl::Status Replicator::SendSum(client::DataConn& lane, const std::string& token,
+                                 const v1::ReplicaSum& sum, const std::string& bytes) const {
+  v1::DataFrameMeta meta;
+  meta.set_token(token);
+  *meta.mutable_replica_sum() = sum;
+  lane.stream().SetDeadline(absl::Now() + options_.timeout);
+  if (auto s = SendFrame(lane.stream(), FrameType::kReplicaSum, meta, bytes.data(), bytes.size());
+      !s.ok()) {
+    return s;
+  }
+  auto answer = RecvFrameStart(lane.stream());
+  if (!answer.ok()) return answer.status();
+  if (!answer->has_value()) return absl::UnavailableError("the backup closed the connection");
+  const FrameStart& f = **answer;
+  if (f.header.type != FrameType::kReplicaSumAck) {
+    return absl::UnavailableError(absl::StrCat("the backup answered a REPLICA_SUM with ",
+                                               FrameTypeName(static_cast<uint8_t>(f.header.type)),
+                                               ": ", f.meta.message()));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(f.meta.code()), f.meta.message());
 }
 
 bool Replicator::Reconnect(const std::string& address) {
@@ -103,7 +160,7 @@ bool Replicator::Reconnect(const std::string& address) {
   }
   absl::MutexLock lock(&mu_);
   peers_[address] = v1::ReplicaService::NewStub(channel);
-  absl::erase_if(lanes_, [&](const auto& entry) { return entry.first.first == address; });
+  lanes_.erase(address);  // its data port is learned again
   return true;
 }
 
@@ -132,7 +189,8 @@ absl::Status Replicator::Seed(const std::string& address, const std::string& tok
 }
 
 absl::Status Replicator::Send(const std::string& address, const std::string& token, uint32_t shard,
-                              const std::string& job_id, const StepReplicator::Payload& payload) {
+                              const std::string& job_id, const StepReplicator::Payload& payload,
+                              uint64_t transfer) {
   grpc::ClientContext ctx;
   PrepareCall(ctx, token);
   v1::ReplicaStepResponse resp;
@@ -141,17 +199,28 @@ absl::Status Replicator::Send(const std::string& address, const std::string& tok
   v1::ReplicaStepPart part;
   part.set_job_id(job_id);
   part.set_shard(shard);
+  part.set_transfer(transfer);
   *part.mutable_step() = payload.request;
   bool ok = writer->Write(part);
-  part.clear_step();
+  part = v1::ReplicaStepPart();
   for (const auto& [block, grad] : payload.grads) {
-    if (!ok) break;
+    if (!ok || transfer != 0) break;
     part.set_block(block);
     part.set_grad(grad);
     ok = writer->Write(part);
   }
   writer->WritesDone();
-  return FromGrpc(writer->Finish());
+  absl::Status s = FromGrpc(writer->Finish());
+  if (s.ok() && resp.data_port() != 0) {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<client::DataConnPool>& pool = lanes_[address];
+    const std::string data = client::DataAddress(address, static_cast<int>(resp.data_port()));
+    if (pool == nullptr || pool->address() != data) {
+      pool = std::make_shared<client::DataConnPool>(data, std::max(1, options_.lanes),
+                                                    options_.data_tls);
+    }
+  }
+  return s;
 }
 
 bool Replicator::IsLost(const CopyKey& key) const {

@@ -4,7 +4,12 @@
 // backups is a ShardReplicator (shard_replicator.h), which streams each
 // block's summed gradient to the backups as the block completes and sends
 // the step when it is decided (ReplicaService.ApplyStep, on their gRPC
-// port, with the job's token and this server's TLS identity).
+// port, with the job's token and this server's TLS identity). The sums of
+// a streamed step travel on the backups' TCP data planes (REPLICA_SUM
+// frames, proto/zerostate/v1/data_plane.proto), on connections this
+// object pools per backup (client/data_conn.h: the clients' connection
+// and handshake code, under the same TLS identity); a backup's data port
+// is learned from its first ApplyStep answer.
 //
 // A copy that cannot be reached (UNAVAILABLE), no longer holds the job
 // (it restarted empty: UNAUTHENTICATED, as any call of a job a server does
@@ -48,11 +53,12 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/data_conn.h"
 #include "grpcpp/security/credentials.h"
-#include "server/core/tls_files.h"
 #include "server/core/job.h"
 #include "server/core/metrics.h"
 #include "server/core/primaries.h"
+#include "server/core/tls_files.h"
 #include "zerostate/v1/replica.grpc.pb.h"
 
 namespace zerostate::server {
@@ -65,6 +71,12 @@ namespace zerostate::server {
 [[nodiscard]] absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> PeerCredentialsFor(
     const TlsOptions& tls, const std::string& peer_ca_file);
 
+// The same identity and trust for connections to peers' data planes: null
+// under --plaintext, else an OpenSSL client context (records handed to the
+// kernel when `kernel`). Errors: those of PeerCredentialsFor.
+[[nodiscard]] absl::StatusOr<std::shared_ptr<SSL_CTX>> PeerDataTlsFor(
+    const TlsOptions& tls, const std::string& peer_ca_file, bool kernel);
+
 class Replicator {
  public:
   struct Options {
@@ -74,12 +86,14 @@ class Replicator {
     // this step gives up catching it up (refused connections fail at once).
     absl::Duration reconnect_timeout = absl::Seconds(1);
     ServerMetrics* metrics = nullptr;  // zerostate_under_replicated_blocks, _catchup_bytes_total
-    // Connections a streamed step's sums travel on to each backup (the
-    // ApplyStep call's and lanes - 1 SendSums calls, each on its own).
+    // Data plane connections a streamed step's sums travel on to each
+    // backup, each with a thread of its own.
     int lanes = 4;
     // Fenced for a shard whose backup answers that it is the primary now
     // (Primaries::Fence); null: none (tests of the replicator alone).
     Primaries* primaries = nullptr;
+    // TLS of the lanes' connections (PeerDataTlsFor); null: plaintext.
+    std::shared_ptr<SSL_CTX> data_tls;
   };
   explicit Replicator(Options options) : options_(std::move(options)) {}
 
@@ -97,17 +111,28 @@ class Replicator {
 
   // Stub of peer `address`, made at first use.
   std::shared_ptr<v1::ReplicaService::Stub> Peer(const std::string& address);
-  // Stub of lane `lane` (1 .. lanes - 1) to peer `address`: a connection
-  // of its own, made at first use (and again after a Reconnect).
-  std::shared_ptr<v1::ReplicaService::Stub> Lane(const std::string& address, int lane);
   int lanes() const { return options_.lanes; }
+
+  // A connection to the data plane of peer `address` (gRPC address) for a
+  // step's sums: an idle one, or a new one. Errors: NOT_FOUND while the
+  // peer's data port is unknown (no ApplyStep answered yet since it was
+  // reached, or it has no data plane); those of DataConnPool::Acquire.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<client::DataConn>> Lane(const std::string& address);
+  // Gives back a lane at a frame boundary, for the next step.
+  void Release(const std::string& address, std::unique_ptr<client::DataConn> conn);
 
  private:
   friend class ShardReplicator;
-  // One backup's ApplyStep of `payload`.
+  // One backup's ApplyStep of `payload`: whole (transfer 0), or only its
+  // request, the sums having gone ahead under `transfer` (SendSum).
   [[nodiscard]] absl::Status Send(const std::string& address, const std::string& token,
                                   uint32_t shard, const std::string& job_id,
-                                  const StepReplicator::Payload& payload);
+                                  const StepReplicator::Payload& payload, uint64_t transfer = 0);
+  // One block's sum on a lane: a REPLICA_SUM frame, then its answer.
+  // Errors: the backup's (REPLICA_SUM_ACK's code and message), those of
+  // the connection (the lane is then not to be released).
+  [[nodiscard]] absl::Status SendSum(client::DataConn& lane, const std::string& token,
+                                     const v1::ReplicaSum& sum, const std::string& bytes) const;
   // A call's deadline (Options::timeout) and job token.
   void PrepareCall(grpc::ClientContext& ctx, const std::string& token) const;
   // Whether `address` accepts a connection now, on a new channel (within
@@ -132,8 +157,9 @@ class Replicator {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<v1::ReplicaService::Stub>> peers_
       ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::pair<std::string, int>, std::shared_ptr<v1::ReplicaService::Stub>>
-      lanes_ ABSL_GUARDED_BY(mu_);
+  // Peer gRPC address -> its data plane's connections (once its port is known).
+  absl::flat_hash_map<std::string, std::shared_ptr<client::DataConnPool>> lanes_
+      ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<CopyKey> lost_ ABSL_GUARDED_BY(mu_);
   // (job, shard) -> its blocks, for shards that lost a copy.
   absl::flat_hash_map<std::pair<std::string, uint32_t>, uint64_t> under_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,7 @@
 #include "server/replication/shard_replicator.h"
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <random>
 
@@ -48,18 +50,13 @@ absl::StatusOr<std::shared_ptr<const ShardSnapshot>> SnapshotOf(Job& job) {
 
 }  // namespace
 
-// One call of a streamed step: a copy's ApplyStep (lane 0) or one of its
-// SendSums lanes.
+// One lane of a streamed step to one copy: a connection to its data plane.
 struct ShardReplicator::Stream {
   uint32_t server = 0;
   std::string address;
-  grpc::ClientContext ctx;
-  v1::ReplicaStepResponse step_resp;
-  v1::SendSumsResponse sums_resp;
-  std::unique_ptr<grpc::ClientWriter<v1::ReplicaStepPart>> writer;
-  bool broken = false;  // a write failed, or the lane was not answered OK
+  std::unique_ptr<client::DataConn> conn;  // null: could not be had
+  absl::Status status;  // the first failure on this lane (then no more sums on it)
 };
-
 ShardReplicator::ShardReplicator(Replicator& owner, Job& job,
                                  std::vector<std::pair<uint32_t, std::string>> copies,
                                  std::string token)
@@ -83,7 +80,7 @@ ShardReplicator::~ShardReplicator() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
-    for (grpc::ClientContext* ctx : contexts_) ctx->TryCancel();
+    CancelLocked();
   }
   streamer_.join();
 }
@@ -150,95 +147,96 @@ void ShardReplicator::StreamLoop() {
   }
 }
 
+void ShardReplicator::CancelLocked() {
+  for (int fd : lane_fds_) shutdown(fd, SHUT_RDWR);
+}
+
 void ShardReplicator::StreamStep(uint64_t step) {
   streaming_ = true;
   const int lanes = std::max(1, owner_.lanes());
-  std::vector<std::vector<std::unique_ptr<Stream>>> by_lane(lanes);  // [lane][copy]
+  std::vector<std::pair<uint32_t, std::string>> to;
   for (const auto& [server, address] : copies_) {
     if (owner_.IsLost({job_id_, shard_, server})) continue;  // caught up at Decide
+    to.emplace_back(server, address);
     streamed_to_.push_back(server);
-    for (int lane = 0; lane < lanes; ++lane) {
-      auto s = std::make_unique<Stream>();
-      s->server = server;
-      s->address = address;
-      contexts_.push_back(&s->ctx);
-      by_lane[lane].push_back(std::move(s));
-    }
-  }
-  if (stop_) {
-    contexts_.clear();
-    return;
   }
   const uint64_t transfer = next_transfer_++;
   mu_.Unlock();
-  v1::ReplicaStepPart first;
-  first.set_job_id(job_id_);
-  first.set_shard(shard_);
-  first.set_transfer(transfer);
-  for (int lane = 0; lane < lanes; ++lane) {
-    for (auto& s : by_lane[lane]) {
-      owner_.PrepareCall(s->ctx, token_);
-      s->writer = lane == 0 ? owner_.Peer(s->address)->ApplyStep(&s->ctx, &s->step_resp)
-                            : owner_.Lane(s->address, lane)->SendSums(&s->ctx, &s->sums_resp);
-      s->broken = !s->writer->Write(first);
+  // Each copy's lanes; one that cannot be had (the copy's data port is
+  // not known yet, or it cannot be reached) fails at once, and the copy
+  // gets the step whole on ApplyStep.
+  std::vector<std::vector<std::unique_ptr<Stream>>> by_lane(lanes);  // [lane][copy]
+  for (const auto& [server, address] : to) {
+    for (int lane = 0; lane < lanes; ++lane) {
+      auto st = std::make_unique<Stream>();
+      st->server = server;
+      st->address = address;
+      auto conn = owner_.Lane(address);
+      if (conn.ok()) {
+        st->conn = *std::move(conn);
+      } else {
+        st->status = conn.status();
+      }
+      by_lane[lane].push_back(std::move(st));
     }
   }
+  mu_.Lock();
+  for (auto& calls : by_lane) {
+    for (auto& st : calls) {
+      if (st->conn != nullptr) lane_fds_.push_back(st->conn->fd());
+    }
+  }
+  if (stop_) CancelLocked();
+  mu_.Unlock();
   // Each lane sends blocks as they complete, then, once decided, its share
-  // of the rest; the SendSums lanes end before the step is sent.
+  // of the rest; the step goes on ApplyStep once every lane is answered.
   std::vector<std::thread> helpers;
   for (int lane = 1; lane < lanes; ++lane) {
-    helpers.emplace_back([this, step, &calls = by_lane[lane]] {
-      SendLane(step, calls);
-      for (auto& s : calls) {
-        if (!s->broken) s->writer->WritesDone();
-        s->broken = !s->writer->Finish().ok() || s->broken;
-      }
-    });
+    helpers.emplace_back(
+        [this, step, transfer, &calls = by_lane[lane]] { SendLane(step, transfer, calls); });
   }
-  SendLane(step, by_lane[0]);
+  SendLane(step, transfer, by_lane[0]);
   for (std::thread& t : helpers) t.join();
   mu_.Lock();
-  if (stop_ || abandon_) {
-    for (auto& s : by_lane[0]) s->ctx.TryCancel();
-    mu_.Unlock();
-    for (auto& s : by_lane[0]) (void)s->writer->Finish();
-    mu_.Lock();
-    contexts_.clear();
-    stream_done_ = true;
-    return;
-  }
+  lane_fds_.clear();
+  const bool give_up = stop_ || abandon_;
   const std::shared_ptr<const Payload> payload = decided_;
   mu_.Unlock();
   std::vector<Result> results;
-  v1::ReplicaStepPart part;
-  *part.mutable_step() = payload->request;
-  for (size_t c = 0; c < by_lane[0].size(); ++c) {
-    Stream& main = *by_lane[0][c];
-    bool whole = !main.broken;
-    for (int lane = 1; lane < lanes; ++lane) whole = whole && !by_lane[lane][c]->broken;
-    absl::Status status;
-    if (whole && main.writer->Write(part)) {
-      main.writer->WritesDone();
-      status = FromGrpcStatus(main.writer->Finish());
-    } else {
-      main.ctx.TryCancel();
-      (void)main.writer->Finish();
-      // A lane broke: the step goes whole on a new call.
-      status = owner_.Send(main.address, token_, shard_, job_id_, *payload);
-    }
+  for (size_t c = 0; c < by_lane[0].size() && !give_up; ++c) {
+    const Stream& main = *by_lane[0][c];
+    bool whole = true;
+    for (int lane = 0; lane < lanes; ++lane) whole = whole && by_lane[lane][c]->status.ok();
+    // A lane that failed: the step goes whole on ApplyStep.
+    absl::Status status =
+        owner_.Send(main.address, token_, shard_, job_id_, *payload, whole ? transfer : 0);
     results.push_back(Result{main.server, main.address, false, std::move(status), 0});
   }
+  for (auto& calls : by_lane) {
+    for (auto& st : calls) {
+      if (st->conn != nullptr && st->status.ok() && !give_up) {
+        owner_.Release(st->address, std::move(st->conn));
+      }
+    }
+  }
   mu_.Lock();
-  contexts_.clear();
   stream_results_ = std::move(results);
   stream_done_ = true;
 }
 
-void ShardReplicator::SendLane(uint64_t step, std::vector<std::unique_ptr<Stream>>& calls) {
-  auto write = [&calls](const v1::ReplicaStepPart& part) {
-    for (auto& s : calls) s->broken = s->broken || !s->writer->Write(part);
+void ShardReplicator::SendLane(uint64_t step, uint64_t transfer,
+                               std::vector<std::unique_ptr<Stream>>& calls) {
+  v1::ReplicaSum sum;
+  sum.set_job_id(job_id_);
+  sum.set_shard(shard_);
+  sum.set_transfer(transfer);
+  auto send = [&](uint64_t block, const std::string& bytes) {
+    sum.set_block(block);
+    for (auto& st : calls) {
+      if (st->status.ok()) st->status = owner_.SendSum(*st->conn, token_, sum, bytes);
+    }
   };
-  v1::ReplicaStepPart part;
+  std::string bytes;
   absl::MutexLock lock(&mu_);
   // Before the step is decided: each block's sum as its push completes it.
   std::function<bool()> next = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -253,14 +251,13 @@ void ShardReplicator::SendLane(uint64_t step, std::vector<std::unique_ptr<Stream
     taken_[local] = true;
     ++in_flight_;
     mu_.Unlock();
-    part.set_block(job_.blocks().begin + local);
-    const bool copied = CopySum(local, step, part.mutable_grad());
-    if (copied) write(part);
+    const bool copied = CopySum(local, step, &bytes);
+    if (copied) send(job_.blocks().begin + local, bytes);
     mu_.Lock();
     --in_flight_;
     if (copied) {
       sent_[local] = true;
-      sums_[local] = std::move(*part.mutable_grad());
+      sums_[local] = std::move(bytes);
     }
   }
   // Decided: a share of the blocks not sent yet.
@@ -273,9 +270,7 @@ void ShardReplicator::SendLane(uint64_t step, std::vector<std::unique_ptr<Stream
   while (next_remaining_ < remaining_.size()) {
     const auto& [index, grad] = payload->grads[remaining_[next_remaining_++]];
     mu_.Unlock();
-    part.set_block(index);
-    part.set_grad(grad);
-    write(part);
+    send(index, grad);
     mu_.Lock();
   }
 }
@@ -376,7 +371,7 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
     absl::MutexLock lock(&mu_);
     if (streaming_ && armed_ != step) {  // a stream of another step (a restore came between)
       abandon_ = true;
-      for (grpc::ClientContext* ctx : contexts_) ctx->TryCancel();
+      CancelLocked();
       mu_.Await(absl::Condition(&stream_done_));
     }
     streamed = streaming_ && !abandon_;

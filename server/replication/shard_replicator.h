@@ -3,20 +3,23 @@
 // that Replicator::For makes, kept by the shard's JobStep for the job's
 // life.
 //
-// A step travels to each live backup as one ReplicaService.ApplyStep call
-// plus Replicator::lanes() - 1 SendSums calls, each on a connection of its
-// own (a transfer id ties them together). Once the previous step was
-// acknowledged, the shard is armed for the next one: each block's summed
-// gradient is sent as soon as the push that completes the block (every
-// node's gradient folded in) tells this object (OnBlockComplete), by the
-// first free lane (a thread each), while the other blocks still fold. The
-// Step's Decide then copies the sums the lanes have not taken yet (before
-// the pass moves any block); the lanes share them out, the SendSums calls
-// end, and the request goes last on ApplyStep. So the backup's optimizer pass
+// A streamed step travels to each live backup as Replicator::lanes()
+// connections to its TCP data plane, which carry the blocks' summed
+// gradients (REPLICA_SUM frames, each answered), and one
+// ReplicaService.ApplyStep call that carries the request once every lane
+// was answered (a transfer id ties them together). Once the previous step
+// was acknowledged, the shard is armed for the next one: each block's
+// summed gradient is sent as soon as the push that completes the block
+// (every node's gradient folded in) tells this object (OnBlockComplete),
+// by the first free lane (a thread each), while the other blocks still
+// fold. The Step's Decide then copies the sums the lanes have not taken
+// yet (before the pass moves any block); the lanes share them out, and
+// the request goes last, on ApplyStep. So the backup's optimizer pass
 // runs beside the primary's, and the Step waits only for the last blocks'
 // transfer and the backup's pass. A step that was not armed (the first
-// one, a retry) goes whole at Decide, as does a step to a backup one of
-// whose lanes broke (a new call), or one caught up at Decide.
+// one, a retry) goes whole on ApplyStep at Decide, as does a step to a
+// backup whose data port is not known yet (learned from its ApplyStep
+// answers) or one of whose lanes failed, or one caught up at Decide.
 //
 // Thread-safe. Lock order: a block's mutex, then this object's mutex (a
 // Block's mutex is never taken under this object's).
@@ -33,7 +36,6 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "grpcpp/client_context.h"
 #include "server/core/job.h"
 #include "server/replication/replicator.h"
 
@@ -62,7 +64,7 @@ class ShardReplicator final : public StepReplicator {
     absl::Status status;
     uint64_t seed_bytes = 0;  // a catch-up's, once seeded
   };
-  // One streamed ApplyStep call (the streaming thread's).
+  // One lane of a streamed step to one copy (the streaming thread's).
   struct Stream;
 
   // Sends `payload` whole to each copy in `to` (a lost one is caught up
@@ -85,14 +87,17 @@ class ShardReplicator final : public StepReplicator {
   void ResetLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The streaming thread: waits for an armed step's first complete block,
-  // opens a call to each live copy, sends each queued block's sum, then,
-  // once decided, the rest and the request.
+  // takes the lanes to each live copy, sends each queued block's sum, then,
+  // once decided, the rest, then the request.
   void StreamLoop();
   void StreamStep(uint64_t step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // One lane's sends of `step` on `calls` (one per copy): queued blocks
-  // until the step is decided, then a share of those not sent.
-  void SendLane(uint64_t step, std::vector<std::unique_ptr<Stream>>& calls)
+  // One lane's sums of `step` under `transfer` on `calls` (one per copy):
+  // queued blocks until the step is decided, then a share of those not
+  // sent. A copy's lane that fails sends no more.
+  void SendLane(uint64_t step, uint64_t transfer, std::vector<std::unique_ptr<Stream>>& calls)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Breaks the lanes of the stream in progress (their sends fail at once).
+  void CancelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies block `local`'s sum into `out` if it is complete at `step`.
   bool CopySum(uint64_t local, uint64_t step, std::string* out) const;
 
@@ -117,7 +122,7 @@ class ShardReplicator final : public StepReplicator {
   bool streaming_ ABSL_GUARDED_BY(mu_) = false;  // a stream of armed_ is open
   bool deciding_ ABSL_GUARDED_BY(mu_) = false;   // Decide runs: the stream takes no more blocks
   std::vector<uint32_t> streamed_to_ ABSL_GUARDED_BY(mu_);  // copies it is open to
-  std::vector<grpc::ClientContext*> contexts_ ABSL_GUARDED_BY(mu_);  // to cancel it
+  std::vector<int> lane_fds_ ABSL_GUARDED_BY(mu_);          // its lanes' sockets, to cancel it
   std::shared_ptr<const Payload> decided_ ABSL_GUARDED_BY(mu_);  // the step, once decided
   bool abandon_ ABSL_GUARDED_BY(mu_) = false;  // end the stream without the step
   bool stream_done_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,15 +1,18 @@
-// ReplicaService.ApplyStep and SendSums (issue 19's way of a step to a
-// backup: the sums on lanes, the step last) refuse bad input case by case,
-// naming what is wrong, and the copy stays as it was. Real server
-// processes: a job of two nodes on three servers with one backup per
-// shard, two steps in; the calls go to server 1's backup copy of shard 0
-// (whose primary is server 0). Good streamed steps, lanes included, are
-// replication_test's (its servers run with --replica_lanes=3).
+// ReplicaService.ApplyStep and the data plane's REPLICA_SUM frames (issue
+// 19's way of a step to a backup: the sums ahead on the backup's data
+// plane, the step on ApplyStep) refuse bad input case by case, naming what
+// is wrong, and the copy stays as it was. Real server processes: a job of
+// two nodes on three servers with one backup per shard, two steps in; the
+// calls go to server 1's backup copy of shard 0 (whose primary is server
+// 0). Good streamed steps, lanes included, are replication_test's (its
+// servers run with --replica_lanes=3).
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 
+#include "client/data_conn.h"
+#include "common/frame_io.h"
 #include "tests/replication/replication_fixture.h"
 
 namespace zerostate::testing {
@@ -73,10 +76,54 @@ class ApplyStepTest : public ReplicaCallTest {
       return stub.ApplyStep(&ctx, &resp);
     });
   }
-  absl::Status SendSums(const std::vector<v1::ReplicaStepPart>& parts, bool with_token = true) {
-    return Call<v1::SendSumsResponse>(parts, with_token, [](auto& stub, auto& ctx, auto& resp) {
-      return stub.SendSums(&ctx, &resp);
-    });
+
+  // A connection to the data plane of server `index` (its port from
+  // JobStatus).
+  std::unique_ptr<client::DataConn> DataConn(int index) {
+    auto stub = v1::StateService::NewStub(
+        grpc::CreateChannel(servers_[index], grpc::InsecureChannelCredentials()));
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("zerostate-job-token", kTestJobToken);
+    v1::JobStatusRequest req;
+    req.set_job_id("applied");
+    v1::JobStatusResponse resp;
+    grpc::Status s = stub->JobStatus(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_NE(resp.data_port(), 0u);
+    client::DataConnPool pool(client::DataAddress(servers_[index], resp.data_port()), 0);
+    auto conn = pool.Acquire(absl::Now() + absl::Seconds(20));
+    EXPECT_TRUE(conn.ok()) << conn.status();
+    return conn.ok() ? *std::move(conn) : nullptr;
+  }
+
+  // A good REPLICA_SUM of shard 0's `block` under `transfer`.
+  v1::ReplicaSum SumOf(uint64_t block, uint64_t transfer) const {
+    v1::ReplicaSum sum;
+    sum.set_job_id("applied");
+    sum.set_shard(0);
+    sum.set_transfer(transfer);
+    sum.set_block(block);
+    return sum;
+  }
+
+  // Sends one REPLICA_SUM frame on `conn` and returns its REPLICA_SUM_ACK's
+  // status (an ERROR frame's, or the connection's, when there is none).
+  static absl::Status SendSum(client::DataConn& conn, const std::string& token,
+                              const v1::ReplicaSum& sum, const std::string& bytes) {
+    v1::DataFrameMeta meta;
+    meta.set_token(token);
+    *meta.mutable_replica_sum() = sum;
+    conn.stream().SetDeadline(absl::Now() + absl::Seconds(20));
+    if (auto s = SendFrame(conn.stream(), FrameType::kReplicaSum, meta, bytes.data(), bytes.size());
+        !s.ok()) {
+      return s;
+    }
+    auto answer = RecvFrameStart(conn.stream());
+    if (!answer.ok()) return answer.status();
+    if (!answer->has_value()) return absl::UnavailableError("closed");
+    EXPECT_EQ((*answer)->header.type, FrameType::kReplicaSumAck);
+    return absl::Status(static_cast<absl::StatusCode>((*answer)->meta.code()),
+                        (*answer)->meta.message());
   }
 
   std::vector<uint64_t> blocks_;  // shard 0's
@@ -84,80 +131,48 @@ class ApplyStepTest : public ReplicaCallTest {
 
 struct BadCall {
   const char* name;
-  bool sums;  // SendSums, else ApplyStep
   std::function<void(std::vector<v1::ReplicaStepPart>&)> spoil;
   absl::StatusCode code;
   std::string message;
 };
 
-TEST_F(ApplyStepTest, BadStepsAndSumsAreRefusedNamingWhatIsWrongAndTheCopyStaysAsItWas) {
+TEST_F(ApplyStepTest, BadStepsAreRefusedNamingWhatIsWrongAndTheCopyStaysAsItWas) {
   const uint64_t end_block = blocks_.back() + 1;
   const std::string missing = absl::StrCat("grad: block ", blocks_[0], " of step 2 is missing");
   const std::vector<BadCall> cases = {
-      {"ApplyStep without the step request", false, [](auto& p) { p.pop_back(); },
+      {"ApplyStep without the step request", [](auto& p) { p.pop_back(); },
        absl::StatusCode::kInvalidArgument, "ended without the step request"},
-      {"ApplyStep with two step requests", false,
-       [](auto& p) { *p[0].mutable_step() = p.back().step(); }, absl::StatusCode::kInvalidArgument,
-       "a second step request (step 2, after step 2)"},
-      {"ApplyStep with a block outside the shard", false,
-       [&](auto& p) { p[1].set_block(end_block); }, absl::StatusCode::kInvalidArgument,
+      {"ApplyStep with two step requests", [](auto& p) { *p[0].mutable_step() = p.back().step(); },
+       absl::StatusCode::kInvalidArgument, "a second step request (step 2, after step 2)"},
+      {"ApplyStep with a block outside the shard", [&](auto& p) { p[1].set_block(end_block); },
+       absl::StatusCode::kInvalidArgument,
        absl::StrCat("block: ", end_block, " is not in shard 0")},
-      {"ApplyStep with a block missing", false, [](auto& p) { p.erase(p.begin() + 1); },
+      {"ApplyStep with a block missing", [](auto& p) { p.erase(p.begin() + 1); },
        absl::StatusCode::kInvalidArgument, missing},
-      {"ApplyStep with a sum of the wrong size", false,
-       [](auto& p) { p[1].mutable_grad()->pop_back(); }, absl::StatusCode::kInvalidArgument,
-       "bytes (or came twice)"},
-      {"ApplyStep of a transfer whose lanes left nothing", false,
+      {"ApplyStep with a sum of the wrong size", [](auto& p) { p[1].mutable_grad()->pop_back(); },
+       absl::StatusCode::kInvalidArgument, "bytes (or came twice)"},
+      {"ApplyStep of a transfer whose sums are not here",
        [](auto& p) {
          p[0].set_transfer(77);
          p.erase(p.begin() + 1);
        },
        absl::StatusCode::kInvalidArgument, missing},
-      {"ApplyStep of a step the copy is not at", false,
+      {"ApplyStep of a step the copy is not at",
        [](auto& p) { p.back().mutable_step()->set_step(kVersion + 3); },
        absl::StatusCode::kFailedPrecondition, "needs a catch-up"},
-      {"ApplyStep of a shard this server holds no copy of", false,
-       [](auto& p) { p[0].set_shard(2); }, absl::StatusCode::kNotFound, "shard 2"},
-      {"SendSums with transfer 0", true, [](auto& p) { p.pop_back(); },
-       absl::StatusCode::kInvalidArgument, "transfer must not be 0"},
-      {"SendSums with a block outside the shard", true,
-       [&](auto& p) {
-         p[0].set_transfer(78);
-         p.pop_back();
-         p[1].set_block(end_block);
-       },
-       absl::StatusCode::kInvalidArgument,
-       absl::StrCat("block ", end_block, " is outside shard 0")},
-      {"SendSums with more sums than the shard has blocks", true,
-       [](auto& p) {
-         p[0].set_transfer(79);
-         p.back() = p[1];
-         p.push_back(p[1]);
-       },
-       absl::StatusCode::kInvalidArgument, "came once too many"},
-      {"SendSums of a shard this server holds no copy of", true,
-       [](auto& p) {
-         p[0].set_transfer(80);
-         p[0].set_shard(2);
-       },
+      {"ApplyStep of a shard this server holds no copy of", [](auto& p) { p[0].set_shard(2); },
        absl::StatusCode::kNotFound, "shard 2"},
   };
   for (const BadCall& c : cases) {
     std::vector<v1::ReplicaStepPart> parts = Streamed();
     c.spoil(parts);
-    absl::Status s = c.sums ? SendSums(parts) : ApplyStep(parts);
+    absl::Status s = ApplyStep(parts);
     EXPECT_EQ(s.code(), c.code) << c.name << ": " << s;
     EXPECT_NE(s.message().find(c.message), std::string::npos) << c.name << ": " << s;
   }
   // Without the job's token.
   absl::Status s = ApplyStep(Streamed(), /*with_token=*/false);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
-  std::vector<v1::ReplicaStepPart> lane = Streamed(81);
-  lane.pop_back();
-  s = SendSums(lane, /*with_token=*/false);
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnauthenticated) << s;
-  // A lane whose step never comes: its sums are kept, applied to nothing.
-  EXPECT_TRUE(SendSums(lane).ok());
   // To the shard's primary, which takes no step from another: ABORTED,
   // the sender is no longer the primary (it fences itself).
   auto primary = v1::ReplicaService::NewStub(
@@ -179,8 +194,72 @@ TEST_F(ApplyStepTest, BadStepsAndSumsAreRefusedNamingWhatIsWrongAndTheCopyStaysA
     EXPECT_NE(g.error_message().find("a step from another is refused"), std::string::npos)
         << g.error_message();
   }
-  // Nothing changed: the backup still equals the primary, and steps go on
-  // (the next one's transfer replaces the sums kept under 81).
+  // Nothing changed: the backup still equals the primary, and steps go on.
+  ExpectSameCopies(servers_[0], servers_[1], "applied", 0, kVersion);
+  ASSERT_TRUE(RunStep(run_.nodes, kVersion).ok());
+  ExpectSameCopies(servers_[0], servers_[1], "applied", 0, kVersion + 1);
+}
+
+struct BadSum {
+  const char* name;
+  std::function<void(std::string& token, v1::ReplicaSum& sum, std::string& bytes)> spoil;
+  absl::StatusCode code;
+  std::string message;
+};
+
+// REPLICA_SUM frames on a backup's data plane: each bad one is answered
+// with what was wrong (the connection stays usable), and nothing it
+// carried is kept or applied.
+TEST_F(ApplyStepTest, BadReplicaSumsAreRefusedNamingWhatIsWrongAndTheCopyStaysAsItWas) {
+  const uint64_t end_block = blocks_.back() + 1;
+  const std::vector<BadSum> cases = {
+      {"without the job's token", [](auto& token, auto&, auto&) { token.clear(); },
+       absl::StatusCode::kUnauthenticated, ""},
+      {"with another token", [](auto& token, auto&, auto&) { token = "not-the-job-token-at-all"; },
+       absl::StatusCode::kUnauthenticated, ""},
+      {"transfer 0", [](auto&, auto& sum, auto&) { sum.set_transfer(0); },
+       absl::StatusCode::kInvalidArgument, "transfer must not be 0"},
+      {"a block outside the shard", [&](auto&, auto& sum, auto&) { sum.set_block(end_block); },
+       absl::StatusCode::kInvalidArgument,
+       absl::StrCat("block ", end_block, " is outside shard 0")},
+      {"a sum of the wrong size", [](auto&, auto&, auto& bytes) { bytes.pop_back(); },
+       absl::StatusCode::kInvalidArgument, "bytes of sum; it needs"},
+      {"a shard this server holds no copy of", [](auto&, auto& sum, auto&) { sum.set_shard(2); },
+       absl::StatusCode::kNotFound, "shard 2"},
+      {"another job", [](auto&, auto& sum, auto&) { sum.set_job_id("no-such-job"); },
+       absl::StatusCode::kPermissionDenied, "does not grant access to job 'no-such-job'"},
+  };
+  std::unique_ptr<client::DataConn> conn = DataConn(1);
+  ASSERT_NE(conn, nullptr);
+  for (const BadSum& c : cases) {
+    std::string token = kTestJobToken;
+    v1::ReplicaSum sum = SumOf(blocks_[0], 90);
+    std::string bytes = Sum(blocks_[0]);
+    c.spoil(token, sum, bytes);
+    absl::Status s = SendSum(*conn, token, sum, bytes);
+    EXPECT_EQ(s.code(), c.code) << c.name << ": " << s;
+    EXPECT_NE(s.message().find(c.message), std::string::npos) << c.name << ": " << s;
+  }
+  // A block twice in one transfer: the second is refused.
+  ASSERT_TRUE(SendSum(*conn, kTestJobToken, SumOf(blocks_[0], 91), Sum(blocks_[0])).ok());
+  absl::Status twice = SendSum(*conn, kTestJobToken, SumOf(blocks_[0], 91), Sum(blocks_[0]));
+  EXPECT_EQ(twice.code(), absl::StatusCode::kInvalidArgument) << twice;
+  EXPECT_NE(twice.message().find("came twice in transfer 91"), std::string::npos) << twice;
+  // To the shard's primary, which takes no sums from another: ABORTED, as
+  // ApplyStep's.
+  std::unique_ptr<client::DataConn> to_primary = DataConn(0);
+  ASSERT_NE(to_primary, nullptr);
+  absl::Status primary =
+      SendSum(*to_primary, kTestJobToken, SumOf(blocks_[0], 92), Sum(blocks_[0]));
+  EXPECT_EQ(primary.code(), absl::StatusCode::kAborted) << primary;
+  EXPECT_NE(primary.message().find("shard 0 of job 'applied' has a newer primary: this server"),
+            std::string::npos)
+      << primary;
+  EXPECT_NE(primary.message().find("a step's sum from another is refused"), std::string::npos)
+      << primary;
+  // The sums of transfer 91, whose step never came, are applied to
+  // nothing: the backup still equals the primary, and the steps go on (the
+  // next one's transfer replaces them).
   ExpectSameCopies(servers_[0], servers_[1], "applied", 0, kVersion);
   ASSERT_TRUE(RunStep(run_.nodes, kVersion).ok());
   ExpectSameCopies(servers_[0], servers_[1], "applied", 0, kVersion + 1);

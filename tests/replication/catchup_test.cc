@@ -17,22 +17,6 @@ constexpr uint64_t kKillBackupStep = 2;  // server 1 killed before this step
 constexpr uint64_t kRestartStep = 4;     // and restarted before this one
 constexpr uint64_t kKillPrimaryStep = 6;  // server 2 killed before this one
 
-ServerProcessOptions MeteredServerOptions() {
-  ServerProcessOptions o = TestServerOptions();
-  o.args.push_back("--metrics_listen=127.0.0.1:0");
-  return o;
-}
-
-// Series `name` of server `s`'s metrics page.
-double ServerMetric(ServerProcess& s, const std::string& name) {
-  auto page = ScrapeMetrics(s.metrics_address());
-  if (!page.ok()) {
-    ADD_FAILURE() << page.status();
-    return -1;
-  }
-  return MetricValue(*page, name);
-}
-
 // The job steps speculatively (JobSpec.speculative_step, StepAhead before
 // the pushes) or not: a speculated block's state at the step's version is
 // the one it keeps aside, and that is what the catch-up must send.

@@ -35,7 +35,7 @@ class FailoverTest : public ::testing::TestWithParam<Param> {};
 
 TEST_P(FailoverTest, TheBackupTakesOverAndTheRunEndsBitIdenticalWithoutRollback) {
   const Param p = GetParam();
-  // Streamed steps on two connections per backup (ApplyStep, a SendSums lane).
+  // Streamed steps' sums on two data plane connections per backup.
   ServerProcessOptions o = TestServerOptions();
   o.args.push_back("--replica_lanes=2");
   auto cluster = ServerCluster::Start(3, o);

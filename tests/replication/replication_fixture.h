@@ -117,6 +117,29 @@ struct ReplicatedRun {
   std::vector<std::unique_ptr<client::JobClient>> nodes;
 };
 
+// TestServerOptions with a metrics endpoint.
+inline ServerProcessOptions MeteredServerOptions() {
+  ServerProcessOptions o = TestServerOptions();
+  o.args.push_back("--metrics_listen=127.0.0.1:0");
+  return o;
+}
+
+// Series `name` of server `s`'s metrics page.
+inline double ServerMetric(ServerProcess& s, const std::string& name) {
+  auto page = ScrapeMetrics(s.metrics_address());
+  if (!page.ok()) {
+    ADD_FAILURE() << page.status();
+    return -1;
+  }
+  return MetricValue(*page, name);
+}
+
+// Payload bytes of REPLICA_SUM frames server `s` kept (a backup's sums
+// that came ahead of their steps on its data plane).
+inline double ReplicaSumBytes(ServerProcess& s) {
+  return ServerMetric(s, "zerostate_rpc_bytes_received_total{method=\"DataReplicaSum\"}");
+}
+
 inline absl::StatusOr<ReplicatedRun> StartNodes(const v1::JobSpec& spec,
                                                 const std::vector<std::string>& servers) {
   ReplicatedRun run;

@@ -2,7 +2,10 @@
 // copy is bit-identical to its primary at every acknowledged version, the
 // weights equal those of an unreplicated run, and a spec asking for more
 // backups than the cluster can place is refused naming the field.
+#include <unistd.h>
+
 #include "tests/replication/replication_fixture.h"
+#include "tests/testing/test_certificates.h"
 
 namespace zerostate::testing {
 namespace {
@@ -10,9 +13,9 @@ namespace {
 class ReplicationTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    // Each streamed step's sums on three connections per backup
-    // (ApplyStep and two SendSums lanes).
-    ServerProcessOptions o = TestServerOptions();
+    // Each streamed step's sums on three connections to each backup's
+    // data plane (REPLICA_SUM frames), the step on ApplyStep.
+    ServerProcessOptions o = MeteredServerOptions();
     o.args.push_back("--replica_lanes=3");
     auto cluster = ServerCluster::Start(3, o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -57,6 +60,55 @@ TEST_F(ReplicationTest, EveryBackupIsBitIdenticalToItsPrimaryAtEveryStep) {
   std::vector<float> master(total);
   ASSERT_TRUE(nodes_[1]->GatherMaster(kSteps, {0, total}, master.data()).ok());
   ExpectBitIdentical(master.data(), ref.master(), total, "master weights with one backup");
+  // Steps 1 on were streamed: each backup took its sums on its data plane.
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_GT(ReplicaSumBytes(cluster_->server(i)), 0) << "server " << i;
+  }
+}
+
+// Under mutual TLS the primaries reach their backups' data planes with
+// their own certificates: the sums travel there, and the run ends with the
+// reference's weights (the same as without backups), bit for bit.
+TEST(ReplicationTlsTest, UnderMutualTlsTheSumsTravelOnTheDataPlaneAndTheRunEndsBitIdentical) {
+  const TestCertificates certs(
+      absl::StrCat(::testing::TempDir(), "zerostate_replication_certs.", getpid()));
+  ASSERT_TRUE(certs.ok()) << certs.Log();
+  ServerProcessOptions o = MeteredServerOptions();
+  o.plaintext = false;
+  o.args.push_back("--tls_cert=" + certs.Path("server.pem"));
+  o.args.push_back("--tls_key=" + certs.Path("server.key"));
+  o.args.push_back("--tls_client_ca=" + certs.Path("ca.pem"));
+  auto cluster = ServerCluster::Start(3, o);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<std::unique_ptr<client::Client>> clients;
+  std::vector<std::unique_ptr<client::JobClient>> nodes;
+  const v1::JobSpec spec = ReplicatedSpec("tls", 1);
+  for (uint32_t n = 0; n < kReplicaNodes; ++n) {
+    client::ClientOptions co = TestClientOptions((*cluster)->addresses());
+    co.plaintext = false;
+    co.tls_ca_file = certs.Path("ca.pem");
+    co.tls_cert_file = certs.Path("client.pem");
+    co.tls_key_file = certs.Path("client.key");
+    auto c = client::Client::Connect(co);
+    ASSERT_TRUE(c.ok()) << c.status();
+    auto j = n == 0 ? (*c)->RegisterJob(spec) : (*c)->AttachJob(spec.job_id());
+    ASSERT_TRUE(j.ok()) << j.status();
+    clients.push_back(*std::move(c));
+    nodes.push_back(*std::move(j));
+  }
+  constexpr int kSteps = 3;
+  ReferenceModel ref(nodes[0]->spec());
+  for (int step = 0; step < kSteps; ++step) {
+    ASSERT_TRUE(RunStep(nodes, step).ok()) << "step " << step;
+    std::vector<std::vector<float>> grads;
+    for (uint32_t n = 0; n < kReplicaNodes; ++n)
+      grads.push_back(NodeGradient(ref.layout(), n, step));
+    ref.Step(step, grads, StepLr(step), kStepScale);
+  }
+  ExpectReferenceRun(nodes, ref, kSteps);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_GT(ReplicaSumBytes((*cluster)->server(i)), 0) << "server " << i;
+  }
 }
 
 TEST_F(ReplicationTest, StreamedInitialWeightsReachEveryCopy) {
