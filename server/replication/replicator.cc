@@ -125,7 +125,7 @@ void Replicator::Release(const std::string& address, std::unique_ptr<client::Dat
 }
 
 absl::Status Replicator::SendSum(client::DataConn& lane, const std::string& token,
-                                 const v1::ReplicaSum& sum, const std::string& bytes) const {
+                                 const v1::ReplicaSum& sum, std::string_view bytes) const {
   v1::DataFrameMeta meta;
   meta.set_token(token);
   *meta.mutable_replica_sum() = sum;

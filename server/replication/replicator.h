@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -132,7 +133,7 @@ class Replicator {
   // Errors: the backup's (REPLICA_SUM_ACK's code and message), those of
   // the connection (the lane is then not to be released).
   [[nodiscard]] absl::Status SendSum(client::DataConn& lane, const std::string& token,
-                                     const v1::ReplicaSum& sum, const std::string& bytes) const;
+                                     const v1::ReplicaSum& sum, std::string_view bytes) const;
   // A call's deadline (Options::timeout) and job token.
   void PrepareCall(grpc::ClientContext& ctx, const std::string& token) const;
   // Whether `address` accepts a connection now, on a new channel (within

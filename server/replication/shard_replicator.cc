@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <random>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
@@ -230,7 +231,7 @@ void ShardReplicator::SendLane(uint64_t step, uint64_t transfer,
   sum.set_job_id(job_id_);
   sum.set_shard(shard_);
   sum.set_transfer(transfer);
-  auto send = [&](uint64_t block, const std::string& bytes) {
+  auto send = [&](uint64_t block, std::string_view bytes) {
     sum.set_block(block);
     for (auto& st : calls) {
       if (st->status.ok()) st->status = owner_.SendSum(*st->conn, token_, sum, bytes);
@@ -252,13 +253,18 @@ void ShardReplicator::SendLane(uint64_t step, uint64_t transfer,
     ++in_flight_;
     mu_.Unlock();
     const bool copied = CopySum(local, step, &bytes);
-    if (copied) send(job_.blocks().begin + local, bytes);
     mu_.Lock();
     --in_flight_;
-    if (copied) {
-      sent_[local] = true;
-      sums_[local] = std::move(bytes);
-    }
+    if (!copied) continue;
+    sent_[local] = true;
+    sums_[local] = std::move(bytes);
+    // Sent off the lock, so that Decide does not wait for the network. The
+    // bytes stay where they are until the stream is done: Decide moves the
+    // string (its heap buffer) into the payload, which decided_ keeps.
+    const std::string_view held = sums_[local];
+    mu_.Unlock();
+    send(job_.blocks().begin + local, held);
+    mu_.Lock();
   }
   // Decided: a share of the blocks not sent yet.
   std::function<bool()> decided = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

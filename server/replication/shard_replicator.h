@@ -116,7 +116,7 @@ class ShardReplicator final : public StepReplicator {
   std::vector<bool> taken_ ABSL_GUARDED_BY(mu_);      // by local: the stream took it
   std::vector<bool> sent_ ABSL_GUARDED_BY(mu_);       // by local: the stream sent it
   std::vector<std::string> sums_ ABSL_GUARDED_BY(mu_);  // by local: what it sent
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // blocks the lanes copy or send
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;              // blocks the lanes copy
   std::vector<size_t> remaining_ ABSL_GUARDED_BY(mu_);  // once decided: the blocks not sent
   size_t next_remaining_ ABSL_GUARDED_BY(mu_) = 0;      // the next of them a lane takes
   bool streaming_ ABSL_GUARDED_BY(mu_) = false;  // a stream of armed_ is open
