@@ -142,6 +142,9 @@ class StateServer {
   // staging_, which updates metrics_) before staging_ before metrics_.
   std::unique_ptr<ServerMetrics> metrics_;
   std::shared_ptr<StagingBudget> staging_;
+  // The sums kept as a backup (REPLICA_SUM frames); outlives the services,
+  // the data plane and replicator_, which use it.
+  std::unique_ptr<KeptSums> kept_sums_;
   // Outlives jobs_: each replicated job's JobStep keeps a ShardReplicator
   // that calls it.
   std::unique_ptr<Replicator> replicator_;

@@ -160,6 +160,11 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
       catchup_bytes_(BuildCounter().Name("zerostate_catchup_bytes_total")
                          .Help("Shard state bytes sent to copies being caught up")
                          .Register(*registry_).Add({})),
+      replica_kept_sum_bytes_(
+          BuildGauge().Name("zerostate_replica_kept_sum_bytes")
+              .Help("Bytes of summed gradients kept here as a backup from primaries "
+                    "(REPLICA_SUM frames) until their steps take them")
+              .Register(*registry_).Add({})),
       disk_used_(BuildGauge().Name("zerostate_disk_used_bytes")
                      .Help("Bytes used on the filesystem of --nvme_dir").Register(*registry_)
                      .Add({})),
@@ -236,6 +241,10 @@ void ServerMetrics::SetRendezvous(uint64_t keys, uint64_t bytes, uint64_t jobles
   rendezvous_keys_.Add({{"holder", "jobless"}}).Set(static_cast<double>(jobless_keys));
   rendezvous_bytes_.Add({{"holder", "job"}}).Set(static_cast<double>(bytes - jobless_bytes));
   rendezvous_bytes_.Add({{"holder", "jobless"}}).Set(static_cast<double>(jobless_bytes));
+}
+
+void ServerMetrics::SetReplicaKeptSumBytes(uint64_t bytes) {
+  replica_kept_sum_bytes_.Set(static_cast<double>(bytes));
 }
 
 void ServerMetrics::SetUnderReplicatedBlocks(uint64_t blocks) {

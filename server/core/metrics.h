@@ -60,6 +60,9 @@ class ServerMetrics {
   // shard state bytes sent to copies being caught up.
   void SetUnderReplicatedBlocks(uint64_t blocks);
   void RecordCatchupBytes(uint64_t bytes);
+  // Bytes of summed gradients this server keeps as a backup from its
+  // primaries (REPLICA_SUM frames) until their steps take them (KeptSums).
+  void SetReplicaKeptSumBytes(uint64_t bytes);
   // The filesystem of --nvme_dir (checkpoints usually live elsewhere).
   void SetDisk(uint64_t used, uint64_t capacity);
 
@@ -105,6 +108,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& rendezvous_bytes_;
   prometheus::Gauge& under_replicated_blocks_;
   prometheus::Counter& catchup_bytes_;
+  prometheus::Gauge& replica_kept_sum_bytes_;
   prometheus::Gauge& disk_used_;
   prometheus::Gauge& disk_capacity_;
 };

@@ -81,17 +81,7 @@ absl::Status ReplicaServiceImpl::Check(const std::string& token, const v1::Repli
 }
 
 absl::Status ReplicaServiceImpl::Keep(const v1::ReplicaSum& sum, std::string bytes) {
-  absl::MutexLock lock(&kept_mu_);
-  Kept& kept = kept_[{sum.job_id(), sum.shard()}];
-  if (kept.transfer != sum.transfer()) kept = Kept{sum.transfer(), {}};
-  for (const auto& [block, held] : kept.sums) {
-    if (block == sum.block()) {
-      return absl::InvalidArgumentError(absl::StrCat("REPLICA_SUM: block ", sum.block(),
-                                                     " came twice in transfer ", sum.transfer()));
-    }
-  }
-  kept.sums.emplace_back(sum.block(), std::move(bytes));
-  return absl::OkStatus();
+  return kept_.Keep(sum.job_id(), sum.shard(), sum.transfer(), sum.block(), std::move(bytes));
 }
 
 grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
@@ -122,11 +112,8 @@ grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
         "ApplyStep: the stream ended without the step request (nothing was applied)"));
   }
   if (first.transfer() != 0) {  // the sums sent ahead on the data plane
-    absl::MutexLock lock(&kept_mu_);
-    auto it = kept_.find(std::make_pair(first.job_id(), first.shard()));
-    if (it != kept_.end() && it->second.transfer == first.transfer()) {
-      for (auto& sum : it->second.sums) grads.push_back(std::move(sum));
-      kept_.erase(it);
+    for (auto& sum : kept_.Take(first.job_id(), first.shard(), first.transfer())) {
+      grads.push_back(std::move(sum));
     }
   }
   auto out = (*job)->pushes().ApplyReplicatedStep(*req, grads, pool_);

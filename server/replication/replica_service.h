@@ -2,8 +2,8 @@
 // state server's gRPC port (proto/zerostate/v1/replica.proto). ApplyStep
 // runs a primary's step on this server's copy of the shard, with the sums
 // the primary sent ahead on the data plane (REPLICA_SUM frames, kept here
-// as ReplicaSums per (job, shard), one transfer each, until that
-// ApplyStep takes them); ReadShard
+// as ReplicaSums per (job, shard), one transfer each, in KeptSums until
+// that ApplyStep takes them or the job is deleted); ReadShard
 // serves a copy's state (checks); Seed replaces a lost copy's state with
 // its primary's (catch-up). Every call is authorized with
 // the job's token, as StateService calls are.
@@ -18,14 +18,12 @@
 #include <utility>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
 #include "server/core/job_registry.h"
 #include "server/core/primaries.h"
 #include "server/core/replica_sums.h"
 #include "server/core/thread_pool.h"
+#include "server/replication/kept_sums.h"
 #include "zerostate/v1/replica.grpc.pb.h"
 
 namespace zerostate::server {
@@ -40,10 +38,15 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service, public Repl
 
   // All references must outlive the service; `primaries` may be null (no
   // replicated job can then be served as primary here); `seed_hook` may be
-  // empty.
+  // empty. The REPLICA_SUMs are kept in `kept` (which DeleteJob empties of
+  // the job's: Replicator::Forget).
   ReplicaServiceImpl(JobRegistry& jobs, ThreadPool& pool, const Primaries* primaries,
-                     SeedHook seed_hook = {})
-      : jobs_(jobs), pool_(pool), primaries_(primaries), seed_hook_(std::move(seed_hook)) {}
+                     KeptSums& kept, SeedHook seed_hook = {})
+      : jobs_(jobs),
+        pool_(pool),
+        primaries_(primaries),
+        kept_(kept),
+        seed_hook_(std::move(seed_hook)) {}
 
   // This server's data plane port (0: none, the default), which ApplyStep
   // answers so that the primary sends later sums there. Set once the data
@@ -74,7 +77,6 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service, public Repl
   // acknowledged, so it takes a step only once a Seed replaced its state.
   [[nodiscard]] absl::Status CheckTakesSteps(const Job& copy, const char* what) const;
 
-  using Sums = std::vector<std::pair<uint64_t, std::string>>;  // global block, sum
   // The start of ApplyStep: the token, the first message (into `first`),
   // and the copy it names, which takes steps from a primary (not served
   // here as primary).
@@ -92,13 +94,7 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service, public Repl
   ThreadPool& pool_;
   const Primaries* const primaries_;
   std::atomic<uint32_t> data_port_{0};
-  struct Kept {
-    uint64_t transfer = 0;
-    Sums sums;
-  };
-  absl::Mutex kept_mu_;
-  // (job, shard) -> the sums of one transfer.
-  absl::flat_hash_map<std::pair<std::string, uint32_t>, Kept> kept_ ABSL_GUARDED_BY(kept_mu_);
+  KeptSums& kept_;  // (job, shard) -> the sums of one transfer
   const SeedHook seed_hook_;
 };
 

@@ -260,6 +260,7 @@ void Replicator::Depose(const std::string& job, uint32_t shard) {
 }
 
 void Replicator::Forget(const std::string& job) {
+  if (options_.kept_sums != nullptr) options_.kept_sums->Forget(job);
   absl::MutexLock lock(&mu_);
   absl::erase_if(lost_, [&](const CopyKey& k) { return std::get<0>(k) == job; });
   absl::erase_if(under_, [&](const auto& entry) { return entry.first.first == job; });

@@ -59,6 +59,7 @@
 #include "server/core/job.h"
 #include "server/core/metrics.h"
 #include "server/core/primaries.h"
+#include "server/replication/kept_sums.h"
 #include "server/core/tls_files.h"
 #include "zerostate/v1/replica.grpc.pb.h"
 
@@ -95,6 +96,9 @@ class Replicator {
     Primaries* primaries = nullptr;
     // TLS of the lanes' connections (PeerDataTlsFor); null: plaintext.
     std::shared_ptr<SSL_CTX> data_tls;
+    // The sums this server keeps as a backup (REPLICA_SUM frames), emptied
+    // of a deleted job's by Forget; null: none.
+    KeptSums* kept_sums = nullptr;
   };
   explicit Replicator(Options options) : options_(std::move(options)) {}
 
@@ -107,7 +111,8 @@ class Replicator {
   // Blocks of shards served here as primary that have lost a copy.
   uint64_t under_replicated_blocks() const;
 
-  // Forgets the job's lost copies (deleted).
+  // Forgets the job's lost copies and the sums its primaries sent ahead
+  // here (deleted).
   void Forget(const std::string& job);
 
   // Stub of peer `address`, made at first use.

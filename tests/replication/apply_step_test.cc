@@ -265,6 +265,24 @@ TEST_F(ApplyStepTest, BadReplicaSumsAreRefusedNamingWhatIsWrongAndTheCopyStaysAs
   ExpectSameCopies(servers_[0], servers_[1], "applied", 0, kVersion + 1);
 }
 
+// The sums of a step that never came are kept (the gauge
+// zerostate_replica_kept_sum_bytes counts them) until the job is deleted,
+// which frees them; the steps' own sums were taken by their ApplySteps.
+TEST_F(ApplyStepTest, ADeletedJobsKeptSumsAreFreed) {
+  const char* gauge = "zerostate_replica_kept_sum_bytes";
+  EXPECT_EQ(ServerMetric(cluster_->server(1), gauge), 0);
+  std::unique_ptr<client::DataConn> conn = DataConn(1);
+  ASSERT_NE(conn, nullptr);
+  double kept = 0;
+  for (uint64_t b : blocks_) {
+    ASSERT_TRUE(SendSum(*conn, kTestJobToken, SumOf(b, 93), Sum(b)).ok()) << "block " << b;
+    kept += Sum(b).size();
+  }
+  EXPECT_EQ(ServerMetric(cluster_->server(1), gauge), kept);
+  ASSERT_TRUE(run_.nodes[0]->Delete().ok());
+  EXPECT_EQ(ServerMetric(cluster_->server(1), gauge), 0);
+}
+
 // --replica_lanes out of range or not a number: the server does not start
 // and says which flag.
 TEST(ReplicaLanesFlagTest, BadValuesAreRefusedNamingTheFlag) {

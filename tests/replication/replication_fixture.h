@@ -244,10 +244,11 @@ inline void ExpectSameCopies(const std::string& a, const std::string& b, const s
 // with one backup per shard, a few steps in.
 class ReplicaCallTest : public ::testing::Test {
  protected:
-  // Starts the servers and job `job_id`, runs steps [0, steps) and reads
-  // shard 0's copy on its primary into primary_ (at least two blocks).
+  // Starts the servers (metrics on) and job `job_id`, runs steps [0,
+  // steps) and reads shard 0's copy on its primary into primary_ (at least
+  // two blocks).
   void StartSteppedJob(const std::string& job_id, uint64_t steps) {
-    auto cluster = ServerCluster::Start(3, TestServerOptions());
+    auto cluster = ServerCluster::Start(3, MeteredServerOptions());
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
     servers_ = cluster_->addresses();

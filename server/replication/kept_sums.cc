@@ -1,0 +1,60 @@
+#include "server/replication/kept_sums.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace zerostate::server {
+
+absl::Status KeptSums::Keep(const std::string& job, uint32_t shard, uint64_t transfer,
+                            uint64_t block, std::string sum) {
+  absl::MutexLock lock(&mu_);
+  Kept& kept = kept_[{job, shard}];
+  if (kept.transfer != transfer) {
+    DropLocked(kept);
+    kept = Kept{transfer, {}, 0};
+  }
+  for (const auto& [held, bytes] : kept.sums) {
+    if (held == block) {
+      return absl::InvalidArgumentError(absl::StrCat("REPLICA_SUM: block ", block,
+                                                     " came twice in transfer ", transfer));
+    }
+  }
+  kept.bytes += sum.size();
+  bytes_ += sum.size();
+  kept.sums.emplace_back(block, std::move(sum));
+  PublishLocked();
+  return absl::OkStatus();
+}
+
+KeptSums::Sums KeptSums::Take(const std::string& job, uint32_t shard, uint64_t transfer) {
+  absl::MutexLock lock(&mu_);
+  auto it = kept_.find(std::make_pair(job, shard));
+  if (it == kept_.end() || it->second.transfer != transfer) return {};
+  Sums sums = std::move(it->second.sums);
+  DropLocked(it->second);
+  kept_.erase(it);
+  PublishLocked();
+  return sums;
+}
+
+void KeptSums::Forget(const std::string& job) {
+  absl::MutexLock lock(&mu_);
+  absl::erase_if(kept_, [&](const auto& entry) {
+    if (entry.first.first != job) return false;
+    DropLocked(entry.second);
+    return true;
+  });
+  PublishLocked();
+}
+
+uint64_t KeptSums::bytes() const {
+  absl::MutexLock lock(&mu_);
+  return bytes_;
+}
+
+void KeptSums::DropLocked(const Kept& kept) { bytes_ -= kept.bytes; }
+
+void KeptSums::PublishLocked() {
+  if (metrics_ != nullptr) metrics_->SetReplicaKeptSumBytes(bytes_);
+}
+
+}  // namespace zerostate::server

@@ -1,0 +1,60 @@
+// The sums a backup's primary sends ahead of a step (issue 19: REPLICA_SUM
+// frames on the data plane; replica_service.h): kept per (job, shard), one
+// transfer each, until the ApplyStep of that transfer takes them, a sum of
+// another transfer of the shard replaces them, or the job is deleted
+// (Forget: the sums of a step that never came would otherwise stay for the
+// server's life). Their bytes are the gauge zerostate_replica_kept_sum_bytes.
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "server/core/metrics.h"
+
+namespace zerostate::server {
+
+class KeptSums {
+ public:
+  using Sums = std::vector<std::pair<uint64_t, std::string>>;  // global block, sum
+
+  // `metrics` (may be null) must outlive this object.
+  explicit KeptSums(ServerMetrics* metrics = nullptr) : metrics_(metrics) {}
+
+  // Adds block `block`'s sum to those kept for (job, shard) under
+  // `transfer`; those of another transfer are dropped first. Errors:
+  // INVALID_ARGUMENT when the transfer already holds the block's sum
+  // (nothing changes).
+  [[nodiscard]] absl::Status Keep(const std::string& job, uint32_t shard, uint64_t transfer,
+                                  uint64_t block, std::string sum);
+  // The sums kept for (job, shard) under `transfer` (empty when none or of
+  // another transfer), no longer kept once taken.
+  Sums Take(const std::string& job, uint32_t shard, uint64_t transfer);
+  // Drops every sum kept for `job` (deleted).
+  void Forget(const std::string& job);
+  // The bytes of the sums kept.
+  uint64_t bytes() const;
+
+ private:
+  struct Kept {
+    uint64_t transfer = 0;
+    Sums sums;
+    uint64_t bytes = 0;
+  };
+  // Drops `kept`'s bytes from the total.
+  void DropLocked(const Kept& kept) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  ServerMetrics* const metrics_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::pair<std::string, uint32_t>, Kept> kept_ ABSL_GUARDED_BY(mu_);
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace zerostate::server
