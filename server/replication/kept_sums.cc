@@ -38,11 +38,14 @@ KeptSums::Sums KeptSums::Take(const std::string& job, uint32_t shard, uint64_t t
 
 void KeptSums::Forget(const std::string& job) {
   absl::MutexLock lock(&mu_);
-  absl::erase_if(kept_, [&](const auto& entry) {
-    if (entry.first.first != job) return false;
-    DropLocked(entry.second);
-    return true;
-  });
+  for (auto it = kept_.begin(); it != kept_.end();) {
+    if (it->first.first != job) {
+      ++it;
+      continue;
+    }
+    DropLocked(it->second);
+    kept_.erase(it++);
+  }
   PublishLocked();
 }
 
