@@ -43,8 +43,10 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
   // tier), else from the block last loaded: consecutive pieces of one block
   // at one version are served from one Load. A block's state changes only
   // with its version, except by InitWeights before the first step, so
-  // version 0 is loaded for every piece.
-  AlignedBuffer<float> state(from_master ? tier.shape().block_floats() : 0);
+  // version 0 is loaded for every piece. The buffer for a Load is made
+  // only when a block is not resident: a RAM tier's gather never pays for
+  // allocating and zeroing a block's whole state.
+  AlignedBuffer<float> state;
   const Block* loaded = nullptr;
   uint64_t loaded_version = 0;
   ChunkFields piece;
@@ -59,6 +61,7 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
       if (auto st = step_.CheckNotDeposed(); !st.ok()) return st;
       const float* master = from_master ? tier.Resident(b.local) : nullptr;
       if (from_master && master == nullptr) {
+        if (state.empty()) state = AlignedBuffer<float>(tier.shape().block_floats());
         if (loaded != &b || loaded_version != b.version || b.version == 0) {
           if (auto s = tier.Load(b.local, state.data()); !s.ok()) return s;
           loaded = &b;
