@@ -37,7 +37,7 @@ v1::DataFrameMeta Reply(uint64_t incarnation, const absl::Status& status) {
 
 // Runs a session's tasks one at a time, in order, on a thread of its own,
 // so that the session thread does the next piece of work meanwhile (a
-// double buffer): Job fills gather piece i+1 while piece i is sent, and
+// double buffer): Job fills TCP gather piece i+1 while piece i is sent, and
 // push i+1's payload is read while push i is folded and acknowledged.
 class TaskThread {
  public:
@@ -188,13 +188,14 @@ class Session final : public GatherSink {
     c->set_version(piece.version);
     if (region_overflow_) return false;
     if (shm_ != nullptr) {
+      // Only the frame saying where the piece lies: sent here, at once. A
+      // hand-off to tasks_ cost a thread wake-up per piece, and the next
+      // piece waited for it (ServeGather drained tasks_ before the first).
       meta.set_shm_offset(piece_at_);
       meta.set_shm_bytes(piece_bytes_);
-      return tasks_.Run([this, meta = std::move(meta), bytes = piece_bytes_] {
-        if (!Send(FrameType::kGatherPiece, meta).ok()) return false;
-        gathered_ += bytes;
-        return true;
-      });
+      if (!Send(FrameType::kGatherPiece, meta).ok()) return false;
+      gathered_ += piece_bytes_;
+      return true;
     }
     return tasks_.Run(
         [this, meta = std::move(meta), piece = std::move(piece_), bytes = piece_bytes_]() mutable {
@@ -431,7 +432,7 @@ class Session final : public GatherSink {
   bool authorized_ = false;  // a frame of this connection was authorized (session thread only)
   DataBufferPool::Lease piece_;  // the gather piece being filled
   size_t piece_bytes_ = 0;
-  uint64_t gathered_ = 0;  // written by tasks_ during a gather
+  uint64_t gathered_ = 0;  // written during a gather: by tasks_ (TCP), by Emit (same host)
   TaskThread tasks_;       // last: stopped before the rest is destroyed
 };
 
