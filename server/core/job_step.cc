@@ -341,7 +341,7 @@ bool JobStep::CopyOnWrite(Block& b, const float* state) {
 }
 
 absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPool& pool,
-                              uint64_t* stepped, StepOutcome* out) {
+                              StepReplicator* replicator, uint64_t* stepped, StepOutcome* out) {
   std::vector<uint64_t> todo;
   for (const auto& bp : blocks()) {
     absl::MutexLock lock(&bp->mu);
@@ -355,6 +355,7 @@ absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPoo
     Block& b = *blocks()[local];
     absl::MutexLock lock(&b.mu);
     if (b.version != step) return false;
+    if (replicator != nullptr) replicator->OnPass(b);  // before the commit resets the sum
     if (b.speculation == Block::Speculation::kDone) {
       if (SameParams(b.spec_params, params)) {
         ++confirmed;
@@ -501,7 +502,9 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
     stepped = *skipped;
     if (stepped > 0) applied_steps_.RecordSkip(step);
   } else {
-    if (auto s = RunPass(step, ParamsOf(req), pool, &stepped, &out); !s.ok()) {
+    if (auto s =
+            RunPass(step, ParamsOf(req), pool, replicated ? replicator : nullptr, &stepped, &out);
+        !s.ok()) {
       (void)acked();
       return s;
     }

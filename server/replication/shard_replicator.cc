@@ -99,6 +99,9 @@ void ShardReplicator::ResetLocked() {
   deciding_ = false;
   streamed_to_.clear();
   decided_.reset();
+  filling_.reset();
+  pending_.assign(blocks_, false);
+  unfilled_ = 0;
   abandon_ = false;
   stream_done_ = false;
   stream_results_.clear();
@@ -273,12 +276,55 @@ void ShardReplicator::SendLane(uint64_t step, uint64_t transfer,
   mu_.Await(absl::Condition(&decided));
   if (stop_ || abandon_) return;
   const std::shared_ptr<const Payload> payload = decided_;
-  while (next_remaining_ < remaining_.size()) {
+  std::function<bool()> ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || abandon_ || next_remaining_ < remaining_.size() || unfilled_ == 0;
+  };
+  while (true) {
+    mu_.Await(absl::Condition(&ready));  // the pass copies them (OnPass)
+    if (stop_ || abandon_ || next_remaining_ >= remaining_.size()) return;
     const auto& [index, grad] = payload->grads[remaining_[next_remaining_++]];
     mu_.Unlock();
     send(index, grad);
     mu_.Lock();
   }
+}
+
+void ShardReplicator::OnPass(const Block& b) {
+  std::shared_ptr<Payload> payload;
+  {
+    absl::MutexLock lock(&mu_);
+    if (filling_ == nullptr || !pending_[b.local]) return;
+    pending_[b.local] = false;
+    payload = filling_;
+  }
+  payload->grads[b.local].second.assign(reinterpret_cast<const char*>(b.acc.sum()),
+                                        size_t{b.required} * sizeof(float));
+  absl::MutexLock lock(&mu_);
+  remaining_.push_back(b.local);
+  --unfilled_;
+}
+
+void ShardReplicator::FillRest() {
+  std::shared_ptr<Payload> payload;
+  std::vector<uint64_t> left;
+  {
+    absl::MutexLock lock(&mu_);
+    payload = filling_;
+    for (uint64_t local = 0; local < blocks_; ++local) {
+      if (pending_[local]) left.push_back(local);
+      pending_[local] = false;
+    }
+  }
+  if (payload == nullptr) return;
+  for (uint64_t local : left) {
+    Block& b = *job_.shard().all_blocks()[local];
+    absl::MutexLock lock(&b.mu);
+    payload->grads[local].second.assign(reinterpret_cast<const char*>(b.acc.sum()),
+                                        size_t{b.required} * sizeof(float));
+  }
+  absl::MutexLock lock(&mu_);
+  for (uint64_t local : left) remaining_.push_back(local);
+  unfilled_ -= left.size();
 }
 
 std::function<std::vector<ShardReplicator::Result>()> ShardReplicator::SendWhole(
@@ -396,14 +442,17 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
   auto payload = std::make_shared<Payload>();
   payload->request = req;
   payload->grads.resize(blocks_);
+  // Where every copy streams, the pass copies the sums not sent (OnPass).
+  const bool by_pass = streamed && whole.empty() && !req.skip();
   std::vector<uint64_t> to_copy;
   for (uint64_t local = 0; local < blocks_; ++local) {
     payload->grads[local].first = range.begin + local;
-    if (mine[local]) to_copy.push_back(local);
+    if (mine[local] && !by_pass) to_copy.push_back(local);
   }
   // As a backup needs it: a block not at `step` (stepped already) is
-  // skipped there, whatever it gets. Many blocks (the lanes fell behind, or
-  // nothing was armed) are copied by a thread per lane, the pass waiting.
+  // skipped there, whatever it gets. Many blocks (nothing was armed, a
+  // copy gets the step whole) are copied by a thread per lane, the pass
+  // waiting.
   auto copy = [&](size_t first_index, size_t stride) {
     for (size_t i = first_index; i < to_copy.size(); i += stride) {
       Block& b = *job_.shard().all_blocks()[to_copy[i]];
@@ -422,13 +471,19 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
     absl::MutexLock lock(&mu_);
     for (uint64_t local = 0; local < blocks_; ++local) {
       if (!mine[local]) payload->grads[local].second = std::move(sums_[local]);
-      if (mine[local]) remaining_.push_back(local);
+      if (mine[local] && !by_pass) remaining_.push_back(local);
+      if (mine[local] && by_pass) {
+        pending_[local] = true;
+        ++unfilled_;
+      }
     }
+    if (by_pass) filling_ = payload;
     if (streamed) decided_ = payload;
   }
   *sent = payload;
   auto others = SendWhole(payload, whole);
   return [this, others, streamed, step]() {
+    FillRest();  // the sums of blocks the pass did not step
     std::vector<Result> results = others();
     {
       absl::MutexLock lock(&mu_);

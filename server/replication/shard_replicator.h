@@ -12,9 +12,12 @@
 // summed gradient is sent as soon as the push that completes the block
 // (every node's gradient folded in) tells this object (OnBlockComplete),
 // by the first free lane (a thread each), while the other blocks still
-// fold. The Step's Decide then copies the sums the lanes have not taken
-// yet (before the pass moves any block); the lanes share them out, and
-// the request goes last, on ApplyStep. So the backup's optimizer pass
+// fold. Once the Step is decided, the sums the lanes have not taken yet
+// are copied by the Step's pass, each block's just before the pass steps
+// it (OnPass, on the pool's threads, beside the pass's own reads), where
+// every copy streams; the lanes share them out as they come, and the
+// request goes last, on ApplyStep. (A copy that gets the step whole, or a
+// skip, has them copied by Decide, before the pass.) So the backup's optimizer pass
 // runs beside the primary's, and the Step waits only for the last blocks'
 // transfer and the backup's pass. A step that was not armed (the first
 // one, a retry) goes whole on ApplyStep at Decide, as does a step to a
@@ -53,6 +56,7 @@ class ShardReplicator final : public StepReplicator {
   void OnBlockComplete(const Block& b) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   std::function<absl::Status()> Decide(const v1::StepRequest& req,
                                        std::shared_ptr<const Payload>* sent) override;
+  void OnPass(const Block& b) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   std::function<absl::Status()> Resend(std::shared_ptr<const Payload> payload) override;
 
  private:
@@ -100,6 +104,9 @@ class ShardReplicator final : public StepReplicator {
   void CancelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies block `local`'s sum into `out` if it is complete at `step`.
   bool CopySum(uint64_t local, uint64_t step, std::string* out) const;
+  // After the pass: copies the sums it left (blocks it did not step) into
+  // the payload, for the lanes.
+  void FillRest() ABSL_LOCKS_EXCLUDED(mu_);
 
   Replicator& owner_;
   Job& job_;
@@ -124,6 +131,11 @@ class ShardReplicator final : public StepReplicator {
   std::vector<uint32_t> streamed_to_ ABSL_GUARDED_BY(mu_);  // copies it is open to
   std::vector<int> lane_fds_ ABSL_GUARDED_BY(mu_);          // its lanes' sockets, to cancel it
   std::shared_ptr<const Payload> decided_ ABSL_GUARDED_BY(mu_);  // the step, once decided
+  // A decided step whose sums not sent ahead the pass copies (OnPass):
+  // the payload they go into, the blocks left (by local) and their count.
+  std::shared_ptr<Payload> filling_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> pending_ ABSL_GUARDED_BY(mu_);
+  size_t unfilled_ ABSL_GUARDED_BY(mu_) = 0;
   bool abandon_ ABSL_GUARDED_BY(mu_) = false;  // end the stream without the step
   bool stream_done_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Result> stream_results_ ABSL_GUARDED_BY(mu_);
