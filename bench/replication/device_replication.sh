@@ -8,8 +8,10 @@
 #   ../shared/tools/device-bundle .device build/bench/replication/replication_bench build/server/zerostate-server
 # Usage: bench/replication/device_replication.sh OUT
 #   writes OUT/replication_bench_{16m,64m}_lanes{1,4}.json (one JSON object
-#   per figure; replication.step_ratio against its 1.15 limit), the servers'
-#   logs in OUT/replication_bench_*.err, OUT/lscpu.txt, OUT/commit.txt.
+#   per figure; replication.step_ratio against its 1.15 limit, and
+#   replication.k{0,1}_<phase>_ms: where the servers' part of the steps
+#   went), the servers' logs in OUT/replication_bench_*.err, OUT/lscpu.txt,
+#   OUT/commit.txt.
 # ZS_BIN=a folder with both binaries runs it without the bundle; SIZES="1"
 # and LANES="1 2" other sizes and lane counts (a check on the development
 # machine). About 3 minutes on the H200 host.

@@ -7,6 +7,13 @@
 //                            same run, steps alternating; limit 1.15
 //   replication.step_k0_ms   the step without backups (median)
 //   replication.step_k1_ms   the step with one backup per shard (median)
+//   replication.k<K>_<phase>_ms  where the servers' part of those steps
+//                            went: the mean per shard and step of the
+//                            Step's phases (zerostate_step_phase_seconds:
+//                            wait_gradients, optimizer; with a backup also
+//                            replicate, the hand-off before the pass, and
+//                            backups, the wait for their acknowledgement
+//                            after it), over the timed steps
 //   replication.failover_s   a server SIGKILLed after node 0's pushes of a
 //                            step, to the end of that step (its GradStats,
 //                            Step and both gathers through the backup that
@@ -19,6 +26,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -150,10 +158,48 @@ void Step(Run& run, uint64_t step, const std::function<void()>& after_push = nul
 
 double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
 
+// The Step phases' seconds and counts of `job`, summed over the servers.
+struct Phases {
+  std::map<std::string, std::pair<double, double>> by_name;  // phase -> (sum, count)
+};
+constexpr const char* kPhases[] = {"wait_gradients", "optimizer", "replicate", "backups"};
+
+Phases ReadPhases(testing::ServerCluster& cluster, const std::string& job) {
+  Phases p;
+  for (int i = 0; i < cluster.size(); ++i) {
+    auto page = testing::ScrapeMetrics(cluster.server(i).metrics_address(), absl::Seconds(10));
+    if (!page.ok()) Fail(page.status().ToString());
+    for (const char* phase : kPhases) {
+      const std::string labels = absl::StrCat("{job_id=\"", job, "\",phase=\"", phase, "\"}");
+      const double sum = testing::MetricValue(*page, "zerostate_step_phase_seconds_sum" + labels);
+      const double count =
+          testing::MetricValue(*page, "zerostate_step_phase_seconds_count" + labels);
+      if (sum < 0 || count < 0) continue;  // not observed (yet)
+      p.by_name[phase].first += sum;
+      p.by_name[phase].second += count;
+    }
+  }
+  return p;
+}
+
+// Prints each phase's mean between `before` and `after` as
+// replication.<prefix>_<phase>_ms.
+void PrintPhases(const std::string& prefix, const Phases& before, const Phases& after) {
+  for (const char* phase : kPhases) {
+    auto a = after.by_name.find(phase);
+    if (a == after.by_name.end()) continue;
+    auto b = before.by_name.find(phase);
+    const double sum = a->second.first - (b == before.by_name.end() ? 0 : b->second.first);
+    const double count = a->second.second - (b == before.by_name.end() ? 0 : b->second.second);
+    if (count > 0)
+      Print(absl::StrCat("replication.", prefix, "_", phase, "_ms"), sum / count * 1e3, "ms", 0);
+  }
+}
+
 void Main() {
   testing::ServerProcessOptions o;
   o.binary = absl::GetFlag(FLAGS_server);
-  o.args = {"--metrics_listen=", "--grace_seconds=1",
+  o.args = {"--metrics_listen=127.0.0.1:0", "--grace_seconds=1",
             absl::StrCat("--replica_lanes=", absl::GetFlag(FLAGS_replica_lanes))};
   auto cluster = testing::ServerCluster::Start(3, o);
   if (!cluster.ok()) Fail(cluster.status().ToString());
@@ -162,6 +208,7 @@ void Main() {
   Run k1 = Open(servers, Spec("bench-k1", 1));
   const int steps = absl::GetFlag(FLAGS_steps);
   std::vector<double> t0, t1;
+  Phases k0_before, k1_before;
   for (int s = 0; s <= steps; ++s) {  // step 0 warms both up
     absl::Time start = absl::Now();
     Step(k0, s);
@@ -169,11 +216,17 @@ void Main() {
     start = absl::Now();
     Step(k1, s);
     if (s > 0) t1.push_back(Seconds(start));
+    if (s == 0) {
+      k0_before = ReadPhases(**cluster, "bench-k0");
+      k1_before = ReadPhases(**cluster, "bench-k1");
+    }
   }
   const double m0 = Median(t0), m1 = Median(t1);
   Print("replication.step_k0_ms", m0 * 1e3, "ms", 0);
   Print("replication.step_k1_ms", m1 * 1e3, "ms", 0);
   Print("replication.step_ratio", m1 / m0, "x", 1.15);
+  PrintPhases("k0", k0_before, ReadPhases(**cluster, "bench-k0"));
+  PrintPhases("k1", k1_before, ReadPhases(**cluster, "bench-k1"));
   // Failover: server 1 dies after node 0's push of the next step.
   absl::Time killed;
   Step(k1, steps + 1, [&] {

@@ -473,10 +473,14 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
         "step ", step, ": the call's deadline came before it was applied; nothing changed"));
   }
   // Issue 19: the backups run the step while it runs here; answered once they hold it.
+  const auto decide_start = Clock::now();
   const std::function<absl::Status()> replicated = Replicate(replicator, req, pending);
+  if (replicated) out.times.replicate = SecondsSince(decide_start);
   if (replicated) visible_through_ = step;  // step + 1 is served once the backups hold it
   auto acked = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_) {
+    const auto wait_start = Clock::now();
     absl::Status s = replicated ? replicated() : absl::OkStatus();
+    if (replicated) out.times.backups = SecondsSince(wait_start);
     if (s.ok() && replicated) {
       unacked_.reset();
       visible_through_ = UINT64_MAX;

@@ -22,6 +22,11 @@ struct StepPhaseTimes {
   // Saving blocks' state for a running checkpoint before the pass moves
   // them past its version, summed over the threads; only when it saved any.
   std::optional<double> copy_on_write;
+  // A step of a shard with backups (issue 19): handing it to the
+  // replicator before the pass (StepReplicator::Decide), and waiting for
+  // the backups' acknowledgement after the pass.
+  std::optional<double> replicate;
+  std::optional<double> backups;
 
   // Calls fn(phase name, seconds) for each phase measured, in the order above.
   template <class Fn>
@@ -31,7 +36,9 @@ struct StepPhaseTimes {
         {"grad_stats", &grad_stats},
         {"optimizer", &optimizer},
         {"commit", &commit},
-        {"copy_on_write", &copy_on_write}};
+        {"copy_on_write", &copy_on_write},
+        {"replicate", &replicate},
+        {"backups", &backups}};
     for (const auto& [name, value] : phases) {
       if (value->has_value()) fn(name, **value);
     }

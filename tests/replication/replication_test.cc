@@ -61,8 +61,17 @@ TEST_F(ReplicationTest, EveryBackupIsBitIdenticalToItsPrimaryAtEveryStep) {
   ASSERT_TRUE(nodes_[1]->GatherMaster(kSteps, {0, total}, master.data()).ok());
   ExpectBitIdentical(master.data(), ref.master(), total, "master weights with one backup");
   // Steps 1 on were streamed: each backup took its sums on its data plane.
+  // Each primary's Steps observed the replication's phases.
   for (int i = 0; i < 3; ++i) {
     EXPECT_GT(ReplicaSumBytes(cluster_->server(i)), 0) << "server " << i;
+    for (const char* phase : {"replicate", "backups"}) {
+      EXPECT_EQ(ServerMetric(cluster_->server(i),
+                             absl::StrCat("zerostate_step_phase_seconds_count{job_id=\"replicated\","
+                                          "phase=\"",
+                                          phase, "\"}")),
+                kSteps)
+          << "server " << i << ", phase " << phase;
+    }
   }
 }
 
