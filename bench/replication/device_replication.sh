@@ -10,7 +10,9 @@
 #   writes OUT/replication_bench_{16m,64m}_lanes{1,4}.json (one JSON object
 #   per figure; replication.step_ratio against its 1.15 limit, and
 #   replication.k{0,1}_<phase>_ms: where the servers' part of the steps
-#   went), the servers' logs in OUT/replication_bench_*.err, OUT/lscpu.txt,
+#   went; replication.floor.k{0,1}.<stage>, floor_bytes_ratio,
+#   step_ratio_vs_floor and floor_k{0,1}_step_ms: the memory-traffic floor
+#   of both jobs on one host, bench/replication/replication_floor.h), the servers' logs in OUT/replication_bench_*.err, OUT/lscpu.txt,
 #   OUT/commit.txt.
 # ZS_BIN=a folder with both binaries runs it without the bundle; SIZES="1"
 # and LANES="1 2" other sizes and lane counts (a check on the development

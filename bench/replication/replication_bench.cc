@@ -14,6 +14,22 @@
 //                            replicate, the hand-off before the pass, and
 //                            backups, the wait for their acknowledgement
 //                            after it), over the timed steps
+//   replication.floor.k<K>.<stage>  the memory-traffic floor of each job
+//                            on one host: the bytes per parameter each
+//                            stage of its step reads and writes in memory
+//                            (replication_floor.h), and .total
+//   replication.floor_bytes_ratio  the k = 1 job's total over the k = 0
+//                            job's: the least step_ratio one host's memory
+//                            allows when the step is bound by it
+//   replication.floor_bytes_ratio_backup_elsewhere  the same with only the
+//                            k = 1 job's bytes on the primary's host (the
+//                            backup on another host)
+//   replication.step_ratio_vs_floor  step_ratio / floor_bytes_ratio
+//   replication.memory_bandwidth  this host's (optimizer_bench's
+//                            TrafficPass, best of a few passes before the
+//                            servers start; --memory_limit=false: none)
+//   replication.floor_k<K>_step_ms  the floor's bytes x params / bandwidth
+//   replication.k<K>_to_floor  step_k<K>_ms / floor_k<K>_step_ms
 //   replication.failover_s   a server SIGKILLed after node 0's pushes of a
 //                            step, to the end of that step (its GradStats,
 //                            Step and both gathers through the backup that
@@ -22,7 +38,7 @@
 //                            after lease expiry
 // Three servers, a model of --params fp32 parameters (one tensor per 4 Mi).
 //   replication_bench [--json] [--params=16777216] [--steps=8] [--replica_lanes=0]
-//                     [--server=PATH]
+//                     [--memory_limit=true] [--server=PATH]
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -36,6 +52,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "bench/optimizer/step_state.h"
+#include "bench/replication/replication_floor.h"
 #include "client/client.h"
 #include "tests/testing/server_process.h"
 
@@ -44,6 +62,9 @@ ABSL_FLAG(int64_t, params, 16 << 20, "model parameters");
 ABSL_FLAG(int, steps, 8, "timed steps per setting (the median is printed)");
 ABSL_FLAG(int, replica_lanes, 0,
           "the servers' --replica_lanes (connections per backup for a step's sums; 0: theirs)");
+ABSL_FLAG(bool, memory_limit, true,
+          "measure this host's memory bandwidth (a few passes over min(params, 64 Mi) parameters' "
+          "AdamW state) for the floor in ms");
 ABSL_FLAG(std::string, server, ZEROSTATE_SERVER_PATH,
           "the zerostate-server binary the bench starts (default: this build's)");
 
@@ -196,7 +217,44 @@ void PrintPhases(const std::string& prefix, const Phases& before, const Phases& 
   }
 }
 
+// This host's memory bandwidth in bytes/s: optimizer_bench's limit (an
+// AdamW step's traffic without its arithmetic), every core, best of 3.
+double MemoryBandwidth() {
+  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  server::StepState state(std::min<int64_t>(absl::GetFlag(FLAGS_params), int64_t{64} << 20));
+  if (!state.ok()) Fail("could not allocate the memory limit's state");
+  state.Fill(threads);
+  return server::MemoryLimitParamsPerSecond(state, threads, 3) * server::kStepBytesPerParam;
+}
+
+// The floor's figures (replication_floor.h) against the measured medians;
+// `bandwidth` 0: bytes only.
+void PrintFloor(double step_k0_s, double step_k1_s, double bandwidth) {
+  for (const FloorStage& s : kFloorStages) {
+    if (s.k0 > 0) Print(absl::StrCat("replication.floor.k0.", s.name), s.k0, "B/param", 0);
+  }
+  for (const FloorStage& s : kFloorStages) {
+    if (s.k1 > 0) Print(absl::StrCat("replication.floor.k1.", s.name), s.k1, "B/param", 0);
+  }
+  constexpr FloorTotals t = Totals();
+  Print("replication.floor.k0.total", t.k0, "B/param", 0);
+  Print("replication.floor.k1.total", t.k1, "B/param", 0);
+  Print("replication.floor_bytes_ratio", t.k1 / t.k0, "x", 0);
+  Print("replication.floor_bytes_ratio_backup_elsewhere", t.k1_primary_host / t.k0, "x", 0);
+  Print("replication.step_ratio_vs_floor", step_k1_s / step_k0_s / (t.k1 / t.k0), "x", 0);
+  if (bandwidth <= 0) return;
+  const double params = static_cast<double>(absl::GetFlag(FLAGS_params));
+  const double floor_k0_s = t.k0 * params / bandwidth, floor_k1_s = t.k1 * params / bandwidth;
+  Print("replication.memory_bandwidth", bandwidth / 1e9, "GB/s", 0);
+  Print("replication.floor_k0_step_ms", floor_k0_s * 1e3, "ms", 0);
+  Print("replication.floor_k1_step_ms", floor_k1_s * 1e3, "ms", 0);
+  Print("replication.k0_to_floor", step_k0_s / floor_k0_s, "x", 0);
+  Print("replication.k1_to_floor", step_k1_s / floor_k1_s, "x", 0);
+}
+
 void Main() {
+  // Before the servers start, so that nothing of the bench competes.
+  const double bandwidth = absl::GetFlag(FLAGS_memory_limit) ? MemoryBandwidth() : 0;
   testing::ServerProcessOptions o;
   o.binary = absl::GetFlag(FLAGS_server);
   o.args = {"--metrics_listen=127.0.0.1:0", "--grace_seconds=1",
@@ -227,6 +285,7 @@ void Main() {
   Print("replication.step_ratio", m1 / m0, "x", 1.15);
   PrintPhases("k0", k0_before, ReadPhases(**cluster, "bench-k0"));
   PrintPhases("k1", k1_before, ReadPhases(**cluster, "bench-k1"));
+  PrintFloor(m0, m1, bandwidth);
   // Failover: server 1 dies after node 0's push of the next step.
   absl::Time killed;
   Step(k1, steps + 1, [&] {

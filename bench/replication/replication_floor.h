@@ -1,0 +1,75 @@
+// The memory-traffic floor of replication_bench's two jobs (issue 19): the
+// bytes each stage of a step reads and writes in host memory, per
+// parameter and per step, with the bench's layout: two nodes and three
+// servers on one host, bf16 wire (grad_dtype and weight_dtype), the nodes
+// pushing fp32 gradients and gathering fp32 weights over the same-host
+// (shared memory) plane, AdamW, and for k = 1 one backup per shard that
+// gets each block's fp32 sum as a REPLICA_SUM frame on loopback TCP
+// (server/replication/shard_replicator.h). Every stage's reads and writes
+// are counted once, as if none stayed in cache (a block is 1 MiB of fp32,
+// so some may: then both floors are lower), and no write-allocate reads
+// are added; a node's pieces that arrive before the node ahead of it was
+// folded go through staging, which the floor leaves out. The same
+// convention as bench/step/device_all_summary.py's floor_<wire>.<stage>.
+#pragma once
+
+namespace zerostate::bench {
+
+struct FloorStage {
+  const char* name;
+  double k0;            // B/param in the job without backups
+  double k1;            // B/param in the job with one backup per shard
+  bool on_backup_host;  // in a deployment, on the backup's host, not the primary's
+};
+
+inline constexpr FloorStage kFloorStages[] = {
+    // Each node's client reads its fp32 gradient (4) and writes it as bf16
+    // into the segment (2); two nodes.
+    {"push", 12, 12, false},
+    // The primary folds node 0's bf16 piece into the fp32 sum (read 2,
+    // write 4), then node 1's (read 2, read the sum 4, write it 4).
+    {"fold", 16, 16, false},
+    // The sum's sum of squares and non-finite count, once per block.
+    {"grad_stats", 4, 4, false},
+    // AdamW: reads p, g, m, v (16), writes p, m, v and the bf16 copy (14).
+    {"optimizer", 30, 30, false},
+    // The primary copies the bf16 weights into each node's segment (2 + 2).
+    {"gather", 8, 8, false},
+    // Each node reads them (2) and writes them as fp32 (4).
+    {"unpack", 12, 12, false},
+    // The primary copies each block's fp32 sum for the lanes (CopySum, or
+    // OnPass once the Step is decided): read 4, write 4.
+    {"sum_copy", 0, 8, false},
+    // The primary's send(): the kernel copies the frame into socket
+    // buffers, read 4, write 4.
+    {"send", 0, 8, false},
+    // The backup zero-fills the frame's string (4), then recv() copies the
+    // socket buffers into it (read 4, write 4).
+    {"receive", 0, 12, true},
+    // The backup's ApplyReplicatedStep copies each sum into its
+    // accumulator (GradientAccumulator::SetSum): read 4, write 4.
+    {"backup_fold", 0, 8, true},
+    // The backup's statistics of each sum, as the primary's.
+    {"backup_grad_stats", 0, 4, true},
+    // The backup's AdamW pass, as the primary's.
+    {"backup_optimizer", 0, 30, true},
+};
+
+// Totals of kFloorStages: the k = 0 job, the k = 1 job on one host, and
+// the k = 1 job's bytes on the primary's host only (the backup elsewhere;
+// the nodes' stay where the bench has them).
+struct FloorTotals {
+  double k0 = 0, k1 = 0, k1_primary_host = 0;
+};
+
+constexpr FloorTotals Totals() {
+  FloorTotals t;
+  for (const FloorStage& s : kFloorStages) {
+    t.k0 += s.k0;
+    t.k1 += s.k1;
+    if (!s.on_backup_host) t.k1_primary_host += s.k1;
+  }
+  return t;
+}
+
+}  // namespace zerostate::bench
