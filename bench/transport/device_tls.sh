@@ -41,8 +41,9 @@ b=$bin/transport_bench
 s=$bin/zerostate-server
 certs=.device/tls
 if [ ! -f "$certs/client.pem" ]; then
-  certs=$out/tls
-  mkdir -p "$certs"
+  # Throwaway certificates, outside $out: the run's keys are not results.
+  certs=$(mktemp -d)
+  trap 'rm -rf "$certs"' EXIT
   key="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
   (cd "$certs" &&
     openssl req -x509 $key -days 30 -subj /CN=zs-bench-ca -keyout ca.key -out ca.pem &&
