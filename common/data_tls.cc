@@ -210,7 +210,13 @@ absl::StatusOr<std::shared_ptr<SSL_CTX>> ClientTlsContext(const std::string& ca_
                                                           const std::string& key_pem, bool kernel) {
   std::shared_ptr<SSL_CTX> ctx = NewContext(TLS_client_method(), kernel);
   if (!ctx) return Invalid("cannot make a context");
-  if (auto s = Trust(ctx.get(), ca_pem, "the CA does not parse"); !s.ok()) return s;
+  if (ca_pem.empty()) {  // the system's roots, as gRPC's credentials without a CA
+    if (SSL_CTX_set_default_verify_paths(ctx.get()) != 1) {
+      return Invalid("cannot load the system's CA certificates");
+    }
+  } else if (auto s = Trust(ctx.get(), ca_pem, "the CA does not parse"); !s.ok()) {
+    return s;
+  }
   SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
   if (!cert_pem.empty()) {
     if (auto s = UseIdentity(ctx.get(), cert_pem, key_pem); !s.ok()) return s;

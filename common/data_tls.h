@@ -30,9 +30,11 @@ namespace zerostate {
     const std::string& cert_pem, const std::string& key_pem, const std::string& client_ca_pem,
     bool kernel);
 
-// A client's context: trusts servers that `ca_pem` signed and, when
-// `cert_pem` is not empty, presents it with `key_pem`. Errors:
-// INVALID_ARGUMENT as above.
+// A client's context: trusts servers that `ca_pem` signed (empty: the
+// system's roots, as gRPC's credentials without a CA; a server with TLS
+// but no --tls_client_ca or --peer_tls_ca reaches its peers' data planes
+// so) and, when `cert_pem` is not empty, presents it with `key_pem`.
+// Errors: INVALID_ARGUMENT as above.
 [[nodiscard]] absl::StatusOr<std::shared_ptr<SSL_CTX>> ClientTlsContext(const std::string& ca_pem,
                                                                         const std::string& cert_pem,
                                                                         const std::string& key_pem,
