@@ -25,7 +25,8 @@ struct Block {
   // (TensorElements of common/job_spec.h); the rest is padding.
   // `group_runs`: GroupRuns of its first `required` elements.
   // `speculative`: the job steps speculatively (JobSpec.speculative_step),
-  // so the kept state and the next low-precision copy keep their memory.
+  // so the speculated state and the next low-precision copy keep their
+  // memory from step to step.
   Block(uint64_t index, uint64_t local, uint64_t flat_begin, uint32_t required,
         uint32_t block_elems, uint32_t num_nodes, bool has_lowp, StagingBudget* staging,
         std::vector<std::pair<uint32_t, uint32_t>> tensor_elems,
@@ -37,8 +38,7 @@ struct Block {
         group_runs(std::move(group_runs)),
         speculative(speculative),
         acc(num_nodes, block_elems, required, staging, std::move(tensor_elems)),
-        lowp(has_lowp ? block_elems : 0),
-        kept(speculative) {}
+        lowp(has_lowp ? block_elems : 0) {}
 
   // Constant after construction.
   const uint64_t index;       // global block index
@@ -70,18 +70,25 @@ struct Block {
   AlignedBuffer<uint16_t> lowp ABSL_GUARDED_BY(mu);  // empty when weight dtype is FP32
   // The next low-precision copy, written by a step whose new state is not
   // yet stored (tiers that do not update in place) or not yet confirmed
-  // (a speculative step); swapped in on commit.
+  // (a speculative job's steps); swapped in on commit when
+  // `next_lowp_ready`. Freed then, unless the job is speculative.
   AlignedBuffer<uint16_t> next_lowp ABSL_GUARDED_BY(mu);
+  bool next_lowp_ready ABSL_GUARDED_BY(mu) = false;
   // The block's state before a step changed it in place, while a running
-  // checkpoint of that version or a speculation needs it (kept_state.h).
+  // checkpoint of that version needs it (kept_state.h).
   KeptState kept ABSL_GUARDED_BY(mu);
 
   // Speculative step (server/core/job_step.h). kQueued: a pool task will
-  // try it; kDone: the tier holds the state stepped with `spec_params`
-  // (the block is `stepping`, its previous state in `kept`), not committed.
+  // try it; kDone: `next_state` holds the state stepped with `spec_params`
+  // (and next_lowp its copy), not committed: the tier still holds the
+  // block's state at `version`.
   enum class Speculation { kNone, kQueued, kDone };
   Speculation speculation ABSL_GUARDED_BY(mu) = Speculation::kNone;
   StepParams spec_params ABSL_GUARDED_BY(mu);
+  // A speculative job's next state, computed aside; a confirmed one is
+  // exchanged with the tier's (StateTier::Exchange), and this then holds
+  // the memory for the next speculation.
+  AlignedBuffer<float> next_state ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace zerostate::server

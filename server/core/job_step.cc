@@ -250,83 +250,75 @@ void JobStep::MaybeSpeculate(Block& b) {
     absl::MutexLock lock(&tasks_mu_);
     ++tasks_;
   }
-  pool->Schedule([this, local = b.local, pool] {
-    Speculate(local, *pool);
+  pool->Schedule([this, local = b.local] {
+    Speculate(local);
     absl::MutexLock lock(&tasks_mu_);
     --tasks_;
   });
 }
 
-void JobStep::Speculate(uint64_t local, ThreadPool& pool) {
+void JobStep::Speculate(uint64_t local) {
   Block& b = *blocks()[local];
-  auto compute = [&](uint64_t, float* state) {
-    absl::MutexLock lock(&b.mu);
-    if (b.speculation != Block::Speculation::kQueued) return false;  // the Step came first
-    b.speculation = Block::Speculation::kNone;
-    if (b.stepping || !b.acc.complete() || env_.shutting_down->load()) return false;
-    // A checkpoint still holds the state of an older version: the Step
-    // steps this block in its plain pass.
-    if (b.kept.held() && b.kept.version() != b.version) return false;
-    StepParams params;
-    {
-      absl::MutexLock ahead_lock(&ahead_mu_);
-      if (!ahead_.has_value() || ahead_->step != b.version) return false;
-      params = ahead_->params;
-    }
-    b.kept.Keep(KeptState::kSpeculation, b.version, state, tier().shape().block_floats());
-    ComputeBlock(b, state, GroupStepParams(spec(), params), /*aside=*/true);
-    b.speculation = Block::Speculation::kDone;
-    b.spec_params = params;
-    return true;
-  };
-  // Stored, but not committed: the version moves only with the Step.
-  auto stored = [](uint64_t) {};
-  absl::Status s = tier().Update({local}, pool, compute, stored);
-  if (!s.ok()) {  // the tier kept the block's previous state: as if never speculated
-    absl::MutexLock lock(&b.mu);
-    if (b.speculation == Block::Speculation::kDone) {
-      b.speculation = Block::Speculation::kNone;
-      b.stepping = false;
-      b.next_lowp = AlignedBuffer<uint16_t>();
-      b.kept.Release(KeptState::kSpeculation);
-    }
+  absl::MutexLock lock(&b.mu);
+  if (b.speculation != Block::Speculation::kQueued) return;  // the Step came first
+  b.speculation = Block::Speculation::kNone;
+  if (b.stepping || !b.acc.complete() || env_.shutting_down->load()) return;
+  const float* state = tier().Resident(local);
+  if (state == nullptr) return;  // never: a speculative job's tier is TIER_RAM
+  StepParams params;
+  {
+    absl::MutexLock ahead_lock(&ahead_mu_);
+    if (!ahead_.has_value() || ahead_->step != b.version) return;
+    params = ahead_->params;
   }
+  // The statistics first: the step then reads the summed gradient from cache.
+  StatsOnComplete(b);
+  if (b.next_state.empty()) b.next_state = AlignedBuffer<float>(tier().shape().block_floats());
+  // Aside: the tier keeps the state at b.version (gathers and checkpoints
+  // read it meanwhile) until the Step confirms this one.
+  ComputeBlock(b, b.next_state.data(), state, GroupStepParams(spec(), params));
+  b.speculation = Block::Speculation::kDone;
+  b.spec_params = params;
 }
 
 // --- The step ---
 
-void JobStep::ComputeBlock(Block& b, float* state, const std::vector<StepParams>& by_group,
-                           bool aside) {
+void JobStep::ComputeBlock(Block& b, float* to, const float* from,
+                           const std::vector<StepParams>& by_group) {
   const uint32_t be = tier().shape().block_elems;
+  const bool arrays_m = tier().shape().arrays > 1, arrays_v = tier().shape().arrays > 2;
   BlockRefs refs;
-  refs.param = state;
-  refs.m = tier().shape().arrays > 1 ? state + be : nullptr;
-  refs.v = tier().shape().arrays > 2 ? state + 2 * be : nullptr;
+  refs.param = to;
+  refs.m = arrays_m ? to + be : nullptr;
+  refs.v = arrays_v ? to + 2 * be : nullptr;
+  if (from != to) {
+    refs.from_param = from;
+    refs.from_m = arrays_m ? from + be : nullptr;
+    refs.from_v = arrays_v ? from + 2 * be : nullptr;
+  }
   refs.grad = b.acc.sum();
   refs.n = b.required;
-  b.stepping = true;
   if (!b.lowp.empty()) {
-    aside = aside || !tier().in_place();
+    const bool aside = !tier().in_place() || b.speculative;
     if (aside && b.next_lowp.empty()) b.next_lowp = AlignedBuffer<uint16_t>(be);
+    b.next_lowp_ready = aside;
     refs.lowp = aside ? b.next_lowp.data() : b.lowp.data();
     refs.lowp_dtype = spec().weight_dtype();
   }
   StepBlockRuns(b.group_runs, by_group, refs);
 }
 
+void JobStep::DropNextLowp(Block& b) {
+  b.next_lowp_ready = false;
+  if (!b.speculative) b.next_lowp = AlignedBuffer<uint16_t>();
+}
+
 void JobStep::CommitBlock(Block& b) {
   // Kept past the commit (a GradStats retried after the Step gets them):
   // a block whose push left them to later (OnComplete) gets them now.
   StatsOnComplete(b);
-  if (!b.next_lowp.empty()) {
-    std::swap(b.lowp, b.next_lowp);
-    b.next_lowp = AlignedBuffer<uint16_t>();
-  }
-  if (b.speculation == Block::Speculation::kDone) {
-    // A checkpoint of the version this step leaves reads the kept state.
-    if (b.version == env_.cow_version->load()) b.kept.Share(KeptState::kCheckpoint);
-    b.kept.Release(KeptState::kSpeculation);
-  }
+  if (b.next_lowp_ready) std::swap(b.lowp, b.next_lowp);
+  DropNextLowp(b);
   b.speculation = Block::Speculation::kNone;
   ++b.version;
   b.stepping = false;
@@ -356,24 +348,24 @@ absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPoo
     absl::MutexLock lock(&b.mu);
     if (b.version != step) return false;
     if (replicator != nullptr) replicator->OnPass(b);  // before the commit resets the sum
-    if (b.speculation == Block::Speculation::kDone) {
-      if (SameParams(b.spec_params, params)) {
-        ++confirmed;
-        return true;
-      }
-      // Clipping or other parameters: the step again, from the kept state.
-      std::memcpy(state, b.kept.data(), b.kept.size() * sizeof(float));
-      ComputeBlock(b, state, by_group, /*aside=*/true);
-      ++redone;
-      return true;
-    }
-    b.speculation = Block::Speculation::kNone;  // a queued speculation comes too late
     const auto start = Clock::now();
     if (CopyOnWrite(b, state)) {
       cow_time.Add(start);
       copied = true;
     }
-    ComputeBlock(b, state, by_group, /*aside=*/false);
+    b.stepping = true;
+    if (b.speculation == Block::Speculation::kDone) {
+      // The same parameters, bit for bit: the speculated state becomes the
+      // block's, without a copy. Else (clipping, another lr) the plain step
+      // below, from the tier's state, which the speculation left alone.
+      if (SameParams(b.spec_params, params) && tier().Exchange(local, b.next_state).ok()) {
+        ++confirmed;
+        return true;
+      }
+      ++redone;
+    }
+    b.speculation = Block::Speculation::kNone;  // a queued speculation comes too late
+    ComputeBlock(b, state, state, by_group);
     return true;
   };
   auto commit = [&](uint64_t local) {
@@ -390,14 +382,13 @@ absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPoo
   out->times.commit = commit_time.seconds();
   if (copied) out->times.copy_on_write = cow_time.seconds();
   // A block whose new state could not be stored was never committed: it
-  // keeps its previous state (StateTier::Update), readable again; a
-  // speculated one stays speculated, for the Step's retry.
+  // keeps its previous state (StateTier::Update), readable again.
   for (uint64_t local : todo) {
     Block& b = *blocks()[local];
     absl::MutexLock lock(&b.mu);
-    if (!b.stepping || b.speculation == Block::Speculation::kDone) continue;
+    if (!b.stepping) continue;
     b.stepping = false;
-    b.next_lowp = AlignedBuffer<uint16_t>();
+    DropNextLowp(b);
   }
   *stepped = count.load();
   out->blocks_confirmed = confirmed.load();
@@ -413,10 +404,7 @@ absl::StatusOr<uint64_t> JobStep::SkipPass(uint64_t step, StepOutcome* out) {
   for (const auto& bp : blocks()) {
     Block& b = *bp;
     absl::MutexLock lock(&b.mu);
-    if (b.version != step || b.speculation == Block::Speculation::kDone ||
-        b.version != env_.cow_version->load() || b.kept.held()) {
-      continue;
-    }
+    if (b.version != step || b.version != env_.cow_version->load() || b.kept.held()) continue;
     AlignedBuffer<float> state(floats);
     if (auto s = tier().Load(b.local, state.data()); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("step ", step, " (skip): saving block ", b.index,
@@ -430,12 +418,9 @@ absl::StatusOr<uint64_t> JobStep::SkipPass(uint64_t step, StepOutcome* out) {
     Block& b = *bp;
     absl::MutexLock lock(&b.mu);
     if (b.version != step) continue;
-    if (b.speculation == Block::Speculation::kDone) {
-      // The speculation is undone: the state it kept goes back.
-      if (auto s = tier().Store(b.local, b.kept.data()); !s.ok()) return s;
-      b.next_lowp = AlignedBuffer<uint16_t>();
-      ++out->blocks_redone;
-    }
+    // A speculation is dropped: the tier's state is the one it left alone.
+    if (b.speculation == Block::Speculation::kDone) ++out->blocks_redone;
+    DropNextLowp(b);
     CommitBlock(b);
     skipped += b.required;
   }

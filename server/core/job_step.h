@@ -19,16 +19,17 @@
 // bias-correction count; from then on each block at version s is stepped
 // on the pool as soon as it has every node's gradient (the push that
 // completes it schedules it), assuming the clip factor 1 and finite
-// gradients. The block's previous state is kept (KeptState, shared with a
-// checkpoint's copy-on-write), the new low-precision copy goes aside, and
-// the block stays `stepping` and at version s: gathers wait for the Step,
-// so a gathered version is always final. Step(s) then decides exactly as a
-// plain one and, per block: speculated with the same parameters (bit for
-// bit): commit only; with others (clipping, another lr): restore the kept
-// state and step again; a skip restores it; not speculated: the plain
-// pass. The result is bit-identical to the plain step in every case: the
-// kernel is deterministic and each block's inputs (state, summed gradient,
-// parameters) are the same.
+// gradients. The new state is computed aside, out of place (the tier keeps
+// the block's state at s, which gathers and checkpoints of s read
+// meanwhile), and so is the new low-precision copy; nothing is visible
+// before the Step. Step(s) then decides exactly as a plain one and, per
+// block: speculated with the same parameters (bit for bit): the state
+// computed aside takes the tier's place (StateTier::Exchange, no copy) and
+// the block commits; with others (clipping, another lr): the plain step
+// from the tier's state; a skip drops the speculation; not speculated:
+// the plain pass. The result is bit-identical to the plain step in every
+// case: the kernel is deterministic, in place or not, and each block's
+// inputs (state, summed gradient, parameters) are the same.
 //
 // Thread-safe. Lock order: the pass mutex, then a block's mutex, then the
 // ahead mutex.
@@ -258,8 +259,9 @@ class JobStep {
   // Queues b's speculation when it is complete, not stepped, and the
   // parameters of its step are known.
   void MaybeSpeculate(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
-  // A pool task: steps block `local` speculatively if it still may.
-  void Speculate(uint64_t local, ThreadPool& pool);
+  // A pool task: steps block `local` speculatively, into b.next_state, if
+  // it still may.
+  void Speculate(uint64_t local);
 
   // The optimizer pass of the Step over the blocks still at `step`; each
   // block is shown to `replicator` (StepReplicator::OnPass) first, unless
@@ -267,20 +269,23 @@ class JobStep {
   [[nodiscard]] absl::Status RunPass(uint64_t step, const StepParams& params, ThreadPool& pool,
                                      StepReplicator* replicator, uint64_t* stepped,
                                      StepOutcome* out);
-  // The Step's skip: the version moves on, the state stays (a speculated
-  // block gets its kept state back, counted in out->blocks_redone).
+  // The Step's skip: the version moves on, the state stays (a speculation
+  // is dropped, counted in out->blocks_redone).
   // Returns the elements skipped. Under a running checkpoint the blocks'
   // state at its version is kept first: a tier Load error fails the Step
   // with the tier's code, naming the block, and nothing is skipped.
   [[nodiscard]] absl::StatusOr<uint64_t> SkipPass(uint64_t step, StepOutcome* out);
-  // Runs the fused kernel on b's state; the low-precision copy goes to
-  // b.next_lowp when `aside` or the tier does not update in place, else
-  // straight into b.lowp. Marks the block stepping.
-  void ComputeBlock(Block& b, float* state, const std::vector<StepParams>& by_group, bool aside)
+  // Runs the fused kernel on b's state `from`, writing the new state to
+  // `to` (the same pointer: in place). The low-precision copy goes to
+  // b.next_lowp (next_lowp_ready) when the tier does not update in place or
+  // the job is speculative, else straight into b.lowp.
+  void ComputeBlock(Block& b, float* to, const float* from, const std::vector<StepParams>& by_group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+  // Forgets a next low-precision copy not swapped in (its memory stays for
+  // a speculative job's next step).
+  static void DropNextLowp(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   // The new state is stored: version + 1, low-precision copy swapped in,
-  // accumulator reset, a speculation's kept state handed to a running
-  // checkpoint of the old version or let go.
+  // accumulator reset, speculation over.
   void CommitBlock(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   // Keeps b's state before a step moves it past a running checkpoint's
   // version; false when there was nothing to keep.

@@ -1,11 +1,7 @@
 // A block's state as it was at one version, kept after a step changes the
-// tier's copy in place, for as long as someone needs it:
-//   - a running checkpoint of that version (copy-on-write, JobSnapshots::BeginCheckpoint),
-//     until its writer took the block or the checkpoint ended;
-//   - a speculative step of that version (server/core/job_step.h), until its
-//     Step confirmed it, redid it from here, or restored it (a skip).
-// Both want the state at the version the block is at when its step begins,
-// so one copy serves both; it is freed when the last holder lets go.
+// tier's copy in place, for as long as a running checkpoint of that version
+// needs it (copy-on-write, JobSnapshots::BeginCheckpoint): until its writer
+// took the block or the checkpoint ended. It is freed when the holder lets go.
 //
 // Not thread-safe: the owning block's mutex guards it.
 #pragma once
@@ -19,15 +15,9 @@ namespace zerostate::server {
 
 class KeptState {
  public:
-  enum Holder : unsigned { kCheckpoint = 1, kSpeculation = 2 };
-
-  // `reuse`: keep the memory allocated when the last holder lets go, for
-  // the next Keep (a speculative job keeps a block's state every step; a
-  // fresh allocation would cost its page faults each time).
-  explicit KeptState(bool reuse = false) : reuse_(reuse) {}
+  enum Holder : unsigned { kCheckpoint = 1 };
 
   bool held() const { return holders_ != 0; }
-  bool HeldBy(Holder h) const { return (holders_ & h) != 0; }
   // The version of what is kept. REQUIRES: held().
   uint64_t version() const { return version_; }
   // `floats` floats of the kept state. REQUIRES: held().
@@ -42,8 +32,8 @@ class KeptState {
     const bool copy = !held();
     if (copy) {
       if (data_.size() != n) data_ = AlignedBuffer<float>(n);
-      // Streaming stores: read only if the step is redone, so neither the
-      // read of the lines before writing them nor the cache is spent on it.
+      // Streaming stores: read only by the checkpoint's writer, so neither
+      // the read of the lines before writing them nor the cache is spent on it.
       DecodeFloatsStreaming(state, n, v1::DTYPE_FP32, data_.data());
       version_ = version;
     }
@@ -51,17 +41,13 @@ class KeptState {
     return copy;
   }
 
-  // Adds `holder` to what is kept. REQUIRES: held().
-  void Share(Holder holder) { holders_ |= holder; }
-
-  // `holder` lets go; the memory goes when no holder is left (unless reused).
+  // `holder` lets go; the memory goes when no holder is left.
   void Release(Holder holder) {
     holders_ &= ~static_cast<unsigned>(holder);
-    if (holders_ == 0 && !reuse_) data_ = AlignedBuffer<float>();
+    if (holders_ == 0) data_ = AlignedBuffer<float>();
   }
 
  private:
-  const bool reuse_;
   AlignedBuffer<float> data_;
   uint64_t version_ = 0;
   unsigned holders_ = 0;

@@ -28,7 +28,8 @@ struct StepConsts {
 };
 
 // One block's memory; m, v and lowp may be null when the rule or the low-
-// precision dtype does not use them.
+// precision dtype does not use them. The step reads the state from `from_*`
+// and writes it to param, m and v; null `from_*`: in place.
 struct StepBuffers {
   float* param = nullptr;
   float* m = nullptr;
@@ -36,6 +37,9 @@ struct StepBuffers {
   const float* grad = nullptr;
   uint16_t* lowp = nullptr;
   size_t n = 0;
+  const float* from_param = nullptr;
+  const float* from_m = nullptr;
+  const float* from_v = nullptr;
 };
 
 // kTraffic: the memory traffic of AdamW without its arithmetic (benchmarks).

@@ -71,7 +71,9 @@ kernels::StepConsts ConstsOf(const StepParams& p) {
 void RunRule(Isa isa, Rule rule, const kernels::StepConsts& c, const BlockRefs& b) {
   const Lowp lowp = LowpOf(b.lowp_dtype);
   auto* lowp_out = lowp == Lowp::kNone ? nullptr : static_cast<uint16_t*>(b.lowp);
-  const kernels::StepBuffers buffers{b.param, b.m, b.v, b.grad, lowp_out, b.n};
+  const kernels::StepBuffers buffers{b.param, b.m,      b.v,          b.grad,
+                                     lowp_out, b.n,      b.from_param, b.from_m,
+                                     b.from_v};
   kernels::KernelsFor(isa).step[static_cast<int>(rule)].by_lowp[static_cast<int>(lowp)](c, buffers);
 }
 

@@ -28,6 +28,11 @@ struct StepParams {
 
 // One block's memory. Which moment buffers are used depends on the optimizer:
 // AdamW/Adam: m and v; SGD with momentum: m; Lion: m. Unused ones may be null.
+// The step is in place, or, when `from_param` is set, out of place: the
+// state is read from from_param / from_m / from_v (left as they are) and
+// the new state written to param / m / v, with non-temporal stores where
+// those are vector-aligned (the new state is not read again by the pass,
+// so its lines are not read in first). Bit for bit the same new state.
 struct BlockRefs {
   float* param = nullptr;
   float* m = nullptr;
@@ -36,6 +41,9 @@ struct BlockRefs {
   void* lowp = nullptr;  // n elements of lowp_dtype; null when lowp_dtype is FP32
   v1::DType lowp_dtype = v1::DTYPE_FP32;
   size_t n = 0;
+  const float* from_param = nullptr;  // null: in place
+  const float* from_m = nullptr;
+  const float* from_v = nullptr;
 };
 
 // Number of moment buffers the optimizer keeps per parameter (0, 1 or 2).

@@ -25,6 +25,11 @@ void StepBlockRuns(Isa isa, const std::vector<GroupRun>& runs,
     if (r.m != nullptr) r.m += run.begin;
     if (r.v != nullptr) r.v += run.begin;
     r.grad += run.begin;
+    if (r.from_param != nullptr) {
+      r.from_param += run.begin;
+      if (r.from_m != nullptr) r.from_m += run.begin;
+      if (r.from_v != nullptr) r.from_v += run.begin;
+    }
     if (r.lowp != nullptr && r.lowp_dtype != v1::DTYPE_FP32) {
       r.lowp = static_cast<uint16_t*>(r.lowp) + run.begin;
     }

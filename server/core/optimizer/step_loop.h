@@ -18,17 +18,21 @@ struct StepLoop {
   static constexpr size_t W = Ops::kWidth;
   static constexpr int kMoments = RuleT::kMoments;
 
-  // Reads and writes elements [i, i + W) of every buffer the rule uses, once.
-  // `stream`: write the low-precision copy with non-temporal stores (it is
-  // not read again by this pass; saves reading its lines in first).
+  // Reads and writes elements [i, i + W) of every buffer the rule uses, once:
+  // the state from from_*, the new state to param, m and v (`kStreamState`:
+  // with non-temporal stores, for an out-of-place step whose destination
+  // is not read first). `stream`: write the low-precision copy with
+  // non-temporal stores (it is not read again by this pass; saves reading
+  // its lines in first).
+  template <bool kStreamState>
   static void Chunk(const Splat<Ops>& k, const StepBuffers& b, size_t i, bool stream) {
     F m = Ops::Set1(0), v = Ops::Set1(0);
-    if constexpr (kMoments >= 1) m = Ops::Load(b.m + i);
-    if constexpr (kMoments >= 2) v = Ops::Load(b.v + i);
-    const F p = RuleT::Apply(k, Ops::Load(b.param + i), Ops::Load(b.grad + i), &m, &v);
-    Ops::Store(b.param + i, p);
-    if constexpr (kMoments >= 1) Ops::Store(b.m + i, m);
-    if constexpr (kMoments >= 2) Ops::Store(b.v + i, v);
+    if constexpr (kMoments >= 1) m = Ops::Load(b.from_m + i);
+    if constexpr (kMoments >= 2) v = Ops::Load(b.from_v + i);
+    const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Ops::Load(b.grad + i), &m, &v);
+    StoreState<kStreamState>(b.param + i, p);
+    if constexpr (kMoments >= 1) StoreState<kStreamState>(b.m + i, m);
+    if constexpr (kMoments >= 2) StoreState<kStreamState>(b.v + i, v);
     if constexpr (kLowp != Lowp::kNone) {
       const auto h = kLowp == Lowp::kBf16 ? Ops::ToBf16(p) : Ops::ToFp16(p);
       if (stream) {
@@ -39,18 +43,27 @@ struct StepLoop {
     }
   }
 
+  template <bool kStream>
+  [[gnu::always_inline]] static void StoreState(float* p, F x) {
+    if constexpr (kStream) {
+      Ops::Stream(p, x);
+    } else {
+      Ops::Store(p, x);
+    }
+  }
+
   // The last partial chunk [i, n), through zero-padded copies so it takes
   // the vector path too.
   static void Tail(const Splat<Ops>& k, const StepBuffers& b, size_t i) {
     alignas(64) float p[W] = {}, m[W] = {}, v[W] = {}, g[W] = {};
     alignas(64) uint16_t lowp[W] = {};
-    const StepBuffers t{p, m, v, g, lowp, W};
+    const StepBuffers t{p, m, v, g, lowp, W, p, m, v};
     const size_t n = b.n - i;
-    std::memcpy(p, b.param + i, n * sizeof(float));
+    std::memcpy(p, b.from_param + i, n * sizeof(float));
     std::memcpy(g, b.grad + i, n * sizeof(float));
-    if constexpr (kMoments >= 1) std::memcpy(m, b.m + i, n * sizeof(float));
-    if constexpr (kMoments >= 2) std::memcpy(v, b.v + i, n * sizeof(float));
-    Chunk(k, t, 0, /*stream=*/false);
+    if constexpr (kMoments >= 1) std::memcpy(m, b.from_m + i, n * sizeof(float));
+    if constexpr (kMoments >= 2) std::memcpy(v, b.from_v + i, n * sizeof(float));
+    Chunk<false>(k, t, 0, /*stream=*/false);
     std::memcpy(b.param + i, p, n * sizeof(float));
     if constexpr (kMoments >= 1) std::memcpy(b.m + i, m, n * sizeof(float));
     if constexpr (kMoments >= 2) std::memcpy(b.v + i, v, n * sizeof(float));
@@ -67,27 +80,49 @@ struct StepLoop {
   // always_inline: __builtin_prefetch has no side effects in GCC's eyes, so
   // an out-of-line Prefetch is "const" and its calls are deleted as dead.
   [[gnu::always_inline]] static void Prefetch(const StepBuffers& b, size_t i) {
-    __builtin_prefetch(b.param + i);
+    __builtin_prefetch(b.from_param + i);
     __builtin_prefetch(b.grad + i);
-    if constexpr (kMoments >= 1) __builtin_prefetch(b.m + i);
-    if constexpr (kMoments >= 2) __builtin_prefetch(b.v + i);
+    if constexpr (kMoments >= 1) __builtin_prefetch(b.from_m + i);
+    if constexpr (kMoments >= 2) __builtin_prefetch(b.from_v + i);
+  }
+
+  template <bool kStreamState>
+  static void Loop(const Splat<Ops>& k, const StepBuffers& b, bool stream) {
+    size_t i = 0;
+    for (; i + kLine <= b.n; i += kLine) {
+      if (i + kAhead < b.n) Prefetch(b, i + kAhead);
+      for (size_t j = 0; j < kLine; j += W) Chunk<kStreamState>(k, b, i + j, stream);
+    }
+    for (; i + W <= b.n; i += W) Chunk<kStreamState>(k, b, i, stream);
+    if (i < b.n) Tail(k, b, i);
+  }
+
+  static bool Aligned(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % sizeof(F) == 0;
   }
 
   static void Run(const StepConsts& c, const StepBuffers& buffers) {
     // A local copy: the vector stores may alias anything (__m256i and kin
     // are may_alias types), which would reload every pointer after each.
-    const StepBuffers b = buffers;
+    StepBuffers b = buffers;
+    const bool in_place = b.from_param == nullptr;
+    if (in_place) {
+      b.from_param = b.param;
+      b.from_m = b.m;
+      b.from_v = b.v;
+    }
     const Splat<Ops> k(c);
     const bool stream =
         kLowp != Lowp::kNone && reinterpret_cast<uintptr_t>(b.lowp) % sizeof(typename Ops::H) == 0;
-    size_t i = 0;
-    for (; i + kLine <= b.n; i += kLine) {
-      if (i + kAhead < b.n) Prefetch(b, i + kAhead);
-      for (size_t j = 0; j < kLine; j += W) Chunk(k, b, i + j, stream);
+    const bool stream_state = !in_place && Aligned(b.param) &&
+                              (kMoments < 1 || Aligned(b.m)) && (kMoments < 2 || Aligned(b.v));
+    if (stream_state) {
+      Loop<true>(k, b, stream);
+    } else {
+      Loop<false>(k, b, stream);
     }
-    for (; i + W <= b.n; i += W) Chunk(k, b, i, stream);
-    if (i < b.n) Tail(k, b, i);
-    if (stream) Ops::Fence();  // the copy is complete before the caller publishes it
+    // The new state and copy are complete before the caller publishes them.
+    if (stream || stream_state) Ops::Fence();
   }
 };
 

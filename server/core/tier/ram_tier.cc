@@ -1,6 +1,7 @@
 #include "server/core/tier/ram_tier.h"
 
 #include <cstring>
+#include <utility>
 
 namespace zerostate::server {
 
@@ -26,6 +27,14 @@ absl::Status RamTier::Update(const std::vector<uint64_t>& blocks, ThreadPool& po
     uint64_t b = blocks[i];
     if (compute(b, blocks_[b].data())) commit(b);
   });
+  return absl::OkStatus();
+}
+
+absl::Status RamTier::Exchange(uint64_t b, AlignedBuffer<float>& next) {
+  if (next.size() != shape().block_floats()) {
+    return absl::InvalidArgumentError("exchange: the buffer is not one block's state");
+  }
+  std::swap(blocks_[b], next);
   return absl::OkStatus();
 }
 

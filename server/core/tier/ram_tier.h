@@ -21,6 +21,7 @@ class RamTier final : public StateTier {
   bool in_place() const override { return true; }
   uint64_t ram_bytes() const override;
   const float* Resident(uint64_t b) override { return blocks_[b].data(); }
+  [[nodiscard]] absl::Status Exchange(uint64_t b, AlignedBuffer<float>& next) override;
 
  private:
   std::vector<AlignedBuffer<float>> blocks_;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "server/core/aligned_buffer.h"
 #include "server/core/thread_pool.h"
 
 namespace zerostate::server {
@@ -69,6 +70,17 @@ class StateTier {
   // instead of Load-ing a copy; nullptr when the tier has no resident copy.
   // REQUIRES: the block's mutex held while the state is read.
   virtual const float* Resident(uint64_t b) { return nullptr; }
+
+  // Makes `next` (shape().block_floats() floats) block `b`'s state and
+  // hands the previous state back in it, without copying: a state computed
+  // aside (a confirmed speculative step) takes the block's place. Only a
+  // tier that keeps the state resident can (RAM): others answer
+  // FAILED_PRECONDITION and change nothing. REQUIRES: the block's mutex
+  // held; may be called from Update's compute for `b` (the state compute
+  // got is then the previous one, now in `next`).
+  [[nodiscard]] virtual absl::Status Exchange(uint64_t b, AlignedBuffer<float>& next) {
+    return absl::FailedPreconditionError("the tier keeps no resident state to exchange");
+  }
 
  protected:
   explicit StateTier(TierShape shape) : shape_(shape) {}

@@ -242,6 +242,67 @@ TEST(OptimizerTest, MisalignedLowPrecisionCopyGetsTheSameBits) {
   }
 }
 
+// Out of place (BlockRefs::from_param): the new state written to other
+// memory is bit for bit the in-place step's, and the state it was read
+// from is left as it was; aligned (non-temporal stores) or shifted by one
+// element (plain stores), every rule, copy dtype and ISA, with a tail.
+TEST(OptimizerTest, OutOfPlaceStepIsTheInPlaceStepAndLeavesItsSourceAlone) {
+  for (const Case& c : Cases()) {
+    const v1::OptimizerKind kind = c.params.config.kind();
+    for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
+      for (size_t shift : {0, 1}) {
+        for (Isa isa : SupportedIsas()) {
+          const std::string what = c.name + " " + v1::DType_Name(dtype) +
+                                   " shift=" + std::to_string(shift) + " " +
+                                   std::string(IsaName(isa));
+          std::mt19937 rng(5);
+          Block in_place(kOddLength + 1, dtype, &rng);
+          in_place.NewGradients(&rng);
+          for (size_t i = 0; i < in_place.m.size(); ++i) {  // moments of an earlier step
+            in_place.m[i] = 0.01f * static_cast<float>(i % 7);
+            in_place.v[i] = 0.001f * static_cast<float>(i % 5);
+          }
+          const Block source = in_place;
+          Block from = in_place, to(kOddLength + 1, dtype, &rng);
+          BlockRefs want = in_place.Refs(kind), refs = to.Refs(kind);
+          const BlockRefs src = from.Refs(kind);
+          for (BlockRefs* r : {&want, &refs}) {
+            r->param += shift;
+            if (r->m != nullptr) r->m += shift;
+            if (r->v != nullptr) r->v += shift;
+            if (r->lowp != nullptr) r->lowp = static_cast<uint16_t*>(r->lowp) + shift;
+            r->grad = from.g.data() + shift;
+            r->n = kOddLength - shift;
+          }
+          refs.from_param = src.param + shift;
+          refs.from_m = src.m == nullptr ? nullptr : src.m + shift;
+          refs.from_v = src.v == nullptr ? nullptr : src.v + shift;
+          StepBlock(isa, c.params, want);
+          StepBlock(isa, c.params, refs);
+          const size_t n = kOddLength - shift;
+          EXPECT_EQ(std::memcmp(to.p.data() + shift, in_place.p.data() + shift, n * 4), 0)
+              << what << ": p";
+          if (MomentCount(kind) >= 1) {
+            EXPECT_EQ(std::memcmp(to.m.data() + shift, in_place.m.data() + shift, n * 4), 0)
+                << what << ": m";
+          }
+          if (MomentCount(kind) >= 2) {
+            EXPECT_EQ(std::memcmp(to.v.data() + shift, in_place.v.data() + shift, n * 4), 0)
+                << what << ": v";
+          }
+          EXPECT_EQ(std::memcmp(to.lowp.data() + shift, in_place.lowp.data() + shift, n * 2), 0)
+              << what << ": lowp";
+          EXPECT_EQ(from.p, source.p) << what;
+          EXPECT_EQ(from.m, source.m) << what;
+          EXPECT_EQ(from.v, source.v) << what;
+          EXPECT_NE(std::memcmp(to.p.data() + shift, source.p.data() + shift, n * 4), 0)
+              << what << ": the step changed nothing";
+        }
+      }
+    }
+  }
+}
+
 TEST(OptimizerTest, Fp32DtypeWritesNoCopy) {
   const StepParams sp = Cases().front().params;
   for (Isa isa : SupportedIsas()) {

@@ -139,6 +139,38 @@ TEST(NvmeTierTest, NeverStoredBlocksReadAsZerosAndTheFileIsUnlinkedAtOnce) {
   EXPECT_FALSE(nvme->in_place());
 }
 
+// Exchange (a confirmed speculative step): the RAM tier takes the buffer
+// as the block's state and hands the previous one back, without a copy;
+// a buffer of another size, and the NVMe tier, are refused and change nothing.
+TEST(NvmeTierTest, OnlyTheRamTierExchangesABlocksState) {
+  RamTier ram(kShape);
+  AlignedBuffer<float> old_state(kShape.block_floats()), next(kShape.block_floats());
+  old_state.data()[3] = 1;
+  next.data()[3] = 2;
+  ASSERT_TRUE(ram.Store(4, old_state.data()).ok());
+  const float* next_memory = next.data();
+  ASSERT_TRUE(ram.Exchange(4, next).ok());
+  EXPECT_EQ(ram.Resident(4), next_memory);
+  EXPECT_EQ(ram.Resident(4)[3], 2.0f);
+  EXPECT_EQ(next.data()[3], 1.0f);
+  AlignedBuffer<float> wrong(kShape.block_floats() - 1);
+  absl::Status s = ram.Exchange(4, wrong);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("one block's state"), std::string::npos) << s;
+  EXPECT_EQ(ram.Resident(4), next_memory);
+
+  ScratchDir dir;
+  auto nvme = MakeNvme(dir.path(), 0, 4);
+  ASSERT_NE(nvme, nullptr);
+  ASSERT_TRUE(nvme->Store(4, old_state.data()).ok());
+  s = nvme->Exchange(4, next);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  AlignedBuffer<float> out(kShape.block_floats());
+  ASSERT_TRUE(nvme->Load(4, out.data()).ok());
+  EXPECT_EQ(out.data()[3], 1.0f);
+  EXPECT_EQ(next.data()[3], 1.0f);
+}
+
 TEST(NvmeTierTest, CacheStaysWithinBudgetAndCounts) {
   ScratchDir dir;
   auto sink = std::make_shared<CountingSink>();
