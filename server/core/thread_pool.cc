@@ -1,9 +1,9 @@
 #include "server/core/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 
-#include "absl/synchronization/blocking_counter.h"
 
 namespace zerostate::server {
 
@@ -41,23 +41,38 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   if (n == 0) return;
   // Tasks claim indices from a shared counter, so the caller and the pool
   // threads split the work dynamically (blocks of uneven cost balance out).
-  auto next = std::make_shared<std::atomic<size_t>>(0);
-  size_t helpers = std::min(n - 1, threads_.size());
-  absl::BlockingCounter done(static_cast<int>(helpers));
-  auto drain = [next, n, &fn] {
-    for (size_t i = (*next)++; i < n; i = (*next)++) fn(i);
+  // The caller waits for the indices to be done, not for every helper: one
+  // still queued behind other tasks (a speculation, statistics) when the
+  // work is done finds no index left and ends without touching fn, which
+  // may be gone by then.
+  struct Work {
+    const std::function<void(size_t)>* fn = nullptr;
+    std::atomic<size_t> next{0};
+    absl::Mutex mu;
+    size_t left ABSL_GUARDED_BY(mu) = 0;
   };
+  auto work = std::make_shared<Work>();
+  work->fn = &fn;
+  {
+    absl::MutexLock lock(&work->mu);
+    work->left = n;
+  }
+  auto drain = [work, n] {
+    size_t done = 0;
+    for (size_t i = work->next++; i < n; i = work->next++, ++done) (*work->fn)(i);
+    if (done == 0) return;
+    absl::MutexLock lock(&work->mu);
+    work->left -= done;
+  };
+  const size_t helpers = std::min(n - 1, threads_.size());
   {
     absl::MutexLock lock(&mu_);
-    for (size_t h = 0; h < helpers; ++h) {
-      queue_.push_back([drain, &done] {
-        drain();
-        done.DecrementCount();
-      });
-    }
+    for (size_t h = 0; h < helpers; ++h) queue_.push_back(drain);
   }
   drain();
-  done.Wait();
+  absl::MutexLock lock(&work->mu);
+  work->mu.Await(absl::Condition(
+      +[](Work* w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(w->mu) { return w->left == 0; }, work.get()));
 }
 
 void ThreadPool::Schedule(std::function<void()> fn) {

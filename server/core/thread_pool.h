@@ -24,7 +24,9 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   // Runs fn(0) .. fn(n-1) on the pool and returns when all have finished.
-  // The calling thread takes part, so this never deadlocks on a busy pool.
+  // The calling thread takes part, and waits only for calls of fn that a
+  // pool thread began, so it never waits behind tasks queued before it
+  // (nor deadlocks on a busy pool).
   void ParallelFor(size_t n, const std::function<void(size_t)>& fn);
 
   // Runs fn() on a pool thread, later; returns at once. The caller keeps
