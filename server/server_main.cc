@@ -27,6 +27,9 @@ ABSL_FLAG(uint64_t, staging_budget_bytes, 0,
           "of --ram_budget_bytes and at most as large (0: an eighth of the RAM budget); "
           "a push that finds it spent waits, then is refused with UNAVAILABLE");
 ABSL_FLAG(int, threads, 0, "optimizer threads (0: one per core)");
+ABSL_FLAG(int, speculation_threads, 0,
+          "threads stepping speculative jobs' blocks as their gradients complete, before the "
+          "Step (0: half of --threads); fewer leave the cores to the pushes still arriving");
 ABSL_FLAG(std::string, nvme_dir, "",
           "directory on a local NVMe drive for jobs registered with tier TIER_NVME "
           "(empty: such jobs are refused)");
@@ -207,6 +210,7 @@ int main(int argc, char** argv) {
   options.ram_budget_bytes = absl::GetFlag(FLAGS_ram_budget_bytes);
   options.staging_budget_bytes = absl::GetFlag(FLAGS_staging_budget_bytes);
   options.threads = absl::GetFlag(FLAGS_threads);
+  options.speculation_threads = absl::GetFlag(FLAGS_speculation_threads);
   options.tiers.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
   options.tiers.nvme_cache_bytes = absl::GetFlag(FLAGS_nvme_cache_bytes);
   options.tiers.nvme_queue_depth = absl::GetFlag(FLAGS_nvme_queue_depth);

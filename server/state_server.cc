@@ -161,6 +161,8 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   };
   s->rendezvous_ = std::make_unique<RendezvousTable>(std::move(rendezvous));
   s->pool_ = std::make_unique<ThreadPool>(threads);
+  s->speculation_pool_ = std::make_unique<ThreadPool>(
+      opt.speculation_threads > 0 ? opt.speculation_threads : std::max(1, threads / 2));
   s->metrics_->SetRam(0, budget, 0);
   if (!opt.metrics_listen.empty()) {
     auto endpoint =
@@ -212,8 +214,9 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   if (auto st = s->StartDataPlane(opt, data); !st.ok()) return st;
   service.data_port = s->data_plane_ ? s->data_plane_->port() : 0;
   s->service_ = std::make_unique<StateServiceImpl>(
-      service, *s->jobs_, *s->pushes_, *s->gathers_, *s->rendezvous_, *s->pool_, *s->metrics_,
-      s->incarnation_, s->primaries_.get(), s->replicator_.get());
+      service, *s->jobs_, *s->pushes_, *s->gathers_, *s->rendezvous_, *s->pool_,
+      *s->speculation_pool_, *s->metrics_, s->incarnation_, s->primaries_.get(),
+      s->replicator_.get());
   s->replica_service_->SetDataPort(service.data_port);
   s->service_->PublishUsage();
   grpc::EnableDefaultHealthCheckService(true);

@@ -46,6 +46,11 @@ struct ServerOptions {
   // of the RAM budget; 0: an eighth of the RAM budget. At most the RAM budget.
   uint64_t staging_budget_bytes = 0;
   int threads = 0;                               // optimizer threads; 0: all cores
+  // Threads stepping speculative jobs' blocks before their Step (a pool of
+  // their own, so that while the pushes arrive the speculation leaves
+  // cores to the data plane and the trainer on the same host); 0: half of
+  // `threads`, at least 1.
+  int speculation_threads = 0;
   // Where TIER_NVME jobs keep their state (--nvme_dir, --nvme_cache_bytes,
   // --nvme_queue_depth); nvme_dir empty: such jobs are refused. Start fills
   // in the metrics sink.
@@ -151,6 +156,7 @@ class StateServer {
   std::unique_ptr<JobRegistry> jobs_;
   std::unique_ptr<RendezvousTable> rendezvous_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ThreadPool> speculation_pool_;
   std::unique_ptr<prometheus::Exposer> exposer_;
   std::shared_ptr<Membership> membership_;
   std::unique_ptr<Primaries> primaries_;

@@ -123,17 +123,21 @@ void JobStep::QueueStats(Block& b) {
 }
 
 void JobStep::OnComplete(Block& b) {
-  // A sum streamed out of cache (the first node's long pieces decoded
-  // with non-temporal stores, as bf16 pushes of one node are) would be
-  // read back from memory here, on the push's path, halving those pushes:
-  // its statistics are read on the stats pool instead, while later blocks
-  // still arrive (Stats or the step's commit computes those not done yet).
-  if (b.acc.streamed()) {
-    QueueStats(b);
-  } else {
-    StatsOnComplete(b);
-  }
   MaybeSpeculate(b);
+  // A queued speculation computes the statistics itself, right before its
+  // step reads the same sum (Speculate). Else a sum streamed out of cache
+  // (the first node's long pieces decoded with non-temporal stores, as bf16
+  // pushes of one node are) would be read back from memory here, on the
+  // push's path, halving those pushes: its statistics are read on the stats
+  // pool instead, while later blocks still arrive (Stats or the step's
+  // commit computes those not done yet).
+  if (b.speculation != Block::Speculation::kQueued) {
+    if (b.acc.streamed()) {
+      QueueStats(b);
+    } else {
+      StatsOnComplete(b);
+    }
+  }
   if (StepReplicator* r = replicator_.load(std::memory_order_acquire)) r->OnBlockComplete(b);
 }
 

@@ -22,7 +22,7 @@ namespace zerostate::server {
 StateServiceImpl::StateServiceImpl(ServiceOptions options, JobRegistry& jobs,
                                    const PushHandler& pushes, const GatherHandler& gathers,
                                    RendezvousTable& rendezvous, ThreadPool& pool,
-                                   ServerMetrics& metrics, uint64_t incarnation,
+                                   ThreadPool& speculation_pool, ServerMetrics& metrics, uint64_t incarnation,
                                    Primaries* primaries, Replicator* replicator)
     : options_(options),
       jobs_(jobs),
@@ -30,6 +30,7 @@ StateServiceImpl::StateServiceImpl(ServiceOptions options, JobRegistry& jobs,
       gathers_(gathers),
       rendezvous_(rendezvous),
       pool_(pool),
+      speculation_pool_(speculation_pool),
       metrics_(metrics),
       incarnation_(incarnation),
       primaries_(primaries),
@@ -200,7 +201,8 @@ grpc::Status StateServiceImpl::Step(grpc::ServerContext* ctx, const v1::StepRequ
           [&] { return replicator_->For(**job, (*own)->shard_index(), *token); });
     }
     auto out = (*job)->step().Step(
-        *req, DeadlineOf(ctx), pool_, [ctx] { return ctx->IsCancelled(); }, replicate);
+        *req, DeadlineOf(ctx), req->ahead() ? speculation_pool_ : pool_,
+        [ctx] { return ctx->IsCancelled(); }, replicate);
     if (!out.ok()) return out.status();
     if (!out->already_applied && !req->ahead()) {
       PublishUsage();

@@ -57,7 +57,7 @@ class StateServiceImpl final : public StateServiceBase {
   // backups; null: only own shards, steps not replicated.
   StateServiceImpl(ServiceOptions options, JobRegistry& jobs, const PushHandler& pushes,
                    const GatherHandler& gathers, RendezvousTable& rendezvous, ThreadPool& pool,
-                   ServerMetrics& metrics, uint64_t incarnation, Primaries* primaries = nullptr,
+                   ThreadPool& speculation_pool, ServerMetrics& metrics, uint64_t incarnation, Primaries* primaries = nullptr,
                    Replicator* replicator = nullptr);
 
   grpc::Status RegisterJob(grpc::ServerContext* ctx, const v1::RegisterJobRequest* req,
@@ -132,6 +132,7 @@ class StateServiceImpl final : public StateServiceBase {
   const GatherHandler& gathers_;
   RendezvousTable& rendezvous_;
   ThreadPool& pool_;
+  ThreadPool& speculation_pool_;  // Steps sent ahead (speculative jobs) step blocks on it
   ServerMetrics& metrics_;
   const uint64_t incarnation_;
   Primaries* const primaries_;
