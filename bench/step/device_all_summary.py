@@ -88,9 +88,10 @@ def path(name):
 
 
 def mlp_params():
-    """Parameters of the MLP the run registered (its textproto)."""
+    """Parameters of the MLP the run registered (a textproto of its runs)."""
+    import glob
     import re
-    with open(path("sync_fp32.textproto")) as f:
+    with open(sorted(glob.glob(path("*.textproto")))[0]) as f:
         text = f.read()
     dims = [int(re.search(r"input_dim: (\d+)", text).group(1))]
     dims += [int(h) for h in re.search(r"hidden: \[([^\]]*)\]", text).group(1).split(",")]
