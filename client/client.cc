@@ -1,12 +1,15 @@
 // Client: connection setup, job registration and attachment, rendezvous.
+#include <algorithm>
 #include <atomic>
 #include <memory>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/channel_credentials.h"
 #include "client/client_impl.h"
+#include "client/data_streams.h"
 #include "client/job_client_impl.h"
 #include "client/ticket_state.h"
 #include "common/data_tls.h"
@@ -16,12 +19,13 @@
 namespace zerostate::client {
 namespace {
 
-// `o` with streams_per_server raised to userspace_tls_streams_per_server
-// where the data plane's TLS records will be done in userspace (client.h).
+// `o` with streams_per_server raised where the data plane's TLS records
+// will be done in userspace (data_streams.h).
 ClientOptions RaiseUserspaceTlsStreams(ClientOptions o) {
-  if (o.data_plane && !o.plaintext && (!o.data_ktls || !KernelTlsAvailable())) {
-    o.streams_per_server = std::max(o.streams_per_server, o.userspace_tls_streams_per_server);
-  }
+  const bool userspace_tls =
+      o.data_plane && !o.plaintext && (!o.data_ktls || !KernelTlsAvailable());
+  o.streams_per_server = DataStreamsPerServer(
+      o, userspace_tls, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   return o;
 }
 

@@ -122,12 +122,13 @@ struct ClientOptions {
   // it offers it; false: OpenSSL encrypts in userspace (for comparison).
   bool data_ktls = true;
   // Under TLS with the data plane, where this host's kernel has no TLS
-  // offload (or data_ktls is false), OpenSSL seals and opens every record
-  // on the streams' threads: streams_per_server is raised to at least this
-  // (0: not raised), so that the cipher runs on more cores at once (on the
-  // 16-core host, 8 streams per server under userspace TLS reached
-  // 0.42-0.92 of plaintext at 4, against 0.36-0.77 at 4; docs/performance.md).
-  // Plaintext and kTLS keep streams_per_server.
+  // offload (or data_ktls is false), every record is sealed and opened on
+  // the streams' threads: streams_per_server is raised to this (0: not
+  // raised), so that the cipher runs on more cores at once, but to no more
+  // streams over all servers than the host has cores (data_streams.h; on
+  // the 16-core host 8 streams per server beat 4 at 1 server, and 4 beat 8
+  // at 4 servers; docs/performance.md). Plaintext and kTLS keep
+  // streams_per_server.
   int userspace_tls_streams_per_server = 8;
   // Optional: the data plane address of each server, in shard order, in
   // place of "<host of servers[i]>:<the port the server advertises>" (for a

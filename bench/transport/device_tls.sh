@@ -69,9 +69,10 @@ timeout 120 "$bin/stream_bench" --connections=1,4,8 --mib="${ZS_STREAM_MIB:-1024
   --json 2>&1 | tee "$out/stream.log" >> "$out/all.log"
 # The data plane, plaintext / TLS, mutual TLS, 1 and 4 servers; 4 streams
 # per server (the default), then 8.
-# --userspace_tls_streams=0 keeps TLS at 4 here; the client's default under
-# userspace TLS is 8 (ClientOptions::userspace_tls_streams_per_server): the
-# column "TLS@8 / plain@4" is what a default client gets.
+# --userspace_tls_streams=0 keeps TLS at 4 here; under userspace TLS a
+# default client runs 8 per server, but no more over all servers than the
+# host's cores (client/data_streams.h): the column "TLS default / plain@4"
+# (and the --json figures tls_default.*) is what it gets.
 run tls-tcp 300 --server_binary=$s --planes=tcp --servers=1,4 --reps=2 --tls_dir=$certs \
   --userspace_tls_streams=0 --json "$@"
 run tls-tcp-s8 300 --server_binary=$s --planes=tcp --servers=1,4 --reps=2 --streams=8 \

@@ -5,10 +5,13 @@
     bench/transport/tls_target.py TLS_TCP_LOG TLS_TCP_S8_LOG [AES_LOG CORES]
 
 prints, per data plane figure (push|gather, dtype, servers): TLS over
-plaintext at 4 streams, at 8, and TLS at 8 over plaintext at 4 (the
-client's default); the GB/s; and the client's and servers' CPU s/GB under
-TLS at 4 streams. "-" where a figure is missing (a run that failed or
-timed out).
+plaintext at 4 streams, at 8, TLS at 8 over plaintext at 4, and TLS at
+the streams a default client runs over plaintext at 4 (the target: 8 per
+server, but no more over all servers than CORES, and never fewer than 4,
+client/data_streams.h; also printed as a --json figure
+`tls_default.<figure>` against the target's 0.6); the GB/s; and the
+client's and servers' CPU s/GB under TLS at 4 streams. "-" where a figure
+is missing (a run that failed or timed out).
 
 With AES_LOG (the output of `openssl speed -evp aes-128-gcm -bytes 16384`
 on one core) and CORES (the host's), it first prints as --json figures the
@@ -65,6 +68,17 @@ def ceiling(plain, rate, cores):
     return "%.2f" % min(1.0, cores / s_per_gb / plain["value"])
 
 
+def default_streams(name, cores):
+    """Streams per server of a default client under userspace TLS records
+    (client/data_streams.h) for the figure `name` (..servers=N..): 8, but
+    no more over all servers than `cores`, never fewer than 4; of the
+    measured 4 and 8, the one it picks (8 only when it gets all 8)."""
+    m = re.search(r"servers=(\d+)", name)
+    servers = int(m.group(1)) if m else 1
+    n = max(4, min(8, (cores or 16) // servers))
+    return 8 if n >= 8 else 4
+
+
 def main(s4_path, s8_path, aes_path=None, cores="0"):
     s4, s8 = figures(s4_path), figures(s8_path)
     rate, cores = (aes_rate(aes_path) if aes_path else None), int(cores)
@@ -74,18 +88,28 @@ def main(s4_path, s8_path, aes_path=None, cores="0"):
         print(json.dumps({"figure": "tls.crypto_ceiling", "value": round(cores * rate / 2, 2),
                           "unit": "GB/s", "cores": cores,
                           "crypto_cpu_s_per_gb": round(2 / rate, 4)}))
-    print("| figure | TLS/plain @4 | TLS/plain @8 | TLS@8 / plain@4 | TLS@4 GB/s | TLS@8 GB/s "
-          "| plain@4 GB/s | plain@8 GB/s | TLS@4 CPU s/GB client/servers | ceiling |")
-    print("| --- " * 10 + "|")
+    rows = []
     for name, plain in s4.items():
         if ".tcp" not in name or name.endswith((".tls", ".tls_user")):
             continue
         t4, t8, p8 = s4.get(name + ".tls"), s8.get(name + ".tls"), s8.get(name)
+        streams = default_streams(name, cores)
+        tdef = t8 if streams == 8 else t4
+        if tdef and plain:
+            print(json.dumps({"figure": "tls_default." + name,
+                              "value": round(tdef["value"] / plain["value"], 3), "unit": "x",
+                              "limit": 0.6, "streams_per_server": streams}))
         cpu = ("%.2f/%.2f" % (t4["client_cpu_s_per_gb"], t4["server_cpu_s_per_gb"])
                if t4 else "-")
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" %
-              (name, ratio(t4, plain), ratio(t8, p8), ratio(t8, plain), gbs(t4), gbs(t8),
-               gbs(plain), gbs(p8), cpu, ceiling(plain, rate, cores)))
+        rows.append("| %s | %s | %s | %s | %s (%d) | %s | %s | %s | %s | %s | %s |" %
+                    (name, ratio(t4, plain), ratio(t8, p8), ratio(t8, plain),
+                     ratio(tdef, plain), streams, gbs(t4), gbs(t8), gbs(plain), gbs(p8), cpu,
+                     ceiling(plain, rate, cores)))
+    print("| figure | TLS/plain @4 | TLS/plain @8 | TLS@8 / plain@4 | TLS default / plain@4 "
+          "(streams) | TLS@4 GB/s | TLS@8 GB/s | plain@4 GB/s | plain@8 GB/s "
+          "| TLS@4 CPU s/GB client/servers | ceiling |")
+    print("| --- " * 11 + "|")
+    print("\n".join(rows))
 
 
 if __name__ == "__main__":
