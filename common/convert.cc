@@ -147,6 +147,46 @@ void AccumulateFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float
   }
 }
 
+void DecodeFloatsSquared(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst,
+                         SquareLanes* lanes) {
+  const auto* in = static_cast<const uint16_t*>(src);
+  switch (dtype) {
+    case v1::DTYPE_BF16:
+      return KernelsFor(isa).decode_bf16_squared(in, n, dst, lanes);
+    case v1::DTYPE_FP16:
+      return KernelsFor(isa).decode_fp16_squared(in, n, dst, lanes);
+    default:
+      return KernelsFor(isa).decode_fp32_squared(static_cast<const float*>(src), n, dst, lanes);
+  }
+}
+
+void DecodeFloatsStreamingSquared(Isa isa, const void* src, size_t n, v1::DType dtype,
+                                  float* dst, SquareLanes* lanes) {
+  const auto* in = static_cast<const uint16_t*>(src);
+  switch (dtype) {
+    case v1::DTYPE_BF16:
+      return KernelsFor(isa).stream_bf16_squared(in, n, dst, lanes);
+    case v1::DTYPE_FP16:
+      return KernelsFor(isa).stream_fp16_squared(in, n, dst, lanes);
+    default:
+      return KernelsFor(isa).stream_fp32_squared(static_cast<const float*>(src), n, dst, lanes);
+  }
+}
+
+void AccumulateFloatsSquared(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst,
+                             SquareLanes* lanes) {
+  const auto* in = static_cast<const uint16_t*>(src);
+  switch (dtype) {
+    case v1::DTYPE_BF16:
+      return KernelsFor(isa).accumulate_bf16_squared(in, n, dst, lanes);
+    case v1::DTYPE_FP16:
+      return KernelsFor(isa).accumulate_fp16_squared(in, n, dst, lanes);
+    default:
+      return KernelsFor(isa).accumulate_fp32_squared(static_cast<const float*>(src), n, dst,
+                                                     lanes);
+  }
+}
+
 void EncodeFloats(const float* src, size_t n, v1::DType dtype, void* dst) {
   EncodeFloats(BestIsa(), src, n, dtype, dst);
 }
@@ -158,6 +198,18 @@ void DecodeFloatsStreaming(const void* src, size_t n, v1::DType dtype, float* ds
 }
 void AccumulateFloats(const void* src, size_t n, v1::DType dtype, float* dst) {
   AccumulateFloats(BestIsa(), src, n, dtype, dst);
+}
+void DecodeFloatsSquared(const void* src, size_t n, v1::DType dtype, float* dst,
+                         SquareLanes* lanes) {
+  DecodeFloatsSquared(BestIsa(), src, n, dtype, dst, lanes);
+}
+void DecodeFloatsStreamingSquared(const void* src, size_t n, v1::DType dtype, float* dst,
+                                  SquareLanes* lanes) {
+  DecodeFloatsStreamingSquared(BestIsa(), src, n, dtype, dst, lanes);
+}
+void AccumulateFloatsSquared(const void* src, size_t n, v1::DType dtype, float* dst,
+                             SquareLanes* lanes) {
+  AccumulateFloatsSquared(BestIsa(), src, n, dtype, dst, lanes);
 }
 
 }  // namespace zerostate

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/cpu_features.h"
+#include "common/square_lanes.h"
 #include "zerostate/v1/state_service.pb.h"
 
 namespace zerostate {
@@ -33,11 +34,32 @@ void DecodeFloatsStreaming(const void* src, size_t n, v1::DType dtype, float* ds
 // dst[i] += decode(src[i]) in fp32.
 void AccumulateFloats(const void* src, size_t n, v1::DType dtype, float* dst);
 
+// DecodeFloats, DecodeFloatsStreaming and AccumulateFloats that also carry
+// gradient statistics over what they write (common/square_lanes.h): dst's
+// n elements are added to `lanes` as the elements that follow those it
+// holds (dst[0] at buffer position lanes->elems), mostly squared from
+// registers as they are written, without reading dst back. dst gets the
+// same bits as with the plain forms. The streaming form streams the whole
+// groups of 16 of the buffer where they are vector-aligned (as they are
+// when the buffer's start is).
+void DecodeFloatsSquared(const void* src, size_t n, v1::DType dtype, float* dst,
+                         SquareLanes* lanes);
+void DecodeFloatsStreamingSquared(const void* src, size_t n, v1::DType dtype, float* dst,
+                                  SquareLanes* lanes);
+void AccumulateFloatsSquared(const void* src, size_t n, v1::DType dtype, float* dst,
+                             SquareLanes* lanes);
+
 // The same with an explicit ISA, for tests and benchmarks.
 // REQUIRES: isa is supported by this CPU.
 void EncodeFloats(Isa isa, const float* src, size_t n, v1::DType dtype, void* dst);
 void DecodeFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst);
 void DecodeFloatsStreaming(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst);
 void AccumulateFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst);
+void DecodeFloatsSquared(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst,
+                         SquareLanes* lanes);
+void DecodeFloatsStreamingSquared(Isa isa, const void* src, size_t n, v1::DType dtype,
+                                  float* dst, SquareLanes* lanes);
+void AccumulateFloatsSquared(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst,
+                             SquareLanes* lanes);
 
 }  // namespace zerostate

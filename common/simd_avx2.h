@@ -100,6 +100,12 @@ struct Avx2Ops {
   static void SpillSquares(const SquareSums& s, double lanes[16]) {
     for (int k = 0; k < 4; ++k) _mm256_storeu_pd(lanes + 4 * k, s.lane[k]);
   }
+  // The sums SpillSquares wrote, to continue them.
+  static SquareSums LoadSquares(const double lanes[16]) {
+    SquareSums s;
+    for (int k = 0; k < 4; ++k) s.lane[k] = _mm256_loadu_pd(lanes + 4 * k);
+    return s;
+  }
 };
 
 }  // namespace zerostate::simd

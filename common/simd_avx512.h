@@ -98,6 +98,13 @@ struct Avx512Ops {
     _mm512_storeu_pd(lanes, s.lo);
     _mm512_storeu_pd(lanes + 8, s.hi);
   }
+  // The sums SpillSquares wrote, to continue them.
+  static SquareSums LoadSquares(const double lanes[16]) {
+    SquareSums s;
+    s.lo = _mm512_loadu_pd(lanes);
+    s.hi = _mm512_loadu_pd(lanes + 8);
+    return s;
+  }
 };
 
 }  // namespace zerostate::simd

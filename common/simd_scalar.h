@@ -63,6 +63,12 @@ struct ScalarOps {
   static void SpillSquares(const SquareSums& s, double lanes[16]) {
     std::memcpy(lanes, s.lane, sizeof(s.lane));
   }
+  // The sums SpillSquares wrote, to continue them.
+  static SquareSums LoadSquares(const double lanes[16]) {
+    SquareSums s;
+    std::memcpy(s.lane, lanes, sizeof(s.lane));
+    return s;
+  }
 };
 
 }  // namespace zerostate::simd

@@ -15,6 +15,11 @@ namespace {
 // the step reads it, so reading its lines before writing them is wasted.
 constexpr size_t kStreamElems = 16384;  // 64 KiB of fp32
 
+// Once pieces were streamed, the statistics read at most this many elements
+// of the sum after a fold (a small piece that came early): more would be a
+// pass over memory on the push's path.
+constexpr uint32_t kReadPastStreamElems = 128;
+
 bool Overlaps(const std::vector<std::pair<uint32_t, uint32_t>>& ranges, uint32_t begin,
               uint32_t end) {
   for (const auto& [b, e] : ranges) {
@@ -136,6 +141,7 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
   Insert(ns, begin, end);  // cannot fail: checked above
   Fold(node, begin, end, data, dtype);
   if (node == head_ && CoversTensors(ns)) AdvanceHead();
+  AdvanceStats();
   return Outcome::kApplied;
 }
 
@@ -163,23 +169,42 @@ void GradientAccumulator::Fold(uint32_t node, uint32_t begin, uint32_t end,
 
 void GradientAccumulator::FoldRun(uint32_t node, uint32_t begin, size_t n, const void* data,
                                   v1::DType dtype) {
-  if (node == head_) {
-    if (node == 0) {
-      if (n >= kStreamElems) {
-        DecodeFloatsStreaming(data, n, dtype, sum_.data() + begin);
-        streamed_ = true;
-      } else {
-        DecodeFloats(data, n, dtype, sum_.data() + begin);
-      }
-    } else {
-      // Every later node folds all of the sum through the cache.
-      AccumulateFloats(data, n, dtype, sum_.data() + begin);
-      streamed_ = false;
-    }
+  if (node != head_) {
+    // Add gave the node its staging buffer.
+    DecodeFloats(data, n, dtype, nodes_[node].staging.data() + begin);
     return;
   }
-  // Not the head: Add gave the node its staging buffer.
-  DecodeFloats(data, n, dtype, nodes_[node].staging.data() + begin);
+  float* dst = sum_.data() + begin;
+  // The last node's elements become final as they are written: squared
+  // then, when they continue the final prefix (past the padding before them).
+  SquareLanes* lanes = nullptr;
+  if (node + 1 == num_nodes_) {
+    SkipPadding(begin);
+    if (begin == stats_lanes_.elems) lanes = &stats_lanes_;
+  }
+  if (node == 0) {
+    if (n >= kStreamElems) {
+      lanes != nullptr ? DecodeFloatsStreamingSquared(data, n, dtype, dst, lanes)
+                       : DecodeFloatsStreaming(data, n, dtype, dst);
+      streamed_ = true;
+    } else {
+      lanes != nullptr ? DecodeFloatsSquared(data, n, dtype, dst, lanes)
+                       : DecodeFloats(data, n, dtype, dst);
+    }
+  } else {
+    // Every later node folds all of the sum through the cache.
+    lanes != nullptr ? AccumulateFloatsSquared(data, n, dtype, dst, lanes)
+                     : AccumulateFloats(data, n, dtype, dst);
+    streamed_ = false;
+  }
+}
+
+void GradientAccumulator::SkipPadding(uint32_t to) {
+  const uint32_t at = stats_at();
+  if (at >= to || Overlaps(claimed_, at, to)) return;
+  bool tensor = false;
+  ForEachTensorPart(at, to, [&](uint32_t, uint32_t) { tensor = true; });
+  if (!tensor) stats_lanes_.elems = to;  // zeros add nothing (common/square_lanes.h)
 }
 
 float* GradientAccumulator::Claim(uint32_t node, uint32_t offset, uint32_t count,
@@ -211,6 +236,7 @@ bool GradientAccumulator::Commit(uint32_t offset, uint32_t count, uint64_t epoch
   if (!EndClaim(offset, count, epoch)) return false;
   Insert(nodes_[0], offset, offset + count);  // cannot overlap: Claim and Add saw to it
   if (head_ == 0 && CoversTensors(nodes_[0])) AdvanceHead();
+  AdvanceStats();
   return true;
 }
 
@@ -228,13 +254,48 @@ void GradientAccumulator::AdvanceHead() {
     if (next.staging.empty()) continue;
     for (const auto& [rb, re] : next.received) {
       ForEachTensorPart(rb, re, [&](uint32_t b, uint32_t e) {
-        AccumulateFloats(next.staging.data() + b, e - b, v1::DTYPE_FP32, sum_.data() + b);
+        FoldRun(head_, b, e - b, next.staging.data() + b, v1::DTYPE_FP32);
       });
     }
     FreeStaging(next);
   }
   // A push of the new head that waits for staging needs none any more.
   if (staging_ != nullptr) staging_->Notify();
+}
+
+uint32_t GradientAccumulator::FinalEnd() const {
+  if (complete()) return required_;
+  if (head_ + 1 != num_nodes_) return stats_at();  // the last node is not folded yet
+  // The last node's received elements are folded; padding is zero, except
+  // where a claim may have written it (node 0 as the only node).
+  const std::vector<std::pair<uint32_t, uint32_t>>& received = nodes_[head_].received;
+  uint32_t at = stats_at();
+  for (const auto& [b, e] : tensor_elems_) {
+    if (e <= at) continue;
+    if (at < b) {
+      if (Overlaps(claimed_, at, b)) return at;
+      at = b;
+    }
+    auto covering = std::find_if(received.begin(), received.end(),
+                                 [at](const auto& r) { return r.first <= at && at < r.second; });
+    if (covering == received.end()) return at;
+    if (covering->second < e) return covering->second;
+    at = e;
+  }
+  return Overlaps(claimed_, at, required_) ? at : required_;
+}
+
+void GradientAccumulator::AdvanceStats() {
+  const uint32_t at = stats_at();
+  const uint32_t end = FinalEnd();
+  if (end <= at || (streamed_ && end - at > kReadPastStreamElems)) return;
+  AddGradSquares(sum_.data() + at, end - at, &stats_lanes_);
+}
+
+GradStats GradientAccumulator::Stats() const {
+  SquareLanes lanes = stats_lanes_;
+  AddGradSquares(sum_.data() + lanes.elems, required_ - lanes.elems, &lanes);
+  return FoldGradStats(lanes);
 }
 
 std::vector<uint32_t> GradientAccumulator::MissingNodes() const {
@@ -248,6 +309,7 @@ std::vector<uint32_t> GradientAccumulator::MissingNodes() const {
 void GradientAccumulator::Reset() {
   head_ = 0;
   streamed_ = false;
+  stats_lanes_ = SquareLanes();
   claimed_.clear();
   ++epoch_;
   for (NodeState& ns : nodes_) {

@@ -20,6 +20,18 @@
 // sum (Claim / Commit): the fold of those is a plain copy, which receiving
 // in place saves, with the buffer it needs.
 //
+// The sum's gradient statistics (ComputeGradStats) are kept as it becomes
+// final, so that they need no pass over it of their own: an element is
+// final once the last node is folded over it (padding always is: zero,
+// passed over). A fold of the last node that starts where the final prefix
+// ends squares what it writes, from registers (the *Squared conversions of
+// common/convert.h); after each fold, the final prefix is extended by
+// reading the sum, where that is in cache (once pieces were streamed past
+// it, only a few lines). What neither covers (pieces out of order after
+// streamed ones) is read by Stats() at the end, in the same order
+// (common/square_lanes.h): the statistics are bit-identical to
+// ComputeGradStats over the complete sum.
+//
 // Not thread-safe: the owning block's mutex guards it.
 #pragma once
 
@@ -31,7 +43,9 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/chunk_view.h"
+#include "common/square_lanes.h"
 #include "server/core/aligned_buffer.h"
+#include "server/core/optimizer/optimizer.h"
 #include "server/core/staging_budget.h"
 #include "zerostate/v1/state_service.pb.h"
 
@@ -111,6 +125,12 @@ class GradientAccumulator {
   bool streamed() const { return streamed_; }
   uint32_t required() const { return required_; }
 
+  // The statistics are kept over the sum's first stats_at() elements;
+  // Stats() reads only the rest.
+  uint32_t stats_at() const { return static_cast<uint32_t>(stats_lanes_.elems); }
+  // ComputeGradStats(sum(), required()), bit for bit. REQUIRES: complete().
+  GradStats Stats() const;
+
   // A replicated step (issue 19): takes `sum` (the primary's summed
   // gradient of the block, its first required() elements) as every node's
   // complete contribution, as if folded here. Forgets pieces and claims
@@ -155,6 +175,13 @@ class GradientAccumulator {
   // Folds n contiguous elements at `at`.
   void FoldRun(uint32_t node, uint32_t at, size_t n, const void* data, v1::DType dtype);
   void AdvanceHead();
+  // The end of the final elements from stats_at() on (see the top).
+  uint32_t FinalEnd() const;
+  // Moves stats_at() to `to` when only padding (not claimed) lies between.
+  void SkipPadding(uint32_t to);
+  // Extends the statistics over the final elements past stats_at(), reading
+  // the sum (a few lines at most once it was streamed past the cache).
+  void AdvanceStats();
   // Frees node state's staging buffer, if any, back to the budget.
   void FreeStaging(NodeState& ns);
 
@@ -169,6 +196,7 @@ class GradientAccumulator {
   bool streamed_ = false;  // see streamed()
   std::vector<std::pair<uint32_t, uint32_t>> claimed_;  // node 0's ranges being received in place
   uint64_t epoch_ = 0;
+  SquareLanes stats_lanes_;  // the statistics of sum_[0, stats_at())
 };
 
 }  // namespace zerostate::server

@@ -100,7 +100,7 @@ absl::Status JobStep::AwaitGradients(Block& b, uint64_t step, absl::Time deadlin
 
 void JobStep::StatsOnComplete(Block& b) {
   if (!b.acc.complete() || (b.stats.has_value() && b.stats_step == b.version)) return;
-  b.stats = ComputeGradStats(b.acc.sum(), b.required);
+  b.stats = b.acc.Stats();
   b.stats_step = b.version;
 }
 
@@ -124,15 +124,18 @@ void JobStep::QueueStats(Block& b) {
 
 void JobStep::OnComplete(Block& b) {
   MaybeSpeculate(b);
-  // A queued speculation computes the statistics itself, right before its
-  // step reads the same sum (Speculate). Else a sum streamed out of cache
-  // (the first node's long pieces decoded with non-temporal stores, as bf16
-  // pushes of one node are) would be read back from memory here, on the
-  // push's path, halving those pushes: its statistics are read on the stats
-  // pool instead, while later blocks still arrive (Stats or the step's
-  // commit computes those not done yet).
+  // The accumulator squared the sum as it became final, in the folds
+  // (GradientAccumulator::Stats), so what is left to read is usually
+  // nothing. A queued speculation completes the statistics itself, right
+  // before its step reads the same sum (Speculate). Else where something
+  // is left and the sum was streamed out of cache (the first node's long
+  // pieces decoded with non-temporal stores, as bf16 pushes of one node
+  // are, arriving out of order), the rest would be read back from memory
+  // here, on the push's path: it is read on the stats pool instead, while
+  // later blocks still arrive (Stats or the step's commit computes those
+  // not done yet).
   if (b.speculation != Block::Speculation::kQueued) {
-    if (b.acc.streamed()) {
+    if (b.acc.streamed() && b.acc.stats_at() < b.acc.required()) {
       QueueStats(b);
     } else {
       StatsOnComplete(b);

@@ -131,11 +131,13 @@ class JobStep {
 
   // Statistics of the summed gradient of `step` over the shard, once every
   // block has every node's gradient (zeros on an empty shard): the sum over
-  // blocks, in block order, of each block's ComputeGradStats, computed by
-  // the push that completed the block (OnComplete) while its sum was in
-  // cache (a sum written with non-temporal stores, GradientAccumulator::
-  // streamed(), is not: then on the stats pool as soon as the block
-  // completes, see below; else here, or at the step's commit), kept until
+  // blocks, in block order, of each block's ComputeGradStats, kept by its
+  // accumulator as the sum is written (GradientAccumulator::Stats) and
+  // completed by the push that completed the block (OnComplete), which reads
+  // what the accumulator could not square in order (where that was written
+  // with non-temporal stores, GradientAccumulator::streamed(), it is out of
+  // cache: then on the stats pool as soon as the block completes, see
+  // below; else here, or at the step's commit), kept until
   // the block's next step commits (a retry gets the same answer). `times`
   // (null: not measured) gets wait_gradients and grad_stats. The blocks
   // whose statistics are still left to this call are computed on `pool`
@@ -213,9 +215,9 @@ class JobStep {
   [[nodiscard]] absl::StatusOr<StepOutcome> StepAhead(const v1::StepRequest& req, ThreadPool& pool);
 
   // Called by the push that completes block b (every node's gradient in):
-  // computes the block's statistics (when its sum is not in cache,
-  // GradientAccumulator::streamed(): queues them on the stats pool, if
-  // Stats gave one), schedules its speculation when
+  // completes the block's statistics (when what is left of them is out of
+  // cache, GradientAccumulator::streamed(): queues them on the stats pool,
+  // if Stats gave one), schedules its speculation when
   // the step's parameters are known, and tells the replicator, if any
   // (StepReplicator::OnBlockComplete). REQUIRES: b.mu held.
   void OnComplete(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);

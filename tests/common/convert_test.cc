@@ -245,3 +245,76 @@ TEST(ConvertTest, DefaultIsaIsSupported) {
 
 }  // namespace
 }  // namespace zerostate
+
+namespace zerostate {
+namespace {
+
+// The statistics' order (common/square_lanes.h), one element at a time.
+void ReferenceSquares(const float* g, size_t n, SquareLanes* lanes) {
+  for (size_t i = 0; i < n; ++i, ++lanes->elems) {
+    if (!std::isfinite(g[i])) {
+      ++lanes->nonfinite;
+      continue;
+    }
+    lanes->lane[lanes->elems % 16] += static_cast<double>(g[i]) * g[i];
+  }
+}
+
+// The *Squared forms write the plain forms' bits and carry the statistics
+// over them, from any position of the buffer, as element-by-element
+// squaring does, bit for bit: on every ISA, dtype and form.
+TEST(ConvertTest, SquaredFormsWritePlainBitsAndSquareInOrder) {
+  const std::vector<uint16_t> halves = AllHalves();
+  const std::vector<float> floats = SweepFloats();  // NaN, infinities, denormals
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
+  constexpr size_t kCap = 1100;
+  float* buffer = static_cast<float*>(std::aligned_alloc(64, kCap * 4));
+  std::vector<float> base(kCap);
+  for (float& x : base) x = dist(rng);
+  enum Form { kDecode, kStream, kAccumulate };
+  for (v1::DType dtype : {v1::DTYPE_BF16, v1::DTYPE_FP16, v1::DTYPE_FP32}) {
+    const void* src = dtype == v1::DTYPE_FP32 ? static_cast<const void*>(floats.data())
+                                              : static_cast<const void*>(halves.data());
+    for (Form form : {kDecode, kStream, kAccumulate}) {
+      for (Isa isa : SupportedIsas()) {
+        for (size_t off : {0, 1, 7, 15, 16, 17, 40}) {
+          for (size_t n : {0, 1, 15, 16, 17, 63, 1000}) {
+            const std::string what = Name(isa, dtype) + " form " + std::to_string(form) +
+                                     " off=" + std::to_string(off) + " n=" + std::to_string(n);
+            // The plain form's output, and the reference statistics of the
+            // buffer's first off + n elements.
+            std::vector<float> want(base.begin(), base.begin() + off + n);
+            float* out = want.data() + off;
+            if (form == kAccumulate) {
+              AccumulateFloats(isa, src, n, dtype, out);
+            } else {
+              DecodeFloats(isa, src, n, dtype, out);
+            }
+            SquareLanes prefix, want_lanes;
+            ReferenceSquares(want.data(), off, &prefix);
+            ReferenceSquares(want.data(), off + n, &want_lanes);
+
+            std::memcpy(buffer, base.data(), (off + n) * 4);
+            SquareLanes lanes = prefix;
+            if (form == kDecode) DecodeFloatsSquared(isa, src, n, dtype, buffer + off, &lanes);
+            if (form == kStream) {
+              DecodeFloatsStreamingSquared(isa, src, n, dtype, buffer + off, &lanes);
+            }
+            if (form == kAccumulate) {
+              AccumulateFloatsSquared(isa, src, n, dtype, buffer + off, &lanes);
+            }
+            ASSERT_EQ(std::memcmp(buffer, want.data(), (off + n) * 4), 0) << what;
+            ASSERT_EQ(std::memcmp(lanes.lane, want_lanes.lane, sizeof(lanes.lane)), 0) << what;
+            ASSERT_EQ(lanes.nonfinite, want_lanes.nonfinite) << what;
+            ASSERT_EQ(lanes.elems, off + n) << what;
+          }
+        }
+      }
+    }
+  }
+  std::free(buffer);
+}
+
+}  // namespace
+}  // namespace zerostate

@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/square_lanes.h"
+
 namespace zerostate::server::kernels {
 
 // The per-call constants of a step, computed once in optimizer.cc (the bias
@@ -49,9 +51,9 @@ enum class Lowp { kNone, kBf16, kFp16 };
 inline constexpr int kLowpCount = 3;
 
 using StepFn = void (*)(const StepConsts& c, const StepBuffers& b);
-// Adds the squares of the finite g[i] into lanes[i % 16] (which start at 0),
-// in order of i; returns the number of non-finite elements.
-using GradStatsFn = uint64_t (*)(const float* g, size_t n, double lanes[16]);
+// Continues `lanes` (common/square_lanes.h) over g[0, n), the buffer's
+// elements from position lanes->elems on.
+using GradStatsFn = void (*)(const float* g, size_t n, SquareLanes* lanes);
 
 struct KernelTable {
   struct Row {

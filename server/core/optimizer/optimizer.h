@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "common/cpu_features.h"
+#include "common/square_lanes.h"
 #include "zerostate/v1/state_service.pb.h"
 
 namespace zerostate::server {
@@ -73,5 +74,14 @@ struct GradStats {
 };
 GradStats ComputeGradStats(const float* g, size_t n);
 GradStats ComputeGradStats(Isa isa, const float* g, size_t n);
+
+// ComputeGradStats in parts (common/square_lanes.h): adds g[0, n) to
+// `lanes` as the elements that follow those it holds. FoldGradStats after
+// the last part gives ComputeGradStats of the whole buffer, bit for bit,
+// whatever the parts (so do the conversions of common/convert.h that square
+// as they write, for their parts).
+void AddGradSquares(const float* g, size_t n, SquareLanes* lanes);
+void AddGradSquares(Isa isa, const float* g, size_t n, SquareLanes* lanes);
+GradStats FoldGradStats(const SquareLanes& lanes);
 
 }  // namespace zerostate::server

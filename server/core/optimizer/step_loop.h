@@ -126,19 +126,30 @@ struct StepLoop {
   }
 };
 
+// Element i of the buffer into lane i % 16, in order of i. A partial group
+// (the first, when lanes->elems is not a multiple of 16; the last) is added
+// as a whole one with zeros elsewhere, which add +0.0 to a lane: no change.
 template <class Ops>
-uint64_t GradStatsLoop(const float* g, size_t n, double lanes[16]) {
-  typename Ops::SquareSums sums;
+void GradStatsLoop(const float* g, size_t n, SquareLanes* lanes) {
+  typename Ops::SquareSums sums = Ops::LoadSquares(lanes->lane);
   uint64_t nonfinite = 0;
+  const size_t lane = lanes->elems % 16;
   size_t i = 0;
+  if (lane != 0 && n > 0) {
+    float t[16] = {};
+    i = n < 16 - lane ? n : 16 - lane;
+    std::memcpy(t + lane, g, i * sizeof(float));
+    nonfinite += Ops::AddSquares16(&sums, t);
+  }
   for (; i + 16 <= n; i += 16) nonfinite += Ops::AddSquares16(&sums, g + i);
-  if (i < n) {  // zero padding adds +0 to a lane: no change
+  if (i < n) {
     float t[16] = {};
     std::memcpy(t, g + i, (n - i) * sizeof(float));
     nonfinite += Ops::AddSquares16(&sums, t);
   }
-  Ops::SpillSquares(sums, lanes);
-  return nonfinite;
+  Ops::SpillSquares(sums, lanes->lane);
+  lanes->nonfinite += nonfinite;
+  lanes->elems += n;
 }
 
 template <class Ops, class RuleT>

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -64,6 +65,39 @@ TEST(GradStatsTest, EveryIsaFollowsTheSixteenLaneOrderBitForBit) {
       EXPECT_EQ(std::memcmp(&got.sum_squares, &want.sum_squares, 8), 0)
           << IsaName(isa) << " n=" << n << ": " << got.sum_squares << " vs " << want.sum_squares;
       EXPECT_EQ(got.nonfinite, want.nonfinite) << IsaName(isa) << " n=" << n;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace zerostate::server
+
+namespace zerostate::server {
+namespace {
+
+// Computed in parts cut anywhere (AddGradSquares, FoldGradStats), the
+// statistics are ComputeGradStats' over the whole, bit for bit.
+TEST(GradStatsTest, PartsCutAnywhereGiveTheSameBits) {
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  for (size_t n : {0, 1, 15, 16, 17, 100, 1000, 4099}) {
+    std::vector<float> g(n);
+    for (size_t i = 0; i < n; ++i) g[i] = i % 97 == 5 ? kNaN : i % 101 == 7 ? -kInf : dist(rng);
+    for (Isa isa : SupportedIsas()) {
+      const GradStats want = ComputeGradStats(isa, g.data(), n);
+      for (int trial = 0; trial < 20; ++trial) {
+        SquareLanes lanes;
+        for (size_t at = 0; at < n;) {
+          const size_t part = std::min<size_t>(n - at, rng() % 40);
+          AddGradSquares(isa, g.data() + at, part, &lanes);
+          at += part;
+        }
+        ASSERT_EQ(lanes.elems, n);
+        const GradStats got = FoldGradStats(lanes);
+        EXPECT_EQ(std::memcmp(&got.sum_squares, &want.sum_squares, 8), 0)
+            << IsaName(isa) << " n=" << n << ": " << got.sum_squares << " vs " << want.sum_squares;
+        EXPECT_EQ(got.nonfinite, want.nonfinite) << IsaName(isa) << " n=" << n;
+      }
     }
   }
 }
