@@ -322,7 +322,8 @@ void GradientAccumulator::Reset() {
 
 void GradientAccumulator::SetSum(const float* sum) {
   Reset();
-  std::memcpy(sum_.data(), sum, size_t{required_} * sizeof(float));
+  // The copy squares what it writes: the statistics need no read of their own.
+  DecodeFloatsSquared(sum, required_, v1::DTYPE_FP32, sum_.data(), &stats_lanes_);
   std::fill(sum_.data() + required_, sum_.data() + block_elems_, 0.0f);
   head_ = num_nodes_;
 }

@@ -134,7 +134,8 @@ class GradientAccumulator {
   // A replicated step (issue 19): takes `sum` (the primary's summed
   // gradient of the block, its first required() elements) as every node's
   // complete contribution, as if folded here. Forgets pieces and claims
-  // first (Reset); the padding past required() stays zero.
+  // first (Reset); the padding past required() stays zero. The statistics
+  // are taken in the copy (Stats() reads nothing more).
   void SetSum(const float* sum);
 
   // Node ids that have not yet covered the tensor elements, for error messages.

@@ -228,6 +228,7 @@ TEST(GradientStatsTest, KeptStatisticsAreComputeGradStatsBitForBit) {
             acc.Reset();
             pusher.Push(pieces, pieces.size() / 2);
             acc.SetSum(sum.data());
+            EXPECT_EQ(acc.stats_at(), acc.required());  // taken in the copy
             ExpectSameStats(acc, what + ", SetSum");
             ++trials;
           }
