@@ -11,6 +11,12 @@
 //       (StepBlockRuns): each block one run of one group, as most blocks
 //       are (it should equal (b)), and each block cut into 4 runs of 2
 //       groups (adamw_step_groups=4: a block where the group changes 3 times),
+//   (d) with the widest ISA, the fold of one node's bf16 gradient into the
+//       blocks' fp32 sums with non-temporal stores (as a job of one node
+//       pushing bf16 folds it) and the sums' gradient statistics: read back
+//       after the fold (fold_bf16_then_stats) or squared by the fold itself
+//       (fold_bf16_stats_fused, DecodeFloatsStreamingSquared; the same
+//       figure bit for bit), the ratio being fused over read,
 // each with 1..nproc threads (--threads), which take blocks of 262144
 // parameters from a shared counter as the server's pool does. The passes of
 // (a) and (b) take turns; a figure is the best of --reps timed passes after
@@ -32,6 +38,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "bench/optimizer/step_state.h"
+#include "common/convert.h"
 #include "server/core/optimizer/optimizer.h"
 #include "server/core/optimizer/param_groups.h"
 
@@ -120,6 +127,8 @@ struct Timings {
   std::vector<double> step_s;
   double groups1_s = 1e30;  // StepBlockRuns, one run per block
   double groups4_s = 1e30;  // StepBlockRuns, four runs per block
+  double fold_read_s = 1e30;   // the bf16 fold, then the statistics read back
+  double fold_fused_s = 1e30;  // the bf16 fold squaring what it writes
   double cpu_share = 0;
 };
 
@@ -171,6 +180,22 @@ Timings TimePasses(const Options& o, int threads, const StepState& state) {
       wall_s += s;
       ++adamw.t;
     }
+    // The fold reads the bf16 copy the steps wrote and writes the gradient.
+    for (auto [fused, best] : {std::pair{false, &t.fold_read_s}, std::pair{true, &t.fold_fused_s}}) {
+      const double s = PassSeconds(threads, state, [&, fused = fused](const BlockRefs& b) {
+        auto* sum = const_cast<float*>(b.grad);
+        if (fused) {
+          SquareLanes lanes;
+          DecodeFloatsStreamingSquared(isas.back(), b.lowp, b.n, v1::DTYPE_BF16, sum, &lanes);
+          FoldGradStats(lanes);
+        } else {
+          DecodeFloatsStreaming(isas.back(), b.lowp, b.n, v1::DTYPE_BF16, sum);
+          ComputeGradStats(isas.back(), sum, b.n);
+        }
+      });
+      if (r > 0) *best = std::min(*best, s);
+      wall_s += s;
+    }
   }
   t.cpu_share = (ProcessCpuSeconds() - cpu_start) / (wall_s * threads);
   return t;
@@ -191,6 +216,17 @@ void MeasureThreads(const Options& o, int threads, const StepState& state) {
   const std::string widest(IsaName(isas.back()));
   Report(o, "adamw_step_groups=1." + widest + suffix, n / t.groups1_s, n / t.limit_s);
   Report(o, "adamw_step_groups=4." + widest + suffix, n / t.groups4_s, n / t.limit_s);
+  for (auto [name, sec] : {std::pair{"fold_bf16_then_stats.", t.fold_read_s},
+                           std::pair{"fold_bf16_stats_fused.", t.fold_fused_s}}) {
+    const std::string figure = name + widest + suffix;
+    const double pps = n / sec, read_pps = n / t.fold_read_s;
+    if (o.json) {
+      PrintJson(figure, pps, "params/s", read_pps);
+    } else {
+      std::printf("%-34s %8.3f Gparam/s %8.3f ns/param  ratio %.3f (to the fold, then read)\n",
+                  figure.c_str(), pps / 1e9, 1e9 / pps, pps / read_pps);
+    }
+  }
 }
 
 int Main(int argc, char** argv) {
