@@ -135,7 +135,7 @@ void JobStep::OnComplete(Block& b) {
   // later blocks still arrive (Stats or the step's commit computes those
   // not done yet).
   if (b.speculation != Block::Speculation::kQueued) {
-    if (b.acc.streamed() && b.acc.stats_at() < b.acc.required()) {
+    if (b.acc.complete() && b.acc.streamed() && b.acc.stats_at() < b.acc.required()) {
       QueueStats(b);
     } else {
       StatsOnComplete(b);

@@ -291,15 +291,18 @@ TEST_F(JobTest, StatsAreThePerBlockKernelAddedInBlockOrder) {
 }
 
 // A one-node job whose bf16 pieces are long enough to be streamed into the
-// sum (GradientAccumulator::streamed()): its statistics, left by the push
-// to Stats (on its pool), to the tasks the push queues on the stats pool
-// once a Stats gave one, or to the step's commit, are still each block's
-// ComputeGradStats added in block order, bit for bit, and kept past the
-// step's commit whether or not Stats ran before it. Step 0: Stats with the
-// pool; step 1: the pushes queue the statistics, Stats (no pool) comes
-// while they may still run; step 2: no Stats before the Step.
+// sum (GradientAccumulator::streamed()): its statistics, squared by the
+// folds of pieces in order (even blocks) or, for pieces out of order (odd
+// blocks: the second half first), left by the push to Stats (on its pool),
+// to the tasks the push queues on the stats pool once a Stats gave one, or
+// to the step's commit, are still each block's ComputeGradStats added in
+// block order, bit for bit, and kept past the step's commit whether or not
+// Stats ran before it. Step 0: Stats with the pool; step 1: the pushes
+// queue the statistics, Stats (no pool) comes while they may still run;
+// step 2: no Stats before the Step.
 TEST(JobStreamedSumTest, StatsAreTheSameAndKeptPastTheCommit) {
-  constexpr uint32_t kBig = 16384;  // a whole block per piece: streamed
+  constexpr uint32_t kBig = 32768;  // two streamed pieces of 16384 per block
+  constexpr uint32_t kHalf = kBig / 2;
   v1::RegisterJobRequest req = MakeRequest(/*nodes=*/1);
   v1::JobSpec* spec = req.mutable_spec();
   spec->clear_tensors();
@@ -325,15 +328,19 @@ TEST(JobStreamedSumTest, StatsAreTheSameAndKeptPastTheCommit) {
     DecodeFloats(wire.data(), wire.size(), v1::DTYPE_BF16, g.data());  // what the sum holds
     GradStats expected;
     for (uint64_t b = 0; b < blocks; ++b) {
-      v1::Chunk c;
-      c.set_job_id("job");
-      c.set_step(step);
-      c.set_node(0);
-      c.set_block(b);
-      c.set_dtype(v1::DTYPE_BF16);
-      c.set_data(std::string(reinterpret_cast<const char*>(wire.data() + b * kBig), kBig * 2));
-      auto pushed = job.pushes().Push(c);
-      ASSERT_TRUE(pushed.ok()) << pushed.status();
+      for (uint32_t half : {b % 2, 1 - b % 2}) {
+        v1::Chunk c;
+        c.set_job_id("job");
+        c.set_step(step);
+        c.set_node(0);
+        c.set_block(b);
+        c.set_offset(half * kHalf);
+        c.set_dtype(v1::DTYPE_BF16);
+        c.set_data(std::string(
+            reinterpret_cast<const char*>(wire.data() + b * kBig + half * kHalf), kHalf * 2));
+        auto pushed = job.pushes().Push(c);
+        ASSERT_TRUE(pushed.ok()) << pushed.status();
+      }
       const uint64_t n = std::min<uint64_t>(kBig, job.layout().used_elems - b * kBig);
       const GradStats part = ComputeGradStats(g.data() + b * kBig, n);
       expected.sum_squares += part.sum_squares;
