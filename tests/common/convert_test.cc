@@ -268,7 +268,7 @@ TEST(ConvertTest, SquaredFormsWritePlainBitsAndSquareInOrder) {
   const std::vector<float> floats = SweepFloats();  // NaN, infinities, denormals
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> dist(-4.0f, 4.0f);
-  constexpr size_t kCap = 1100;
+  constexpr size_t kCap = 1152;  // a multiple of 16 floats, as aligned_alloc requires
   float* buffer = static_cast<float*>(std::aligned_alloc(64, kCap * 4));
   std::vector<float> base(kCap);
   for (float& x : base) x = dist(rng);
