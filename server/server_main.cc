@@ -29,7 +29,8 @@ ABSL_FLAG(uint64_t, staging_budget_bytes, 0,
 ABSL_FLAG(int, threads, 0, "optimizer threads (0: one per core)");
 ABSL_FLAG(int, speculation_threads, 0,
           "threads stepping speculative jobs' blocks as their gradients complete, before the "
-          "Step (0: half of --threads); fewer leave the cores to the pushes still arriving");
+          "Step, a pool of their own (0: as many as --threads); fewer leave more cores to the "
+          "pushes still arriving");
 ABSL_FLAG(std::string, nvme_dir, "",
           "directory on a local NVMe drive for jobs registered with tier TIER_NVME "
           "(empty: such jobs are refused)");

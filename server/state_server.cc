@@ -162,7 +162,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   s->rendezvous_ = std::make_unique<RendezvousTable>(std::move(rendezvous));
   s->pool_ = std::make_unique<ThreadPool>(threads);
   s->speculation_pool_ = std::make_unique<ThreadPool>(
-      opt.speculation_threads > 0 ? opt.speculation_threads : std::max(1, threads / 2));
+      opt.speculation_threads > 0 ? opt.speculation_threads : threads);
   s->metrics_->SetRam(0, budget, 0);
   if (!opt.metrics_listen.empty()) {
     auto endpoint =

@@ -46,10 +46,9 @@ struct ServerOptions {
   // of the RAM budget; 0: an eighth of the RAM budget. At most the RAM budget.
   uint64_t staging_budget_bytes = 0;
   int threads = 0;                               // optimizer threads; 0: all cores
-  // Threads stepping speculative jobs' blocks before their Step (a pool of
-  // their own, so that while the pushes arrive the speculation leaves
-  // cores to the data plane and the trainer on the same host); 0: half of
-  // `threads`, at least 1.
+  // Threads stepping speculative jobs' blocks before their Step, a pool of
+  // their own (fewer leave more cores to the pushes still arriving; on the
+  // H200 host all of them were fastest, docs/performance.md); 0: `threads`.
   int speculation_threads = 0;
   // Where TIER_NVME jobs keep their state (--nvme_dir, --nvme_cache_bytes,
   // --nvme_queue_depth); nvme_dir empty: such jobs are refused. Start fills
