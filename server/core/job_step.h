@@ -214,8 +214,9 @@ class JobStep {
   // trainer_state set). A retry is harmless.
   [[nodiscard]] absl::StatusOr<StepOutcome> StepAhead(const v1::StepRequest& req, ThreadPool& pool);
 
-  // Called by the push that completes block b (every node's gradient in):
-  // completes the block's statistics (when what is left of them is out of
+  // Called by every push that applied a piece to block b; once the block
+  // is complete (every node's gradient in), it completes the block's
+  // statistics (when what is left of them is out of
   // cache, GradientAccumulator::streamed(): queues them on the stats pool,
   // if Stats gave one), schedules its speculation when
   // the step's parameters are known, and tells the replicator, if any
