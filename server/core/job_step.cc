@@ -126,16 +126,20 @@ void JobStep::OnComplete(Block& b) {
   MaybeSpeculate(b);
   // The accumulator squared the sum as it became final, in the folds
   // (GradientAccumulator::Stats), so what is left to read is usually
-  // nothing. A queued speculation completes the statistics itself, right
-  // before its step reads the same sum (Speculate). Else where something
-  // is left and the sum was streamed out of cache (the first node's long
-  // pieces decoded with non-temporal stores, as bf16 pushes of one node
-  // are, arriving out of order), the rest would be read back from memory
-  // here, on the push's path: it is read on the stats pool instead, while
-  // later blocks still arrive (Stats or the step's commit computes those
-  // not done yet).
-  if (b.speculation != Block::Speculation::kQueued) {
-    if (b.acc.complete() && b.acc.streamed() && b.acc.stats_at() < b.acc.required()) {
+  // nothing, and the statistics are taken here at once (a speculative
+  // job's too: its GradStats then need not wait for the speculations).
+  // Where something is left: a queued speculation reads it itself, right
+  // before its step reads the same sum (Speculate); a sum streamed out of
+  // cache (the first node's long pieces decoded with non-temporal stores,
+  // as bf16 pushes of one node are, arriving out of order) would be read
+  // back from memory here, on the push's path, so it is read on the stats
+  // pool instead, while later blocks still arrive (Stats or the step's
+  // commit computes those not done yet).
+  const bool left = b.acc.complete() && b.acc.stats_at() < b.acc.required();
+  if (!left) {
+    StatsOnComplete(b);
+  } else if (b.speculation != Block::Speculation::kQueued) {
+    if (b.acc.streamed()) {
       QueueStats(b);
     } else {
       StatsOnComplete(b);
