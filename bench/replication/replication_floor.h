@@ -29,8 +29,9 @@ inline constexpr FloorStage kFloorStages[] = {
     // The primary folds node 0's bf16 piece into the fp32 sum (read 2,
     // write 4), then node 1's (read 2, read the sum 4, write it 4).
     {"fold", 16, 16, false},
-    // The sum's sum of squares and non-finite count, once per block.
-    {"grad_stats", 4, 4, false},
+    // The sum's sum of squares and non-finite count: squared from registers
+    // by node 1's fold as it writes the sum (d546c8d), so no read of its own.
+    {"grad_stats", 0, 0, false},
     // AdamW: reads p, g, m, v (16), writes p, m, v and the bf16 copy (14).
     {"optimizer", 30, 30, false},
     // The primary copies the bf16 weights into each node's segment (2 + 2).
@@ -49,8 +50,8 @@ inline constexpr FloorStage kFloorStages[] = {
     // The backup's ApplyReplicatedStep copies each sum into its
     // accumulator (GradientAccumulator::SetSum): read 4, write 4.
     {"backup_fold", 0, 8, true},
-    // The backup's statistics of each sum, as the primary's.
-    {"backup_grad_stats", 0, 4, true},
+    // The backup's statistics of each sum: squared by SetSum as it copies.
+    {"backup_grad_stats", 0, 0, true},
     // The backup's AdamW pass, as the primary's.
     {"backup_optimizer", 0, 30, true},
 };
