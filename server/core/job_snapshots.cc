@@ -38,7 +38,7 @@ CheckpointGuard::~CheckpointGuard() {
   snapshots_->shard_.set_cow_version(JobShard::kNoCheckpoint);
   for (auto& bp : snapshots_->shard_.all_blocks()) {
     absl::MutexLock lock(&bp->mu);
-    bp->kept.Release(KeptState::kCheckpoint);
+    bp->kept.Release();
   }
   absl::MutexLock lock(&snapshots_->checkpoint_mu_);
   snapshots_->checkpoint_running_ = false;
@@ -57,7 +57,7 @@ absl::Status JobSnapshots::SnapshotBlock(uint64_t local, uint64_t version, absl:
   // A speculated block (not yet committed) keeps its state at `version` there too.
   if (b.kept.held() && b.kept.version() == version) {
     std::memcpy(out, b.kept.data(), b.kept.size() * sizeof(float));
-    b.kept.Release(KeptState::kCheckpoint);
+    b.kept.Release();
     return absl::OkStatus();
   }
   if (b.version == version) return shard_.tier().Load(local, out);

@@ -340,7 +340,7 @@ bool JobStep::CopyOnWrite(Block& b, const float* state) {
   if (b.version != env_.cow_version->load()) return false;
   if (b.kept.held() && b.kept.version() != b.version)
     return false;  // never: one checkpoint at a time
-  return b.kept.Keep(KeptState::kCheckpoint, b.version, state, tier().shape().block_floats());
+  return b.kept.Keep(b.version, state, tier().shape().block_floats());
 }
 
 absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPool& pool,
@@ -422,7 +422,7 @@ absl::StatusOr<uint64_t> JobStep::SkipPass(uint64_t step, StepOutcome* out) {
                                                   " for the checkpoint of version ", b.version,
                                                   "; nothing was skipped: ", s.message()));
     }
-    b.kept.Keep(KeptState::kCheckpoint, b.version, state.data(), floats);
+    b.kept.Keep(b.version, state.data(), floats);
   }
   uint64_t skipped = 0;
   for (const auto& bp : blocks()) {
