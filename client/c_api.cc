@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/shared_buffer.h"
 #include "client/ticket_state.h"
 #include "common/job_spec.h"
 #include "google/protobuf/util/json_util.h"
@@ -100,6 +101,15 @@ int zs_connect(const zs_client_options* o, zs_client** out, char** error) {
 }
 
 void zs_client_free(zs_client* client) { delete client; }
+
+int zs_allocate_shared(zs_client* client, size_t bytes, void** data, size_t* size, char** error) {
+  // The client's registry keeps the buffer (Client::AllocateShared).
+  auto buffer = client->client->AllocateShared(bytes);
+  if (!buffer.ok()) return Report(buffer.status(), error);
+  *data = (*buffer)->data();
+  *size = (*buffer)->size();
+  return Report(absl::OkStatus(), error);
+}
 
 int zs_register_job(zs_client* client, const void* spec, size_t spec_len, zs_job** out,
                     char** error) {

@@ -106,6 +106,10 @@ Client::~Client() = default;
 
 const ClientOptions& Client::options() const { return impl_->options(); }
 
+absl::StatusOr<std::shared_ptr<SharedBuffer>> Client::AllocateShared(size_t bytes) {
+  return impl_->shared_buffers().Allocate(bytes);
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (absl::Status s = ValidateOptions(options); !s.ok()) return s;
   auto credentials = ChannelCredentialsFor(options);

@@ -160,6 +160,7 @@ struct GradStatsResult {
 };
 
 class JobClient;
+class SharedBuffer;  // client/shared_buffer.h
 
 class Client {
  public:
@@ -199,6 +200,24 @@ class Client {
                                                                     const std::string& key,
                                                                     uint32_t rank, uint32_t world,
                                                                     const std::string& value);
+
+  // A shared buffer of at least `bytes` (rounded up to whole pages):
+  // page-aligned, zeroed memory (a sealed memfd) that a state server on
+  // this host reads and writes in place. A push (PushAsync / Push) whose
+  // `data`, or a gather (GatherAsync / Gather) whose `out`, lies entirely
+  // inside one shared buffer, in the wire's dtype (a push in the job's
+  // grad_dtype; a gather in the dtype gathered), moves through the
+  // same-host data plane without the client copying a byte: the server
+  // folds from it and writes gathered pieces into it. Elsewhere (TCP, TLS,
+  // gRPC, an fp32 push to a bf16 wire) it is ordinary memory. A GPU
+  // trainer may cudaHostRegister(data(), size()) it and copy into and out
+  // of it directly. Lifetime: the memory stays mapped until the returned
+  // pointer, this Client and every JobClient of it (whose connections hold
+  // it) are gone, whichever is last; an async call's buffer stays the
+  // caller's to keep unchanged until its Ticket is waited on, as for any
+  // buffer. Thread-safe. Errors: INVALID_ARGUMENT (0 bytes), UNAVAILABLE
+  // (the kernel refused the memfd or its mapping; with the reason).
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<SharedBuffer>> AllocateShared(size_t bytes);
 
   const ClientOptions& options() const;
 

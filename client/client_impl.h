@@ -15,6 +15,7 @@
 #include "client/metrics.h"
 #include "client/retry.h"
 #include "client/server_conn.h"
+#include "client/shared_buffer.h"
 #include "client/thread_pool.h"
 
 namespace zerostate::client {
@@ -31,6 +32,8 @@ class Client::Impl {
   int num_servers() const { return static_cast<int>(servers_.size()); }
   ServerConn& server(int shard) { return *servers_[shard]; }
   ClientMetrics& metrics() { return metrics_; }
+  // The buffers Client::AllocateShared made (client/shared_buffer.h).
+  SharedBuffers& shared_buffers() { return shared_buffers_; }
   const Retrier& retrier() const { return retrier_; }
   // The token every call carries (ClientOptions::job_token, or adopted).
   JobToken& job_token() { return token_; }
@@ -71,6 +74,7 @@ class Client::Impl {
  private:
   const ClientOptions options_;
   ClientMetrics metrics_;
+  SharedBuffers shared_buffers_;
   std::vector<std::unique_ptr<ServerConn>> servers_;
   absl::Notification shutdown_;
   JobToken token_;

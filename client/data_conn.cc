@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -47,6 +48,25 @@ absl::Status ConnectBy(int fd, const addrinfo& addr, absl::Time deadline) {
 DataConn::~DataConn() {
   stream_.reset();  // before its socket
   close(fd_);
+}
+
+const SharedBuffer* DataConn::Mapped(uint32_t id) const {
+  for (const std::shared_ptr<const SharedBuffer>& b : mapped_) {
+    if (b->id() == id) return b.get();
+  }
+  return nullptr;
+}
+
+bool DataConn::Refused(uint32_t id) const {
+  return std::find(refused_.begin(), refused_.end(), id) != refused_.end();
+}
+
+void DataConn::AddShared(std::shared_ptr<const SharedBuffer> buffer, bool mapped) {
+  if (mapped) {
+    mapped_.push_back(std::move(buffer));
+  } else {
+    refused_.push_back(buffer->id());
+  }
 }
 
 DataConnPool::DataConnPool(std::string address, size_t max_idle, std::shared_ptr<SSL_CTX> tls,

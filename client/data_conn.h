@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/shared_buffer.h"
 #include "common/data_stream.h"
 #include "common/frame_io.h"
 #include "common/shm_segment.h"
@@ -44,10 +45,21 @@ class DataConn {
   // The segment payloads travel in (same-host plane), or null (TCP).
   const ShmSegment* shm() const { return shm_.get(); }
 
+  // The shared buffers (client/shared_buffer.h) this same-host
+  // connection's server was asked to map (ShareBuffer, client/shm_conn.h):
+  // Mapped(id) is the buffer once it did (held by the connection from
+  // then on), null otherwise; Refused(id) once it said no. Used by the
+  // connection's holder only.
+  const SharedBuffer* Mapped(uint32_t id) const;
+  bool Refused(uint32_t id) const;
+  void AddShared(std::shared_ptr<const SharedBuffer> buffer, bool mapped);
+
  private:
   const int fd_;
   std::unique_ptr<DataStream> stream_;
   std::unique_ptr<ShmSegment> shm_;
+  std::vector<std::shared_ptr<const SharedBuffer>> mapped_;  // few: searched in order
+  std::vector<uint32_t> refused_;
   FrameBuffer buffer_;
 };
 

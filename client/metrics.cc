@@ -25,9 +25,15 @@ ClientMetrics::ClientMetrics(prometheus::Registry* registry,
                        .Name("zerostate_client_bytes_received_total")
                        .Help("payload bytes gathered")
                        .Register(*registry);
+  auto& zero_copy = prometheus::BuildCounter()
+                        .Name("zerostate_client_zero_copy_bytes_total")
+                        .Help("payload bytes moved in place in shared buffers (same host)")
+                        .Register(*registry);
   for (const std::string& s : servers) {
     sent_.push_back(&sent.Add({{"server", s}}));
     received_.push_back(&received.Add({{"server", s}}));
+    zero_copy_.push_back(&zero_copy.Add({{"server", s}, {"op", "push"}}));
+    zero_copy_.push_back(&zero_copy.Add({{"server", s}, {"op", "gather"}}));
   }
   auto& seconds = prometheus::BuildHistogram()
                       .Name("zerostate_client_rpc_duration_seconds")
@@ -52,6 +58,11 @@ void ClientMetrics::AddBytesSent(int server, uint64_t bytes) {
 
 void ClientMetrics::AddBytesReceived(int server, uint64_t bytes) {
   if (!received_.empty()) received_[server]->Increment(static_cast<double>(bytes));
+}
+
+void ClientMetrics::AddBytesZeroCopy(int server, bool push, uint64_t bytes) {
+  if (!zero_copy_.empty())
+    zero_copy_[2 * server + (push ? 0 : 1)]->Increment(static_cast<double>(bytes));
 }
 
 void ClientMetrics::ObserveSeconds(Method m, double seconds) {

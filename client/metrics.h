@@ -44,12 +44,18 @@ class ClientMetrics {
 
   void AddBytesSent(int server, uint64_t bytes);
   void AddBytesReceived(int server, uint64_t bytes);
+  // Payload bytes the same-host plane read (a push) or wrote (a gather) in
+  // place in a shared buffer (client/shared_buffer.h): bytes the client
+  // did not copy. Counted per frame sent or piece placed, so a retried
+  // attempt counts again.
+  void AddBytesZeroCopy(int server, bool push, uint64_t bytes);
   void ObserveSeconds(Method m, double seconds);
   void AddRetry(Method m);
 
  private:
   std::vector<prometheus::Counter*> sent_;      // by server
   std::vector<prometheus::Counter*> received_;  // by server
+  std::vector<prometheus::Counter*> zero_copy_;  // by server: push, gather
   std::vector<prometheus::Histogram*> seconds_;  // by method
   std::vector<prometheus::Counter*> retries_;    // by method
 };

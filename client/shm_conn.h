@@ -1,7 +1,8 @@
 // The client's side of the same-host data plane (common/shm_segment.h,
 // server/dataplane/shm_session.h): a connection to the unix socket of the server
 // whose TCP data port is known, with a fresh segment handed over and
-// acknowledged. Thread-safe (no shared state).
+// acknowledged; and the shared buffers (client/shared_buffer.h) such a
+// connection has its server map. Thread-safe (no shared state).
 #pragma once
 
 #include <cstddef>
@@ -11,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "client/data_conn.h"
+#include "client/shared_buffer.h"
 
 namespace zerostate::client {
 
@@ -25,5 +27,21 @@ namespace zerostate::client {
                                                                         uint64_t incarnation,
                                                                         size_t segment_bytes,
                                                                         absl::Time deadline);
+
+// Has the server of same-host connection `conn` map `buffer` for the
+// connection's life (a SHM_BUFFER frame and the memfd, then waits for its
+// SHM_READY), unless it was asked before: true once mapped; false once
+// refused (its caps; the refusal is remembered and the connection copies
+// for that buffer). Within the stream's deadline; nothing else may be in
+// flight on `conn`. Errors: UNAVAILABLE / DEADLINE_EXCEEDED (broken, or
+// an ERROR frame): drop the connection.
+[[nodiscard]] absl::StatusOr<bool> ShareBuffer(DataConn& conn,
+                                               std::shared_ptr<const SharedBuffer> buffer);
+
+// Closes the sending side of `conn` and waits until the server closed its
+// end (it does once every frame it read was served, whatever it read from
+// shared memory done), reading and dropping its answers, or until
+// `deadline`. For a connection given up with frames in flight.
+void AwaitServerClosed(DataConn& conn, absl::Time deadline);
 
 }  // namespace zerostate::client

@@ -9,6 +9,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "client/channel_credentials.h"
+#include "client/shm_conn.h"
 #include "common/chunk_wire.h"
 #include "common/convert.h"
 #include "common/frame_io.h"
@@ -38,10 +39,14 @@ void ReleaseLease(void* arg) {
   ticket->Done(absl::OkStatus());
 }
 
+// Where element `elem` of a push is in the caller's buffer.
+const uint8_t* SourceOf(const PushCall& call, uint64_t elem) {
+  return static_cast<const uint8_t*>(call.data) + (elem - call.elems.begin) * DTypeSize(call.src);
+}
+
 // Where piece `piece` of a push starts in the caller's buffer.
 const uint8_t* PieceSource(const JobContext& job, const PushCall& call, const BlockPiece& piece) {
-  uint64_t first = piece.block * job.block_elems + piece.offset - call.elems.begin;
-  return static_cast<const uint8_t*>(call.data) + first * DTypeSize(call.src);
+  return SourceOf(call, piece.block * job.block_elems + piece.offset);
 }
 
 // The payload of one piece: the caller's bytes when no conversion is
@@ -100,6 +105,11 @@ absl::Status PushAttempt(const JobContext& job, const PushCall& call, const Stre
   return CheckIncarnation(job, plan.shard, *incarnation);
 }
 
+// Where element `elem` of a gather goes in the caller's buffer.
+uint8_t* DestinationOf(const GatherCall& call, uint64_t elem) {
+  return static_cast<uint8_t*>(call.out) + (elem - call.elems.begin) * DTypeSize(call.out_dtype);
+}
+
 // Checks a received chunk of `data_bytes` bytes against the stream's
 // request; returns where its data goes in the caller's buffer.
 absl::StatusOr<uint8_t*> PlaceOf(const JobContext& job, const GatherCall& call,
@@ -122,7 +132,7 @@ absl::StatusOr<uint8_t*> PlaceOf(const JobContext& job, const GatherCall& call,
     return absl::DataLossError(absl::StrCat("chunk of block ", f.block, " at version ",
                                             f.version, " < ", call.min_version));
   }
-  return static_cast<uint8_t*>(call.out) + (begin - call.elems.begin) * DTypeSize(call.out_dtype);
+  return DestinationOf(call, begin);
 }
 
 // Checks one received chunk against the stream's request and writes its
@@ -283,6 +293,21 @@ std::unique_ptr<DataConn> AcquireConn(const JobContext& job, int shard,
   return *std::move(conn);
 }
 
+// The shared buffer (client/shared_buffer.h) [p, p + bytes) lies in, once
+// the server of same-host connection `c` mapped it (ShareBuffer), when the
+// payload moves `as_is` (no conversion); else null: the payload is copied.
+// Errors: the connection broke (ShareBuffer's; drop it).
+absl::StatusOr<const SharedBuffer*> InPlace(const JobContext& job, DataConn& c, const void* p,
+                                            size_t bytes, bool as_is) {
+  if (c.shm() == nullptr || !as_is || bytes == 0) return nullptr;
+  std::shared_ptr<const SharedBuffer> buffer = job.client->shared_buffers().Find(p, bytes);
+  if (buffer == nullptr) return nullptr;
+  const uint32_t id = buffer->id();
+  absl::StatusOr<bool> mapped = ShareBuffer(c, std::move(buffer));
+  if (!mapped.ok()) return mapped.status();
+  return *mapped ? c.Mapped(id) : nullptr;
+}
+
 // One attempt over the connection `conn` (from AcquireConn).
 absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const StreamPlan& plan,
                             std::unique_ptr<DataConn> conn) {
@@ -322,6 +347,29 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
                               job.block_elems);
   const size_t slot = ShmSlotBytes(size_t{chunk} * DTypeSize(call.wire));
   const int window = PushWindow(c, size_t{chunk} * DTypeSize(call.wire));
+  const bool as_is = call.src == call.wire;
+  absl::StatusOr<const SharedBuffer*> shared = InPlace(
+      job, c, SourceOf(call, plan.elems.begin), plan.elems.size() * DTypeSize(call.src), as_is);
+  if (!shared.ok()) return Broken(pool, shared.status());
+  if (*shared != nullptr) meta.set_shm_buffer((*shared)->id());
+  // An attempt that fails with frames in place not acknowledged: the
+  // server may still read their payload from the caller's buffer, which is
+  // the caller's again once the call returns; so the connection is let go
+  // once the server closed its end (after the last of them was read), or
+  // rpc_timeout passed.
+  struct InPlaceFrames {
+    const std::unique_ptr<DataConn>& conn;  // null once released: the attempt succeeded
+    const int& unacked;
+    absl::Duration wait;
+    ~InPlaceFrames() {
+      if (conn != nullptr && unacked > 0) AwaitServerClosed(*conn, absl::Now() + wait);
+    }
+  };
+  std::optional<InPlaceFrames> in_place_frames;
+  if (*shared != nullptr) {
+    in_place_frames.emplace(
+        InPlaceFrames{conn, unacked, absl::FromChrono(job.client->options().rpc_timeout)});
+  }
   uint64_t sent_frames = 0;
   for (const BlockPiece& piece : SplitByBlock(plan.elems, job.block_elems, chunk)) {
     if (!refused.ok()) break;
@@ -329,23 +377,27 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
     fields->set_offset(piece.offset);
     const uint8_t* src = PieceSource(job, call, piece);
     size_t bytes = piece.count * DTypeSize(call.wire);
-    const void* payload = src;
-    // Same host: the payload goes into the slot of the push `window`
-    // frames back, acknowledged (so read) by now, and the frame carries
-    // where it is; else it follows the frame on the socket.
+    // Same host: the frame carries where the payload is: in place in the
+    // caller's shared buffer, or in the slot of the push `window` frames
+    // back, acknowledged (so read) by now, encoded or copied there. TCP:
+    // the payload (encoded into scratch memory if need be) follows the
+    // frame on the socket.
     uint8_t* staged = nullptr;
-    if (c.shm() != nullptr) {
+    if (*shared != nullptr) {
+      meta.set_shm_offset(static_cast<uint64_t>(src - (*shared)->data()));
+    } else if (c.shm() != nullptr) {
       meta.set_shm_offset((sent_frames % window) * slot);
-      meta.set_shm_bytes(bytes);
       staged = c.shm()->data() + meta.shm_offset();
+    } else if (!as_is) {
+      staged = c.buffer().Reserve(bytes);
     }
-    if (call.src != call.wire) {
-      uint8_t* encoded = staged != nullptr ? staged : c.buffer().Reserve(bytes);
-      EncodeFloats(reinterpret_cast<const float*>(src), piece.count, call.wire, encoded);
-      payload = encoded;
+    if (c.shm() != nullptr) meta.set_shm_bytes(bytes);
+    if (staged != nullptr && !as_is) {
+      EncodeFloats(reinterpret_cast<const float*>(src), piece.count, call.wire, staged);
     } else if (staged != nullptr) {
       std::memcpy(staged, src, bytes);
     }
+    const void* payload = staged != nullptr ? staged : src;
     // Room in the budget; while there is none, this attempt's own frames
     // in flight are acknowledged first (blocking with bytes held would
     // deadlock the attempts that share the budget).
@@ -357,10 +409,11 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
       if (absl::Status s = read_ack(); !s.ok()) return s;
     }
     in_flight.frames.push_back(bytes);
-    absl::Status sent = staged != nullptr
+    absl::Status sent = c.shm() != nullptr
                             ? SendFrame(c.stream(), FrameType::kPush, meta)
                             : SendFrame(c.stream(), FrameType::kPush, meta, payload, bytes);
     if (!sent.ok()) return SendFailed(pool, c, sent);
+    if (*shared != nullptr) job.client->metrics().AddBytesZeroCopy(plan.shard, true, bytes);
     ++sent_frames;
     if (++unacked >= window) {
       if (absl::Status s = read_ack(); !s.ok()) return s;
@@ -374,13 +427,15 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
 }
 
 // One GATHER frame on `c` for `part` (within plan.elems), its pieces placed
-// into the caller's buffer as they arrive: read from the socket, or copied
-// out of the segment on the same-host plane (whose whole segment is the
-// pieces' region). Errors: as GatherAttemptTcp's; the connection must then
-// be dropped unless the error is the server's answer (*answered).
+// into the caller's buffer as they arrive: read from the socket; on the
+// same-host plane written by the server in place when the caller's buffer
+// lies in `shared` (a buffer the server mapped; the pieces' region is the
+// part's place in it), else copied out of the segment (whose whole is the
+// region). Errors: as GatherAttemptTcp's; the connection must then be
+// dropped unless the error is the server's answer (*answered).
 absl::Status GatherPart(const JobContext& job, const GatherCall& call, const StreamPlan& plan,
-                        DataConnPool& pool, DataConn& c, Range part, grpc::ClientContext& ctx,
-                        bool* answered) {
+                        DataConnPool& pool, DataConn& c, const SharedBuffer* shared, Range part,
+                        grpc::ClientContext& ctx, bool* answered) {
   *answered = false;
   v1::DataFrameMeta meta;
   meta.set_token(job.client->job_token().Get());
@@ -390,7 +445,13 @@ absl::Status GatherPart(const JobContext& job, const GatherCall& call, const Str
   req->set_dtype(call.wire);
   req->set_begin(part.begin);
   req->set_end(part.end);
-  if (c.shm() != nullptr) meta.set_shm_bytes(c.shm()->size());
+  if (shared != nullptr) {
+    meta.set_shm_buffer(shared->id());
+    meta.set_shm_offset(static_cast<uint64_t>(DestinationOf(call, part.begin) - shared->data()));
+    meta.set_shm_bytes(part.size() * DTypeSize(call.wire));
+  } else if (c.shm() != nullptr) {
+    meta.set_shm_bytes(c.shm()->size());
+  }
   meta.set_timeout_ms(std::max<int64_t>(
       1, absl::ToInt64Milliseconds(absl::FromChrono(ctx.deadline()) - absl::Now())));
   if (absl::Status s = SendFrame(c.stream(), FrameType::kGather, meta); !s.ok()) {
@@ -424,12 +485,20 @@ absl::Status GatherPart(const JobContext& job, const GatherCall& call, const Str
     if (!out.ok()) return out.status();
     const void* from = nullptr;
     if (in_shm) {
-      absl::StatusOr<uint8_t*> at = c.shm()->At(f->meta.shm_offset(), bytes);
-      if (!at.ok() || f->header.payload_len != 0) {
+      const ShmSegment& region = shared != nullptr ? shared->segment() : *c.shm();
+      absl::StatusOr<uint8_t*> at = region.At(f->meta.shm_offset(), bytes);
+      if (!at.ok() || f->header.payload_len != 0 ||
+          f->meta.shm_buffer() != (shared != nullptr ? shared->id() : 0)) {
         return absl::DataLossError(absl::StrCat("data plane ", pool.address(),
-                                                ": a same-host GATHER_PIECE outside the segment"));
+                                                ": a same-host GATHER_PIECE outside its region"));
       }
       from = *at;
+      // Written in place: anywhere else it might be where a later piece goes.
+      if (shared != nullptr && from != *out) {
+        return absl::DataLossError(absl::StrCat("data plane ", pool.address(),
+                                                ": a GATHER_PIECE not where its range goes"));
+      }
+      if (shared != nullptr) job.client->metrics().AddBytesZeroCopy(plan.shard, false, bytes);
     } else {
       void* into =
           call.wire == call.out_dtype ? static_cast<void*>(*out) : c.buffer().Reserve(bytes);
@@ -448,13 +517,18 @@ absl::Status GatherPart(const JobContext& job, const GatherCall& call, const Str
 absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& call, const StreamPlan& plan,
                               std::unique_ptr<DataConn> conn, grpc::ClientContext& ctx) {
   DataConnPool& pool = *job.data[plan.shard];
+  absl::StatusOr<const SharedBuffer*> shared =
+      InPlace(job, *conn, DestinationOf(call, plan.elems.begin),
+              plan.elems.size() * DTypeSize(call.out_dtype), call.wire == call.out_dtype);
+  if (!shared.ok()) return Broken(pool, shared.status());
   const uint64_t part_elems =
-      conn->shm() != nullptr ? std::max<uint64_t>(1, conn->shm()->size() / DTypeSize(call.wire))
-                             : plan.elems.size();
+      conn->shm() != nullptr && *shared == nullptr
+          ? std::max<uint64_t>(1, conn->shm()->size() / DTypeSize(call.wire))
+          : plan.elems.size();
   for (uint64_t begin = plan.elems.begin; begin < plan.elems.end; begin += part_elems) {
     Range part{begin, std::min(plan.elems.end, begin + part_elems)};
     bool answered = false;
-    absl::Status s = GatherPart(job, call, plan, pool, *conn, part, ctx, &answered);
+    absl::Status s = GatherPart(job, call, plan, pool, *conn, *shared, part, ctx, &answered);
     if (!s.ok()) {
       if (answered) pool.Release(std::move(conn));
       return s;

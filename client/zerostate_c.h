@@ -88,6 +88,16 @@ void zs_client_options_init(zs_client_options* options);
 int zs_connect(const zs_client_options* options, zs_client** out, char** error);
 void zs_client_free(zs_client* client);
 
+/* A shared buffer of at least `bytes` (Client::AllocateShared): page-aligned,
+ * zeroed memory that a state server on this host reads (zs_push from it,
+ * sent in the job's grad dtype) and writes (zs_gather into it, in the
+ * dtype gathered) in place, the client copying nothing; elsewhere
+ * ordinary memory. *data and *size (rounded up to whole pages) describe
+ * it; it stays mapped until the client and every job of it are freed.
+ * Errors: ZS_INVALID_ARGUMENT (0 bytes), ZS_UNAVAILABLE (the kernel
+ * refused; the reason). */
+int zs_allocate_shared(zs_client* client, size_t bytes, void** data, size_t* size, char** error);
+
 /* Registers (or attaches to) a job from a serialized zerostate.v1.JobSpec.
  * Errors: ZS_INVALID_ARGUMENT (unparsable or bad spec), server errors. */
 int zs_register_job(zs_client* client, const void* spec, size_t spec_len, zs_job** out,

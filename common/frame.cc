@@ -49,6 +49,8 @@ std::string FrameTypeName(uint8_t type) {
       return "REPLICA_SUM";
     case FrameType::kReplicaSumAck:
       return "REPLICA_SUM_ACK";
+    case FrameType::kShmBuffer:
+      return "SHM_BUFFER";
   }
   return absl::StrCat("type ", type);
 }
@@ -72,7 +74,7 @@ absl::StatusOr<FrameHeader> ParseFrameHeader(const uint8_t b[kFrameHeaderBytes])
     return Bad(absl::StrCat("version ", b[4], " (this server speaks ", kFrameVersion, ")"));
   }
   if (b[5] < static_cast<uint8_t>(FrameType::kPush) ||
-      b[5] > static_cast<uint8_t>(FrameType::kReplicaSumAck)) {
+      b[5] > static_cast<uint8_t>(FrameType::kShmBuffer)) {
     return Bad(absl::StrCat("unknown frame type ", b[5]));
   }
   if (LoadLE(b + 6, 2) != 0 || LoadLE(b + 12, 4) != 0) return Bad("reserved bytes are not zero");

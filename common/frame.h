@@ -21,11 +21,13 @@
 // connection is closed. On the same-host plane (common/shm_segment.h) the
 // server first answers the segment with SHM_READY (code 0: attached), and
 // PUSH and GATHER_PIECE carry their payload in the segment (meta shm_offset
-// and shm_bytes, payload_len 0). A shard's primary sends its backups each
-// block's summed gradient of a step as a REPLICA_SUM (answered by one
-// REPLICA_SUM_ACK each; server/replication/shard_replicator.h). The parser
-// is strict: a frame is accepted only if every field above holds. Pure
-// functions; thread-safe.
+// and shm_bytes, payload_len 0), or in a shared buffer of the client's
+// that a SHM_BUFFER frame had the server map (meta shm_buffer). A
+// shard's primary sends its backups each block's summed gradient of a
+// step as a REPLICA_SUM (answered by one REPLICA_SUM_ACK each;
+// server/replication/shard_replicator.h). The parser is strict: a frame
+// is accepted only if every field above holds. Pure functions;
+// thread-safe.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +57,7 @@ enum class FrameType : uint8_t {
   kShmReady = 7,       // server -> client, same host only: incarnation, code, message
   kReplicaSum = 8,     // primary -> backup server: token, replica_sum; payload (issue 19)
   kReplicaSumAck = 9,  // backup -> primary: incarnation, code, message
+  kShmBuffer = 10,     // client -> server, same host only: shm_buffer; then its memfd
 };
 
 // "PUSH", "GATHER_END", ...; "type <n>" for a value outside FrameType.

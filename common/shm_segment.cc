@@ -169,7 +169,8 @@ absl::StatusOr<int> RecvSegmentFd(int sock, absl::Time deadline) {
     }
     if (n != 1 || fd < 0 || (msg.msg_flags & MSG_CTRUNC) != 0) {
       if (fd >= 0) close(fd);
-      return absl::UnavailableError("shm: the first message must be one byte and one segment");
+      return absl::UnavailableError(
+          "shm: expected a message of one byte with one memfd (SCM_RIGHTS)");
     }
     return fd;
   }

@@ -2,12 +2,15 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <thread>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -23,6 +26,7 @@ constexpr char kGatherMethod[] = "DataGather";
 constexpr char kShmPushMethod[] = "ShmPush";
 constexpr char kShmGatherMethod[] = "ShmGather";
 constexpr char kReplicaSumMethod[] = "DataReplicaSum";
+constexpr char kShmBufferMethod[] = "ShmBuffer";
 
 // The longest sending one answer may take (a client that stopped reading).
 constexpr absl::Duration kSendTimeout = absl::Seconds(60);
@@ -170,9 +174,10 @@ class Session final : public GatherSink {
   void* Buffer(size_t bytes) override {
     piece_bytes_ = bytes;
     if (shm_ != nullptr && region_used_ + bytes <= region_bytes_) {
+      uint8_t* at = region_ + region_used_;
       piece_at_ = region_offset_ + region_used_;
       region_used_ += bytes;
-      return shm_->data() + piece_at_;
+      return at;
     }
     region_overflow_ = shm_ != nullptr;
     piece_ = ctx_.buffers->Borrow(bytes, /*wait=*/false);
@@ -191,6 +196,7 @@ class Session final : public GatherSink {
       // Only the frame saying where the piece lies: sent here, at once. A
       // hand-off to tasks_ cost a thread wake-up per piece, and the next
       // piece waited for it (ServeGather drained tasks_ before the first).
+      meta.set_shm_buffer(region_buffer_);
       meta.set_shm_offset(piece_at_);
       meta.set_shm_bytes(piece_bytes_);
       if (!Send(FrameType::kGatherPiece, meta).ok()) return false;
@@ -218,9 +224,12 @@ class Session final : public GatherSink {
         return ServeGather(f);
       case FrameType::kReplicaSum:
         return ServeReplicaSum(f);
+      case FrameType::kShmBuffer:
+        return ServeShmBuffer(f);
       default:
         return absl::InvalidArgumentError(absl::StrCat(
-            "data plane frame: a client may send PUSH, GATHER or REPLICA_SUM frames, not ",
+            "data plane frame: a client may send PUSH, GATHER, REPLICA_SUM or SHM_BUFFER "
+            "frames, not ",
             FrameTypeName(static_cast<uint8_t>(f.header.type))));
     }
   }
@@ -233,23 +242,101 @@ class Session final : public GatherSink {
            absl::Milliseconds(std::min<uint64_t>(meta.timeout_ms(), uint64_t{1} << 40));
   }
 
-  // Where a frame's payload is in the segment: null on a TCP connection.
-  // Errors: INVALID_ARGUMENT (a bad frame: shm fields on TCP, a payload on
-  // the socket of a same-host connection, or a range outside the segment).
+  // Where a frame's payload is on the same-host plane: null on a TCP
+  // connection. Errors: INVALID_ARGUMENT (a bad frame: shm fields on TCP,
+  // a payload on the socket of a same-host connection, or ShmAt's).
   absl::StatusOr<const uint8_t*> ShmPayload(const FrameStart& f) const {
     if (shm_ == nullptr) {
-      if (f.meta.shm_offset() == 0 && f.meta.shm_bytes() == 0) return nullptr;
+      if (f.meta.shm_offset() == 0 && f.meta.shm_bytes() == 0 && f.meta.shm_buffer() == 0) {
+        return nullptr;
+      }
       return absl::InvalidArgumentError(
-          "data plane frame: shm_offset / shm_bytes on a TCP connection");
+          "data plane frame: shm_buffer / shm_offset / shm_bytes on a TCP connection");
     }
     if (f.header.payload_len != 0) {
       return absl::InvalidArgumentError(
           "data plane frame: a payload on the socket of a same-host (shm) connection");
     }
-    absl::StatusOr<uint8_t*> at = shm_->At(f.meta.shm_offset(), f.meta.shm_bytes());
-    if (!at.ok())
-      return absl::InvalidArgumentError(absl::StrCat("data plane frame: ", at.status().message()));
+    absl::StatusOr<uint8_t*> at =
+        ShmAt(f.meta.shm_buffer(), f.meta.shm_offset(), f.meta.shm_bytes());
+    if (!at.ok()) return Prefixed("data plane frame: ", at.status());
     return *at;
+  }
+
+  static absl::Status Prefixed(absl::string_view prefix, const absl::Status& s) {
+    return absl::Status(s.code(), absl::StrCat(prefix, s.message()));
+  }
+
+  // The `bytes` bytes at `offset` of the memory `buffer` names on this
+  // same-host connection: 0 its segment, else a shared buffer mapped here.
+  // Errors: INVALID_ARGUMENT naming a buffer not mapped here, or the range
+  // and the size of the memory it is outside of.
+  absl::StatusOr<uint8_t*> ShmAt(uint32_t buffer, uint64_t offset, uint64_t bytes) const {
+    if (buffer == 0) return shm_->At(offset, bytes);
+    auto it = shared_.find(buffer);
+    if (it == shared_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shm_buffer ", buffer, ": no shared buffer of that id on this connection"));
+    }
+    absl::StatusOr<uint8_t*> at = it->second->At(offset, bytes);
+    if (!at.ok()) return Prefixed(absl::StrCat("shared buffer ", buffer, ": "), at.status());
+    return *at;
+  }
+
+  // SHM_BUFFER: maps the shared buffer whose memfd follows the frame, for
+  // the connection's life, and answers SHM_READY in order with the other
+  // answers. A refused one (MapShared's errors) is answered and changes
+  // nothing. Errors: INVALID_ARGUMENT (a bad frame: on TCP, id 0, no memfd
+  // after it).
+  absl::Status ServeShmBuffer(const FrameStart& f) {
+    const absl::Time start = absl::Now();
+    const uint32_t id = f.meta.shm_buffer();
+    if (shm_ == nullptr) {
+      return absl::InvalidArgumentError("data plane frame: SHM_BUFFER on a TCP connection");
+    }
+    if (id == 0) {
+      return absl::InvalidArgumentError(
+          "data plane frame: SHM_BUFFER names shm_buffer 0 (the connection's own segment)");
+    }
+    absl::StatusOr<int> fd = RecvSegmentFd(stream_.fd(), absl::Now() + ctx_.frame_timeout);
+    if (!fd.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data plane frame: SHM_BUFFER ", id, " without its memfd: ", fd.status().message()));
+    }
+    absl::Status mapped = MapShared(id, *fd);
+    return Answer(mapped, start, kShmBufferMethod, FrameType::kShmReady, 0);
+  }
+
+  // Maps `fd` (owned; closed on error) as shared buffer `id`. Errors:
+  // ALREADY_EXISTS (an id mapped before), RESOURCE_EXHAUSTED naming the
+  // cap it would pass, FAILED_PRECONDITION / UNAVAILABLE (ShmSegment::Attach's:
+  // not sealed, empty, cannot map).
+  absl::Status MapShared(uint32_t id, int fd) {
+    struct stat st {};
+    absl::Status refused;
+    if (shared_.contains(id)) {
+      refused = absl::AlreadyExistsError(
+          absl::StrCat("shared buffer ", id, " is mapped on this connection already"));
+    } else if (shared_.size() >= ctx_.max_shared_buffers) {
+      refused = absl::ResourceExhaustedError(
+          absl::StrCat("shared buffer ", id, ": this connection has ", shared_.size(),
+                       " mapped, the cap of shared buffers per connection (max_shared_buffers)"));
+    } else if (fstat(fd, &st) == 0 &&
+               static_cast<uint64_t>(st.st_size) > ctx_.max_shared_bytes - shared_bytes_) {
+      refused = absl::ResourceExhaustedError(
+          absl::StrCat("shared buffer ", id, " of ", st.st_size, " bytes: with the ", shared_bytes_,
+                       " mapped on this connection it passes the cap of ", ctx_.max_shared_bytes,
+                       " bytes of shared buffers per connection (max_shared_bytes)"));
+    }
+    if (!refused.ok()) {
+      close(fd);
+      return refused;
+    }
+    absl::StatusOr<std::unique_ptr<ShmSegment>> buffer = ShmSegment::Attach(fd);
+    if (!buffer.ok()) return Prefixed(absl::StrCat("shared buffer ", id, ": "), buffer.status());
+    shared_bytes_ += (*buffer)->size();
+    shared_[id] = *std::move(buffer);
+    return absl::OkStatus();
   }
 
   absl::Status ServePush(const FrameStart& f) {
@@ -400,16 +487,17 @@ class Session final : public GatherSink {
     return ctx_.gathers->Serve(*gather, *this);
   }
 
-  // Takes the GATHER's region of the segment for its `bytes` of pieces.
-  // Errors: INVALID_ARGUMENT naming what does not fit.
+  // Takes the GATHER's region (of the segment or a shared buffer) for its
+  // `bytes` of pieces. Errors: INVALID_ARGUMENT naming what does not fit.
   absl::Status UseRegion(const v1::DataFrameMeta& meta, uint64_t bytes) {
-    absl::StatusOr<uint8_t*> at = shm_->At(meta.shm_offset(), meta.shm_bytes());
-    if (!at.ok())
-      return absl::InvalidArgumentError(absl::StrCat("GATHER region: ", at.status().message()));
+    absl::StatusOr<uint8_t*> at = ShmAt(meta.shm_buffer(), meta.shm_offset(), meta.shm_bytes());
+    if (!at.ok()) return Prefixed("GATHER region: ", at.status());
     if (meta.shm_bytes() < bytes) {
       return absl::InvalidArgumentError(absl::StrCat("GATHER region of ", meta.shm_bytes(),
                                                      " bytes cannot hold the range's ", bytes));
     }
+    region_ = *at;
+    region_buffer_ = meta.shm_buffer();
     region_offset_ = meta.shm_offset();
     region_bytes_ = meta.shm_bytes();
     region_used_ = 0;
@@ -420,14 +508,23 @@ class Session final : public GatherSink {
   const DataSessionContext& ctx_;
   DataStream& stream_;
   const ShmSegment* const shm_;    // the same-host plane's segment, or null
+  // The shared buffers mapped on this same-host connection, by id, and
+  // their bytes (session thread only; the task thread uses only payload
+  // pointers into them, which stay valid: none is unmapped before tasks_
+  // stopped).
+  absl::flat_hash_map<uint32_t, std::unique_ptr<ShmSegment>> shared_;
+  uint64_t shared_bytes_ = 0;
   const char* const push_method_;  // for the metrics
   const char* const gather_method_;
-  // The current GATHER's region of shm_ (gathering thread only).
+  // The current GATHER's region: in shm_ or shared buffer region_buffer_,
+  // at region_offset_ there, starting at region_ (gathering thread only).
+  uint8_t* region_ = nullptr;
+  uint32_t region_buffer_ = 0;
   uint64_t region_offset_ = 0;
   uint64_t region_bytes_ = 0;
   uint64_t region_used_ = 0;
   bool region_overflow_ = false;
-  uint64_t piece_at_ = 0;  // where the piece being filled starts in shm_
+  uint64_t piece_at_ = 0;  // where the piece being filled starts in the region's memory
   const absl::Time opened_;
   bool authorized_ = false;  // a frame of this connection was authorized (session thread only)
   DataBufferPool::Lease piece_;  // the gather piece being filled

@@ -33,7 +33,12 @@
 // folded) straight from the segment and a gather's pieces are written into
 // the region its GATHER names, each GATHER_PIECE saying where; a frame
 // whose payload lies outside the segment, or a TCP-style payload on such a
-// connection (or shm fields on a TCP one), is a bad frame.
+// connection (or shm fields on a TCP one), is a bad frame. A same-host
+// client may also have the session map shared buffers of its own (a
+// SHM_BUFFER frame, then the memfd; answered SHM_READY, in order), up to
+// the caps above, kept for the connection's life: a PUSH's payload or a
+// GATHER's region may then lie in one (meta shm_buffer), checked as
+// against the segment (a buffer not mapped here is a bad frame too).
 #pragma once
 
 #include <cstdint>
@@ -62,6 +67,11 @@ struct DataSessionContext {
   DataBufferPool* buffers = nullptr;
   // How long a frame may take to arrive (--data_frame_timeout_seconds).
   absl::Duration frame_timeout = absl::Seconds(60);
+  // The caps on the shared buffers one same-host connection may have
+  // mapped (SHM_BUFFER): how many, and their bytes in all. They bound the
+  // address space and page tables a client can make the server hold.
+  size_t max_shared_buffers = 64;
+  uint64_t max_shared_bytes = uint64_t{1} << 40;  // 1 TiB
 };
 
 // Serves `stream` until the peer closes it, a frame is malformed, a

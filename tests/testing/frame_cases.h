@@ -44,7 +44,7 @@ inline std::vector<BadFrame> BadFrames(const std::string& good) {
   return {
       {"bad_magic", with(0, "HTTP"), "bad magic"},
       {"version_2", with(4, std::string(1, '\x02')), "version 2"},
-      {"unknown_type", with(5, std::string(1, '\x0a')), "unknown frame type 10"},
+      {"unknown_type", with(5, std::string(1, '\x0b')), "unknown frame type 11"},
       {"reserved_set", with(6, std::string(1, '\x01')), "reserved bytes"},
       {"meta_too_long", with(8, le(kMaxFrameMetaBytes + 1, 4)), "meta_len"},
       {"payload_too_long", with(16, le(kMaxFramePayloadBytes + 1, 8)), "payload_len"},
@@ -53,7 +53,7 @@ inline std::vector<BadFrame> BadFrames(const std::string& good) {
       {"truncated", good.substr(0, good.size() - 1), "truncated"},
       {"header_only_half", good.substr(0, 10), "truncated"},
       {"ack_from_client", EncodeFrameStart(FrameType::kPushAck, v1::DataFrameMeta(), 0),
-       "may send PUSH, GATHER or REPLICA_SUM", /*parser_accepts=*/true},
+       "may send PUSH, GATHER, REPLICA_SUM or SHM_BUFFER", /*parser_accepts=*/true},
   };
 }
 
