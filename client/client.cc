@@ -20,12 +20,14 @@ namespace zerostate::client {
 namespace {
 
 // `o` with streams_per_server raised where the data plane's TLS records
-// will be done in userspace (data_streams.h).
-ClientOptions RaiseUserspaceTlsStreams(ClientOptions o) {
+// will be done in userspace, or every server shares this host
+// (data_streams.h).
+ClientOptions RaiseStreams(ClientOptions o) {
   const bool userspace_tls =
       o.data_plane && !o.plaintext && (!o.data_ktls || !KernelTlsAvailable());
-  o.streams_per_server = DataStreamsPerServer(
-      o, userspace_tls, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  o.streams_per_server =
+      DataStreamsPerServer(o, userspace_tls, AllServersOnThisHost(o),
+                           static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   return o;
 }
 
@@ -66,7 +68,7 @@ struct FanOut {
 }  // namespace
 
 Client::Impl::Impl(ClientOptions options, std::shared_ptr<grpc::ChannelCredentials> credentials)
-    : options_(RaiseUserspaceTlsStreams(std::move(options))),
+    : options_(RaiseStreams(std::move(options))),
       metrics_(options_.metrics.get(), options_.servers),
       token_(options_.job_token),
       retrier_(options_, &metrics_, &shutdown_, &token_),

@@ -48,7 +48,8 @@ struct ClientOptions {
   // (one TCP connection per channel).
   int channels_per_server = 2;
   // Concurrent push or gather streams per server for one call (see
-  // userspace_tls_streams_per_server for TLS without kTLS).
+  // userspace_tls_streams_per_server for TLS without kTLS, and
+  // same_host_streams_per_server for servers on this host).
   int streams_per_server = 4;
   // Payload bytes per chunk message.
   size_t chunk_bytes = 1 << 20;
@@ -130,6 +131,14 @@ struct ClientOptions {
   // at 4 servers; docs/performance.md). Plaintext and kTLS keep
   // streams_per_server.
   int userspace_tls_streams_per_server = 8;
+  // With the same-host plane (data_plane and data_shm, no data_servers),
+  // when every server is on this host by its address (localhost, this
+  // host's name, a loopback or interface address; no DNS lookup), each
+  // stream's thread copies its payloads into and out of its segment:
+  // streams_per_server is raised to this (0: not raised), to no more
+  // streams over all servers than the host has cores (data_streams.h; on
+  // the H200 host 8 streams beat 4 in 13 of 16 runs; docs/performance.md).
+  int same_host_streams_per_server = 8;
   // Optional: the data plane address of each server, in shard order, in
   // place of "<host of servers[i]>:<the port the server advertises>" (for a
   // proxy or NAT in between, and tests).

@@ -2,17 +2,35 @@
 // gathers are cut across them, each on its own thread).
 #pragma once
 
+#include <string>
+
 #include "client/client.h"
 
 namespace zerostate::client {
 
-// streams_per_server, raised under TLS records done in userspace (no kTLS,
-// or data_ktls off: `userspace_tls`), where each stream's thread seals and
-// opens its own records: to userspace_tls_streams_per_server, so that the
-// cipher runs on more cores at once, but to no more streams over all
-// servers than the host's `cores`, one cipher per core (on the 16-core
-// host, 8 streams per server beat 4 at 1 server, and 4 beat 8 at 4
-// servers: docs/performance.md, "TLS"). Never below streams_per_server.
-int DataStreamsPerServer(const ClientOptions& o, bool userspace_tls, int cores);
+// streams_per_server, raised where more streams put more of the host's
+// cores on work the streams' threads do themselves, but to no more
+// streams over all servers than the host's `cores`, and never below
+// streams_per_server:
+// - under TLS records done in userspace (no kTLS, or data_ktls off:
+//   `userspace_tls`), where each stream's thread seals and opens its own
+//   records: to userspace_tls_streams_per_server (on the 16-core host, 8
+//   streams per server beat 4 at 1 server, and 4 beat 8 at 4 servers:
+//   docs/performance.md, "TLS");
+// - with the same-host plane (data_plane and data_shm, no data_servers)
+//   when every server is on this host by its address (`same_host`:
+//   AllServersOnThisHost), where each stream's thread copies its payloads
+//   into and out of its segment: to same_host_streams_per_server (8 beat 4
+//   in 13 of 16 runs on the H200 host; docs/performance.md).
+int DataStreamsPerServer(const ClientOptions& o, bool userspace_tls, bool same_host, int cores);
+
+// Whether `address` ("host:port", "[v6]:port") names this host without a
+// lookup: localhost, this host's name (gethostname), a loopback address
+// or an address of one of its interfaces (getifaddrs). A name that would
+// need DNS counts as another host.
+bool OnThisHost(const std::string& address);
+// Whether every one of o.servers is OnThisHost, and the same-host plane is
+// on (data_plane, data_shm, no data_servers).
+bool AllServersOnThisHost(const ClientOptions& o);
 
 }  // namespace zerostate::client

@@ -30,6 +30,9 @@ absl::Status ValidateOptions(const ClientOptions& o) {
   if (o.userspace_tls_streams_per_server < 0) {
     return Invalid("userspace_tls_streams_per_server: must be >= 0");
   }
+  if (o.same_host_streams_per_server < 0) {
+    return Invalid("same_host_streams_per_server: must be >= 0");
+  }
   if (o.chunk_bytes < 256 || o.chunk_bytes > (64u << 20)) {
     return Invalid(absl::StrCat("chunk_bytes: ", o.chunk_bytes, " outside [256, 64 MiB]"));
   }

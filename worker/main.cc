@@ -58,8 +58,12 @@ ABSL_FLAG(int64_t, delayed_update_warmup, -1,
           "(train.delayed_update; -1: the config's, off by default)");
 ABSL_FLAG(int32_t, streams_per_server, 0,
           "streams (connections) per server of each push and gather, each on a thread of "
-          "its own (0: the client's default, 4); more put more of a same-host server's "
-          "cores on the copies");
+          "its own (0: the client's default, 4, raised by --same_host_streams_per_server "
+          "and under TLS without kTLS)");
+ABSL_FLAG(int32_t, same_host_streams_per_server, -1,
+          "streams per server when every server is on this host, the same-host plane on "
+          "(-1: the client's default, 8; 0: not raised past --streams_per_server); never "
+          "more streams over all servers than the host's cores");
 ABSL_FLAG(bool, data_plane, true,
           "push and gather over the servers' TCP data plane, under TLS when the servers are "
           "(false: over gRPC)");
@@ -262,6 +266,15 @@ int Main() {
                           streams), 2;
     }
     options.streams_per_server = streams;
+  }
+  if (const int32_t streams = absl::GetFlag(FLAGS_same_host_streams_per_server); streams != -1) {
+    if (streams < 0 || streams > 64) {
+      return std::fprintf(stderr,
+                          "zerostate-worker: --same_host_streams_per_server: %d must be between "
+                          "-1 (the client's default) and 64\n",
+                          streams), 2;
+    }
+    options.same_host_streams_per_server = streams;
   }
   auto token = WorkerJobToken(GetEnv(kJobTokenEnv), topo->world(), threads > 0 ? threads : 1);
   if (!token.ok()) return std::fprintf(stderr, "zerostate-worker: %s\n", token.status().ToString().c_str()), 2;

@@ -54,6 +54,7 @@ absl::Status Run() {
   options.servers = absl::GetFlag(FLAGS_servers);
   options.channels_per_server = 1;  // one connection per server per process
   options.streams_per_server = absl::GetFlag(FLAGS_streams);
+  options.same_host_streams_per_server = 0;  // --streams, whatever the host's cores
   options.data_plane = absl::GetFlag(FLAGS_data_plane);
   absl::StatusOr<std::unique_ptr<client::Client>> c = client::Client::Connect(options);
   if (!c.ok()) return c.status();

@@ -9,8 +9,9 @@
 #     layer (train.bucket_elems past the largest layer), against the
 #     default 16 MiB buckets, and that with every weight landed at the
 #     step's end (train.whole_landing), against landing layer by layer;
-#     and synchronous with 8 streams per server (--streams_per_server=8,
-#     the client's default is 4);
+#     and synchronous with 4 streams per server (the client's
+#     streams_per_server, --same_host_streams_per_server=0), against the
+#     same-host default of 8;
 #     bf16: bf16 gradients and weights on the wire;
 #   - pure GPU, fused AdamW on the GPU (pure_gpu_step.py);
 #   - FSDP2 + CPUOffloadPolicy(pin_memory=True) + AdamW(fused=True) on the
@@ -54,10 +55,11 @@ for wire in fp32 bf16; do
   # layer landing): what landing in the forward gives.
   MLP_EXTRA="bucket_elems: 4294967296" zs_mlp "sync_layer_buckets_$wire" "$wire"
   MLP_EXTRA="bucket_elems: 4294967296 whole_landing: true" zs_mlp "sync_whole_landing_$wire" "$wire"
-  # Synchronous with 8 streams per server for each push and gather (the
-  # client's default is 4): whether more of the host's cores on the copies
-  # of the same-host plane shorten the push and the gather.
-  zs_mlp "sync_streams8_$wire" "$wire" --streams_per_server=8
+  # Synchronous with 4 streams per server for each push and gather (the
+  # client's default on other hosts; on this one it raises them to 8,
+  # client/data_streams.h): whether more of the host's cores on the copies
+  # of the same-host plane still shorten the push and the gather.
+  zs_mlp "sync_streams4_$wire" "$wire" --same_host_streams_per_server=0
   fsdp2_mlp "$wire"
 done
 PYTHONUNBUFFERED=1 python3 "$step_dir/pure_gpu_step.py" $(mlp_args) >"$out/pure_gpu.json" \

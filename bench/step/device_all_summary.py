@@ -8,8 +8,10 @@ why):
                                     (synchronous, one bucket per layer),
                                     sync_whole_landing (that, and every
                                     weight landed at the step's end),
-                                    sync_streams8 (synchronous, 8 streams
-                                    per server: --streams_per_server);
+                                    sync_streams4 (synchronous, 4 streams
+                                    per server, as before the same-host
+                                    default of 8:
+                                    --same_host_streams_per_server=0);
                                     wire fp32, bf16
   <peer>_step_ms                    fsdp2_offload_fp32, fsdp2_offload_bf16,
                                     pure_gpu (fp32)
@@ -34,7 +36,7 @@ why):
                                     (zerostate_step_phase_seconds of
                                     metrics_<mode>_<wire>.txt: grad_stats,
                                     optimizer, commit, wait_gradients, ...)
-  same_losses.sync_{layer_buckets,whole_landing,streams8}_<wire>
+  same_losses.sync_{layer_buckets,whole_landing,streams4}_<wire>
                                     1 when every step's loss (as printed) of
                                     that run equals the default synchronous
                                     run's, else 0: neither the bucket cut nor
@@ -61,7 +63,7 @@ a = p.parse_args()
 
 WIRES = ("fp32", "bf16")
 MODES = ("sync", "speculative", "delayed", "sync_layer_buckets", "sync_whole_landing",
-         "sync_streams8")
+         "sync_streams4")
 # Bytes of memory traffic per parameter of each stage of a step on one
 # host, the trainer on the GPU, the server on loopback over the same-host
 # (shared memory) plane; read + write of host memory:
@@ -184,7 +186,7 @@ for wire in WIRES:
             emit(f"server_{name}.{phase}_ms", seconds * 1e3, "ms")
 for wire in WIRES:
     base = losses(f"sync_{wire}")
-    for other in ("sync_layer_buckets", "sync_whole_landing", "sync_streams8"):
+    for other in ("sync_layer_buckets", "sync_whole_landing", "sync_streams4"):
         cut = losses(f"{other}_{wire}")
         if base and cut:
             emit(f"same_losses.{other}_{wire}", int(base == cut), "bool", steps=len(base))

@@ -267,6 +267,7 @@ client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers
   o.channels_per_server = absl::GetFlag(FLAGS_channels);
   o.streams_per_server = StreamsPerServer(static_cast<int>(servers.size()));
   o.userspace_tls_streams_per_server = absl::GetFlag(FLAGS_userspace_tls_streams);
+  o.same_host_streams_per_server = 0;  // the planes compared at --streams each
   o.chunk_bytes = size_t{1024} * absl::GetFlag(FLAGS_chunk_kib);
   o.max_bytes_in_flight = std::max<size_t>(o.max_bytes_in_flight, 4 * o.chunk_bytes);
   if (absl::GetFlag(FLAGS_window_mib) > 0) {

@@ -86,6 +86,9 @@ TEST(ValidateTest, Options) {
   bad.userspace_tls_streams_per_server = -1;
   ExpectInvalid(ValidateOptions(bad), "userspace_tls_streams_per_server");
   bad = o;
+  bad.same_host_streams_per_server = -1;
+  ExpectInvalid(ValidateOptions(bad), "same_host_streams_per_server");
+  bad = o;
   bad.chunk_bytes = 1;
   ExpectInvalid(ValidateOptions(bad), "chunk_bytes");
   bad = o;

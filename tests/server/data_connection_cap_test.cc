@@ -146,6 +146,7 @@ TEST_P(ClientFallbackTest, ClientFallsBackToGrpcWhenRefused) {
   client::ClientOptions o = TestClientOptions({server->address()});
   o.max_attempts = 1;  // a refusal must not need a retry
   o.streams_per_server = GetParam();
+  o.same_host_streams_per_server = 0;  // exactly GetParam() streams, on any host
   auto c = client::Client::Connect(o);
   ASSERT_TRUE(c.ok()) << c.status();
   auto job = (*c)->RegisterJob(TestSpec("cap", 1, v1::DTYPE_FP32, v1::DTYPE_FP32));
