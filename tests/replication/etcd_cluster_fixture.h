@@ -78,33 +78,9 @@ class EtcdClusterFixture : public EtcdFixture {
   std::vector<std::string> addresses_;
 };
 
-// A directory of this test's own (under the test temp dir), for files the
-// servers and the test exchange.
-inline std::string TestDirectory(const std::string& what) {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = absl::StrCat(info->test_suite_name(), ".", info->name());
-  for (char& c : name) {
-    if (c == '/') c = '_';
-  }
-  const std::string dir = absl::StrCat(::testing::TempDir(), "zs_", what, ".", getpid(), ".", name);
-  mkdir(dir.c_str(), 0755);
-  return dir;
-}
-
-// Whether `path` appears within `timeout`.
-inline bool AwaitFile(const std::string& path, absl::Duration timeout = absl::Seconds(60)) {
-  const absl::Time give_up = absl::Now() + timeout;
-  while (access(path.c_str(), F_OK) != 0) {
-    if (absl::Now() >= give_up) return false;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return true;
-}
-
-// Creates the empty file `path`.
-inline void Touch(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "w");
-  if (f != nullptr) std::fclose(f);
-}
+// The test-file helpers of replication_fixture.h.
+using testing::AwaitFile;
+using testing::TestDirectory;
+using testing::Touch;
 
 }  // namespace zerostate::server

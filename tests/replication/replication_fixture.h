@@ -5,13 +5,18 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "grpcpp/create_channel.h"
 #include "tests/client/cluster_fixture.h"
 #include "tests/client/reference_model.h"
@@ -237,6 +242,49 @@ inline void ExpectSameCopies(const std::string& a, const std::string& b, const s
   ExpectBitIdentical(reinterpret_cast<const float*>(cb->state.data()),
                      reinterpret_cast<const float*>(ca->state.data()), ca->state.size() / 4,
                      absl::StrCat("shard ", shard, " copy on ", b, " against ", a));
+}
+
+// A directory of this test's own (under the test temp dir), for files the
+// servers and the test exchange.
+inline std::string TestDirectory(const std::string& what) {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = absl::StrCat(info->test_suite_name(), ".", info->name());
+  for (char& c : name) {
+    if (c == '/') c = '_';
+  }
+  const std::string dir = absl::StrCat(::testing::TempDir(), "zs_", what, ".", getpid(), ".", name);
+  mkdir(dir.c_str(), 0755);
+  return dir;
+}
+
+// Whether `path` appears within `timeout`.
+inline bool AwaitFile(const std::string& path, absl::Duration timeout = absl::Seconds(60)) {
+  const absl::Time give_up = absl::Now() + timeout;
+  while (access(path.c_str(), F_OK) != 0) {
+    if (absl::Now() >= give_up) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+// Creates the empty file `path`.
+inline void Touch(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f != nullptr) std::fclose(f);
+}
+
+// Waits up to `timeout` for series `name` of server `s` to read `value`;
+// false (and the last value read in `*last`) when it did not.
+inline bool AwaitMetric(ServerProcess& s, const std::string& name, double value,
+                        double* last = nullptr, absl::Duration timeout = absl::Seconds(30)) {
+  const absl::Time give_up = absl::Now() + timeout;
+  double now = ServerMetric(s, name);
+  while (now != value && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(10));
+    now = ServerMetric(s, name);
+  }
+  if (last != nullptr) *last = now;
+  return now == value;
 }
 
 // For tests of single ReplicaService calls to server 1's backup copy of
