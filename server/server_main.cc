@@ -70,6 +70,10 @@ ABSL_FLAG(double, replica_timeout_seconds, 60,
 ABSL_FLAG(int, replica_lanes, 0,
           "connections each streamed step's gradient sums travel on to each backup "
           "(0: one per 4 hardware threads, 1 to 4)");
+ABSL_FLAG(uint64_t, catchup_backlog_bytes, uint64_t{4} << 30,
+          "bytes of the steps decided while a lost copy is caught up in the background that "
+          "its catch-up holds for it (>= 1; at least one step's summed gradients of a shard): "
+          "one more drops the catch-up, and a later step starts another");
 // The gRPC edge's chunk streams each hold at most one waiting thread
 // (a gather, or a push waiting for staging memory), so the cap bounds those
 // threads as --max_data_connections bounds the data plane's.
@@ -238,6 +242,7 @@ int main(int argc, char** argv) {
   options.peer_tls_ca = absl::GetFlag(FLAGS_peer_tls_ca);
   options.replica_timeout = absl::Seconds(absl::GetFlag(FLAGS_replica_timeout_seconds));
   options.replica_lanes = absl::GetFlag(FLAGS_replica_lanes);
+  options.catchup_backlog_bytes = absl::GetFlag(FLAGS_catchup_backlog_bytes);
   if (const std::string hold = absl::GetFlag(FLAGS_test_seed_hold); !hold.empty()) {
     options.test_seed_hook = SeedHold(hold);
   }

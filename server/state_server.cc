@@ -182,6 +182,11 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
     return absl::InvalidArgumentError(absl::StrCat("--replica_lanes: ", opt.replica_lanes,
                                                    " is not between 0 (automatic) and 16"));
   }
+  if (opt.catchup_backlog_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "--catchup_backlog_bytes: 0 holds no step; a catch-up needs at least one step's "
+        "request and summed gradients of a shard");
+  }
   s->membership_ = opt.membership != nullptr
                        ? opt.membership
                        : std::make_shared<StaticMembership>(opt.listen, std::vector<std::string>{});
@@ -193,10 +198,10 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   auto peer_data_tls = PeerDataTlsFor(opt.tls, opt.peer_tls_ca, opt.data_ktls);
   if (!peer_data_tls.ok()) return peer_data_tls.status();
   s->kept_sums_ = std::make_unique<KeptSums>(s->metrics_.get());
-  s->replicator_ = std::make_unique<Replicator>(
-      Replicator::Options{*std::move(peer_credentials), opt.replica_timeout, absl::Seconds(1),
-                          s->metrics_.get(), lanes, s->primaries_.get(),
-                          *std::move(peer_data_tls), s->kept_sums_.get()});
+  s->replicator_ = std::make_unique<Replicator>(Replicator::Options{
+      *std::move(peer_credentials), opt.replica_timeout, absl::Seconds(1), s->metrics_.get(),
+      lanes, s->primaries_.get(), *std::move(peer_data_tls), s->kept_sums_.get(),
+      opt.catchup_backlog_bytes});
   // The core's push and gather paths, which both edges call.
   s->pushes_ = std::make_unique<PushHandler>(*s->jobs_, s->primaries_.get(), service.max_wait);
   s->gathers_ = std::make_unique<GatherHandler>(*s->jobs_, s->primaries_.get(), service.max_wait,

@@ -90,11 +90,14 @@ struct ServerOptions {
   // empty: tls.client_ca_file) and present the server's certificate; one
   // step's call to a backup may take `replica_timeout`; a streamed step's
   // sums travel on `replica_lanes` connections to each backup's data plane
-  // (0: one per 4 hardware threads, 1 to 4).
+  // (0: one per 4 hardware threads, 1 to 4). A lost copy's catch-up holds
+  // at most `catchup_backlog_bytes` of the steps decided while it runs
+  // (Replicator::Options; >= 1).
   std::shared_ptr<Membership> membership;
   std::string peer_tls_ca;
   absl::Duration replica_timeout = absl::Seconds(60);
   int replica_lanes = 0;
+  uint64_t catchup_backlog_bytes = uint64_t{4} << 30;
   // Testing only (--test_seed_hold): ReplicaServiceImpl's SeedHook.
   ReplicaServiceImpl::SeedHook test_seed_hook;
 };

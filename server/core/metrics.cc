@@ -160,6 +160,11 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
       catchup_bytes_(BuildCounter().Name("zerostate_catchup_bytes_total")
                          .Help("Shard state bytes sent to copies being caught up")
                          .Register(*registry_).Add({})),
+      catchup_backlog_bytes_(
+          BuildGauge().Name("zerostate_catchup_backlog_bytes")
+              .Help("Bytes of decided steps held for copies being caught up, until each "
+                    "copy acknowledges its step")
+              .Register(*registry_).Add({})),
       replica_kept_sum_bytes_(
           BuildGauge().Name("zerostate_replica_kept_sum_bytes")
               .Help("Bytes of summed gradients kept here as a backup from primaries "
@@ -253,6 +258,10 @@ void ServerMetrics::SetUnderReplicatedBlocks(uint64_t blocks) {
 
 void ServerMetrics::RecordCatchupBytes(uint64_t bytes) {
   catchup_bytes_.Increment(static_cast<double>(bytes));
+}
+
+void ServerMetrics::SetCatchupBacklogBytes(uint64_t bytes) {
+  catchup_backlog_bytes_.Set(static_cast<double>(bytes));
 }
 
 void ServerMetrics::SetDisk(uint64_t used, uint64_t capacity) {

@@ -60,6 +60,9 @@ class ServerMetrics {
   // shard state bytes sent to copies being caught up.
   void SetUnderReplicatedBlocks(uint64_t blocks);
   void RecordCatchupBytes(uint64_t bytes);
+  // Bytes of decided steps held for copies being caught up, until each
+  // copy acknowledges its step (server/replication/catch_up.h).
+  void SetCatchupBacklogBytes(uint64_t bytes);
   // Bytes of summed gradients this server keeps as a backup from its
   // primaries (REPLICA_SUM frames) until their steps take them (KeptSums).
   void SetReplicaKeptSumBytes(uint64_t bytes);
@@ -108,6 +111,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Gauge>& rendezvous_bytes_;
   prometheus::Gauge& under_replicated_blocks_;
   prometheus::Counter& catchup_bytes_;
+  prometheus::Gauge& catchup_backlog_bytes_;
   prometheus::Gauge& replica_kept_sum_bytes_;
   prometheus::Gauge& disk_used_;
   prometheus::Gauge& disk_capacity_;

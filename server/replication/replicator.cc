@@ -164,6 +164,23 @@ bool Replicator::Reconnect(const std::string& address) {
   return true;
 }
 
+void CallCanceller::Begin(grpc::ClientContext& ctx) {
+  absl::MutexLock lock(&mu_);
+  call_ = &ctx;
+  if (cancelled_) ctx.TryCancel();
+}
+
+void CallCanceller::End() {
+  absl::MutexLock lock(&mu_);
+  call_ = nullptr;
+}
+
+void CallCanceller::Cancel() {
+  absl::MutexLock lock(&mu_);
+  cancelled_ = true;
+  if (call_ != nullptr) call_->TryCancel();
+}
+
 void Replicator::PrepareCall(grpc::ClientContext& ctx, const std::string& token) const {
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + options_.timeout));
   ctx.AddMetadata(kJobTokenMetadata, token);
@@ -171,9 +188,11 @@ void Replicator::PrepareCall(grpc::ClientContext& ctx, const std::string& token)
 
 absl::Status Replicator::Seed(const std::string& address, const std::string& token,
                               const v1::SeedPart& first,
-                              const std::vector<v1::ShardBlock>& blocks) {
+                              const std::vector<v1::ShardBlock>& blocks,
+                              CallCanceller* cancel) {
   grpc::ClientContext ctx;
   PrepareCall(ctx, token);
+  if (cancel != nullptr) cancel->Begin(ctx);
   v1::SeedResponse resp;
   auto stub = Peer(address);
   auto writer = stub->Seed(&ctx, &resp);
@@ -185,14 +204,17 @@ absl::Status Replicator::Seed(const std::string& address, const std::string& tok
     ok = writer->Write(part);
   }
   writer->WritesDone();
-  return FromGrpc(writer->Finish());
+  absl::Status s = FromGrpc(writer->Finish());
+  if (cancel != nullptr) cancel->End();
+  return s;
 }
 
 absl::Status Replicator::Send(const std::string& address, const std::string& token, uint32_t shard,
                               const std::string& job_id, const StepReplicator::Payload& payload,
-                              uint64_t transfer) {
+                              uint64_t transfer, CallCanceller* cancel) {
   grpc::ClientContext ctx;
   PrepareCall(ctx, token);
+  if (cancel != nullptr) cancel->Begin(ctx);
   v1::ReplicaStepResponse resp;
   auto stub = Peer(address);
   auto writer = stub->ApplyStep(&ctx, &resp);
@@ -211,6 +233,7 @@ absl::Status Replicator::Send(const std::string& address, const std::string& tok
   }
   writer->WritesDone();
   absl::Status s = FromGrpc(writer->Finish());
+  if (cancel != nullptr) cancel->End();
   if (s.ok() && resp.data_port() != 0) {
     absl::MutexLock lock(&mu_);
     std::shared_ptr<client::DataConnPool>& pool = lanes_[address];
@@ -265,6 +288,12 @@ void Replicator::Forget(const std::string& job) {
   absl::erase_if(lost_, [&](const CopyKey& k) { return std::get<0>(k) == job; });
   absl::erase_if(under_, [&](const auto& entry) { return entry.first.first == job; });
   PublishLocked();
+}
+
+void Replicator::AddBacklogBytes(int64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  backlog_bytes_ += bytes;
+  if (options_.metrics != nullptr) options_.metrics->SetCatchupBacklogBytes(backlog_bytes_);
 }
 
 void Replicator::PublishLocked() {

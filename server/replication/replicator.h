@@ -28,15 +28,20 @@
 // primary and run the step there. Any other answer fails the primary's
 // Step (its retry sends again).
 //
-// Catch-up: at each later step the primary checks whether a lost copy's
-// server accepts a connection again (a new channel, up to
-// Options::reconnect_timeout); when it does, the primary reads its own
-// shard's state before its optimizer pass moves it (every block at the
-// step's version) and sends it (ReplicaService.Seed, which registers the
-// job there if the server restarted empty), then the step, on that copy's
-// thread. Once both are acknowledged the copy is live again. The Step
-// waits for this as for any backup; a failed catch-up leaves the copy lost
-// and does not fail the Step.
+// Catch-up, in the background (catch_up.h): at each later step the
+// primary checks whether a lost copy's server accepts a connection again
+// (a new channel, up to Options::reconnect_timeout); when it does, the
+// primary reads its own shard's state before its optimizer pass moves it
+// (every block at the step's version), and a thread of the catch-up's own
+// sends it (ReplicaService.Seed, which registers the job there if the
+// server restarted empty), then the steps decided meanwhile, in order,
+// from a backlog bounded by Options::catchup_backlog_bytes. The steps go
+// on and are acknowledged without the copy, which counts as lost until a
+// step decided once its backlog is empty reaches it as a live copy's and
+// is acknowledged. A failed catch-up, or one whose backlog would exceed
+// its bound, is dropped (the copy still lost; a later step starts
+// another) and never fails a Step, unless the copy answered ABORTED
+// (fencing, above), which the next step's answer reports.
 //
 // Thread-safe.
 #pragma once
@@ -79,6 +84,23 @@ namespace zerostate::server {
 [[nodiscard]] absl::StatusOr<std::shared_ptr<SSL_CTX>> PeerDataTlsFor(
     const TlsOptions& tls, const std::string& peer_ca_file, bool kernel);
 
+// Lets one thread cancel the gRPC call another makes (a catch-up dropped
+// while its Seed or a backlog step travels). Thread-safe.
+class CallCanceller {
+ public:
+  // `ctx` is the call in progress until End; cancelled at once when
+  // Cancel came first.
+  void Begin(grpc::ClientContext& ctx);
+  void End();
+  // Cancels the call in progress and every later one.
+  void Cancel();
+
+ private:
+  absl::Mutex mu_;
+  grpc::ClientContext* call_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 class Replicator {
  public:
   struct Options {
@@ -87,7 +109,8 @@ class Replicator {
     // How long a lost copy's server may take to accept a connection before
     // this step gives up catching it up (refused connections fail at once).
     absl::Duration reconnect_timeout = absl::Seconds(1);
-    ServerMetrics* metrics = nullptr;  // zerostate_under_replicated_blocks, _catchup_bytes_total
+    // zerostate_under_replicated_blocks, _catchup_bytes_total, _catchup_backlog_bytes
+    ServerMetrics* metrics = nullptr;
     // Data plane connections a streamed step's sums travel on to each
     // backup, each with a thread of its own.
     int lanes = 4;
@@ -99,6 +122,11 @@ class Replicator {
     // The sums this server keeps as a backup (REPLICA_SUM frames), emptied
     // of a deleted job's by Forget; null: none.
     KeptSums* kept_sums = nullptr;
+    // Bytes of decided steps (requests and sums) one catch-up may hold for
+    // its copy while the copy's seed and earlier steps travel
+    // (--catchup_backlog_bytes); a step that would exceed it drops the
+    // catch-up. At least one step's: a smaller bound never completes one.
+    uint64_t catchup_backlog_bytes = uint64_t{4} << 30;
   };
   explicit Replicator(Options options) : options_(std::move(options)) {}
 
@@ -126,14 +154,18 @@ class Replicator {
   [[nodiscard]] absl::StatusOr<std::unique_ptr<client::DataConn>> Lane(const std::string& address);
   // Gives back a lane at a frame boundary, for the next step.
   void Release(const std::string& address, std::unique_ptr<client::DataConn> conn);
+  uint64_t catchup_backlog_bytes() const { return options_.catchup_backlog_bytes; }
 
  private:
   friend class ShardReplicator;
+  friend class CatchUp;
   // One backup's ApplyStep of `payload`: whole (transfer 0), or only its
   // request, the sums having gone ahead under `transfer` (SendSum).
+  // `cancel` (may be null) can cancel the call.
   [[nodiscard]] absl::Status Send(const std::string& address, const std::string& token,
                                   uint32_t shard, const std::string& job_id,
-                                  const StepReplicator::Payload& payload, uint64_t transfer = 0);
+                                  const StepReplicator::Payload& payload, uint64_t transfer = 0,
+                                  CallCanceller* cancel = nullptr);
   // One block's sum on a lane: a REPLICA_SUM frame, then its answer.
   // Errors: the backup's (REPLICA_SUM_ACK's code and message), those of
   // the connection (the lane is then not to be released).
@@ -145,10 +177,11 @@ class Replicator {
   // reconnect_timeout); if so Peer(address) uses that channel from now on.
   bool Reconnect(const std::string& address);
   // One lost copy's Seed: `first` (job, shard, registration, version),
-  // then `blocks`.
+  // then `blocks`; `cancel` (may be null) can cancel it.
   [[nodiscard]] absl::Status Seed(const std::string& address, const std::string& token,
                                   const v1::SeedPart& first,
-                                  const std::vector<v1::ShardBlock>& blocks);
+                                  const std::vector<v1::ShardBlock>& blocks,
+                                  CallCanceller* cancel = nullptr);
   using CopyKey = std::tuple<std::string, uint32_t, uint32_t>;  // job, shard, server
   bool IsLost(const CopyKey& key) const;
   void MarkLost(const CopyKey& key, uint64_t blocks);
@@ -157,6 +190,8 @@ class Replicator {
   // (job, shard) has a newer primary (a backup answered ABORTED): no longer
   // served here (Primaries::Fence), so its lost copies are forgotten.
   void Depose(const std::string& job, uint32_t shard);
+  // The catch-ups' backlogs grew (or shrank, negative) by `bytes`.
+  void AddBacklogBytes(int64_t bytes);
   void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
@@ -169,6 +204,7 @@ class Replicator {
   absl::flat_hash_set<CopyKey> lost_ ABSL_GUARDED_BY(mu_);
   // (job, shard) -> its blocks, for shards that lost a copy.
   absl::flat_hash_map<std::pair<std::string, uint32_t>, uint64_t> under_ ABSL_GUARDED_BY(mu_);
+  uint64_t backlog_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // every catch-up's backlog
 };
 
 }  // namespace zerostate::server

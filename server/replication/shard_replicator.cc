@@ -8,49 +8,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/rpc_status.h"
-#include "server/core/aligned_buffer.h"
+#include "server/replication/catch_up.h"
 
 namespace zerostate::server {
-namespace {
-
-// The shard's state as a lost copy gets it (Replicator::Seed).
-struct ShardSnapshot {
-  v1::SeedPart first;  // job, shard, version, applied steps, trainer state
-  std::vector<v1::ShardBlock> blocks;
-  uint64_t bytes = 0;
-};
-
-// Reads every block of `job`'s shard at the shard's version (JobGathers::
-// ReadBlockAt: called by the Step before its pass). Errors:
-// FAILED_PRECONDITION when the blocks are at different versions; the
-// tier's.
-absl::StatusOr<std::shared_ptr<const ShardSnapshot>> SnapshotOf(Job& job) {
-  auto snap = std::make_shared<ShardSnapshot>();
-  snap->first.set_version(job.shard().Progress().min_version);
-  AlignedBuffer<float> state(job.shard().tier_shape().block_floats());
-  for (uint64_t local = 0; local < job.blocks().size(); ++local) {
-    if (auto s = job.gathers().ReadBlockAt(local, snap->first.version(), state.data()); !s.ok()) {
-      return absl::Status(s.code(),
-                          absl::StrCat("shard ", job.shard_index(), ": ", s.message()));
-    }
-    v1::ShardBlock& b = snap->blocks.emplace_back();
-    b.set_block(job.blocks().begin + local);
-    b.set_version(snap->first.version());
-    b.set_state(reinterpret_cast<const char*>(state.data()), state.size() * sizeof(float));
-    snap->bytes += b.state().size();
-  }
-  const uint64_t version = snap->first.version();
-  snap->first.set_job_id(job.spec().job_id());
-  snap->first.set_shard(job.shard_index());
-  snap->first.set_applied_steps(job.step().applied_steps().Before(version));
-  if (auto ts = job.step().trainer_states().Find(version)) snap->first.set_trainer_state(*ts);
-  *snap->first.mutable_registration()->mutable_spec() = job.spec();
-  for (const std::string& server : job.servers()) snap->first.mutable_registration()->add_servers(server);
-  return snap;
-}
-
-}  // namespace
-
 // One lane of a streamed step to one copy: a connection to its data plane.
 struct ShardReplicator::Stream {
   uint32_t server = 0;
@@ -334,41 +294,80 @@ std::function<std::vector<ShardReplicator::Result>()> ShardReplicator::SendWhole
     std::thread thread;
   };
   auto calls = std::make_shared<std::vector<Call>>();
+  auto done = std::make_shared<std::vector<Result>>();  // results with nothing to send
+  std::vector<Result> sends;
   std::shared_ptr<const ShardSnapshot> snapshot;  // read once, before the pass moves the state
   for (const auto& [server, address] : copies_) {
     if (std::find(to.begin(), to.end(), server) == to.end()) continue;
-    const bool lost = owner_.IsLost({job_id_, shard_, server});
-    if (lost) {
-      if (!owner_.Reconnect(address)) continue;
-      if (snapshot == nullptr) {
-        auto snap = SnapshotOf(job_);
-        if (!snap.ok()) continue;
-        snapshot = *std::move(snap);
-      }
+    if (owner_.IsLost({job_id_, shard_, server})) {
+      CatchUpStep(server, address, payload, &snapshot, &sends, done.get());
+    } else {
+      sends.push_back(Result{server, address, false, absl::OkStatus(), 0});
     }
-    calls->push_back(Call{Result{server, address, lost, absl::OkStatus(), 0}, {}});
   }
+  for (Result& r : sends) calls->push_back(Call{std::move(r), {}});
   for (Call& c : *calls) {
-    c.thread = std::thread([this, &c, payload, snapshot] {
-      Result& r = c.result;
-      if (r.catch_up) {
-        v1::SeedPart first = snapshot->first;
-        first.mutable_registration()->set_shard_index(r.server);
-        r.status = owner_.Seed(r.address, token_, first, snapshot->blocks);
-        if (!r.status.ok()) return;
-        r.seed_bytes = snapshot->bytes;
-      }
+    c.thread = std::thread([this, &r = c.result, payload] {
       r.status = owner_.Send(r.address, token_, shard_, job_id_, *payload);
     });
   }
-  return [calls]() {
-    std::vector<Result> results;
+  return [calls, done]() {
+    std::vector<Result> results = std::move(*done);
     for (Call& c : *calls) {
       c.thread.join();
       results.push_back(std::move(c.result));
     }
     return results;
   };
+}
+
+void ShardReplicator::CatchUpStep(uint32_t server, const std::string& address,
+                                  const std::shared_ptr<const Payload>& payload,
+                                  std::shared_ptr<const ShardSnapshot>* snapshot,
+                                  std::vector<Result>* sends, std::vector<Result>* done) {
+  std::unique_ptr<CatchUp> ended;  // destroyed (its thread joined) off the lock
+  {
+    absl::MutexLock lock(&catch_up_mu_);
+    auto it = catch_ups_.find(server);
+    if (it != catch_ups_.end()) {
+      CatchUp& c = *it->second;
+      switch (c.Offer(payload)) {
+        case CatchUp::Outcome::kKept:
+          return;
+        case CatchUp::Outcome::kCaughtUp:  // revived once it acknowledges this step
+          sends->push_back(Result{server, address, true, absl::OkStatus(), c.seed_bytes()});
+          break;
+        case CatchUp::Outcome::kDropped:  // still lost; a later step starts another
+          if (absl::Status why = c.failure(); absl::IsAborted(why)) {
+            done->push_back(Result{server, address, true, std::move(why), 0});  // fencing
+          }
+          break;
+      }
+      ended = std::move(it->second);
+      catch_ups_.erase(it);
+    }
+  }
+  if (ended != nullptr) return;
+  if (!owner_.Reconnect(address)) return;
+  if (*snapshot == nullptr) {
+    auto snap = SnapshotOf(job_);
+    if (!snap.ok()) return;
+    *snapshot = *std::move(snap);
+  }
+  auto started = std::make_unique<CatchUp>(
+      owner_, CatchUp::Copy{job_id_, shard_, server, address, token_}, *snapshot);
+  // The step that carries it is its first (a resent one: held already).
+  if (started->Offer(payload) == CatchUp::Outcome::kDropped) return;
+  absl::MutexLock lock(&catch_up_mu_);
+  catch_ups_[server] = std::move(started);
+}
+
+void ShardReplicator::DropCatchUps() {
+  absl::flat_hash_map<uint32_t, std::unique_ptr<CatchUp>> dropped;
+  {
+    absl::MutexLock lock(&catch_up_mu_);
+    dropped.swap(catch_ups_);
+  }
 }
 
 absl::Status ShardReplicator::Judge(uint64_t step, const std::vector<Result>& results) {
@@ -499,7 +498,11 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
 
 absl::Status ShardReplicator::Conclude(uint64_t step, const std::vector<Result>& results) {
   absl::Status s = Judge(step, results);
-  if (!job_.step().deposed()) Arm(step + 1);  // a deposed copy sends no more steps
+  if (job_.step().deposed()) {
+    DropCatchUps();  // a deposed copy sends no more steps
+  } else {
+    Arm(step + 1);
+  }
   return s;
 }
 

@@ -22,10 +22,18 @@
 // transfer and the backup's pass. A step that was not armed (the first
 // one, a retry) goes whole on ApplyStep at Decide, as does a step to a
 // backup whose data port is not known yet (learned from its ApplyStep
-// answers) or one of whose lanes failed, or one caught up at Decide.
+// answers) or one of whose lanes failed, or to a copy that rejoins.
+//
+// A lost copy is caught up in the background (catch_up.h): the Step that
+// finds its server reachable again reads the shard's state (before its
+// pass) and starts the copy's CatchUp; each later step decided while it
+// runs is handed to it whole, and once it holds nothing more, the step
+// goes to the copy whole, as to a live copy, and its acknowledgement
+// makes the copy live again (Judge).
 //
 // Thread-safe. Lock order: a block's mutex, then this object's mutex (a
-// Block's mutex is never taken under this object's).
+// Block's mutex is never taken under this object's). catch_up_mu_ is
+// taken alone (then a CatchUp's mutex).
 #pragma once
 
 #include <cstdint>
@@ -37,9 +45,11 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/job.h"
+#include "server/replication/catch_up.h"
 #include "server/replication/replicator.h"
 
 namespace zerostate::server {
@@ -64,18 +74,31 @@ class ShardReplicator final : public StepReplicator {
   struct Result {
     uint32_t server = 0;
     std::string address;
-    bool catch_up = false;  // Seed first; the copy was lost
+    bool catch_up = false;  // the copy was lost: its catch-up's step or failure
     absl::Status status;
-    uint64_t seed_bytes = 0;  // a catch-up's, once seeded
+    uint64_t seed_bytes = 0;  // the catch-up's
   };
   // One lane of a streamed step to one copy (the streaming thread's).
   struct Stream;
 
-  // Sends `payload` whole to each copy in `to` (a lost one is caught up
-  // first, when its server answers), on a thread each; the function
-  // returned joins them and gives their results.
+  // Sends `payload` whole to each copy in `to` that is live, or lost and
+  // caught up (CatchUpStep), on a thread each; the function returned
+  // joins them and gives their results.
   std::function<std::vector<Result>()> SendWhole(std::shared_ptr<const Payload> payload,
                                                  const std::vector<uint32_t>& to);
+  // Lost copy `server`'s part in step `payload`: handed to its catch-up
+  // (kept), or, once the catch-up holds nothing, a Result in `sends` (the
+  // step goes to the copy as to a live one; its acknowledgement revives
+  // it). A dropped catch-up ends (a later step starts another); one that
+  // met a newer primary (ABORTED) gives its Result in `done`, for Judge.
+  // With no catch-up, one starts when the copy's server answers again,
+  // from `*snapshot` (read once per step, here, before the pass).
+  void CatchUpStep(uint32_t server, const std::string& address,
+                   const std::shared_ptr<const Payload>& payload,
+                   std::shared_ptr<const ShardSnapshot>* snapshot, std::vector<Result>* sends,
+                   std::vector<Result>* done) ABSL_LOCKS_EXCLUDED(catch_up_mu_);
+  // Ends every catch-up (the copy was deposed).
+  void DropCatchUps() ABSL_LOCKS_EXCLUDED(catch_up_mu_);
   // The Step's answer from the copies' results: lost ones marked, caught
   // up ones revived, other errors UNAVAILABLE naming the backup. A copy
   // that answered ABORTED is the shard's primary now: this copy is deposed
@@ -141,6 +164,11 @@ class ShardReplicator final : public StepReplicator {
   std::vector<Result> stream_results_ ABSL_GUARDED_BY(mu_);
   uint64_t next_transfer_ = 0;  // the streaming thread's
   std::thread streamer_;
+
+  // Lost copies being caught up, by server index.
+  absl::Mutex catch_up_mu_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<CatchUp>> catch_ups_
+      ABSL_GUARDED_BY(catch_up_mu_);
 };
 
 }  // namespace zerostate::server

@@ -2,9 +2,11 @@
 // processes: a job of two nodes on three servers with one backup per
 // shard. Server 1 is SIGKILLed (its shard fails over to server 2, and
 // shard 0 loses its backup), the run goes on under-replicated, server 1
-// is restarted empty, and at the next step each primary catches its copy
-// there up (ReplicaService.Seed): server 1's copies are bit-identical to
-// their primaries' again, as the metrics say. Then the primary of the
+// is restarted empty, and at the next step each primary starts to catch
+// its copy there up in the background (ReplicaService.Seed, then that
+// step); once that is across, the copy rejoins at the next step: server
+// 1's copies are bit-identical to their primaries' again, as the metrics
+// say. Then the primary of the
 // shard whose only other copy is the caught-up one is SIGKILLed, and the
 // run ends with the weights of a run without faults, with no rollback.
 #include "tests/replication/replication_fixture.h"
@@ -75,6 +77,15 @@ TEST_P(CatchupTest, ARestartedServerCatchesUpAndThenTakesOverWithoutRollback) {
     absl::Status s = TrainerStep(nodes, step, grads, nullptr);
     ASSERT_TRUE(s.ok()) << "step " << step << ": " << s;
     ref.Step(step, grads, StepLr(step), kStepScale);
+    if (step == kRestartStep) {
+      // The catch-ups run in the background: the seeds and this step
+      // cross before the next step, whose copies rejoin then.
+      for (int primary : {0, 2}) {
+        double backlog = 0;
+        EXPECT_TRUE(AwaitMetric(c.server(primary), "zerostate_catchup_backlog_bytes", 0, &backlog))
+            << "server " << primary << "'s catch-up still holds " << backlog << " bytes";
+      }
+    }
   }
   ExpectReferenceRun(nodes, ref, kSteps);
   // The copy that took shard 1 over is the caught-up one; and shard 0's

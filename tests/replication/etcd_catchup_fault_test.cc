@@ -1,13 +1,15 @@
 // A kill in the middle of re-replication (issue 19): three servers in a
 // real etcd, a job of two nodes with one backup per shard. Server 1 is
 // SIGKILLed and restarted empty; at the next step its shards' primaries
-// mark its copies lost, at the one after they catch them up
-// (ReplicaService.Seed). The servers run with --test_seed_hold, so that
-// catch-up stops in the middle until the test lets it go, and the test
-// kills a server there: the catching-up one, or the seeding primary once
-// its copy holds the state. Either way the run ends at the version of a
-// run without faults, with its weights bit for bit: no step lost, none
-// applied twice, no rollback (no checkpoint is ever taken or restored).
+// mark its copies lost, at the one after they start to catch them up in
+// the background (ReplicaService.Seed, then the steps decided meanwhile).
+// The servers run with --test_seed_hold, so that catch-up stops in the
+// middle until the test lets it go, and the test kills a server: the
+// catching-up one while it is held, or the seeding primary once its copy
+// holds every step it acknowledged. Either way the run ends at the
+// version of a run without faults, with its weights bit for bit: no step
+// lost, none applied twice, no rollback (no checkpoint is ever taken or
+// restored).
 #include "tests/replication/etcd_cluster_fixture.h"
 
 namespace zerostate::server {
@@ -15,7 +17,7 @@ namespace {
 
 constexpr uint64_t kSteps = 8;
 constexpr uint64_t kLostStep = 2;     // server 1 killed and restarted before it
-constexpr uint64_t kCatchupStep = 3;  // its copies caught up (and a server killed) in it
+constexpr uint64_t kCatchupStep = 3;  // its copies' catch-ups start in it
 constexpr uint64_t kRestartStep = 5;  // the killed server back before it
 constexpr uint64_t kTakeOverStep = 6;
 
@@ -67,9 +69,9 @@ class EtcdCatchupFaultTest : public EtcdClusterFixture {
 };
 
 // The catching-up server SIGKILLed when its copy of shard 0 has its first
-// block: the primaries' catch-ups fail, the step is acknowledged without
-// it, and the copies stay lost. Restarted again, it is caught up at the
-// next step, bit-identical to the primaries; then shard 0's primary is
+// block: the primaries' catch-ups fail, the steps are acknowledged without
+// it, and the copies stay lost. Restarted again, it is caught up in the
+// next steps, bit-identical to the primaries; then shard 0's primary is
 // SIGKILLed and shard 0 moves to that copy with no rollback.
 TEST_F(EtcdCatchupFaultTest, TheCatchingUpServerKilledMidSeedIsCaughtUpOnceBack) {
   phase_marker_ = "blocks";
@@ -89,29 +91,39 @@ TEST_F(EtcdCatchupFaultTest, TheCatchingUpServerKilledMidSeedIsCaughtUpOnceBack)
   testing::ExpectReferenceRun(run_.nodes, *ref_, kSteps);
 }
 
-// The seeding primary of shard 0 (server 0) SIGKILLed in the middle of its
-// Step, once server 1's copy holds the shard's state at the step in
-// progress and before the step reached it: the clients move shard 0 to that
-// copy when server 0's lease expires (a restarted server's copy is taken at
-// the step in progress), push the step again and step there, once. Server
-// 0 restarted is caught up by server 1; the run ends bit-identical.
-TEST_F(EtcdCatchupFaultTest, TheSeedingPrimaryKilledOnceItsCopyHoldsTheStateFailsOverToIt) {
+// The seeding primary of shard 0 (server 0) SIGKILLed once its copy on
+// server 1 holds every step it acknowledged: two steps are acknowledged
+// while that copy's seed is held (it holds the state, not yet the steps),
+// then the hold is let go and the catch-up's backlog crosses; server 0 is
+// SIGKILLed in the next step, after node 0's push, before it decides it.
+// The clients move shard 0 to server 1's copy when server 0's lease
+// expires, push the step again and step there, once. Server 0 restarted is
+// caught up by the primaries of its copies; the run ends bit-identical.
+TEST_F(EtcdCatchupFaultTest, TheSeedingPrimaryKilledOnceItsCopyHoldsItsStepsFailsOverToIt) {
+  constexpr uint64_t kHeldSteps = 2;
+  constexpr uint64_t kKillStep = kCatchupStep + kHeldSteps;
   phase_marker_ = "applied";
   Start(phase_marker_);
   if (HasFatalFailure() || IsSkipped()) return;
   ASSERT_NO_FATAL_FAILURE(LoseServer1());
-  ASSERT_NO_FATAL_FAILURE(CatchupStepWith([&] { EXPECT_TRUE(server(0).Kill().ok()); }));
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kCatchupStep, kKillStep));
+  EXPECT_TRUE(AwaitFile(hold_ + "/applied-shard0")) << "shard 0's catch-up never reached the hold";
+  EXPECT_NE(access((hold_ + "/release").c_str(), F_OK), 0);  // acknowledged while held
+  Touch(hold_ + "/release");
+  // Server 1's copy reaches the acknowledged version through the backlog.
+  testing::ExpectSameCopies(addresses()[0], addresses()[1], spec_.job_id(), 0, kKillStep);
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kKillStep, kKillStep + 1,
+                                [&] { EXPECT_TRUE(server(0).Kill().ok()); }));
   EXPECT_FALSE(server(0).running());
   EXPECT_EQ(PrimaryOf(spec_.job_id(), 0), addresses()[1]);
-  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kCatchupStep + 1, kRestartStep));
   ASSERT_TRUE(server(0).Restart().ok());
-  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kRestartStep, kTakeOverStep));
-  // Server 0 caught up by the primaries of its copies (shards 0 and 2).
-  testing::ExpectSameCopies(addresses()[1], addresses()[0], spec_.job_id(), 0, kTakeOverStep);
-  testing::ExpectSameCopies(addresses()[2], addresses()[0], spec_.job_id(), 2, kTakeOverStep);
-  testing::ExpectSameCopies(addresses()[2], addresses()[1], spec_.job_id(), 1, kTakeOverStep);
-  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kTakeOverStep, kSteps));
-  testing::ExpectReferenceRun(run_.nodes, *ref_, kSteps);
+  // Its copies caught up in the background, then live again.
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kKillStep + 1, kKillStep + 4));
+  testing::ExpectSameCopies(addresses()[1], addresses()[0], spec_.job_id(), 0, kKillStep + 4);
+  testing::ExpectSameCopies(addresses()[2], addresses()[0], spec_.job_id(), 2, kKillStep + 4);
+  testing::ExpectSameCopies(addresses()[2], addresses()[1], spec_.job_id(), 1, kKillStep + 4);
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kKillStep + 4, kKillStep + 5));
+  testing::ExpectReferenceRun(run_.nodes, *ref_, kKillStep + 5);
 }
 
 }  // namespace

@@ -27,7 +27,10 @@ namespace zerostate::server {
 namespace {
 
 constexpr int kDefaultSeconds = 20;
-constexpr int kCatchUpSteps = 2;  // steps a repaired server gets before the next fault
+// Steps a repaired server gets before the next fault: one in which its
+// copies are found lost (a healed partition's copy is deposed), one that
+// starts their catch-ups (in the background), one they rejoin.
+constexpr int kCatchUpSteps = 3;
 
 uint64_t EnvOr(const char* name, uint64_t fallback) {
   const char* v = std::getenv(name);

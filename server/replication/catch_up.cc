@@ -1,0 +1,154 @@
+#include "server/replication/catch_up.h"
+
+#include <functional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/core/aligned_buffer.h"
+
+namespace zerostate::server {
+
+absl::StatusOr<std::shared_ptr<const ShardSnapshot>> SnapshotOf(Job& job) {
+  auto snap = std::make_shared<ShardSnapshot>();
+  snap->first.set_version(job.shard().Progress().min_version);
+  AlignedBuffer<float> state(job.shard().tier_shape().block_floats());
+  for (uint64_t local = 0; local < job.blocks().size(); ++local) {
+    if (auto s = job.gathers().ReadBlockAt(local, snap->first.version(), state.data()); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("shard ", job.shard_index(), ": ", s.message()));
+    }
+    v1::ShardBlock& b = snap->blocks.emplace_back();
+    b.set_block(job.blocks().begin + local);
+    b.set_version(snap->first.version());
+    b.set_state(reinterpret_cast<const char*>(state.data()), state.size() * sizeof(float));
+    snap->bytes += b.state().size();
+  }
+  const uint64_t version = snap->first.version();
+  snap->first.set_job_id(job.spec().job_id());
+  snap->first.set_shard(job.shard_index());
+  snap->first.set_applied_steps(job.step().applied_steps().Before(version));
+  if (auto ts = job.step().trainer_states().Find(version)) snap->first.set_trainer_state(*ts);
+  *snap->first.mutable_registration()->mutable_spec() = job.spec();
+  for (const std::string& server : job.servers())
+    snap->first.mutable_registration()->add_servers(server);
+  return snap;
+}
+
+namespace {
+
+// What a step held in a backlog costs.
+uint64_t BytesOf(const StepReplicator::Payload& payload) {
+  uint64_t bytes = payload.request.ByteSizeLong();
+  for (const auto& [block, grad] : payload.grads) bytes += grad.size();
+  return bytes;
+}
+
+}  // namespace
+
+CatchUp::CatchUp(Replicator& owner, Copy copy, std::shared_ptr<const ShardSnapshot> snapshot)
+    : owner_(owner),
+      copy_(std::move(copy)),
+      seed_bytes_(snapshot->bytes),
+      bound_(owner.catchup_backlog_bytes()),
+      next_step_(snapshot->first.version()) {
+  thread_ =
+      std::thread([this, snapshot = std::move(snapshot)]() mutable { Run(std::move(snapshot)); });
+}
+
+CatchUp::~CatchUp() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+    ClearLocked();
+  }
+  cancel_.Cancel();
+  thread_.join();
+}
+
+CatchUp::Outcome CatchUp::Offer(std::shared_ptr<const Payload> payload) {
+  const uint64_t step = payload->request.step();
+  const uint64_t bytes = BytesOf(*payload);
+  absl::MutexLock lock(&mu_);
+  if (!failure_.ok()) return Outcome::kDropped;
+  if (step < next_step_) return Outcome::kKept;  // resent: kept or acknowledged already
+  if (step > next_step_) {
+    FailLocked(absl::FailedPreconditionError(
+        absl::StrCat("catch-up of shard ", copy_.shard, "'s copy on ", copy_.address, ": step ",
+                     step, " came while it waited for step ", next_step_)));
+    return Outcome::kDropped;
+  }
+  if (seeded_ && backlog_.empty()) return Outcome::kCaughtUp;
+  if (bytes_ + bytes > bound_) {
+    FailLocked(absl::ResourceExhaustedError(
+        absl::StrCat("catch-up of shard ", copy_.shard, "'s copy on ", copy_.address, ": step ",
+                     step, " would take its backlog of ", backlog_.size(), " steps (", bytes_,
+                     " bytes) past ", "--catchup_backlog_bytes=", bound_)));
+    return Outcome::kDropped;
+  }
+  backlog_.push_back(std::move(payload));
+  bytes_ += bytes;
+  ++next_step_;
+  owner_.AddBacklogBytes(static_cast<int64_t>(bytes));
+  return Outcome::kKept;
+}
+
+absl::Status CatchUp::failure() const {
+  absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
+void CatchUp::Run(std::shared_ptr<const ShardSnapshot> snapshot) {
+  v1::SeedPart first = snapshot->first;
+  first.mutable_registration()->set_shard_index(copy_.server);
+  absl::Status s = owner_.Seed(copy_.address, copy_.token, first, snapshot->blocks, &cancel_);
+  snapshot.reset();  // the state's copy goes as soon as it crossed
+  {
+    absl::MutexLock lock(&mu_);
+    if (!s.ok()) {
+      FailLocked(
+          absl::Status(s.code(), absl::StrCat("catch-up of shard ", copy_.shard, "'s copy on ",
+                                              copy_.address, ": seed: ", s.message())));
+      return;
+    }
+    seeded_ = true;
+  }
+  std::shared_ptr<const Payload> next;
+  while (Next(&next)) {
+    s = owner_.Send(copy_.address, copy_.token, copy_.shard, copy_.job_id, *next, 0, &cancel_);
+    absl::MutexLock lock(&mu_);
+    if (stop_ || !failure_.ok()) return;  // dropped meanwhile: the backlog is gone
+    if (!s.ok()) {
+      FailLocked(absl::Status(
+          s.code(), absl::StrCat("catch-up of shard ", copy_.shard, "'s copy on ", copy_.address,
+                                 ": step ", next->request.step(), ": ", s.message())));
+      return;
+    }
+    const uint64_t bytes = BytesOf(*backlog_.front());
+    backlog_.pop_front();
+    bytes_ -= bytes;
+    owner_.AddBacklogBytes(-static_cast<int64_t>(bytes));
+  }
+}
+
+bool CatchUp::Next(std::shared_ptr<const Payload>* next) {
+  absl::MutexLock lock(&mu_);
+  std::function<bool()> ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || !failure_.ok() || !backlog_.empty();
+  };
+  mu_.Await(absl::Condition(&ready));
+  if (stop_ || !failure_.ok()) return false;
+  *next = backlog_.front();
+  return true;
+}
+
+void CatchUp::FailLocked(absl::Status why) {
+  if (failure_.ok()) failure_ = std::move(why);
+  ClearLocked();
+}
+
+void CatchUp::ClearLocked() {
+  backlog_.clear();
+  owner_.AddBacklogBytes(-static_cast<int64_t>(bytes_));
+  bytes_ = 0;
+}
+
+}  // namespace zerostate::server
