@@ -93,6 +93,17 @@ class Backend {
   // fastest (the engine's staging). Errors: RESOURCE_EXHAUSTED or INTERNAL.
   [[nodiscard]] virtual absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) = 0;
 
+  // The same for `bytes` at `data` that the caller allocated (a shared
+  // buffer of the client's), kept alive by `keep` until the HostBuffer is
+  // dropped: a GPU backend registers it with its runtime (pinned, so the
+  // collectives copy to and from it directly) and unregisters it then.
+  // The default uses it as it is. Errors: INTERNAL (the runtime refused).
+  [[nodiscard]] virtual absl::StatusOr<HostBuffer> AdoptHost(void* data, uint64_t bytes,
+                                                             std::shared_ptr<void> keep) {
+    (void)bytes;
+    return HostBuffer(static_cast<float*>(data), [keep = std::move(keep)](float*) {});
+  }
+
   // Copies parameters `elems` of this rank to host memory.
   [[nodiscard]] virtual absl::Status ReadParams(Range elems, float* host) = 0;
 

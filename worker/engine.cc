@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/shared_buffer.h"
 #include "common/job_spec.h"
 #include "worker/buckets.h"
 #include "worker/lr_schedule.h"
@@ -62,11 +63,24 @@ Engine::~Engine() {
   if (layer_landing_) backend_->SetWeightsNeeded(nullptr);
 }
 
+absl::StatusOr<HostBuffer> Engine::AllocStaging() {
+  if (staging_client_ != nullptr) {
+    auto shared = staging_client_->AllocateShared(std::max<uint64_t>(staging_elems_, 1) * sizeof(float));
+    if (shared.ok()) {
+      std::shared_ptr<client::SharedBuffer> buffer = *std::move(shared);
+      void* data = buffer->data();
+      const size_t bytes = buffer->size();
+      return backend_->AdoptHost(data, bytes, std::move(buffer));
+    }
+  }
+  return backend_->AllocHost(staging_elems_);
+}
+
 absl::Status Engine::EnsureStaging() {
   if (push_staging_ != nullptr) return absl::OkStatus();
-  auto push = backend_->AllocHost(staging_elems_);
+  auto push = AllocStaging();
   if (!push.ok()) return push.status();
-  auto gather = backend_->AllocHost(staging_elems_);
+  auto gather = AllocStaging();
   if (!gather.ok()) return gather.status();
   push_staging_ = *std::move(push);
   gather_staging_ = *std::move(gather);

@@ -165,6 +165,16 @@ class Engine {
   // True while a delayed update is in flight.
   bool in_flight() const { return !pending_gather_.empty() || pending_step_.valid(); }
 
+  // Takes the push and gather staging from `client`'s shared buffers
+  // (Client::AllocateShared, registered with the backend: AdoptHost), so
+  // that a state server on this host folds the pushes straight out of it
+  // and writes the gathers straight into it, the client copying nothing
+  // (docs/architecture.md, "a same-host data plane through shared
+  // memory"); null (the default): the backend's own (AllocHost). Before
+  // the first step; `client` (not owned) must outlive the Engine. A
+  // shared buffer the kernel refuses falls back to AllocHost.
+  void ShareStagingThrough(client::Client* client) { staging_client_ = client; }
+
   // Calls `hook` at each phase of every step from now on (empty: none).
   void SetPhaseHook(PhaseHook hook) { hook_ = std::move(hook); }
 
@@ -243,9 +253,13 @@ class Engine {
   const Topology topo_;
   std::vector<Bucket> buckets_;  // in backward order
   [[nodiscard]] absl::Status EnsureStaging();
+  // One staging buffer of staging_elems_ floats: shared (staging_client_)
+  // or the backend's.
+  [[nodiscard]] absl::StatusOr<HostBuffer> AllocStaging();
+  client::Client* staging_client_ = nullptr;
 
   uint64_t staging_elems_ = 0;
-  // From the backend (pinned on a GPU): staging_elems_ floats each, of
+  // From AllocStaging (pinned on a GPU): staging_elems_ floats each, of
   // which the buckets' shares take staging_elems_ elements of the
   // backend's grad_staging() and weight_staging() dtypes (at most 4 bytes).
   HostBuffer push_staging_, gather_staging_;

@@ -64,6 +64,10 @@ ABSL_FLAG(int32_t, same_host_streams_per_server, -1,
           "streams per server when every server is on this host, the same-host plane on "
           "(-1: the client's default, 8; 0: not raised past --streams_per_server); never "
           "more streams over all servers than the host's cores");
+ABSL_FLAG(bool, shared_staging, true,
+          "push and gather staging in memory shared with the state servers on this host, "
+          "which read and write it in place (false: the backend's own memory, which the "
+          "client copies into and out of the same-host plane's segments)");
 ABSL_FLAG(bool, data_plane, true,
           "push and gather over the servers' TCP data plane, under TLS when the servers are "
           "(false: over gRPC)");
@@ -174,6 +178,7 @@ absl::StatusOr<RankResult> RunRank(const ProcessRun& p, uint32_t index) {
   run.topo.local_rank += index;
   run.client = client->get();
   run.dump_path = absl::GetFlag(FLAGS_dump_weights);
+  run.shared_staging = absl::GetFlag(FLAGS_shared_staging);
   run.recovery = p.recovery;
   run.peer_timeout = p.peer_timeout;
   const uint32_t rank = run.topo.rank();

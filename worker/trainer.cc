@@ -87,6 +87,7 @@ absl::StatusOr<RankResult> TrainRank(const RankRun& run) {
     backend = std::make_unique<CpuBackend>(run.group, run.topo.local_rank, std::move(model));
   }
   Engine engine(job, backend.get(), train, run.topo, ready_points);
+  if (run.shared_staging) engine.ShareStagingThrough(run.client);
   engine.SetPhaseHook(run.on_phase);
   RankResult result;
   result.start_version = opened->start_version;

@@ -50,6 +50,10 @@ struct RankRun {
   // If set, called at each phase of every step (Engine::SetPhaseHook) and
   // before each checkpoint (Phase::kCheckpoint); for fault tests.
   PhaseHook on_phase;
+  // The engine's push and gather staging in `client`'s shared buffers, so
+  // that same-host servers read and write it in place
+  // (Engine::ShareStagingThrough); false: the backend's own memory.
+  bool shared_staging = true;
 };
 
 // Trains run.config.train().steps() steps (or fewer if the job is further

@@ -11,7 +11,9 @@
 #     step's end (train.whole_landing), against landing layer by layer;
 #     and synchronous with 4 streams per server (the client's
 #     streams_per_server, --same_host_streams_per_server=0), against the
-#     same-host default of 8;
+#     same-host default of 8; and synchronous with the staging not
+#     shared with the server (--shared_staging=false: the client copies
+#     into and out of the same-host plane's segments), against shared;
 #     bf16: bf16 gradients and weights on the wire;
 #   - pure GPU, fused AdamW on the GPU (pure_gpu_step.py);
 #   - FSDP2 + CPUOffloadPolicy(pin_memory=True) + AdamW(fused=True) on the
@@ -60,6 +62,10 @@ for wire in fp32 bf16; do
   # client/data_streams.h): whether more of the host's cores on the copies
   # of the same-host plane still shorten the push and the gather.
   zs_mlp "sync_streams4_$wire" "$wire" --same_host_streams_per_server=0
+  # Synchronous with the engine's staging in the backend's own pinned
+  # memory (before shared buffers): the client copies each push into its
+  # segment and each gathered piece out of it.
+  zs_mlp "sync_copied_$wire" "$wire" --shared_staging=false
   fsdp2_mlp "$wire"
 done
 PYTHONUNBUFFERED=1 python3 "$step_dir/pure_gpu_step.py" $(mlp_args) >"$out/pure_gpu.json" \

@@ -11,7 +11,11 @@ why):
                                     sync_streams4 (synchronous, 4 streams
                                     per server, as before the same-host
                                     default of 8:
-                                    --same_host_streams_per_server=0);
+                                    --same_host_streams_per_server=0),
+                                    sync_copied (synchronous, staging
+                                    not shared: the client copies into
+                                    and out of the segments,
+                                    --shared_staging=false);
                                     wire fp32, bf16
   <peer>_step_ms                    fsdp2_offload_fp32, fsdp2_offload_bf16,
                                     pure_gpu (fp32)
@@ -36,7 +40,7 @@ why):
                                     (zerostate_step_phase_seconds of
                                     metrics_<mode>_<wire>.txt: grad_stats,
                                     optimizer, commit, wait_gradients, ...)
-  same_losses.sync_{layer_buckets,whole_landing,streams4}_<wire>
+  same_losses.sync_{layer_buckets,whole_landing,streams4,copied}_<wire>
                                     1 when every step's loss (as printed) of
                                     that run equals the default synchronous
                                     run's, else 0: neither the bucket cut nor
@@ -63,24 +67,26 @@ a = p.parse_args()
 
 WIRES = ("fp32", "bf16")
 MODES = ("sync", "speculative", "delayed", "sync_layer_buckets", "sync_whole_landing",
-         "sync_streams4")
+         "sync_streams4", "sync_copied")
 # Bytes of memory traffic per parameter of each stage of a step on one
 # host, the trainer on the GPU, the server on loopback over the same-host
 # (shared memory) plane; read + write of host memory:
 #   d2h       the GPU writes the gradient into pinned staging (bf16: the
 #             GPU rounds it first, Backend::grad_staging)
-#   push      the client copies it into the segment
-#   fold      the server folds node 0's piece from the segment into the sum
+#   push      the client copies it into the segment: 0 since the staging
+#             is a shared buffer the server reads in place
+#             (--shared_staging, the default; sync_copied runs without)
+#   fold      the server folds node 0's piece from the staging into the sum
 #   optimizer AdamW's pass: reads p, g, m, v, writes p, m, v (+ bf16 copy)
-#   gather    the server copies the weights into the segment
-#   unpack    the client copies them into staging
+#   gather    the server copies the weights into the staging
+#   unpack    the client copies them out of the segment: 0, as push
 #   h2d       the GPU reads the weights from pinned staging (bf16: and
 #             widens them itself)
 STAGES = {
-    "fp32": {"d2h": 4, "push": 4 + 4, "fold": 4 + 4, "optimizer": 16 + 12, "gather": 4 + 4,
-             "unpack": 4 + 4, "h2d": 4},
-    "bf16": {"d2h": 2, "push": 2 + 2, "fold": 2 + 4, "optimizer": 16 + 14, "gather": 2 + 2,
-             "unpack": 2 + 2, "h2d": 2},
+    "fp32": {"d2h": 4, "push": 0, "fold": 4 + 4, "optimizer": 16 + 12, "gather": 4 + 4,
+             "unpack": 0, "h2d": 4},
+    "bf16": {"d2h": 2, "push": 0, "fold": 2 + 4, "optimizer": 16 + 14, "gather": 2 + 2,
+             "unpack": 0, "h2d": 2},
 }
 LIMIT_BYTES_PER_PARAM = 30  # optimizer_bench's TrafficPass
 
@@ -186,7 +192,7 @@ for wire in WIRES:
             emit(f"server_{name}.{phase}_ms", seconds * 1e3, "ms")
 for wire in WIRES:
     base = losses(f"sync_{wire}")
-    for other in ("sync_layer_buckets", "sync_whole_landing", "sync_streams4"):
+    for other in ("sync_layer_buckets", "sync_whole_landing", "sync_streams4", "sync_copied"):
         cut = losses(f"{other}_{wire}")
         if base and cut:
             emit(f"same_losses.{other}_{wire}", int(base == cut), "bool", steps=len(base))

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/text_format.h"
+#include "prometheus/registry.h"
 #include "tests/testing/server_process.h"
 #include "common/init.h"
 #include "tests/worker/reference_loop.h"
@@ -42,12 +43,16 @@ constexpr const char* kBase = R"pb(
 class TrainTest : public ::testing::TestWithParam<Case> {};
 
 // Trains through the service; returns the master weights at the run's last
-// version, and rank 0's loss per step in `losses` if given.
-absl::StatusOr<std::vector<float>> TrainThroughService(const v1::WorkerConfig& config,
-                                                       const std::vector<std::string>& servers,
-                                                       std::vector<float>* losses = nullptr) {
+// version, and rank 0's loss per step in `losses` if given. Each rank's
+// client registers its metrics in `metrics` if given; `shared_staging`:
+// RankRun's.
+absl::StatusOr<std::vector<float>> TrainThroughService(
+    const v1::WorkerConfig& config, const std::vector<std::string>& servers,
+    std::vector<float>* losses = nullptr,
+    std::shared_ptr<prometheus::Registry> metrics = nullptr, bool shared_staging = true) {
   client::ClientOptions options;
   options.servers = servers;
+  options.metrics = metrics;
   options.plaintext = true;  // loopback test servers
   options.job_token = "train-test-token-0123456789abcdef01234567";  // shared by every rank
   const uint64_t elems = FlatElems(config);
@@ -66,6 +71,7 @@ absl::StatusOr<std::vector<float>> TrainThroughService(const v1::WorkerConfig& c
       run.topo = Topology{r / 2, 2, r % 2, 2};
       run.client = client->get();
       run.group = groups[r / 2].get();
+      run.shared_staging = shared_staging;
       auto result = TrainRank(run);
       status[r] = result.status();
       if (result.ok() && r == 0 && losses != nullptr) *losses = result->losses;
@@ -75,6 +81,7 @@ absl::StatusOr<std::vector<float>> TrainThroughService(const v1::WorkerConfig& c
   for (const auto& s : status) {
     if (!s.ok()) return s;
   }
+  options.metrics = nullptr;  // the check below counts in no run's figures
   auto client = client::Client::Connect(options);
   if (!client.ok()) return client.status();
   auto job = (*client)->AttachJob(config.train().job_id());
@@ -180,6 +187,62 @@ INSTANTIATE_TEST_SUITE_P(
                            "train { delayed_update { enabled: true } gradient_clipping: 0.05 "
                            "precision: PRECISION_BF16 weight_dtype: DTYPE_BF16 }"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// The client's zero-copy bytes of `op` ("push", "gather") over every
+// server and rank.
+double ZeroCopyBytes(prometheus::Registry& r, const std::string& op) {
+  double total = 0;
+  for (const auto& family : r.Collect()) {
+    if (family.name != "zerostate_client_zero_copy_bytes_total") continue;
+    for (const auto& m : family.metric) {
+      for (const auto& label : m.label) {
+        if (label.name == "op" && label.value == op) total += m.counter.value;
+      }
+    }
+  }
+  return total;
+}
+
+// The engine's staging in the client's shared buffers (the default): on
+// the same-host plane the servers fold every push straight out of it and
+// write every gathered piece straight into it, the client copying no
+// byte; the run is bit-identical to one whose staging is the backend's
+// own memory, which the client copies (zero bytes in place).
+TEST(SharedStagingTest, ServersReadAndWriteTheStagingInPlaceBitIdenticalToCopies) {
+  auto parsed = ParseTextConfig(kBase);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  testing::ServerProcessOptions options;
+  options.binary = ZEROSTATE_SERVER_PATH;
+  options.args = {"--threads=2", "--metrics_listen="};
+  auto cluster = testing::ServerCluster::Start(2, options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::vector<float> master[2], losses[2];
+  double pushed[2], gathered[2];
+  for (int shared = 0; shared < 2; ++shared) {
+    parsed->mutable_train()->set_job_id(shared ? "shared_staging" : "copied_staging");
+    auto config = NormalizeConfig(*parsed, 4);
+    ASSERT_TRUE(config.ok()) << config.status();
+    auto metrics = std::make_shared<prometheus::Registry>();
+    auto m = TrainThroughService(*config, (*cluster)->addresses(), &losses[shared], metrics,
+                                 shared == 1);
+    ASSERT_TRUE(m.ok()) << m.status();
+    master[shared] = *std::move(m);
+    pushed[shared] = ZeroCopyBytes(*metrics, "push");
+    gathered[shared] = ZeroCopyBytes(*metrics, "gather");
+  }
+  ExpectBitIdentical(master[1], master[0]);
+  EXPECT_EQ(losses[1], losses[0]);
+  EXPECT_EQ(pushed[0], 0);
+  EXPECT_EQ(gathered[0], 0);
+  // fp32 on the wire and in the staging: every push of every step, from
+  // each node's two ranks (their shares cover the flat space once), and
+  // every gather (the first weights, then each step's) went in place.
+  const auto flat = static_cast<double>(FlatElems(*NormalizeConfig(*parsed, 4)));
+  const double steps = parsed->train().steps();
+  EXPECT_EQ(pushed[1], steps * 2 * flat * sizeof(float));
+  EXPECT_EQ(gathered[1], (steps + 1) * 2 * flat * sizeof(float));
+  EXPECT_TRUE((*cluster)->StopAll().ok());
+}
 
 // A second run (new run id) resumes the job where the servers hold it and
 // ends where one uninterrupted run would.

@@ -56,6 +56,8 @@ class CudaBackend : public Backend {
   absl::Status AllGathersRead() override;
   absl::Status ReadParams(Range elems, float* host) override;
   absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) override;
+  absl::StatusOr<HostBuffer> AdoptHost(void* data, uint64_t bytes,
+                                       std::shared_ptr<void> keep) override;
   absl::StatusOr<bool> NodeAnyFailed(bool failed) override;
 
  private:
@@ -375,6 +377,16 @@ absl::StatusOr<HostBuffer> CudaBackend::AllocHost(uint64_t elems) {
   PinnedBuffer pinned;
   if (auto s = AllocPinned(&pinned, elems); !s.ok()) return s;
   return HostBuffer(pinned.release(), [](float* p) { cudaFreeHost(p); });
+}
+
+// Pinned in place (cudaHostRegister): the copies of the comm stream go
+// straight to and from it, as with cudaMallocHost's memory.
+absl::StatusOr<HostBuffer> CudaBackend::AdoptHost(void* data, uint64_t bytes,
+                                                  std::shared_ptr<void> keep) {
+  ZS_CUDA_RETURN_IF_ERROR(cudaHostRegister(data, bytes, cudaHostRegisterDefault));
+  return HostBuffer(static_cast<float*>(data), [keep = std::move(keep)](float* p) {
+    cudaHostUnregister(p);
+  });
 }
 
 }  // namespace

@@ -5,11 +5,13 @@
 #include "worker/cuda/cuda_backend.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -268,6 +270,47 @@ TEST(CudaBackendTest, Bf16StagingIsTheClientsConversion) {
     nonzero += host32->get()[i] != 0.0f;
   }
   EXPECT_GT(nonzero, 0);
+}
+
+// Memory the caller allocated (the client's shared buffers are mmaps of a
+// memfd), pinned in place by AdoptHost: the collectives copy to and from
+// it as from AllocHost's, and the caller's hold on it is given back (and
+// the memory unregistered) when the HostBuffer goes.
+TEST(CudaBackendTest, AdoptedHostMemoryStagesAsAllocHostsDoes) {
+  SKIP_WITHOUT_GPU();
+  Model m;
+  const uint64_t n = m.layout.total_elems;
+  std::vector<float> x(kBatch * m.config.input_dim()), y(kBatch * m.config.output_dim());
+  TeacherData(m.config).Fill(0, kBatch, x.data(), y.data());
+  auto id = NewNcclId();
+  ASSERT_TRUE(id.ok()) << id.status();
+  auto gpu = MakeCudaBackend(m.Options(*id));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  const size_t bytes = (n * sizeof(float) + 4095) / 4096 * 4096;
+  void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  auto keep = std::shared_ptr<void>(mapped, [bytes](void* p) { munmap(p, bytes); });
+  std::weak_ptr<void> held = keep;
+  auto adopted = (*gpu)->AdoptHost(mapped, bytes, std::move(keep));
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  auto pinned = (*gpu)->AllocHost(n);
+  ASSERT_TRUE(pinned.ok()) << pinned.status();
+  std::copy(m.params.begin(), m.params.end(), adopted->get());
+  ASSERT_TRUE((*gpu)->AllGather(Range{0, n}, adopted->get()).ok());
+  ASSERT_TRUE((*gpu)->AllGathersRead().ok());
+  std::vector<float> read(n);
+  ASSERT_TRUE((*gpu)->ReadParams(Range{0, n}, read.data()).ok());
+  EXPECT_EQ(std::memcmp(read.data(), m.params.data(), n * sizeof(float)), 0);
+  ASSERT_TRUE((*gpu)->ZeroGrads().ok());
+  ASSERT_TRUE((*gpu)->ForwardBackward(x.data(), y.data(), kBatch, 2.0f, nullptr).ok());
+  ASSERT_TRUE((*gpu)->ReduceScatter(Range{0, n}, adopted->get()).ok());
+  ASSERT_TRUE((*gpu)->ReduceScatter(Range{0, n}, pinned->get()).ok());
+  EXPECT_EQ(std::memcmp(adopted->get(), pinned->get(), n * sizeof(float)), 0);
+  EXPECT_TRUE(std::any_of(pinned->get(), pinned->get() + m.layout.used_elems,
+                          [](float g) { return g != 0.0f; }));
+  EXPECT_FALSE(held.expired());
+  adopted->reset();
+  EXPECT_TRUE(held.expired());
 }
 
 TEST(CudaBackendTest, OneRankVotePassesItsOwnFlag) {
