@@ -101,7 +101,10 @@ class Backend {
   [[nodiscard]] virtual absl::StatusOr<HostBuffer> AdoptHost(void* data, uint64_t bytes,
                                                              std::shared_ptr<void> keep) {
     (void)bytes;
-    return HostBuffer(static_cast<float*>(data), [keep = std::move(keep)](float*) {});
+    // The deleter lets go of `keep` itself: HostBuffer::reset() runs it
+    // but keeps the deleter.
+    return HostBuffer(static_cast<float*>(data),
+                      [keep = std::move(keep)](float*) mutable { keep.reset(); });
   }
 
   // Copies parameters `elems` of this rank to host memory.

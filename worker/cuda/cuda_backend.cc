@@ -384,8 +384,11 @@ absl::StatusOr<HostBuffer> CudaBackend::AllocHost(uint64_t elems) {
 absl::StatusOr<HostBuffer> CudaBackend::AdoptHost(void* data, uint64_t bytes,
                                                   std::shared_ptr<void> keep) {
   ZS_CUDA_RETURN_IF_ERROR(cudaHostRegister(data, bytes, cudaHostRegisterDefault));
-  return HostBuffer(static_cast<float*>(data), [keep = std::move(keep)](float* p) {
+  // The deleter lets go of `keep` itself: HostBuffer::reset() runs it but
+  // keeps the deleter.
+  return HostBuffer(static_cast<float*>(data), [keep = std::move(keep)](float* p) mutable {
     cudaHostUnregister(p);
+    keep.reset();
   });
 }
 
