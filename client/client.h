@@ -211,8 +211,9 @@ class Client {
                                                                     const std::string& value);
 
   // A shared buffer of at least `bytes` (rounded up to whole pages):
-  // page-aligned, zeroed memory (a sealed memfd) that a state server on
-  // this host reads and writes in place. A push (PushAsync / Push) whose
+  // page-aligned, zeroed memory (a sealed memfd, allocated whole now and
+  // charged to this process) that a state server on this host reads and
+  // writes in place. A push (PushAsync / Push) whose
   // `data`, or a gather (GatherAsync / Gather) whose `out`, lies entirely
   // inside one shared buffer, in the wire's dtype (a push in the job's
   // grad_dtype; a gather in the dtype gathered), moves through the

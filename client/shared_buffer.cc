@@ -14,7 +14,10 @@ bool SharedBuffer::Holds(const void* p, size_t bytes) const {
 
 absl::StatusOr<std::shared_ptr<SharedBuffer>> SharedBuffers::Allocate(size_t bytes) {
   // Made outside the lock (a large memfd takes a while to map); published under it.
-  absl::StatusOr<std::unique_ptr<ShmSegment>> segment = ShmSegment::Create(bytes);
+  // Populated: the caller's memory is committed here, and the server can
+  // map it whole at once rather than fault in a page per first write.
+  absl::StatusOr<std::unique_ptr<ShmSegment>> segment =
+      ShmSegment::Create(bytes, /*populate=*/true);
   if (!segment.ok()) return segment.status();
   absl::MutexLock lock(&mu_);
   auto buffer = std::make_shared<SharedBuffer>(static_cast<uint32_t>(buffers_.size() + 1),

@@ -21,8 +21,9 @@
 
 namespace zerostate::client {
 
-// One buffer: page-aligned, zeroed at allocation, `size()` bytes (the
-// request rounded up to whole pages), mapped until the last reference to
+// One buffer: page-aligned, zeroed and allocated whole at allocation
+// (so that the server can map it populated), `size()` bytes (the request
+// rounded up to whole pages), mapped until the last reference to
 // it goes (Client::AllocateShared's caller, the client's registry, and
 // each connection that had the server map it hold one). Thread-safe (the
 // mapping does not change; what is in it is the caller's business).

@@ -55,8 +55,10 @@ struct FdMessage {
 
 std::string ShmSocketName(int data_port) { return absl::StrCat("zerostate-data-", data_port); }
 
-absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Map(int fd, size_t bytes) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Map(int fd, size_t bytes,
+                                                            bool populate) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
   if (p == MAP_FAILED) {
     absl::Status s = Errno("shm segment: mmap");
     close(fd);
@@ -65,21 +67,23 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Map(int fd, size_t bytes
   return std::unique_ptr<ShmSegment>(new ShmSegment(fd, static_cast<uint8_t*>(p), bytes));
 }
 
-absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(size_t bytes) {
+absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Create(size_t bytes, bool populate) {
   if (bytes == 0) return absl::InvalidArgumentError("shm segment: size 0");
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   bytes = (bytes + page - 1) / page * page;
   int fd = memfd_create("zerostate-data", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Errno("shm segment: memfd_create");
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 || fcntl(fd, F_ADD_SEALS, kSeals) != 0) {
-    absl::Status s = Errno("shm segment: size and seal");
+  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0 ||
+      (populate && fallocate(fd, 0, 0, static_cast<off_t>(bytes)) != 0) ||
+      fcntl(fd, F_ADD_SEALS, kSeals) != 0) {
+    absl::Status s = Errno("shm segment: size, allocate and seal");
     close(fd);
     return s;
   }
-  return Map(fd, bytes);
+  return Map(fd, bytes, populate);
 }
 
-absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Attach(int fd) {
+absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Attach(int fd, bool populate) {
   int seals = fcntl(fd, F_GET_SEALS);
   struct stat st {};
   if (seals < 0 || (seals & kSeals) != kSeals || fstat(fd, &st) != 0 || st.st_size <= 0) {
@@ -88,7 +92,8 @@ absl::StatusOr<std::unique_ptr<ShmSegment>> ShmSegment::Attach(int fd) {
         "shm segment: not a memfd sealed against shrinking and growing, or empty");
   }
   const size_t bytes = static_cast<size_t>(st.st_size);
-  return Map(fd, bytes);
+  const bool allocated = static_cast<uint64_t>(st.st_blocks) * 512 >= bytes;
+  return Map(fd, bytes, populate && allocated);
 }
 
 ShmSegment::~ShmSegment() {

@@ -35,13 +35,20 @@ std::string ShmSocketName(int data_port);
 class ShmSegment {
  public:
   // A new sealed memfd segment of `bytes` (> 0, rounded up to whole
-  // pages), zeroed. Errors: INVALID_ARGUMENT (bytes 0), UNAVAILABLE (the
-  // kernel refused; with the reason).
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShmSegment>> Create(size_t bytes);
+  // pages), zeroed. With `populate`, its pages are allocated (charged to
+  // this process) and mapped now, so that no access faults, here or in a
+  // peer that attaches with `populate`. Errors: INVALID_ARGUMENT (bytes
+  // 0), UNAVAILABLE (the kernel refused; with the reason).
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShmSegment>> Create(size_t bytes,
+                                                                          bool populate = false);
   // Maps the segment `fd` (owned from now on, closed on error too) a peer
-  // handed over. Errors: FAILED_PRECONDITION (not sealed against shrinking
+  // handed over. With `populate`, every page is mapped now (each first
+  // write would fault on its own) if the peer allocated them all (a
+  // sparse one is mapped lazily: this process never allocates the peer's
+  // memory). Errors: FAILED_PRECONDITION (not sealed against shrinking
   // and growing, or empty), UNAVAILABLE (cannot map; the reason).
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShmSegment>> Attach(int fd);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShmSegment>> Attach(int fd,
+                                                                          bool populate = false);
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
@@ -55,8 +62,10 @@ class ShmSegment {
 
  private:
   ShmSegment(int fd, uint8_t* data, size_t size) : fd_(fd), data_(data), size_(size) {}
-  // Maps `bytes` of `fd` (owned; closed on error). Errors: UNAVAILABLE.
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShmSegment>> Map(int fd, size_t bytes);
+  // Maps `bytes` of `fd` (owned; closed on error), every page at once
+  // with `populate`. Errors: UNAVAILABLE.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ShmSegment>> Map(int fd, size_t bytes,
+                                                                       bool populate);
   const int fd_;
   uint8_t* const data_;
   const size_t size_;

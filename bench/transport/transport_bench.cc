@@ -22,7 +22,10 @@
 //  "tensor_limit":..., "tensor_ratio":...} (the last two where measured).
 // With both tcp and shm measured, "push.<dtype>.servers=S.shm_vs_tcp" (and
 // gather) is the shm figure with the TCP plane's as its limit: its ratio is
-// shm / TCP in the same run.
+// shm / TCP in the same run. The shm_shared plane is shm with the
+// gradient and the gathered weights in shared buffers
+// (Client::AllocateShared: the client copies nothing); with shm measured
+// too, "...shm_shared_vs_shm" is its figure with shm's as the limit.
 // --tls_dir=DIR also measures every figure with the servers under TLS
 // (DIR/server.pem, DIR/server.key for 127.0.0.1, DIR/ca.pem its CA; with
 // DIR/client.pem and DIR/client.key, mutual TLS: the servers require a
@@ -55,6 +58,7 @@
 #include "bench/transport/cpu_usage.h"
 #include "bench/transport/raw_tcp.h"
 #include "client/client.h"
+#include "client/shared_buffer.h"
 #include "common/data_tls.h"
 #include "tests/testing/server_process.h"
 
@@ -75,7 +79,8 @@ ABSL_FLAG(std::vector<std::string>, channel_args, {},
           "extra integer channel arguments NAME=VALUE, comma-separated, applied last");
 ABSL_FLAG(int, server_threads, 2, "zerostate-server --threads");
 ABSL_FLAG(std::string, planes, "grpc,tcp,shm",
-          "data paths to measure: grpc, tcp (the TCP data plane), shm (the same-host plane)");
+          "data paths to measure: grpc, tcp (the TCP data plane), shm (the same-host plane), "
+          "shm_shared (the same-host plane from and into shared buffers)");
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 ABSL_FLAG(std::string, server_binary, ZEROSTATE_SERVER_PATH, "the zerostate-server to start");
 ABSL_FLAG(std::string, tls_dir, "",
@@ -208,6 +213,10 @@ v1::JobSpec BenchSpec(const std::string& id, uint64_t elems, v1::DType dtype) {
   return spec;
 }
 
+// Whether `plane` is one of the data plane's (else gRPC), and the same-host one.
+bool OnDataPlane(const std::string& plane) { return plane != "grpc"; }
+bool SameHost(const std::string& plane) { return plane == "shm" || plane == "shm_shared"; }
+
 // Data plane connections per server with `servers` servers.
 int StreamsPerServer(int servers) {
   const int all = absl::GetFlag(FLAGS_connections);
@@ -216,8 +225,7 @@ int StreamsPerServer(int servers) {
 
 // Connections the client opens to each of `servers` servers on `plane`.
 int ConnectionsPerServer(const std::string& plane, int servers) {
-  return plane == "tcp" || plane == "shm" ? StreamsPerServer(servers)
-                                          : absl::GetFlag(FLAGS_channels);
+  return OnDataPlane(plane) ? StreamsPerServer(servers) : absl::GetFlag(FLAGS_channels);
 }
 
 std::vector<std::string> Planes() {
@@ -252,8 +260,8 @@ client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers
                                          const std::string& plane, const Security& security) {
   client::ClientOptions o;
   o.servers = servers;
-  o.data_plane = plane == "tcp" || plane == "shm";
-  o.data_shm = plane == "shm";
+  o.data_plane = OnDataPlane(plane);
+  o.data_shm = SameHost(plane);
   const std::string tls = absl::GetFlag(FLAGS_tls_dir);
   o.plaintext = !security.tls;
   o.data_ktls = security.ktls;
@@ -281,6 +289,28 @@ client::ClientOptions BenchClientOptions(const std::vector<std::string>& servers
   return o;
 }
 
+// `bytes` of zeroed memory for a payload: a shared buffer of `c` on the
+// shm_shared plane, else ordinary memory.
+class Payload {
+ public:
+  static absl::StatusOr<Payload> Make(client::Client& c, const std::string& plane, size_t bytes) {
+    Payload p;
+    if (plane != "shm_shared") {
+      p.own_.assign(bytes, 0);
+      return p;
+    }
+    absl::StatusOr<std::shared_ptr<client::SharedBuffer>> shared = c.AllocateShared(bytes);
+    if (!shared.ok()) return shared.status();
+    p.shared_ = *std::move(shared);
+    return p;
+  }
+  char* data() { return shared_ ? reinterpret_cast<char*>(shared_->data()) : own_.data(); }
+
+ private:
+  std::vector<char> own_;
+  std::shared_ptr<client::SharedBuffer> shared_;
+};
+
 // Push and gather figures for one job on a running cluster.
 absl::Status MeasureJob(client::Client& c, const std::vector<pid_t>& servers,
                         const std::string& plane, v1::DType dtype, Figure* push, Figure* gather) {
@@ -290,14 +320,23 @@ absl::Status MeasureJob(client::Client& c, const std::vector<pid_t>& servers,
   if (!job.ok()) return job.status();
   const Range all{0, (*job)->layout().used_elems};
   const uint64_t bytes = all.size() * DTypeSize(dtype);
-  std::vector<char> grad(bytes, 0), out(bytes);  // zero gradients: weights stay put
-  for (int r = 0; r < absl::GetFlag(FLAGS_reps); ++r) {
+  // Zero gradients: the weights stay put.
+  absl::StatusOr<Payload> grad = Payload::Make(c, plane, bytes);
+  absl::StatusOr<Payload> out = grad.ok() ? Payload::Make(c, plane, bytes) : grad;
+  if (!out.ok()) return out.status();
+  // shm_shared: each connection has the server map a buffer the first
+  // time it uses it, once for its life; an untimed round first measures
+  // the steady state a trainer sees.
+  const int warmup = plane == "shm_shared" ? 1 : 0;
+  Figure untimed;
+  for (int r = 0; r < warmup + absl::GetFlag(FLAGS_reps); ++r) {
+    Figure* p = r < warmup ? &untimed : push;
+    Figure* g = r < warmup ? &untimed : gather;
     absl::Status s =
-        TimeOp(bytes, servers, push, [&] { return (*job)->Push(r, 0, all, grad.data(), dtype); });
+        TimeOp(bytes, servers, p, [&] { return (*job)->Push(r, 0, all, grad->data(), dtype); });
     if (s.ok()) s = (*job)->Step(r, 0.0f, 1.0f, false);
     if (s.ok()) {
-      s = TimeOp(bytes, servers, gather,
-                 [&] { return (*job)->Gather(r + 1, all, out.data(), dtype); });
+      s = TimeOp(bytes, servers, g, [&] { return (*job)->Gather(r + 1, all, out->data(), dtype); });
     }
     if (!s.ok()) return s;
   }
@@ -339,7 +378,8 @@ absl::Status MeasureServers(int servers, const RawTcp& tcp, const Security& secu
   if (!cluster.ok()) return cluster.status();
   std::vector<pid_t> pids;
   for (int i = 0; i < servers; ++i) pids.push_back((*cluster)->server(i).pid());
-  std::map<std::string, double> tcp_plane;  // "push.fp32" -> the TCP plane's GB/s
+  // By plane: "push.fp32" -> its GB/s.
+  std::map<std::string, std::map<std::string, double>> rates;
   for (const std::string& plane : Planes()) {
     auto c = client::Client::Connect(BenchClientOptions((*cluster)->addresses(), plane, security));
     if (!c.ok()) return c.status();
@@ -355,24 +395,24 @@ absl::Status MeasureServers(int servers, const RawTcp& tcp, const Security& secu
         Versus versus;
         if (security.tls) {
           versus.plain_bytes_per_s = (*plain)[name];
-          versus.records = plane == "tcp"   ? RecordsFromLog(log)
-                           : plane == "shm" ? "none: shared memory on this host"
-                                            : "gRPC";
+          versus.records = plane == "tcp"    ? RecordsFromLog(log)
+                           : SameHost(plane) ? "none: shared memory on this host"
+                                             : "gRPC";
         } else {
           (*plain)[name] = figure->bytes_per_s;
         }
         Print(name + security.suffix, *figure, limit, tensor_limit, versus);
       }
       const std::string d = std::string(".") + DTypeName(dtype);
-      if (plane == "tcp") {
-        tcp_plane["push" + d] = push.bytes_per_s;
-        tcp_plane["gather" + d] = gather.bytes_per_s;
-      }
-      if (plane == "shm" && tcp_plane.count("push" + d) != 0) {
-        const std::string vs =
-            d + ".servers=" + std::to_string(servers) + ".shm_vs_tcp" + security.suffix;
-        Print("push" + vs, push, tcp_plane["push" + d]);
-        Print("gather" + vs, gather, tcp_plane["gather" + d]);
+      rates[plane]["push" + d] = push.bytes_per_s;
+      rates[plane]["gather" + d] = gather.bytes_per_s;
+      // The same-host figures against the plane they improve on.
+      const std::string base = plane == "shm" ? "tcp" : plane == "shm_shared" ? "shm" : "";
+      if (!base.empty() && rates[base].count("push" + d) != 0) {
+        const std::string vs = d + ".servers=" + std::to_string(servers) + "." + plane + "_vs_" +
+                               base + security.suffix;
+        Print("push" + vs, push, rates[base]["push" + d]);
+        Print("gather" + vs, gather, rates[base]["gather" + d]);
       }
     }
   }

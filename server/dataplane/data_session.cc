@@ -332,7 +332,10 @@ class Session final : public GatherSink {
       close(fd);
       return refused;
     }
-    absl::StatusOr<std::unique_ptr<ShmSegment>> buffer = ShmSegment::Attach(fd);
+    // Mapped whole now if the client allocated it (a gather's first write
+    // to each page would fault otherwise), once for the connection's life.
+    absl::StatusOr<std::unique_ptr<ShmSegment>> buffer =
+        ShmSegment::Attach(fd, /*populate=*/true);
     if (!buffer.ok()) return Prefixed(absl::StrCat("shared buffer ", id, ": "), buffer.status());
     shared_bytes_ += (*buffer)->size();
     shared_[id] = *std::move(buffer);

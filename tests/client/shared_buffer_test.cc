@@ -11,6 +11,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -141,6 +142,9 @@ TEST_F(SharedBufferTest, InPlacePushesAndGathersAreBitIdenticalToOrdinaryMemory)
     auto weights = c->AllocateShared(layout.total_elems * esize);
     ASSERT_TRUE(grad.ok() && weights.ok());
     EXPECT_EQ(reinterpret_cast<uintptr_t>((*grad)->data()) % 4096, 0u);
+    struct stat st {};
+    ASSERT_EQ(fstat((*grad)->segment().fd(), &st), 0);
+    EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, (*grad)->size()) << "not allocated whole";
     EXPECT_NE((*grad)->id(), (*weights)->id());
     std::vector<uint8_t> plain_grad(layout.used_elems * esize);
     std::vector<uint8_t> plain_weights(layout.total_elems * esize);
