@@ -211,6 +211,40 @@ TEST_F(SharedBufferTest, TcpAndGrpcSendFromSharedBuffersAsFromAnyMemory) {
   }
 }
 
+// One connection (one stream) pushing from 65 shared buffers, one after
+// another: the server maps the first 64 (its cap per connection) and
+// refuses the 65th; the client remembers the refusal and copies that
+// push through the segment instead. Every push gets through, exactly 64
+// of them in place, and the weights equal the reference model's.
+TEST_F(SharedBufferTest, ABufferPastTheServersCapIsCopiedInstead) {
+  std::unique_ptr<client::Client> c = Connect([](client::ClientOptions& o) {
+    o.streams_per_server = 1;
+    o.same_host_streams_per_server = 0;
+  });
+  ASSERT_NE(c, nullptr);
+  auto job = c->RegisterJob(TestSpec("cap", 1, v1::DTYPE_FP32, v1::DTYPE_FP32));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ReferenceModel ref((*job)->spec());
+  const Layout& layout = ref.layout();
+  std::vector<float> g = NodeGradient(layout, 0, 0);
+  const size_t bytes = g.size() * 4;
+  for (int i = 0; i < 65; ++i) {
+    auto buffer = c->AllocateShared(bytes);
+    ASSERT_TRUE(buffer.ok()) << buffer.status();
+    std::memcpy((*buffer)->data(), g.data(), bytes);
+    // The same gradient each time: the repeats are acknowledged as duplicates.
+    ASSERT_TRUE(
+        (*job)->Push(0, 0, {0, layout.used_elems}, (*buffer)->data(), v1::DTYPE_FP32).ok())
+        << i;
+  }
+  EXPECT_EQ(ZeroCopyBytes(*c->options().metrics, "push"), 64.0 * bytes);
+  ASSERT_TRUE((*job)->Step(0, 0.01f, 1.0f, false).ok());
+  ref.Step(0, {g}, 0.01f, 1.0f);
+  std::vector<float> got(layout.total_elems);
+  ASSERT_TRUE((*job)->Gather(1, {0, got.size()}, got.data(), v1::DTYPE_FP32).ok());
+  ExpectBitIdentical(got.data(), ref.GatheredWeights().data(), got.size(), "weights");
+}
+
 // A PUSH naming a buffer not mapped on the connection, or a range outside
 // a mapped one, is a bad frame (ERROR naming it, then closed); the job is
 // left as it was.
