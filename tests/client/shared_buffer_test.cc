@@ -245,6 +245,43 @@ TEST_F(SharedBufferTest, ABufferPastTheServersCapIsCopiedInstead) {
   ExpectBitIdentical(got.data(), ref.GatheredWeights().data(), got.size(), "weights");
 }
 
+// An attempt given up with an in-place push unacknowledged lets its
+// connection go through AwaitServerClosed: it closes the client's side
+// and returns once the server closed its end (the stream is at its end,
+// long before the 60 s bound), which the server does after serving every
+// frame it read: the push was applied (its retry is a duplicate), so the
+// caller's buffer is no longer read once the call returns.
+TEST_F(SharedBufferTest, AGivenUpConnectionIsLetGoOnceTheServerServedItsFrames) {
+  std::unique_ptr<client::Client> c = Connect();
+  ASSERT_NE(c, nullptr);
+  auto job = c->RegisterJob(TestSpec("given-up", 1, v1::DTYPE_FP32, v1::DTYPE_FP32));
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::unique_ptr<client::DataConn> conn = RawConnection();
+  ASSERT_NE(conn, nullptr);
+  auto segment = ShmSegment::Create(4096, /*populate=*/true);
+  ASSERT_TRUE(segment.ok()) << segment.status();
+  auto buffer = std::make_shared<client::SharedBuffer>(1, *std::move(segment));
+  ASSERT_TRUE(*client::ShareBuffer(*conn, buffer));
+  std::memcpy(buffer->data(), kPayload.data(), kPayload.size());
+  v1::DataFrameMeta meta;
+  meta.set_token(kTestJobToken);
+  *meta.mutable_chunk() = PushFields("given-up");
+  meta.set_shm_buffer(1);
+  meta.set_shm_bytes(kPayload.size());
+  ASSERT_TRUE(SendFrame(conn->stream(), FrameType::kPush, meta).ok());
+  client::AwaitServerClosed(*conn, absl::Now() + absl::Seconds(60));
+  absl::StatusOr<size_t> after = conn->stream().RecvSome(&meta, 1);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(*after, 0u) << "the server has not closed the connection";
+  std::unique_ptr<client::DataConn> other = RawConnection();
+  ASSERT_NE(other, nullptr);
+  ASSERT_TRUE(*client::ShareBuffer(*other, buffer));
+  FrameStart retry = PushAt(*other, "given-up", 1, 0);
+  ASSERT_EQ(retry.header.type, FrameType::kPushAck);
+  EXPECT_EQ(retry.meta.code(), 0) << retry.meta.message();
+  EXPECT_TRUE(retry.meta.duplicate());
+}
+
 // A PUSH naming a buffer not mapped on the connection, or a range outside
 // a mapped one, is a bad frame (ERROR naming it, then closed); the job is
 // left as it was.
