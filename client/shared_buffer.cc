@@ -34,10 +34,4 @@ std::shared_ptr<const SharedBuffer> SharedBuffers::Find(const void* p, size_t by
   return nullptr;
 }
 
-std::shared_ptr<const SharedBuffer> SharedBuffers::Get(uint32_t id) const {
-  absl::MutexLock lock(&mu_);
-  if (id == 0 || id > buffers_.size()) return nullptr;
-  return buffers_[id - 1];
-}
-
 }  // namespace zerostate::client

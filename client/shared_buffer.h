@@ -58,8 +58,6 @@ class SharedBuffers {
   // The buffer [p, p + bytes) lies inside, or null.
   std::shared_ptr<const SharedBuffer> Find(const void* p, size_t bytes) const
       ABSL_LOCKS_EXCLUDED(mu_);
-  // The buffer of `id`, or null.
-  std::shared_ptr<const SharedBuffer> Get(uint32_t id) const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   mutable absl::Mutex mu_;
