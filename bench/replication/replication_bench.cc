@@ -36,6 +36,21 @@
 //                            took the shard over; StaticMembership, so no
 //                            lease to wait for); limit 2 s, the goal
 //                            after lease expiry
+//   replication.catchup_first_step_ms  then server 1 restarted empty: the
+//                            step that finds it back and starts to catch
+//                            its copies up (the shard's state read before
+//                            the pass; the seed crosses in the background)
+//   replication.catchup_first_step_ratio  that step over step_k1_ms
+//   replication.catchup_steps  steps run until no shard is under-replicated
+//                            (zerostate_under_replicated_blocks 0 on every
+//                            server), that one included
+//   replication.catchup_s    from that step's start to the end of the last
+//                            of them
+//   replication.catchup_max_step_ms  the slowest of those steps
+//   replication.catchup_backlog_peak_mb  the most the catch-ups held of the
+//                            steps decided meanwhile (zerostate_catchup_
+//                            backlog_bytes summed over the servers, read
+//                            after each step)
 // Three servers, a model of --params fp32 parameters (one tensor per 4 Mi).
 //   replication_bench [--json] [--params=16777216] [--steps=8] [--replica_lanes=0]
 //                     [--memory_limit=true] [--server=PATH]
@@ -217,6 +232,43 @@ void PrintPhases(const std::string& prefix, const Phases& before, const Phases& 
   }
 }
 
+// Series `name` summed over the running servers (0 where missing).
+double Total(testing::ServerCluster& cluster, const std::string& name) {
+  double total = 0;
+  for (int i = 0; i < cluster.size(); ++i) {
+    if (!cluster.server(i).running()) continue;
+    auto page = testing::ScrapeMetrics(cluster.server(i).metrics_address(), absl::Seconds(10));
+    if (!page.ok()) Fail(page.status().ToString());
+    total += std::max(0.0, testing::MetricValue(*page, name));
+  }
+  return total;
+}
+
+// Server 1 (killed) restarted empty; steps of `run` from `step` until its
+// copies are live again. `step_s`: the median step's seconds.
+void CatchUp(testing::ServerCluster& cluster, Run& run, uint64_t step, double step_s) {
+  if (!cluster.server(1).Restart().ok()) Fail("could not restart server 1");
+  constexpr int kMaxSteps = 50;
+  std::vector<double> times;
+  double peak = 0;
+  const absl::Time begin = absl::Now();
+  while (times.empty() || Total(cluster, "zerostate_under_replicated_blocks") > 0) {
+    if (times.size() == kMaxSteps) Fail("server 1's copies were not caught up in 50 steps");
+    const absl::Time start = absl::Now();
+    Step(run, step++);
+    times.push_back(Seconds(start));
+    peak = std::max(peak, Total(cluster, "zerostate_catchup_backlog_bytes"));
+  }
+  const double all = Seconds(begin);
+  Print("replication.catchup_first_step_ms", times[0] * 1e3, "ms", 0);
+  Print("replication.catchup_first_step_ratio", times[0] / step_s, "x", 0);
+  Print("replication.catchup_steps", static_cast<double>(times.size()), "steps", 0);
+  Print("replication.catchup_s", all, "s", 0);
+  Print("replication.catchup_max_step_ms", *std::max_element(times.begin(), times.end()) * 1e3,
+        "ms", 0);
+  Print("replication.catchup_backlog_peak_mb", peak / (1 << 20), "MiB", 0);
+}
+
 // This host's memory bandwidth in bytes/s: optimizer_bench's limit (an
 // AdamW step's traffic without its arithmetic), every core, best of 3.
 double MemoryBandwidth() {
@@ -293,6 +345,7 @@ void Main() {
     killed = absl::Now();
   });
   Print("replication.failover_s", Seconds(killed), "s", 2.0);
+  CatchUp(**cluster, k1, steps + 2, m1);
 }
 
 }  // namespace

@@ -76,7 +76,15 @@ CatchUp::Outcome CatchUp::Offer(std::shared_ptr<const Payload> payload) {
                      step, " came while it waited for step ", next_step_)));
     return Outcome::kDropped;
   }
-  if (seeded_ && backlog_.empty()) return Outcome::kCaughtUp;
+  // This step goes to the copy as a live copy's, after Drain, when the
+  // only step left is in flight (Run sends the first at once), or when the
+  // copy did not gain on the primary since the last step (it applies steps
+  // no faster than they are decided, and would chase the primary for ever):
+  // then the Step waits for the backlog instead.
+  const bool gaining = backlog_.size() + 1 < left_after_offer_;
+  if (seeded_ && (backlog_.size() <= 1 || (seeded_at_offer_ && !gaining))) {
+    return Outcome::kCaughtUp;
+  }
   if (bytes_ + bytes > bound_) {
     FailLocked(absl::ResourceExhaustedError(
         absl::StrCat("catch-up of shard ", copy_.shard, "'s copy on ", copy_.address, ": step ",
@@ -87,12 +95,23 @@ CatchUp::Outcome CatchUp::Offer(std::shared_ptr<const Payload> payload) {
   backlog_.push_back(std::move(payload));
   bytes_ += bytes;
   ++next_step_;
+  left_after_offer_ = backlog_.size();
+  seeded_at_offer_ = seeded_;
   owner_.AddBacklogBytes(static_cast<int64_t>(bytes));
   return Outcome::kKept;
 }
 
 absl::Status CatchUp::failure() const {
   absl::MutexLock lock(&mu_);
+  return failure_;
+}
+
+absl::Status CatchUp::Drain() {
+  absl::MutexLock lock(&mu_);
+  std::function<bool()> drained = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stop_ || !failure_.ok() || backlog_.empty();
+  };
+  mu_.Await(absl::Condition(&drained));
   return failure_;
 }
 

@@ -7,10 +7,17 @@
 // later Steps go on without the copy and hand it their steps (Offer). A
 // step leaves the backlog only once the copy acknowledged it, so the copy
 // holds every step before the first one still in the backlog; the backup's
-// version check refuses a step out of order. Once the seed and the backlog
-// are acknowledged, the next step's Offer says so (kCaughtUp): that step
-// goes to the copy as a live copy's, and its acknowledgement makes the
-// copy live again (ShardReplicator). A failed call, or a step that would
+// version check refuses a step out of order. Once the seed is
+// acknowledged and the backlog holds at most the step in flight, or the
+// copy did not gain on the primary since the step before, the next step's
+// Offer says so (kCaughtUp): that step goes to the copy as a live copy's
+// once the backlog is acknowledged (Drain: the Step waits for that, not
+// for the seed), and its acknowledgement makes the copy live again
+// (ShardReplicator). Without the second rule a copy that applies a whole
+// step (one ApplyStep call, no lanes) no faster than the primary decides
+// them would chase the primary for ever: on the GPU machine's 16 cores
+// (replication_bench --params=16777216, 40 ms steps) it never rejoined in
+// 50 steps. A failed call, or a step that would
 // take the backlog past its bound, drops the catch-up (kDropped, the
 // backlog freed); the copy stays lost.
 //
@@ -61,7 +68,7 @@ class CatchUp {
   // What Offer did with a step.
   enum class Outcome {
     kKept,      // in the backlog (or held already: a resent step)
-    kCaughtUp,  // the copy holds every step before it: it takes it as a live copy
+    kCaughtUp,  // after Drain the copy holds every step before it: it takes it as a live copy
     kDropped,   // the catch-up failed (failure() says why)
   };
 
@@ -75,7 +82,9 @@ class CatchUp {
 
   // Step `payload` (whole), decided by the primary, steps coming in order
   // (a resent one again): kept in the backlog for the copy; kCaughtUp once
-  // the seed and every step kept were acknowledged (nothing is kept then);
+  // the seed was acknowledged and the backlog is down to the step in
+  // flight or did not shrink since the last Offer (this step is not kept;
+  // no Offer may follow; Drain waits for the backlog);
   // kDropped (and the backlog freed) once a call failed, or when the step
   // would take the backlog past Replicator::catchup_backlog_bytes()
   // (RESOURCE_EXHAUSTED), or it is not the step that comes next
@@ -84,6 +93,9 @@ class CatchUp {
   // Why the catch-up was dropped (OK while it was not). A copy that
   // answered ABORTED keeps that code (it serves the shard as primary now).
   absl::Status failure() const;
+  // After kCaughtUp: waits until the copy acknowledged every step kept
+  // (at once when none is). Errors: failure()'s.
+  [[nodiscard]] absl::Status Drain();
   const Copy& copy() const { return copy_; }
   uint64_t seed_bytes() const { return seed_bytes_; }
 
@@ -109,6 +121,10 @@ class CatchUp {
   // Steps not acknowledged by the copy yet, oldest first, and their bytes.
   std::deque<std::shared_ptr<const Payload>> backlog_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The backlog's steps after the last Offer kept one, and whether the
+  // seed was across then: whether the copy gains on the primary.
+  size_t left_after_offer_ ABSL_GUARDED_BY(mu_) = 0;
+  bool seeded_at_offer_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };

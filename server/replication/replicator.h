@@ -37,8 +37,8 @@
 // server restarted empty), then the steps decided meanwhile, in order,
 // from a backlog bounded by Options::catchup_backlog_bytes. The steps go
 // on and are acknowledged without the copy, which counts as lost until a
-// step decided once its backlog is empty reaches it as a live copy's and
-// is acknowledged. A failed catch-up, or one whose backlog would exceed
+// step decided once its backlog is short (or no longer shrinks) reaches it
+// as a live copy's, after the backlog, and is acknowledged. A failed catch-up, or one whose backlog would exceed
 // its bound, is dropped (the copy still lost; a later step starts
 // another) and never fails a Step, unless the copy answered ABORTED
 // (fencing, above), which the next step's answer reports.

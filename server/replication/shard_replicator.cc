@@ -174,7 +174,7 @@ void ShardReplicator::StreamStep(uint64_t step) {
     // A lane that failed: the step goes whole on ApplyStep.
     absl::Status status =
         owner_.Send(main.address, token_, shard_, job_id_, *payload, whole ? transfer : 0);
-    results.push_back(Result{main.server, main.address, false, std::move(status), 0});
+    results.push_back(Result{main.server, main.address, false, std::move(status), 0, nullptr});
   }
   for (auto& calls : by_lane) {
     for (auto& st : calls) {
@@ -302,12 +302,17 @@ std::function<std::vector<ShardReplicator::Result>()> ShardReplicator::SendWhole
     if (owner_.IsLost({job_id_, shard_, server})) {
       CatchUpStep(server, address, payload, &snapshot, &sends, done.get());
     } else {
-      sends.push_back(Result{server, address, false, absl::OkStatus(), 0});
+      sends.push_back(Result{server, address, false, absl::OkStatus(), 0, nullptr});
     }
   }
   for (Result& r : sends) calls->push_back(Call{std::move(r), {}});
   for (Call& c : *calls) {
     c.thread = std::thread([this, &r = c.result, payload] {
+      if (r.rejoin != nullptr) {  // after its catch-up's last step
+        r.status = r.rejoin->Drain();
+        r.rejoin.reset();
+        if (!r.status.ok()) return;
+      }
       r.status = owner_.Send(r.address, token_, shard_, job_id_, *payload);
     });
   }
@@ -325,7 +330,7 @@ void ShardReplicator::CatchUpStep(uint32_t server, const std::string& address,
                                   const std::shared_ptr<const Payload>& payload,
                                   std::shared_ptr<const ShardSnapshot>* snapshot,
                                   std::vector<Result>* sends, std::vector<Result>* done) {
-  std::unique_ptr<CatchUp> ended;  // destroyed (its thread joined) off the lock
+  std::shared_ptr<CatchUp> ended;  // destroyed (its thread joined) off the lock
   {
     absl::MutexLock lock(&catch_up_mu_);
     auto it = catch_ups_.find(server);
@@ -335,11 +340,12 @@ void ShardReplicator::CatchUpStep(uint32_t server, const std::string& address,
         case CatchUp::Outcome::kKept:
           return;
         case CatchUp::Outcome::kCaughtUp:  // revived once it acknowledges this step
-          sends->push_back(Result{server, address, true, absl::OkStatus(), c.seed_bytes()});
+          sends->push_back(
+              Result{server, address, true, absl::OkStatus(), c.seed_bytes(), it->second});
           break;
         case CatchUp::Outcome::kDropped:  // still lost; a later step starts another
           if (absl::Status why = c.failure(); absl::IsAborted(why)) {
-            done->push_back(Result{server, address, true, std::move(why), 0});  // fencing
+            done->push_back(Result{server, address, true, std::move(why), 0, nullptr});  // fencing
           }
           break;
       }
@@ -354,7 +360,7 @@ void ShardReplicator::CatchUpStep(uint32_t server, const std::string& address,
     if (!snap.ok()) return;
     *snapshot = *std::move(snap);
   }
-  auto started = std::make_unique<CatchUp>(
+  auto started = std::make_shared<CatchUp>(
       owner_, CatchUp::Copy{job_id_, shard_, server, address, token_}, *snapshot);
   // The step that carries it is its first (a resent one: held already).
   if (started->Offer(payload) == CatchUp::Outcome::kDropped) return;
@@ -363,7 +369,7 @@ void ShardReplicator::CatchUpStep(uint32_t server, const std::string& address,
 }
 
 void ShardReplicator::DropCatchUps() {
-  absl::flat_hash_map<uint32_t, std::unique_ptr<CatchUp>> dropped;
+  absl::flat_hash_map<uint32_t, std::shared_ptr<CatchUp>> dropped;
   {
     absl::MutexLock lock(&catch_up_mu_);
     dropped.swap(catch_ups_);

@@ -27,9 +27,10 @@
 // A lost copy is caught up in the background (catch_up.h): the Step that
 // finds its server reachable again reads the shard's state (before its
 // pass) and starts the copy's CatchUp; each later step decided while it
-// runs is handed to it whole, and once it holds nothing more, the step
-// goes to the copy whole, as to a live copy, and its acknowledgement
-// makes the copy live again (Judge).
+// runs is handed to it whole, and once the catch-up says the copy
+// rejoins (CatchUp::Offer), the step goes to the copy whole after the
+// backlog, as to a live copy, and its acknowledgement makes the copy live
+// again (Judge).
 //
 // Thread-safe. Lock order: a block's mutex, then this object's mutex (a
 // Block's mutex is never taken under this object's). catch_up_mu_ is
@@ -77,6 +78,9 @@ class ShardReplicator final : public StepReplicator {
     bool catch_up = false;  // the copy was lost: its catch-up's step or failure
     absl::Status status;
     uint64_t seed_bytes = 0;  // the catch-up's
+    // A copy that rejoins: its catch-up, whose backlog the send waits for
+    // (CatchUp::Drain) before it sends this one.
+    std::shared_ptr<CatchUp> rejoin;
   };
   // One lane of a streamed step to one copy (the streaming thread's).
   struct Stream;
@@ -87,9 +91,9 @@ class ShardReplicator final : public StepReplicator {
   std::function<std::vector<Result>()> SendWhole(std::shared_ptr<const Payload> payload,
                                                  const std::vector<uint32_t>& to);
   // Lost copy `server`'s part in step `payload`: handed to its catch-up
-  // (kept), or, once the catch-up holds nothing, a Result in `sends` (the
-  // step goes to the copy as to a live one; its acknowledgement revives
-  // it). A dropped catch-up ends (a later step starts another); one that
+  // (kept), or, once the catch-up says the copy rejoins, a Result in
+  // `sends` (the step goes to the copy as to a live one after the
+  // backlog; its acknowledgement revives it). A dropped catch-up ends (a later step starts another); one that
   // met a newer primary (ABORTED) gives its Result in `done`, for Judge.
   // With no catch-up, one starts when the copy's server answers again,
   // from `*snapshot` (read once per step, here, before the pass).
@@ -167,7 +171,7 @@ class ShardReplicator final : public StepReplicator {
 
   // Lost copies being caught up, by server index.
   absl::Mutex catch_up_mu_;
-  absl::flat_hash_map<uint32_t, std::unique_ptr<CatchUp>> catch_ups_
+  absl::flat_hash_map<uint32_t, std::shared_ptr<CatchUp>> catch_ups_
       ABSL_GUARDED_BY(catch_up_mu_);
 };
 
