@@ -1,6 +1,10 @@
 #include "server/replication/catch_up.h"
 
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <functional>
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -50,6 +54,8 @@ CatchUp::CatchUp(Replicator& owner, Copy copy, std::shared_ptr<const ShardSnapsh
       seed_bytes_(snapshot->bytes),
       bound_(owner.catchup_backlog_bytes()),
       next_step_(snapshot->first.version()) {
+  std::random_device random;
+  next_transfer_ = (uint64_t{random()} << 32 | random()) | 1;
   thread_ =
       std::thread([this, snapshot = std::move(snapshot)]() mutable { Run(std::move(snapshot)); });
 }
@@ -59,6 +65,7 @@ CatchUp::~CatchUp() {
     absl::MutexLock lock(&mu_);
     stop_ = true;
     ClearLocked();
+    for (int fd : lane_fds_) shutdown(fd, SHUT_RDWR);
   }
   cancel_.Cancel();
   thread_.join();
@@ -132,7 +139,7 @@ void CatchUp::Run(std::shared_ptr<const ShardSnapshot> snapshot) {
   }
   std::shared_ptr<const Payload> next;
   while (Next(&next)) {
-    s = owner_.Send(copy_.address, copy_.token, copy_.shard, copy_.job_id, *next, 0, &cancel_);
+    s = SendStep(*next);
     absl::MutexLock lock(&mu_);
     if (stop_ || !failure_.ok()) return;  // dropped meanwhile: the backlog is gone
     if (!s.ok()) {
@@ -146,6 +153,56 @@ void CatchUp::Run(std::shared_ptr<const ShardSnapshot> snapshot) {
     bytes_ -= bytes;
     owner_.AddBacklogBytes(-static_cast<int64_t>(bytes));
   }
+}
+
+absl::Status CatchUp::SendStep(const Payload& step) {
+  std::vector<std::unique_ptr<client::DataConn>> lanes;
+  for (int i = 0; i < std::max(1, owner_.lanes()); ++i) {
+    auto lane = owner_.Lane(copy_.address);
+    if (!lane.ok()) break;
+    lanes.push_back(*std::move(lane));
+  }
+  std::vector<absl::Status> sent(lanes.size());
+  const uint64_t transfer = next_transfer_++;
+  if (!lanes.empty()) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) return absl::CancelledError("catch-up dropped");
+      for (const auto& lane : lanes) lane_fds_.push_back(lane->fd());
+    }
+    std::vector<std::thread> threads;
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      threads.emplace_back(
+          [&, l] { sent[l] = SendSums(*lanes[l], step, transfer, l, lanes.size()); });
+    }
+    for (std::thread& t : threads) t.join();
+    absl::MutexLock lock(&mu_);
+    lane_fds_.clear();
+    if (stop_) return absl::CancelledError("catch-up dropped");  // its lanes may be shut down
+  }
+  bool whole = lanes.empty();
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    if (sent[l].ok()) {
+      owner_.Release(copy_.address, std::move(lanes[l]));
+    } else {
+      whole = true;  // a broken lane is not given back
+    }
+  }
+  return owner_.Send(copy_.address, copy_.token, copy_.shard, copy_.job_id, step,
+                     whole ? 0 : transfer, &cancel_);
+}
+
+absl::Status CatchUp::SendSums(client::DataConn& lane, const Payload& step, uint64_t transfer,
+                               size_t first, size_t stride) const {
+  v1::ReplicaSum sum;
+  sum.set_job_id(copy_.job_id);
+  sum.set_shard(copy_.shard);
+  sum.set_transfer(transfer);
+  for (size_t i = first; i < step.grads.size(); i += stride) {
+    sum.set_block(step.grads[i].first);
+    if (auto s = owner_.SendSum(lane, copy_.token, sum, step.grads[i].second); !s.ok()) return s;
+  }
+  return absl::OkStatus();
 }
 
 bool CatchUp::Next(std::shared_ptr<const Payload>* next) {

@@ -3,7 +3,9 @@
 // the primary's shard state at its step's version (SnapshotOf, before its
 // pass) and starts a CatchUp with it and that step. A thread of the
 // CatchUp's own sends the state (ReplicaService.Seed), then the steps of
-// its backlog, in order, each whole (ReplicaService.ApplyStep), while the
+// its backlog, in order, each as a live copy's: its sums on the copy's
+// data plane lanes, then its request (ReplicaService.ApplyStep; whole on
+// ApplyStep until the copy's data port is known), while the
 // later Steps go on without the copy and hand it their steps (Offer). A
 // step leaves the backlog only once the copy acknowledged it, so the copy
 // holds every step before the first one still in the backlog; the backup's
@@ -13,11 +15,11 @@
 // Offer says so (kCaughtUp): that step goes to the copy as a live copy's
 // once the backlog is acknowledged (Drain: the Step waits for that, not
 // for the seed), and its acknowledgement makes the copy live again
-// (ShardReplicator). Without the second rule a copy that applies a whole
-// step (one ApplyStep call, no lanes) no faster than the primary decides
-// them would chase the primary for ever: on the GPU machine's 16 cores
-// (replication_bench --params=16777216, 40 ms steps) it never rejoined in
-// 50 steps. A failed call, or a step that would
+// (ShardReplicator). Without the second rule a copy that applies steps
+// no faster than the primary decides them would chase the primary for
+// ever: on the GPU machine's 16 cores (replication_bench
+// --params=16777216, 40 ms steps), with the steps whole on ApplyStep, it
+// never rejoined in 50 steps. A failed call, or a step that would
 // take the backlog past its bound, drops the catch-up (kDropped, the
 // backlog freed); the copy stays lost.
 //
@@ -104,6 +106,15 @@ class CatchUp {
   void Run(std::shared_ptr<const ShardSnapshot> snapshot);
   // Waits for the backlog's first step (false: stopped or failed).
   bool Next(std::shared_ptr<const Payload>* next);
+  // One backlog step: its sums on Replicator::lanes() connections to the
+  // copy's data plane (REPLICA_SUM frames under a transfer of its own),
+  // then its request on ApplyStep; whole on ApplyStep when no lane can be
+  // had (the copy's data port is learned from its first ApplyStep answer)
+  // or one failed.
+  [[nodiscard]] absl::Status SendStep(const Payload& step);
+  // Sends `step`'s sums whose index is `first` modulo `stride` on `lane`.
+  [[nodiscard]] absl::Status SendSums(client::DataConn& lane, const Payload& step,
+                                      uint64_t transfer, size_t first, size_t stride) const;
   // Dropped: `why` kept (the first), the backlog freed.
   void FailLocked(absl::Status why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ClearLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -120,6 +131,8 @@ class CatchUp {
   uint64_t next_step_ ABSL_GUARDED_BY(mu_);  // the step the backlog takes next
   // Steps not acknowledged by the copy yet, oldest first, and their bytes.
   std::deque<std::shared_ptr<const Payload>> backlog_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> lane_fds_ ABSL_GUARDED_BY(mu_);  // of the step in flight, to cancel it
+  uint64_t next_transfer_ = 0;                      // the thread's
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   // The backlog's steps after the last Offer kept one, and whether the
   // seed was across then: whether the copy gains on the primary.
