@@ -49,13 +49,14 @@ class CatchupBacklogTest : public ::testing::Test {
   // Three servers (metrics on, seeds held after their first block, `args`
   // added), the job, and steps [0, kRestartStep) with server 1 killed
   // before kLostStep and restarted empty after them.
-  void StartAndLoseServer1(const std::string& job, const std::vector<std::string>& args = {}) {
+  void StartAndLoseServer1(const std::string& job, const std::vector<std::string>& args = {},
+                           const std::string& phase = "blocks") {
     hold_ = TestDirectory("seedhold");
-    for (const char* left : {"/release", "/blocks-shard0", "/blocks-shard1"}) {
-      std::remove((hold_ + left).c_str());  // of an earlier run (--gtest_repeat)
+    for (const std::string& left : {std::string("release"), phase + "-shard0", phase + "-shard1"}) {
+      std::remove((hold_ + "/" + left).c_str());  // of an earlier run (--gtest_repeat)
     }
     ServerProcessOptions o = MeteredServerOptions();
-    o.args.push_back("--test_seed_hold=blocks:" + hold_);
+    o.args.push_back("--test_seed_hold=" + phase + ":" + hold_);
     o.args.insert(o.args.end(), args.begin(), args.end());
     auto cluster = ServerCluster::Start(3, o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
@@ -175,6 +176,41 @@ TEST_F(CatchupBacklogTest, ABacklogPastItsBoundDropsTheCatchupAndALaterStepStart
   EXPECT_EQ(ServerMetric(server(0), kBacklog), two_steps / 2);
   EXPECT_EQ(ServerMetric(server(0), kCatchupBytes), 0);
   ExpectCaughtUp(ReleaseAndRejoin(step));
+}
+
+// Fencing keeps its meaning in the background: the copy being caught up
+// claims shard 0 (StaticMembership: asked for it) while its seed is held
+// once it holds the state; let go, its catch-up's next step is refused
+// ABORTED (it serves the shard as primary now), and server 0's next step
+// is not acknowledged: it answers that it is not the primary, naming
+// server 1, and answers for shard 0 no more. (The copy held no step
+// acknowledged since: the clients would refuse it, beyond k.)
+TEST_F(CatchupBacklogTest, ACopyThatServesTheShardNowFencesThePrimaryAtItsNextStep) {
+  ASSERT_NO_FATAL_FAILURE(StartAndLoseServer1("fencedcatchup", {}, "applied"));
+  const std::string job = spec_.job_id();
+  ASSERT_NO_FATAL_FAILURE(TrainSteps(run_.nodes, *ref_, kRestartStep, kRestartStep + 1));
+  ASSERT_TRUE(AwaitFile(hold_ + "/applied-shard0")) << "shard 0's seed never reached the hold";
+  grpc::Status claimed = DirectJobStatus(addr_[1], job, 0);
+  ASSERT_TRUE(claimed.ok()) << claimed.error_message();
+  Touch(hold_ + "/release");
+  // The backlog's step refused: the catch-up dropped, its backlog freed.
+  double left = 0;
+  EXPECT_TRUE(AwaitMetric(server(0), kBacklog, 0, &left)) << left << " bytes still held";
+  const uint64_t step = kRestartStep + 1;
+  for (uint32_t n = 0; n < kReplicaNodes; ++n) {
+    EXPECT_TRUE(PushNodeGradient(*run_.nodes[n], n, step).ok()) << "node " << n;
+  }
+  grpc::Status refused = DirectStep(addr_[0], job, 0, step, StepLr(step));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  for (const std::string& part :
+       {absl::StrCat("not primary: shard 0 of job '", job, "' has a newer primary, ", addr_[1]),
+        absl::StrCat("step ", step, " is not acknowledged")}) {
+    EXPECT_NE(refused.error_message().find(part), std::string::npos)
+        << "no '" << part << "' in: " << refused.error_message();
+  }
+  grpc::Status fenced = DirectJobStatus(addr_[0], job, 0);
+  EXPECT_EQ(fenced.error_code(), grpc::StatusCode::UNAVAILABLE) << fenced.error_message();
+  EXPECT_NE(fenced.error_message().find(addr_[1]), std::string::npos) << fenced.error_message();
 }
 
 // --catchup_backlog_bytes 0 or not a number: the server does not start and

@@ -14,24 +14,6 @@
 namespace zerostate::testing {
 namespace {
 
-// Step `step` of shard `shard` asked of `server` directly.
-grpc::Status DirectStep(const std::string& server, const std::string& job, uint32_t shard,
-                        uint64_t step, float lr) {
-  auto stub =
-      v1::StateService::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.AddMetadata("zerostate-job-token", kTestJobToken);
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-  v1::StepRequest req;
-  req.set_job_id(job);
-  req.set_shard(shard);
-  req.set_step(step);
-  req.set_lr(lr);
-  req.set_grad_scale(kStepScale);
-  v1::StepResponse resp;
-  return stub->Step(&ctx, req, &resp);
-}
-
 TEST(FencingTest, ADeposedPrimarysStepIsRefusedNotAcknowledgedAndTheRunEndsBitIdentical) {
   auto cluster = ServerCluster::Start(3, TestServerOptions());
   ASSERT_TRUE(cluster.ok()) << cluster.status();
