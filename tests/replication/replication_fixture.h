@@ -193,8 +193,8 @@ inline grpc::Status DirectJobStatus(const std::string& server, const std::string
 }
 
 // Step `step` of shard `shard` asked of `server` directly.
-grpc::Status DirectStep(const std::string& server, const std::string& job, uint32_t shard,
-                        uint64_t step, float lr) {
+inline grpc::Status DirectStep(const std::string& server, const std::string& job, uint32_t shard,
+                               uint64_t step, float lr) {
   auto stub =
       v1::StateService::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
