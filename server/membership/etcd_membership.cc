@@ -150,7 +150,11 @@ void EtcdMembership::Confirm(int64_t sent_ns, int64_t ttl) {
   int64_t until = sent_ns + absl::ToInt64Nanoseconds(absl::Seconds(ttl) - margin_);
   // Never moves back: an older keepalive's late answer confirms less.
   int64_t now = valid_until_ns_.load();
-  while (until > now && !valid_until_ns_.compare_exchange_weak(now, until)) {
+  bool later = false;
+  while (until > now && !(later = valid_until_ns_.compare_exchange_weak(now, until))) {
+  }
+  if (later) {
+    metrics_->SetLeaseConfirmed(absl::Now() - absl::Nanoseconds(SteadyNowNs() - sent_ns));
   }
   metrics_->SetLeaseValid(LeaseValid());
 }

@@ -14,6 +14,13 @@ MembershipMetrics::MembershipMetrics(std::shared_ptr<prometheus::Registry> regis
                           "primary), 0 once a keepalive is overdue (fenced)")
                       .Register(*registry_)
                       .Add({});
+  lease_confirmed_ = &prometheus::BuildGauge()
+                          .Name("zerostate_membership_lease_confirmed_timestamp_seconds")
+                          .Help(
+                              "Unix time at which this server sent the last keepalive etcd "
+                              "answered: when it last reached etcd for sure")
+                          .Register(*registry_)
+                          .Add({});
   auto& claims = prometheus::BuildCounter()
                      .Name("zerostate_membership_claims_total")
                      .Help(
@@ -41,6 +48,10 @@ MembershipMetrics::MembershipMetrics(std::shared_ptr<prometheus::Registry> regis
 
 void MembershipMetrics::SetLeaseValid(bool valid) {
   if (lease_valid_) lease_valid_->Set(valid ? 1 : 0);
+}
+
+void MembershipMetrics::SetLeaseConfirmed(absl::Time sent) {
+  if (lease_confirmed_) lease_confirmed_->Set(absl::ToDoubleSeconds(sent - absl::UnixEpoch()));
 }
 
 void MembershipMetrics::RecordClaim(Claim result) {

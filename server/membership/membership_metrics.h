@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "absl/time/time.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -18,6 +19,9 @@ class MembershipMetrics {
 
   // Whether this server's lease is valid now (LeaseValid()).
   void SetLeaseValid(bool valid);
+  // The wall-clock time a keepalive was sent that etcd then answered: the
+  // latest moment this server is known to have reached etcd.
+  void SetLeaseConfirmed(absl::Time sent);
   // One Claim answered: won (this server is now primary) or not (another
   // holds the shard), or one that failed (etcd unreachable, lease invalid).
   enum class Claim { kWon, kTaken, kFailed };
@@ -30,6 +34,7 @@ class MembershipMetrics {
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Gauge* lease_valid_ = nullptr;
+  prometheus::Gauge* lease_confirmed_ = nullptr;
   prometheus::Counter* claims_[3] = {nullptr, nullptr, nullptr};
   prometheus::Counter* primaries_lost_ = nullptr;
   prometheus::Counter* leases_lost_ = nullptr;

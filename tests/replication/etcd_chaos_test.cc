@@ -4,9 +4,14 @@
 // a seeded random schedule SIGKILLs servers (between steps, after node 0's
 // pushes, or at a random moment of a step) and partitions them from etcd
 // (0.5-7 s: from a blip the lease outlives to a cut past its expiry), then
-// restarts or heals them. At most one server is away at a time, and
-// a restarted one gets two steps to be caught up before the next fault:
-// k = 1 tolerates one lost copy of each shard. At the end:
+// restarts or heals them. At most one server is away at a time, and the
+// next fault waits until the repaired one is back: every server has had a
+// keepalive answered since the repair and holds a valid lease, and none has
+// a block under-replicated or a catch-up backlog (their metrics), after at
+// least kCatchUpSteps steps. k = 1 tolerates one lost copy of each shard,
+// not a second fault while the first one's copies are still catching up
+// (a healed server's etcd channel can take seconds to reconnect, and its
+// lease can expire after the heal). At the end:
 //   - the version is the number of steps run (every step applied, none
 //     rolled back: no checkpoint is ever taken or restored),
 //   - both nodes' masters are bit-identical to the reference run's,
@@ -31,6 +36,8 @@ constexpr int kDefaultSeconds = 20;
 // copies are found lost (a healed partition's copy is deposed), one that
 // starts their catch-ups (in the background), one they rejoin.
 constexpr int kCatchUpSteps = 3;
+// A repaired server not back within this is a failure of the test.
+constexpr absl::Duration kSettleTime = absl::Seconds(30);
 
 uint64_t EnvOr(const char* name, uint64_t fallback) {
   const char* v = std::getenv(name);
@@ -42,6 +49,28 @@ enum class When { kBetweenSteps, kAfterPush, kAnyMoment };
 class EtcdChaosTest : public EtcdClusterFixture {
  protected:
   EtcdChaosTest() : EtcdClusterFixture("chaos") {}
+
+  // "" when every server reached etcd after `since` and holds a valid
+  // lease, and every copy is live (no block under-replicated, no catch-up
+  // backlog); otherwise what is not.
+  std::string Unsettled(absl::Time since) {
+    for (int i = 0; i < kEtcdServers; ++i) {
+      auto page = testing::ScrapeMetrics(server(i).metrics_address(), absl::Seconds(5));
+      if (!page.ok()) return absl::StrCat("server ", i, ": ", page.status().ToString());
+      const double confirmed =
+          testing::MetricValue(*page, "zerostate_membership_lease_confirmed_timestamp_seconds");
+      if (confirmed < absl::ToDoubleSeconds(since - absl::UnixEpoch())) {
+        return absl::StrCat("server ", i, ": no keepalive answered since the repair");
+      }
+      for (const auto& [name, want] : {std::pair{"zerostate_membership_lease_valid", 1.0},
+                                       {"zerostate_under_replicated_blocks", 0.0},
+                                       {"zerostate_catchup_backlog_bytes", 0.0}}) {
+        const double v = testing::MetricValue(*page, name);
+        if (v != want) return absl::StrCat("server ", i, ": ", name, " is ", v);
+      }
+    }
+    return "";
+  }
 };
 
 TEST_F(EtcdChaosTest, RandomKillsAndPartitionsLeaveEveryStepAppliedOnceAndTheWeightsBitIdentical) {
@@ -60,7 +89,7 @@ TEST_F(EtcdChaosTest, RandomKillsAndPartitionsLeaveEveryStepAppliedOnceAndTheWei
     endpoints.push_back((*proxy)->address());
     proxies.push_back(*std::move(proxy));
   }
-  StartServers({}, endpoints);
+  StartServers({"--metrics_listen=127.0.0.1:0"}, endpoints);
   if (HasFatalFailure()) return;
   v1::JobSpec spec = testing::ReplicatedSpec("chaos", 1);
   auto run = testing::StartNodes(spec, addresses());
@@ -73,6 +102,8 @@ TEST_F(EtcdChaosTest, RandomKillsAndPartitionsLeaveEveryStepAppliedOnceAndTheWei
   int steps_away = 0;   // steps a killed server stays away
   absl::Time heal_at;   // when a partitioned one is healed (between steps)
   int catching_up = 0;  // steps before the next fault
+  bool settled = true;  // the last repaired server is back (Unsettled() was "")
+  absl::Time repaired, settle_by;
   uint64_t step = 0;
   auto repair = [&] {
     if (partitioned) {
@@ -93,13 +124,26 @@ TEST_F(EtcdChaosTest, RandomKillsAndPartitionsLeaveEveryStepAppliedOnceAndTheWei
                     partitioned ? " healed\n" : " restarted\n");
     away = -1;
     catching_up = kCatchUpSteps;
+    settled = false;
+    repaired = absl::Now();
+    settle_by = repaired + kSettleTime;
+  };
+  // Whether the cluster is back from the last repair; a failure once
+  // kSettleTime has passed without it.
+  auto back = [&] {
+    if (settled) return true;
+    const std::string unsettled = Unsettled(repaired);
+    settled = unsettled.empty();
+    EXPECT_TRUE(settled || absl::Now() < settle_by)
+        << "not back " << kSettleTime << " after the last repair: " << unsettled;
+    return settled;
   };
   const absl::Time end = absl::Now() + budget;
   while (absl::Now() < end) {
     SCOPED_TRACE(absl::StrCat("ZEROSTATE_CHAOS_SEED=", seed, ", faults:\n", faults));
     std::function<void()> fault;
     When when = When::kBetweenSteps;
-    if (away < 0 && catching_up == 0 && rng() % 2 == 0) {
+    if (away < 0 && catching_up == 0 && back() && rng() % 2 == 0) {
       away = static_cast<int>(rng() % kEtcdServers);
       partitioned = rng() % 2 == 0;
       when = static_cast<When>(rng() % 3);
@@ -137,6 +181,7 @@ TEST_F(EtcdChaosTest, RandomKillsAndPartitionsLeaveEveryStepAppliedOnceAndTheWei
     if (at_random.joinable()) at_random.join();
     if (HasFatalFailure()) return;
     ++step;
+    if (HasFailure()) return;
     if (away >= 0) {
       --steps_away;
     } else if (catching_up > 0) {
@@ -145,8 +190,11 @@ TEST_F(EtcdChaosTest, RandomKillsAndPartitionsLeaveEveryStepAppliedOnceAndTheWei
   }
   SCOPED_TRACE(absl::StrCat("ZEROSTATE_CHAOS_SEED=", seed, ", faults:\n", faults));
   if (away >= 0) repair();
-  Train(*run, ref, step, step + kCatchUpSteps);  // every copy caught up
-  step += kCatchUpSteps;
+  for (; catching_up > 0 || !back(); --catching_up) {  // every copy caught up
+    Train(*run, ref, step, step + 1);
+    ++step;
+    if (HasFailure()) return;
+  }
   std::cout << "chaos: " << step << " steps, faults:\n" << faults << std::flush;
 
   testing::ExpectReferenceRun(run->nodes, ref, step);

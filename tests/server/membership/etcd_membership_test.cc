@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -400,6 +401,7 @@ TEST_F(EtcdMembershipTest, BadInputIsRefusedNamingIt) {
 }
 
 TEST_F(EtcdMembershipTest, MetricsCountClaimsAndLosses) {
+  const absl::Time started = absl::Now();
   auto registry = std::make_shared<prometheus::Registry>();
   LostLog lost;  // outlives b, whose thread calls into it
   auto o = Options("b:1");
@@ -421,6 +423,15 @@ TEST_F(EtcdMembershipTest, MetricsCountClaimsAndLosses) {
   EXPECT_NE(page.find("zerostate_membership_claims_total{result=\"taken\"} 1"), std::string::npos)
       << page;
   EXPECT_NE(page.find("zerostate_membership_primaries_lost_total 1"), std::string::npos) << page;
+  constexpr char kConfirmed[] = "\nzerostate_membership_lease_confirmed_timestamp_seconds ";
+  const size_t at = page.find(kConfirmed);
+  ASSERT_NE(at, std::string::npos) << page;
+  double confirmed = 0;
+  const size_t from = at + sizeof(kConfirmed) - 1;
+  ASSERT_TRUE(absl::SimpleAtod(page.substr(from, page.find('\n', from) - from), &confirmed))
+      << page;
+  EXPECT_LE(confirmed, absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch())) << page;
+  EXPECT_GT(confirmed, absl::ToDoubleSeconds(started - absl::UnixEpoch())) << page;
 }
 
 }  // namespace
