@@ -129,7 +129,7 @@ void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
     // Delayed update: the servers take step `step`'s pushes once the
     // bucket's blocks are at version `step`, which its gather shows.
     if (!pending_gather_.empty() && !pending_gather_[index].Done()) {
-      deferred_.push_back(index);
+      deferred_[index] = true;
     } else {
       PushBucket(step, index);
     }
@@ -139,10 +139,10 @@ void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
 absl::Status Engine::PushRemaining(uint64_t step, bool push_deferred) {
   OnReady(step, 0);  // buckets the model did not report (none for the MLP)
   absl::Status status = push_error_;
-  if (status.ok() && push_deferred) {
-    for (size_t index : deferred_) PushBucket(step, index);
+  for (size_t index = 0; index < deferred_.size(); ++index) {
+    if (status.ok() && push_deferred && deferred_[index]) PushBucket(step, index);
   }
-  deferred_.clear();
+  deferred_.assign(buckets_.size(), false);
   for (const client::Ticket& t : push_tickets_) {
     absl::Status s = t.Wait();
     if (status.ok() && !s.ok()) status = s;
@@ -239,24 +239,35 @@ void Engine::LandBelow(uint64_t end) {
   land_seconds_ += Since(t0);
 }
 
-absl::Status Engine::LandPending(PhaseTimes* times, double* grad_norm) {
-  auto t0 = Clock::now();
+absl::Status Engine::LandPending(PhaseTimes* times, double* grad_norm,
+                                 std::optional<uint64_t> push_step) {
+  times->gather += land_seconds_;
+  land_seconds_ = 0;
+  if (!pending_gather_.empty()) {
+    // The Step in flight is joined after the landings, not before them:
+    // LandBucket watches it meanwhile, and each deferred bucket leaves as
+    // soon as its own blocks are at the new version, while the servers
+    // still step later blocks (delayed update: step t+1's pushes overlap
+    // step t's pass instead of waiting for all of it).
+    const auto t0 = Clock::now();
+    for (size_t i = buckets_.size(); i-- > 0;) {  // first layer first
+      absl::Status s = LandBucket(i);
+      if (land_error_.ok() && !s.ok()) land_error_ = s;
+      if (push_step.has_value() && land_error_.ok() && deferred_[i]) {
+        deferred_[i] = false;
+        PushBucket(*push_step, i);
+      }
+    }
+    times->gather += Since(t0);
+    pending_gather_.clear();
+    landed_.clear();
+    land_early_ = false;
+  }
+  const auto t0 = Clock::now();
   JoinStep();
   times->step += Since(t0);
   absl::Status status = std::exchange(joined_, absl::OkStatus());
   if (std::exchange(joined_any_, false)) *grad_norm = joined_norm_;
-  times->gather += land_seconds_;
-  land_seconds_ = 0;
-  if (pending_gather_.empty()) return status;
-  t0 = Clock::now();
-  for (size_t i = buckets_.size(); i-- > 0;) {  // first layer first
-    absl::Status s = LandBucket(i);
-    if (land_error_.ok() && !s.ok()) land_error_ = s;
-  }
-  times->gather += Since(t0);
-  pending_gather_.clear();
-  landed_.clear();
-  land_early_ = false;
   absl::Status landed = std::exchange(land_error_, absl::OkStatus());
   return status.ok() ? landed : status;
 }
@@ -336,7 +347,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   pushing_ = false;
   next_bucket_ = 0;
   push_tickets_.clear();
-  deferred_.clear();
+  deferred_.assign(buckets_.size(), false);
   push_error_ = absl::OkStatus();
   exchange_seconds_ = 0;
   land_seconds_ = 0;
@@ -366,10 +377,11 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   // From here on a failure is kept in `status` and the rank still goes
   // through the step's rendezvous and all-gathers (see engine.h).
   // Delayed update: version `step` lands now, after the backward that ran
-  // on the version before it; the pushes it held back go out after it.
+  // on the version before it; each push it held back goes out as soon as
+  // its bucket has landed.
   // Layer by layer: the forward landed it; what is left (the Step's
   // outcome, buckets no layer asked for) comes now.
-  absl::Status status = LandPending(&report.times, &report.grad_norm);
+  absl::Status status = LandPending(&report.times, &report.grad_norm, step);
   report.times.exchange += exchange_seconds_;
   auto t0 = Clock::now();
   absl::Status pushed = PushRemaining(step, status.ok());  // waits for every push

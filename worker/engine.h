@@ -35,8 +35,8 @@
 // of version t+1 stay out. Step t+1 then runs forward and backward on the
 // weights it has (version t), and lands version t+1 after its backward; a
 // bucket is pushed as soon as backward finished it and its blocks reached
-// version t+1 (the gather of its share is done), else right after the
-// landing. A step ends synchronously (its version reached and loaded)
+// version t+1 (the gather of its share is done), else right after its
+// own bucket's landing, while the servers still step later blocks. A step ends synchronously (its version reached and loaded)
 // when delayed update is off, when the next step is below
 // max(warmup_steps, 1), or when the next version is a sync point
 // (SetSyncPoints: checkpoints, the last step). A failure of a delayed
@@ -74,6 +74,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -217,9 +218,12 @@ class Engine {
     StepDecision decision;
   };
   Coordinated Coordinate(uint64_t step, float lr, LossScaler* next);
-  // The coordinator's Step in flight, if any (its failure goes to the
-  // failure hook); then the pending gathers not landed yet, landed.
-  [[nodiscard]] absl::Status LandPending(PhaseTimes* times, double* grad_norm);
+  // The pending gathers not landed yet, landed (first layer first), each
+  // bucket deferred for step `push_step` (if set) pushed right after its
+  // landing; then the coordinator's Step in flight, if any (its failure
+  // goes to the failure hook).
+  [[nodiscard]] absl::Status LandPending(PhaseTimes* times, double* grad_norm,
+                                         std::optional<uint64_t> push_step = std::nullopt);
   // The failure hook, one call at a time.
   void Failed(const absl::Status& status);
   // Waits for the coordinator's Step in flight, if any: its outcome in
@@ -288,7 +292,7 @@ class Engine {
   bool pushing_ = false;  // the push phase began (hook_ called)
   size_t next_bucket_ = 0;
   std::vector<client::Ticket> push_tickets_;
-  std::vector<size_t> deferred_;  // reduced, waiting for their blocks' version
+  std::vector<bool> deferred_;  // by bucket index: reduced, waiting for their blocks' version
   absl::Status push_error_;
   absl::Status land_error_;
   double exchange_seconds_ = 0;
