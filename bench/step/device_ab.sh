@@ -10,6 +10,11 @@
 #   copied     --shared_staging=false: the client copies into and out of
 #              the same-host plane's segments
 #   streams4   --same_host_streams_per_server=0: 4 streams per server
+#   delayed    --delayed_update_warmup=2 (the delayed update, as in
+#              device_all.sh)
+# A mode NAME_prev runs NAME's flags with bin/zerostate-worker-prev (a
+# worker of an earlier commit, bundled under that name): an A/B of a
+# worker change on the same server, in the same rounds.
 # WIRES (default "bf16 fp32"), ROUNDS (default 4). Bundle as for
 # device_all.sh; there: bash bench/step/device_ab.sh $OUT
 set -uo pipefail
@@ -19,12 +24,15 @@ source "$step_dir/device_server.sh"  # out (from $1), bin, srv, the job token
 source "$step_dir/device_mlp.sh"     # zs_mlp, fsdp2_mlp, mlp_args
 git rev-parse HEAD >"$out/commit.txt" 2>/dev/null || true
 declare -A flags=([default]="" [copied]="--shared_staging=false"
-                  [streams4]="--same_host_streams_per_server=0")
+                  [streams4]="--same_host_streams_per_server=0"
+                  [delayed]="--delayed_update_warmup=2")
 for round in $(seq 1 "${ROUNDS:-4}"); do
   for wire in ${WIRES:-bf16 fp32}; do
     for mode in ${MODES:-default copied streams4}; do
+      base=${mode%_prev} worker=$bin/zerostate-worker
+      [[ $mode == *_prev ]] && worker=$bin/zerostate-worker-prev
       # shellcheck disable=SC2086  # the flags are words
-      zs_mlp "${mode}_${wire}_r$round" "$wire" ${flags[$mode]}
+      WORKER=$worker zs_mlp "${mode}_${wire}_r$round" "$wire" ${flags[$base]}
     done
     fsdp2_mlp "$wire"
     mv "$out/fsdp2_$wire.json" "$out/fsdp2_${wire}_r$round.json"

@@ -11,7 +11,13 @@ step_bench prints them:
   ab.paired.<mode>_<wire>.vs.default
                                     median over the rounds of default's ms
                                     / this mode's ms in the same round
-                                    (above 1: this mode is faster)
+                                    (above 1: this mode is faster; only
+                                    when default is among the modes)
+  ab.paired.<mode>_<wire>.vs.<mode>_prev
+                                    when <mode>_prev (the same flags, an
+                                    earlier worker) ran too: median over the
+                                    rounds of its ms / <mode>'s ms (above 1:
+                                    the worker under test is faster)
   device_ab_summary.py --out DIR --batch 64 --rounds 4 --modes "..." --wires "..."
 """
 import argparse
@@ -46,14 +52,19 @@ for wire in a.wires.split():
     peer = median((figure_value(os.path.join(a.out, f"fsdp2_{wire}_r{r}.json"), "_step") or 0) * 1e3
                   or None for r in rounds)
     emit(f"ab.fsdp2_offload_{wire}_step_ms", peer, "ms", rounds=a.rounds)
+    modes = a.modes.split()
     base = {r: round_ms("default", wire, r) for r in rounds}
-    for mode in a.modes.split():
+    for mode in modes:
         runs = {r: round_ms(mode, wire, r) for r in rounds}
         ours = median(runs.values())
         emit(f"ab.{mode}_{wire}_step_ms", ours, "ms",
              runs=[None if v is None else round(v, 2) for v in runs.values()])
         if ours and peer:
             emit(f"ab.ratio.{mode}_{wire}.vs.fsdp2_offload_{wire}", peer / ours, "x", peer, peer / ours)
-        if mode != "default":
+        if mode != "default" and "default" in modes:
             paired = median(base[r] / runs[r] if base[r] and runs[r] else None for r in rounds)
             emit(f"ab.paired.{mode}_{wire}.vs.default", paired, "x", 1.0, paired)
+        if f"{mode}_prev" in modes:
+            prev = {r: round_ms(f"{mode}_prev", wire, r) for r in rounds}
+            paired = median(prev[r] / runs[r] if prev[r] and runs[r] else None for r in rounds)
+            emit(f"ab.paired.{mode}_{wire}.vs.{mode}_prev", paired, "x", 1.0, paired)

@@ -20,7 +20,7 @@ train { job_id: "$name" model { input_dim: ${MLP_INPUT:-2048} hidden: [${MLP_HID
         micro_batch_size: ${MLP_BATCH:-64} steps: ${MLP_STEPS:-12} block_elems: 262144 $dtypes
         ${MLP_EXTRA:-} }
 CFG
-  WORLD_SIZE=1 "$bin/zerostate-worker" --config="$out/$name.textproto" --servers="$srv" \
+  WORLD_SIZE=1 "${WORKER:-$bin/zerostate-worker}" --config="$out/$name.textproto" --servers="$srv" \
     --plaintext --metrics_port=0 --backend="${BACKEND:-cuda}" "$@" >"$out/$name.log" 2>&1
   local rc=$?
   if [[ -n $metrics ]]; then
