@@ -6,7 +6,8 @@
 // over TCP and gRPC they are ordinary memory; a frame naming a buffer not
 // mapped, or a range outside one, is a bad frame; an unsealed memfd, an id
 // mapped before and buffers past the caps are refused by name, and the
-// job is left as it was.
+// job is left as it was; pushes beside waiting gathers keep their
+// connections, so each buffer is handed over once per connection.
 #include "client/shared_buffer.h"
 
 #include <fcntl.h>
@@ -177,6 +178,65 @@ TEST_F(SharedBufferTest, InPlacePushesAndGathersAreBitIdenticalToOrdinaryMemory)
       }
     }
   }
+}
+
+// Steps whose pushes run while the next version's gathers wait on the
+// server (as under the worker's delayed update), each cut in four calls,
+// so that the push pool and the gather pool both run every thread at
+// once: up to 4 * streams_per_server connections. The client keeps them
+// all between steps, so over the whole run the server is handed each of
+// the two shared buffers at most once per connection. With 2 *
+// streams_per_server idle connections, the rest were closed and reopened
+// every step, each mapping the buffers anew (more hand-overs with every
+// step): on the H200 host that cost a delayed-update step 150-300 ms.
+TEST_F(SharedBufferTest, PushesBesideWaitingGathersReuseTheirConnectionsStepAfterStep) {
+  ServerProcessOptions metered = TestServerOptions();
+  metered.args.push_back("--metrics_listen=127.0.0.1:0");
+  auto server = ServerProcess::Start(metered);
+  ASSERT_TRUE(server.ok()) << server.status();
+  client::ClientOptions options = TestClientOptions({(*server)->address()});
+  options.threads = 0;  // the pools' default: 2 * streams_per_server threads each
+  auto c = client::Client::Connect(options);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto job = (*c)->RegisterJob(TestSpec("beside", 1, v1::DTYPE_FP32, v1::DTYPE_FP32));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ReferenceModel ref((*job)->spec());
+  const Layout& layout = ref.layout();
+  auto grad = (*c)->AllocateShared(layout.used_elems * sizeof(float));
+  auto weights = (*c)->AllocateShared(layout.total_elems * sizeof(float));
+  ASSERT_TRUE(grad.ok() && weights.ok());
+  float* gathered = reinterpret_cast<float*>((*weights)->data());
+  float* pushed = reinterpret_cast<float*>((*grad)->data());
+  auto handovers = [&] {
+    auto page = ScrapeMetrics((*server)->metrics_address(), absl::Seconds(10));
+    EXPECT_TRUE(page.ok()) << page.status();
+    return page.ok() ? MetricValue(*page, "zerostate_rpc_duration_seconds_count{method=\"ShmBuffer\"}")
+                     : -1;
+  };
+  constexpr int kCalls = 4, kSteps = 12;
+  for (uint64_t step = 0; step < kSteps; ++step) {
+    std::vector<float> g = NodeGradient(layout, 0, step);
+    std::memcpy(pushed, g.data(), g.size() * sizeof(float));
+    std::vector<client::Ticket> gathers, pushes;
+    for (int i = 0; i < kCalls; ++i) {
+      const Range all{layout.total_elems * i / kCalls, layout.total_elems * (i + 1) / kCalls};
+      gathers.push_back((*job)->GatherAsync(step + 1, all, gathered + all.begin, v1::DTYPE_FP32));
+    }
+    for (int i = 0; i < kCalls; ++i) {
+      const Range used{layout.used_elems * i / kCalls, layout.used_elems * (i + 1) / kCalls};
+      pushes.push_back((*job)->PushAsync(step, 0, used, pushed + used.begin, v1::DTYPE_FP32));
+    }
+    for (const client::Ticket& t : pushes) ASSERT_TRUE(t.Wait().ok()) << "step " << step;
+    ASSERT_TRUE((*job)->Step(step, 0.01f, 1.0f, false).ok());
+    for (const client::Ticket& t : gathers) ASSERT_TRUE(t.Wait().ok()) << "step " << step;
+    ref.Step(step, {g}, 0.01f, 1.0f);
+    ExpectBitIdentical(gathered, ref.GatheredWeights().data(), layout.total_elems, "weights");
+  }
+  const double most = 2 * 4 * (*c)->options().streams_per_server;
+  const double handed = handovers();
+  EXPECT_GT(handed, 0) << "no shared buffer was handed over: not on the same-host plane";
+  EXPECT_LE(handed, most) << "connections were closed and opened again, and were handed the "
+                             "buffers anew";
 }
 
 // With the same-host plane off (TCP) and with the data plane off (gRPC),
