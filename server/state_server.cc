@@ -174,6 +174,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   ServiceOptions service = opt.service;
   service.nvme_dir = opt.tiers.nvme_dir;
   s->data_buffers_ = std::make_unique<DataBufferPool>(opt.data_buffer_bytes);
+  s->shared_mappings_ = std::make_unique<SharedMappings>();
   // Replicated shards (issue 19): who serves which shard as primary, and
   // the steps' way to the backups.
   auto peer_credentials = PeerCredentialsFor(opt.tls, opt.peer_tls_ca);
@@ -215,6 +216,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   data.metrics = s->metrics_.get();
   data.incarnation = s->incarnation_;
   data.buffers = s->data_buffers_.get();
+  data.shared_mappings = s->shared_mappings_.get();
   data.frame_timeout = opt.data_frame_timeout;
   if (auto st = s->StartDataPlane(opt, data); !st.ok()) return st;
   service.data_port = s->data_plane_ ? s->data_plane_->port() : 0;

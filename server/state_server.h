@@ -168,8 +168,9 @@ class StateServer {
   std::unique_ptr<ReplicaServiceImpl> replica_service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::unique_ptr<DataBufferPool> data_buffers_;
+  std::unique_ptr<SharedMappings> shared_mappings_;  // the same-host clients' shared buffers
   std::unique_ptr<DataTlsContext> data_tls_;  // null in plaintext
-  std::unique_ptr<DataPlane> data_plane_;  // destroyed before jobs_ and data_buffers_
+  std::unique_ptr<DataPlane> data_plane_;  // destroyed before jobs_, data_buffers_, shared_mappings_
   bool shut_down_ = false;
 };
 

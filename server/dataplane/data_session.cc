@@ -332,10 +332,10 @@ class Session final : public GatherSink {
       close(fd);
       return refused;
     }
-    // Mapped whole now if the client allocated it (a gather's first write
-    // to each page would fault otherwise), once for the connection's life.
-    absl::StatusOr<std::unique_ptr<ShmSegment>> buffer =
-        ShmSegment::Attach(fd, /*populate=*/true);
+    // Mapped whole if the client allocated it (a gather's first write to
+    // each page would fault otherwise), once for all the connections that
+    // name the same memfd, held for this connection's life.
+    absl::StatusOr<std::shared_ptr<const ShmSegment>> buffer = ctx_.shared_mappings->Attach(fd);
     if (!buffer.ok()) return Prefixed(absl::StrCat("shared buffer ", id, ": "), buffer.status());
     shared_bytes_ += (*buffer)->size();
     shared_[id] = *std::move(buffer);
@@ -515,7 +515,7 @@ class Session final : public GatherSink {
   // their bytes (session thread only; the task thread uses only payload
   // pointers into them, which stay valid: none is unmapped before tasks_
   // stopped).
-  absl::flat_hash_map<uint32_t, std::unique_ptr<ShmSegment>> shared_;
+  absl::flat_hash_map<uint32_t, std::shared_ptr<const ShmSegment>> shared_;
   uint64_t shared_bytes_ = 0;
   const char* const push_method_;  // for the metrics
   const char* const gather_method_;

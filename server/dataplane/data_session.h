@@ -51,6 +51,7 @@
 #include "server/core/push_handler.h"
 #include "server/core/replica_sums.h"
 #include "server/dataplane/data_buffers.h"
+#include "server/dataplane/shared_mappings.h"
 
 namespace zerostate::server {
 
@@ -65,6 +66,9 @@ struct DataSessionContext {
   ReplicaSums* replica_sums = nullptr;
   // Payload buffers of every session (required).
   DataBufferPool* buffers = nullptr;
+  // The shared buffers every same-host session maps, each once for all of
+  // them (required).
+  SharedMappings* shared_mappings = nullptr;
   // How long a frame may take to arrive (--data_frame_timeout_seconds).
   absl::Duration frame_timeout = absl::Seconds(60);
   // The caps on the shared buffers one same-host connection may have
