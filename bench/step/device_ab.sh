@@ -12,6 +12,7 @@
 #   streams4   --same_host_streams_per_server=0: 4 streams per server
 #   delayed    --delayed_update_warmup=2 (the delayed update, as in
 #              device_all.sh)
+#   speculative  train.speculative_step (as in device_all.sh)
 # A mode NAME_prev runs NAME's flags with bin/zerostate-worker-prev (a
 # worker of an earlier commit, bundled under that name): an A/B of a
 # worker change on the same server, in the same rounds.
@@ -25,14 +26,16 @@ source "$step_dir/device_mlp.sh"     # zs_mlp, fsdp2_mlp, mlp_args
 git rev-parse HEAD >"$out/commit.txt" 2>/dev/null || true
 declare -A flags=([default]="" [copied]="--shared_staging=false"
                   [streams4]="--same_host_streams_per_server=0"
-                  [delayed]="--delayed_update_warmup=2")
+                  [delayed]="--delayed_update_warmup=2" [speculative]="")
+declare -A extras=([speculative]="speculative_step: true")
 for round in $(seq 1 "${ROUNDS:-4}"); do
   for wire in ${WIRES:-bf16 fp32}; do
     for mode in ${MODES:-default copied streams4}; do
       base=${mode%_prev} worker=$bin/zerostate-worker
       [[ $mode == *_prev ]] && worker=$bin/zerostate-worker-prev
       # shellcheck disable=SC2086  # the flags are words
-      WORKER=$worker zs_mlp "${mode}_${wire}_r$round" "$wire" ${flags[$base]}
+      WORKER=$worker MLP_EXTRA=${extras[$base]:-} zs_mlp "${mode}_${wire}_r$round" "$wire" \
+        ${flags[$base]}
     done
     fsdp2_mlp "$wire"
     mv "$out/fsdp2_$wire.json" "$out/fsdp2_${wire}_r$round.json"
