@@ -199,16 +199,18 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   auto peer_data_tls = PeerDataTlsFor(opt.tls, opt.peer_tls_ca, opt.data_ktls);
   if (!peer_data_tls.ok()) return peer_data_tls.status();
   s->kept_sums_ = std::make_unique<KeptSums>(s->metrics_.get());
+  s->accepted_terms_ = std::make_unique<AcceptedTerms>();
   s->replicator_ = std::make_unique<Replicator>(Replicator::Options{
       *std::move(peer_credentials), opt.replica_timeout, absl::Seconds(1), s->metrics_.get(),
       lanes, s->primaries_.get(), *std::move(peer_data_tls), s->kept_sums_.get(),
-      opt.catchup_backlog_bytes});
+      s->accepted_terms_.get(), opt.catchup_backlog_bytes});
   // The core's push and gather paths, which both edges call.
   s->pushes_ = std::make_unique<PushHandler>(*s->jobs_, s->primaries_.get(), service.max_wait);
   s->gathers_ = std::make_unique<GatherHandler>(*s->jobs_, s->primaries_.get(), service.max_wait,
                                                 service.gather_piece_elems);
   s->replica_service_ = std::make_unique<ReplicaServiceImpl>(
-      *s->jobs_, *s->pool_, s->primaries_.get(), *s->kept_sums_, opt.test_seed_hook);
+      *s->jobs_, *s->pool_, s->primaries_.get(), *s->kept_sums_, *s->accepted_terms_,
+      opt.test_seed_hook);
   DataSessionContext data;
   data.replica_sums = s->replica_service_.get();
   data.pushes = s->pushes_.get();

@@ -152,6 +152,7 @@ class StateServer {
   // The sums kept as a backup (REPLICA_SUM frames); outlives the services,
   // the data plane and replicator_, which use it.
   std::unique_ptr<KeptSums> kept_sums_;
+  std::unique_ptr<AcceptedTerms> accepted_terms_;  // the backups' (ReplicaServiceImpl)
   // Outlives jobs_: each replicated job's JobStep keeps a ShardReplicator
   // that calls it.
   std::unique_ptr<Replicator> replicator_;

@@ -125,7 +125,8 @@ absl::Status CatchUp::Drain() {
 void CatchUp::Run(std::shared_ptr<const ShardSnapshot> snapshot) {
   v1::SeedPart first = snapshot->first;
   first.mutable_registration()->set_shard_index(copy_.server);
-  absl::Status s = owner_.Seed(copy_.address, copy_.token, first, snapshot->blocks, &cancel_);
+  absl::Status s =
+      owner_.Seed(copy_.address, copy_.token, std::move(first), snapshot->blocks, &cancel_);
   snapshot.reset();  // the state's copy goes as soon as it crossed
   {
     absl::MutexLock lock(&mu_);
@@ -198,6 +199,7 @@ absl::Status CatchUp::SendSums(client::DataConn& lane, const Payload& step, uint
   sum.set_job_id(copy_.job_id);
   sum.set_shard(copy_.shard);
   sum.set_transfer(transfer);
+  owner_.StampTerm(copy_.job_id, copy_.shard, sum.mutable_term());
   for (size_t i = first; i < step.grads.size(); i += stride) {
     sum.set_block(step.grads[i].first);
     if (auto s = owner_.SendSum(lane, copy_.token, sum, step.grads[i].second); !s.ok()) return s;

@@ -27,8 +27,18 @@ absl::Status ReplicaServiceImpl::CheckNotPrimary(const std::string& job, uint32_
                                          " from another is refused"));
 }
 
-absl::Status ReplicaServiceImpl::CheckTakesSteps(const Job& copy, const char* what) const {
-  if (auto s = CheckNotPrimary(copy.spec().job_id(), copy.shard_index(), what); !s.ok()) return s;
+absl::Status ReplicaServiceImpl::CheckSender(const std::string& job, uint32_t shard,
+                                             const v1::SenderTerm* term, const char* what) const {
+  if (auto s = CheckNotPrimary(job, shard, what); !s.ok()) return s;
+  if (term == nullptr) return absl::OkStatus();
+  return terms_.Admit(job, shard, PrimaryTerm{term->primary(), term->epoch()}, what);
+}
+
+absl::Status ReplicaServiceImpl::CheckTakesSteps(const Job& copy, const v1::SenderTerm* term,
+                                                 const char* what) const {
+  if (auto s = CheckSender(copy.spec().job_id(), copy.shard_index(), term, what); !s.ok()) {
+    return s;
+  }
   if (auto s = copy.step().CheckNotDeposed(); !s.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("shard ", copy.shard_index(), " of job '", copy.spec().job_id(),
@@ -41,10 +51,11 @@ absl::Status ReplicaServiceImpl::CheckTakesSteps(const Job& copy, const char* wh
 absl::StatusOr<std::shared_ptr<Job>> ReplicaServiceImpl::CopyFor(const std::string& job,
                                                                  const std::string& token,
                                                                  uint32_t shard,
+                                                                 const v1::SenderTerm* term,
                                                                  const char* what) const {
   auto copy = jobs_.Shard(job, token, shard);
   if (!copy.ok()) return copy.status();
-  if (auto s = CheckTakesSteps(**copy, what); !s.ok()) return s;
+  if (auto s = CheckTakesSteps(**copy, term, what); !s.ok()) return s;
   return copy;
 }
 
@@ -56,12 +67,14 @@ absl::StatusOr<std::shared_ptr<Job>> ReplicaServiceImpl::OpenStep(
   if (!reader.Read(first)) {
     return absl::InvalidArgumentError("ApplyStep: the stream carried no message");
   }
-  return CopyFor(first->job_id(), *token, first->shard(), "step");
+  return CopyFor(first->job_id(), *token, first->shard(),
+                 first->has_term() ? &first->term() : nullptr, "step");
 }
 
 absl::Status ReplicaServiceImpl::Check(const std::string& token, const v1::ReplicaSum& sum,
                                        uint64_t bytes) const {
-  auto job = CopyFor(sum.job_id(), token, sum.shard(), "step's sum");
+  auto job = CopyFor(sum.job_id(), token, sum.shard(), sum.has_term() ? &sum.term() : nullptr,
+                     "step's sum");
   if (!job.ok()) return job.status();
   if (sum.transfer() == 0) {
     return absl::InvalidArgumentError("REPLICA_SUM: replica_sum.transfer must not be 0");
@@ -174,7 +187,9 @@ grpc::Status ReplicaServiceImpl::Seed(grpc::ServerContext* ctx,
   }
   auto job = jobs_.Shard(first.job_id(), *token, first.shard());
   if (!job.ok()) return ToGrpcStatus(job.status());
-  if (auto s = CheckNotPrimary(first.job_id(), first.shard(), "catch-up"); !s.ok()) {
+  if (auto s = CheckSender(first.job_id(), first.shard(),
+                          first.has_term() ? &first.term() : nullptr, "catch-up");
+      !s.ok()) {
     return ToGrpcStatus(s);
   }
   Job& copy = **job;

@@ -6,7 +6,10 @@
 // that ApplyStep takes them or the job is deleted); ReadShard
 // serves a copy's state (checks); Seed replaces a lost copy's state with
 // its primary's (catch-up). Every call is authorized with
-// the job's token, as StateService calls are.
+// the job's token, as StateService calls are. A step, a sum or a seed
+// stamped with its primary's term is admitted by AcceptedTerms (a term
+// older than one the copy accepted is refused ABORTED, naming both); an
+// unstamped one (a server that predates terms) is not checked.
 // Thread-safe.
 #pragma once
 
@@ -23,6 +26,7 @@
 #include "server/core/primaries.h"
 #include "server/core/replica_sums.h"
 #include "server/core/thread_pool.h"
+#include "server/replication/accepted_terms.h"
 #include "server/replication/kept_sums.h"
 #include "zerostate/v1/replica.grpc.pb.h"
 
@@ -38,14 +42,15 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service, public Repl
 
   // All references must outlive the service; `primaries` may be null (no
   // replicated job can then be served as primary here); `seed_hook` may be
-  // empty. The REPLICA_SUMs are kept in `kept` (which DeleteJob empties of
-  // the job's: Replicator::Forget).
+  // empty. The REPLICA_SUMs are kept in `kept`, the primaries' terms in
+  // `terms` (both emptied of a deleted job's: Replicator::Forget).
   ReplicaServiceImpl(JobRegistry& jobs, ThreadPool& pool, const Primaries* primaries,
-                     KeptSums& kept, SeedHook seed_hook = {})
+                     KeptSums& kept, AcceptedTerms& terms, SeedHook seed_hook = {})
       : jobs_(jobs),
         pool_(pool),
         primaries_(primaries),
         kept_(kept),
+        terms_(terms),
         seed_hook_(std::move(seed_hook)) {}
 
   // This server's data plane port (0: none, the default), which ApplyStep
@@ -72,10 +77,15 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service, public Repl
   // message names this server and its term's epoch.
   [[nodiscard]] absl::Status CheckNotPrimary(const std::string& job, uint32_t shard,
                                              const char* what) const;
-  // CheckNotPrimary, then FAILED_PRECONDITION "needs a catch-up" when the
+  // CheckNotPrimary, then the sender's `term` (when the message carries
+  // one) admitted by terms_ (ABORTED when older than the copy accepted).
+  [[nodiscard]] absl::Status CheckSender(const std::string& job, uint32_t shard,
+                                         const v1::SenderTerm* term, const char* what) const;
+  // CheckSender, then FAILED_PRECONDITION "needs a catch-up" when the
   // copy is deposed (JobStep::MarkDeposed): it holds a step no primary
   // acknowledged, so it takes a step only once a Seed replaced its state.
-  [[nodiscard]] absl::Status CheckTakesSteps(const Job& copy, const char* what) const;
+  [[nodiscard]] absl::Status CheckTakesSteps(const Job& copy, const v1::SenderTerm* term,
+                                             const char* what) const;
 
   // The start of ApplyStep: the token, the first message (into `first`),
   // and the copy it names, which takes steps from a primary (not served
@@ -83,11 +93,13 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service, public Repl
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> OpenStep(
       grpc::ServerContext& ctx, grpc::ServerReader<v1::ReplicaStepPart>& reader,
       v1::ReplicaStepPart* first) const;
-  // The copy of `shard` of `job` a primary's step or sums (`what`) go to:
-  // authorized by `token`, held here, taking steps (CheckTakesSteps).
+  // The copy of `shard` of `job` a primary's step or sums (`what`, sent
+  // under `term`, null: unstamped) go to: authorized by `token`, held
+  // here, taking steps (CheckTakesSteps).
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> CopyFor(const std::string& job,
                                                              const std::string& token,
                                                              uint32_t shard,
+                                                             const v1::SenderTerm* term,
                                                              const char* what) const;
 
   JobRegistry& jobs_;
@@ -95,6 +107,7 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service, public Repl
   const Primaries* const primaries_;
   std::atomic<uint32_t> data_port_{0};
   KeptSums& kept_;  // (job, shard) -> the sums of one transfer
+  AcceptedTerms& terms_;  // (job, shard) -> the newest primary term accepted
   const SeedHook seed_hook_;
 };
 

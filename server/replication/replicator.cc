@@ -1,6 +1,7 @@
 #include "server/replication/replicator.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "absl/algorithm/container.h"
@@ -186,10 +187,25 @@ void Replicator::PrepareCall(grpc::ClientContext& ctx, const std::string& token)
   ctx.AddMetadata(kJobTokenMetadata, token);
 }
 
+void Replicator::StampTerm(const std::string& job, uint32_t shard, v1::SenderTerm* out) {
+  if (options_.primaries == nullptr) return;
+  std::optional<PrimaryTerm> now = options_.primaries->Serving(job, shard);
+  absl::MutexLock lock(&mu_);
+  if (now.has_value()) {
+    terms_[{job, shard}] = *now;
+  } else {
+    auto it = terms_.find({job, shard});
+    if (it == terms_.end()) return;
+    now = it->second;
+  }
+  out->set_primary(now->primary);
+  out->set_epoch(now->epoch);
+}
+
 absl::Status Replicator::Seed(const std::string& address, const std::string& token,
-                              const v1::SeedPart& first,
-                              const std::vector<v1::ShardBlock>& blocks,
+                              v1::SeedPart first, const std::vector<v1::ShardBlock>& blocks,
                               CallCanceller* cancel) {
+  StampTerm(first.job_id(), first.shard(), first.mutable_term());
   grpc::ClientContext ctx;
   PrepareCall(ctx, token);
   if (cancel != nullptr) cancel->Begin(ctx);
@@ -222,6 +238,7 @@ absl::Status Replicator::Send(const std::string& address, const std::string& tok
   part.set_job_id(job_id);
   part.set_shard(shard);
   part.set_transfer(transfer);
+  StampTerm(job_id, shard, part.mutable_term());
   *part.mutable_step() = payload.request;
   bool ok = writer->Write(part);
   part = v1::ReplicaStepPart();
@@ -284,7 +301,9 @@ void Replicator::Depose(const std::string& job, uint32_t shard) {
 
 void Replicator::Forget(const std::string& job) {
   if (options_.kept_sums != nullptr) options_.kept_sums->Forget(job);
+  if (options_.accepted_terms != nullptr) options_.accepted_terms->Forget(job);
   absl::MutexLock lock(&mu_);
+  absl::erase_if(terms_, [&](const auto& entry) { return entry.first.first == job; });
   absl::erase_if(lost_, [&](const CopyKey& k) { return std::get<0>(k) == job; });
   absl::erase_if(under_, [&](const auto& entry) { return entry.first.first == job; });
   PublishLocked();

@@ -18,15 +18,23 @@
 // without it, and the shard counts as under-replicated until a catch-up
 // brings a copy back.
 //
+// Every message this server sends as a shard's primary (ApplyStep, Seed,
+// REPLICA_SUM) carries its term (v1::SenderTerm: its address and its
+// claim's epoch, Primaries::Serving, or the last term it served the shard
+// under once that lapsed); each backup remembers the newest term it
+// accepted for the shard (accepted_terms.h) and refuses an older one.
+//
 // Fencing: a copy that answers ABORTED serves the shard as primary now (it
 // claimed it after this server's claim lapsed, or was let go, without this
-// server noticing yet). Then this server is no longer the primary: the step
-// is not acknowledged (UNAVAILABLE "not primary" naming the shard and the
-// new primary), this server is fenced for the shard (Primaries::Fence, as
-// a lapsed lease fences it) and its copy deposed (JobStep::MarkDeposed,
-// until the new primary catches it up), so the clients move to the new
-// primary and run the step there. Any other answer fails the primary's
-// Step (its retry sends again).
+// server noticing yet), or accepted a newer primary's term (with k >= 2,
+// the new primary's other backups). Then this server is no longer the
+// primary: the step is not acknowledged (UNAVAILABLE "not primary" naming
+// the shard and every copy that refused, with its reason), this server is
+// fenced for the shard (Primaries::Fence, as a lapsed lease fences it)
+// and its copy deposed (JobStep::MarkDeposed, until the new primary
+// catches it up), so the clients move to the new primary and run the
+// step there. Any other answer fails the primary's Step (its retry sends
+// again).
 //
 // Catch-up, in the background (catch_up.h): at each later step the
 // primary checks whether a lost copy's server accepts a connection again
@@ -64,6 +72,7 @@
 #include "server/core/job.h"
 #include "server/core/metrics.h"
 #include "server/core/primaries.h"
+#include "server/replication/accepted_terms.h"
 #include "server/replication/kept_sums.h"
 #include "server/core/tls_files.h"
 #include "zerostate/v1/replica.grpc.pb.h"
@@ -122,6 +131,9 @@ class Replicator {
     // The sums this server keeps as a backup (REPLICA_SUM frames), emptied
     // of a deleted job's by Forget; null: none.
     KeptSums* kept_sums = nullptr;
+    // The primaries' terms this server accepted as a backup, emptied of a
+    // deleted job's by Forget; null: none.
+    AcceptedTerms* accepted_terms = nullptr;
     // Bytes of decided steps (requests and sums) one catch-up may hold for
     // its copy while the copy's seed and earlier steps travel
     // (--catchup_backlog_bytes); a step that would exceed it drops the
@@ -139,8 +151,8 @@ class Replicator {
   // Blocks of shards served here as primary that have lost a copy.
   uint64_t under_replicated_blocks() const;
 
-  // Forgets the job's lost copies and the sums its primaries sent ahead
-  // here (deleted).
+  // Forgets the job's lost copies, the sums its primaries sent ahead here
+  // and their terms (deleted).
   void Forget(const std::string& job);
 
   // Stub of peer `address`, made at first use.
@@ -176,12 +188,21 @@ class Replicator {
   // Whether `address` accepts a connection now, on a new channel (within
   // reconnect_timeout); if so Peer(address) uses that channel from now on.
   bool Reconnect(const std::string& address);
-  // One lost copy's Seed: `first` (job, shard, registration, version),
-  // then `blocks`; `cancel` (may be null) can cancel it.
+  // One lost copy's Seed: `first` (job, shard, registration, version;
+  // stamped here with the term), then `blocks`; `cancel` (may be null)
+  // can cancel it.
   [[nodiscard]] absl::Status Seed(const std::string& address, const std::string& token,
-                                  const v1::SeedPart& first,
+                                  v1::SeedPart first,
                                   const std::vector<v1::ShardBlock>& blocks,
                                   CallCanceller* cancel = nullptr);
+  // Stamps `out` with this server's term of (job, shard): the one it
+  // serves the shard under now (Primaries::Serving), else the last one it
+  // did (a deposed or lapsed primary's messages still in flight carry it,
+  // and backups that heard of a newer primary refuse them); left unset
+  // when it never served the shard (no Options::primaries: tests of the
+  // replicator alone).
+  void StampTerm(const std::string& job, uint32_t shard, v1::SenderTerm* out)
+      ABSL_LOCKS_EXCLUDED(mu_);
   using CopyKey = std::tuple<std::string, uint32_t, uint32_t>;  // job, shard, server
   bool IsLost(const CopyKey& key) const;
   void MarkLost(const CopyKey& key, uint64_t blocks);
@@ -205,6 +226,8 @@ class Replicator {
   // (job, shard) -> its blocks, for shards that lost a copy.
   absl::flat_hash_map<std::pair<std::string, uint32_t>, uint64_t> under_ ABSL_GUARDED_BY(mu_);
   uint64_t backlog_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // every catch-up's backlog
+  // (job, shard) -> the last term this server served it under (StampTerm).
+  absl::flat_hash_map<std::pair<std::string, uint32_t>, PrimaryTerm> terms_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zerostate::server

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/rpc_status.h"
 #include "server/replication/catch_up.h"
 
@@ -194,6 +195,7 @@ void ShardReplicator::SendLane(uint64_t step, uint64_t transfer,
   sum.set_job_id(job_id_);
   sum.set_shard(shard_);
   sum.set_transfer(transfer);
+  owner_.StampTerm(job_id_, shard_, sum.mutable_term());
   auto send = [&](uint64_t block, std::string_view bytes) {
     sum.set_block(block);
     for (auto& st : calls) {
@@ -377,16 +379,20 @@ void ShardReplicator::DropCatchUps() {
 }
 
 absl::Status ShardReplicator::Judge(uint64_t step, const std::vector<Result>& results) {
-  // Fencing comes first: a copy that serves the shard as primary now
-  // (ABORTED, to the step or to its catch-up) means this server is not the
-  // primary any more, whatever the others answered.
+  // Fencing comes first: a copy that serves the shard as primary now, or
+  // accepted a newer primary's term (ABORTED, to the step or to its
+  // catch-up), means this server is not the primary any more, whatever the
+  // others answered. Every such copy is named.
+  std::vector<std::string> refusals;
   for (const Result& r : results) {
     if (!absl::IsAborted(r.status)) continue;
+    refusals.push_back(absl::StrCat(r.address, " (", r.status.message(), ")"));
+  }
+  if (!refusals.empty()) {
     std::string why = absl::StrCat(
-        "not primary: shard ", shard_, " of job '", job_id_, "' has a newer primary, ", r.address,
-        ", which refused step ", step, " from this server (", r.status.message(),
-        "); step ", step, " is not acknowledged and this server is fenced for the shard; ask "
-        "the shard's backups");
+        "not primary: shard ", shard_, " of job '", job_id_, "' has a newer primary: step ", step,
+        " from this server was refused by ", absl::StrJoin(refusals, " and by "), "; step ", step,
+        " is not acknowledged and this server is fenced for the shard; ask the shard's backups");
     // Deposed before fenced: a Serve in between must not claim the shard again.
     job_.step().MarkDeposed(why);
     owner_.Depose(job_id_, shard_);

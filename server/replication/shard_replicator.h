@@ -105,9 +105,10 @@ class ShardReplicator final : public StepReplicator {
   void DropCatchUps() ABSL_LOCKS_EXCLUDED(catch_up_mu_);
   // The Step's answer from the copies' results: lost ones marked, caught
   // up ones revived, other errors UNAVAILABLE naming the backup. A copy
-  // that answered ABORTED is the shard's primary now: this copy is deposed
-  // and this server fenced for the shard (Replicator::Depose), and the
-  // answer is UNAVAILABLE "not primary" naming the shard and that copy.
+  // that answered ABORTED is the shard's primary now, or accepted a newer
+  // primary's term: this copy is deposed and this server fenced for the
+  // shard (Replicator::Depose), and the answer is UNAVAILABLE "not
+  // primary" naming the shard and every copy that refused, with its reason.
   [[nodiscard]] absl::Status Judge(uint64_t step, const std::vector<Result>& results);
   // Judge, then arms the next step unless the copy was deposed.
   [[nodiscard]] absl::Status Conclude(uint64_t step, const std::vector<Result>& results);

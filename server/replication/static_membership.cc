@@ -1,6 +1,9 @@
 #include "server/replication/static_membership.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace zerostate::server {
 
@@ -17,7 +20,10 @@ absl::StatusOr<PrimaryTerm> StaticMembership::Primary(const std::string& job, in
 absl::StatusOr<PrimaryTerm> StaticMembership::Claim(const std::string& job, int shard) {
   absl::MutexLock lock(&mu_);
   auto [it, inserted] = claims_.try_emplace({job, shard});
-  if (inserted) it->second = PrimaryTerm{self_, ++epoch_};
+  if (inserted) {
+    epoch_ = std::max(epoch_ + 1, absl::ToUnixMicros(absl::Now()));
+    it->second = PrimaryTerm{self_, epoch_};
+  }
   return it->second;
 }
 

@@ -3,7 +3,12 @@
 // always succeeds, the lease never lapses. It gives the failover path its
 // shape where no etcd runs (tests, one failure domain); it cannot fence a
 // partitioned primary, which is what EtcdMembership
-// (server/membership/etcd_membership.h) is for. Thread-safe.
+// (server/membership/etcd_membership.h) is for. A claim's epoch is the
+// time it was made, in microseconds since the Unix epoch (and above this
+// object's earlier ones), so that claims made by different servers of one
+// host compare as etcd's revisions do: a later claim, a larger epoch (the
+// backups refuse a term older than one they accepted: accepted_terms.h).
+// Across hosts that holds only as far as their clocks agree. Thread-safe.
 #pragma once
 
 #include <functional>
@@ -27,7 +32,8 @@ class StaticMembership final : public Membership {
   const std::string& self() const override { return self_; }
   // NOT_FOUND unless this server claimed the shard.
   [[nodiscard]] absl::StatusOr<PrimaryTerm> Primary(const std::string& job, int shard) override;
-  // Takes the shard (epoch one more than before), or returns the term held.
+  // Takes the shard (epoch: now, in microseconds, and more than any
+  // before), or returns the term held.
   [[nodiscard]] absl::StatusOr<PrimaryTerm> Claim(const std::string& job, int shard) override;
   bool LeaseValid() const override { return true; }
   // Forgets this object's claim of the shard, if any; the next Claim takes

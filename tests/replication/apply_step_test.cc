@@ -28,13 +28,7 @@ class ApplyStepTest : public ReplicaCallTest {
   }
 
   // A block's summed gradient of the right size (zeros).
-  std::string Sum(uint64_t block) const {
-    const auto& layout = run_.nodes[0]->layout();
-    const uint64_t begin = block * layout.block_elems;
-    const uint64_t required =
-        std::min<uint64_t>(layout.block_elems, layout.used_elems - std::min(begin, layout.used_elems));
-    return std::string(required * sizeof(float), '\0');
-  }
+  std::string Sum(uint64_t block) const { return ZeroSum(run_.nodes[0]->layout(), block); }
 
   // A streamed step of shard 0 at kVersion: job and shard first (with
   // `transfer`), every block's sum, the request last.
@@ -77,23 +71,9 @@ class ApplyStepTest : public ReplicaCallTest {
     });
   }
 
-  // A connection to the data plane of server `index` (its port from
-  // JobStatus).
+  // A connection to the data plane of server `index`.
   std::unique_ptr<client::DataConn> DataConn(int index) {
-    auto stub = v1::StateService::NewStub(
-        grpc::CreateChannel(servers_[index], grpc::InsecureChannelCredentials()));
-    grpc::ClientContext ctx;
-    ctx.AddMetadata("zerostate-job-token", kTestJobToken);
-    v1::JobStatusRequest req;
-    req.set_job_id("applied");
-    v1::JobStatusResponse resp;
-    grpc::Status s = stub->JobStatus(&ctx, req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    EXPECT_NE(resp.data_port(), 0u);
-    client::DataConnPool pool(client::DataAddress(servers_[index], resp.data_port()), 0);
-    auto conn = pool.Acquire(absl::Now() + absl::Seconds(20));
-    EXPECT_TRUE(conn.ok()) << conn.status();
-    return conn.ok() ? *std::move(conn) : nullptr;
+    return DataConnTo(servers_[index], "applied");
   }
 
   // A good REPLICA_SUM of shard 0's `block` under `transfer`.
@@ -106,24 +86,9 @@ class ApplyStepTest : public ReplicaCallTest {
     return sum;
   }
 
-  // Sends one REPLICA_SUM frame on `conn` and returns its REPLICA_SUM_ACK's
-  // status (an ERROR frame's, or the connection's, when there is none).
   static absl::Status SendSum(client::DataConn& conn, const std::string& token,
                               const v1::ReplicaSum& sum, const std::string& bytes) {
-    v1::DataFrameMeta meta;
-    meta.set_token(token);
-    *meta.mutable_replica_sum() = sum;
-    conn.stream().SetDeadline(absl::Now() + absl::Seconds(20));
-    if (auto s = SendFrame(conn.stream(), FrameType::kReplicaSum, meta, bytes.data(), bytes.size());
-        !s.ok()) {
-      return s;
-    }
-    auto answer = RecvFrameStart(conn.stream());
-    if (!answer.ok()) return answer.status();
-    if (!answer->has_value()) return absl::UnavailableError("closed");
-    EXPECT_EQ((*answer)->header.type, FrameType::kReplicaSumAck);
-    return absl::Status(static_cast<absl::StatusCode>((*answer)->meta.code()),
-                        (*answer)->meta.message());
+    return SendReplicaSum(conn, token, sum, bytes);
   }
 
   std::vector<uint64_t> blocks_;  // shard 0's
@@ -162,6 +127,18 @@ TEST_F(ApplyStepTest, BadStepsAreRefusedNamingWhatIsWrongAndTheCopyStaysAsItWas)
        absl::StatusCode::kFailedPrecondition, "needs a catch-up"},
       {"ApplyStep of a shard this server holds no copy of", [](auto& p) { p[0].set_shard(2); },
        absl::StatusCode::kNotFound, "shard 2"},
+      // A deposed primary's step: the copy accepted server 0's term, whose
+      // epoch (StaticMembership: its claim's time) is far above 1.
+      {"ApplyStep of a term older than the one the copy accepted",
+       [](auto& p) {
+         p[0].mutable_term()->set_primary("deposed:1");
+         p[0].mutable_term()->set_epoch(1);
+       },
+       absl::StatusCode::kAborted,
+       "a step from primary deposed:1 (epoch 1) is refused: this copy accepted primary "},
+      {"ApplyStep with a term without an epoch",
+       [](auto& p) { p[0].mutable_term()->set_primary("deposed:1"); },
+       absl::StatusCode::kInvalidArgument, "a term names its primary and has an epoch above 0"},
   };
   for (const BadCall& c : cases) {
     std::vector<v1::ReplicaStepPart> parts = Streamed();
@@ -228,6 +205,13 @@ TEST_F(ApplyStepTest, BadReplicaSumsAreRefusedNamingWhatIsWrongAndTheCopyStaysAs
        absl::StatusCode::kNotFound, "shard 2"},
       {"another job", [](auto&, auto& sum, auto&) { sum.set_job_id("no-such-job"); },
        absl::StatusCode::kPermissionDenied, "does not grant access to job 'no-such-job'"},
+      {"a term older than the one the copy accepted",
+       [](auto&, auto& sum, auto&) {
+         sum.mutable_term()->set_primary("deposed:1");
+         sum.mutable_term()->set_epoch(1);
+       },
+       absl::StatusCode::kAborted,
+       "a step's sum from primary deposed:1 (epoch 1) is refused: this copy accepted primary "},
   };
   std::unique_ptr<client::DataConn> conn = DataConn(1);
   ASSERT_NE(conn, nullptr);

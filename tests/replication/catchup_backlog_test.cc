@@ -203,7 +203,8 @@ TEST_F(CatchupBacklogTest, ACopyThatServesTheShardNowFencesThePrimaryAtItsNextSt
   grpc::Status refused = DirectStep(addr_[0], job, 0, step, StepLr(step));
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
   for (const std::string& part :
-       {absl::StrCat("not primary: shard 0 of job '", job, "' has a newer primary, ", addr_[1]),
+       {absl::StrCat("not primary: shard 0 of job '", job, "' has a newer primary: step ", step,
+                     " from this server was refused by ", addr_[1]),
         absl::StrCat("step ", step, " is not acknowledged")}) {
     EXPECT_NE(refused.error_message().find(part), std::string::npos)
         << "no '" << part << "' in: " << refused.error_message();

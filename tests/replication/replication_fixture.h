@@ -17,6 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/data_conn.h"
+#include "common/frame_io.h"
 #include "grpcpp/create_channel.h"
 #include "tests/client/cluster_fixture.h"
 #include "tests/client/reference_model.h"
@@ -208,6 +210,56 @@ inline grpc::Status DirectStep(const std::string& server, const std::string& job
   req.set_grad_scale(kStepScale);
   v1::StepResponse resp;
   return stub->Step(&ctx, req, &resp);
+}
+
+// A connection to the data plane of `server` (its port from the JobStatus
+// of `job`'s shard there), as a primary's lanes to a backup.
+inline std::unique_ptr<client::DataConn> DataConnTo(const std::string& server,
+                                                    const std::string& job) {
+  auto stub =
+      v1::StateService::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("zerostate-job-token", kTestJobToken);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  v1::JobStatusRequest req;
+  req.set_job_id(job);
+  v1::JobStatusResponse resp;
+  grpc::Status s = stub->JobStatus(&ctx, req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_NE(resp.data_port(), 0u);
+  client::DataConnPool pool(client::DataAddress(server, resp.data_port()), 0);
+  auto conn = pool.Acquire(absl::Now() + absl::Seconds(20));
+  EXPECT_TRUE(conn.ok()) << conn.status();
+  return conn.ok() ? *std::move(conn) : nullptr;
+}
+
+// A block's summed gradient of the right size for `layout` (zeros): its
+// elements inside the flat space.
+inline std::string ZeroSum(const Layout& layout, uint64_t block) {
+  const uint64_t begin = block * layout.block_elems;
+  const uint64_t required = std::min<uint64_t>(
+      layout.block_elems, layout.used_elems - std::min(begin, layout.used_elems));
+  return std::string(required * sizeof(float), '\0');
+}
+
+// Sends one REPLICA_SUM frame on `conn` and returns its REPLICA_SUM_ACK's
+// status (an ERROR frame's, or the connection's, when there is none).
+inline absl::Status SendReplicaSum(client::DataConn& conn, const std::string& token,
+                                   const v1::ReplicaSum& sum, const std::string& bytes) {
+  v1::DataFrameMeta meta;
+  meta.set_token(token);
+  *meta.mutable_replica_sum() = sum;
+  conn.stream().SetDeadline(absl::Now() + absl::Seconds(20));
+  if (auto s = SendFrame(conn.stream(), FrameType::kReplicaSum, meta, bytes.data(), bytes.size());
+      !s.ok()) {
+    return s;
+  }
+  auto answer = RecvFrameStart(conn.stream());
+  if (!answer.ok()) return answer.status();
+  if (!answer->has_value()) return absl::UnavailableError("closed");
+  EXPECT_EQ((*answer)->header.type, FrameType::kReplicaSumAck);
+  return absl::Status(static_cast<absl::StatusCode>((*answer)->meta.code()),
+                      (*answer)->meta.message());
 }
 
 // One copy of a shard as ReplicaService.ReadShard serves it.

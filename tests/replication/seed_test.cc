@@ -79,6 +79,17 @@ TEST_F(SeedTest, BadSeedsAreRefusedNamingWhatIsWrongAndTheCopyStaysAsItWas) {
        "applied_steps 3 exceed version 2"},
       {"a shard this server holds no copy of", [](auto& p) { p[0].set_shard(2); },
        absl::StatusCode::kNotFound, "shard 2"},
+      // A deposed primary's catch-up: the copy accepted server 0's term,
+      // whose epoch (StaticMembership: its claim's time) is far above 1.
+      {"a term older than the one the copy accepted",
+       [](auto& p) {
+         p[0].mutable_term()->set_primary("deposed:1");
+         p[0].mutable_term()->set_epoch(1);
+       },
+       absl::StatusCode::kAborted,
+       "a catch-up from primary deposed:1 (epoch 1) is refused: this copy accepted primary "},
+      {"a term without an epoch", [](auto& p) { p[0].mutable_term()->set_primary("deposed:1"); },
+       absl::StatusCode::kInvalidArgument, "a term names its primary and has an epoch above 0"},
   };
   for (const BadSeed& c : cases) {
     std::vector<v1::SeedPart> parts = GoodSeed();
