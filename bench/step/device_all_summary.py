@@ -40,6 +40,16 @@ why):
                                     (zerostate_step_phase_seconds of
                                     metrics_<mode>_<wire>.txt: grad_stats,
                                     optimizer, commit, wait_gradients, ...)
+  server_step.sync_<wire>           the server's optimizer pass inside the
+                                    synchronous job: parameters / the mean
+                                    `optimizer` phase, against
+                                    optimizer_bench's memory limit (ratio;
+                                    the target is 0.9); `traffic_ratio`:
+                                    the host's memory traffic while the
+                                    pass runs (the pass's bytes, and the
+                                    gathers' and h2d bytes streamed out
+                                    beside it) / the bandwidth: near 1, the
+                                    pass shares the memory with the gathers
   same_losses.sync_{layer_buckets,whole_landing,streams4,copied}_<wire>
                                     1 when every step's loss (as printed) of
                                     that run equals the default synchronous
@@ -190,6 +200,15 @@ for wire in WIRES:
                  ours / floor[wire])
         for phase, seconds in sorted(phase_means(path(f"metrics_{name}.txt"), name).items()):
             emit(f"server_{name}.{phase}_ms", seconds * 1e3, "ms")
+for wire in WIRES:
+    pass_s = phase_means(path(f"metrics_sync_{wire}.txt"), f"sync_{wire}").get("optimizer")
+    if pass_s and bw:
+        rate, limit = params / pass_s, bw / LIMIT_BYTES_PER_PARAM
+        beside = STAGES[wire]["gather"] + STAGES[wire]["h2d"]
+        traffic = (STAGES[wire]["optimizer"] + beside) * params / pass_s
+        emit(f"server_step.sync_{wire}", rate / 1e9, "G params/s", limit / 1e9, rate / limit,
+             pass_ms=pass_s * 1e3, traffic_ratio=traffic / bw,
+             bytes_per_param=STAGES[wire]["optimizer"], beside_bytes_per_param=beside)
 for wire in WIRES:
     base = losses(f"sync_{wire}")
     for other in ("sync_layer_buckets", "sync_whole_landing", "sync_streams4", "sync_copied"):

@@ -67,6 +67,13 @@ struct Block {
   // Statistics of the summed gradient of step `stats_step`, once computed.
   std::optional<GradStats> stats ABSL_GUARDED_BY(mu);
   uint64_t stats_step ABSL_GUARDED_BY(mu) = 0;
+  // The same, published for GradStats to read without `mu`, which a
+  // speculation holds while it steps the block (JobStep::Stats): set with
+  // `stats` (PublishStats), forgotten where the version moves back
+  // (ForgetStats: a restore, after which the step's gradients come again).
+  mutable absl::Mutex published_mu ABSL_ACQUIRED_AFTER(mu);
+  uint64_t published_step ABSL_GUARDED_BY(published_mu) = UINT64_MAX;  // none
+  GradStats published ABSL_GUARDED_BY(published_mu);
   AlignedBuffer<uint16_t> lowp ABSL_GUARDED_BY(mu);  // empty when weight dtype is FP32
   // The next low-precision copy, written by a step whose new state is not
   // yet stored (tiers that do not update in place) or not yet confirmed
@@ -89,6 +96,26 @@ struct Block {
   // exchanged with the tier's (StateTier::Exchange), and this then holds
   // the memory for the next speculation.
   AlignedBuffer<float> next_state ABSL_GUARDED_BY(mu);
+
+  // `stats` of step `stats_step` become the published ones.
+  void PublishStats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    absl::MutexLock lock(&published_mu);
+    published_step = stats_step;
+    published = *stats;
+  }
+  // No statistics are kept or published any more.
+  void ForgetStats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    stats.reset();
+    absl::MutexLock lock(&published_mu);
+    published_step = UINT64_MAX;
+  }
+  // The published statistics of `step` into *out; false when there are none.
+  bool PublishedStats(uint64_t step, GradStats* out) const {
+    absl::MutexLock lock(&published_mu);
+    if (published_step != step) return false;
+    *out = published;
+    return true;
+  }
 };
 
 }  // namespace zerostate::server

@@ -80,6 +80,7 @@ absl::Status JobSnapshots::RestoreBlock(uint64_t local, const float* state, uint
   if (!b.lowp.empty()) EncodeFloats(state, b.required, shard_.spec().weight_dtype(), b.lowp.data());
   b.version = version;
   b.acc.Reset();
+  b.ForgetStats();
   return absl::OkStatus();
 }
 

@@ -102,6 +102,7 @@ void JobStep::StatsOnComplete(Block& b) {
   if (!b.acc.complete() || (b.stats.has_value() && b.stats_step == b.version)) return;
   b.stats = b.acc.Stats();
   b.stats_step = b.version;
+  b.PublishStats();
 }
 
 void JobStep::QueueStats(Block& b) {
@@ -162,8 +163,16 @@ absl::StatusOr<GradStats> JobStep::Stats(uint64_t step, absl::Time deadline,
                                          StepPhaseTimes* times, ThreadPool* pool) {
   if (pool != nullptr) stats_pool_.store(pool, std::memory_order_release);
   auto start = Clock::now();
-  for (const auto& bp : blocks()) {
-    Block& b = *bp;
+  // Blocks whose statistics of `step` are published are read without their
+  // mutex, which a speculation stepping the block holds; the rest (not
+  // complete yet, or their statistics left to this call) are waited for.
+  std::vector<GradStats> each(blocks().size());
+  std::vector<size_t> rest;
+  for (size_t i = 0; i < blocks().size(); ++i) {
+    if (!blocks()[i]->PublishedStats(step, &each[i])) rest.push_back(i);
+  }
+  for (size_t i : rest) {
+    Block& b = *blocks()[i];
     absl::MutexLock lock(&b.mu);
     if (auto s = CheckStepWindow(b, step, /*for_stats=*/true); !s.ok()) return s;
     if (auto st = AwaitGradients(b, step, deadline); !st.ok()) return st;
@@ -174,7 +183,7 @@ absl::StatusOr<GradStats> JobStep::Stats(uint64_t step, absl::Time deadline,
   // streamed out of cache: computed here, on the pool); summed in block order.
   if (pool != nullptr) {
     std::vector<size_t> left;
-    for (size_t i = 0; i < blocks().size(); ++i) {
+    for (size_t i : rest) {
       Block& b = *blocks()[i];
       absl::MutexLock lock(&b.mu);
       if (b.version == step && b.acc.complete() &&
@@ -190,14 +199,17 @@ absl::StatusOr<GradStats> JobStep::Stats(uint64_t step, absl::Time deadline,
       });
     }
   }
-  GradStats total;
-  for (const auto& bp : blocks()) {
-    Block& b = *bp;
+  for (size_t i : rest) {
+    Block& b = *blocks()[i];
     absl::MutexLock lock(&b.mu);
     if (b.version == step) StatsOnComplete(b);
     if (auto s = CheckStepWindow(b, step, /*for_stats=*/true); !s.ok()) return s;
-    total.sum_squares += b.stats->sum_squares;
-    total.nonfinite += b.stats->nonfinite;
+    each[i] = *b.stats;
+  }
+  GradStats total;
+  for (const GradStats& g : each) {
+    total.sum_squares += g.sum_squares;
+    total.nonfinite += g.nonfinite;
   }
   if (times != nullptr) times->grad_stats = SecondsSince(start);
   return total;

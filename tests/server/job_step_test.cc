@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <future>
 #include <random>
 #include <string>
 #include <thread>
@@ -176,6 +177,51 @@ TEST_F(JobStepTest, ParametersSentAfterTheGradientsSpeculateTheCompleteBlocks) {
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->blocks_confirmed, blocks());
   ExpectSameAt(1);
+}
+
+// GradStats reads the statistics each block published as its gradients
+// completed, without the block's mutex: a speculation stepping a block
+// holds that (here the test does), and GradStats answers meanwhile, with
+// the plain job's numbers.
+TEST_F(JobStepTest, GradStatsAnswerWhileABlockIsHeld) {
+  PushNode(0, 0);
+  PushNode(1, 0);
+  auto want = plain_->step().Stats(0, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(want.ok()) << want.status();
+  Block& held = spec_->shard().local_block(blocks() - 1);
+  held.mu.Lock();
+  auto got = std::async(std::launch::async,
+                        [&] { return spec_->step().Stats(0, absl::Now() + absl::Seconds(60)); });
+  const bool answered = got.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  held.mu.Unlock();
+  ASSERT_TRUE(answered) << "GradStats waited for the held block";
+  auto stats = got.get();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->sum_squares, want->sum_squares);
+  EXPECT_EQ(stats->nonfinite, want->nonfinite);
+}
+
+// A restore moves the version back: the statistics published before it
+// are forgotten, and GradStats waits for the step's gradients again.
+TEST_F(JobStepTest, ARestoreForgetsThePublishedStatistics) {
+  PushNode(0, 0);
+  PushNode(1, 0);
+  auto before = spec_->step().Stats(0, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(before.ok()) << before.status();
+  const auto state = State(*spec_, 0);
+  const size_t floats = spec_->shard().tier_shape().block_floats();
+  for (uint64_t b = 0; b < blocks(); ++b) {
+    ASSERT_TRUE(spec_->snapshots().RestoreBlock(b, state.data() + b * floats, 0).ok());
+  }
+  auto waiting = spec_->step().Stats(0, absl::Now() + absl::Milliseconds(50));
+  EXPECT_EQ(waiting.status().code(), absl::StatusCode::kDeadlineExceeded) << waiting.status();
+  EXPECT_NE(waiting.status().message().find("missing gradients"), std::string::npos)
+      << waiting.status();
+  PushNode(0, 0);
+  PushNode(1, 0);
+  auto again = spec_->step().Stats(0, absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->sum_squares, before->sum_squares);
 }
 
 TEST_F(JobStepTest, ClippingRedoesEveryBlockFromTheStateTheSpeculationLeftAlone) {
