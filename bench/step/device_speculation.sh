@@ -28,7 +28,7 @@ for entry in $servers; do
     out=$root/$name
     export SERVER_THREADS=${SERVER_THREADS:-15} SERVER_METRICS=127.0.0.1:0
     export SERVER_FLAGS=${flags//,/ }
-    [[ $name == prev* ]] && export SERVER=$bin/zerostate-server-prev
+    [[ $name == prev* ]] && export SERVER=${ZS_BIN:-.device/bin}/zerostate-server-prev
     source "$step_dir/device_server.sh" >/dev/null
     source "$step_dir/device_mlp.sh"
     for wire in bf16 fp32; do
