@@ -1,15 +1,18 @@
 # The two commands of the README, and a few helpers.
 #   make demo   - install deps, build, run a local cluster that trains
 #                 (KILL=1: with backups, a server killed mid-run)
-#   make test   - install deps, build, run the whole test suite, then the
-#                 same C++ tests under ASan/UBSan (test-asan), then the
-#                 clang build that checks the locks and runs every libFuzzer
-#                 harness for FUZZ_SECONDS (fuzz)
+#   make test   - install deps, build, run the whole test suite, then one
+#                 clang sanitizer build (SAN_BUILD) that checks the locks,
+#                 runs the same C++ tests under ASan/UBSan (test-asan) and
+#                 every libFuzzer harness for FUZZ_SECONDS (fuzz)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
-ASAN_BUILD ?= build-asan
-FUZZ_BUILD ?= build-fuzz
+# One clang-14 tree for test-asan and fuzz (scripts/configure-san.sh): ASan,
+# UBSan, the lock check and the fuzz harnesses in one build. Until 2026-12-02
+# these were two builds, GCC's ASan one and a clang one for the fuzzers and
+# locks; the libraries compiled twice made CI's `make test` 51 min.
+SAN_BUILD ?= build-san
 FUZZ_SECONDS ?= 10
 KILL ?= 0
 
@@ -33,7 +36,7 @@ test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
 	@$(MAKE) --no-print-directory test-asan fuzz
 
-# The C++ unit and integration tests built with -fsanitize=address,undefined
+# The C++ unit and integration tests built by clang with -fsanitize=address,undefined
 # (UBSan findings abort; LeakSanitizer checks every process that exits,
 # servers stopped with SIGTERM included). The deploy tests (label deploy:
 # Python and shell checks of configs, and the Prometheus integration) are
@@ -45,25 +48,26 @@ test: build
 # 47-53 s under ASan on 2 cores): the 30 s outage (its 3 s and 0 s twins
 # run), and two rollbacks to a checkpoint (CheckpointPruneTest's rollback runs).
 ASAN_SKIP ?= back_after_30s|KillRestartTest.KilledServerIsRolledBackAndTheRunEndsBitIdentical|Fp16FaultTest.KilledServerIsRolledBackWithoutWaitingForADeadline
+# The build is the whole tree, fuzz harnesses included, so a lock finding
+# fails here, before any test runs, and `make fuzz` after it builds nothing.
 test-asan: deps
-	@[ -f $(ASAN_BUILD)/build.ninja ] || cmake -S . -B $(ASAN_BUILD) -G Ninja $(CMAKE_FLAGS) \
-	  -DZEROSTATE_SANITIZE=ON -DZEROSTATE_BENCH=OFF -DZEROSTATE_CUDA=OFF >/dev/null
-	@cmake --build $(ASAN_BUILD) -j $(JOBS)
-	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 \
+	@scripts/configure-san.sh $(SAN_BUILD) $(CMAKE_FLAGS)
+	@cmake --build $(SAN_BUILD) -j $(JOBS)
+	@cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:halt_on_error=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  ctest --output-on-failure -j $(JOBS) --timeout 600 -LE 'deploy|python' -E '$(ASAN_SKIP)'
 
-# The lock check and the fuzzers, in one clang build (tests/fuzz/run.sh):
+# The lock check and the fuzzers, from the same clang tree (tests/fuzz/run.sh):
 # every server, common and client library compiled with
 # -Werror=thread-safety (a lock finding fails the build), then every
 # libFuzzer harness for FUZZ_SECONDS from the checked-in corpus, two at a
 # time; fails on any lock finding, crash, leak or sanitizer report.
 fuzz: deps
-	@BUILD=$(FUZZ_BUILD) JOBS=$(JOBS) tests/fuzz/run.sh $(FUZZ_SECONDS)
+	@BUILD=$(SAN_BUILD) CMAKE_FLAGS='$(CMAKE_FLAGS)' JOBS=$(JOBS) tests/fuzz/run.sh $(FUZZ_SECONDS)
 
 bench: build
 	@scripts/bench.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(SAN_BUILD)

@@ -13,8 +13,9 @@ pkgs=(
   python3-torch
   etcd-server
 )
-# clang-14, libclang-rt-14-dev: make fuzz, the clang build of the lock check
-# (-Werror=thread-safety) and of tests/fuzz, and its libFuzzer runtime.
+# clang-14, libclang-rt-14-dev: the sanitizer build of make test-asan and
+# make fuzz (ASan/UBSan, the lock check -Werror=thread-safety, tests/fuzz),
+# and its sanitizer and libFuzzer runtimes.
 # python3-torch: PyTorch on the CPU for tests/python (the zerostate package).
 # etcd-server: a real etcd for the membership and fencing tests (label etcd).
 pkgs+=("$@")

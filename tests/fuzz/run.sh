@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses with clang and runs each for a bounded time,
-# from a copy of its seed corpus in tests/fuzz/corpus/<harness>/. The same
-# clang build also compiles the libraries no harness links (the client's,
+# from a copy of its seed corpus in tests/fuzz/corpus/<harness>/. The build
+# tree is the one sanitizer tree of `make test` (scripts/configure-san.sh:
+# clang, ASan+UBSan, fuzz harnesses), which `make test-asan` builds and tests
+# in first; run alone, this configures it if need be and builds only the
+# harnesses and the libraries no harness links (the client's,
 # tests/fuzz/CMakeLists.txt's zerostate_lock_check), so that this one build
 # checks every server, common and client lock annotation (-Werror=thread-safety,
 # CMakeLists.txt at the top): a lock finding fails the build, and this script.
@@ -9,23 +12,23 @@
 # Defaults: 60 s, every harness. `make test` runs it with 10 s (CI).
 # Fails (exit 1) on any lock finding, crash, leak, timeout, out-of-memory or
 # sanitizer report; the reproducer is left in $FUZZ_OUT/<harness>/ (default
-# build-fuzz/fuzz-out) and named in the log. Environment: BUILD (build
-# dir, default build-fuzz), CXX/CC (compiler, default clang++-14/clang-14; the
-# harnesses need clang's -fsanitize=fuzzer), JOBS (build jobs, default 2),
-# FUZZ_PAR (harnesses run at once, default 2).
+# build-san/fuzz-out) and named in the log. Environment: BUILD (build
+# dir, default build-san), CMAKE_FLAGS (more cmake flags when it configures),
+# CXX/CC (compiler, default clang++-14/clang-14; the harnesses need clang's
+# -fsanitize=fuzzer), JOBS (build jobs, default 2), FUZZ_PAR (harnesses run
+# at once, default 2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-60}
 shift || true
 ALL=(register_job chunk gather frame step rendezvous manifest worker_config ds_config)
 [ $# -gt 0 ] && HARNESSES=("$@") || HARNESSES=("${ALL[@]}")
-BUILD=${BUILD:-build-fuzz}
+BUILD=${BUILD:-build-san}
 OUT=${FUZZ_OUT:-$BUILD/fuzz-out}
 
-if [ ! -f "$BUILD/build.ninja" ]; then
-  CC=${CC:-clang-14} CXX=${CXX:-clang++-14} cmake -S . -B "$BUILD" -G Ninja -DZEROSTATE_FUZZ=ON \
-        -DZEROSTATE_CUDA=OFF -DZEROSTATE_BENCH=OFF >/dev/null
-fi
+# CMAKE_FLAGS: words on purpose (several flags in one variable, as in the Makefile).
+# shellcheck disable=SC2086
+scripts/configure-san.sh "$BUILD" ${CMAKE_FLAGS:-}
 # zerostate_lock_check: the libraries no harness links, built for their lock check.
 cmake --build "$BUILD" -j "${JOBS:-2}" --target "${HARNESSES[@]/#/fuzz_}" zerostate_lock_check
 
