@@ -298,12 +298,28 @@ inline absl::StatusOr<ShardCopy> ReadCopy(const std::string& server, const std::
   return copy;
 }
 
+// ReadCopy, for a copy a catch-up in the background may not have created
+// yet: while the server knows no such job (UNAUTHENTICATED, a restarted
+// server before its Seed), asked again, for up to 20 s. A copy that
+// exists waits for `min_version` in ReadShard itself.
+inline absl::StatusOr<ShardCopy> AwaitCopy(const std::string& server, const std::string& job_id,
+                                           uint32_t shard, uint64_t min_version) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (true) {
+    auto copy = ReadCopy(server, job_id, shard, min_version);
+    if (copy.ok() || !absl::IsUnauthenticated(copy.status()) || absl::Now() >= give_up) {
+      return copy;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
 // Expects the copies of `shard` on `a` and `b` at the same versions and
 // bit-identical (masters and moments).
 inline void ExpectSameCopies(const std::string& a, const std::string& b, const std::string& job,
                              uint32_t shard, uint64_t version) {
-  auto ca = ReadCopy(a, job, shard, version);
-  auto cb = ReadCopy(b, job, shard, version);
+  auto ca = AwaitCopy(a, job, shard, version);
+  auto cb = AwaitCopy(b, job, shard, version);
   ASSERT_TRUE(ca.ok()) << ca.status();
   ASSERT_TRUE(cb.ok()) << cb.status();
   EXPECT_EQ(ca->versions, cb->versions) << "shard " << shard;
