@@ -4,13 +4,18 @@
 // node's reduce-scatter and all-gather), push, step (GradStats + Step),
 // gather. With perfect overlap a step takes as long as its longest part;
 // the bench prints how close it comes (`overlap`: the longest part's time
-// over the step's), and the same with the delayed parameter update
+// over the step's). Each part's CPU seconds (this process's and the
+// servers') show what the host's cores allow: a step needs at least the
+// parts' CPU seconds over the cores (`overlap_cores_allow`: the best
+// `overlap` there is on this host; on 2 cores the parts need more CPU
+// than the longest part leaves). The same with the delayed parameter update
 // (`overlap_delayed`: train.delayed_update, the server's step and the
 // gathers under the next step's compute).
 // `server_step` is the server's own step inside the job (its gradient
 // statistics and optimizer pass, from its zerostate_step_phase_seconds in
 // the fastest timed step, waiting for gradients left out) in parameters per
-// second, against the memory limit of an AdamW step (optimizer_bench's
+// second (`server_step_alone`: in the step measured part by part, nothing
+// beside it), against the memory limit of an AdamW step (optimizer_bench's
 // TrafficPass, best of a measure before and one after the steps) in this
 // process with as many threads as the server's pass runs on
 // (--server_threads plus the calling thread).
@@ -20,11 +25,17 @@
 // step, the worker's step part and the server's optimizer pass inside the
 // Step, each against the plain job's (ratio > 1: faster).
 //   step_bench [--json] [--servers=1] [--server_threads=N] [--hidden=8192,8192] [--steps=3]
-//              [--speculative=true]
+//              [--speculative=true] [--whole_landing] [--streams_per_server=N] [--wire=bf16]
 // --json prints one object per line: {"figure","value","unit","limit","ratio"}.
+#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <thread>
@@ -56,6 +67,11 @@ ABSL_FLAG(int, steps, 3, "end-to-end steps timed (after one warm-up step)");
 ABSL_FLAG(std::string, wire, "fp32",
           "gradients and weights on the wire: fp32, or bf16 (bf16 gradients of one node are "
           "summed with streaming stores, so their statistics are read back from memory)");
+ABSL_FLAG(bool, whole_landing, false,
+          "train.whole_landing: every weight lands at the end of each step, not layer by layer "
+          "in the next forward (the next forward then never runs beside the server's pass)");
+ABSL_FLAG(int, streams_per_server, 0,
+          "the client's streams per server (0: its default, raised for same-host servers)");
 ABSL_FLAG(bool, speculative, true,
           "also time the same model as a speculative_step job (speculative_* figures)");
 
@@ -96,6 +112,7 @@ v1::WorkerConfig BenchConfig() {
   c.mutable_train()->set_job_id("step-bench");
   c.mutable_train()->set_micro_batch_size(absl::GetFlag(FLAGS_micro_batch));
   c.mutable_train()->set_steps(1 + 1 + absl::GetFlag(FLAGS_steps));
+  c.mutable_train()->set_whole_landing(absl::GetFlag(FLAGS_whole_landing));
   const std::string wire = absl::GetFlag(FLAGS_wire);
   if (wire == "bf16") {
     c.mutable_train()->set_grad_dtype(v1::DTYPE_BF16);
@@ -150,29 +167,67 @@ PhaseSeconds Slowest(const std::vector<PhaseSeconds>& before,
   return slowest;
 }
 
-struct Parts {
-  double compute = 0, exchange = 0, push = 0, step = 0, gather = 0;
+// CPU seconds so far of this process (the trainer: compute, the client's
+// streams) and of every server process (/proc/PID/stat: utime, stime).
+double CpuSeconds(testing::ServerCluster& cluster) {
+  rusage self{};
+  getrusage(RUSAGE_SELF, &self);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  double total = seconds(self.ru_utime) + seconds(self.ru_stime);
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  for (int i = 0; i < cluster.size(); ++i) {
+    std::ifstream in(absl::StrCat("/proc/", cluster.server(i).pid(), "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // The fields after the command's closing parenthesis, from field 3.
+    std::vector<std::string> f = absl::StrSplit(stat.substr(stat.rfind(')') + 2), ' ');
+    if (f.size() < 13) Check(absl::InternalError("/proc/PID/stat: too few fields"), "cpu time");
+    total += (std::stod(f[11]) + std::stod(f[12])) / tick;  // utime, stime: fields 14, 15
+  }
+  return total;
+}
+
+struct Part {
+  double seconds = 0;
+  double cpu = 0;  // CPU seconds of the trainer and the servers meanwhile
 };
 
-// Step 0 by hand, one part at a time.
-Parts MeasureParts(client::JobClient* job, CpuBackend* backend, const v1::TrainConfig& train) {
+struct Parts {
+  Part compute, exchange, push, step, gather;
+  PhaseSeconds server;  // the servers' phases in the Step alone
+};
+
+// One part alone: its wall and CPU seconds added to `part`.
+template <typename F>
+void TimePart(testing::ServerCluster& cluster, Part* part, F&& f) {
+  const double cpu0 = CpuSeconds(cluster);
+  part->seconds += Time(std::forward<F>(f));
+  part->cpu += CpuSeconds(cluster) - cpu0;
+}
+
+// One step by hand, one part at a time.
+Parts MeasureParts(client::JobClient* job, CpuBackend* backend, const v1::TrainConfig& train,
+                   testing::ServerCluster& cluster, uint64_t step) {
   TeacherData data(train.model());
   const uint32_t n = train.micro_batch_size();
   std::vector<float> x(size_t{n} * data.input_dim()), y(size_t{n} * data.output_dim());
-  data.Fill(0, n, x.data(), y.data());
+  data.Fill(step * n, n, x.data(), y.data());
   const Range used{0, job->layout().used_elems};
   std::vector<float> slice(used.size());
   Parts p;
   Check(backend->ZeroGrads(), "zero");
-  p.compute = Time([&] { Check(backend->ForwardBackward(x.data(), y.data(), n, 1.0f, nullptr).status(), "compute"); });
-  p.exchange = Time([&] { Check(backend->ReduceScatter(used, slice.data()), "reduce-scatter"); });
-  p.push = Time([&] { Check(job->Push(0, 0, used, slice.data(), v1::DTYPE_FP32), "push"); });
-  p.step = Time([&] {
-    Check(job->GradStats(0).status(), "grad stats");
-    Check(job->Step(0, 1e-4f, 1.0f, false), "step");
+  TimePart(cluster, &p.compute, [&] {
+    Check(backend->ForwardBackward(x.data(), y.data(), n, 1.0f, nullptr).status(), "compute");
   });
-  p.gather = Time([&] { Check(job->Gather(1, used, slice.data(), v1::DTYPE_FP32), "gather"); });
-  p.exchange += Time([&] { Check(backend->AllGather(used, slice.data()), "all-gather"); });
+  TimePart(cluster, &p.exchange, [&] { Check(backend->ReduceScatter(used, slice.data()), "reduce-scatter"); });
+  TimePart(cluster, &p.push, [&] { Check(job->Push(step, 0, used, slice.data(), v1::DTYPE_FP32), "push"); });
+  const auto before = ScrapePhases(cluster, train.job_id());
+  TimePart(cluster, &p.step, [&] {
+    Check(job->GradStats(step).status(), "grad stats");
+    Check(job->Step(step, 1e-4f, 1.0f, false), "step");
+  });
+  p.server = Slowest(before, ScrapePhases(cluster, train.job_id()));
+  TimePart(cluster, &p.gather, [&] { Check(job->Gather(step + 1, used, slice.data(), v1::DTYPE_FP32), "gather"); });
+  TimePart(cluster, &p.exchange, [&] { Check(backend->AllGather(used, slice.data()), "all-gather"); });
   return p;
 }
 
@@ -186,9 +241,20 @@ double MemoryLimit(uint64_t params) {
   return server::MemoryLimitParamsPerSecond(state, threads, 5);
 }
 
-// The server's step inside the job (its best timed step) against `limit`.
+// The cores this process may run on (taskset included).
+int Cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return static_cast<int>(std::thread::hardware_concurrency());
+  return CPU_COUNT(&set);
+}
+
+// The server's step inside the job against `limit`: in the pipelined
+// steps (its best timed step: the gathers it streams and the next forward
+// run beside it) and in the step measured alone (nothing beside it).
 // `worker_step`: the step part as the worker saw it (GradStats and Step).
-void PrintServerStep(PhaseSeconds phases, uint64_t params, double worker_step, double limit) {
+void PrintServerStep(PhaseSeconds phases, const PhaseSeconds& alone, uint64_t params,
+                     double worker_step, double limit) {
   for (const char* phase : kPhases) {
     Print(absl::StrCat("server_", phase), phases[phase], "s", phases["optimizer"],
           phases[phase] / phases["optimizer"]);
@@ -197,32 +263,52 @@ void PrintServerStep(PhaseSeconds phases, uint64_t params, double worker_step, d
   Print(absl::StrCat("memory_limit.threads=", ServerThreads() + 1), limit, "params/s", limit, 1.0);
   Print("worker_step_rate", params / worker_step, "params/s", limit, params / worker_step / limit);
   Print("server_step", rate, "params/s", limit, rate / limit);
+  const double alone_rate = params / ServerStep(alone);
+  Print("server_step_alone", alone_rate, "params/s", limit, alone_rate / limit);
 }
 
 // The step's limit with perfect overlap.
-double Longest(const Parts& p) { return std::max({p.compute, p.exchange, p.push, p.step, p.gather}); }
+double Longest(const Parts& p) {
+  return std::max({p.compute.seconds, p.exchange.seconds, p.push.seconds, p.step.seconds,
+                   p.gather.seconds});
+}
 
-// Every figure against the longest part (the step's limit with perfect overlap).
+// Every figure against the longest part (the step's limit with perfect
+// overlap), and the limit the host's cores set: the parts' CPU seconds
+// spread over every core.
 void PrintFigures(const Parts& parts, double median, uint64_t params, const StepReport& last) {
   const double longest = Longest(parts);
+  const int cores = Cores();
   if (!absl::GetFlag(FLAGS_json)) {
-    std::printf("model %.1fM parameters, %d server(s), micro-batch %u\n", params / 1e6,
-                absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_micro_batch));
+    std::printf("model %.1fM parameters, %d server(s), micro-batch %u, %d cores\n", params / 1e6,
+                absl::GetFlag(FLAGS_servers), absl::GetFlag(FLAGS_micro_batch), cores);
   }
   Print("params", static_cast<double>(params), "count", 1e8, params / 1e8);
-  for (auto [name, v] : {std::pair{"part_compute", parts.compute}, {"part_exchange", parts.exchange},
-                         {"part_push", parts.push}, {"part_step", parts.step}, {"part_gather", parts.gather}}) {
-    Print(name, v, "s", longest, v / longest);
+  double sum = 0, cpu = 0;
+  for (auto [name, part] : {std::pair{"compute", parts.compute}, {"exchange", parts.exchange},
+                            {"push", parts.push}, {"step", parts.step}, {"gather", parts.gather}}) {
+    Print(absl::StrCat("part_", name), part.seconds, "s", longest, part.seconds / longest);
+    // Cores busy in the part, the trainer's and the servers' together.
+    Print(absl::StrCat("part_", name, "_cores"), part.cpu / part.seconds, "cores", cores,
+          part.cpu / part.seconds / cores);
+    sum += part.seconds;
+    cpu += part.cpu;
   }
-  Print("push_ns_per_param", parts.push / params * 1e9, "ns", parts.push / params * 1e9, 1.0);
+  Print("push_ns_per_param", parts.push.seconds / params * 1e9, "ns",
+        parts.push.seconds / params * 1e9, 1.0);
   Print("step_end_to_end", median, "s", longest, longest / median);
   Print("overlap", median, "s", longest, longest / median);
-  Print("step_sum_of_parts", parts.compute + parts.exchange + parts.push + parts.step + parts.gather, "s",
-        longest, longest / (parts.compute + parts.exchange + parts.push + parts.step + parts.gather));
+  Print("step_sum_of_parts", sum, "s", longest, longest / sum);
+  // The parts need `cpu` CPU seconds a step: with every core busy the step
+  // takes at least cpu / cores, so that is the best overlap there is here.
+  const double cpu_floor = std::max(longest, cpu / cores);
+  Print("step_cpu_seconds", cpu, "s", longest * cores, longest * cores / cpu);
+  Print("overlap_cores_allow", cpu_floor, "s", longest, longest / cpu_floor);
+  Print("overlap_of_what_cores_allow", median, "s", cpu_floor, cpu_floor / median);
   const auto& t = last.times;
-  if (!absl::GetFlag(FLAGS_json)) {
-    std::printf("last step split: compute %.3f exchange %.3f push %.3f step %.3f gather %.3f s\n",
-                t.compute, t.exchange, t.push, t.step, t.gather);
+  for (auto [name, v] : {std::pair{"compute", t.compute}, {"exchange", t.exchange}, {"push", t.push},
+                         {"step", t.step}, {"gather", t.gather}}) {
+    Print(absl::StrCat("last_step_", name), v, "s", median, v / median);
   }
 }
 
@@ -344,6 +430,10 @@ int Main() {
   client::ClientOptions copts;
   copts.servers = (*cluster)->addresses();
   copts.plaintext = true;  // loopback servers started with --plaintext
+  if (const int streams = absl::GetFlag(FLAGS_streams_per_server); streams > 0) {
+    copts.streams_per_server = streams;
+    copts.same_host_streams_per_server = 0;  // exactly these
+  }
   auto client = client::Client::Connect(copts);
   Check(client.status(), "connect");
   Timed plain;
@@ -356,8 +446,11 @@ int Main() {
     // The limit before and after the steps, the best counts (as every figure
     // here, it is low when other work shares the machine).
     limit = MemoryLimit(params);
-    parts = MeasureParts(s.opened.job.get(), s.backend.get(), train);
-    plain = TimeSteps(s, train, **cluster, 1, 1);
+    // Step 0 by hand allocates the server's optimizer state; step 1's
+    // parts are the ones measured.
+    MeasureParts(s.opened.job.get(), s.backend.get(), train, **cluster, 0);
+    parts = MeasureParts(s.opened.job.get(), s.backend.get(), train, **cluster, 1);
+    plain = TimeSteps(s, train, **cluster, 2, 1);
     Check(s.engine->Drain(), "drain");  // the last Step may still be under way
     Check(s.opened.job->Delete(), "delete the job");  // its memory, for the next
   }
@@ -366,7 +459,7 @@ int Main() {
   if (absl::GetFlag(FLAGS_speculative)) PrintSpeculative(client->get(), config, **cluster, plain);
   Check((*cluster)->StopAll(), "stop servers");
   limit = std::max(limit, MemoryLimit(params));
-  PrintServerStep(plain.best, params, plain.worker_step, limit);
+  PrintServerStep(plain.best, parts.server, params, plain.worker_step, limit);
   return 0;
 }
 
