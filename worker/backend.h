@@ -107,6 +107,16 @@ class Backend {
                       [keep = std::move(keep)](float*) mutable { keep.reset(); });
   }
 
+  // A node of one rank whose gradients and parameters are fp32 host memory
+  // (the staging's dtype) may offer them as the staging itself: the engine
+  // then pushes each bucket straight from the gradients and gathers it
+  // straight into the parameters, with no ReduceScatter or AllGather copy
+  // (on the CPU backend, two copies of every parameter a step on the
+  // rank's own thread). Indexed by flat element. nullptr: the staging and
+  // the collectives. REQUIRES (in place): local_size() == 1.
+  virtual float* GradsInPlace() { return nullptr; }
+  virtual float* ParamsInPlace() { return nullptr; }
+
   // Copies parameters `elems` of this rank to host memory.
   [[nodiscard]] virtual absl::Status ReadParams(Range elems, float* host) = 0;
 

@@ -57,6 +57,10 @@ absl::Status CpuBackend::AllGather(Range bucket, const void* host) {
   return group_->Barrier(rank_);
 }
 
+float* CpuBackend::GradsInPlace() { return group_->size() == 1 ? group_->grads(rank_) : nullptr; }
+
+float* CpuBackend::ParamsInPlace() { return group_->size() == 1 ? group_->params(rank_) : nullptr; }
+
 absl::StatusOr<bool> CpuBackend::NodeAnyFailed(bool failed) {
   return group_->Vote(rank_, failed);
 }

@@ -27,6 +27,9 @@ class CpuBackend : public Backend {
   [[nodiscard]] absl::Status StartReduceScatter(Range bucket, void* host_out) override;
   [[nodiscard]] absl::Status AllGather(Range bucket, const void* host_in) override;
   [[nodiscard]] absl::Status ReadParams(Range elems, float* host) override;
+  // The group's buffers, on a group of one rank.
+  float* GradsInPlace() override;
+  float* ParamsInPlace() override;
   [[nodiscard]] absl::StatusOr<bool> NodeAnyFailed(bool failed) override;
   [[nodiscard]] absl::StatusOr<HostBuffer> AllocHost(uint64_t elems) override;
 

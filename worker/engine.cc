@@ -51,6 +51,10 @@ Engine::Engine(client::JobClient* job, Backend* backend, const v1::TrainConfig& 
     staging += share.size();
   }
   staging_elems_ = staging;
+  if (topo.local_size == 1) {
+    grads_in_place_ = backend_->GradsInPlace();
+    if (!train.delayed_update().enabled()) params_in_place_ = backend_->ParamsInPlace();
+  }
   // Not with the speculative step: its parameters go ahead of each step's
   // gradients, and so of a Step still in flight.
   layer_landing_ = train.precision() != v1::PRECISION_FP16 && !train.speculative_step() &&
@@ -88,11 +92,18 @@ absl::Status Engine::EnsureStaging() {
 }
 
 void* Engine::PushStaging(const Bucket& b) const {
+  if (grads_in_place_ != nullptr) return grads_in_place_ + b.share.begin;
   return reinterpret_cast<char*>(push_staging_.get()) + b.staging * DTypeSize(backend_->grad_staging());
 }
 
 void* Engine::GatherStaging(const Bucket& b) const {
+  if (params_in_place_ != nullptr) return params_in_place_ + b.share.begin;
   return reinterpret_cast<char*>(gather_staging_.get()) + b.staging * DTypeSize(backend_->weight_staging());
+}
+
+absl::Status Engine::AllGather(const Bucket& b) {
+  if (params_in_place_ != nullptr) return absl::OkStatus();  // the gather wrote them
+  return backend_->AllGather(b.elems, GatherStaging(b));
 }
 
 void Engine::PushBucket(uint64_t step, size_t index) {
@@ -116,13 +127,14 @@ void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
     const size_t index = next_bucket_++;
     const Bucket& b = buckets_[index];
     if (!push_error_.ok()) continue;  // keep the collective going; report later
-    push_error_ = backend_->StartReduceScatter(b.elems, PushStaging(b));
+    if (grads_in_place_ == nullptr) push_error_ = backend_->StartReduceScatter(b.elems, PushStaging(b));
     if (push_error_.ok()) started.push_back(index);
   }
   exchange_seconds_ += Since(t0);
   for (size_t index : started) {
     t0 = Clock::now();
-    absl::Status s = backend_->FinishReduceScatter();  // every start is finished
+    // Every start is finished.
+    absl::Status s = grads_in_place_ != nullptr ? absl::OkStatus() : backend_->FinishReduceScatter();
     exchange_seconds_ += Since(t0);
     if (push_error_.ok()) push_error_ = s;
     if (!push_error_.ok()) continue;
@@ -173,7 +185,7 @@ absl::Status Engine::FinishGather(std::vector<client::Ticket>& tickets, PhaseTim
   // its peers would wait forever at the barrier; the error is kept.
   t0 = Clock::now();
   for (const Bucket& b : buckets_) {
-    absl::Status s = backend_->AllGather(b.elems, GatherStaging(b));
+    absl::Status s = AllGather(b);
     if (status.ok() && !s.ok()) status = s;
   }
   times->exchange += Since(t0);
@@ -223,9 +235,8 @@ absl::Status Engine::LandBucket(size_t index) {
     if (pending_step_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) JoinStep();
   }
   absl::Status status = t.Wait();
-  const Bucket& b = buckets_[index];
   // Every rank takes part in the all-gather even after an error.
-  absl::Status s = backend_->AllGather(b.elems, GatherStaging(b));
+  absl::Status s = AllGather(buckets_[index]);
   return status.ok() ? s : status;
 }
 

@@ -174,7 +174,14 @@ class Engine {
   // memory"); null (the default): the backend's own (AllocHost). Before
   // the first step; `client` (not owned) must outlive the Engine. A
   // shared buffer the kernel refuses falls back to AllocHost.
-  void ShareStagingThrough(client::Client* client) { staging_client_ = client; }
+  // A backend whose node has one rank may offer its own gradients and
+  // parameters as the staging (Backend::GradsInPlace): the shared staging
+  // then is not used (either way a same-host server reads and writes
+  // memory the rank's thread does not copy).
+  void ShareStagingThrough(client::Client* client) {
+    staging_client_ = client;
+    grads_in_place_ = params_in_place_ = nullptr;
+  }
 
   // Calls `hook` at each phase of every step from now on (empty: none).
   void SetPhaseHook(PhaseHook hook) { hook_ = std::move(hook); }
@@ -267,8 +274,18 @@ class Engine {
   // which the buckets' shares take staging_elems_ elements of the
   // backend's grad_staging() and weight_staging() dtypes (at most 4 bytes).
   HostBuffer push_staging_, gather_staging_;
+  // The backend's own gradients and parameters as the staging (nullptr:
+  // the buffers above): pushes read the gradients, gathers write the
+  // parameters, and no collective copies. Not the parameters with the
+  // delayed update, whose gathers land while the backward still reads
+  // the version before.
+  float* grads_in_place_ = nullptr;
+  float* params_in_place_ = nullptr;
   // Where bucket `b`'s share lies in them.
   void* PushStaging(const Bucket& b) const;
+  // The node's all-gather of bucket `b` from its gather staging (none when
+  // the gather wrote the parameters in place).
+  [[nodiscard]] absl::Status AllGather(const Bucket& b);
   void* GatherStaging(const Bucket& b) const;
   LossScaler scaler_;
 

@@ -4,7 +4,8 @@
 # `overlap` there: the default; 4 client streams per server (the default
 # before df0b7c9 raised same-host servers to 8); the whole landing (no
 # forward beside the server's pass); fewer server threads (cores left to
-# the trainer's compute and the client's streams). Each variant ROUNDS times.
+# the trainer's compute and the client's streams); bf16 on the wire.
+# Each variant ROUNDS times.
 #   bash bench/step/device_step_bench.sh OUT_DIR
 # Env: ROUNDS (2), VARIANTS (default streams4 whole threads12), ZS_BIN
 # (.device/bin), STEP_FLAGS (extra step_bench flags).
@@ -18,6 +19,7 @@ flags_of() {
     streams4) echo "--server_threads=15 --streams_per_server=4" ;;
     whole) echo "--server_threads=15 --whole_landing" ;;
     threads12) echo "--server_threads=12" ;;
+    bf16) echo "--server_threads=15 --wire=bf16" ;;
     *) echo "device_step_bench.sh: unknown variant $1" >&2; return 1 ;;
   esac
 }

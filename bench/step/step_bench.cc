@@ -1,7 +1,9 @@
 // step_bench: one training step of a >= 100M-parameter MLP through real
 // zerostate-server processes on loopback, CPU backend, one rank, and each
 // of its parts measured alone: compute (forward+backward), exchange (the
-// node's reduce-scatter and all-gather), push, step (GradStats + Step),
+// node's reduce-scatter and all-gather: none on this node of one rank,
+// which pushes from its gradients and gathers into its parameters, as its
+// engine does), push, step (GradStats + Step),
 // gather. With perfect overlap a step takes as long as its longest part;
 // the bench prints how close it comes (`overlap`: the longest part's time
 // over the step's). Each part's CPU seconds (this process's and the
@@ -212,22 +214,32 @@ Parts MeasureParts(client::JobClient* job, CpuBackend* backend, const v1::TrainC
   std::vector<float> x(size_t{n} * data.input_dim()), y(size_t{n} * data.output_dim());
   data.Fill(step * n, n, x.data(), y.data());
   const Range used{0, job->layout().used_elems};
-  std::vector<float> slice(used.size());
+  std::vector<float> staging(used.size());
+  // A node of one rank pushes straight from its gradients and gathers
+  // straight into its parameters, as the engine does (no exchange).
+  float* grads = backend->GradsInPlace();
+  float* params = backend->ParamsInPlace();
+  float* push_from = grads != nullptr ? grads : staging.data();
+  float* gather_to = params != nullptr ? params : staging.data();
   Parts p;
   Check(backend->ZeroGrads(), "zero");
   TimePart(cluster, &p.compute, [&] {
     Check(backend->ForwardBackward(x.data(), y.data(), n, 1.0f, nullptr).status(), "compute");
   });
-  TimePart(cluster, &p.exchange, [&] { Check(backend->ReduceScatter(used, slice.data()), "reduce-scatter"); });
-  TimePart(cluster, &p.push, [&] { Check(job->Push(step, 0, used, slice.data(), v1::DTYPE_FP32), "push"); });
+  if (grads == nullptr) {
+    TimePart(cluster, &p.exchange, [&] { Check(backend->ReduceScatter(used, push_from), "reduce-scatter"); });
+  }
+  TimePart(cluster, &p.push, [&] { Check(job->Push(step, 0, used, push_from, v1::DTYPE_FP32), "push"); });
   const auto before = ScrapePhases(cluster, train.job_id());
   TimePart(cluster, &p.step, [&] {
     Check(job->GradStats(step).status(), "grad stats");
     Check(job->Step(step, 1e-4f, 1.0f, false), "step");
   });
   p.server = Slowest(before, ScrapePhases(cluster, train.job_id()));
-  TimePart(cluster, &p.gather, [&] { Check(job->Gather(step + 1, used, slice.data(), v1::DTYPE_FP32), "gather"); });
-  TimePart(cluster, &p.exchange, [&] { Check(backend->AllGather(used, slice.data()), "all-gather"); });
+  TimePart(cluster, &p.gather, [&] { Check(job->Gather(step + 1, used, gather_to, v1::DTYPE_FP32), "gather"); });
+  if (params == nullptr) {
+    TimePart(cluster, &p.exchange, [&] { Check(backend->AllGather(used, gather_to), "all-gather"); });
+  }
   return p;
 }
 
@@ -289,8 +301,8 @@ void PrintFigures(const Parts& parts, double median, uint64_t params, const Step
                             {"push", parts.push}, {"step", parts.step}, {"gather", parts.gather}}) {
     Print(absl::StrCat("part_", name), part.seconds, "s", longest, part.seconds / longest);
     // Cores busy in the part, the trainer's and the servers' together.
-    Print(absl::StrCat("part_", name, "_cores"), part.cpu / part.seconds, "cores", cores,
-          part.cpu / part.seconds / cores);
+    const double busy = part.seconds > 0 ? part.cpu / part.seconds : 0;
+    Print(absl::StrCat("part_", name, "_cores"), busy, "cores", cores, busy / cores);
     sum += part.seconds;
     cpu += part.cpu;
   }

@@ -10,6 +10,8 @@
 //     exactly the buckets below that layer's end that were not landed
 //     yet, inside the forward (before the layer's need returns), not
 //     after the step.
+//   - A rank alone on its node stages in its own memory: no reduce-scatter
+//     or all-gather, the same bits.
 // The weights are checked bit for bit by train_test.cc; this checks when
 // things happen.
 #include <gtest/gtest.h>
@@ -49,6 +51,10 @@ class RecordingBackend : public Backend {
  public:
   explicit RecordingBackend(Backend* inner) : inner_(inner) {}
   std::vector<Call> calls;
+  bool in_place = false;  // offer the inner backend's own memory as the staging
+
+  float* GradsInPlace() override { return in_place ? inner_->GradsInPlace() : nullptr; }
+  float* ParamsInPlace() override { return in_place ? inner_->ParamsInPlace() : nullptr; }
 
   uint32_t local_rank() const override { return inner_->local_rank(); }
   uint32_t local_size() const override { return inner_->local_size(); }
@@ -308,6 +314,49 @@ TEST_F(EngineScheduleTest, Bf16StagingGivesTheWeightsOfTheClientsConversion) {
   std::vector<float> initial(master[0].size());
   FillInitialWeights(LayoutOf(*spec), train.seed(), Range{0, initial.size()}, initial.data());
   EXPECT_NE(initial, master[0]);
+}
+
+// A rank alone on its node pushes straight from its gradients and gathers
+// straight into its parameters (Backend::GradsInPlace, ParamsInPlace): no
+// reduce-scatter or all-gather copies, and the weights and losses of the
+// run through the staging, bit for bit: synchronous, layer by layer and
+// whole, and with the delayed update, whose gathers still go through the
+// staging (its backward reads the version before while they land).
+TEST_F(EngineScheduleTest, ARankAloneStagesInItsOwnMemoryBitIdenticalToTheStaging) {
+  const char* const kModes[] = {"", "train { whole_landing: true }",
+                                "train { delayed_update { enabled: true warmup_steps: 1 } steps: 4 }"};
+  for (int mode = 0; mode < 3; ++mode) {
+    const bool delayed = mode == 2;
+    std::vector<float> master[2], losses[2];
+    size_t exchanges[2] = {0, 0}, all_gathers[2] = {0, 0};
+    for (int in_place = 0; in_place < 2; ++in_place) {
+      const v1::TrainConfig train = Train(absl::StrCat("engine-in-place-", mode, "-", in_place), kModes[mode]);
+      Rank rank = Open(train);
+      ASSERT_NE(rank.cpu, nullptr);
+      RecordingBackend backend(rank.cpu.get());
+      backend.in_place = in_place == 1;
+      Engine engine(rank.opened.job.get(), &backend, train, Topology{}, rank.ready);
+      ASSERT_TRUE(engine.LoadWeights(0).ok());
+      Train(train, engine, backend,
+            [&](uint64_t, const StepReport& report) { losses[in_place].push_back(report.loss); });
+      if (HasFatalFailure()) return;
+      ASSERT_TRUE(engine.Drain().ok());
+      for (const Call& c : backend.calls) {
+        exchanges[in_place] += c.kind == Call::kStart || c.kind == Call::kFinish;
+        all_gathers[in_place] += c.kind == Call::kAllGather;
+      }
+      master[in_place].resize(rank.opened.job->layout().total_elems);
+      ASSERT_TRUE(rank.opened.job->GatherMaster(train.steps(), Range{0, master[in_place].size()},
+                                                master[in_place].data()).ok());
+    }
+    SCOPED_TRACE(kModes[mode]);
+    EXPECT_EQ(std::memcmp(master[0].data(), master[1].data(), master[0].size() * sizeof(float)), 0);
+    EXPECT_EQ(losses[0], losses[1]);
+    EXPECT_GT(exchanges[0], 0u);
+    EXPECT_EQ(exchanges[1], 0u);
+    EXPECT_GT(all_gathers[0], 0u);
+    EXPECT_EQ(all_gathers[1], delayed ? all_gathers[0] : 0u);
+  }
 }
 
 }  // namespace
