@@ -55,10 +55,9 @@ Engine::Engine(client::JobClient* job, Backend* backend, const v1::TrainConfig& 
     grads_in_place_ = backend_->GradsInPlace();
     if (!train.delayed_update().enabled()) params_in_place_ = backend_->ParamsInPlace();
   }
-  // Not with the speculative step: its parameters go ahead of each step's
-  // gradients, and so of a Step still in flight.
-  layer_landing_ = train.precision() != v1::PRECISION_FP16 && !train.speculative_step() &&
-                   !train.whole_landing() &&
+  // The speculative step too: its parameters go ahead at the first push,
+  // once the Step before it has returned (SendAhead).
+  layer_landing_ = train.precision() != v1::PRECISION_FP16 && !train.whole_landing() &&
                    backend_->SetWeightsNeeded([this](uint64_t end) { LandBelow(end); });
 }
 
@@ -117,6 +116,7 @@ void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
   if (!pushing_) {
     pushing_ = true;
     if (hook_) hook_(Phase::kPush, step);
+    SendAhead(step);
   }
   // Every bucket ready now is started before the first is waited for, so
   // the backend reduces and copies them back to back; each is pushed as
@@ -146,6 +146,19 @@ void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
       PushBucket(step, index);
     }
   }
+}
+
+void Engine::SendAhead(uint64_t step) {
+  if (!train_.speculative_step() || topo_.rank() != 0) return;
+  // The servers take the parameters of step `step` once every block is at
+  // its version: the Step before it (in flight while this forward landed
+  // its layers) has returned first. Its failure fails this step there
+  // (LandPending), with nothing sent ahead.
+  JoinStep();
+  if (!joined_.ok()) return;
+  ahead_ = job_->StepAhead(step, LearningRate(train_.lr(), step),
+                           UnclippedGradScale(scaler_.scale(), static_cast<double>(topo_.world()) *
+                                                                   train_.grad_accum_steps()));
 }
 
 absl::Status Engine::PushRemaining(uint64_t step, bool push_deferred) {
@@ -356,6 +369,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   report.lr = LearningRate(train_.lr(), step);
   report.loss_scale = scaler_.scale();
   pushing_ = false;
+  ahead_ = absl::OkStatus();
   next_bucket_ = 0;
   push_tickets_.clear();
   deferred_.assign(buckets_.size(), false);
@@ -365,16 +379,6 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   if (auto s = EnsureStaging(); !s.ok()) return s;
   if (auto s = backend_->ZeroGrads(); !s.ok()) return s;
   const uint32_t micros = train_.grad_accum_steps();
-  // Speculative step: the coordinator sends the Step's parameters before
-  // the gradients leave, so the servers step each block as it completes.
-  // A failure is this step's, taken up after the compute (below), so that
-  // the node's collectives still run on every rank.
-  absl::Status ahead;
-  if (train_.speculative_step() && topo_.rank() == 0) {
-    ahead = job_->StepAhead(step, report.lr,
-                            UnclippedGradScale(scaler_.scale(),
-                                               static_cast<double>(topo_.world()) * micros));
-  }
   GradsReadyFn ready = [&](uint64_t begin) { OnReady(step, begin); };
   for (uint32_t m = 0; m < micros; ++m) {
     auto loss = micro_batch(m, scaler_.scale(), m + 1 == micros ? ready : GradsReadyFn());
@@ -397,7 +401,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   auto t0 = Clock::now();
   absl::Status pushed = PushRemaining(step, status.ok());  // waits for every push
   if (status.ok()) status = pushed;
-  if (status.ok()) status = ahead;
+  if (status.ok()) status = ahead_;
   report.times.push = Since(t0);
 
   t0 = Clock::now();

@@ -54,11 +54,13 @@
 // computes while the servers still step and send later layers. The same
 // weights as a whole landing: the same bits.
 //
-// Speculative step (TrainConfig.speculative_step): before the compute the
-// coordinator sends the Step's parameters ahead (JobClient::StepAhead, its
-// grad_scale with the clip factor 1), so the servers step each block as
-// soon as its gradients are in; the Step then confirms or redoes it. The
-// weights are bit-identical to those of the plain step.
+// Speculative step (TrainConfig.speculative_step): before the first push
+// the coordinator sends the Step's parameters ahead (JobClient::StepAhead,
+// its grad_scale with the clip factor 1), once the Step before it has
+// returned, so the servers step each block as soon as its gradients are
+// in; the Step then confirms or redoes it. Its weights land layer by layer
+// in the next forward too. The weights are bit-identical to those of the
+// plain step.
 //
 // Errors: a failed step still takes part in every intra-node collective
 // and waits for every call it started, so peers are never left at a
@@ -283,6 +285,9 @@ class Engine {
   float* params_in_place_ = nullptr;
   // Where bucket `b`'s share lies in them.
   void* PushStaging(const Bucket& b) const;
+  // Speculative step, the coordinator at its first push: joins the Step in
+  // flight and sends this step's parameters ahead (ahead_).
+  void SendAhead(uint64_t step);
   // The node's all-gather of bucket `b` from its gather staging (none when
   // the gather wrote the parameters in place).
   [[nodiscard]] absl::Status AllGather(const Bucket& b);
@@ -307,6 +312,7 @@ class Engine {
 
   // Per-step state, reset by Step().
   bool pushing_ = false;  // the push phase began (hook_ called)
+  absl::Status ahead_;    // the speculative step's StepAhead (SendAhead)
   size_t next_bucket_ = 0;
   std::vector<client::Ticket> push_tickets_;
   std::vector<bool> deferred_;  // by bucket index: reduced, waiting for their blocks' version

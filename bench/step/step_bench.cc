@@ -445,6 +445,19 @@ void PrintSpeculative(client::Client* client, v1::WorkerConfig config,
   // The Step's own pass: commit only where the speculation held.
   const double pass = t.best.at("optimizer"), plain_pass = plain.best.at("optimizer");
   Print("speculative_step_pass", pass, "s", plain_pass, plain_pass / std::max(pass, 1e-9));
+  // The blocks the Steps found stepped with their parameters, of every
+  // block the speculation stepped (the rest were stepped again).
+  double confirmed = 0, redone = 0;
+  for (int i = 0; i < cluster.size(); ++i) {
+    auto page = testing::ScrapeMetrics(cluster.server(i).metrics_address());
+    Check(page.status(), "scrape server metrics");
+    const std::string job = absl::StrCat("zerostate_speculative_blocks_total{job_id=\"",
+                                         config.train().job_id(), "\",outcome=\"");
+    confirmed += std::max(0.0, testing::MetricValue(*page, job + "confirmed\"}"));
+    redone += std::max(0.0, testing::MetricValue(*page, job + "redone\"}"));
+  }
+  Print("speculative_blocks_confirmed", confirmed, "blocks", confirmed + redone,
+        confirmed / std::max(confirmed + redone, 1.0));
   Check(s.opened.job->Delete(), "delete the speculative job");
 }
 
