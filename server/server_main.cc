@@ -31,6 +31,9 @@ ABSL_FLAG(int, speculation_threads, 0,
           "threads stepping speculative jobs' blocks as their gradients complete, before the "
           "Step, a pool of their own (0: as many as --threads); fewer leave more cores to the "
           "pushes still arriving");
+ABSL_FLAG(int, speculation_nice, 0,
+          "nice value of the speculation pool's threads, 0 to 19: above 0 the pushes' folds take "
+          "a core ahead of the speculations");
 ABSL_FLAG(std::string, nvme_dir, "",
           "directory on a local NVMe drive for jobs registered with tier TIER_NVME "
           "(empty: such jobs are refused)");
@@ -216,6 +219,7 @@ int main(int argc, char** argv) {
   options.staging_budget_bytes = absl::GetFlag(FLAGS_staging_budget_bytes);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.speculation_threads = absl::GetFlag(FLAGS_speculation_threads);
+  options.speculation_nice = absl::GetFlag(FLAGS_speculation_nice);
   options.tiers.nvme_dir = absl::GetFlag(FLAGS_nvme_dir);
   options.tiers.nvme_cache_bytes = absl::GetFlag(FLAGS_nvme_cache_bytes);
   options.tiers.nvme_queue_depth = absl::GetFlag(FLAGS_nvme_queue_depth);

@@ -162,7 +162,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   s->rendezvous_ = std::make_unique<RendezvousTable>(std::move(rendezvous));
   s->pool_ = std::make_unique<ThreadPool>(threads);
   s->speculation_pool_ = std::make_unique<ThreadPool>(
-      opt.speculation_threads > 0 ? opt.speculation_threads : threads);
+      opt.speculation_threads > 0 ? opt.speculation_threads : threads, opt.speculation_nice);
   s->metrics_->SetRam(0, budget, 0);
   if (!opt.metrics_listen.empty()) {
     auto endpoint =
@@ -182,6 +182,12 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   if (opt.replica_lanes < 0 || opt.replica_lanes > 16) {
     return absl::InvalidArgumentError(absl::StrCat("--replica_lanes: ", opt.replica_lanes,
                                                    " is not between 0 (automatic) and 16"));
+  }
+  if (opt.speculation_nice < 0 || opt.speculation_nice > 19) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--speculation_nice: ", opt.speculation_nice,
+        " is not between 0 and 19 (a priority below the server's other threads'; raising it "
+        "needs privileges)"));
   }
   if (opt.catchup_backlog_bytes == 0) {
     return absl::InvalidArgumentError(

@@ -50,6 +50,9 @@ struct ServerOptions {
   // their own (fewer leave more cores to the pushes still arriving; on the
   // H200 host all of them were fastest, docs/performance.md); 0: `threads`.
   int speculation_threads = 0;
+  // Their nice value, 0 to 19 (--speculation_nice): above 0 the pushes'
+  // folds, on the data plane's threads, take a core ahead of them.
+  int speculation_nice = 0;
   // Where TIER_NVME jobs keep their state (--nvme_dir, --nvme_cache_bytes,
   // --nvme_queue_depth); nvme_dir empty: such jobs are refused. Start fills
   // in the metrics sink.

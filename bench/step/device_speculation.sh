@@ -16,6 +16,7 @@
 #   bash bench/step/device_speculation.sh $OUT
 #   SPEC_SYNC=all SPEC_SERVERS="prev_1= new_1= prev_2= new_2=" \
 #     bash bench/step/device_speculation.sh $OUT
+# SPEC_WIRES: the wires to run (default "bf16 fp32").
 # A check without a GPU: the CPU variables of device_all.sh's header.
 set -uo pipefail
 step_dir=$(dirname "$0")
@@ -31,7 +32,7 @@ for entry in $servers; do
     [[ $name == prev* ]] && export SERVER=${ZS_BIN:-.device/bin}/zerostate-server-prev
     source "$step_dir/device_server.sh" >/dev/null
     source "$step_dir/device_mlp.sh"
-    for wire in bf16 fp32; do
+    for wire in ${SPEC_WIRES:-bf16 fp32}; do
       [[ $first == 1 || ${SPEC_SYNC:-first} == all ]] && zs_mlp "sync_$wire" "$wire"
       MLP_EXTRA="speculative_step: true" zs_mlp "speculative_$wire" "$wire"
     done

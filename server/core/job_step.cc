@@ -273,8 +273,11 @@ void JobStep::MaybeSpeculate(Block& b) {
     absl::MutexLock lock(&tasks_mu_);
     ++tasks_;
   }
-  pool->Schedule([this, local = b.local] {
-    Speculate(local);
+  // One task per queued block; each takes the lowest block queued when it
+  // runs, not this one (NeededFirstQueue).
+  speculations_.Push(b.local);
+  pool->Schedule([this] {
+    if (std::optional<uint64_t> local = speculations_.Pop()) Speculate(*local);
     absl::MutexLock lock(&tasks_mu_);
     --tasks_;
   });

@@ -50,6 +50,7 @@
 #include "absl/time/time.h"
 #include "server/core/applied_steps.h"
 #include "server/core/block.h"
+#include "server/core/needed_first_queue.h"
 #include "server/core/step_phases.h"
 #include "server/core/thread_pool.h"
 #include "server/core/tier/state_tier.h"
@@ -323,6 +324,9 @@ class JobStep {
 
   mutable absl::Mutex ahead_mu_;
   std::optional<Ahead> ahead_ ABSL_GUARDED_BY(ahead_mu_);
+  // The blocks queued for speculation (MaybeSpeculate), stepped lowest
+  // first: the next forward needs them in that order.
+  NeededFirstQueue speculations_;
 
   // The pool of the last Stats that gave one (QueueStats), or null.
   std::atomic<ThreadPool*> stats_pool_{nullptr};

@@ -1,5 +1,9 @@
 #include "server/core/thread_pool.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -7,8 +11,15 @@
 
 namespace zerostate::server {
 
-ThreadPool::ThreadPool(int threads) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+ThreadPool::ThreadPool(int threads, int nice) {
+  for (int i = 0; i < threads; ++i) {
+    threads_.emplace_back([this, nice] {
+      // This thread's own priority (Linux: a thread is a process to setpriority).
+      // Lowering it always succeeds.
+      if (nice > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
+      Run();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -16,8 +16,10 @@ namespace zerostate::server {
 
 class ThreadPool {
  public:
-  // REQUIRES: threads >= 1.
-  explicit ThreadPool(int threads);
+  // REQUIRES: threads >= 1. `nice`: the threads' nice value (0 to 19;
+  // above 0 they yield their cores to the process's other threads, as a
+  // speculation pool does to the pushes' folds).
+  explicit ThreadPool(int threads, int nice = 0);
   ~ThreadPool();  // finishes queued tasks, then joins
 
   ThreadPool(const ThreadPool&) = delete;

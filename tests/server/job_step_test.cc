@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "common/job_spec.h"
 #include "server/core/job.h"
 #include "tests/server/gather_weights.h"
@@ -172,6 +173,53 @@ TEST_F(JobStepTest, ParametersSentAfterTheGradientsSpeculateTheCompleteBlocks) {
   PushNode(1, 0);
   ASSERT_TRUE(DoStep(*spec_, StepReq(0, 1e-2f, 0.5f, /*ahead=*/true)).ok());
   AwaitSpeculated(blocks());
+  ASSERT_TRUE(DoStep(*plain_, StepReq(0, 1e-2f, 0.5f)).ok());
+  auto out = DoStep(*spec_, StepReq(0, 1e-2f, 0.5f));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->blocks_confirmed, blocks());
+  ExpectSameAt(1);
+}
+
+// Speculations queued while the pool is busy step the lowest block first,
+// the one the next forward needs first, though it completed last: the
+// pool's one thread is held while the blocks complete last to first, and
+// a probe scheduled right after the first completion's task finds only
+// block 0 stepped when it runs (in the order they completed it would be
+// the last block). Then every block, bit for bit the plain step.
+TEST_F(JobStepTest, QueuedSpeculationsStepTheLowestBlockFirst) {
+  ASSERT_GE(blocks(), 3u);
+  ThreadPool one(1);
+  absl::Notification started, release;
+  one.Schedule([&] {
+    started.Notify();
+    release.WaitForNotification();
+  });
+  started.WaitForNotification();
+  ASSERT_TRUE(spec_->step().Step(StepReq(0, 1e-2f, 0.5f, /*ahead=*/true),
+                                 absl::Now() + absl::Seconds(10), one)
+                  .ok());
+  const auto g0 = Grad(0, 0), g1 = Grad(1, 0);
+  for (uint64_t b = blocks(); b-- > 0;) Push(*spec_, 0, 0, b, g0);
+  Push(*spec_, 1, 0, blocks() - 1, g1);  // the last block completes first
+  std::vector<uint64_t> stepped_first;
+  absl::Notification probed;
+  one.Schedule([&] {
+    for (uint64_t b = 0; b < blocks(); ++b) {
+      Block& block = spec_->shard().local_block(b);
+      absl::MutexLock lock(&block.mu);
+      if (block.speculation == Block::Speculation::kDone) stepped_first.push_back(b);
+    }
+    probed.Notify();
+  });
+  for (uint64_t b = blocks() - 1; b-- > 0;) Push(*spec_, 1, 0, b, g1);
+  release.Notify();
+  probed.WaitForNotification();
+  EXPECT_EQ(stepped_first, std::vector<uint64_t>{0});
+  AwaitSpeculated(blocks());
+  for (uint32_t node : {0u, 1u}) {
+    const auto g = Grad(node, 0);
+    for (uint64_t b = 0; b < blocks(); ++b) Push(*plain_, node, 0, b, g);
+  }
   ASSERT_TRUE(DoStep(*plain_, StepReq(0, 1e-2f, 0.5f)).ok());
   auto out = DoStep(*spec_, StepReq(0, 1e-2f, 0.5f));
   ASSERT_TRUE(out.ok()) << out.status();

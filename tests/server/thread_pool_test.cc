@@ -3,6 +3,9 @@
 #include "server/core/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <vector>
@@ -36,6 +39,30 @@ TEST(ThreadPoolTest, ParallelForDoesNotWaitBehindTasksQueuedBeforeIt) {
   pool.ParallelFor(runs.size(), [&](size_t i) { ++runs[i]; });  // would hang before
   EXPECT_EQ(runs, std::vector<int>(8, 1));
   release.Notify();
+}
+
+// A pool made with a nice value runs its tasks at that priority, on each
+// of its threads; the caller's own is left alone.
+TEST(ThreadPoolTest, ItsThreadsRunAtItsNiceValue) {
+  auto nice_here = [] {
+    errno = 0;
+    return getpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)));
+  };
+  const int caller = nice_here();
+  if (caller > 7) GTEST_SKIP() << "this process already runs at nice " << caller;
+  ThreadPool pool(2, 7);
+  std::vector<int> seen(16, -100);
+  pool.ParallelFor(seen.size(), [&](size_t i) { seen[i] = nice_here(); });
+  for (int n : seen) EXPECT_TRUE(n == 7 || n == caller) << n;  // the caller takes part too
+  absl::Notification done;
+  int scheduled = -100;
+  pool.Schedule([&] {
+    scheduled = nice_here();
+    done.Notify();
+  });
+  done.WaitForNotification();
+  EXPECT_EQ(scheduled, 7);
+  EXPECT_EQ(nice_here(), caller);
 }
 
 }  // namespace
