@@ -160,9 +160,10 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
     m->SetRendezvous(u.keys, u.bytes, u.jobless_keys, u.jobless_bytes);
   };
   s->rendezvous_ = std::make_unique<RendezvousTable>(std::move(rendezvous));
-  s->pool_ = std::make_unique<ThreadPool>(threads);
+  s->pool_ = std::make_unique<ThreadPool>(threads, 0, "zs-pass");
   s->speculation_pool_ = std::make_unique<ThreadPool>(
-      opt.speculation_threads > 0 ? opt.speculation_threads : threads, opt.speculation_nice);
+      opt.speculation_threads > 0 ? opt.speculation_threads : threads, opt.speculation_nice,
+      "zs-speculate");
   s->metrics_->SetRam(0, budget, 0);
   if (!opt.metrics_listen.empty()) {
     auto endpoint =

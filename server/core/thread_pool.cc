@@ -1,5 +1,6 @@
 #include "server/core/thread_pool.h"
 
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -11,9 +12,10 @@
 
 namespace zerostate::server {
 
-ThreadPool::ThreadPool(int threads, int nice) {
+ThreadPool::ThreadPool(int threads, int nice, const char* name) {
   for (int i = 0; i < threads; ++i) {
-    threads_.emplace_back([this, nice] {
+    threads_.emplace_back([this, nice, name] {
+      if (name != nullptr) pthread_setname_np(pthread_self(), name);
       // This thread's own priority (Linux: a thread is a process to setpriority).
       // Lowering it always succeeds.
       if (nice > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);

@@ -18,8 +18,9 @@ class ThreadPool {
  public:
   // REQUIRES: threads >= 1. `nice`: the threads' nice value (0 to 19;
   // above 0 they yield their cores to the process's other threads, as a
-  // speculation pool does to the pushes' folds).
-  explicit ThreadPool(int threads, int nice = 0);
+  // speculation pool does to the pushes' folds). `name`: the threads' name
+  // (at most 15 characters; /proc/PID/task/TID/comm, top -H), if any.
+  explicit ThreadPool(int threads, int nice = 0, const char* name = nullptr);
   ~ThreadPool();  // finishes queued tasks, then joins
 
   ThreadPool(const ThreadPool&) = delete;

@@ -3,6 +3,7 @@
 #include "server/core/thread_pool.h"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -41,8 +42,8 @@ TEST(ThreadPoolTest, ParallelForDoesNotWaitBehindTasksQueuedBeforeIt) {
   release.Notify();
 }
 
-// A pool made with a nice value runs its tasks at that priority, on each
-// of its threads; the caller's own is left alone.
+// A pool made with a nice value and a name runs its tasks at that
+// priority, on threads of that name; the caller's own is left alone.
 TEST(ThreadPoolTest, ItsThreadsRunAtItsNiceValue) {
   auto nice_here = [] {
     errno = 0;
@@ -50,18 +51,21 @@ TEST(ThreadPoolTest, ItsThreadsRunAtItsNiceValue) {
   };
   const int caller = nice_here();
   if (caller > 7) GTEST_SKIP() << "this process already runs at nice " << caller;
-  ThreadPool pool(2, 7);
+  ThreadPool pool(2, 7, "zs-test-pool");
   std::vector<int> seen(16, -100);
   pool.ParallelFor(seen.size(), [&](size_t i) { seen[i] = nice_here(); });
   for (int n : seen) EXPECT_TRUE(n == 7 || n == caller) << n;  // the caller takes part too
   absl::Notification done;
   int scheduled = -100;
+  char name[16] = {};
   pool.Schedule([&] {
     scheduled = nice_here();
+    pthread_getname_np(pthread_self(), name, sizeof(name));
     done.Notify();
   });
   done.WaitForNotification();
   EXPECT_EQ(scheduled, 7);
+  EXPECT_STREQ(name, "zs-test-pool");
   EXPECT_EQ(nice_here(), caller);
 }
 
