@@ -25,7 +25,8 @@
 # ratio to each peer at the same precision (peer ms / ours: above 1 we are
 # faster) and to the floor. Bundle on the development machine:
 #   ../shared/tools/device-bundle .device build-cuda-auto/worker/zerostate-worker \
-#     build/server/zerostate-server build/bench/optimizer/optimizer_bench
+#     build/server/zerostate-server build/bench/optimizer/optimizer_bench \
+#     build/bench/step/path_floor_bench
 # then, there:  bash bench/step/device_all.sh $OUT
 # A check without a GPU (CPU backend, a small MLP; the GPU peers fail and
 # are reported missing):
@@ -72,6 +73,13 @@ PYTHONUNBUFFERED=1 python3 "$step_dir/pure_gpu_step.py" $(mlp_args) >"$out/pure_
   2>"$out/pure_gpu.err" || tail -n 3 "$out/pure_gpu.err"
 "$bin/optimizer_bench" --json --threads=$((SERVER_THREADS + 1)) --reps=3 ${OPTIMIZER_FLAGS:-} >"$out/optimizer.json" \
   2>"$out/optimizer.err" || tail -n 3 "$out/optimizer.err"
+# What the host's memory gives our path's bytes, every stage at once and in
+# sequence, with the server's kernels and the GPU's copies
+# (path_floor_bench, bundled from build/bench/step/): the floor measured.
+if [[ -x $bin/path_floor_bench ]]; then
+  "$bin/path_floor_bench" --json --threads=$((SERVER_THREADS + 1)) >"$out/path_floor.json" \
+    2>"$out/path_floor.err" || tail -n 3 "$out/path_floor.err"
+fi
 # The loss lines of an earlier run of the same model on the GPU, which a
 # change that must not change a bit leaves as they were (REFERENCE= none;
 # none by default when the model or backend is changed).

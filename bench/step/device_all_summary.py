@@ -27,7 +27,14 @@ why):
   floor_<wire>.<stage>              bytes of memory traffic per parameter of
                                     each stage of our same-host path
   floor_<wire>_step_ms              those bytes x parameters / bandwidth
+  path_floor.<wire>.*, pass_with_gathers.<wire>.pass
+                                    path_floor_bench's figures (path_floor.json):
+                                    the path's stages with the server's kernels
+                                    and the GPU's copies, at once and in
+                                    sequence (best_ms: the faster), and the
+                                    pass with the gathers beside it
   ratio.<mode>_<wire>.to.floor      ours / the floor (1: at the floor)
+  ratio.<mode>_<wire>.to.path_floor ours / path_floor.<wire>.best_ms
   zerostate_<mode>_<wire>.<part>_ms median ms of each part of the step in
                                     the worker's progress lines (compute,
                                     exchange, push, step, gather; with
@@ -178,6 +185,16 @@ for wire in WIRES:
     floor[wire] = total * params / bw * 1e3 if bw else None
     emit(f"floor_{wire}_step_ms", floor[wire], "ms", limit=None, ratio=None,
          bytes_per_param=total)
+# The floor measured (path_floor_bench: the path's stages with the server's
+# kernels and the GPU's copies, at once or in sequence, whichever is
+# faster): what the host's memory gives these bytes.
+measured = {}
+for wire in WIRES:
+    for fig in figures(path("path_floor.json")):
+        if fig["figure"].startswith((f"path_floor.{wire}.", f"pass_with_gathers.{wire}.")):
+            name = fig.pop("figure")
+            emit(name, fig.pop("value"), fig.pop("unit"), fig.pop("limit"), fig.pop("ratio"), **fig)
+    measured[wire] = figure_value(path("path_floor.json"), f"path_floor.{wire}.best_ms")
 for wire in WIRES:
     for mode in MODES:
         ours, parts, why = zs_ms(mode, wire)
@@ -198,6 +215,9 @@ for wire in WIRES:
         if floor[wire]:
             emit(f"ratio.{name}.to.floor", ours / floor[wire], "x", floor[wire],
                  ours / floor[wire])
+        if measured.get(wire):
+            emit(f"ratio.{name}.to.path_floor", ours / measured[wire], "x", measured[wire],
+                 ours / measured[wire])
         for phase, seconds in sorted(phase_means(path(f"metrics_{name}.txt"), name).items()):
             emit(f"server_{name}.{phase}_ms", seconds * 1e3, "ms")
 for wire in WIRES:
