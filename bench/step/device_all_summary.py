@@ -35,6 +35,10 @@ why):
                                     pass with the gathers beside it
   ratio.<mode>_<wire>.to.floor      ours / the floor (1: at the floor)
   ratio.<mode>_<wire>.to.path_floor ours / path_floor.<wire>.best_ms
+  ratio.<mode>_<wire>.to.path_scheduled
+                                    sync and speculative: ours / the stages
+                                    run with that mode's dependencies
+                                    (path_floor.<wire>.scheduled{_sync,}_ms)
   zerostate_<mode>_<wire>.<part>_ms median ms of each part of the step in
                                     the worker's progress lines (compute,
                                     exchange, push, step, gather; with
@@ -188,13 +192,15 @@ for wire in WIRES:
 # The floor measured (path_floor_bench: the path's stages with the server's
 # kernels and the GPU's copies, at once or in sequence, whichever is
 # faster): what the host's memory gives these bytes.
-measured = {}
+measured, scheduled = {}, {}
 for wire in WIRES:
     for fig in figures(path("path_floor.json")):
         if fig["figure"].startswith((f"path_floor.{wire}.", f"pass_with_gathers.{wire}.")):
             name = fig.pop("figure")
             emit(name, fig.pop("value"), fig.pop("unit"), fig.pop("limit"), fig.pop("ratio"), **fig)
     measured[wire] = figure_value(path("path_floor.json"), f"path_floor.{wire}.best_ms")
+    scheduled[wire] = {m: figure_value(path("path_floor.json"), f"path_floor.{wire}.{s}_ms")
+                       for m, s in (("sync", "scheduled_sync"), ("speculative", "scheduled"))}
 for wire in WIRES:
     for mode in MODES:
         ours, parts, why = zs_ms(mode, wire)
@@ -218,6 +224,9 @@ for wire in WIRES:
         if measured.get(wire):
             emit(f"ratio.{name}.to.path_floor", ours / measured[wire], "x", measured[wire],
                  ours / measured[wire])
+        if scheduled.get(wire, {}).get(mode):
+            ms = scheduled[wire][mode]
+            emit(f"ratio.{name}.to.path_scheduled", ours / ms, "x", ms, ours / ms)
         for phase, seconds in sorted(phase_means(path(f"metrics_{name}.txt"), name).items()):
             emit(f"server_{name}.{phase}_ms", seconds * 1e3, "ms")
 for wire in WIRES:

@@ -22,9 +22,10 @@ class DmaStaging {
 
   virtual void* grad_staging() = 0;   // pinned: d2h's destination
   virtual void* gather_staging() = 0; // pinned: h2d's source
-  // The whole copy, returned once it is done (the calling thread sleeps).
-  virtual absl::Status CopyD2h() = 0;
-  virtual absl::Status CopyH2d() = 0;
+  // `bytes` from `offset` of the buffers, returned once done (the calling
+  // thread sleeps). REQUIRES: offset + bytes <= the buffers' size.
+  virtual absl::Status CopyD2h(size_t offset, size_t bytes) = 0;
+  virtual absl::Status CopyH2d(size_t offset, size_t bytes) = 0;
 };
 
 }  // namespace zerostate::bench

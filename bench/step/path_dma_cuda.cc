@@ -53,12 +53,18 @@ class CudaStaging final : public DmaStaging {
 
   void* grad_staging() override { return host_grad_; }
   void* gather_staging() override { return host_gather_; }
-  absl::Status CopyD2h() override { return Copy(host_grad_, dev_grad_, cudaMemcpyDeviceToHost, d2h_); }
-  absl::Status CopyH2d() override { return Copy(dev_weights_, host_gather_, cudaMemcpyHostToDevice, h2d_); }
+  absl::Status CopyD2h(size_t offset, size_t bytes) override {
+    return Copy(static_cast<char*>(host_grad_) + offset, static_cast<const char*>(dev_grad_) + offset,
+                bytes, cudaMemcpyDeviceToHost, d2h_);
+  }
+  absl::Status CopyH2d(size_t offset, size_t bytes) override {
+    return Copy(static_cast<char*>(dev_weights_) + offset, static_cast<const char*>(host_gather_) + offset,
+                bytes, cudaMemcpyHostToDevice, h2d_);
+  }
 
  private:
-  absl::Status Copy(void* dst, const void* src, cudaMemcpyKind kind, cudaStream_t s) {
-    if (auto st = Check(cudaMemcpyAsync(dst, src, bytes_, kind, s), "cudaMemcpyAsync"); !st.ok())
+  absl::Status Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+    if (auto st = Check(cudaMemcpyAsync(dst, src, bytes, kind, s), "cudaMemcpyAsync"); !st.ok())
       return st;
     return Check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   }

@@ -15,6 +15,13 @@
 //                                   (ratio: the multiple of the floor below
 //                                   which no schedule of these kernels gets
 //                                   on this host, the dependencies aside)
+//   path_floor.<wire>.scheduled_ms  with the speculative step's dependencies
+//                                   (path_schedule.h: gradients out in the
+//                                   backward's order, each piece folded,
+//                                   stepped, gathered and copied back as
+//                                   soon as it can be, lowest piece first)
+//   path_floor.<wire>.scheduled_sync_ms  the same with the synchronous
+//                                   step's: no pass before every fold
 //   pass_with_gathers.<wire>.pass   the pass with the gathers and the h2d
 //                                   copies streamed beside it, as in the
 //                                   synchronous step: its rate against the
@@ -37,6 +44,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/optimizer/step_state.h"
+#include "bench/step/path_schedule.h"
 #include "bench/step/path_stages.h"
 
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
@@ -89,13 +97,13 @@ std::vector<int> PassThreads(int cores) {
 // stages share the rest evenly (at least one each).
 std::vector<int> Split(const std::vector<const PathStage*>& stages, int cores, int pass) {
   int others = 0;
-  for (const PathStage* s : stages) others += s->pieces > 0 && s->name != "pass";
+  for (const PathStage* s : stages) others += !s->dma && s->name != "pass";
   std::vector<int> threads;
   int left = std::max(others, cores - pass);
   for (const PathStage* s : stages) {
     if (s->name == "pass") {
       threads.push_back(pass);
-    } else if (s->pieces == 0) {
+    } else if (s->dma) {
       threads.push_back(1);
     } else {
       const int t = std::max(1, left / others);
@@ -110,7 +118,7 @@ std::vector<int> Split(const std::vector<const PathStage*>& stages, int cores, i
 std::string SplitText(const std::vector<const PathStage*>& stages, const std::vector<int>& threads) {
   std::string out;
   for (size_t i = 0; i < stages.size(); ++i) {
-    if (stages[i]->pieces == 0) continue;
+    if (stages[i]->dma) continue;
     absl::StrAppend(&out, out.empty() ? "" : " ", stages[i]->name, "=", threads[i]);
   }
   return out;
@@ -165,6 +173,19 @@ void RunWire(const std::string& wire_name, size_t params, int cores, double band
         once.seconds * 1e3 / floor, absl::StrCat(",\"threads\":\"", SplitText(all, split), "\"", ends));
   const double best = std::min(in_sequence, once.seconds * 1e3);
   Print(absl::StrCat("path_floor", at, "best_ms"), best, "ms", floor, best / floor);
+
+  // With the speculative step's dependencies (path_schedule.h), and with
+  // the synchronous step's (no pass before every gradient is folded).
+  for (auto [name, barrier] : {std::pair{"scheduled", ""}, {"scheduled_sync", "pass"}}) {
+    Scheduled sched{1e30, 0};
+    for (int r = 0; r <= absl::GetFlag(FLAGS_reps); ++r) {
+      auto run = RunScheduled(b.stages(), cores, barrier);
+      if (!run.ok()) Fail(std::string(run.status().message()));
+      if (r > 0 && run->seconds < sched.seconds) sched = *run;
+    }
+    Print(absl::StrCat("path_floor", at, name, "_ms"), sched.seconds * 1e3, "ms", floor,
+          sched.seconds * 1e3 / floor, absl::StrCat(",\"first_piece_ms\":", sched.first_seconds * 1e3));
+  }
 
   // The synchronous step's pass, with the gathers and the h2d copies
   // streaming the weights out beside it.

@@ -47,10 +47,13 @@ PathStage CpuStage(std::string name, double bytes, size_t pieces, std::function<
   return s;
 }
 
-PathStage DmaStage(std::string name, double bytes, std::function<absl::Status()> copy) {
+PathStage DmaStage(std::string name, double bytes, size_t pieces,
+                   std::function<absl::Status(size_t, size_t)> copy) {
   PathStage s;
   s.name = std::move(name);
   s.bytes_per_param = bytes;
+  s.pieces = pieces;
+  s.dma = true;
   s.copy = std::move(copy);
   return s;
 }
@@ -142,8 +145,16 @@ void PathBuffers::BuildStages() {
     const size_t begin = piece * kPieceElems;
     return std::pair{begin, std::min(n, begin + kPieceElems) - begin};
   };
+  // Byte offset and size of pieces [begin, end) in a wire buffer.
+  auto bytes_of = [n, w](size_t begin, size_t end) {
+    const size_t from = begin * kPieceElems;
+    return std::pair{from * w, (std::min(n, end * kPieceElems) - from) * w};
+  };
   if (dma_ != nullptr) {
-    stages_.push_back(DmaStage("d2h", double(w), [this] { return dma_->CopyD2h(); }));
+    stages_.push_back(DmaStage("d2h", double(w), pieces, [this, bytes_of](size_t begin, size_t end) {
+      auto [offset, bytes] = bytes_of(begin, end);
+      return dma_->CopyD2h(offset, bytes);
+    }));
   }
   stages_.push_back(CpuStage("fold", double(w + 4), pieces, [this, range, w](size_t piece) {
                        auto [begin, count] = range(piece);
@@ -174,7 +185,10 @@ void PathBuffers::BuildStages() {
                        std::memcpy(static_cast<uint8_t*>(gather_staging_) + begin * w, from, count * w);
                      }));
   if (dma_ != nullptr) {
-    stages_.push_back(DmaStage("h2d", double(w), [this] { return dma_->CopyH2d(); }));
+    stages_.push_back(DmaStage("h2d", double(w), pieces, [this, bytes_of](size_t begin, size_t end) {
+      auto [offset, bytes] = bytes_of(begin, end);
+      return dma_->CopyH2d(offset, bytes);
+    }));
   }
 }
 
@@ -194,7 +208,7 @@ absl::StatusOr<AtOnce> RunAtOnce(const std::vector<const PathStage*>& stages,
   std::vector<Run> runs(stages.size());
   int total = 0;
   for (size_t i = 0; i < stages.size(); ++i) {
-    const int t = stages[i]->pieces == 0 ? 1 : std::max(1, threads[i]);
+    const int t = stages[i]->dma ? 1 : std::max(1, threads[i]);
     runs[i].running = t;
     total += t;
   }
@@ -211,8 +225,8 @@ absl::StatusOr<AtOnce> RunAtOnce(const std::vector<const PathStage*>& stages,
       pool.emplace_back([&] {
         ready.count_down();
         go.wait();
-        if (s.pieces == 0) {
-          if (absl::Status st = s.copy(); !st.ok()) {
+        if (s.dma) {
+          if (absl::Status st = s.copy(0, s.pieces); !st.ok()) {
             absl::MutexLock lock(&mu);
             failed.Update(st);
           }

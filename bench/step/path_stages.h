@@ -31,13 +31,16 @@ namespace zerostate::bench {
 // Parameters per piece of work a CPU stage's threads take (a server block).
 constexpr size_t kPieceElems = 262144;
 
-// One stage: `pieces` pieces of work (CPU stages), or one DMA copy.
+// One stage over `pieces` pieces of kPieceElems parameters: a CPU stage's
+// threads take pieces one at a time; a DMA stage's one thread copies ranges
+// of pieces.
 struct PathStage {
   std::string name;
   double bytes_per_param = 0;  // host memory traffic, read + write
-  size_t pieces = 0;           // 0: a DMA stage
-  std::function<void(size_t piece)> work;  // CPU stages
-  std::function<absl::Status()> copy;      // DMA stages: the whole copy, waited for
+  size_t pieces = 0;
+  bool dma = false;
+  std::function<void(size_t piece)> work;                      // CPU stages
+  std::function<absl::Status(size_t begin, size_t end)> copy;  // DMA: pieces [begin, end), waited for
 };
 
 // The buffers of every stage for `params` parameters at `wire` (FP32 or
@@ -85,7 +88,8 @@ struct AtOnce {
 };
 
 // Runs `stages` at once, CPU stage i on threads[i] threads (DMA stages on
-// one thread each, which waits for the copy), all released together.
+// one thread each, which copies every piece and waits), all released
+// together.
 absl::StatusOr<AtOnce> RunAtOnce(const std::vector<const PathStage*>& stages,
                                  const std::vector<int>& threads);
 

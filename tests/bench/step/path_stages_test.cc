@@ -2,7 +2,10 @@
 // a stage run once when stages run at once, each stage timed to its own end.
 #include "bench/step/path_stages.h"
 
+#include "bench/step/path_schedule.h"
+
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -67,10 +70,90 @@ TEST(RunAtOnceTest, EveryPieceRunsOnceAndEachStageIsTimedToItsOwnEnd) {
 TEST(RunAtOnceTest, ACopyThatFailsFailsTheRunWithItsError) {
   PathStage copy;
   copy.name = "d2h";
-  copy.copy = [] { return absl::UnavailableError("cudaMemcpyAsync: no device"); };
+  copy.pieces = 4;
+  copy.dma = true;
+  copy.copy = [](size_t, size_t) { return absl::UnavailableError("cudaMemcpyAsync: no device"); };
   auto r = RunAtOnce({&copy}, {1});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_NE(r.status().message().find("cudaMemcpyAsync"), std::string::npos);
+}
+
+// A chain d2h, fold, pass, h2d over 20 pieces that logs what ran when.
+struct Logged {
+  absl::Mutex mu;
+  std::vector<std::pair<size_t, std::string>> log ABSL_GUARDED_BY(mu);  // (piece, stage) in order
+  std::vector<std::pair<size_t, size_t>> d2h ABSL_GUARDED_BY(mu), h2d ABSL_GUARDED_BY(mu);
+  std::vector<PathStage> stages;
+
+  explicit Logged(size_t pieces) {
+    auto cpu = [this, pieces](const char* name) {
+      PathStage s;
+      s.name = name;
+      s.pieces = pieces;
+      s.work = [this, name](size_t i) {
+        absl::MutexLock lock(&mu);
+        log.emplace_back(i, name);
+      };
+      return s;
+    };
+    auto dma = [this, pieces](const char* name, std::vector<std::pair<size_t, size_t>>* ranges) {
+      PathStage s;
+      s.name = name;
+      s.pieces = pieces;
+      s.dma = true;
+      s.copy = [this, name, ranges](size_t b, size_t e) {
+        absl::MutexLock lock(&mu);
+        ranges->emplace_back(b, e);
+        for (size_t i = b; i < e; ++i) log.emplace_back(i, name);
+        return absl::OkStatus();
+      };
+      return s;
+    };
+    stages = {dma("d2h", &d2h), cpu("fold"), cpu("pass"), dma("h2d", &h2d)};
+  }
+};
+
+TEST(RunScheduledTest, EveryPieceGoesThroughTheChainInOrderOnce) {
+  Logged l(20);
+  auto r = RunScheduled(l.stages, 3);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GT(r->seconds, 0);
+  EXPECT_LE(r->first_seconds, r->seconds);
+  absl::MutexLock lock(&l.mu);
+  ASSERT_EQ(l.log.size(), 20u * 4);
+  for (size_t piece = 0; piece < 20; ++piece) {
+    std::vector<std::string> order;
+    for (const auto& [i, name] : l.log)
+      if (i == piece) order.push_back(name);
+    EXPECT_EQ(order, (std::vector<std::string>{"d2h", "fold", "pass", "h2d"})) << "piece " << piece;
+  }
+  // The gradients leave the last piece first; the weights return the first
+  // piece first; each covers every piece once.
+  for (size_t k = 1; k < l.d2h.size(); ++k) EXPECT_EQ(l.d2h[k].second, l.d2h[k - 1].first);
+  EXPECT_EQ(l.d2h.front().second, 20u);
+  EXPECT_EQ(l.d2h.back().first, 0u);
+  for (size_t k = 1; k < l.h2d.size(); ++k) EXPECT_EQ(l.h2d[k].first, l.h2d[k - 1].second);
+  EXPECT_EQ(l.h2d.front().first, 0u);
+  EXPECT_EQ(l.h2d.back().second, 20u);
+}
+
+TEST(RunScheduledTest, ABarrierHoldsItsStageUntilEveryPieceIsPastTheOneBefore) {
+  Logged l(20);
+  auto r = RunScheduled(l.stages, 3, "pass");
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::MutexLock lock(&l.mu);
+  const auto first_pass = std::find_if(l.log.begin(), l.log.end(), [](const auto& e) { return e.second == "pass"; });
+  ASSERT_NE(first_pass, l.log.end());
+  EXPECT_EQ(std::count_if(l.log.begin(), first_pass, [](const auto& e) { return e.second == "fold"; }), 20);
+  EXPECT_EQ(l.log.size(), 20u * 4);
+}
+
+TEST(RunScheduledTest, ACopyThatFailsEndsTheRunWithItsError) {
+  Logged l(20);
+  l.stages.front().copy = [](size_t, size_t) { return absl::InternalError("d2h: device lost"); };
+  auto r = RunScheduled(l.stages, 2);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal);
+  EXPECT_NE(r.status().message().find("device lost"), std::string::npos) << r.status();
 }
 
 }  // namespace
