@@ -92,6 +92,9 @@ double TimeSteps(const Setup& setup, v1::DType staging, bool d2h) {
   o.max_batch = absl::GetFlag(FLAGS_batch);
   o.grad_dtype = staging;
   o.weight_dtype = staging;
+  auto id = NewNcclId();
+  if (!id.ok()) Fail(id.status(), "NewNcclId");
+  o.nccl_id = *id;
   auto made = MakeCudaBackend(o);
   if (!made.ok()) Fail(made.status(), "MakeCudaBackend");
   Backend& b = **made;
