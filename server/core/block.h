@@ -67,8 +67,8 @@ struct Block {
   // Statistics of the summed gradient of step `stats_step`, once computed.
   std::optional<GradStats> stats ABSL_GUARDED_BY(mu);
   uint64_t stats_step ABSL_GUARDED_BY(mu) = 0;
-  // The same, published for GradStats to read without `mu`, which a
-  // speculation holds while it steps the block (JobStep::Stats): set with
+  // The same, published for GradStats to read without `mu`
+  // (JobStep::Stats): set with
   // `stats` (PublishStats), forgotten where the version moves back
   // (ForgetStats: a restore, after which the step's gradients come again).
   mutable absl::Mutex published_mu ABSL_ACQUIRED_AFTER(mu);
@@ -86,16 +86,29 @@ struct Block {
   KeptState kept ABSL_GUARDED_BY(mu);
 
   // Speculative step (server/core/job_step.h). kQueued: a pool task will
-  // try it; kDone: `next_state` holds the state stepped with `spec_params`
-  // (and next_lowp its copy), not committed: the tier still holds the
-  // block's state at `version`.
-  enum class Speculation { kNone, kQueued, kDone };
+  // try it; kRunning: a pool task steps it, without `mu` (the Step, GradStats
+  // and gathers of other blocks go on meanwhile), reading the tier's state
+  // and the accumulator's sum and writing next_state and next_lowp, which
+  // nothing else touches until it is over (AwaitSpeculation); kDone:
+  // `next_state` holds the state stepped with `spec_params` (and next_lowp
+  // its copy), not committed: the tier still holds the block's state at
+  // `version`.
+  enum class Speculation { kNone, kQueued, kRunning, kDone };
   Speculation speculation ABSL_GUARDED_BY(mu) = Speculation::kNone;
   StepParams spec_params ABSL_GUARDED_BY(mu);
   // A speculative job's next state, computed aside; a confirmed one is
   // exchanged with the tier's (StateTier::Exchange), and this then holds
   // the memory for the next speculation.
   AlignedBuffer<float> next_state ABSL_GUARDED_BY(mu);
+
+  // Returns once no speculation steps the block (kRunning). Everything that
+  // writes the block's state, sum or next buffers calls it first.
+  void AwaitSpeculation() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    mu.Await(absl::Condition(this, &Block::NotSpeculating));
+  }
+  bool NotSpeculating() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return speculation != Speculation::kRunning;
+  }
 
   // `stats` of step `stats_step` become the published ones.
   void PublishStats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {

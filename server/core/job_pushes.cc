@@ -118,6 +118,7 @@ void JobPushes::AwaitStagingRoom(const ChunkFields& f, size_t data_bytes, absl::
 void JobPushes::ReleaseStaging() {
   for (auto& bp : shard_.all_blocks()) {
     absl::MutexLock lock(&bp->mu);
+    bp->AwaitSpeculation();  // it reads the sum
     bp->acc.Reset();
   }
 }
@@ -185,6 +186,7 @@ absl::Status JobPushes::InitWeights(const ChunkView& c) {
         "block ", b.index, " is at version ", b.version, b.stepping ? " (being stepped)" : "",
         "; initial weights can be streamed only before the first step"));
   }
+  b.AwaitSpeculation();  // of step 0, reading the state this writes
   AlignedBuffer<float> state(tier.shape().block_floats());
   if (auto s = tier.Load(b.local, state.data()); !s.ok()) return s;
   CopyChunkData(c, v1::DTYPE_FP32, v1::DTYPE_FP32, state.data() + ref->offset);
@@ -237,6 +239,7 @@ absl::StatusOr<StepOutcome> JobPushes::ApplyReplicatedStep(
     Block& b = *all[local];
     absl::MutexLock lock(&b.mu);
     if (b.version != step) return;
+    b.AwaitSpeculation();  // it reads the sum this replaces
     b.acc.SetSum(reinterpret_cast<const float*>(by_local[b.local]->data()));
     step_.OnComplete(b);
   });

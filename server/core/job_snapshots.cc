@@ -76,6 +76,7 @@ absl::Status JobSnapshots::RestoreTrainerState(uint64_t version, const std::stri
 absl::Status JobSnapshots::RestoreBlock(uint64_t local, const float* state, uint64_t version) {
   Block& b = shard_.local_block(local);
   absl::MutexLock lock(&b.mu);
+  b.AwaitSpeculation();  // it reads the state and the sum this replaces
   if (auto s = shard_.tier().Store(local, state); !s.ok()) return s;
   if (!b.lowp.empty()) EncodeFloats(state, b.required, shard_.spec().weight_dtype(), b.lowp.data());
   b.version = version;

@@ -164,8 +164,8 @@ absl::StatusOr<GradStats> JobStep::Stats(uint64_t step, absl::Time deadline,
   if (pool != nullptr) stats_pool_.store(pool, std::memory_order_release);
   auto start = Clock::now();
   // Blocks whose statistics of `step` are published are read without their
-  // mutex, which a speculation stepping the block holds; the rest (not
-  // complete yet, or their statistics left to this call) are waited for.
+  // mutex; the rest (not complete yet, or their statistics left to this
+  // call) are waited for.
   std::vector<GradStats> each(blocks().size());
   std::vector<size_t> rest;
   for (size_t i = 0; i < blocks().size(); ++i) {
@@ -285,24 +285,35 @@ void JobStep::MaybeSpeculate(Block& b) {
 
 void JobStep::Speculate(uint64_t local) {
   Block& b = *blocks()[local];
-  absl::MutexLock lock(&b.mu);
-  if (b.speculation != Block::Speculation::kQueued) return;  // the Step came first
-  b.speculation = Block::Speculation::kNone;
-  if (b.stepping || !b.acc.complete() || env_.shutting_down->load()) return;
-  const float* state = tier().Resident(local);
-  if (state == nullptr) return;  // never: a speculative job's tier is TIER_RAM
   StepParams params;
+  BlockRefs refs;
   {
-    absl::MutexLock ahead_lock(&ahead_mu_);
-    if (!ahead_.has_value() || ahead_->step != b.version) return;
-    params = ahead_->params;
+    absl::MutexLock lock(&b.mu);
+    if (b.speculation != Block::Speculation::kQueued) return;  // the Step came first
+    b.speculation = Block::Speculation::kNone;
+    if (b.stepping || !b.acc.complete() || env_.shutting_down->load()) return;
+    const float* state = tier().Resident(local);
+    if (state == nullptr) return;  // never: a speculative job's tier is TIER_RAM
+    {
+      absl::MutexLock ahead_lock(&ahead_mu_);
+      if (!ahead_.has_value() || ahead_->step != b.version) return;
+      params = ahead_->params;
+    }
+    // The statistics first: the step then reads the summed gradient from cache.
+    StatsOnComplete(b);
+    if (b.next_state.empty()) b.next_state = AlignedBuffer<float>(tier().shape().block_floats());
+    // Aside: the tier keeps the state at b.version (gathers and checkpoints
+    // read it meanwhile) until the Step confirms this one.
+    refs = RefsOf(b, b.next_state.data(), state);
+    b.speculation = Block::Speculation::kRunning;
   }
-  // The statistics first: the step then reads the summed gradient from cache.
-  StatsOnComplete(b);
-  if (b.next_state.empty()) b.next_state = AlignedBuffer<float>(tier().shape().block_floats());
-  // Aside: the tier keeps the state at b.version (gathers and checkpoints
-  // read it meanwhile) until the Step confirms this one.
-  ComputeBlock(b, b.next_state.data(), state, GroupStepParams(spec(), params));
+  // Without the block's mutex: the Step's first phase, GradStats and the
+  // gathers do not wait behind the speculations (a Step that comes now
+  // commits the blocks already speculated while the later ones still
+  // run: RunPass waits for this block alone). What the kernel reads and
+  // writes stays put until kRunning ends (Block::AwaitSpeculation).
+  StepBlockRuns(b.group_runs, GroupStepParams(spec(), params), refs);
+  absl::MutexLock lock(&b.mu);
   b.speculation = Block::Speculation::kDone;
   b.spec_params = params;
 }
@@ -311,6 +322,10 @@ void JobStep::Speculate(uint64_t local) {
 
 void JobStep::ComputeBlock(Block& b, float* to, const float* from,
                            const std::vector<StepParams>& by_group) {
+  StepBlockRuns(b.group_runs, by_group, RefsOf(b, to, from));
+}
+
+BlockRefs JobStep::RefsOf(Block& b, float* to, const float* from) {
   const uint32_t be = tier().shape().block_elems;
   const bool arrays_m = tier().shape().arrays > 1, arrays_v = tier().shape().arrays > 2;
   BlockRefs refs;
@@ -331,7 +346,7 @@ void JobStep::ComputeBlock(Block& b, float* to, const float* from,
     refs.lowp = aside ? b.next_lowp.data() : b.lowp.data();
     refs.lowp_dtype = spec().weight_dtype();
   }
-  StepBlockRuns(b.group_runs, by_group, refs);
+  return refs;
 }
 
 void JobStep::DropNextLowp(Block& b) {
@@ -340,6 +355,7 @@ void JobStep::DropNextLowp(Block& b) {
 }
 
 void JobStep::CommitBlock(Block& b) {
+  b.AwaitSpeculation();  // it reads the sum Reset clears
   // Kept past the commit (a GradStats retried after the Step gets them):
   // a block whose push left them to later (OnComplete) gets them now.
   StatsOnComplete(b);
@@ -372,6 +388,7 @@ absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPoo
   auto compute = [&](uint64_t local, float* state) {
     Block& b = *blocks()[local];
     absl::MutexLock lock(&b.mu);
+    b.AwaitSpeculation();  // its result, in a moment
     if (b.version != step) return false;
     if (replicator != nullptr) replicator->OnPass(b);  // before the commit resets the sum
     const auto start = Clock::now();
@@ -443,6 +460,7 @@ absl::StatusOr<uint64_t> JobStep::SkipPass(uint64_t step, StepOutcome* out) {
   for (const auto& bp : blocks()) {
     Block& b = *bp;
     absl::MutexLock lock(&b.mu);
+    b.AwaitSpeculation();
     if (b.version != step) continue;
     // A speculation is dropped: the tier's state is the one it left alone.
     if (b.speculation == Block::Speculation::kDone) ++out->blocks_redone;

@@ -285,6 +285,9 @@ class JobStep {
   // the job is speculative, else straight into b.lowp.
   void ComputeBlock(Block& b, float* to, const float* from, const std::vector<StepParams>& by_group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+  // The memory ComputeBlock steps (allocating b.next_lowp where it is
+  // written aside), for a kernel run after the mutex is let go.
+  BlockRefs RefsOf(Block& b, float* to, const float* from) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   // Forgets a next low-precision copy not swapped in (its memory stays for
   // a speculative job's next step).
   static void DropNextLowp(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);

@@ -227,6 +227,47 @@ TEST_F(JobStepTest, QueuedSpeculationsStepTheLowestBlockFirst) {
   ExpectSameAt(1);
 }
 
+// A speculation steps its block without the block's mutex, so a Step that
+// comes while later blocks are still being speculated commits the earlier
+// ones at once (their gathers of the next version go out) and waits for
+// the running one alone. The test stands in for a speculation still
+// stepping the last block (kRunning); block 0 reaches version 1 meanwhile.
+// Then bit for bit the plain step.
+TEST_F(JobStepTest, TheStepCommitsSpeculatedBlocksWhileALaterOneIsStillStepped) {
+  ASSERT_GE(blocks(), 2u);
+  ASSERT_TRUE(DoStep(*spec_, StepReq(0, 1e-2f, 0.5f, /*ahead=*/true)).ok());
+  PushNode(0, 0);
+  PushNode(1, 0);
+  AwaitSpeculated(blocks());
+  Block& last = spec_->shard().local_block(blocks() - 1);
+  {
+    absl::MutexLock lock(&last.mu);
+    ASSERT_EQ(last.speculation, Block::Speculation::kDone);
+    last.speculation = Block::Speculation::kRunning;
+  }
+  auto stepped = std::async(std::launch::async, [&] { return DoStep(*spec_, StepReq(0, 1e-2f, 0.5f)); });
+  Block& first = spec_->shard().local_block(0);
+  bool committed = false;
+  for (int i = 0; i < 20000 && !committed; ++i) {
+    {
+      absl::MutexLock lock(&first.mu);
+      committed = first.version == 1;
+    }
+    if (!committed) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  {
+    absl::MutexLock lock(&last.mu);
+    EXPECT_EQ(last.version, 0u) << "the last block committed while its speculation ran";
+    last.speculation = Block::Speculation::kDone;  // the speculation ends
+  }
+  EXPECT_TRUE(committed) << "block 0 waited for the last block's speculation";
+  auto out = stepped.get();
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->blocks_confirmed, blocks());
+  ASSERT_TRUE(DoStep(*plain_, StepReq(0, 1e-2f, 0.5f)).ok());
+  ExpectSameAt(1);
+}
+
 // GradStats reads the statistics each block published as its gradients
 // completed, without the block's mutex: a speculation stepping a block
 // holds that (here the test does), and GradStats answers meanwhile, with
