@@ -287,6 +287,7 @@ void JobStep::Speculate(uint64_t local) {
   Block& b = *blocks()[local];
   StepParams params;
   BlockRefs refs;
+  const GradientAccumulator* acc = nullptr;  // its statistics still to take
   {
     absl::MutexLock lock(&b.mu);
     if (b.speculation != Block::Speculation::kQueued) return;  // the Step came first
@@ -299,8 +300,7 @@ void JobStep::Speculate(uint64_t local) {
       if (!ahead_.has_value() || ahead_->step != b.version) return;
       params = ahead_->params;
     }
-    // The statistics first: the step then reads the summed gradient from cache.
-    StatsOnComplete(b);
+    if (!(b.stats.has_value() && b.stats_step == b.version)) acc = &b.acc;
     if (b.next_state.empty()) b.next_state = AlignedBuffer<float>(tier().shape().block_floats());
     // Aside: the tier keeps the state at b.version (gathers and checkpoints
     // read it meanwhile) until the Step confirms this one.
@@ -310,8 +310,20 @@ void JobStep::Speculate(uint64_t local) {
   // Without the block's mutex: the Step's first phase, GradStats and the
   // gathers do not wait behind the speculations (a Step that comes now
   // commits the blocks already speculated while the later ones still
-  // run: RunPass waits for this block alone). What the kernel reads and
-  // writes stays put until kRunning ends (Block::AwaitSpeculation).
+  // run: RunPass waits for this block alone). What the statistics and the
+  // kernel read and write stays put until kRunning ends
+  // (Block::AwaitSpeculation).
+  if (acc != nullptr) {
+    // The statistics first, published at once (GradStats reads them without
+    // the mutex); the step then reads the summed gradient from cache.
+    const GradStats stats = acc->Stats();
+    absl::MutexLock lock(&b.mu);
+    if (!(b.stats.has_value() && b.stats_step == b.version)) {  // GradStats may have taken them
+      b.stats = stats;
+      b.stats_step = b.version;
+      b.PublishStats();
+    }
+  }
   StepBlockRuns(b.group_runs, GroupStepParams(spec(), params), refs);
   absl::MutexLock lock(&b.mu);
   b.speculation = Block::Speculation::kDone;
