@@ -100,9 +100,14 @@ absl::StatusOr<std::unique_ptr<DataConn>> DataConnPool::Acquire(absl::Time deadl
   if (tries_same_host()) {
     absl::StatusOr<std::unique_ptr<DataConn>> conn = ConnectSameHost(
         same_host_.port, same_host_.incarnation, same_host_.segment_bytes, deadline);
-    if (conn.ok()) return conn;
     absl::MutexLock lock(&mu_);
-    same_host_failed_ = true;  // not on this host, or refused: TCP from now on
+    if (conn.ok()) {
+      same_host_attached_ = true;
+      return conn;
+    }
+    // Another server there, or ours gone: not TCP to a port it left.
+    if (absl::IsFailedPrecondition(conn.status()) || same_host_attached_) return conn.status();
+    same_host_failed_ = true;  // no same-host plane there, or refused: TCP from now on
   }
   size_t colon = address_.rfind(':');
   std::string host = HostOf(address_);

@@ -88,6 +88,13 @@ class DataConnPool {
   // An idle connection, or a new one (connected, and its TLS handshake
   // done; or attached to the same-host plane). Errors: UNAVAILABLE naming the address (cannot
   // resolve or connect, or the handshake failed: with OpenSSL's reason), DEADLINE_EXCEEDED.
+  // The same-host plane falls back to TCP only while it has never
+  // attached and no other server answered there: another incarnation on
+  // the unix socket (FAILED_PRECONDITION), or a server that attached
+  // before and no longer answers (UNAVAILABLE), is the registered server
+  // gone, and its TCP port may be anyone's now (another server, another
+  // program); the error goes to the caller, whose call goes over gRPC,
+  // which says the server restarted.
   [[nodiscard]] absl::StatusOr<std::unique_ptr<DataConn>> Acquire(absl::Time deadline);
   // Keeps `conn` for another stream. Only for a connection at a frame
   // boundary with nothing left to read.
@@ -104,6 +111,8 @@ class DataConnPool {
   mutable absl::Mutex mu_;
   // The same-host plane could not be attached: TCP from then on.
   bool same_host_failed_ ABSL_GUARDED_BY(mu_) = false;
+  // It was attached once: the server answers there.
+  bool same_host_attached_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::unique_ptr<DataConn>> idle_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -7,6 +7,9 @@
 // is a bad frame; the plane is off with --data_shm=false or
 // ClientOptions::data_shm = false; and when the segment cannot be attached
 // (another server answers, or the segment is not sealed) the client uses TCP.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -297,9 +300,12 @@ TEST_F(ShmPlaneTest, ClientOptionTurnsItOff) {
 }
 
 // The server that answers on the unix socket is not the one registered
-// with (another incarnation): the attach fails, and the pool falls back to
-// TCP for this connection and every later one.
-TEST_F(ShmPlaneTest, FailedAttachFallsBackToTcp) {
+// with (another incarnation): the registered one is gone, and the TCP port
+// it listened on belongs to whoever answers there now. The attach fails
+// and so does Acquire, naming it (FAILED_PRECONDITION), with no TCP
+// connection: the caller's call goes over gRPC, which says the server
+// restarted. The pool tries the same-host plane again next time.
+TEST_F(ShmPlaneTest, AnotherServerOnTheSocketIsNotReachedOverTcpEither) {
   StartServer();
   const uint64_t other = Incarnation() + 1;
   auto direct =
@@ -307,20 +313,52 @@ TEST_F(ShmPlaneTest, FailedAttachFallsBackToTcp) {
   ASSERT_FALSE(direct.ok());
   EXPECT_EQ(direct.status().code(), absl::StatusCode::kFailedPrecondition) << direct.status();
   EXPECT_NE(direct.status().message().find("another server"), std::string::npos);
+  const double tcp_before = Calls(server_->metrics_address(), "DataPush");
   client::DataConnPool pool(server_->data_address(), 1, nullptr,
                             client::SameHostPlane{port_, other, kSegmentBytes});
   auto conn = pool.Acquire(absl::Now() + absl::Seconds(10));
-  ASSERT_TRUE(conn.ok()) << conn.status();
-  EXPECT_EQ((*conn)->shm(), nullptr);
-  EXPECT_FALSE(pool.tries_same_host());
-  std::unique_ptr<client::JobClient> job = Job("fallback");
-  ASSERT_NE(job, nullptr);
-  v1::DataFrameMeta meta;
-  ASSERT_TRUE(Write(**conn, PushFrame(PushFields("fallback"), kTestJobToken, kPayload)));
-  auto ack = RecvFrameStart((*conn)->stream());
-  ASSERT_TRUE(ack.ok() && ack->has_value());
-  EXPECT_EQ((*ack)->header.type, FrameType::kPushAck);
-  EXPECT_EQ((*ack)->meta.code(), 0) << (*ack)->meta.message();
+  ASSERT_FALSE(conn.ok());
+  EXPECT_EQ(conn.status().code(), absl::StatusCode::kFailedPrecondition) << conn.status();
+  EXPECT_NE(conn.status().message().find("another server"), std::string::npos) << conn.status();
+  EXPECT_TRUE(pool.tries_same_host());
+  EXPECT_EQ(Calls(server_->metrics_address(), "DataPush"), tcp_before);
+}
+
+// A server the pool attached to is stopped and something else takes its
+// TCP port (as another program may, the port being free): Acquire fails
+// (UNAVAILABLE, the unix socket's connect error) without connecting to that
+// port, where the squatter sees no connection.
+TEST_F(ShmPlaneTest, AServerThatIsGoneIsNotLookedForOnItsOldTcpPort) {
+  StartServer();
+  client::DataConnPool pool(server_->data_address(), 0, nullptr,
+                            client::SameHostPlane{port_, Incarnation(), kSegmentBytes});
+  {
+    auto conn = pool.Acquire(absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(conn.ok()) << conn.status();
+    ASSERT_NE((*conn)->shm(), nullptr);
+  }
+  ASSERT_TRUE(server_->Stop().ok());
+  const int squatter = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(squatter, 0);
+  const int one = 1;
+  setsockopt(squatter, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port_));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(squatter, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << errno;
+  ASSERT_EQ(listen(squatter, 4), 0);
+  auto conn = pool.Acquire(absl::Now() + absl::Seconds(5));
+  EXPECT_FALSE(conn.ok());
+  EXPECT_EQ(conn.status().code(), absl::StatusCode::kUnavailable) << conn.status();
+  EXPECT_NE(conn.status().message().find("shm connect"), std::string::npos) << conn.status();
+  // Nothing reached the squatter.
+  const int flags = fcntl(squatter, F_GETFL);
+  fcntl(squatter, F_SETFL, flags | O_NONBLOCK);
+  const int accepted = accept(squatter, nullptr, nullptr);
+  EXPECT_LT(accepted, 0) << "the pool connected to the old TCP port";
+  if (accepted >= 0) close(accepted);
+  close(squatter);
 }
 
 }  // namespace
