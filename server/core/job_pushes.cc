@@ -70,7 +70,11 @@ absl::StatusOr<PushOutcome> JobPushes::Push(const ChunkView& c, absl::Time deadl
       }
       // Read before trying, under the mutex: a change after it is seen.
       if (staging != nullptr) seen = staging->generation();
-      auto added = b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);
+      absl::StatusOr<GradientAccumulator::Outcome> added;
+      {
+        FoldGate::Scope fold(step_.fold_gate());
+        added = b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);
+      }
       if (!added.ok()) return added.status();
       if (*added == GradientAccumulator::Outcome::kApplied) {
         step_.OnComplete(b);
