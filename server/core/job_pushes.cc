@@ -70,11 +70,7 @@ absl::StatusOr<PushOutcome> JobPushes::Push(const ChunkView& c, absl::Time deadl
       }
       // Read before trying, under the mutex: a change after it is seen.
       if (staging != nullptr) seen = staging->generation();
-      absl::StatusOr<GradientAccumulator::Outcome> added;
-      {
-        FoldGate::Scope fold(step_.fold_gate());
-        added = b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);
-      }
+      auto added = b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);
       if (!added.ok()) return added.status();
       if (*added == GradientAccumulator::Outcome::kApplied) {
         step_.OnComplete(b);

@@ -274,11 +274,9 @@ void JobStep::MaybeSpeculate(Block& b) {
     ++tasks_;
   }
   // One task per queued block; each takes the lowest block queued when it
-  // runs, not this one (NeededFirstQueue), once no push is folding (the
-  // folds' blocks are lower than any queued: FoldGate).
+  // runs, not this one (NeededFirstQueue).
   speculations_.Push(b.local);
   pool->Schedule([this] {
-    folds_.AwaitNoFold();
     if (std::optional<uint64_t> local = speculations_.Pop()) Speculate(*local);
     absl::MutexLock lock(&tasks_mu_);
     --tasks_;

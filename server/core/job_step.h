@@ -50,7 +50,6 @@
 #include "absl/time/time.h"
 #include "server/core/applied_steps.h"
 #include "server/core/block.h"
-#include "server/core/fold_gate.h"
 #include "server/core/needed_first_queue.h"
 #include "server/core/step_phases.h"
 #include "server/core/thread_pool.h"
@@ -225,10 +224,6 @@ class JobStep {
   // (StepReplicator::OnBlockComplete). REQUIRES: b.mu held.
   void OnComplete(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
 
-  // The gate a push's fold holds (FoldGate::Scope) so that no speculation
-  // starts beside it: a speculative job's; null for the others.
-  FoldGate* fold_gate() { return spec().speculative_step() ? &folds_ : nullptr; }
-
   // Held by a pass over the blocks (Step). BeginCheckpoint takes it, so no
   // pass straddles the start of copy-on-write.
   absl::Mutex& pass_mu() ABSL_LOCK_RETURNED(pass_mu_) { return pass_mu_; }
@@ -335,8 +330,6 @@ class JobStep {
   // The blocks queued for speculation (MaybeSpeculate), stepped lowest
   // first: the next forward needs them in that order.
   NeededFirstQueue speculations_;
-  // Held by the pushes' folds; a speculation starts once none is.
-  FoldGate folds_;
 
   // The pool of the last Stats that gave one (QueueStats), or null.
   std::atomic<ThreadPool*> stats_pool_{nullptr};

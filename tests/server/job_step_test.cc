@@ -268,44 +268,6 @@ TEST_F(JobStepTest, TheStepCommitsSpeculatedBlocksWhileALaterOneIsStillStepped) 
   ExpectSameAt(1);
 }
 
-// Folds go before speculations (FoldGate): while a push folds (the test
-// holds a fold's scope, as a push on another connection would), the
-// blocks completed meanwhile are queued but none is stepped; once the fold
-// ends they all are, and the Step confirms them, bit for bit the plain step.
-TEST_F(JobStepTest, NoSpeculationStartsWhileAPushFolds) {
-  EXPECT_EQ(plain_->step().fold_gate(), nullptr) << "a plain job has no speculation to hold back";
-  FoldGate* gate = spec_->step().fold_gate();
-  ASSERT_NE(gate, nullptr);
-  ASSERT_TRUE(DoStep(*spec_, StepReq(0, 1e-2f, 0.5f, /*ahead=*/true)).ok());
-  {
-    FoldGate::Scope folding(gate);
-    PushNode(0, 0);
-    PushNode(1, 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    EXPECT_EQ(Speculated(*spec_), 0u) << "a speculation started while a push was folding";
-  }
-  AwaitSpeculated(blocks());
-  auto out = DoStep(*spec_, StepReq(0, 1e-2f, 0.5f));
-  ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(out->blocks_confirmed, blocks());
-  ASSERT_TRUE(DoStep(*plain_, StepReq(0, 1e-2f, 0.5f)).ok());
-  ExpectSameAt(1);
-}
-
-// The Step does not wait for the gate: a Step that comes while a fold
-// holds the speculations back steps the queued blocks itself.
-TEST_F(JobStepTest, TheStepStepsTheBlocksAFoldHeldBack) {
-  ASSERT_TRUE(DoStep(*spec_, StepReq(0, 1e-2f, 0.5f, /*ahead=*/true)).ok());
-  FoldGate::Scope folding(spec_->step().fold_gate());
-  PushNode(0, 0);
-  PushNode(1, 0);
-  auto out = DoStep(*spec_, StepReq(0, 1e-2f, 0.5f));
-  ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(Speculated(*spec_), 0u);
-  ASSERT_TRUE(DoStep(*plain_, StepReq(0, 1e-2f, 0.5f)).ok());
-  ExpectSameAt(1);
-}
-
 // GradStats reads the statistics each block published as its gradients
 // completed, without the block's mutex: a speculation stepping a block
 // holds that (here the test does), and GradStats answers meanwhile, with
