@@ -10,7 +10,10 @@
 // servers') show what the host's cores allow: a step needs at least the
 // parts' CPU seconds over the cores (`overlap_cores_allow`: the best
 // `overlap` there is on this host; on 2 cores the parts need more CPU
-// than the longest part leaves). The same with the delayed parameter update
+// than the longest part leaves), and every part at once with no dependency
+// between them (`parts_at_once`, `overlap_host_allows`: the best `overlap`
+// the host's cores and memory allow, whatever the schedule; on the 2-core
+// machine below the target). The same with the delayed parameter update
 // (`overlap_delayed`: train.delayed_update, the server's step and the
 // gathers under the next step's compute).
 // `server_step` is the server's own step inside the job (its gradient
@@ -206,6 +209,20 @@ void TimePart(testing::ServerCluster& cluster, Part* part, F&& f) {
   part->cpu += CpuSeconds(cluster) - cpu0;
 }
 
+// The parts after the compute and the exchange, as a step runs them: the
+// push of `step`'s gradients from `from`, GradStats and Step, the gather
+// of the new weights into `to`.
+void PushPart(client::JobClient* job, uint64_t step, const float* from) {
+  Check(job->Push(step, 0, Range{0, job->layout().used_elems}, from, v1::DTYPE_FP32), "push");
+}
+void StepPart(client::JobClient* job, uint64_t step) {
+  Check(job->GradStats(step).status(), "grad stats");
+  Check(job->Step(step, 1e-4f, 1.0f, false), "step");
+}
+void GatherPart(client::JobClient* job, uint64_t step, float* to) {
+  Check(job->Gather(step + 1, Range{0, job->layout().used_elems}, to, v1::DTYPE_FP32), "gather");
+}
+
 // One step by hand, one part at a time.
 Parts MeasureParts(client::JobClient* job, CpuBackend* backend, const v1::TrainConfig& train,
                    testing::ServerCluster& cluster, uint64_t step) {
@@ -229,14 +246,11 @@ Parts MeasureParts(client::JobClient* job, CpuBackend* backend, const v1::TrainC
   if (grads == nullptr) {
     TimePart(cluster, &p.exchange, [&] { Check(backend->ReduceScatter(used, push_from), "reduce-scatter"); });
   }
-  TimePart(cluster, &p.push, [&] { Check(job->Push(step, 0, used, push_from, v1::DTYPE_FP32), "push"); });
+  TimePart(cluster, &p.push, [&] { PushPart(job, step, push_from); });
   const auto before = ScrapePhases(cluster, train.job_id());
-  TimePart(cluster, &p.step, [&] {
-    Check(job->GradStats(step).status(), "grad stats");
-    Check(job->Step(step, 1e-4f, 1.0f, false), "step");
-  });
+  TimePart(cluster, &p.step, [&] { StepPart(job, step); });
   p.server = Slowest(before, ScrapePhases(cluster, train.job_id()));
-  TimePart(cluster, &p.gather, [&] { Check(job->Gather(step + 1, used, gather_to, v1::DTYPE_FP32), "gather"); });
+  TimePart(cluster, &p.gather, [&] { GatherPart(job, step, gather_to); });
   if (params == nullptr) {
     TimePart(cluster, &p.exchange, [&] { Check(backend->AllGather(used, gather_to), "all-gather"); });
   }
@@ -290,6 +304,10 @@ void PrintServerStep(PhaseSeconds phases, const PhaseSeconds& alone, uint64_t pa
   }
   const double rate = params / ServerStep(phases);
   Print(absl::StrCat("memory_limit.threads=", ServerThreads() + 1), limit, "params/s", limit, 1.0);
+  // The same in bytes: an AdamW pass moves kStepBytesPerParam per parameter.
+  Print(absl::StrCat("memory_bandwidth.threads=", ServerThreads() + 1),
+        limit * server::kStepBytesPerParam / 1e9, "GB/s", limit * server::kStepBytesPerParam / 1e9,
+        1.0);
   Print("worker_step_rate", params / worker_step, "params/s", limit, params / worker_step / limit);
   Print("server_step", rate, "params/s", limit, rate / limit);
   const double alone_rate = params / ServerStep(alone);
@@ -303,9 +321,10 @@ double Longest(const Parts& p) {
 }
 
 // Every figure against the longest part (the step's limit with perfect
-// overlap), and the limit the host's cores set: the parts' CPU seconds
-// spread over every core.
-void PrintFigures(const Parts& parts, double median, uint64_t params, const StepReport& last) {
+// overlap), and the limits the host sets: the parts' CPU seconds spread
+// over every core, and the parts run at once (MeasureAtOnce).
+void PrintFigures(const Parts& parts, const Part& at_once, double median, uint64_t params,
+                  const StepReport& last) {
   const double longest = Longest(parts);
   const int cores = Cores();
   if (!absl::GetFlag(FLAGS_json)) {
@@ -334,6 +353,13 @@ void PrintFigures(const Parts& parts, double median, uint64_t params, const Step
   Print("step_cpu_seconds", cpu, "s", longest * cores, longest * cores / cpu);
   Print("overlap_cores_allow", cpu_floor, "s", longest, longest / cpu_floor);
   Print("overlap_of_what_cores_allow", median, "s", cpu_floor, cpu_floor / median);
+  // No schedule does better than every part at once, no dependency between them.
+  Print("parts_at_once", at_once.seconds, "s", longest, longest / at_once.seconds);
+  const double at_once_busy = at_once.cpu / at_once.seconds;
+  Print("parts_at_once_cores", at_once_busy, "cores", cores, at_once_busy / cores);
+  const double host_floor = std::max(longest, at_once.seconds);
+  Print("overlap_host_allows", host_floor, "s", longest, longest / host_floor);
+  Print("overlap_of_what_host_allows", median, "s", host_floor, host_floor / median);
   const auto& t = last.times;
   for (auto [name, v] : {std::pair{"compute", t.compute}, {"exchange", t.exchange}, {"push", t.push},
                          {"step", t.step}, {"gather", t.gather}}) {
@@ -367,6 +393,82 @@ Session OpenSession(client::Client* client, const v1::WorkerConfig& config) {
   s.engine = std::make_unique<Engine>(job, s.backend.get(), train, topo, ready);
   Check(s.engine->LoadWeights(0), "load weights");
   return s;
+}
+
+// A second job of the same model on the same servers, for MeasureAtOnce:
+// its own memory, and the gradient it computed once, pushed at every step.
+struct OtherJob {
+  Session session;
+  std::vector<float> staging;
+  const float* from = nullptr;  // the gradient pushed
+  float* to = nullptr;          // where gathers land
+
+  client::JobClient* job() const { return session.opened.job.get(); }
+};
+
+OtherJob OpenOther(client::Client* client, v1::WorkerConfig config, const std::string& id) {
+  config.mutable_train()->set_job_id(id);
+  OtherJob o;
+  o.session = OpenSession(client, config);
+  const v1::TrainConfig& train = config.train();
+  TeacherData data(train.model());
+  const uint32_t n = train.micro_batch_size();
+  std::vector<float> x(size_t{n} * data.input_dim()), y(size_t{n} * data.output_dim());
+  data.Fill(0, n, x.data(), y.data());
+  CpuBackend* backend = o.session.backend.get();
+  o.staging.resize(o.job()->layout().used_elems);
+  Check(backend->ZeroGrads(), "zero");
+  Check(backend->ForwardBackward(x.data(), y.data(), n, 1.0f, nullptr).status(), "compute");
+  float* grads = backend->GradsInPlace();
+  float* params = backend->ParamsInPlace();
+  if (grads == nullptr) {
+    Check(backend->ReduceScatter(Range{0, o.job()->layout().used_elems}, o.staging.data()),
+          "reduce-scatter");
+  }
+  o.from = grads != nullptr ? grads : o.staging.data();
+  o.to = params != nullptr ? params : o.staging.data();
+  return o;
+}
+
+// All of a step's work at once, with no dependency between its parts: the
+// compute of `s`, the Step of job `a` (its gradients pushed before), and
+// the push of job `b`'s next step beside the gather of its current
+// weights, all of the same model on the same servers. Whatever the
+// schedule, a step's parts cannot overlap better than this on this host:
+// the longest part over it is the best `overlap` the host's cores and
+// memory allow (`overlap_cores_allow` counts CPU seconds only, not the
+// memory the parts share, nor the cache they evict from each other). The
+// median of kPartSteps, after a round that allocates the jobs' optimizer
+// state.
+Part MeasureAtOnce(Session& s, OtherJob& a, OtherJob& b, const v1::TrainConfig& train,
+                   testing::ServerCluster& cluster) {
+  TeacherData data(train.model());
+  const uint32_t n = train.micro_batch_size();
+  std::vector<float> x(size_t{n} * data.input_dim()), y(size_t{n} * data.output_dim());
+  data.Fill(0, n, x.data(), y.data());
+  // b's step 0, whole: its weights are at version 1 when the rounds start.
+  PushPart(b.job(), 0, b.from);
+  StepPart(b.job(), 0);
+  std::vector<Part> rounds;
+  for (uint64_t step = 0; step <= kPartSteps; ++step) {
+    PushPart(a.job(), step, a.from);
+    Check(s.backend->ZeroGrads(), "zero");
+    Part p;
+    TimePart(cluster, &p, [&] {
+      std::thread stepped([&] { StepPart(a.job(), step); });
+      std::thread pushed([&] { PushPart(b.job(), step + 1, b.from); });
+      std::thread gathered([&] { GatherPart(b.job(), step, b.to); });
+      Check(s.backend->ForwardBackward(x.data(), y.data(), n, 1.0f, nullptr).status(), "compute");
+      stepped.join();
+      pushed.join();
+      gathered.join();
+    });
+    StepPart(b.job(), step + 1);
+    if (step > 0) rounds.push_back(p);
+  }
+  std::sort(rounds.begin(), rounds.end(),
+            [](const Part& l, const Part& r) { return l.seconds < r.seconds; });
+  return rounds[rounds.size() / 2];
 }
 
 // --steps timed steps from `step` on, after `warmups` steps.
@@ -480,6 +582,7 @@ int Main() {
   Check(client.status(), "connect");
   Timed plain;
   Parts parts;
+  Part at_once;
   uint64_t params = 0;
   double limit = 0;
   {
@@ -499,9 +602,16 @@ int Main() {
     parts = MedianParts(measured);
     plain = TimeSteps(s, train, **cluster, kPartSteps + 1, 1);
     Check(s.engine->Drain(), "drain");  // the last Step may still be under way
+    {
+      OtherJob a = OpenOther(client->get(), config, "step-bench-at-once-a");
+      OtherJob b = OpenOther(client->get(), config, "step-bench-at-once-b");
+      at_once = MeasureAtOnce(s, a, b, train, **cluster);
+      Check(a.job()->Delete(), "delete an at-once job");
+      Check(b.job()->Delete(), "delete an at-once job");
+    }
     Check(s.opened.job->Delete(), "delete the job");  // its memory, for the next
   }
-  PrintFigures(parts, plain.median, params, plain.last);
+  PrintFigures(parts, at_once, plain.median, params, plain.last);
   PrintDelayed(client->get(), config, **cluster, parts);
   if (absl::GetFlag(FLAGS_speculative)) PrintSpeculative(client->get(), config, **cluster, plain);
   Check((*cluster)->StopAll(), "stop servers");
