@@ -31,12 +31,16 @@
 // Step, each against the plain job's (ratio > 1: faster).
 //   step_bench [--json] [--servers=1] [--server_threads=N] [--hidden=8192,8192] [--steps=3]
 //              [--speculative=true] [--whole_landing] [--streams_per_server=N] [--wire=bf16]
+//              [--server_nice=N]
 // --json prints one object per line: {"figure","value","unit","limit","ratio"}.
 #include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -77,6 +81,9 @@ ABSL_FLAG(bool, whole_landing, false,
           "in the next forward (the next forward then never runs beside the server's pass)");
 ABSL_FLAG(int, streams_per_server, 0,
           "the client's streams per server (0: its default, raised for same-host servers)");
+ABSL_FLAG(int, server_nice, 0,
+          "the servers' nice value, 0 to 19: above 0 they yield the cores to the trainer's "
+          "compute on the host they share (`nice -n N zerostate-server` in a deployment)");
 ABSL_FLAG(bool, speculative, true,
           "also time the same model as a speculative_step job (speculative_* figures)");
 
@@ -563,13 +570,37 @@ void PrintSpeculative(client::Client* client, v1::WorkerConfig config,
   Check(s.opened.job->Delete(), "delete the speculative job");
 }
 
-int Main() {
-  const v1::WorkerConfig config = BenchConfig();
-  const v1::TrainConfig& train = config.train();
+// The servers, at --server_nice: every thread of each (threads made later
+// inherit it from the thread that makes them). Not by starting them from a
+// thread of that nice value: a child of a thread that ends is sent its
+// parent-death signal.
+absl::StatusOr<std::unique_ptr<testing::ServerCluster>> StartServers() {
+  const int nice = absl::GetFlag(FLAGS_server_nice);
+  if (nice < 0 || nice > 19) {
+    return absl::InvalidArgumentError(absl::StrCat("--server_nice: ", nice, " is not in [0, 19]"));
+  }
   testing::ServerProcessOptions options;
   options.binary = absl::GetFlag(FLAGS_server_binary);
   options.args = {absl::StrCat("--threads=", ServerThreads()), "--metrics_listen=127.0.0.1:0"};
   auto cluster = testing::ServerCluster::Start(absl::GetFlag(FLAGS_servers), options);
+  if (!cluster.ok() || nice == 0) return cluster;
+  for (int i = 0; i < (*cluster)->size(); ++i) {
+    const std::string tasks = absl::StrCat("/proc/", (*cluster)->server(i).pid(), "/task");
+    for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+      const int tid = std::stoi(task.path().filename().string());
+      if (setpriority(PRIO_PROCESS, tid, nice) != 0) {
+        return absl::InternalError(
+            absl::StrCat("setpriority(", tid, ", ", nice, "): ", std::strerror(errno)));
+      }
+    }
+  }
+  return cluster;
+}
+
+int Main() {
+  const v1::WorkerConfig config = BenchConfig();
+  const v1::TrainConfig& train = config.train();
+  auto cluster = StartServers();
   Check(cluster.status(), "start servers");
   client::ClientOptions copts;
   copts.servers = (*cluster)->addresses();
