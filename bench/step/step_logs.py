@@ -1,6 +1,8 @@
 """Reading the logs of the bench/step device scripts, shared by their
 summaries (device_step_summary.py, device_all_summary.py)."""
+import gzip
 import json
+import os
 import re
 
 
@@ -28,12 +30,17 @@ def worker_steps(path, skip):
 
 
 def phase_means(path, job):
-    """{phase: mean seconds per observation} of `job` on a Prometheus text page."""
+    """{phase: mean seconds per observation} of `job` on a Prometheus text page
+    (or on its gzipped copy, PATH.gz, as bench/results keeps them)."""
     sums, counts = {}, {}
     pat = re.compile(r'^zerostate_step_phase_seconds_(sum|count)\{job_id="%s",phase="(\w+)"\} (\S+)$'
                      % re.escape(job))
+    if not os.path.exists(path) and os.path.exists(path + ".gz"):
+        opener, path = gzip.open, path + ".gz"
+    else:
+        opener = open
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
             for text in f:
                 m = pat.match(text.strip())
                 if m:
