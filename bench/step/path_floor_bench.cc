@@ -15,13 +15,18 @@
 //                                   (ratio: the multiple of the floor below
 //                                   which no schedule of these kernels gets
 //                                   on this host, the dependencies aside)
-//   path_floor.<wire>.scheduled_ms  with the speculative step's dependencies
+//   path_floor.<wire>.scheduled_ms  with the chain's dependencies alone
 //                                   (path_schedule.h: gradients out in the
 //                                   backward's order, each piece folded,
 //                                   stepped, gathered and copied back as
-//                                   soon as it can be, lowest piece first)
-//   path_floor.<wire>.scheduled_sync_ms  the same with the synchronous
-//                                   step's: no pass before every fold
+//                                   soon as it can be, lowest piece first),
+//                                   no barrier: weights served before the
+//                                   norm is known (no step of ours does)
+//   path_floor.<wire>.scheduled_speculative_ms  the speculative step's:
+//                                   the same, but no gather before every
+//                                   fold (the norm validates the weights)
+//   path_floor.<wire>.scheduled_sync_ms  the synchronous step's: no pass
+//                                   before every fold
 //   pass_with_gathers.<wire>.pass   the pass with the gathers and the h2d
 //                                   copies streamed beside it, as in the
 //                                   synchronous step: its rate against the
@@ -174,9 +179,12 @@ void RunWire(const std::string& wire_name, size_t params, int cores, double band
   const double best = std::min(in_sequence, once.seconds * 1e3);
   Print(absl::StrCat("path_floor", at, "best_ms"), best, "ms", floor, best / floor);
 
-  // With the speculative step's dependencies (path_schedule.h), and with
-  // the synchronous step's (no pass before every gradient is folded).
-  for (auto [name, barrier] : {std::pair{"scheduled", ""}, {"scheduled_sync", "pass"}}) {
+  // With the chain's dependencies alone (path_schedule.h), the speculative
+  // step's (no gather before every gradient is folded) and the synchronous
+  // step's (no pass before it).
+  for (auto [name, barrier] : {std::pair{"scheduled", Barrier{}},
+                               {"scheduled_speculative", SpeculativeBarrier()},
+                               {"scheduled_sync", SynchronousBarrier()}}) {
     Scheduled sched{1e30, 0};
     for (int r = 0; r <= absl::GetFlag(FLAGS_reps); ++r) {
       auto run = RunScheduled(b.stages(), cores, barrier);

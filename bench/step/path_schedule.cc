@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
 namespace zerostate::bench {
@@ -43,8 +44,19 @@ class Progress {
 }  // namespace
 
 absl::StatusOr<Scheduled> RunScheduled(const std::vector<PathStage>& stages, int threads,
-                                       const std::string& barrier) {
+                                       const Barrier& barrier) {
   const int last = static_cast<int>(stages.size()) - 1;
+  auto index = [&](const std::string& name) {
+    for (int i = 0; i <= last; ++i)
+      if (stages[i].name == name) return i;
+    return -1;
+  };
+  const int held_stage = barrier.held.empty() ? -1 : index(barrier.held);
+  const int after_stage = barrier.after.empty() ? -1 : index(barrier.after);
+  if (!barrier.held.empty() && (held_stage < 0 || after_stage < 0 || after_stage >= held_stage)) {
+    return absl::InvalidArgumentError(absl::StrCat("barrier ", barrier.held, " after ", barrier.after,
+                                                   ": not two stages of the chain in that order"));
+  }
   const size_t pieces = stages.front().pieces;
   Progress progress(pieces, last + 1);
   size_t cpu_work = 0;
@@ -53,7 +65,7 @@ absl::StatusOr<Scheduled> RunScheduled(const std::vector<PathStage>& stages, int
   // Pieces done with each stage (for the barrier).
   std::vector<std::atomic<size_t>> stage_done(stages.size());
   auto held = [&](int stage) {
-    return stages[stage].name == barrier && stage_done[stage - 1].load(std::memory_order_acquire) < pieces;
+    return stage == held_stage && stage_done[after_stage].load(std::memory_order_acquire) < pieces;
   };
   std::atomic<bool> failed_flag{false};
   absl::Mutex mu;

@@ -139,13 +139,47 @@ TEST(RunScheduledTest, EveryPieceGoesThroughTheChainInOrderOnce) {
 
 TEST(RunScheduledTest, ABarrierHoldsItsStageUntilEveryPieceIsPastTheOneBefore) {
   Logged l(20);
-  auto r = RunScheduled(l.stages, 3, "pass");
+  auto r = RunScheduled(l.stages, 3, SynchronousBarrier());
   ASSERT_TRUE(r.ok()) << r.status();
   absl::MutexLock lock(&l.mu);
   const auto first_pass = std::find_if(l.log.begin(), l.log.end(), [](const auto& e) { return e.second == "pass"; });
   ASSERT_NE(first_pass, l.log.end());
   EXPECT_EQ(std::count_if(l.log.begin(), first_pass, [](const auto& e) { return e.second == "fold"; }), 20);
   EXPECT_EQ(l.log.size(), 20u * 4);
+}
+
+// The speculative step's: the passes run as pieces fold, but no gather
+// (here the h2d copy, the stage after the pass) before every fold.
+TEST(RunScheduledTest, TheSpeculativeBarrierHoldsTheGathersNotThePasses) {
+  Logged l(20);
+  l.stages.insert(l.stages.begin() + 3, l.stages[2]);  // a "gather" after the pass
+  l.stages[3].name = "gather";
+  l.stages[3].work = [&l](size_t i) {
+    absl::MutexLock lock(&l.mu);
+    l.log.emplace_back(i, "gather");
+  };
+  // One CPU thread: the lowest piece the last copy brings is folded, then
+  // stepped before the pieces above it are folded, whatever the timing.
+  auto r = RunScheduled(l.stages, 1, SpeculativeBarrier());
+  ASSERT_TRUE(r.ok()) << r.status();
+  absl::MutexLock lock(&l.mu);
+  ASSERT_EQ(l.log.size(), 20u * 5);
+  auto first = [&](const char* stage) {
+    return std::find_if(l.log.begin(), l.log.end(), [&](const auto& e) { return e.second == stage; });
+  };
+  EXPECT_EQ(std::count_if(l.log.begin(), first("gather"), [](const auto& e) { return e.second == "fold"; }), 20);
+  // Passes run before the last fold (the barrier does not hold them).
+  const auto last_fold = std::find_if(l.log.rbegin(), l.log.rend(), [](const auto& e) { return e.second == "fold"; });
+  EXPECT_LT(first("pass"), last_fold.base());
+}
+
+TEST(RunScheduledTest, ABarrierOnAStageTheChainLacksIsRefusedByName) {
+  Logged l(4);
+  auto r = RunScheduled(l.stages, 2, SpeculativeBarrier());  // no "gather" in this chain
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("gather"), std::string::npos) << r.status();
+  r = RunScheduled(l.stages, 2, Barrier{"fold", "pass"});  // the wrong order
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RunScheduledTest, ACopyThatFailsEndsTheRunWithItsError) {
