@@ -13,7 +13,7 @@ for f in sorted(glob.glob('*.json')):
         v,r,name=o['figure'].split('.',2)
         rows[name][f"{v}.{r}"]=(o['value'],o['ratio'])
 keys=sorted({k for d in rows.values() for k in d})
-want=['part_compute','part_exchange','part_push','part_step','part_gather','step_end_to_end','overlap','step_sum_of_parts','overlap_cores_allow','parts_at_once','overlap_host_allows','overlap_of_what_host_allows','last_step_compute','last_step_exchange','last_step_push','last_step_step','last_step_gather','step_end_to_end_delayed','overlap_delayed','server_optimizer','server_step','server_step_alone','speculative_step_end_to_end','speculative_worker_step']
+want=['part_compute','part_exchange','part_push','part_step','part_gather','step_end_to_end','overlap','step_sum_of_parts','overlap_cores_allow','parts_at_once','overlap_host_allows','overlap_of_what_host_allows','last_step_compute','last_step_exchange','last_step_push','last_step_step','last_step_gather','step_end_to_end_delayed','overlap_delayed','server_optimizer','server_step','server_step_alone','server_step_at_once','speculative_step_end_to_end','speculative_worker_step']
 print('%-24s'%'fig'+''.join('%13s'%k for k in keys))
 for w in want:
     d=rows.get(w,{})

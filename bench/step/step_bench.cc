@@ -21,9 +21,16 @@
 // the fastest timed step, waiting for gradients left out) in parameters per
 // second (`server_step_alone`: in the step measured part by part, nothing
 // beside it), against the memory limit of an AdamW step (optimizer_bench's
-// TrafficPass, best of a measure before and one after the steps) in this
-// process with as many threads as the server's pass runs on
-// (--server_threads plus the calling thread).
+// TrafficPass) in this process with as many threads as the server's pass
+// runs on (--server_threads plus the calling thread), over as many
+// parameters as the model's: one pass right before and one right after
+// each Step measured alone, which is compared with their mean (the median
+// of the part steps' ratios counts), as optimizer_bench alternates its
+// passes; `server_step`, with the median of those passes. (On the 2-core
+// VM the bandwidth swings by 1.5x within a minute, and a pass over 64 Mi
+// parameters read 1.3-1.5x one over the model's 100.7M.)
+// `server_step_at_once`: the Step of `parts_at_once`, with a compute, a
+// push and a gather beside it all the time, against the same limit.
 // `speculative_*`: the same model as a job with JobSpec.speculative_step
 // (the server steps each block as soon as its gradients are in, with the
 // Step's parameters sent ahead; the Step then only commits): its median
@@ -66,8 +73,8 @@ ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 ABSL_FLAG(int, servers, 1, "state servers to start");
 ABSL_FLAG(int, server_threads, 0, "--threads of each server (0: one less than the cores)");
 ABSL_FLAG(std::string, server_binary, ZEROSTATE_SERVER_PATH, "the zerostate-server to start");
-ABSL_FLAG(int64_t, limit_params, int64_t{64} << 20,
-          "parameters of the memory limit pass (at most the model's)");
+ABSL_FLAG(int64_t, limit_params, 0,
+          "parameters of the memory limit pass (0: the model's; at most the model's)");
 ABSL_FLAG(uint32_t, input, 2048, "input width");
 ABSL_FLAG(std::string, hidden, "8192,8192", "hidden widths");
 ABSL_FLAG(uint32_t, output, 2048, "output width");
@@ -206,6 +213,33 @@ struct Part {
 struct Parts {
   Part compute, exchange, push, step, gather;
   PhaseSeconds server;  // the servers' phases in the Step alone
+  double limit = 0;     // the memory limit beside it, params/s (LimitPass)
+};
+
+// The memory limit of an AdamW step (TrafficPass) over `params`
+// parameters with as many threads as the server's pass, in parameters per
+// second: a state allocated and filled once, one pass per Rate(), so that
+// it is sampled next to the passes compared with it.
+class LimitPass {
+ public:
+  explicit LimitPass(uint64_t params) : state_(params), threads_(ServerThreads() + 1) {
+    if (!state_.ok()) Check(absl::ResourceExhaustedError("memory limit state"), "allocate");
+    state_.Fill(threads_);
+  }
+  double Rate() {
+    samples_.push_back(server::MemoryLimitParamsPerSecond(state_, threads_, 1));
+    return samples_.back();
+  }
+  double Median() const {
+    std::vector<double> s = samples_;
+    std::sort(s.begin(), s.end());
+    return s.empty() ? 0 : s[s.size() / 2];
+  }
+
+ private:
+  server::StepState state_;
+  const int threads_;
+  std::vector<double> samples_;
 };
 
 // One part alone: its wall and CPU seconds added to `part`.
@@ -230,9 +264,10 @@ void GatherPart(client::JobClient* job, uint64_t step, float* to) {
   Check(job->Gather(step + 1, Range{0, job->layout().used_elems}, to, v1::DTYPE_FP32), "gather");
 }
 
-// One step by hand, one part at a time.
+// One step by hand, one part at a time; the Step between two passes of
+// `limit` (none: not sampled).
 Parts MeasureParts(client::JobClient* job, CpuBackend* backend, const v1::TrainConfig& train,
-                   testing::ServerCluster& cluster, uint64_t step) {
+                   testing::ServerCluster& cluster, uint64_t step, LimitPass* limit) {
   TeacherData data(train.model());
   const uint32_t n = train.micro_batch_size();
   std::vector<float> x(size_t{n} * data.input_dim()), y(size_t{n} * data.output_dim());
@@ -254,9 +289,11 @@ Parts MeasureParts(client::JobClient* job, CpuBackend* backend, const v1::TrainC
     TimePart(cluster, &p.exchange, [&] { Check(backend->ReduceScatter(used, push_from), "reduce-scatter"); });
   }
   TimePart(cluster, &p.push, [&] { PushPart(job, step, push_from); });
+  const double limit_before = limit != nullptr ? limit->Rate() : 0;
   const auto before = ScrapePhases(cluster, train.job_id());
   TimePart(cluster, &p.step, [&] { StepPart(job, step); });
   p.server = Slowest(before, ScrapePhases(cluster, train.job_id()));
+  if (limit != nullptr) p.limit = (limit_before + limit->Rate()) / 2;
   TimePart(cluster, &p.gather, [&] { GatherPart(job, step, gather_to); });
   if (params == nullptr) {
     TimePart(cluster, &p.exchange, [&] { Check(backend->AllGather(used, gather_to), "all-gather"); });
@@ -267,7 +304,7 @@ Parts MeasureParts(client::JobClient* job, CpuBackend* backend, const v1::TrainC
 constexpr uint64_t kPartSteps = 3;
 
 // Each part's median over `all`, and the servers' phases of the step
-// whose own step was fastest.
+// whose own step against the limit beside it was the median.
 Parts MedianParts(std::vector<Parts> all) {
   Parts out;
   for (Part Parts::*part : {&Parts::compute, &Parts::exchange, &Parts::push, &Parts::step, &Parts::gather}) {
@@ -275,20 +312,14 @@ Parts MedianParts(std::vector<Parts> all) {
               [part](const Parts& a, const Parts& b) { return (a.*part).seconds < (b.*part).seconds; });
     out.*part = all[all.size() / 2].*part;
   }
-  out.server = std::min_element(all.begin(), all.end(), [](const Parts& a, const Parts& b) {
-                 return ServerStep(a.server) < ServerStep(b.server);
-               })->server;
+  // The step whose server step against its own limit is the median (its
+  // rate over the limit falls as seconds x limit grows).
+  std::sort(all.begin(), all.end(), [](const Parts& a, const Parts& b) {
+    return ServerStep(a.server) * a.limit < ServerStep(b.server) * b.limit;
+  });
+  out.server = all[all.size() / 2].server;
+  out.limit = all[all.size() / 2].limit;
   return out;
-}
-
-// The memory limit of an AdamW step with as many threads as the server's
-// pass (its pool and the calling thread), in parameters per second.
-double MemoryLimit(uint64_t params) {
-  const int threads = ServerThreads() + 1;
-  server::StepState state(std::min<uint64_t>(params, absl::GetFlag(FLAGS_limit_params)));
-  if (!state.ok()) Check(absl::ResourceExhaustedError("memory limit state"), "allocate");
-  state.Fill(threads);
-  return server::MemoryLimitParamsPerSecond(state, threads, 5);
 }
 
 // The cores this process may run on (taskset included).
@@ -303,8 +334,8 @@ int Cores() {
 // steps (its best timed step: the gathers it streams and the next forward
 // run beside it) and in the step measured alone (nothing beside it).
 // `worker_step`: the step part as the worker saw it (GradStats and Step).
-void PrintServerStep(PhaseSeconds phases, const PhaseSeconds& alone, uint64_t params,
-                     double worker_step, double limit) {
+void PrintServerStep(PhaseSeconds phases, const Parts& alone, const PhaseSeconds& at_once,
+                     uint64_t params, double worker_step, double limit) {
   for (const char* phase : kPhases) {
     Print(absl::StrCat("server_", phase), phases[phase], "s", phases["optimizer"],
           phases[phase] / phases["optimizer"]);
@@ -317,8 +348,14 @@ void PrintServerStep(PhaseSeconds phases, const PhaseSeconds& alone, uint64_t pa
         1.0);
   Print("worker_step_rate", params / worker_step, "params/s", limit, params / worker_step / limit);
   Print("server_step", rate, "params/s", limit, rate / limit);
-  const double alone_rate = params / ServerStep(alone);
-  Print("server_step_alone", alone_rate, "params/s", limit, alone_rate / limit);
+  const double alone_rate = params / ServerStep(alone.server);
+  Print("server_step_alone", alone_rate, "params/s", alone.limit, alone_rate / alone.limit);
+  // The Step of parts_at_once: with the trainer's compute, a push and a
+  // gather beside it all the time (more than a step puts beside its pass:
+  // the next forward starts with the first layer's weights, the push after
+  // the backward), the pass's share of the host.
+  const double at_once_rate = params / ServerStep(at_once);
+  Print("server_step_at_once", at_once_rate, "params/s", limit, at_once_rate / limit);
 }
 
 // The step's limit with perfect overlap.
@@ -405,6 +442,7 @@ Session OpenSession(client::Client* client, const v1::WorkerConfig& config) {
 // A second job of the same model on the same servers, for MeasureAtOnce:
 // its own memory, and the gradient it computed once, pushed at every step.
 struct OtherJob {
+  std::string id;
   Session session;
   std::vector<float> staging;
   const float* from = nullptr;  // the gradient pushed
@@ -416,6 +454,7 @@ struct OtherJob {
 OtherJob OpenOther(client::Client* client, v1::WorkerConfig config, const std::string& id) {
   config.mutable_train()->set_job_id(id);
   OtherJob o;
+  o.id = id;
   o.session = OpenSession(client, config);
   const v1::TrainConfig& train = config.train();
   TeacherData data(train.model());
@@ -447,8 +486,15 @@ OtherJob OpenOther(client::Client* client, v1::WorkerConfig config, const std::s
 // memory the parts share, nor the cache they evict from each other). The
 // median of kPartSteps, after a round that allocates the jobs' optimizer
 // state.
-Part MeasureAtOnce(Session& s, OtherJob& a, OtherJob& b, const v1::TrainConfig& train,
-                   testing::ServerCluster& cluster) {
+// A round of every part at once: its wall and CPU seconds, and the
+// servers' phases of job a's Step in it.
+struct AtOnce {
+  Part part;
+  PhaseSeconds server;
+};
+
+AtOnce MeasureAtOnce(Session& s, OtherJob& a, OtherJob& b, const v1::TrainConfig& train,
+                     testing::ServerCluster& cluster) {
   TeacherData data(train.model());
   const uint32_t n = train.micro_batch_size();
   std::vector<float> x(size_t{n} * data.input_dim()), y(size_t{n} * data.output_dim());
@@ -456,12 +502,13 @@ Part MeasureAtOnce(Session& s, OtherJob& a, OtherJob& b, const v1::TrainConfig& 
   // b's step 0, whole: its weights are at version 1 when the rounds start.
   PushPart(b.job(), 0, b.from);
   StepPart(b.job(), 0);
-  std::vector<Part> rounds;
+  std::vector<AtOnce> rounds;
   for (uint64_t step = 0; step <= kPartSteps; ++step) {
     PushPart(a.job(), step, a.from);
     Check(s.backend->ZeroGrads(), "zero");
-    Part p;
-    TimePart(cluster, &p, [&] {
+    AtOnce round;
+    const auto before = ScrapePhases(cluster, a.id);
+    TimePart(cluster, &round.part, [&] {
       std::thread stepped([&] { StepPart(a.job(), step); });
       std::thread pushed([&] { PushPart(b.job(), step + 1, b.from); });
       std::thread gathered([&] { GatherPart(b.job(), step, b.to); });
@@ -470,11 +517,12 @@ Part MeasureAtOnce(Session& s, OtherJob& a, OtherJob& b, const v1::TrainConfig& 
       pushed.join();
       gathered.join();
     });
+    round.server = Slowest(before, ScrapePhases(cluster, a.id));
     StepPart(b.job(), step + 1);
-    if (step > 0) rounds.push_back(p);
+    if (step > 0) rounds.push_back(round);
   }
   std::sort(rounds.begin(), rounds.end(),
-            [](const Part& l, const Part& r) { return l.seconds < r.seconds; });
+            [](const AtOnce& l, const AtOnce& r) { return l.part.seconds < r.part.seconds; });
   return rounds[rounds.size() / 2];
 }
 
@@ -613,22 +661,23 @@ int Main() {
   Check(client.status(), "connect");
   Timed plain;
   Parts parts;
-  Part at_once;
+  AtOnce at_once;
   uint64_t params = 0;
-  double limit = 0;
+  std::unique_ptr<LimitPass> limit;
   {
     Session s = OpenSession(client->get(), config);
     params = s.params;
-    // The limit before and after the steps, the best counts (as every figure
-    // here, it is low when other work shares the machine).
-    limit = MemoryLimit(params);
+    const int64_t limit_params = absl::GetFlag(FLAGS_limit_params);
+    limit = std::make_unique<LimitPass>(
+        limit_params > 0 ? std::min<uint64_t>(params, static_cast<uint64_t>(limit_params)) : params);
     // Step 0 by hand allocates the server's optimizer state; steps 1 to
     // kPartSteps are the ones measured (the compute alone swings by 15%
     // from one to the next on the H200 host's CPUs).
-    MeasureParts(s.opened.job.get(), s.backend.get(), train, **cluster, 0);
+    MeasureParts(s.opened.job.get(), s.backend.get(), train, **cluster, 0, nullptr);
     std::vector<Parts> measured;
     for (uint64_t step = 1; step <= kPartSteps; ++step) {
-      measured.push_back(MeasureParts(s.opened.job.get(), s.backend.get(), train, **cluster, step));
+      measured.push_back(
+          MeasureParts(s.opened.job.get(), s.backend.get(), train, **cluster, step, limit.get()));
     }
     parts = MedianParts(measured);
     plain = TimeSteps(s, train, **cluster, kPartSteps + 1, 1);
@@ -642,12 +691,11 @@ int Main() {
     }
     Check(s.opened.job->Delete(), "delete the job");  // its memory, for the next
   }
-  PrintFigures(parts, at_once, plain.median, params, plain.last);
+  PrintFigures(parts, at_once.part, plain.median, params, plain.last);
   PrintDelayed(client->get(), config, **cluster, parts);
   if (absl::GetFlag(FLAGS_speculative)) PrintSpeculative(client->get(), config, **cluster, plain);
   Check((*cluster)->StopAll(), "stop servers");
-  limit = std::max(limit, MemoryLimit(params));
-  PrintServerStep(plain.best, parts.server, params, plain.worker_step, limit);
+  PrintServerStep(plain.best, parts, at_once.server, params, plain.worker_step, limit->Median());
   return 0;
 }
 
