@@ -13,6 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/timeline.h"
 #include "server/core/io/fault_env.h"
 #include "server/core/io/uring_env.h"
 #include "server/membership/membership_setup.h"
@@ -134,6 +135,10 @@ std::shared_ptr<zerostate::server::EtcdMembership> JoinMembership(
 
 }  // namespace
 
+ABSL_FLAG(std::string, timeline, "",
+          "write a timeline of this server's step events (folds, speculations, Steps, gather "
+          "pieces; CLOCK_MONOTONIC ns, JSON lines) to this file at shutdown "
+          "(bench/step/timeline.py reads it)");
 ABSL_FLAG(std::string, test_seed_hold, "",
           "testing: PHASE:DIR; a replicated shard's catch-up (ReplicaService.Seed) received "
           "here stops at PHASE (blocks: after its first block; applied: after the copy took "
@@ -209,6 +214,9 @@ int main(int argc, char** argv) {
   // without MSG_NOSIGNAL (client_network_fault_test cut_mid_push_tcp_tls
   // lost a server this way about every other run).
   signal(SIGPIPE, SIG_IGN);
+  if (const std::string timeline = absl::GetFlag(FLAGS_timeline); !timeline.empty()) {
+    (void)zerostate::Timeline::Start(timeline);  // not empty: cannot fail
+  }
 
   zerostate::server::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
@@ -294,6 +302,9 @@ int main(int argc, char** argv) {
   // After the calls in flight finished: fenced, then the lease revoked, so
   // backups take this server's primaries at once.
   if (membership) membership->Leave();
+  if (absl::Status s = zerostate::Timeline::Flush(); !s.ok()) {
+    std::cerr << "zerostate-server: " << s.message() << std::endl;
+  }
   std::cout << "zerostate-server: stopped" << std::endl;
   return 0;
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/shared_buffer.h"
 #include "common/job_spec.h"
+#include "common/timeline.h"
 #include "worker/buckets.h"
 #include "worker/lr_schedule.h"
 
@@ -108,6 +109,7 @@ absl::Status Engine::AllGather(const Bucket& b) {
 void Engine::PushBucket(uint64_t step, size_t index) {
   const Bucket& b = buckets_[index];
   if (b.share.empty()) return;
+  Timeline::Record("push_bucket", static_cast<int64_t>(index), static_cast<int64_t>(step));
   push_tickets_.push_back(
       job_->PushAsync(step, topo_.node, b.share, PushStaging(b), backend_->grad_staging()));
 }
@@ -207,6 +209,7 @@ absl::Status Engine::FinishGather(std::vector<client::Ticket>& tickets, PhaseTim
 
 Engine::Coordinated Engine::Coordinate(uint64_t step, float lr, LossScaler* next) {
   Coordinated out;
+  Timeline::Record("coordinate_begin", static_cast<int64_t>(step));
   auto stats = job_->GradStats(step);
   if (!stats.ok()) {
     out.status = stats.status();
@@ -220,7 +223,9 @@ Engine::Coordinated Engine::Coordinate(uint64_t step, float lr, LossScaler* next
   // after their gathers, and a resuming run at its start (ResumeScaler).
   const bool fp16 = train_.precision() == v1::PRECISION_FP16;
   std::string state = fp16 ? EncodeTrainerState({next->state(), out.decision.skip}) : "";
+  Timeline::Record("step_sent", static_cast<int64_t>(step));
   out.status = job_->Step(step, lr, out.decision.grad_scale, out.decision.skip, state);
+  Timeline::Record("step_answered", static_cast<int64_t>(step));
   return out;
 }
 
@@ -241,6 +246,7 @@ absl::Status Engine::LandBucket(size_t index) {
   if (landed_[index]) return absl::OkStatus();
   landed_[index] = true;
   const client::Ticket& t = pending_gather_[index];
+  Timeline::Record("land_begin", static_cast<int64_t>(index));
   // The coordinator watches its own Step meanwhile (every 200 us): if it
   // fails, no version comes unless the failure hook ends the wait. The
   // bucket lands as soon as its gather is done.
@@ -248,6 +254,7 @@ absl::Status Engine::LandBucket(size_t index) {
     if (pending_step_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) JoinStep();
   }
   absl::Status status = t.Wait();
+  Timeline::Record("land_gathered", static_cast<int64_t>(index));
   // Every rank takes part in the all-gather even after an error.
   absl::Status s = AllGather(buckets_[index]);
   return status.ok() ? s : status;
@@ -366,6 +373,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   const auto start = Clock::now();
   StepReport report;
   report.step = step;
+  Timeline::Record("worker_step_begin", static_cast<int64_t>(step));
   report.lr = LearningRate(train_.lr(), step);
   report.loss_scale = scaler_.scale();
   pushing_ = false;
@@ -389,6 +397,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
     report.loss += *loss / static_cast<float>(micros);
   }
   report.times.compute = Since(start) - exchange_seconds_ - land_seconds_;
+  Timeline::Record("compute_end", static_cast<int64_t>(step));
   // From here on a failure is kept in `status` and the rank still goes
   // through the step's rendezvous and all-gathers (see engine.h).
   // Delayed update: version `step` lands now, after the backward that ran
@@ -400,6 +409,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   report.times.exchange += exchange_seconds_;
   auto t0 = Clock::now();
   absl::Status pushed = PushRemaining(step, status.ok());  // waits for every push
+  Timeline::Record("pushes_acked", static_cast<int64_t>(step));
   if (status.ok()) status = pushed;
   if (status.ok()) status = ahead_;
   report.times.push = Since(t0);
@@ -490,6 +500,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   }
   scaler_ = next;
   report.seconds = Since(start);
+  Timeline::Record("worker_step_end", static_cast<int64_t>(step));
   return report;
 }
 

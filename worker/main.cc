@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/metrics_exposer.h"
+#include "common/timeline.h"
 #include "prometheus/exposer.h"
 #include "prometheus/registry.h"
 #include "worker/config.h"
@@ -68,6 +69,10 @@ ABSL_FLAG(bool, shared_staging, true,
           "push and gather staging in memory shared with the state servers on this host, "
           "which read and write it in place (false: the backend's own memory, which the "
           "client copies into and out of the same-host plane's segments)");
+ABSL_FLAG(std::string, timeline, "",
+          "write a timeline of this process's step events (step, compute end, pushes, the "
+          "coordinator's Step, each bucket's landing; CLOCK_MONOTONIC ns, JSON lines) to this "
+          "file at the end (bench/step/timeline.py merges it with the servers' --timeline)");
 ABSL_FLAG(bool, data_plane, true,
           "push and gather over the servers' TCP data plane, under TLS when the servers are "
           "(false: over gRPC)");
@@ -322,5 +327,12 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  return zerostate::worker::Main();
+  const std::string timeline = absl::GetFlag(FLAGS_timeline);
+  if (!timeline.empty()) (void)zerostate::Timeline::Start(timeline);  // not empty: cannot fail
+  const int rc = zerostate::worker::Main();
+  if (absl::Status s = zerostate::Timeline::Flush(); !s.ok()) {
+    std::fprintf(stderr, "zerostate-worker: %s\n", std::string(s.message()).c_str());
+    return rc == 0 ? 1 : rc;
+  }
+  return rc;
 }

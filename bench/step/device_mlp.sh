@@ -3,7 +3,9 @@
 # 64, AdamW) through each system. MLP_INPUT, MLP_HIDDEN ("8192, 8192"),
 # MLP_OUTPUT, MLP_BATCH, MLP_STEPS and BACKEND (cuda) change it for a check
 # on a machine without a GPU; MLP_EXTRA adds TrainConfig fields (e.g.
-# "speculative_step: true").
+# "speculative_step: true"). TIMELINE=1 has each worker write its timeline
+# to $out/timeline_NAME.jsonl (with SERVER_FLAGS=--timeline=FILE for the
+# server's: python3 bench/step/timeline.py $out/timeline_NAME.jsonl FILE).
 step_dir=${step_dir:-$(dirname "${BASH_SOURCE[0]}")}
 metrics=$(sed -n 's/.*metrics on \([^ ]*\).*/\1/p' "$out/server.log")
 
@@ -21,7 +23,8 @@ train { job_id: "$name" model { input_dim: ${MLP_INPUT:-2048} hidden: [${MLP_HID
         ${MLP_EXTRA:-} }
 CFG
   WORLD_SIZE=1 "${WORKER:-$bin/zerostate-worker}" --config="$out/$name.textproto" --servers="$srv" \
-    --plaintext --metrics_port=0 --backend="${BACKEND:-cuda}" "$@" >"$out/$name.log" 2>&1
+    --plaintext --metrics_port=0 --backend="${BACKEND:-cuda}" ${TIMELINE:+--timeline="$out/timeline_$name.jsonl"} \
+    "$@" >"$out/$name.log" 2>&1
   local rc=$?
   if [[ -n $metrics ]]; then
     python3 -c "import urllib.request, sys; sys.stdout.write(urllib.request.urlopen('http://$metrics/metrics').read().decode())" \

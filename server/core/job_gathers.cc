@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/convert.h"
+#include "common/timeline.h"
 
 namespace zerostate::server {
 
@@ -76,6 +77,7 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
       piece.offset = p.offset;
       piece.version = b.version;
     }
+    Timeline::Record("gather_piece", static_cast<int64_t>(p.block), static_cast<int64_t>(piece.version));
     if (!sink.Emit(piece)) return absl::CancelledError("client went away");
   }
   return absl::OkStatus();

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/convert.h"
+#include "common/timeline.h"
 
 namespace zerostate::server {
 namespace {
@@ -70,7 +71,9 @@ absl::StatusOr<PushOutcome> JobPushes::Push(const ChunkView& c, absl::Time deadl
       }
       // Read before trying, under the mutex: a change after it is seen.
       if (staging != nullptr) seen = staging->generation();
+      Timeline::Record("fold_begin", static_cast<int64_t>(b.index), static_cast<int64_t>(f.node));
       auto added = b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);
+      Timeline::Record("fold_end", static_cast<int64_t>(b.index), static_cast<int64_t>(f.node));
       if (!added.ok()) return added.status();
       if (*added == GradientAccumulator::Outcome::kApplied) {
         step_.OnComplete(b);
@@ -159,6 +162,7 @@ absl::StatusOr<PushOutcome> PushClaim::Commit() {
     return absl::UnavailableError(
         absl::StrCat("block ", b->index, " was restored while the chunk arrived; push it again"));
   }
+  Timeline::Record("fold_end", static_cast<int64_t>(b->index));  // landed in place
   step_->OnComplete(*b);
   return PushOutcome::kApplied;
 }

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/timeline.h"
 #include "server/core/block_wait.h"
 
 namespace zerostate::server {
@@ -307,6 +308,7 @@ void JobStep::Speculate(uint64_t local) {
     refs = RefsOf(b, b.next_state.data(), state);
     b.speculation = Block::Speculation::kRunning;
   }
+  Timeline::Record("speculate_begin", static_cast<int64_t>(b.index));
   // Without the block's mutex: the Step's first phase, GradStats and the
   // gathers do not wait behind the speculations (a Step that comes now
   // commits the blocks already speculated while the later ones still
@@ -325,6 +327,7 @@ void JobStep::Speculate(uint64_t local) {
     }
   }
   StepBlockRuns(b.group_runs, GroupStepParams(spec(), params), refs);
+  Timeline::Record("speculate_end", static_cast<int64_t>(b.index));
   absl::MutexLock lock(&b.mu);
   b.speculation = Block::Speculation::kDone;
   b.spec_params = params;
@@ -491,6 +494,7 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
   if (auto s = CheckRequest(req); !s.ok()) return s;
   const uint64_t step = req.step();
   StepOutcome out;
+  Timeline::Record("step_begin", static_cast<int64_t>(step));
   // Phase 1: every block is in the window and complete, before anything changes.
   const auto start = Clock::now();
   bool pending = false;  // a block still to step (else a retry: already applied)
@@ -502,6 +506,7 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
     pending = pending || b.version == step;
   }
   out.times.wait_gradients = SecondsSince(start);
+  Timeline::Record("step_gradients_in", static_cast<int64_t>(step));
   absl::MutexLock pass_lock(&pass_mu_);
   // The decision: applied only while the caller still waits for the answer
   // (the deadline is a margin before the caller's, answer_deadline.h).
@@ -555,6 +560,7 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
     }
   }
   if (auto s = acked(); !s.ok()) return s;
+  Timeline::Record("step_end", static_cast<int64_t>(step));
   out.version = step + 1;
   out.already_applied = stepped == 0;
   out.params_stepped = req.skip() ? 0 : stepped;

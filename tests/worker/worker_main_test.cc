@@ -88,6 +88,47 @@ TEST_F(WorkerMainTest, SharedMemoryProcessesMatchThreads) {
   EXPECT_NE(ReadFileOrEmpty(Path("procs00.log")).find("loss: first"), std::string::npos);
 }
 
+// --timeline: each of the 5 steps' events, in the step's order, on one
+// clock; an unwritable path fails the run, naming it.
+TEST_F(WorkerMainTest, TheTimelineHoldsEachStepsEventsInOrder) {
+  auto flags = Flags("timeline");
+  flags.push_back(absl::StrCat("--timeline=", Path("timeline.jsonl")));
+  Proc p = Spawn({"WORLD_SIZE=1", kToken}, flags, Path("timeline.log"));
+  ASSERT_EQ(Wait(p), 0) << p->Log();
+  std::ifstream in(Path("timeline.jsonl"));
+  std::vector<std::string> order;  // step 2's events, in time order
+  int64_t last_t = 0;
+  int begins = 0;
+  for (std::string line; std::getline(in, line);) {
+    const int64_t t = std::stoll(line.substr(line.find("\"t_ns\":") + 7));
+    EXPECT_GE(t, last_t) << line;
+    last_t = t;
+    const size_t w = line.find("\"what\":\"") + 8;
+    const std::string what = line.substr(w, line.find('"', w) - w);
+    begins += what == "worker_step_begin";
+    if (line.find("\"a\":2,") != std::string::npos &&
+        (what == "worker_step_begin" || what == "compute_end" || what == "pushes_acked" ||
+         what == "step_sent" || what == "step_answered")) {
+      order.push_back(what);
+    }
+  }
+  EXPECT_EQ(begins, 5);
+  // The Step is answered after the pushes; the next step may begin before
+  // (the Step on its own thread, the landing in the next forward).
+  ASSERT_EQ(order.size(), 5u);
+  EXPECT_EQ(order[0], "worker_step_begin");
+  EXPECT_EQ(order[1], "compute_end");
+  EXPECT_EQ(order[2], "pushes_acked");
+  EXPECT_EQ(order[3], "step_sent");
+  EXPECT_EQ(order[4], "step_answered");
+
+  flags = Flags("timeline-bad");
+  flags.push_back("--timeline=/nonexistent-dir/timeline.jsonl");
+  Proc bad = Spawn({"WORLD_SIZE=1", kToken}, flags, Path("timeline-bad.log"));
+  EXPECT_EQ(Wait(bad), 1);
+  EXPECT_NE(bad->Log().find("/nonexistent-dir/timeline.jsonl"), std::string::npos) << bad->Log();
+}
+
 TEST_F(WorkerMainTest, BadLauncherVariableIsNamed) {
   Proc p = Spawn({"WORLD_SIZE=3", "LOCAL_WORLD_SIZE=2"}, Flags("bad-env"), Path("bad-env.log"));
   EXPECT_EQ(Wait(p), 2);
