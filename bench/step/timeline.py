@@ -6,6 +6,11 @@ happened in milliseconds from the worker's step start, one JSON object
 per step, then the median of each over the steps (`"step": "median"`):
 
   compute_end        the backward done (the worker's micro-batches)
+  gpu_forward_end / gpu_backward_end / gpu_d2h_last
+                     with the CUDA backend: when the GPU finished the
+                     forward's last layer, the backward's first layer, and
+                     the last gradient copy out (host functions queued on
+                     its streams, cuda_backend.cc MarkOnStream)
   push_first/last    the worker's first and last bucket push issued
   fold_first/last    the servers' first and last piece folded (or landed
                      in place) of that step's gradients
@@ -21,6 +26,9 @@ per step, then the median of each over the steps (`"step": "median"`):
   land_first_begin / land_last_gathered
                      the next forward's first landing wait begun, its
                      last bucket's gather in hand
+  gpu_h2d_last / gpu_next_forward_end
+                     the next forward's last weights on the GPU, and its
+                     last layer done (CUDA backend)
   worker_step_end    the step ends (the next starts right after)
 
 The worker's step s runs from its worker_step_begin to the next step's;
@@ -106,12 +114,18 @@ def steps_of(events):
             'gather_last': ms(first('gather_piece', s + 1, key='b', last=True)),
             'worker_step_end': ms(first('worker_step_end', s)),
         }
+        compute_end = first('compute_end', s)
+        row['gpu_forward_end'] = ms(first('gpu_forward_layer', hi=compute_end, last=True))
+        row['gpu_backward_end'] = ms(first('gpu_backward_layer', 0, hi=compute_end))
+        row['gpu_d2h_last'] = ms(first('gpu_d2h', hi=first('pushes_acked', s), last=True))
         # The next forward's landings: in the worker's next step, before
         # its own compute ends.
         if t_next is not None:
             hi = first('compute_end', s + 1, lo=t_next)
             row['land_first_begin'] = ms(first('land_begin', lo=t_next, hi=hi))
             row['land_last_gathered'] = ms(first('land_gathered', lo=t_next, hi=hi, last=True))
+            row['gpu_h2d_last'] = ms(first('gpu_h2d', lo=t_next, hi=hi, last=True))
+            row['gpu_next_forward_end'] = ms(first('gpu_forward_layer', lo=t_next, hi=hi, last=True))
         out.append(row)
     return out
 

@@ -5,6 +5,7 @@
 #include <deque>
 #include <vector>
 
+#include "common/timeline.h"
 #include "worker/buckets.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/mlp_kernels.h"
@@ -20,6 +21,29 @@ struct HostFree {
 };
 using DeviceBuffer = std::unique_ptr<float, DeviceFree>;
 using PinnedBuffer = std::unique_ptr<float, HostFree>;
+
+// With the timeline on (common/timeline.h, --timeline), records `what`
+// (with `a`) when `stream` reaches this point: a host function the CUDA
+// runtime calls once the work queued before it is done (it makes no CUDA
+// call, as host functions must not). Off: nothing is queued.
+absl::Status MarkOnStream(cudaStream_t stream, const char* what, int64_t a) {
+  if (!Timeline::on()) return absl::OkStatus();
+  struct Mark {
+    const char* what;
+    int64_t a;
+  };
+  auto* mark = new Mark{what, a};
+  const cudaError_t e = cudaLaunchHostFunc(
+      stream,
+      [](void* p) {
+        auto* m = static_cast<Mark*>(p);
+        Timeline::Record(m->what, m->a);
+        delete m;
+      },
+      mark);
+  if (e != cudaSuccess) delete mark;
+  return Check(e, "cudaLaunchHostFunc (timeline)");
+}
 
 absl::Status AllocDevice(DeviceBuffer* b, uint64_t elems) {
   float* p = nullptr;
@@ -206,6 +230,7 @@ absl::Status CudaBackend::Forward(uint32_t batch) {
     const int act = l + 1 == num_layers() ? 0 : act_;
     ZS_CUDA_RETURN_IF_ERROR(BiasActivation(z_[l + 1].get(), a_[l + 1].get(), params_.get() + b_off_[l],
                                            batch, dims_[l + 1], act, compute_));
+    if (auto s = MarkOnStream(compute_, "gpu_forward_layer", l); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -230,7 +255,7 @@ absl::Status CudaBackend::BackwardLayer(int l, uint32_t batch) {
     std::swap(d_, dn_);
   }
   ZS_CUDA_RETURN_IF_ERROR(cudaEventRecord(layer_done_[l], compute_));
-  return absl::OkStatus();
+  return MarkOnStream(compute_, "gpu_backward_layer", l);
 }
 
 absl::StatusOr<float> CudaBackend::ForwardBackward(const float* x, const float* y, uint32_t batch,
@@ -294,6 +319,7 @@ absl::Status CudaBackend::StartReduceScatter(Range bucket, void* host_out) {
   } else {
     ZS_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out, sum, share.size() * 4, cudaMemcpyDeviceToHost, comm_));
   }
+  if (auto s = MarkOnStream(comm_, "gpu_d2h", static_cast<int64_t>(bucket.begin)); !s.ok()) return s;
   // The next start reuses send_ and recv_ after this one on the same
   // stream, so only the host needs to wait, for this event.
   cudaEvent_t done = nullptr;
@@ -343,7 +369,7 @@ absl::Status CudaBackend::AllGather(Range bucket, const void* host_in) {
                                             cudaMemcpyDeviceToDevice, comm_));
   }
   ZS_CUDA_RETURN_IF_ERROR(cudaEventRecord(params_ready_, comm_));
-  return absl::OkStatus();
+  return MarkOnStream(comm_, "gpu_h2d", static_cast<int64_t>(bucket.begin));
 }
 
 // params_ready_ is recorded on comm_ after the last AllGather's copy.
