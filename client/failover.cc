@@ -73,7 +73,14 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
   if (ServerOf(job_, shard) != from) return absl::OkStatus();  // another call moved it
   const absl::Duration wait = absl::FromChrono(client_->options().failover_wait);
   v1::JobStatusResponse probe;
-  if (QuickStatus(*client_, job_, from, shard, wait, &probe).ok()) return cause;  // still there
+  if (QuickStatus(*client_, job_, from, shard, wait, &probe).ok()) {
+    // Still there, and the shard's primary now (the probe claims it: a
+    // JobStatus for the shard is served as any call). UNAVAILABLE was its
+    // "not now" (fenced until it joined etcd again on a new lease, after
+    // its old one expired): the caller runs the call there again. Any
+    // other answer stands.
+    return absl::IsUnavailable(cause) ? absl::OkStatus() : cause;
+  }
   std::vector<PushCall> pushes;
   uint64_t step = 0;
   {
