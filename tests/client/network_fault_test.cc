@@ -112,7 +112,7 @@ class NetworkFaultTest : public ::testing::TestWithParam<FaultParam> {
   void TearDown() override {
     proxies_.clear();  // before the servers: no connection outlives its target
     data_proxies_.clear();
-    if (cluster_) EXPECT_TRUE(cluster_->StopAll().ok());
+    if (cluster_) { EXPECT_TRUE(cluster_->StopAll().ok()); }
   }
 
   std::unique_ptr<ServerCluster> cluster_;

@@ -47,7 +47,7 @@ TEST(PlanTest, RangeSpanningThreeServers) {
     // Inner edges sit a multiple of 64 past the shard part's begin.
     Range blocks = ShardBlocks(10, 3, p.shard);
     uint64_t part_begin = std::max<uint64_t>(r.begin, blocks.begin * 100);
-    if (p.elems.begin != part_begin) EXPECT_EQ((p.elems.begin - part_begin) % 64, 0u);
+    if (p.elems.begin != part_begin) { EXPECT_EQ((p.elems.begin - part_begin) % 64, 0u); }
   }
 }
 

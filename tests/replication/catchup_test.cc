@@ -46,7 +46,7 @@ TEST_P(CatchupTest, ARestartedServerCatchesUpAndThenTakesOverWithoutRollback) {
   ASSERT_GT(blocks0, 0);
   ASSERT_GT(blocks1, 0);
   for (uint64_t step = 0; step < kSteps; ++step) {
-    if (step == kKillBackupStep) ASSERT_TRUE(c.server(1).Kill().ok());
+    if (step == kKillBackupStep) { ASSERT_TRUE(c.server(1).Kill().ok()); }
     if (step == kRestartStep) {
       // Shard 0 lost its backup (server 1); shard 1 its primary, now server
       // 2, whose only other copy was server 1.

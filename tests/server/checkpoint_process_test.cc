@@ -145,7 +145,7 @@ TEST_F(CheckpointProcessTest, KillDuringCheckpointLeavesThePreviousOneWhole) {
   ASSERT_TRUE(v1ckpt.ok()) << v1ckpt.status();
   EXPECT_TRUE((*v1ckpt)->VerifyAll().ok());
   auto v2ckpt = server::CheckpointReader::Open(absl::StrCat(root_, "/big/v2"));
-  if (v2ckpt.ok()) EXPECT_TRUE((*v2ckpt)->VerifyAll().ok());
+  if (v2ckpt.ok()) { EXPECT_TRUE((*v2ckpt)->VerifyAll().ok()); }
   std::cerr << "second checkpoint: rpc " << s.error_code() << ", on disk "
             << (v2ckpt.ok() ? "complete" : std::string(v2ckpt.status().message())) << "\n";
 

@@ -252,7 +252,7 @@ TEST(OperationsTest, TheNvmeScratchFileDoesNotSurviveKill9) {
     std::vector<std::string> left;
     for (const auto& f : std::filesystem::directory_iterator(dir)) left.push_back(f.path());
     EXPECT_TRUE(left.empty()) << "left behind by kill -9: " << left.front();
-    if (incarnation == 0) ASSERT_TRUE((*server)->Restart().ok());
+    if (incarnation == 0) { ASSERT_TRUE((*server)->Restart().ok()); }
   }
   std::filesystem::remove_all(dir);
 }

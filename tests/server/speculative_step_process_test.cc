@@ -161,14 +161,14 @@ TEST_F(SpeculativeStepProcessTest, EveryOutcomeIsBitIdenticalToThePlainStep) {
     SCOPED_TRACE(::testing::Message() << "step " << step);
     const bool overflow = step == 3;
     const float final_scale = step == 2 ? kScale * 0.25f : kScale;  // step 2 clips
-    if (step != 1) ASSERT_TRUE(spec[0].job->StepAhead(step, kLr, kScale).ok());
+    if (step != 1) { ASSERT_TRUE(spec[0].job->StepAhead(step, kLr, kScale).ok()); }
     for (uint32_t i = 0; i < kNodes; ++i) {
       const uint32_t n = step % 2 == 1 ? kNodes - 1 - i : i;
       const auto g = Gradient(layout, n, step, overflow && n == 1);
       PushBackwards(*plain[n].job, step, n, g, 700);
       PushBackwards(*spec[n].job, step, n, g, 300 + 200 * n);
     }
-    if (step == 1) ASSERT_TRUE(spec[0].job->StepAhead(step, kLr, kScale).ok());
+    if (step == 1) { ASSERT_TRUE(spec[0].job->StepAhead(step, kLr, kScale).ok()); }
     auto stats = spec[0].job->GradStats(step);
     ASSERT_TRUE(stats.ok()) << stats.status();
     EXPECT_EQ(stats->nonfinite_count > 0, overflow);

@@ -60,7 +60,7 @@ TEST(TimelineProcessTest, TheServersTimelineHoldsAStepsEventsInOrder) {
     ASSERT_TRUE(job.ok()) << job.status();
     const Layout& layout = (*job)->layout();
     blocks = layout.num_blocks();
-    if (speculative) ASSERT_TRUE((*job)->StepAhead(0, 1e-2f, 1.0f).ok());
+    if (speculative) { ASSERT_TRUE((*job)->StepAhead(0, 1e-2f, 1.0f).ok()); }
     std::vector<float> g = NodeGradient(layout, 0, 0);
     ASSERT_TRUE((*job)->Push(0, 0, {0, layout.used_elems}, g.data(), v1::DTYPE_FP32).ok());
     ASSERT_TRUE((*job)->GradStats(0).ok());

@@ -53,7 +53,7 @@ TEST(BucketsTest, LocalSharesPartitionTheBucketInAlignedUnits) {
     for (uint32_t r = 0; r < ranks; ++r) {
       Range s = LocalShare(bucket, ranks, r);
       EXPECT_EQ(s.begin, pos) << ranks << " ranks, rank " << r;
-      if (s.end != bucket.end) EXPECT_EQ(s.end % kTensorAlignElems, 0u);
+      if (s.end != bucket.end) { EXPECT_EQ(s.end % kTensorAlignElems, 0u); }
       pos = s.end;
     }
     EXPECT_EQ(pos, bucket.end);

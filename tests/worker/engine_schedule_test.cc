@@ -263,7 +263,9 @@ TEST_F(EngineScheduleTest, BucketsStartTogetherAndWeightsLandLayerByLayer) {
         // Everything below the layer's end has landed, nothing above it.
         for (const Range& b : buckets) {
           const bool down = std::find(landed.begin(), landed.end(), b) != landed.end();
-          if (step > 0) EXPECT_EQ(down, b.begin < c.range.end) << "step " << step << " bucket " << b.begin;
+          if (step > 0) {
+            EXPECT_EQ(down, b.begin < c.range.end) << "step " << step << " bucket " << b.begin;
+          }
         }
       } else if (c.kind == Call::kAllGather && forward) {
         EXPECT_TRUE(in_need) << "step " << step << ": bucket " << c.range.begin
