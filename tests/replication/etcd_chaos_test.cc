@@ -22,7 +22,9 @@
 // ZEROSTATE_CHAOS_SECONDS sets the time of the loop (default 20 with one
 // backup, 10 with two: CI runs both on 2 cores),
 // ZEROSTATE_CHAOS_SEED its schedule (default: the clock; printed, and
-// named in every failure, so a failing schedule can be run again).
+// named in every failure, so a failing schedule can be run again). The
+// suite's ctest entries set one fixed seed (tests/replication/CMakeLists.txt);
+// `make chaos` draws it from the clock.
 #include <cstdlib>
 #include <iostream>
 #include <random>
