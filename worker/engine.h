@@ -195,6 +195,7 @@ class Engine {
   // in the node's all-gather would never get here. A Step left in flight
   // (delayed update, layer by layer) calls it on its own thread, at once.
   void SetFailureHook(std::function<void(const absl::Status&)> hook) {
+    absl::MutexLock lock(&failure_mu_);
     failure_hook_ = std::move(hook);
   }
 
@@ -295,8 +296,8 @@ class Engine {
   LossScaler scaler_;
 
   PhaseHook hook_;
-  std::function<void(const absl::Status&)> failure_hook_;
   absl::Mutex failure_mu_;  // serializes failure_hook_ (a Step's thread calls it too)
+  std::function<void(const absl::Status&)> failure_hook_ ABSL_GUARDED_BY(failure_mu_);
   std::function<bool(uint64_t)> sync_point_;
 
   // Delayed update in flight (see the top of this file): the gathers of
