@@ -34,7 +34,8 @@ state servers.
 The pieces: topology.py (ranks and nodes), config.py (ds_config), optimizer.py
 (param_groups, the job's spec), buckets.py (gradients out), weights.py
 (weights back), scaler.py (fp16 loss scale), checkpoint.py (save, load,
-roll back).
+roll back), surface.py (the rest of DeepSpeed's engine: module methods,
+batch sizes, the last step's lr and gradient norm, no_sync).
 """
 
 import json
