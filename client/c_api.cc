@@ -69,6 +69,7 @@ void zs_client_options_init(zs_client_options* o) {
   o->initial_backoff_ms = d.initial_backoff.count();
   o->max_backoff_ms = d.max_backoff.count();
   o->threads = d.threads;
+  o->unavailable_wait_ms = d.unavailable_wait.count();
 }
 
 int zs_connect(const zs_client_options* o, zs_client** out, char** error) {
@@ -94,6 +95,7 @@ int zs_connect(const zs_client_options* o, zs_client** out, char** error) {
   options.plaintext = o->plaintext != 0;
   options.job_token = o->job_token != nullptr ? o->job_token : "";
   options.data_plane = o->data_plane_off == 0;
+  options.unavailable_wait = std::chrono::milliseconds(o->unavailable_wait_ms);
   auto client = zc::Client::Connect(std::move(options));
   if (!client.ok()) return Report(client.status(), error);
   *out = new zs_client{*std::move(client)};

@@ -139,6 +139,15 @@ void DataConnPool::Release(std::unique_ptr<DataConn> conn) {
   if (idle_.size() < max_idle_) idle_.push_back(std::move(conn));
 }
 
+void DataConnPool::DropIdle() {
+  std::vector<std::unique_ptr<DataConn>> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    dropped.swap(idle_);
+  }
+  // Closed here, outside the lock.
+}
+
 std::string DataAddress(const std::string& grpc_address, int port) {
   std::string a = grpc_address;
   for (const char* prefix : {"dns:///", "dns:", "ipv4:", "ipv6:"}) {

@@ -99,6 +99,11 @@ class DataConnPool {
   // Keeps `conn` for another stream. Only for a connection at a frame
   // boundary with nothing left to read.
   void Release(std::unique_ptr<DataConn> conn);
+  // A connection broke: closes the idle ones, opened to the same server
+  // process. Were that process gone (a restarted server), each would fail
+  // the next attempt in turn, one retry and backoff apiece, before an
+  // attempt reached the new process and heard that it lost the job.
+  void DropIdle();
 
  private:
   // The handshake of connected socket `fd` (plaintext: none).

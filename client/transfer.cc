@@ -213,8 +213,10 @@ int PushWindow(const DataConn& conn, size_t chunk_bytes) {
 }
 
 // A data connection that broke or timed out: UNAVAILABLE (retried) or
-// DEADLINE_EXCEEDED, naming the data plane's address.
-absl::Status Broken(const DataConnPool& pool, const absl::Status& s) {
+// DEADLINE_EXCEEDED, naming the data plane's address. A broken one takes
+// the pool's idle connections with it (DropIdle: the server may be gone).
+absl::Status Broken(DataConnPool& pool, const absl::Status& s) {
+  if (!absl::IsDeadlineExceeded(s)) pool.DropIdle();
   return absl::Status(
       absl::IsDeadlineExceeded(s) ? absl::StatusCode::kDeadlineExceeded
                                   : absl::StatusCode::kUnavailable,
@@ -240,7 +242,7 @@ bool RefusedAtCap(const absl::Status& s) { return s.GetPayload(kRefusedAtCap).ha
 // (Broken), DATA_LOSS (a frame this client cannot read, or of another
 // type), or the code and message of an ERROR frame (RESOURCE_EXHAUSTED:
 // RefusedAtCap).
-absl::StatusOr<FrameStart> RecvReply(const DataConnPool& pool, DataConn& conn, FrameType want,
+absl::StatusOr<FrameStart> RecvReply(DataConnPool& pool, DataConn& conn, FrameType want,
                                      FrameType also) {
   absl::StatusOr<std::optional<FrameStart>> f = RecvFrameStart(conn.stream());
   if (!f.ok()) {
@@ -271,7 +273,7 @@ absl::StatusOr<FrameStart> RecvReply(const DataConnPool& pool, DataConn& conn, F
 // A send on `conn` that failed: when the server refused the connection at
 // its cap, it closed it at once, and its ERROR frame may be waiting to be
 // read (taken only when already there, without waiting); else Broken.
-absl::Status SendFailed(const DataConnPool& pool, DataConn& conn, const absl::Status& sent) {
+absl::Status SendFailed(DataConnPool& pool, DataConn& conn, const absl::Status& sent) {
   if (conn.stream().WaitReadable(absl::Now())) {
     absl::StatusOr<FrameStart> f = RecvReply(pool, conn, FrameType::kError, FrameType::kError);
     if (!f.ok() && RefusedAtCap(f.status())) return f.status();

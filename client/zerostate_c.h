@@ -79,6 +79,10 @@ typedef struct zs_client_options {
   /* != 0: push and gather over gRPC even where the servers have a TCP
    * data plane (ClientOptions::data_plane = false). */
   int data_plane_off;
+  /* How long a server may stay unreachable, in ms: UNAVAILABLE is retried
+   * past max_attempts until this long after a call began (a restarting
+   * server); 0: max_attempts bounds it (ClientOptions::unavailable_wait). */
+  int64_t unavailable_wait_ms;
 } zs_client_options;
 
 /* The library's defaults, no servers. */

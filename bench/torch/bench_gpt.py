@@ -177,9 +177,10 @@ def bench_zerostate(args, device, addresses):
     model = build(args, device)
     config = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.1}},
               "bf16": {"enabled": bool(args.bf16)}}
-    engine = zs.initialize(model=model, config=config, servers=addresses, job="bench-gpt",
-                           model_parameters=param_groups(model, 0.1), plaintext=True,
-                           lazy_weights=True, bucket_elems=args.bucket_elems)
+    engine, _, _, _ = zs.initialize(model=model, config=config, servers=addresses,
+                                    job="bench-gpt", model_parameters=param_groups(model, 0.1),
+                                    plaintext=True, lazy_weights=True,
+                                    bucket_elems=args.bucket_elems)
     split = {"forward": 0.0, "backward": 0.0}
 
     def step(x, y):

@@ -5,7 +5,11 @@ GPU machine:      python3 examples/gpt/train.py --servers=... --plaintext --devi
                     --config=examples/gpt/ds_config_gpu.json --hf --layers=24 --d=1536 \\
                     --heads=12 --vocab=50304 --seq=1024 --batch=8
 --hf uses transformers' GPT2LMHeadModel (installed on the GPU machine).
-torchrun sets RANK/WORLD_SIZE/...: every rank runs this script."""
+torchrun sets RANK/WORLD_SIZE/...: every rank runs this script. Debian's torchrun
+(torch 1.13, Python 3.11) needs --redirects=1 --tee=1 (its default fails):
+  torchrun --nproc_per_node=2 --redirects=1 --tee=1 examples/gpt/train.py --servers=...
+Run again with the same --job to resume: the servers' weights and step,
+and the ds_config's LR schedule at that step."""
 
 import argparse
 import json
@@ -73,8 +77,9 @@ def main():
         config.setdefault("zero_optimization", {})["delayed_update"] = {
             "enabled": True, "warmup_steps": args.delayed_warmup}
     wd = config.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
-    engine = zs.initialize(model=model, config=config, servers=args.servers, job=args.job,
-                           model_parameters=param_groups(model, wd), plaintext=args.plaintext)
+    engine, _, _, _ = zs.initialize(model=model, config=config, servers=args.servers,
+                                    job=args.job, model_parameters=param_groups(model, wd),
+                                    plaintext=args.plaintext)
     rank = int(os.environ.get("RANK", "0"))
     first = last = None
     losses = []

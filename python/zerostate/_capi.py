@@ -33,6 +33,7 @@ class ClientOptions(ctypes.Structure):
         ("max_backoff_ms", ctypes.c_int64), ("threads", _int),
         ("tls_ca_file", _cp), ("tls_cert_file", _cp), ("tls_key_file", _cp),
         ("plaintext", _int), ("job_token", _cp), ("data_plane_off", _int),
+        ("unavailable_wait_ms", ctypes.c_int64),
     ]
 
 

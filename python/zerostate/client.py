@@ -148,7 +148,8 @@ class Client:
     """Channels to every server (ClientOptions of client/client.h)."""
 
     def __init__(self, servers, plaintext=False, tls_ca_file=None, tls_cert_file=None,
-                 tls_key_file=None, job_token=None, rpc_timeout_ms=None, max_attempts=None):
+                 tls_key_file=None, job_token=None, rpc_timeout_ms=None, max_attempts=None,
+                 unavailable_wait_ms=None):
         self._h = ctypes.c_void_p()
         if isinstance(servers, str):
             servers = [s.strip() for s in servers.split(",") if s.strip()]
@@ -164,6 +165,8 @@ class Client:
             opts.rpc_timeout_ms = int(rpc_timeout_ms)
         if max_attempts is not None:
             opts.max_attempts = int(max_attempts)
+        if unavailable_wait_ms is not None:
+            opts.unavailable_wait_ms = int(unavailable_wait_ms)
         h = ctypes.c_void_p()
         _call("connect to " + ",".join(servers), lib.zs_connect, ctypes.byref(opts),
               ctypes.byref(h))

@@ -2,6 +2,7 @@
 // naming the server, or a successful retry, never a wrong tensor.
 #include <signal.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include "prometheus/registry.h"
@@ -89,6 +90,46 @@ TEST(ClientFaultTest, UnavailableWaitRidesOutARestartingServer) {
   EXPECT_FALSE(push.Done());
   ASSERT_TRUE((*cluster)->server(1).Restart().ok());
   ExpectError(push.Wait(), absl::StatusCode::kUnauthenticated, victim);
+}
+
+// The attempts a call's error counts ("after N attempts"; none: 1).
+int AttemptsOf(const absl::Status& s) {
+  const size_t at = s.message().find("(after ");
+  return at == absl::string_view::npos ? 1 : std::atoi(s.message().data() + at + 7);
+}
+
+// A restarted server's old data-plane connections, idle in the client's
+// pool: the first that turns out broken takes the others with it, so the
+// next attempt reaches the new process and hears that it lost the job,
+// not one retry per stale connection (with unavailable_wait, for minutes).
+TEST(ClientFaultTest, RestartedServerIsNamedAfterOneBrokenConnection) {
+  auto cluster = ServerCluster::Start(1, TestServerOptions());
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  client::ClientOptions options = TestClientOptions((*cluster)->addresses());
+  options.streams_per_server = 4;  // 16 idle data-plane connections kept
+  options.max_attempts = 30;
+  options.unavailable_wait = std::chrono::minutes(2);
+  const std::string victim = (*cluster)->server(0).address();
+  std::unique_ptr<Client> client = Connect(options);
+  auto job = client->RegisterJob(TestSpec("stale", 1, v1::DTYPE_FP32, v1::DTYPE_FP32));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const Layout& layout = (*job)->layout();
+  // Gathers at once, each on connections of its own, idle afterwards.
+  std::vector<std::vector<float>> out(8, std::vector<float>(layout.total_elems));
+  std::vector<client::Ticket> gathers;
+  for (std::vector<float>& w : out) {
+    gathers.push_back((*job)->GatherAsync(0, {0, layout.total_elems}, w.data(), v1::DTYPE_FP32));
+  }
+  for (client::Ticket& t : gathers) ASSERT_TRUE(t.Wait().ok());
+
+  ASSERT_TRUE((*cluster)->server(0).Kill().ok());
+  ASSERT_TRUE((*cluster)->server(0).Restart().ok());
+  std::vector<float> g(16, 1.0f);  // one chunk: one stream, one retry loop
+  absl::Status s = (*job)->Push(0, 0, {0, 16}, g.data(), v1::DTYPE_FP32);
+  ExpectError(s, absl::StatusCode::kUnauthenticated, "PushGradients to " + victim);
+  ExpectError(s, absl::StatusCode::kUnauthenticated, "the job token is not valid");
+  // A broken connection, then (if gRPC is still reconnecting) one more.
+  EXPECT_LE(AttemptsOf(s), 3) << s;
 }
 
 TEST(ClientFaultTest, ShardsAtDifferentVersionsAreRefusedNamingEachServer) {

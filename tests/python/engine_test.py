@@ -115,9 +115,9 @@ def rank_main(rank, world, local_world, init_file, addresses, job, out, steps):
                                          world_size=world)
     torch.manual_seed(0)
     model = Net()
-    engine = zs.initialize(model=model, config=CONFIG, servers=addresses, job=job,
-                           plaintext=True, bucket_elems=600,
-                           lr_scheduler=lambda o: torch.optim.lr_scheduler.LambdaLR(o, schedule))
+    engine, *_ = zs.initialize(
+        model=model, config=CONFIG, servers=addresses, job=job, plaintext=True,
+        bucket_elems=600, lr_scheduler=lambda o: torch.optim.lr_scheduler.LambdaLR(o, schedule))
     train(engine, 0, steps, rank)
     if rank == 0:
         torch.save(engine.module.state_dict(), out)
@@ -152,30 +152,13 @@ def max_relative(a, b):
     return worst
 
 
-class EngineTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.servers = zs_servers.start(2)
-        cls.addresses = ",".join(s.address for s in cls.servers)
-
-    @classmethod
-    def tearDownClass(cls):
-        for s in cls.servers:
-            s.stop()
-
-    def setUp(self):
-        self.engines = []
-
-    def tearDown(self):
-        for e in self.engines:
-            e.close()  # the servers then stop at once
-
+class EngineTest(zs_servers.ServersTestCase):
     def engine(self, model, job, **kw):
         kw.setdefault("token", f"token-of-job-{job}".ljust(40, "x"))
         kw.setdefault("lr_scheduler", lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule))
-        engine = zs.initialize(model=model, config=kw.pop("config", CONFIG),
-                               servers=self.addresses, job=job, plaintext=True, bucket_elems=600,
-                               **kw)
+        engine, *_ = zs.initialize(model=model, config=kw.pop("config", CONFIG),
+                                   servers=self.addresses, job=job, plaintext=True,
+                                   bucket_elems=600, **kw)
         self.engines.append(engine)
         return engine
 
@@ -639,9 +622,10 @@ class TlsTest(unittest.TestCase):
             addresses = ",".join(s.address for s in servers)
             try:
                 torch.manual_seed(0)
-                engine = zs.initialize(model=Net(), config=CONFIG, servers=addresses, job="tls",
-                                       tls_ca_file=c["ca.pem"], tls_cert_file=c["client.pem"],
-                                       tls_key_file=c["client.key"])
+                engine, *_ = zs.initialize(
+                    model=Net(), config=CONFIG, servers=addresses, job="tls",
+                    tls_ca_file=c["ca.pem"], tls_cert_file=c["client.pem"],
+                    tls_key_file=c["client.key"])
                 train(engine, 0, 3)
                 self.assertEqual(engine.job.version(), 3)
                 engine.close()
@@ -654,53 +638,13 @@ class TlsTest(unittest.TestCase):
 
 
 class ServerGoneTest(unittest.TestCase):
-    def test_rollback_to_the_last_checkpoint(self):
-        """A server killed and restarted empty at step 8: the step fails, the
-        engine restores its checkpoint of step 5 on both servers and says so;
-        the run goes on from there and ends bit-identical to one without
-        the fault."""
-        servers = zs_servers.start(2)
-        addresses = ",".join(s.address for s in servers)
-        token = "rollback-token".ljust(40, "x")
-
-        def engine(job, **kw):
-            return zs.initialize(model=Net(), config=CONFIG, servers=addresses, job=job,
-                                 plaintext=True, bucket_elems=600, token=token,
-                                 max_attempts=2, **kw)
-        try:
-            torch.manual_seed(0)
-            whole = train(engine("rb-whole"), 0, 12)
-            with tempfile.TemporaryDirectory() as tmp:
-                torch.manual_seed(0)
-                faulty = engine("rb-faulty", checkpoint_dir=tmp, checkpoint_every=5)
-                s, rolled = 0, []
-                while s < 12:
-                    if s == 8 and not rolled:
-                        servers[1].restart()
-                    try:
-                        faulty.backward(loss_of(faulty, s))
-                        faulty.step()
-                        s += 1
-                    except zs.RolledBack as e:
-                        rolled.append(str(e))
-                        s = faulty.global_steps
-            self.assertEqual(len(rolled), 1, rolled)
-            self.assertRegex(rolled[0], "step 8: .*rolled back to the checkpoint of step 5")
-            for (n, p), q in zip(faulty.module.named_parameters(), whole.module.parameters()):
-                self.assertTrue(torch.equal(p, q), n)
-            whole.close()
-            faulty.close()
-        finally:
-            for srv in servers:
-                srv.stop(signal.SIGKILL)
-
     def test_server_gone(self):
         servers = zs_servers.start(1)
         try:
             torch.manual_seed(0)
-            engine = zs.initialize(model=Net(), config=CONFIG, servers=servers[0].address,
-                                   job="gone", plaintext=True, rpc_timeout_ms=2000,
-                                   max_attempts=2)
+            engine, *_ = zs.initialize(model=Net(), config=CONFIG, servers=servers[0].address,
+                                       job="gone", plaintext=True, rpc_timeout_ms=2000,
+                                       max_attempts=2)
             train(engine, 0, 2)
             servers[0].stop(signal.SIGKILL)
             engine.backward(loss_of(engine, 2))

@@ -9,6 +9,7 @@ import sys
 import tempfile
 import threading
 import time
+import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -48,6 +49,10 @@ class Server:
         """A new process on the same port (a server that crashed and came
         back, without its jobs)."""
         self.stop(signal.SIGKILL)
+        self.start_again()
+
+    def start_again(self):
+        """After stop(): a new process on the same port, without the jobs."""
         self.__init__(self.binary, self.args, port=int(self.address.rsplit(":", 1)[1]),
                       plaintext=self.plaintext)
 
@@ -78,6 +83,28 @@ def server_binary():
 def start(n, args=(), plaintext=True):
     binary = server_binary()
     return [Server(binary, args, plaintext=plaintext) for _ in range(n)]
+
+
+class ServersTestCase(unittest.TestCase):
+    """Two servers for the test class (self.servers, self.addresses); the
+    engines a test puts in self.engines are closed after it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.servers = start(2)
+        cls.addresses = ",".join(s.address for s in cls.servers)
+
+    @classmethod
+    def tearDownClass(cls):
+        for s in cls.servers:
+            s.stop()
+
+    def setUp(self):
+        self.engines = []
+
+    def tearDown(self):
+        for e in self.engines:
+            e.close()  # the servers then stop at once
 
 
 def make_certificates(directory):

@@ -1,8 +1,9 @@
 """PyTorch training through the state service, DeepSpeed-style:
 
     import zerostate.torch as zs
-    engine = zs.initialize(model=model, config="ds_config.json",
-                           servers="host1:7070,host2:7070", job="gpt2-760m")
+    engine, optimizer, _, lr_scheduler = zs.initialize(
+        model=model, config="ds_config.json", servers="host1:7070,host2:7070",
+        job="gpt2-760m")
     for batch in loader:
         loss = engine(batch)
         engine.backward(loss)

@@ -2,8 +2,9 @@
 servers' shards (<tag>/<job_id>/v<version>, written by the servers through
 the Checkpoint RPC, so save_dir must be a directory every server reaches)
 and the engine's own state (steps, loss scale, LR scheduler, param_groups,
-client_state); save_dir/latest names the newest tag. Loading replaces the
-job on the servers with the checkpoint (Restore) and gathers its weights.
+the module's buffers, client_state); save_dir/latest names the newest
+tag. Loading replaces the job on the servers with the checkpoint
+(Restore) and gathers its weights.
 Every rank calls both; rank 0 talks to the servers and tells the others."""
 
 import json
@@ -42,6 +43,8 @@ def save(engine, save_dir, tag=None, client_state=None):
                         version=engine.global_steps, micro_steps=engine.micro_steps)
             sched = engine.lr_scheduler
             torch.save({"lr_scheduler": sched.state_dict() if sched is not None else None,
+                        "buffers": {n: b.detach().cpu().clone()
+                                    for n, b in engine.module.named_buffers()},
                         "param_groups": [{k: v for k, v in g.items() if k != "params"}
                                          for g in engine.optimizer.param_groups],
                         "client_state": client_state},
@@ -107,9 +110,18 @@ def load(engine, load_dir, tag=None):
         g.update(saved)
     if engine.lr_scheduler is not None and extra["lr_scheduler"] is not None:
         engine.lr_scheduler.load_state_dict(extra["lr_scheduler"])
+    _load_buffers(engine.module, extra.get("buffers", {}))
     gather_into(engine.job, engine._entries, engine.global_steps, engine.dtype)
     engine.topo.barrier()
     return load_dir, extra["client_state"]
+
+
+def _load_buffers(module, saved):
+    """The module's buffers (BatchNorm statistics) as saved, each in its own dtype."""
+    with torch.no_grad():
+        for name, b in module.named_buffers():
+            if name in saved:
+                b.copy_(saved[name])
 
 
 def roll_back(engine, failure, code):

@@ -34,13 +34,15 @@ state servers.
 The pieces: topology.py (ranks and nodes), config.py (ds_config), optimizer.py
 (param_groups, the job's spec), buckets.py (gradients out), weights.py
 (weights back), scaler.py (fp16 loss scale), checkpoint.py (save, load,
-roll back).
+roll back), surface.py (the rest of DeepSpeed's engine: module methods,
+batch sizes, the last step's lr and gradient norm, no_sync).
 """
 
 import json
 import os
 import threading
 import time
+import warnings
 
 import torch
 
@@ -50,19 +52,22 @@ from zerostate.torch import checkpoint as ckpt
 from zerostate.torch import optimizer as zopt
 from zerostate.torch.config import EngineConfig
 from zerostate.torch.scaler import LossScaler
+from zerostate.torch.surface import ModuleSurface, data_loader
 from zerostate.torch.topology import Topology
-from zerostate.torch.weights import gather_into, module_weights
+from zerostate.torch.weights import gather_into, holders, module_weights
 
 _PRECISION_DTYPE = {"PRECISION_FP32": torch.float32, "PRECISION_BF16": torch.bfloat16,
                     "PRECISION_FP16": torch.float16}
 
 
-class Engine:
+class Engine(ModuleSurface):
     def __init__(self, model, config=None, servers=None, job=None, model_parameters=None,
                  lr_scheduler=None, token=None, plaintext=False, tls_ca_file=None,
                  tls_cert_file=None, tls_key_file=None, bucket_elems=1 << 24, lazy_weights=False,
                  rpc_timeout_ms=None, max_attempts=None, checkpoint_dir=None,
-                 checkpoint_every=0, optimizer=None):
+                 checkpoint_every=0, optimizer=None, unavailable_wait=None):
+        if not isinstance(model, torch.nn.Module):
+            raise ValueError("model: give the torch.nn.Module to train")
         if not servers:
             raise ValueError("servers: give the state servers, e.g. 'host1:7070,host2:7070'")
         if not job:
@@ -89,6 +94,8 @@ class Engine:
         self._boundary = False
         self._ahead_error = None  # a failed Step sent ahead (speculative_step)
         self._pending = None  # a delayed update in flight (the coordinator's Step, gathers)
+        self._no_sync = False  # inside no_sync()
+        self._grad_norm = self._step_applied = None  # the last step's (surface.py)
         self.scaler = LossScaler(self.config.loss_scaling)
         # Seconds spent waiting, summed since initialize (for benchmarks): for
         # pushes after backward, for the coordinator's statistics and Step
@@ -99,6 +106,8 @@ class Engine:
         c = self.config
         defaults = {"lr": c.lr, "betas": c.betas, "eps": c.eps, "weight_decay": c.weight_decay}
         self.optimizer = zopt.ZerostateOptimizer(groups, defaults, self)
+        if optimizer is not None:
+            self.optimizer.share_groups(optimizer)
         for g in self.optimizer.param_groups:
             g.setdefault("initial_lr", g["lr"])
         self._lr_scales = zopt.lr_scales(self.optimizer.param_groups)
@@ -111,12 +120,17 @@ class Engine:
         self._params = [(names[id(p)], p) for p in params]
         spec = zopt.job_spec(job, self._params, self.optimizer.param_groups, self._lr_scales,
                              c, self.topo.num_nodes, self.dtype)
+        if unavailable_wait is None:  # a run that can roll back outlives a restart
+            unavailable_wait = 300.0 if checkpoint_every else 0.0
         self.client, self.job = self._connect(spec, token, plaintext, tls_ca_file, tls_cert_file,
-                                              tls_key_file, rpc_timeout_ms, max_attempts)
+                                              tls_key_file, rpc_timeout_ms, max_attempts,
+                                              unavailable_wait)
         self._entries = []
         for n, p in self._params:
             b, e = self.job.tensor_range(n)
             self._entries.append((p, b, b + p.numel()))
+        # Every rank starts from rank 0's module, as DDP and DeepSpeed.
+        self.topo.broadcast_tensors([*model.parameters(), *model.buffers()])
         self._start()
         if self.dtype != torch.float32:
             model.to(self.dtype)
@@ -138,22 +152,32 @@ class Engine:
         self._grad_nodes = []
         for _, p in self._params:
             self._hook(p)
-        self._weights = []
-        for module, w in module_weights(self.module, self._entries, self.dtype,
-                                        self.device.type != "cpu", self.timers):
-            self._weights.append(w)
-            if lazy_weights:
-                # Not while a delayed update is in flight: this forward runs on the weights it has.
-                self._hooks.append(module.register_forward_pre_hook(
-                    lambda m, i, w=w: None if self._pending is not None else w.land()))
+        self._weights = [w for _, w in module_weights(self.module, self._entries, self.dtype,
+                                                      self.device.type != "cpu", self.timers)]
+        if not lazy_weights:
+            return
+        # Before a module's forward, and in its state_dict(): every module
+        # holding a parameter (tied: each of them) lands its weights.
+        for module, ws in holders(self.module, self._weights):
+            self._hooks.append(module.register_forward_pre_hook(
+                lambda m, i, ws=ws: self._land_lazy(ws)))
+            self._hooks.append(module._register_state_dict_hook(
+                lambda m, sd, prefix, meta, ws=ws: self._land_lazy(ws)))
 
-    def _connect(self, spec, token, plaintext, ca, cert, key, timeout, attempts):
+    def _land_lazy(self, ws):
+        # Not while a delayed update is in flight: the module runs on the weights it has.
+        if self._pending is None:
+            for w in ws:
+                w.land()
+
+    def _connect(self, spec, token, plaintext, ca, cert, key, timeout, attempts, wait):
         """Rank 0 registers (or attaches to an equal job); the others attach
         with its token. Any rank's failure is raised on every rank."""
         token = token or os.environ.get("ZEROSTATE_JOB_TOKEN") or None
         topo = self.topo
         opts = dict(plaintext=plaintext, tls_ca_file=ca, tls_cert_file=cert, tls_key_file=key,
-                    rpc_timeout_ms=timeout, max_attempts=attempts)
+                    rpc_timeout_ms=timeout, max_attempts=attempts,
+                    unavailable_wait_ms=int(wait * 1000))
         client = job = None
         verdict = None
         if topo.coordinator:
@@ -191,14 +215,21 @@ class Engine:
         stepped gives its weights to the model."""
         version = self.job.version() if self.topo.coordinator else None
         version = self.topo.broadcast(version)
-        if version == 0 and self.topo.coordinator:
-            for p, b, e in self._entries:
-                w = p.detach().to("cpu", torch.float32).contiguous().reshape(-1)
-                self.job.init_weights(b, e, w.data_ptr(), w.numel() * 4)
+        if version == 0:
+            self._stream_weights([p for p, _, _ in self._entries])
         self.topo.barrier()
         self.global_steps = version
         if version > 0:
             gather_into(self.job, self._entries, version, torch.float32)
+
+    def _stream_weights(self, tensors):
+        """The coordinator streams `tensors` (one per parameter of the job,
+        in its order) to the servers as the job's version 0."""
+        if not self.topo.coordinator:
+            return
+        for (p, b, e), t in zip(self._entries, tensors):
+            w = t.detach().to("cpu", torch.float32).contiguous().reshape(-1)
+            self.job.init_weights(b, e, w.data_ptr(), w.numel() * 4)
 
     def _hook(self, p):
         bucket = self._bucket_of[id(p)]
@@ -220,6 +251,12 @@ class Engine:
                 self.optimizer, lambda s: self.config.learning_rate(s) / base)
         elif callable(sched) and not hasattr(sched, "step"):
             sched = sched(self.optimizer)
+        if sched is not None and self.global_steps > 0 and getattr(sched, "last_epoch", 0) == 0:
+            # A job that already stepped: its schedule goes on where the job is.
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "lr_scheduler.step() before optimizer.step()"
+                for _ in range(self.global_steps):
+                    sched.step()
         return sched
 
     # ----- training -----
@@ -230,13 +267,6 @@ class Engine:
     def forward(self, *args, **kwargs):
         self._check_alive()
         return self.module(*args, **kwargs)
-
-    def train(self, mode=True):
-        self.module.train(mode)
-        return self
-
-    def eval(self):
-        return self.train(False)
 
     def is_gradient_accumulation_boundary(self):
         return (self.micro_steps + 1) % self.config.grad_accum == 0
@@ -249,7 +279,7 @@ class Engine:
         """loss.backward() (times the fp16 loss scale); at the accumulation
         boundary the gradients leave for the servers during it."""
         self._check_alive()
-        self._boundary = self.is_gradient_accumulation_boundary()
+        self._boundary = not self._no_sync and self.is_gradient_accumulation_boundary()
         if self._boundary:
             for b in self._buckets:
                 b.reset()
@@ -283,12 +313,13 @@ class Engine:
         """At a gradient accumulation boundary: the service's step, then the
         LR scheduler given to initialize (if any). Else counts the micro-step."""
         self._check_alive()
+        if self._no_sync:
+            raise RuntimeError("engine.step() inside engine.no_sync(): step after the block "
+                               "(as DeepSpeed requires)")
         if not self.is_gradient_accumulation_boundary():
             self.micro_steps += 1
             return
         self.optimizer.step()
-        if self.lr_scheduler is not None:
-            self.lr_scheduler.step()
 
     def _ends_delayed(self, step):
         """Step `step` returns with its update in flight (delayed update)."""
@@ -336,6 +367,8 @@ class Engine:
         self.micro_steps += 1
         self._boundary = False
         self.zero_grad()
+        if self.lr_scheduler is not None:  # before a checkpoint of this version stores it
+            self.lr_scheduler.step()
         if delayed:
             return  # the weights land at the next step, or sync_weights()
         if not self.topo.coordinator:
@@ -357,6 +390,7 @@ class Engine:
             self._failed = ZerostateError(verdict[1], verdict[2])
             raise self._failed
         self.scaler.scale = verdict[1]
+        self._step_applied, self._grad_norm = not verdict[2], verdict[3]
 
     def _start_delayed(self, step, lr, scales):
         """Step `step`'s update, left in flight: every rank's gathers of the
@@ -414,8 +448,8 @@ class Engine:
         ranks = self.topo.world * self.config.grad_accum * self.loss_scale
         scale = 1.0 / ranks
         skip = bool(nonfinite)
+        norm = ss ** 0.5 / ranks
         if not skip and self.config.clip > 0:
-            norm = ss ** 0.5 / ranks
             coef = self.config.clip / (norm + 1e-6)
             if coef < 1.0:
                 scale *= coef
@@ -424,7 +458,7 @@ class Engine:
         # The gathers go out first: blocks stream back as the servers step them.
         self._fetch(step + 1)
         self.job.step(step, lr, scale, skip=skip, state=state)
-        return ("ok", new_scale, skip)
+        return ("ok", new_scale, skip, norm)
 
     def _fetch(self, version):
         for w in self._weights:
@@ -504,24 +538,42 @@ class Engine:
         self.global_steps, self.micro_steps = version, micro_steps
 
 
-def initialize(model, config=None, servers=None, job=None, model_parameters=None,
-               lr_scheduler=None, **options):
-    """DeepSpeed's initialize, for the state service. Returns the Engine.
+def initialize(model=None, config=None, servers=None, job=None, model_parameters=None,
+               lr_scheduler=None, training_data=None, collate_fn=None, args=None,
+               config_params=None, **options):
+    """DeepSpeed's initialize, for the state service. Returns DeepSpeed's
+    four-tuple (engine, engine.optimizer, a DataLoader of training_data or
+    None, engine.lr_scheduler).
 
     model: a torch.nn.Module on its training device (fp32 weights: they
-      seed a new job). config: ds_config.json path or dict (optimizer,
-      scheduler, gradient_clipping, bf16/fp16, gradient_accumulation_steps;
-      a "zerostate" section takes a zerostate.v1.WorkerConfig's fields).
+      seed a new job; every rank starts from rank 0's). config (or
+      config_params, or args.deepspeed_config): ds_config.json path or dict
+      (optimizer, scheduler, gradient_clipping, bf16/fp16,
+      gradient_accumulation_steps; a "zerostate" section takes a
+      zerostate.v1.WorkerConfig's fields).
     servers: "host:port,..." or a list, in shard order. job: the job id.
     model_parameters: parameters or torch param_groups (dicts with their
       own lr, weight_decay, betas). lr_scheduler: a scheduler or a callable
-      taking the optimizer; stepped by engine.step().
+      taking the optimizer; stepped by engine.step(). A job that already
+      stepped starts the ds_config's schedule, or one the engine makes or
+      is given at epoch 0, at its version.
+    training_data: a torch Dataset: the DataLoader returned gives each rank
+      its share in micro-batches (collate_fn as DataLoader's).
     options: token (else $ZEROSTATE_JOB_TOKEN), plaintext, tls_ca_file,
       tls_cert_file, tls_key_file, bucket_elems, lazy_weights,
-      rpc_timeout_ms, max_attempts; checkpoint_dir and checkpoint_every
-      (a checkpoint every N steps under checkpoint_dir, a directory every
-      server reaches; a step that fails on the servers then rolls back to
-      the last one and raises RolledBack); optimizer (a torch.optim AdamW,
-      Adam or SGD whose kind and param_groups the job takes, in place of
-      the ds_config's optimizer section)."""
-    return Engine(model, config, servers, job, model_parameters, lr_scheduler, **options)
+      rpc_timeout_ms, max_attempts; unavailable_wait (seconds a server may
+      stay unreachable, every call retrying: default 300 with
+      checkpoint_every, as zerostate-worker's --server_wait_seconds, else
+      0); checkpoint_dir and checkpoint_every (a checkpoint every N steps
+      under checkpoint_dir, a directory every server reaches; a step that
+      fails on the servers then rolls back to the last one and raises
+      RolledBack); optimizer (a torch.optim AdamW, Adam or SGD whose kind
+      and param_groups the job takes, in place of the ds_config's optimizer
+      section; its param_groups become the engine's, so its own LR
+      schedulers drive the job)."""
+    if config is None:
+        config = config_params if config_params is not None else \
+            getattr(args, "deepspeed_config", None)
+    engine = Engine(model, config, servers, job, model_parameters, lr_scheduler, **options)
+    engine.training_dataloader = data_loader(engine, training_data, collate_fn)
+    return engine, engine.optimizer, engine.training_dataloader, engine.lr_scheduler

@@ -5,6 +5,8 @@ place of the ds_config's optimizer section."""
 
 import torch
 
+from zerostate.client import ZerostateError
+
 KIND_PROTO = {"adamw": "OPTIMIZER_ADAMW", "adam": "OPTIMIZER_ADAM",
               "sgd": "OPTIMIZER_SGD_MOMENTUM", "lion": "OPTIMIZER_LION"}
 DTYPE_PROTO = {torch.float32: "DTYPE_FP32", torch.bfloat16: "DTYPE_BF16",
@@ -20,14 +22,36 @@ class ZerostateOptimizer(torch.optim.Optimizer):
     def __init__(self, groups, defaults, engine):
         super().__init__(groups, defaults)
         self._engine = engine
+        self._shadows = []  # torch optimizers given to initialize, sharing param_groups
+
+    def share_groups(self, opt):
+        """`opt` (the script's optimizer) takes these param_groups, so that
+        its LR schedulers move the job's lr, and counts these steps (torch's
+        schedulers warn of a step of theirs before any of the optimizer)."""
+        opt.param_groups = self.param_groups
+        self._shadows.append(opt)
 
     def step(self, closure=None):
         loss = closure() if closure is not None else None
         self._engine._service_step()
+        for opt in self._shadows:
+            opt._step_count = getattr(opt, "_step_count", 0) + 1
         return loss
 
     def zero_grad(self, set_to_none=True):
         self._engine.zero_grad()
+
+    def state_dict(self):
+        raise ZerostateError(
+            "engine.optimizer.state_dict(): the optimizer's state (fp32 master weights and "
+            "moments) is not in this process: it lives on the state servers, sharded, and no "
+            "call gathers it here; engine.save_checkpoint(dir) saves it (its servers write "
+            "their shards)", "UNIMPLEMENTED")
+
+    def load_state_dict(self, state_dict):
+        raise ZerostateError(
+            "engine.optimizer.load_state_dict(): the optimizer's state lives on the state "
+            "servers; engine.load_checkpoint(dir) loads a saved one", "UNIMPLEMENTED")
 
 
 def groups_of(model, model_parameters):

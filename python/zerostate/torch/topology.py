@@ -50,6 +50,13 @@ class Topology:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
+    def broadcast_tensors(self, tensors):
+        """Rank 0's values into `tensors` on every rank, in place."""
+        if self.world == 1:
+            return
+        for t in tensors:
+            dist.broadcast(t.data, src=0)
+
     def barrier(self):
         if self.world > 1:
             dist.barrier()

@@ -56,6 +56,24 @@ def module_weights(model, entries, dtype, pin, timers):
     return out
 
 
+def holders(model, weights):
+    """[(module, [ModuleWeights])]: every module holding a parameter of
+    `weights` (a list of ModuleWeights), with those that cover its
+    parameters. A tied parameter is listed under each module holding it,
+    so whichever runs first lands it (land() is a no-op the second time)."""
+    of = {id(p): w for w in weights for p, _, _ in w.entries}
+    out = []
+    for module in model.modules():
+        mine = []
+        for p in module._parameters.values():
+            w = of.get(id(p)) if p is not None else None
+            if w is not None and not any(w is x for x in mine):
+                mine.append(w)
+        if mine:
+            out.append((module, mine))
+    return out
+
+
 def gather_into(job, entries, version, dtype):
     """Every parameter of `entries` from the servers at `version`, now."""
     for p, b, e in entries:
