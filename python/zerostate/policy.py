@@ -22,11 +22,11 @@ class Policy:
         mapping (parse_ds_config's). Raises ZerostateError naming a bad field."""
         h = ctypes.c_void_p()
         _call("step policy", lib.zs_policy_create, json.dumps(train).encode(), ctypes.byref(h))
-        self._h = h.value
+        self._h, self._free = h.value, lib.zs_policy_free  # usable at interpreter exit
 
     def __del__(self):
         if getattr(self, "_h", None):
-            lib.zs_policy_free(self._h)
+            self._free(self._h)
 
     @property
     def loss_scale(self):

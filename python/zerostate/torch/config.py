@@ -45,7 +45,6 @@ class EngineConfig:
         self.schedule = train.get("lr", {})
         self.lr = self.schedule.get("lr", 1e-3)
         self.has_schedule = "warmup_steps" in self.schedule or "decay" in self.schedule
-        self.clip = float(train.get("gradient_clipping", 0.0))
         self.precision = train.get("precision", "PRECISION_FP32")
         self.grad_accum = int(train.get("grad_accum_steps", 1))
         self.micro_batch = int(train.get("micro_batch_size", 0))

@@ -260,7 +260,7 @@ class Engine:
 
     def _send_ahead(self):
         """The coordinator's Step parameters before the gradients leave, as
-        _decide will send them if nothing is clipped (the same expression):
+        _decide will send them if nothing is clipped (the policy's grad_scale):
         the servers step each block as soon as it is complete. A failure is
         taken up by the step (_service_step), where every rank hears of it."""
         try:
