@@ -102,7 +102,7 @@ def load(engine, load_dir, tag=None):
     if not engine.topo.coordinator:
         engine.job = engine.client.attach_job(engine.job_id)
     engine._reset(meta["version"], meta["micro_steps"])
-    engine.policy.restore(meta["trainer_state"].encode())
+    engine.policy.restore(meta.get("trainer_state", "").encode())  # older: "" (DATA_LOSS in fp16)
     for g, saved in zip(engine.optimizer.param_groups, extra["param_groups"]):
         g.update(saved)
     if engine.lr_scheduler is not None and extra["lr_scheduler"] is not None:
