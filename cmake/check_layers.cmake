@@ -1,5 +1,6 @@
-# The server's layers, checked at build time (server/CMakeLists.txt) and by
-# a test (tests/server/CMakeLists.txt: layers_test):
+# The layers of the server and of the trainer library, checked at build time
+# (zerostate_check_layers, cmake/ZerostateLayers.cmake) and by a test
+# (tests/server/CMakeLists.txt: layers_test):
 #
 #   server/core/       includes no gRPC header (grpc/, grpcpp/, *.grpc.pb.h),
 #                      none of the gRPC codec or the data plane's frames, and
@@ -7,7 +8,9 @@
 #                      or state_server.h;
 #   server/rpc/        nothing of server/dataplane/, server/cli/, state_server.h;
 #   server/dataplane/  no gRPC header, nothing of server/rpc/, server/cli/,
-#                      state_server.h.
+#                      state_server.h;
+#   trainer/           (the step policy, below worker/ and beside client/) no
+#                      gRPC header, nothing of server/, client/ or worker/.
 #
 # Run as: cmake -DROOT=<tree> -P check_layers.cmake. Fails naming each file,
 # line and include that crosses a layer.
@@ -22,24 +25,30 @@ set(forbidden_core
 set(forbidden_rpc "server/dataplane/|server/cli/|server/state_server\\.h")
 set(forbidden_dataplane "${grpc_headers}|server/rpc/|server/cli/|server/state_server\\.h|common/chunk_wire\\.h|common/rpc_status\\.h")
 
+set(forbidden_trainer "${grpc_headers}|server/|client/|worker/")
+
 set(violations "")
-foreach(layer core rpc dataplane)
-  file(GLOB_RECURSE files "${ROOT}/server/${layer}/*.h" "${ROOT}/server/${layer}/*.cc")
+foreach(layer core rpc dataplane trainer)
+  set(dir "server/${layer}")
+  if(layer STREQUAL "trainer")
+    set(dir "trainer")
+  endif()
+  file(GLOB_RECURSE files "${ROOT}/${dir}/*.h" "${ROOT}/${dir}/*.cc")
   foreach(f ${files})
     file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"]")
     foreach(line ${lines})
       string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]*)[>\"].*$" "\\1" header "${line}")
       if(header MATCHES "^(${forbidden_${layer}})")
         file(RELATIVE_PATH rel "${ROOT}" "${f}")
-        string(APPEND violations "\n  ${rel}: #include ${header} (server/${layer}/ may not)")
+        string(APPEND violations "\n  ${rel}: #include ${header} (${dir}/ may not)")
       elseif(header MATCHES "\\.grpc\\.pb\\.h$" AND NOT layer STREQUAL "rpc")
         file(RELATIVE_PATH rel "${ROOT}" "${f}")
-        string(APPEND violations "\n  ${rel}: #include ${header} (server/${layer}/ may not)")
+        string(APPEND violations "\n  ${rel}: #include ${header} (${dir}/ may not)")
       endif()
     endforeach()
   endforeach()
 endforeach()
 
 if(violations)
-  message(FATAL_ERROR "includes across the server's layers (cmake/check_layers.cmake):${violations}")
+  message(FATAL_ERROR "includes across layers (cmake/check_layers.cmake):${violations}")
 endif()

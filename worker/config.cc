@@ -1,12 +1,12 @@
 #include "worker/config.h"
 
-#include <cmath>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/tokenizer.h"
 #include "google/protobuf/text_format.h"
+#include "trainer/policy_config.h"
 #include "worker/ds_config.h"
 
 namespace zerostate::worker {
@@ -48,45 +48,6 @@ absl::Status NormalizeModel(v1::MlpConfig* m) {
   return absl::OkStatus();
 }
 
-absl::Status NormalizeLr(v1::LrSchedule* lr, uint64_t steps) {
-  if (lr->lr() == 0) lr->set_lr(1e-3f);
-  if (!(lr->lr() > 0) || !std::isfinite(lr->lr())) return Invalid("train.lr.lr", "must be finite and > 0");
-  if (!(lr->warmup_start_lr() >= 0) || !std::isfinite(lr->warmup_start_lr())) {
-    return Invalid("train.lr.warmup_start_lr", "must be finite and >= 0");
-  }
-  if (!(lr->min_lr() >= 0) || lr->min_lr() > lr->lr()) {
-    return Invalid("train.lr.min_lr", "must be in [0, lr]");
-  }
-  if (lr->decay() == v1::LR_DECAY_UNSPECIFIED) lr->set_decay(v1::LR_DECAY_NONE);
-  if (!v1::LrDecay_IsValid(lr->decay())) return Invalid("train.lr.decay", "unknown");
-  if (lr->decay() != v1::LR_DECAY_NONE && lr->decay_steps() == 0) {
-    lr->set_decay_steps(static_cast<uint32_t>(steps > lr->warmup_steps() ? steps - lr->warmup_steps() : 1));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status NormalizeLossScaling(v1::LossScaling* ls) {
-  if (ls->initial_scale() == 0) ls->set_initial_scale(65536.0f);
-  if (ls->growth_interval() == 0) ls->set_growth_interval(1000);
-  if (ls->growth_factor() == 0) ls->set_growth_factor(2.0f);
-  if (ls->backoff_factor() == 0) ls->set_backoff_factor(0.5f);
-  if (ls->min_scale() == 0) ls->set_min_scale(1.0f);
-  if (ls->hysteresis() == 0) ls->set_hysteresis(1);
-  if (!(ls->initial_scale() > 0) || !std::isfinite(ls->initial_scale())) {
-    return Invalid("train.loss_scaling.initial_scale", "must be finite and > 0");
-  }
-  if (!(ls->growth_factor() >= 1) || !std::isfinite(ls->growth_factor())) {
-    return Invalid("train.loss_scaling.growth_factor", "must be finite and >= 1");
-  }
-  if (!(ls->backoff_factor() > 0 && ls->backoff_factor() < 1)) {
-    return Invalid("train.loss_scaling.backoff_factor", "must be in (0, 1)");
-  }
-  if (!(ls->min_scale() > 0) || ls->min_scale() > ls->initial_scale()) {
-    return Invalid("train.loss_scaling.min_scale", "must be in (0, initial_scale]");
-  }
-  return absl::OkStatus();
-}
-
 v1::DType DefaultGradDType(v1::Precision p) {
   switch (p) {
     case v1::PRECISION_BF16: return v1::DTYPE_BF16;
@@ -105,7 +66,7 @@ absl::Status NormalizePrecision(v1::TrainConfig* t) {
   if (t->grad_dtype() == v1::DTYPE_FP16 && t->precision() != v1::PRECISION_FP16) {
     return Invalid("train.grad_dtype", "FP16 gradients need precision FP16 (loss scaling)");
   }
-  return NormalizeLossScaling(t->mutable_loss_scaling());
+  return absl::OkStatus();
 }
 
 absl::Status NormalizeBatch(v1::TrainConfig* t, uint32_t world_size) {
@@ -127,13 +88,11 @@ absl::Status NormalizeTrain(v1::TrainConfig* t, uint32_t world_size) {
   if (t->steps() == 0) t->set_steps(100);
   if (t->seed() == 0) t->set_seed(1);
   if (t->optimizer().kind() == v1::OPTIMIZER_UNSPECIFIED) t->mutable_optimizer()->set_kind(v1::OPTIMIZER_ADAMW);
-  if (!(t->gradient_clipping() >= 0) || !std::isfinite(t->gradient_clipping())) {
-    return Invalid("train.gradient_clipping", "must be finite and >= 0");
-  }
   if (auto s = NormalizeModel(t->mutable_model()); !s.ok()) return s;
   if (auto s = NormalizeBatch(t, world_size); !s.ok()) return s;
-  if (auto s = NormalizeLr(t->mutable_lr(), t->steps()); !s.ok()) return s;
   if (auto s = NormalizePrecision(t); !s.ok()) return s;
+  // The step policy's fields, by its own rules (clipping, schedule, loss scaling).
+  if (auto s = trainer::NormalizePolicyConfig(t); !s.ok()) return s;
   if (t->delayed_update().enabled() && t->precision() == v1::PRECISION_FP16) {
     return Invalid("train.delayed_update.enabled",
                    "not with PRECISION_FP16 (the loss scale of step t depends on step t-1's "

@@ -9,7 +9,6 @@
 #include "common/job_spec.h"
 #include "common/timeline.h"
 #include "worker/buckets.h"
-#include "worker/lr_schedule.h"
 
 namespace zerostate::worker {
 namespace {
@@ -42,7 +41,7 @@ Engine::Engine(client::JobClient* job, Backend* backend, const v1::TrainConfig& 
       backend_(backend),
       train_(train),
       topo_(topo),
-      scaler_(train.loss_scaling(), train.precision() == v1::PRECISION_FP16) {
+      policy_(train) {
   uint64_t staging = 0;
   for (Range elems : BackwardBuckets(job->layout(), std::move(ready_points),
                                         train.bucket_elems() != 0 ? train.bucket_elems()
@@ -158,9 +157,9 @@ void Engine::SendAhead(uint64_t step) {
   // (LandPending), with nothing sent ahead.
   JoinStep();
   if (!joined_.ok()) return;
-  ahead_ = job_->StepAhead(step, LearningRate(train_.lr(), step),
-                           UnclippedGradScale(scaler_.scale(), static_cast<double>(topo_.world()) *
-                                                                   train_.grad_accum_steps()));
+  auto grad_scale = policy_.UnclippedGradScale(AverageOver());
+  ahead_ = grad_scale.ok() ? job_->StepAhead(step, policy_.LearningRate(step), *grad_scale)
+                           : grad_scale.status();
 }
 
 absl::Status Engine::PushRemaining(uint64_t step, bool push_deferred) {
@@ -207,7 +206,11 @@ absl::Status Engine::FinishGather(std::vector<client::Ticket>& tickets, PhaseTim
   return status;
 }
 
-Engine::Coordinated Engine::Coordinate(uint64_t step, float lr, LossScaler* next) {
+double Engine::AverageOver() const {
+  return static_cast<double>(topo_.world()) * train_.grad_accum_steps();
+}
+
+Engine::Coordinated Engine::Coordinate(uint64_t step, trainer::Policy* next) {
   Coordinated out;
   Timeline::Record("coordinate_begin", static_cast<int64_t>(step));
   auto stats = job_->GradStats(step);
@@ -215,16 +218,18 @@ Engine::Coordinated Engine::Coordinate(uint64_t step, float lr, LossScaler* next
     out.status = stats.status();
     return out;
   }
-  out.decision = DecideStep(stats->sum_squares, stats->nonfinite_count, next->scale(),
-                            static_cast<double>(topo_.world()) * train_.grad_accum_steps(),
-                            train_.gradient_clipping());
-  next->Update(out.decision.skip);
-  // The servers keep the coordinator's decision; the other ranks read it
-  // after their gathers, and a resuming run at its start (ResumeScaler).
-  const bool fp16 = train_.precision() == v1::PRECISION_FP16;
-  std::string state = fp16 ? EncodeTrainerState({next->state(), out.decision.skip}) : "";
+  auto decision = next->Decide(step, stats->sum_squares, stats->nonfinite_count, AverageOver());
+  if (!decision.ok()) {
+    out.status = decision.status();
+    return out;
+  }
+  out.decision = *decision;
+  // The servers keep the coordinator's decision (fp16); the other ranks
+  // read it after their gathers, and a resuming run at its start
+  // (ResumeScaler).
   Timeline::Record("step_sent", static_cast<int64_t>(step));
-  out.status = job_->Step(step, lr, out.decision.grad_scale, out.decision.skip, state);
+  out.status = job_->Step(step, out.decision.lr, out.decision.grad_scale, out.decision.skip,
+                          next->TrainerState());
   Timeline::Record("step_answered", static_cast<int64_t>(step));
   return out;
 }
@@ -344,29 +349,22 @@ void Engine::SetJob(client::JobClient* job) {
 }
 
 void Engine::SaveScaler(uint64_t step) {
-  saved_scalers_.insert_or_assign(step, scaler_);
+  saved_scalers_.insert_or_assign(step, policy_);
   while (saved_scalers_.size() > 4) saved_scalers_.erase(saved_scalers_.begin());
 }
 
 bool Engine::RestoreScaler(uint64_t step) {
   auto it = saved_scalers_.find(step);
   if (it == saved_scalers_.end()) return false;
-  scaler_ = it->second;
+  policy_ = it->second;
   return true;
-}
-
-absl::StatusOr<TrainerState> Engine::CoordinatorScaler(uint64_t version) {
-  auto text = job_->TrainerState(version);
-  if (!text.ok()) return text.status();
-  return DecodeTrainerState(*text);
 }
 
 absl::Status Engine::ResumeScaler(uint64_t version) {
   if (train_.precision() != v1::PRECISION_FP16 || version == 0) return absl::OkStatus();
-  auto state = CoordinatorScaler(version);
+  auto state = job_->TrainerState(version);
   if (!state.ok()) return state.status();
-  scaler_.set_state(state->scaler);
-  return absl::OkStatus();
+  return policy_.Restore(*state);
 }
 
 absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro_batch) {
@@ -374,8 +372,8 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   StepReport report;
   report.step = step;
   Timeline::Record("worker_step_begin", static_cast<int64_t>(step));
-  report.lr = LearningRate(train_.lr(), step);
-  report.loss_scale = scaler_.scale();
+  report.lr = policy_.LearningRate(step);
+  report.loss_scale = policy_.loss_scale();
   pushing_ = false;
   ahead_ = absl::OkStatus();
   next_bucket_ = 0;
@@ -389,7 +387,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   const uint32_t micros = train_.grad_accum_steps();
   GradsReadyFn ready = [&](uint64_t begin) { OnReady(step, begin); };
   for (uint32_t m = 0; m < micros; ++m) {
-    auto loss = micro_batch(m, scaler_.scale(), m + 1 == micros ? ready : GradsReadyFn());
+    auto loss = micro_batch(m, policy_.loss_scale(), m + 1 == micros ? ready : GradsReadyFn());
     if (!loss.ok()) {
       Abandon(loss.status());
       return loss.status();
@@ -424,8 +422,8 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   const bool stale = NextRunsStale(step);
   const bool synchronous = !stale && !(layer_landing_ && !fp16 &&
                                        !(sync_point_ && sync_point_(step + 1)));
-  LossScaler next = scaler_;  // the scaler after this step
-  StepDecision decision;
+  trainer::Policy next = policy_;  // the policy after this step
+  trainer::StepDecision decision;
   // Every rank's gathers go out before the coordinator's Step returns, so
   // the servers answer each block as soon as their pass has stepped it and
   // the gather overlaps the pass. Gathers run on the client's gather pool,
@@ -436,14 +434,14 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   if (status.ok()) gather = StartGather(step + 1);
   if (coordinator && status.ok()) {
     if (synchronous) {
-      Coordinated done = Coordinate(step, report.lr, &next);
+      Coordinated done = Coordinate(step, &next);
       status = done.status;
       decision = done.decision;
       report.grad_norm = decision.grad_norm;
     } else {
       // Not fp16 (NormalizeConfig, layer_landing_): the scaler does not move.
-      pending_step_ = std::async(std::launch::async, [this, step, lr = report.lr, next]() mutable {
-        Coordinated done = Coordinate(step, lr, &next);
+      pending_step_ = std::async(std::launch::async, [this, step, next]() mutable {
+        Coordinated done = Coordinate(step, &next);
         // No Step brings the version every rank's gathers wait for: end
         // their waits now, wherever this rank's own thread waits meanwhile
         // (a local peer's collective, say).
@@ -475,13 +473,9 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   }
   // Version step+1 exists now, and with it the coordinator's scaler state.
   if (fp16 && !coordinator && status.ok()) {
-    auto followed = CoordinatorScaler(step + 1);
-    if (followed.ok()) {
-      next.set_state(followed->scaler);
-      decision.skip = followed->skipped;
-    } else {
-      status = followed.status();
-    }
+    auto followed = job_->TrainerState(step + 1);
+    status = followed.ok() ? next.Restore(*followed) : followed.status();
+    decision.skip = next.skipped();
   }
   report.skipped = decision.skip;
   // The node's ranks agree on the outcome, so they roll back (or go on) together.
@@ -498,7 +492,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
     Abandon(status);
     return status;
   }
-  scaler_ = next;
+  policy_ = next;
   report.seconds = Since(start);
   Timeline::Record("worker_step_end", static_cast<int64_t>(step));
   return report;

@@ -14,7 +14,9 @@
 //   step      the coordinator (global rank 0) reads GradStats, decides the
 //             clip factor and the fp16 overflow skip, orders Step; in fp16
 //             mode the Step carries its loss scaler's next state
-//             (worker/trainer_state.h), which the servers keep;
+//             (trainer/trainer_state.h), which the servers keep; the
+//             decision is the step policy's (trainer/policy.h), as in
+//             zerostate.torch;
 //   gather    GatherAsync of this rank's shares at version step+1, issued
 //             before the coordinator's Step returns (the coordinator's
 //             right before it orders the Step), so blocks stream back as
@@ -82,9 +84,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
+#include "trainer/policy.h"
 #include "worker/backend.h"
-#include "worker/step_policy.h"
-#include "worker/trainer_state.h"
 #include "zerostate/v1/config.pb.h"
 
 namespace zerostate::worker {
@@ -214,7 +215,7 @@ class Engine {
   bool RestoreScaler(uint64_t step);
 
   const Topology& topology() const { return topo_; }
-  float loss_scale() const { return scaler_.scale(); }
+  float loss_scale() const { return policy_.loss_scale(); }
 
  private:
   struct Bucket {
@@ -225,9 +226,12 @@ class Engine {
   // The coordinator's part of a step: GradStats, the decision, Step.
   struct Coordinated {
     absl::Status status;
-    StepDecision decision;
+    trainer::StepDecision decision;
   };
-  Coordinated Coordinate(uint64_t step, float lr, LossScaler* next);
+  // Decides with `next` (moving it on) and orders the Step.
+  Coordinated Coordinate(uint64_t step, trainer::Policy* next);
+  // The (rank, micro-batch) terms the summed gradient averages over.
+  double AverageOver() const;
   // The pending gathers not landed yet, landed (first layer first), each
   // bucket deferred for step `push_step` (if set) pushed right after its
   // landing; then the coordinator's Step in flight, if any (its failure
@@ -256,12 +260,9 @@ class Engine {
   // One ticket per bucket (completed for an empty share), first layer first.
   std::vector<client::Ticket> StartGather(uint64_t version);
   [[nodiscard]] absl::Status FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times);
-  // Ranks other than the coordinator: the scaler state and skip the
-  // coordinator left with the servers for `version`.
-  [[nodiscard]] absl::StatusOr<TrainerState> CoordinatorScaler(uint64_t version);
 
   client::JobClient* job_;
-  std::map<uint64_t, LossScaler> saved_scalers_;
+  std::map<uint64_t, trainer::Policy> saved_scalers_;
   Backend* const backend_;
   const v1::TrainConfig train_;
   const Topology topo_;
@@ -293,7 +294,7 @@ class Engine {
   // the gather wrote the parameters in place).
   [[nodiscard]] absl::Status AllGather(const Bucket& b);
   void* GatherStaging(const Bucket& b) const;
-  LossScaler scaler_;
+  trainer::Policy policy_;  // the coordinator's decisions, every rank's loss scale
 
   PhaseHook hook_;
   absl::Mutex failure_mu_;  // serializes failure_hook_ (a Step's thread calls it too)

@@ -1,4 +1,5 @@
-"""The C API of client/zerostate_c.h through ctypes.
+"""The C API of client/zerostate_c.h and trainer/zerostate_trainer_c.h
+(the step policy) through ctypes.
 
 The library is found in this order: $ZEROSTATE_CLIENT_LIB (a path), a
 libzerostate_client.so next to this package, the build tree of a source
@@ -37,6 +38,13 @@ class ClientOptions(ctypes.Structure):
     ]
 
 
+class StepDecision(ctypes.Structure):
+    """zs_step_decision (trainer/zerostate_trainer_c.h)."""
+    _fields_ = [("skip", _int), ("grad_scale", ctypes.c_float), ("grad_norm", ctypes.c_double),
+                ("clip_factor", ctypes.c_double), ("lr", ctypes.c_float),
+                ("next_loss_scale", ctypes.c_float)]
+
+
 _SIGNATURES = {
     "zs_client_options_init": (None, [ctypes.POINTER(ClientOptions)]),
     "zs_connect": (_int, [ctypes.POINTER(ClientOptions), ctypes.POINTER(_p), _err]),
@@ -65,6 +73,17 @@ _SIGNATURES = {
     "zs_checkpoint": (_int, [_p, _u64, _cp, ctypes.POINTER(_p), _err]),
     "zs_job_delete": (_int, [_p, _err]),
     "zs_parse_ds_config": (_int, [_cp, ctypes.POINTER(_p), ctypes.POINTER(_p), _err]),
+    "zs_policy_create": (_int, [_cp, ctypes.POINTER(_p), _err]),
+    "zs_policy_free": (None, [_p]),
+    "zs_policy_decide": (_int, [_p, _u64, ctypes.c_double, _u64, ctypes.c_double,
+                                ctypes.POINTER(StepDecision), _err]),
+    "zs_policy_loss_scale": (ctypes.c_float, [_p]),
+    "zs_policy_skipped": (_int, [_p]),
+    "zs_policy_learning_rate": (ctypes.c_float, [_p, _u64]),
+    "zs_policy_unclipped_grad_scale": (_int, [_p, ctypes.c_double,
+                                              ctypes.POINTER(ctypes.c_float), _err]),
+    "zs_policy_state": (_int, [_p, ctypes.POINTER(_p), ctypes.POINTER(_sz), _err]),
+    "zs_policy_restore": (_int, [_p, _p, _sz, _err]),
     "zs_job_token": (_p, [_p]),
     "zs_free_string": (None, [_p]),
 }
@@ -110,5 +129,13 @@ def take_string(ptr):
         return ""
     try:
         return ctypes.string_at(ptr).decode("utf-8", "replace")
+    finally:
+        lib.zs_free_string(ptr)
+
+
+def take_bytes(ptr, n):
+    """The `n` malloc'd bytes at `ptr`; frees them."""
+    try:
+        return ctypes.string_at(ptr, n) if ptr else b""
     finally:
         lib.zs_free_string(ptr)

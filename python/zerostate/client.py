@@ -120,10 +120,7 @@ class Job:
         out, n = ctypes.c_void_p(), ctypes.c_size_t()
         _call(f"job {self.job_id}: trainer state of version {version}", lib.zs_trainer_state,
               self._h, version, ctypes.byref(out), ctypes.byref(n))
-        try:
-            return ctypes.string_at(out.value, n.value)
-        finally:
-            lib.zs_free_string(out)
+        return _capi.take_bytes(out.value, n.value)
 
     def init_weights(self, begin, end, ptr, nbytes):
         _call(f"job {self.job_id}: initial weights", lib.zs_init_weights, self._h, begin, end,

@@ -23,6 +23,7 @@ except ImportError:
 
 import zerostate.torch as zs
 from zerostate.client import ZerostateError
+from zerostate.policy import Policy
 
 STEPS = 100
 
@@ -97,6 +98,30 @@ def reference_delayed(model, steps, warmup):
         opt.step()
         sched.step()
     return model
+
+
+class DeepSpeedLossScale:
+    """DeepSpeed's DynamicLossScaler.update_scale (deepspeed/runtime/fp16/
+    loss_scaler.py, consecutive_hysteresis off), as written there."""
+
+    def __init__(self, init_scale, delayed_shift, scale_window, min_scale=1.0):
+        self.cur_scale, self.min_scale, self.scale_window = init_scale, min_scale, scale_window
+        self.delayed_shift = self.cur_hysteresis = delayed_shift
+        self.cur_iter, self.last_overflow_iter = 0, -1
+
+    def update_scale(self, overflow):
+        if overflow:
+            if self.delayed_shift == 1 or self.cur_hysteresis == 1:
+                self.cur_scale = max(self.cur_scale / 2, self.min_scale)
+            else:
+                self.cur_hysteresis -= 1
+            self.last_overflow_iter = self.cur_iter
+        else:
+            stable_interval = (self.cur_iter - self.last_overflow_iter) - 1
+            if stable_interval > 0 and stable_interval % self.scale_window == 0:
+                self.cur_hysteresis = self.delayed_shift
+                self.cur_scale *= 2
+        self.cur_iter += 1
 
 
 def train(engine, start, stop, rank=0):
@@ -364,9 +389,11 @@ class EngineTest(zs_servers.ServersTestCase):
             self.assertTrue(torch.equal(master.bfloat16().view(p.shape), p))
 
     def test_fp16_overflow_skips_and_backs_off(self):
-        """fp16 with dynamic loss scaling: a step whose scaled gradient
-        overflows is skipped on the servers (version advances, weights stay)
-        and the scale halves; the servers keep the scaler's state."""
+        """fp16 with dynamic loss scaling, hysteresis 2 (ds_config's
+        default): a step whose scaled gradient overflows is skipped on the
+        servers (version advances, weights stay), and the scale follows
+        DeepSpeed's rule: the first overflow only uses up hysteresis, every
+        later one halves the scale. The servers keep the policy's state."""
 
         class Scale(torch.nn.Module):  # elementwise: fp16 on the CPU
             def __init__(self):
@@ -378,28 +405,32 @@ class EngineTest(zs_servers.ServersTestCase):
                 return x * self.w + self.b
 
         config = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
-                  "fp16": {"enabled": True, "initial_scale_power": 20, "hysteresis": 1}}
+                  "fp16": {"enabled": True, "initial_scale_power": 20, "hysteresis": 2,
+                           "loss_scale_window": 3}}
         engine = self.engine(Scale(), "fp16", config=config, lr_scheduler=None)
         self.assertEqual(engine.loss_scale, 2.0 ** 20)
-        skipped = 0
+        deepspeed = DeepSpeedLossScale(2.0 ** 20, delayed_shift=2, scale_window=3)
+        servers = Policy(engine.config.train)  # reads the state the servers keep
+        skipped = absorbed = 0
         for s in range(12):
             x, y = batch(s)
             before = [p.detach().clone() for p in engine.module.parameters()]
             scale = engine.loss_scale
             engine.backward(((engine(x.half()).float() - y) ** 2).mean())
             engine.step()
-            state = json.loads(engine.job.trainer_state(s + 1))
+            servers.restore(engine.job.trainer_state(s + 1))
             unchanged = all(torch.equal(a, b) for a, b in zip(before, engine.module.parameters()))
-            self.assertEqual(state["skipped"], unchanged, s)
-            self.assertEqual(state["loss_scale"], engine.loss_scale)
-            if unchanged:
-                skipped += 1
-                self.assertEqual(engine.loss_scale, scale / 2)
-            else:
-                self.assertEqual(engine.loss_scale, scale)
+            self.assertEqual(servers.skipped, unchanged, s)
+            self.assertEqual(servers.loss_scale, engine.loss_scale)
+            self.assertEqual(deepspeed.cur_scale, scale, s)
+            deepspeed.update_scale(unchanged)
+            self.assertEqual(engine.loss_scale, deepspeed.cur_scale, s)
+            skipped += unchanged
+            absorbed += unchanged and engine.loss_scale == scale  # hysteresis took it
         self.assertEqual(engine.global_steps, 12)
         self.assertGreater(skipped, 0)
         self.assertLess(skipped, 12)
+        self.assertGreater(absorbed, 0)
 
     def test_two_processes(self):
         """2 ranks as one node of 2 (gradients all-reduced by gloo, each

@@ -7,10 +7,9 @@
 #include "common/convert.h"
 #include "common/init.h"
 #include "server/core/optimizer/optimizer.h"
+#include "trainer/policy.h"
 #include "worker/job.h"
-#include "worker/lr_schedule.h"
 #include "worker/mlp.h"
-#include "worker/step_policy.h"
 #include "worker/teacher_data.h"
 
 namespace zerostate::worker {
@@ -117,7 +116,7 @@ ReferenceResult RunReference(const v1::WorkerConfig& config, const Topology& top
   }
   s.RefreshWorking();
   TeacherData data(t.model());
-  LossScaler scaler(t.loss_scaling(), t.precision() == v1::PRECISION_FP16);
+  trainer::Policy policy(t);  // the step policy both drivers use
   ReferenceResult out;
   std::vector<char> wire(s.layout.total_elems * 4);
   uint64_t applied = 0;
@@ -132,16 +131,17 @@ ReferenceResult RunReference(const v1::WorkerConfig& config, const Topology& top
     float loss0 = 0;
     const std::vector<float>& weights = step >= first_delayed ? previous : s.working;
     for (uint32_t node = 0; node < topo.num_nodes; ++node) {
-      auto g = NodeGradient(t, topo, node, step, scaler.scale(), model, data, weights, &loss0);
+      auto g = NodeGradient(t, topo, node, step, policy.loss_scale(), model, data, weights, &loss0);
       EncodeFloats(g.data(), s.layout.used_elems, spec.grad_dtype(), wire.data());
       AccumulateFloats(wire.data(), s.layout.used_elems, spec.grad_dtype(), s.acc.f());
     }
     auto stats = SumStats(s);
-    StepDecision d = DecideStep(stats.sum_squares, stats.nonfinite, scaler.scale(),
-                                static_cast<double>(topo.world()) * t.grad_accum_steps(),
-                                t.gradient_clipping());
-    if (!d.skip) ApplyStep(s, applied++, LearningRate(t.lr(), step), d.grad_scale);
-    scaler.Update(d.skip);
+    trainer::StepDecision d =
+        policy
+            .Decide(step, stats.sum_squares, stats.nonfinite,
+                    static_cast<double>(topo.world()) * t.grad_accum_steps())
+            .value();
+    if (!d.skip) ApplyStep(s, applied++, d.lr, d.grad_scale);
     previous = s.working;
     s.RefreshWorking();
     out.skipped.push_back(d.skip);

@@ -39,7 +39,7 @@ def save(engine, save_dir, tag=None, client_state=None):
         try:
             os.makedirs(save_dir, exist_ok=True)
             path = engine.job.checkpoint(engine.global_steps, save_dir)
-            meta = dict(engine.scaler.state(), job=engine.job_id, path=path,
+            meta = dict(trainer_state=engine.policy.state().decode(), job=engine.job_id, path=path,
                         version=engine.global_steps, micro_steps=engine.micro_steps)
             sched = engine.lr_scheduler
             torch.save({"lr_scheduler": sched.state_dict() if sched is not None else None,
@@ -105,7 +105,7 @@ def load(engine, load_dir, tag=None):
     if not engine.topo.coordinator:
         engine.job = engine.client.attach_job(engine.job_id)
     engine._reset(meta["version"], meta["micro_steps"])
-    engine.scaler.load(meta)
+    engine.policy.restore(meta.get("trainer_state", "").encode())  # older: "" (DATA_LOSS in fp16)
     for g, saved in zip(engine.optimizer.param_groups, extra["param_groups"]):
         g.update(saved)
     if engine.lr_scheduler is not None and extra["lr_scheduler"] is not None:

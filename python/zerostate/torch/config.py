@@ -30,6 +30,9 @@ class EngineConfig:
                     "stage" not in json.loads(text).get("zero_optimization", {}):
                 continue
             warnings.warn(note)
+        # The TrainConfig as a dict: the step policy's config (zerostate.policy:
+        # clip, fp16 loss scale, LR schedule).
+        self.train = train
         opt = train.get("optimizer", {})
         self.kind = KINDS.get(opt.get("kind", "OPTIMIZER_ADAMW"), "adamw")
         self.optimizer = opt
@@ -42,9 +45,7 @@ class EngineConfig:
         self.schedule = train.get("lr", {})
         self.lr = self.schedule.get("lr", 1e-3)
         self.has_schedule = "warmup_steps" in self.schedule or "decay" in self.schedule
-        self.clip = float(train.get("gradient_clipping", 0.0))
         self.precision = train.get("precision", "PRECISION_FP32")
-        self.loss_scaling = train.get("loss_scaling", {})
         self.grad_accum = int(train.get("grad_accum_steps", 1))
         self.micro_batch = int(train.get("micro_batch_size", 0))
         self.global_batch = int(train.get("global_batch_size", 0))
@@ -77,19 +78,3 @@ class EngineConfig:
                                  f"train_micro_batch_size_per_gpu {self.micro_batch} * "
                                  f"gradient_accumulation_steps {self.grad_accum} * world size "
                                  f"{world}")
-
-    def learning_rate(self, step):
-        """The LR schedule of worker/lr_schedule.cc at `step` (from 0)."""
-        s = self.schedule
-        peak, start = s.get("lr", 1e-3), s.get("warmup_start_lr", 0.0)
-        warm = int(s.get("warmup_steps", 0))
-        if step < warm:
-            return start + (peak - start) * (step + 1) / warm
-        decay = s.get("decay", "LR_DECAY_NONE")
-        if decay not in ("LR_DECAY_LINEAR", "LR_DECAY_COSINE"):
-            return peak
-        import math
-        t = min((step - warm) / max(1, int(s.get("decay_steps", 0))), 1.0)
-        w = 1.0 - t if decay == "LR_DECAY_LINEAR" else 0.5 * (1.0 + math.cos(math.pi * t))
-        low = s.get("min_lr", 0.0)
-        return low + (peak - low) * w

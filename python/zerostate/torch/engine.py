@@ -33,12 +33,12 @@ state servers.
 
 The pieces: topology.py (ranks and nodes), config.py (ds_config), optimizer.py
 (param_groups, the job's spec), buckets.py (gradients out), weights.py
-(weights back), scaler.py (fp16 loss scale), checkpoint.py (save, load,
-roll back), surface.py (the rest of DeepSpeed's engine: module methods,
-batch sizes, the last step's lr and gradient norm, no_sync).
+(weights back), zerostate.policy (clip, fp16 loss scale, LR schedule: the
+C++ step policy the worker runs too), checkpoint.py (save, load, roll back),
+surface.py (the rest of DeepSpeed's engine: module methods, batch sizes, the
+last step's lr and gradient norm, no_sync).
 """
 
-import json
 import os
 import threading
 import time
@@ -47,11 +47,11 @@ import warnings
 import torch
 
 from zerostate.client import Client, ZerostateError
+from zerostate.policy import Policy
 from zerostate.torch import buckets as bk
 from zerostate.torch import checkpoint as ckpt
 from zerostate.torch import optimizer as zopt
 from zerostate.torch.config import EngineConfig
-from zerostate.torch.scaler import LossScaler
 from zerostate.torch.surface import ModuleSurface, data_loader
 from zerostate.torch.topology import Topology
 from zerostate.torch.weights import gather_into, holders, module_weights
@@ -96,7 +96,7 @@ class Engine(ModuleSurface):
         self._pending = None  # a delayed update in flight (the coordinator's Step, gathers)
         self._no_sync = False  # inside no_sync()
         self._grad_norm = self._step_applied = None  # the last step's (surface.py)
-        self.scaler = LossScaler(self.config.loss_scaling)
+        self.policy = Policy(self.config.train)
         # Seconds spent waiting, summed since initialize (for benchmarks): for
         # pushes after backward, for the coordinator's statistics and Step
         # (and its verdict), for gathered weights.
@@ -248,7 +248,7 @@ class Engine(ModuleSurface):
         if sched is None and self.config.has_schedule:
             base = self.config.lr
             sched = torch.optim.lr_scheduler.LambdaLR(
-                self.optimizer, lambda s: self.config.learning_rate(s) / base)
+                self.optimizer, lambda s: self.policy.learning_rate(s) / base)
         elif callable(sched) and not hasattr(sched, "step"):
             sched = sched(self.optimizer)
         if sched is not None and self.global_steps > 0 and getattr(sched, "last_epoch", 0) == 0:
@@ -273,7 +273,7 @@ class Engine(ModuleSurface):
 
     @property
     def loss_scale(self):
-        return self.scaler.scale if self.dtype == torch.float16 else 1.0
+        return self.policy.loss_scale if self.dtype == torch.float16 else 1.0
 
     def backward(self, loss):
         """loss.backward() (times the fp16 loss scale); at the accumulation
@@ -290,13 +290,12 @@ class Engine(ModuleSurface):
 
     def _send_ahead(self):
         """The coordinator's Step parameters before the gradients leave, as
-        _decide will send them if nothing is clipped (the same expression):
+        _decide will send them if nothing is clipped (the policy's grad_scale):
         the servers step each block as soon as it is complete. A failure is
         taken up by the step (_service_step), where every rank hears of it."""
-        ranks = self.topo.world * self.config.grad_accum * self.loss_scale
         try:
             self.job.step_ahead(self.global_steps, self.optimizer.param_groups[0]["lr"],
-                                1.0 / ranks)
+                                self.policy.unclipped_grad_scale(self._average_over()))
         except ZerostateError as e:
             self._ahead_error = e
 
@@ -389,7 +388,7 @@ class Engine(ModuleSurface):
         if verdict[0] == "error":
             self._failed = ZerostateError(verdict[1], verdict[2])
             raise self._failed
-        self.scaler.scale = verdict[1]
+        self.policy.restore(verdict[1])  # the coordinator's trainer_state
         self._step_applied, self._grad_norm = not verdict[2], verdict[3]
 
     def _start_delayed(self, step, lr, scales):
@@ -445,20 +444,16 @@ class Engine(ModuleSurface):
                         f"is {now:g}, registered as {was:g}: a job's groups keep their lr "
                         "ratios (the LR scheduler must scale every group alike)",
                         "INVALID_ARGUMENT")
-        ranks = self.topo.world * self.config.grad_accum * self.loss_scale
-        scale = 1.0 / ranks
-        skip = bool(nonfinite)
-        norm = ss ** 0.5 / ranks
-        if not skip and self.config.clip > 0:
-            coef = self.config.clip / (norm + 1e-6)
-            if coef < 1.0:
-                scale *= coef
-        new_scale = self.scaler.update(skip) if fp16 else self.scaler.scale
-        state = json.dumps(dict(self.scaler.state(), skipped=skip)).encode()
+        d = self.policy.decide(step, ss, nonfinite, self._average_over())
+        state = self.policy.state()
         # The gathers go out first: blocks stream back as the servers step them.
         self._fetch(step + 1)
-        self.job.step(step, lr, scale, skip=skip, state=state)
-        return ("ok", new_scale, skip, norm)
+        self.job.step(step, lr, d.grad_scale, skip=d.skip, state=state)
+        return ("ok", state, d.skip, d.grad_norm)
+
+    def _average_over(self):
+        """The (rank, micro-batch) terms the summed gradient averages over."""
+        return self.topo.world * self.config.grad_accum
 
     def _fetch(self, version):
         for w in self._weights:

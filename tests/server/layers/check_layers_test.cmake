@@ -1,6 +1,7 @@
 # layers_test: cmake/check_layers.cmake passes the real tree and refuses a
-# tree whose core includes gRPC and an edge, and whose data plane includes
-# the gRPC edge, naming each include; the gRPC edge's includes are allowed.
+# tree whose core includes gRPC and an edge, whose data plane includes the
+# gRPC edge, and whose trainer includes the client and the worker, naming
+# each include; the gRPC edge's includes are allowed.
 # Run as: cmake -DSOURCE=<tree> -DFIXTURE=<bad tree> -P check_layers_test.cmake
 set(check ${SOURCE}/cmake/check_layers.cmake)
 
@@ -18,13 +19,15 @@ endif()
 foreach(expected
     "server/core/uses_grpc.h: #include grpcpp/support/byte_buffer.h"
     "server/core/uses_grpc.h: #include server/rpc/state_service.h"
-    "server/dataplane/uses_rpc.cc: #include server/rpc/chunk_reactors.h")
+    "server/dataplane/uses_rpc.cc: #include server/rpc/chunk_reactors.h"
+    "trainer/uses_client.h: #include client/client.h"
+    "trainer/uses_client.h: #include worker/engine.h")
   string(FIND "${err}" "${expected}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "check_layers.cmake did not name '${expected}':\n${err}")
   endif()
 endforeach()
-foreach(allowed "server/core/job.h (" "data_session.h" "server/rpc/fine.cc")
+foreach(allowed "server/core/job.h (" "data_session.h" "server/rpc/fine.cc" "trainer/step_policy.h")
   string(FIND "${err}" "${allowed}" at)
   if(NOT at EQUAL -1)
     message(FATAL_ERROR "check_layers.cmake refused an allowed include '${allowed}':\n${err}")

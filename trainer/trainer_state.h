@@ -11,9 +11,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "worker/step_policy.h"
+#include "trainer/step_policy.h"
 
-namespace zerostate::worker {
+namespace zerostate::trainer {
 
 struct TrainerState {
   LossScaler::State scaler;
@@ -27,4 +27,4 @@ std::string EncodeTrainerState(const TrainerState& state);
 // finite and > 0).
 [[nodiscard]] absl::StatusOr<TrainerState> DecodeTrainerState(absl::string_view text);
 
-}  // namespace zerostate::worker
+}  // namespace zerostate::trainer

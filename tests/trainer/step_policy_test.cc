@@ -1,12 +1,12 @@
-#include "worker/step_policy.h"
+#include "trainer/step_policy.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "worker/lr_schedule.h"
+#include "trainer/lr_schedule.h"
 
-namespace zerostate::worker {
+namespace zerostate::trainer {
 namespace {
 
 TEST(StepPolicyTest, ScaleFoldsLossScaleAndAverage) {
@@ -22,6 +22,8 @@ TEST(StepPolicyTest, ClipsToMaxNorm) {
   EXPECT_NEAR(d.clip_factor, 0.2, 1e-6);
   EXPECT_NEAR(d.grad_scale, 0.2f, 1e-6f);
   EXPECT_DOUBLE_EQ(DecideStep(1.0, 0, 1.0f, 1.0, 2.0f).clip_factor, 1.0);
+  // At max_norm itself: norm + 1e-6 is above it (DeepSpeed's and torch's rule).
+  EXPECT_DOUBLE_EQ(DecideStep(4.0, 0, 1.0f, 1.0, 2.0f).clip_factor, 2.0 / (2.0 + 1e-6));
 }
 
 TEST(StepPolicyTest, NonFiniteSkips) {
@@ -50,9 +52,13 @@ TEST(LossScalerTest, BacksOffAfterHysteresisAndGrowsAfterInterval) {
   s.Update(true);
   EXPECT_EQ(s.scale(), 256.0f);  // not below min_scale
   s.Update(false);
-  EXPECT_EQ(s.scale(), 256.0f);
   s.Update(false);
+  EXPECT_EQ(s.scale(), 256.0f);
+  s.Update(false);  // growth_interval + 1 clean steps since the overflow
   EXPECT_EQ(s.scale(), 512.0f);
+  s.Update(false);
+  s.Update(false);  // then every growth_interval
+  EXPECT_EQ(s.scale(), 1024.0f);
 }
 
 TEST(LossScalerTest, DisabledOrStaticStaysPut) {
@@ -94,4 +100,4 @@ TEST(LrScheduleTest, LinearAndConstant) {
 }
 
 }  // namespace
-}  // namespace zerostate::worker
+}  // namespace zerostate::trainer

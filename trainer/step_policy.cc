@@ -1,9 +1,9 @@
-#include "worker/step_policy.h"
+#include "trainer/step_policy.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace zerostate::worker {
+namespace zerostate::trainer {
 
 namespace {
 
@@ -26,13 +26,14 @@ StepDecision DecideStep(double sum_squares, uint64_t nonfinite, float loss_scale
   }
   const double unscale = Unscale(loss_scale, average_over);
   d.grad_norm = std::sqrt(sum_squares) * unscale;
-  if (max_norm > 0 && d.grad_norm > max_norm) d.clip_factor = max_norm / (d.grad_norm + 1e-6);
+  if (max_norm > 0) d.clip_factor = std::min(1.0, max_norm / (d.grad_norm + 1e-6));
   d.grad_scale = static_cast<float>(d.clip_factor * unscale);
   return d;
 }
 
 LossScaler::LossScaler(const v1::LossScaling& config, bool enabled)
     : config_(config),
+      enabled_(enabled),
       dynamic_(enabled && !config.static_scale()),
       scale_(enabled ? config.initial_scale() : 1.0f),
       hysteresis_left_(config.hysteresis()) {}
@@ -48,11 +49,13 @@ void LossScaler::Update(bool overflow) {
     scale_ = std::max(scale_ * config_.backoff_factor(), config_.min_scale());
     return;
   }
-  if (++clean_steps_ >= config_.growth_interval()) {
-    clean_steps_ = 0;
+  // DeepSpeed grows when its stable interval (clean steps since the last
+  // overflow, less one) is a positive multiple of the window.
+  if (++clean_steps_ > config_.growth_interval()) {
+    clean_steps_ = 1;
     scale_ *= config_.growth_factor();
     hysteresis_left_ = config_.hysteresis();
   }
 }
 
-}  // namespace zerostate::worker
+}  // namespace zerostate::trainer

@@ -7,10 +7,10 @@
 
 #include "zerostate/v1/config.pb.h"
 
-namespace zerostate::worker {
+namespace zerostate::trainer {
 
 // The learning rate of 0-based optimizer step `step`.
-// REQUIRES: schedule normalized (worker/config.h).
+// REQUIRES: schedule normalized (NormalizeLrSchedule, trainer/policy_config.h).
 float LearningRate(const v1::LrSchedule& schedule, uint64_t step);
 
-}  // namespace zerostate::worker
+}  // namespace zerostate::trainer

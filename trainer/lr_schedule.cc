@@ -1,9 +1,9 @@
-#include "worker/lr_schedule.h"
+#include "trainer/lr_schedule.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace zerostate::worker {
+namespace zerostate::trainer {
 
 float LearningRate(const v1::LrSchedule& s, uint64_t step) {
   const double peak = s.lr();
@@ -19,4 +19,4 @@ float LearningRate(const v1::LrSchedule& s, uint64_t step) {
   return static_cast<float>(s.min_lr() + (peak - s.min_lr()) * w);
 }
 
-}  // namespace zerostate::worker
+}  // namespace zerostate::trainer

@@ -1,13 +1,13 @@
 // The loss scaler's state as the coordinator leaves it with the servers:
 // encoded and decoded exactly, and every malformed text refused naming
 // what is wrong.
-#include "worker/trainer_state.h"
+#include "trainer/trainer_state.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-namespace zerostate::worker {
+namespace zerostate::trainer {
 namespace {
 
 TEST(TrainerStateTest, RoundTripsExactly) {
@@ -63,4 +63,4 @@ TEST(TrainerStateTest, MalformedTextIsRefusedNamingWhy) {
 }
 
 }  // namespace
-}  // namespace zerostate::worker
+}  // namespace zerostate::trainer

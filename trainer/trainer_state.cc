@@ -1,4 +1,4 @@
-#include "worker/trainer_state.h"
+#include "trainer/trainer_state.h"
 
 #include <bit>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-namespace zerostate::worker {
+namespace zerostate::trainer {
 namespace {
 
 constexpr absl::string_view kFormat = "loss_scaler/1";
@@ -64,4 +64,4 @@ absl::StatusOr<TrainerState> DecodeTrainerState(absl::string_view text) {
   return state;
 }
 
-}  // namespace zerostate::worker
+}  // namespace zerostate::trainer

@@ -1,0 +1,105 @@
+"""The step policy through the C API from Python (zerostate.policy), no
+servers: the fixed sequence of tests/trainer/testdata/fp16_hysteresis2.json
+gives the decisions written there, as it does through the C++ policy
+(tests/trainer/policy_test.cc, which checks them against DeepSpeed's rule)
+and the worker's path (tests/worker/policy_path_test.cc); the state goes
+on exactly through the trainer_state blob; bad input is refused by name.
+
+Run with /usr/bin/python3 and ZEROSTATE_CLIENT_LIB (libzerostate_client.so)."""
+
+import json
+import math
+import os
+import sys
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+from zerostate.client import ZerostateError, parse_ds_config  # noqa: E402
+from zerostate.policy import Policy  # noqa: E402
+
+with open(os.path.join(ROOT, "tests", "trainer", "testdata", "fp16_hysteresis2.json")) as f:
+    FIXTURE = json.load(f)
+
+
+class PolicyTest(unittest.TestCase):
+    def check(self, i, got, want):
+        """Skip and the next loss scale exactly; doubles within 1e-12 and
+        floats within 1e-6, relative."""
+        why = f"step {i}: {want['why']}"
+        self.assertEqual(got.skip, want["skip"], why)
+        self.assertEqual(got.next_loss_scale, want["next_loss_scale"], why)
+        for name, tol in (("grad_norm", 1e-12), ("clip_factor", 1e-12), ("grad_scale", 1e-6),
+                          ("lr", 1e-6)):
+            self.assertLessEqual(abs(getattr(got, name) - want[name]), tol * abs(want[name]),
+                                 f"{why}: {name} {getattr(got, name)} != {want[name]}")
+
+    def run_sequence(self, restore):
+        policy = Policy(FIXTURE["train"])
+        for i, want in enumerate(FIXTURE["steps"]):
+            d = policy.decide(i, want["sum_squares"], want["nonfinite"], FIXTURE["average_over"])
+            self.check(i, d, want)
+            self.assertEqual(policy.loss_scale, want["next_loss_scale"])
+            self.assertEqual(policy.skipped, want["skip"])
+            if restore and i in FIXTURE["restore_after"]:
+                blob = policy.state()
+                policy = Policy(FIXTURE["train"])
+                policy.restore(blob)
+                self.assertEqual(policy.state(), blob)
+
+    def test_decides_as_the_fixture(self):
+        self.run_sequence(restore=False)
+
+    def test_goes_on_exactly_through_the_blob(self):
+        self.run_sequence(restore=True)
+
+    def test_from_a_ds_config(self):
+        """The ds_config the engine reads becomes the fixture's policy."""
+        train, _ = parse_ds_config(json.dumps({
+            "gradient_clipping": 1.0,
+            "fp16": {"enabled": True, "initial_scale_power": 10, "loss_scale_window": 2,
+                     "hysteresis": 2},
+            "zerostate": {"train": {"lr": FIXTURE["train"]["lr"]}}}))
+        policy = Policy(train)
+        for i, want in enumerate(FIXTURE["steps"]):
+            self.check(i, policy.decide(i, want["sum_squares"], want["nonfinite"],
+                                        FIXTURE["average_over"]), want)
+
+    def test_bad_input_is_refused_by_name_and_changes_nothing(self):
+        policy = Policy(FIXTURE["train"])
+        policy.decide(0, 0.0, 3, 4)  # an overflow: hysteresis 2 -> 1
+        before = policy.state()
+        for ss, avg, name in ((1.0, 0, "average_over"), (1.0, math.nan, "average_over"),
+                              (-1.0, 4, "sum_squares")):
+            with self.assertRaises(ZerostateError) as e:
+                policy.decide(1, ss, 0, avg)
+            self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+            self.assertIn(name, str(e.exception))
+            self.assertEqual(policy.state(), before)
+        for blob in (b"", b"loss_scaler/1 skipped=0", b"not a state"):
+            with self.assertRaises(ZerostateError) as e:
+                policy.restore(blob)
+            self.assertEqual(e.exception.code, "DATA_LOSS", blob)
+            self.assertEqual(policy.state(), before)
+        for train, field in (({"lr": {"lr": 1e-3, "min_lr": 1.0}}, "train.lr.min_lr"),
+                             ({"gradient_clipping": -1}, "train.gradient_clipping"),
+                             ({"no_such_field": 1}, "no_such_field")):
+            with self.assertRaises(ZerostateError) as e:
+                Policy(train)
+            self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+            self.assertIn(field, str(e.exception))
+
+    def test_without_fp16_the_scale_stays_one(self):
+        policy = Policy({"precision": "PRECISION_BF16"})
+        d = policy.decide(0, 1.0, 2, 2)
+        self.assertTrue(d.skip)
+        self.assertEqual((d.next_loss_scale, policy.loss_scale), (1.0, 1.0))
+        self.assertEqual(policy.state(), b"")
+        policy.restore(b"")
+        self.assertEqual(policy.unclipped_grad_scale(2), 0.5)
+
+
+if __name__ == "__main__":
+    unittest.main()
