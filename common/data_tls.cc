@@ -18,7 +18,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/tls_records.h"
 
 namespace zerostate {
 namespace {
@@ -38,20 +37,24 @@ std::shared_ptr<SSL_CTX> NewContext(const SSL_METHOD* method, bool kernel) {
   if (!ctx) return ctx;
   SSL_CTX_set_min_proto_version(ctx.get(), TLS1_3_VERSION);
   SSL_CTX_set_ciphersuites(ctx.get(), kSuites);
-  // A write that would block is retried with the same buffer, and whole
-  // (not record by record: fewer calls under the stream's lock).
+  // A write that would block is retried with the same bytes, possibly
+  // from another buffer (a frame's staged first record). Buffers are kept
+  // (no SSL_MODE_RELEASE_BUFFERS): a stream reuses them for every record.
   SSL_CTX_set_mode(ctx.get(), SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-  uint64_t options = SSL_OP_NO_TICKET | SSL_OP_IGNORE_UNEXPECTED_EOF;
+  uint64_t options = SSL_OP_NO_TICKET;
   if (kernel && KernelTlsAvailable()) {
     options |= SSL_OP_ENABLE_KTLS;
   }
-  // No read-ahead (kTLS takes none): OpenSSL reads no byte past the
-  // handshake's records; after it, userspace records are read and opened
-  // by DataStream (common/tls_records.h) with the traffic secrets the
-  // keylog callback hands to the handshake's TlsTrafficSecrets.
+  // No SSL_OP_IGNORE_UNEXPECTED_EOF: a stream that ends without the
+  // peer's close_notify (cut mid-record, or truncated by a third party)
+  // is an error, not an end (DataStream::CloseSend sends it).
   SSL_CTX_set_options(ctx.get(), options);
   SSL_CTX_set_num_tickets(ctx.get(), 0);
-  SSL_CTX_set_keylog_callback(ctx.get(), TlsSecretsCallback);
+  SSL_CTX_set_max_send_fragment(ctx.get(), kTlsRecordPlaintext);
+  // One recv(2) takes as many records as the buffer holds; OpenSSL keeps
+  // the count of those read ahead when it hands the records to the kernel.
+  SSL_CTX_set_read_ahead(ctx.get(), 1);
+  SSL_CTX_set_default_read_buffer_len(ctx.get(), kTlsRecvBatchBytes);
   return ctx;
 }
 
@@ -100,18 +103,13 @@ absl::StatusOr<std::unique_ptr<DataStream>> Handshake(SSL* ssl, int fd, absl::Ti
   int flags = fcntl(fd, F_GETFL);
   fcntl(fd, F_SETFL, flags | O_NONBLOCK);
   ERR_clear_error();
-  TlsTrafficSecrets secrets;  // filled by TlsSecretsCallback during the handshake
-  SSL_set_app_data(ssl, &secrets);
   while (true) {
     int r;
     {
       ScopedNoSigpipe no_sigpipe;
       r = step(ssl);
     }
-    if (r == 1) {
-      SSL_set_app_data(ssl, nullptr);
-      return DataStream::OverTls(fd, ssl, secrets, records_per_key);
-    }
+    if (r == 1) return std::make_unique<DataStream>(fd, ssl, records_per_key);
     int code = SSL_get_error(ssl, r);
     short events = code == SSL_ERROR_WANT_READ    ? POLLIN
                    : code == SSL_ERROR_WANT_WRITE ? POLLOUT

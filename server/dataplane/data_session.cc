@@ -150,7 +150,7 @@ class Session final : public GatherSink {
   // sends (briefly, and a bounded amount): closing with unread bytes would
   // send a reset, which can destroy the answer before the client reads it.
   void LingeringClose() {
-    shutdown(stream_.fd(), SHUT_WR);
+    stream_.CloseSend();
     stream_.SetRecvDeadline(absl::Now() + absl::Seconds(1));
     char sink[16 << 10];
     for (int i = 0; i < 1024; ++i) {
