@@ -9,8 +9,8 @@
 // - writes of up to kTlsSendBatchBytes per SSL_write_ex (full 16 KiB
 //   records, one OpenSSL call for many), a frame's small header and meta
 //   sent in one record with the start of its payload;
-// - read-ahead (data_tls.cc): one recv(2) takes many records, and one
-//   RecvSome opens as many as fit, up to kTlsRecvBatchBytes;
+// - read-ahead (data_tls.cc): one recv(2) takes more than a record, and
+//   one RecvSome opens as many records as fit, up to kTlsRecvBatchBytes;
 // - a KeyUpdate (SSL_key_update) every `records_per_key` records sent,
 //   below AES-GCM's limit per key (RFC 8446 5.5), which OpenSSL leaves to
 //   its caller.
@@ -55,7 +55,7 @@ inline constexpr uint64_t kTlsRecordsPerKey = uint64_t{1} << 24;
 // other direction's small frames (acknowledgements) do not wait long.
 inline constexpr size_t kTlsSendBatchBytes = 256 << 10;
 // Plaintext opened per RecvSome of a TLS stream (at most), for the same
-// reason; also OpenSSL's read-ahead buffer (data_tls.cc).
+// reason.
 inline constexpr size_t kTlsRecvBatchBytes = 256 << 10;
 
 class DataStream {

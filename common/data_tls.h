@@ -3,8 +3,7 @@
 // handshakes of both ends. TLS 1.3 only, AES-GCM suites only (what the
 // kernel's TLS offload takes), no session tickets (no resumption, and no
 // record after the handshake but the stream's), full 16 KiB records,
-// read-ahead into a kTlsRecvBatchBytes buffer (one recv takes many
-// records), and the records handed to the kernel (kTLS, OpenSSL's
+// read-ahead (one recv takes up to two records), and the records handed to the kernel (kTLS, OpenSSL's
 // SSL_OP_ENABLE_KTLS) after the handshake unless `kernel` is false or the
 // kernel has no TLS. OpenSSL does every record; no secret leaves it.
 // Thread-safe: a context is shared by every handshake made with it.
