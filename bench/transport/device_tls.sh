@@ -20,6 +20,7 @@
 # Extra arguments go to the transport_bench run, last (they win): e.g.
 # a small check: device_tls.sh /tmp/out --tensor_mib=16 --servers=1 --reps=1
 # (ZS_STREAM_MIB sets stream_bench's MiB per connection, default 512.)
+# (ZS_DEVICE_DIR names the bundle's folder, default .device.)
 # Needs the openssl tool, or certificates made beforehand in .device/tls
 # (ca.pem, server.pem/.key for 127.0.0.1, client.pem/.key).
 set -u
@@ -27,10 +28,11 @@ out=$1
 shift
 mkdir -p "$out"
 source "$(dirname "$0")/device_common.sh"
-bin=${ZS_DEVICE_BIN:-.device/bin}
+dev=${ZS_DEVICE_DIR:-.device}  # the bundle's folder
+bin=$dev/bin
 b=$bin/transport_bench
 s=$bin/zerostate-server
-certs=.device/tls
+certs=$dev/tls
 if [ ! -f "$certs/client.pem" ]; then
   # Throwaway certificates, outside $out: the run's keys are not results.
   certs=$(mktemp -d)

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <future>
 #include <string>
@@ -108,7 +109,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace zerostate;
   const TlsContexts& contexts = Contexts();
   auto pair = testing::HandshakePair(contexts.server.get(), contexts.client.get());
-  if (!pair.ok()) __builtin_trap();
+  if (!pair.ok()) {
+    std::fprintf(stderr, "handshake: %s\n", pair.status().ToString().c_str());
+    __builtin_trap();
+  }
   const Wire wire = PeerMoves(*pair->peer, data, size);
   // Sent while the stream reads: the wire may be more than the socket holds.
   auto sent = std::async(std::launch::async, [&] {
@@ -130,6 +134,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     got.append(buf, *r);
     if (got.size() > wire.sealed.size()) __builtin_trap();  // bytes the peer did not seal
   }
+  char more;
+  absl::StatusOr<size_t> again = stream.RecvSome(&more, 1);
+  if (again.ok() != ended.ok() || (again.ok() && *again != 0)) __builtin_trap();
+  shutdown(pair->stream_fd, SHUT_RDWR);  // a send still waiting ends
   sent.wait();
   if (absl::IsDeadlineExceeded(ended)) __builtin_trap();  // the end of the wire must end it
   if (wire.sealed.compare(0, got.size(), got) != 0) __builtin_trap();
@@ -137,8 +145,5 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (got != wire.sealed) __builtin_trap();
     if (ended.ok() != wire.closed) __builtin_trap();
   }
-  char more;
-  absl::StatusOr<size_t> again = stream.RecvSome(&more, 1);
-  if (again.ok() != ended.ok() || (again.ok() && *again != 0)) __builtin_trap();
   return 0;
 }

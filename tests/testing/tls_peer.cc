@@ -1,5 +1,6 @@
 #include "tests/testing/tls_peer.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <openssl/bio.h>
 #include <openssl/err.h>
@@ -53,7 +54,13 @@ absl::StatusOr<std::unique_ptr<TlsPeer>> TlsPeer::Connect(SSL_CTX* ctx, int fd,
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   SetSocketTimeouts(fd, deadline);
   ERR_clear_error();
-  if (SSL_connect(ssl) != 1) {
+  int r;
+  // A signal (a fuzzer's timer) interrupts the blocking socket: again.
+  while ((r = SSL_connect(ssl)) != 1 && absl::Now() < deadline) {
+    const int error = SSL_get_error(ssl, r);
+    if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) break;
+  }
+  if (r != 1) {
     std::string why = TakeOpenSslErrors();
     SSL_free(ssl);
     return absl::UnavailableError(absl::StrCat("TLS peer's handshake: ", why));
@@ -116,6 +123,7 @@ TlsPair::~TlsPair() {
 bool TlsPair::Send(std::string_view bytes) const {
   while (!bytes.empty()) {
     const ssize_t n = send(peer_fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     bytes.remove_prefix(static_cast<size_t>(n));
   }
