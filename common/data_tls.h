@@ -65,10 +65,9 @@ namespace zerostate {
 // to the socket with write(2), not send(MSG_NOSIGNAL), and a peer that went
 // away must be an error, not the death of the process (a library must not
 // change the process's signal handling). Around every OpenSSL call that
-// may write to a socket: the handshakes, and reads while the kernel sends
-// (kTLS); after the handshake, userspace records are sent by DataStream
-// with MSG_NOSIGNAL. Blocks SIGPIPE for the thread meanwhile; not
-// reentrant.
+// may write to a socket: the handshakes, and DataStream's writes, reads
+// (a failed read sends an alert) and close_notify. Blocks SIGPIPE for the
+// thread meanwhile; not reentrant.
 class ScopedNoSigpipe {
  public:
   ScopedNoSigpipe();
