@@ -146,7 +146,8 @@ class Session final : public GatherSink {
     }
   }
 
-  // Sends FIN after the answer, then reads and drops what the client still
+  // Ends this side after the answer (close_notify under TLS, then FIN),
+  // then reads and drops what the client still
   // sends (briefly, and a bounded amount): closing with unread bytes would
   // send a reset, which can destroy the answer before the client reads it.
   void LingeringClose() {
