@@ -147,9 +147,9 @@ class Session final : public GatherSink {
   }
 
   // Ends this side after the answer (close_notify under TLS, then FIN),
-  // then reads and drops what the client still
-  // sends (briefly, and a bounded amount): closing with unread bytes would
-  // send a reset, which can destroy the answer before the client reads it.
+  // then reads and drops what the client still sends (briefly, and a
+  // bounded amount): closing with unread bytes would send a reset, which
+  // can destroy the answer before the client reads it.
   void LingeringClose() {
     stream_.CloseSend();
     stream_.SetRecvDeadline(absl::Now() + absl::Seconds(1));
