@@ -56,7 +56,7 @@ absl::StatusOr<std::unique_ptr<DataConn>> ConnectSameHost(int port, uint64_t inc
 }
 
 void AwaitServerClosed(DataConn& conn, absl::Time deadline) {
-  shutdown(conn.fd(), SHUT_WR);
+  conn.stream().CloseSend();
   conn.stream().SetRecvDeadline(deadline);
   char sink[4096];
   while (true) {

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/bio.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <poll.h>
@@ -14,7 +15,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/data_tls.h"
-#include "common/tls_records.h"
 
 namespace zerostate {
 namespace {
@@ -32,57 +32,37 @@ absl::Status Timeout(const char* what) {
   return absl::DeadlineExceededError(absl::StrCat(what, ": deadline exceeded"));
 }
 
+// The poll(2) events OpenSSL's SSL_ERROR_WANT_* asks for; 0 for a failure.
+short WantedEvents(int error) {
+  return error == SSL_ERROR_WANT_READ ? POLLIN : error == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+}
+
 }  // namespace
 
-DataStream::DataStream(int fd) : fd_(fd), ssl_(nullptr), kernel_send_(true), kernel_recv_(true) {
+DataStream::DataStream(int fd) : fd_(fd), ssl_(nullptr), records_per_key_(0) {
   MakeNonBlocking(fd_);
 }
 
-DataStream::DataStream(int fd, SSL* ssl, std::unique_ptr<TlsRecordKey> sealer,
-                       std::unique_ptr<TlsRecordReader> reader)
-    : fd_(fd),
-      ssl_(ssl),
-      kernel_send_(sealer == nullptr),
-      kernel_recv_(reader == nullptr),
-      sealer_(std::move(sealer)),
-      reader_(std::move(reader)) {
+DataStream::DataStream(int fd, SSL* ssl, uint64_t records_per_key)
+    : fd_(fd), ssl_(ssl), records_per_key_(std::max<uint64_t>(1, records_per_key)) {
   MakeNonBlocking(fd_);
-}
-
-absl::StatusOr<std::unique_ptr<DataStream>> DataStream::OverTls(int fd, SSL* ssl,
-                                                                const TlsTrafficSecrets& secrets,
-                                                                uint64_t records_per_key) {
-  std::unique_ptr<TlsRecordKey> sealer;
-  std::unique_ptr<TlsRecordReader> reader;
-  absl::Status s;
-  if (BIO_get_ktls_send(SSL_get_wbio(ssl)) == 0) {
-    auto key = TlsRecordKey::Make(ssl, secrets, /*send=*/true, records_per_key);
-    if (key.ok()) sealer = *std::move(key);
-    s.Update(key.status());
-  }
-  if (BIO_get_ktls_recv(SSL_get_rbio(ssl)) == 0) {
-    auto key = TlsRecordKey::Make(ssl, secrets, /*send=*/false);
-    if (key.ok()) reader = std::make_unique<TlsRecordReader>(*std::move(key));
-    s.Update(key.status());
-  }
-  if (!s.ok()) {
-    SSL_free(ssl);
-    return s;
-  }
-  return std::unique_ptr<DataStream>(new DataStream(fd, ssl, std::move(sealer), std::move(reader)));
 }
 
 DataStream::~DataStream() {
-  if (ssl_ != nullptr) SSL_free(ssl_);  // no close_notify: the socket's end says enough
+  if (ssl_ == nullptr) return;
+  SendCloseNotify();
+  SSL_free(ssl_);
 }
 
 std::string DataStream::Describe() const {
   if (ssl_ == nullptr) return "plaintext";
-  const char* records = kernel_send_ && kernel_recv_ ? "records in the kernel (kTLS)"
-                        : kernel_send_ ? "records sent by the kernel (kTLS), received by OpenSSL"
-                        : kernel_recv_ ? "records sent by OpenSSL, received by the kernel (kTLS)"
-                                       : "records in OpenSSL (userspace)";
   absl::MutexLock lock(&mu_);
+  const bool send = BIO_get_ktls_send(SSL_get_wbio(ssl_)) != 0;
+  const bool recv = BIO_get_ktls_recv(SSL_get_rbio(ssl_)) != 0;
+  const char* records = send && recv ? "records in the kernel (kTLS)"
+                        : send       ? "records sent by the kernel (kTLS), received by OpenSSL"
+                        : recv       ? "records sent by OpenSSL, received by the kernel (kTLS)"
+                                     : "records in OpenSSL (userspace)";
   return absl::StrCat(SSL_get_version(ssl_), " ", SSL_get_cipher_name(ssl_), ", ", records);
 }
 
@@ -109,6 +89,10 @@ bool DataStream::Wait(short events, absl::Time deadline) {
     if (r == 0) return false;
     if (errno != EINTR) return true;
   }
+}
+
+absl::Status DataStream::SendAll(iovec* iov, int count) {
+  return ssl_ == nullptr ? SendRaw(iov, count) : SendTls(iov, count);
 }
 
 absl::Status DataStream::SendRaw(iovec* iov, int count) {
@@ -138,76 +122,163 @@ absl::Status DataStream::SendRaw(iovec* iov, int count) {
   return absl::OkStatus();
 }
 
-absl::Status DataStream::SealAndSend(iovec* iov, int count) {
-  constexpr size_t kRecords = (kTlsSendBatchBytes + kTlsRecordPlaintext - 1) / kTlsRecordPlaintext;
-  if (sealed_ == nullptr) {  // room for a key update before each record
-    sealed_ = std::make_unique<char[]>(kTlsSendBatchBytes +
-                                       kRecords * (kTlsRecordOverhead + kTlsKeyUpdateRecord));
-  }
-  size_t left = 0;
-  for (int i = 0; i < count; ++i) left += iov[i].iov_len;
-  int at = 0;  // the iovec the next record starts in
-  while (left > 0) {
-    // One batch: up to kTlsSendBatchBytes of plaintext in full records.
-    char* out = sealed_.get();
-    for (size_t batch = std::min(left, kTlsSendBatchBytes); batch > 0;) {
-      const size_t n = std::min(batch, kTlsRecordPlaintext);
-      if (sealer_->Due()) {
-        if (absl::Status s = sealer_->SealKeyUpdate(out); !s.ok()) return s;
-        out += kTlsKeyUpdateRecord;
+// Pieces shorter than a record (a frame's header and meta) are gathered
+// with what follows into staged_ until it holds a full record; the rest of
+// a large piece goes to OpenSSL straight from the caller's memory.
+absl::Status DataStream::SendTls(iovec* iov, int count) {
+  for (int i = 0; i < count; ++i) {
+    char* p = static_cast<char*>(iov[i].iov_base);
+    size_t left = iov[i].iov_len;
+    while (left > 0) {
+      size_t n;
+      absl::Status s;
+      if (staged_.empty() && left >= kTlsRecordPlaintext) {
+        n = std::min(left, BatchLimit());
+        s = WriteTls(p, n);
+      } else {
+        n = std::min(left, kTlsRecordPlaintext - staged_.size());
+        staged_.append(p, n);
+        if (staged_.size() == kTlsRecordPlaintext) s = WriteTls(staged_.data(), staged_.size());
+        if (staged_.size() == kTlsRecordPlaintext) staged_.clear();
       }
-      if (absl::Status s = sealer_->Seal(iov, &at, n, out); !s.ok()) return s;
-      out += n + kTlsRecordOverhead;
-      batch -= n;
+      if (!s.ok()) return s;
+      p += n;
       left -= n;
     }
-    iovec sealed{sealed_.get(), static_cast<size_t>(out - sealed_.get())};
-    if (absl::Status s = SendRaw(&sealed, 1); !s.ok()) return s;
+    iov[i].iov_len = 0;
   }
-  return absl::OkStatus();
+  if (staged_.empty()) return absl::OkStatus();
+  absl::Status s = WriteTls(staged_.data(), staged_.size());
+  staged_.clear();
+  return s;
 }
 
-absl::Status DataStream::SendAll(iovec* iov, int count) {
-  return kernel_send_ ? SendRaw(iov, count) : SealAndSend(iov, count);
+size_t DataStream::BatchLimit() const {
+  const uint64_t records = records_this_key_ >= records_per_key_
+                               ? records_per_key_  // a new key first
+                               : records_per_key_ - records_this_key_;
+  return kTlsRecordPlaintext *
+         std::min<uint64_t>(records, kTlsSendBatchBytes / kTlsRecordPlaintext);
+}
+
+absl::Status DataStream::WriteTls(const char* p, size_t n) {
+  while (true) {
+    TlsResult r;
+    {
+      absl::MutexLock lock(&mu_);
+      r = WriteOnce(p, n);
+    }
+    if (r.error == 0) return absl::OkStatus();
+    const short events = WantedEvents(r.error);
+    if (events == 0) return absl::UnavailableError(absl::StrCat("send: ", r.why));
+    if (!Wait(events, send_deadline_)) return Timeout("send");
+  }
+}
+
+DataStream::TlsResult DataStream::WriteOnce(const char* p, size_t n) {
+  TlsResult r;
+  if (records_this_key_ >= records_per_key_) {
+    // Sent by the SSL_write_ex below, before its records.
+    if (SSL_key_update(ssl_, SSL_KEY_UPDATE_NOT_REQUESTED) != 1) {
+      r.error = SSL_ERROR_SSL;
+      r.why = Why(r.error);
+      return r;
+    }
+    records_this_key_ = 0;
+    ++key_updates_sent_;
+  }
+  ERR_clear_error();
+  ScopedNoSigpipe no_sigpipe;
+  const int ok = SSL_write_ex(ssl_, p, n, &r.bytes);
+  if (ok == 1) {
+    records_this_key_ += (n + kTlsRecordPlaintext - 1) / kTlsRecordPlaintext;
+    return r;
+  }
+  r.error = SSL_get_error(ssl_, ok);
+  if (WantedEvents(r.error) == 0) r.why = Why(r.error);
+  return r;
 }
 
 absl::StatusOr<size_t> DataStream::RecvSome(void* p, size_t n) {
+  if (ssl_ != nullptr) return RecvTls(static_cast<char*>(p), n);
   while (true) {
-    if (kernel_recv_) {
-      ssize_t r = recv(fd_, p, n, MSG_DONTWAIT);
-      if (r >= 0) return static_cast<size_t>(r);
-      if (errno == EINTR) continue;
-      // EIO: under kTLS, a record that is not data (a peer's alert).
-      if (errno != EAGAIN && errno != EWOULDBLOCK) return Errno("recv", errno);
-    } else {
-      absl::MutexLock lock(&recv_mu_);
-      absl::StatusOr<size_t> got = reader_->Read(static_cast<char*>(p), n, kTlsRecvBatchBytes);
-      if (!got.ok()) return absl::UnavailableError(absl::StrCat("recv: ", got.status().message()));
-      if (*got > 0) return *got;
-      bool closed = false;
-      absl::StatusOr<bool> came = reader_->Receive(fd_, &closed);
-      if (closed) return 0;
-      if (!came.ok()) return came.status();
-      if (*came) continue;
-    }
+    ssize_t r = recv(fd_, p, n, MSG_DONTWAIT);
+    if (r >= 0) return static_cast<size_t>(r);
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return Errno("recv", errno);
     if (!Wait(POLLIN, recv_deadline_)) return Timeout("recv");
   }
 }
 
-uint64_t DataStream::KeyUpdatesSent() const { return sealer_ ? sealer_->updates() : 0; }
+absl::StatusOr<size_t> DataStream::RecvTls(char* p, size_t n) {
+  while (true) {
+    if (recv_ended_) return 0;
+    if (!recv_failed_.ok()) return recv_failed_;
+    TlsResult r;
+    {
+      absl::MutexLock lock(&mu_);
+      r = ReadBatch(p, std::min(n, kTlsRecvBatchBytes));
+    }
+    const short events = WantedEvents(r.error);
+    if (r.error == SSL_ERROR_ZERO_RETURN) {
+      recv_ended_ = true;
+    } else if (r.error != 0 && events == 0) {
+      recv_failed_ = absl::UnavailableError(absl::StrCat("recv: ", r.why));
+    }
+    // What came before the end or an error is the caller's first.
+    if (r.bytes > 0) return r.bytes;
+    if (events != 0 && !Wait(events, recv_deadline_)) return Timeout("recv");
+  }
+}
 
-uint64_t DataStream::KeyUpdatesReceived() {
-  if (kernel_recv_) return 0;
-  absl::MutexLock lock(&recv_mu_);
-  return reader_->key_updates();
+DataStream::TlsResult DataStream::ReadBatch(char* p, size_t n) {
+  TlsResult r;
+  ERR_clear_error();
+  ScopedNoSigpipe no_sigpipe;  // a failed read sends an alert
+  while (r.bytes < n) {
+    size_t got = 0;
+    const int ok = SSL_read_ex(ssl_, p + r.bytes, n - r.bytes, &got);
+    if (ok == 1) {
+      r.bytes += got;
+      continue;
+    }
+    r.error = SSL_get_error(ssl_, ok);
+    if (WantedEvents(r.error) == 0 && r.error != SSL_ERROR_ZERO_RETURN) r.why = Why(r.error);
+    break;
+  }
+  // Bytes and "wait for more" together: the bytes are the answer.
+  if (r.bytes > 0 && WantedEvents(r.error) != 0) r.error = 0;
+  return r;
+}
+
+std::string DataStream::Why(int error) const {
+  std::string why = TakeOpenSslErrors();
+  if (!why.empty()) return why;
+  if (error == SSL_ERROR_SYSCALL) return errno != 0 ? std::strerror(errno) : "connection closed";
+  return absl::StrCat("OpenSSL error ", error);
 }
 
 bool DataStream::Buffered() {
-  if (kernel_recv_) return false;
-  absl::MutexLock lock(&recv_mu_);
-  return reader_->Ready();
+  if (ssl_ == nullptr) return false;
+  absl::MutexLock lock(&mu_);
+  return SSL_has_pending(ssl_) == 1;
 }
 
-bool DataStream::WaitReadable(absl::Time deadline) { return Buffered() || Wait(POLLIN, deadline); }
+bool DataStream::WaitReadable(absl::Time deadline) {
+  return Buffered() || Wait(POLLIN, deadline);
+}
+
+void DataStream::SendCloseNotify() {
+  absl::MutexLock lock(&mu_);
+  if (std::exchange(close_notify_sent_, true)) return;
+  ScopedNoSigpipe no_sigpipe;
+  (void)SSL_shutdown(ssl_);  // sends close_notify; the peer's is not awaited
+  ERR_clear_error();
+}
+
+void DataStream::CloseSend() {
+  if (ssl_ != nullptr) SendCloseNotify();
+  shutdown(fd_, SHUT_WR);
+}
 
 }  // namespace zerostate

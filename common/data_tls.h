@@ -1,10 +1,11 @@
 // TLS for the TCP data plane (common/data_stream.h): OpenSSL contexts
 // made from the same PEM files as the gRPC port's credentials, and the
 // handshakes of both ends. TLS 1.3 only, AES-GCM suites only (what the
-// kernel's TLS offload takes), no session tickets (a ticket after the
-// handshake would be a record the kernel cannot hand to a plain recv),
-// and the records handed to the kernel (kTLS) after the handshake unless
-// `kernel` is false or the kernel has no TLS.
+// kernel's TLS offload takes), no session tickets (no resumption, and no
+// record after the handshake but the stream's), full 16 KiB records,
+// read-ahead (one recv takes up to two records), and the records handed to the kernel (kTLS, OpenSSL's
+// SSL_OP_ENABLE_KTLS) after the handshake unless `kernel` is false or the
+// kernel has no TLS. OpenSSL does every record; no secret leaves it.
 // Thread-safe: a context is shared by every handshake made with it.
 #pragma once
 
@@ -16,7 +17,6 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/data_stream.h"
-#include "common/tls_records.h"
 
 typedef struct ssl_ctx_st SSL_CTX;
 
@@ -44,8 +44,8 @@ namespace zerostate {
 // `deadline`. Errors: UNAUTHENTICATED (the client's certificate was
 // refused, or none given under mutual TLS), UNAVAILABLE (not TLS, or the
 // connection broke; with OpenSSL's reason), DEADLINE_EXCEEDED.
-// Userspace records update their sending key every `records_per_key`
-// records (common/tls_records.h; tests make it small).
+// The stream updates its sending key every `records_per_key` records
+// (common/data_stream.h; tests make it small).
 [[nodiscard]] absl::StatusOr<std::unique_ptr<DataStream>> TlsAccept(
     SSL_CTX* ctx, int fd, absl::Time deadline, uint64_t records_per_key = kTlsRecordsPerKey);
 
@@ -65,10 +65,9 @@ namespace zerostate {
 // to the socket with write(2), not send(MSG_NOSIGNAL), and a peer that went
 // away must be an error, not the death of the process (a library must not
 // change the process's signal handling). Around every OpenSSL call that
-// may write to a socket: the handshakes, and reads while the kernel sends
-// (kTLS); after the handshake, userspace records are sent by DataStream
-// with MSG_NOSIGNAL. Blocks SIGPIPE for the thread meanwhile; not
-// reentrant.
+// may write to a socket: the handshakes, and DataStream's writes, reads
+// (a failed read sends an alert) and close_notify. Blocks SIGPIPE for the
+// thread meanwhile; not reentrant.
 class ScopedNoSigpipe {
  public:
   ScopedNoSigpipe();

@@ -1,27 +1,22 @@
 #!/usr/bin/env python3
-"""The TLS target's table from two transport_bench --tls_dir --json logs
-(bench/transport/device_tls.sh): one at 4 streams per server, one at 8.
+"""The TLS target's table from one transport_bench --tls_dir --json log
+(bench/transport/device_tls.sh): the TCP data plane under TLS against
+plaintext in the same run, the client sized as a default client is
+(client/data_streams.h: under OpenSSL's userspace records 8 streams per
+server, but no more over all servers than the host's cores, never fewer
+than --streams; plaintext at --streams).
 
-    bench/transport/tls_target.py TLS_TCP_LOG TLS_TCP_S8_LOG [AES_LOG CORES]
+    bench/transport/tls_target.py TLS_TCP_LOG [AES_LOG CORES]
 
-prints, per data plane figure (push|gather, dtype, servers): TLS over
-plaintext at 4 streams, at 8, TLS at 8 over plaintext at 4, and TLS at
-the streams a default client runs over plaintext at 4 (the target: 8 per
-server, but no more over all servers than CORES, and never fewer than 4,
-client/data_streams.h; also printed as a --json figure
-`tls_default.<figure>` against the target's 0.6); the GB/s; and the
-client's and servers' CPU s/GB under TLS at 4 streams. "-" where a figure
-is missing (a run that failed or timed out).
-
-With AES_LOG (the output of `openssl speed -evp aes-128-gcm -bytes 16384`
-on one core) and CORES (the host's), it first prints as --json figures the
-raw AES-128-GCM rate per core and the ceiling it implies on this host,
-where every byte is sealed once and opened once on the same cores (client
-and servers share the host): crypto alone, CORES * rate / 2 GB/s; and per
-figure a column "ceiling": the TLS/plain ratio the host allows if TLS costs
-plaintext's CPU s/GB (client + servers, measured at 4 streams) plus the two
-cipher passes and every core is busy: min(1, CORES / (plain s/GB +
-2 / rate) / plain GB/s).
+prints per data plane figure (push|gather, dtype, servers) a --json figure
+`tls_vs_plain.<figure>`: TLS GB/s over plaintext GB/s against the target
+(limit 0.6), with the CPU seconds per GB of client and servers under TLS
+and in plaintext; then the same as a table. With AES_LOG (the output of
+`openssl speed -evp aes-128-gcm -bytes 16384` on one core) and CORES, it
+first prints the cipher's GB/s per core, and per figure the ratio the host
+allows if TLS costs plaintext's CPU s/GB plus one seal and one open of
+every byte with every core busy ("ceiling": min(1, CORES / (plain s/GB +
+2 / rate) / plain GB/s)). "-" where a figure is missing.
 """
 import json
 import re
@@ -40,14 +35,6 @@ def figures(path):
     return out
 
 
-def ratio(a, b):
-    return "%.3f" % (a["value"] / b["value"]) if a and b else "-"
-
-
-def gbs(a):
-    return "%.2f" % a["value"] if a else "-"
-
-
 def aes_rate(path):
     """AES-128-GCM GB/s on one core from `openssl speed` output, or None."""
     try:
@@ -61,56 +48,46 @@ def aes_rate(path):
 
 
 def ceiling(plain, rate, cores):
-    """The TLS/plain ratio `cores` allow at the cipher's `rate` (see above)."""
     if not plain or not rate or "client_cpu_s_per_gb" not in plain:
-        return "-"
+        return None
     s_per_gb = plain["client_cpu_s_per_gb"] + plain["server_cpu_s_per_gb"] + 2 / rate
-    return "%.2f" % min(1.0, cores / s_per_gb / plain["value"])
+    return min(1.0, cores / s_per_gb / plain["value"])
 
 
-def default_streams(name, cores):
-    """Streams per server of a default client under userspace TLS records
-    (client/data_streams.h) for the figure `name` (..servers=N..): 8, but
-    no more over all servers than `cores`, never fewer than 4; of the
-    measured 4 and 8, the one it picks (8 only when it gets all 8)."""
-    m = re.search(r"servers=(\d+)", name)
-    servers = int(m.group(1)) if m else 1
-    n = max(4, min(8, (cores or 16) // servers))
-    return 8 if n >= 8 else 4
+def cpu(f):
+    return "%.2f / %.2f" % (f["client_cpu_s_per_gb"], f["server_cpu_s_per_gb"]) if f else "-"
 
 
-def main(s4_path, s8_path, aes_path=None, cores="0"):
-    s4, s8 = figures(s4_path), figures(s8_path)
+def main(log, aes_path=None, cores="0"):
+    figs = figures(log)
     rate, cores = (aes_rate(aes_path) if aes_path else None), int(cores)
     if rate:
         print(json.dumps({"figure": "aes128gcm.one_core", "value": round(rate, 3),
                           "unit": "GB/s", "cpu_s_per_gb": round(1 / rate, 4)}))
-        print(json.dumps({"figure": "tls.crypto_ceiling", "value": round(cores * rate / 2, 2),
-                          "unit": "GB/s", "cores": cores,
-                          "crypto_cpu_s_per_gb": round(2 / rate, 4)}))
     rows = []
-    for name, plain in s4.items():
-        if ".tcp" not in name or name.endswith((".tls", ".tls_user")):
+    for name, tls in figs.items():
+        if ".tcp" not in name or not name.endswith(".tls") or "plain" not in tls:
             continue
-        t4, t8, p8 = s4.get(name + ".tls"), s8.get(name + ".tls"), s8.get(name)
-        streams = default_streams(name, cores)
-        tdef = t8 if streams == 8 else t4
-        if tdef and plain:
-            print(json.dumps({"figure": "tls_default." + name,
-                              "value": round(tdef["value"] / plain["value"], 3), "unit": "x",
-                              "limit": 0.6, "streams_per_server": streams}))
-        cpu = ("%.2f/%.2f" % (t4["client_cpu_s_per_gb"], t4["server_cpu_s_per_gb"])
-               if t4 else "-")
-        rows.append("| %s | %s | %s | %s | %s (%d) | %s | %s | %s | %s | %s | %s |" %
-                    (name, ratio(t4, plain), ratio(t8, p8), ratio(t8, plain),
-                     ratio(tdef, plain), streams, gbs(t4), gbs(t8), gbs(plain), gbs(p8), cpu,
-                     ceiling(plain, rate, cores)))
-    print("| figure | TLS/plain @4 | TLS/plain @8 | TLS@8 / plain@4 | TLS default / plain@4 "
-          "(streams) | TLS@4 GB/s | TLS@8 GB/s | plain@4 GB/s | plain@8 GB/s "
-          "| TLS@4 CPU s/GB client/servers | ceiling |")
-    print("| --- " * 11 + "|")
+        plain = figs.get(name[:-len(".tls")])
+        top = ceiling(plain, rate, cores)
+        d = {"figure": "tls_vs_plain." + name[:-len(".tls")], "value": tls["plain_ratio"],
+             "unit": "x", "limit": 0.6, "tls_gbps": tls["value"], "plain_gbps": tls["plain"],
+             "records": tls.get("records", "")}
+        for side in ("client", "server"):
+            key = side + "_cpu_s_per_gb"
+            d["tls_" + key] = tls.get(key)
+            d["plain_" + key] = plain.get(key) if plain else None
+        if top is not None:
+            d["ceiling"] = round(top, 3)
+        print(json.dumps(d))
+        rows.append("| %s | %.3f | %.2f | %.2f | %s | %s | %s |" %
+                    (name[:-len(".tls")], tls["plain_ratio"], tls["value"], tls["plain"],
+                     cpu(tls), cpu(plain), "%.2f" % top if top is not None else "-"))
+    print("| figure | TLS / plain | TLS GB/s | plain GB/s | TLS CPU s/GB client / servers "
+          "| plain CPU s/GB client / servers | ceiling |")
+    print("| --- " * 7 + "|")
     print("\n".join(rows))
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:4])

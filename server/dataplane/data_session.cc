@@ -146,11 +146,12 @@ class Session final : public GatherSink {
     }
   }
 
-  // Sends FIN after the answer, then reads and drops what the client still
-  // sends (briefly, and a bounded amount): closing with unread bytes would
-  // send a reset, which can destroy the answer before the client reads it.
+  // Ends this side after the answer (close_notify under TLS, then FIN),
+  // then reads and drops what the client still sends (briefly, and a
+  // bounded amount): closing with unread bytes would send a reset, which
+  // can destroy the answer before the client reads it.
   void LingeringClose() {
-    shutdown(stream_.fd(), SHUT_WR);
+    stream_.CloseSend();
     stream_.SetRecvDeadline(absl::Now() + absl::Seconds(1));
     char sink[16 << 10];
     for (int i = 0; i < 1024; ++i) {

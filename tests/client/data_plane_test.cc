@@ -83,7 +83,7 @@ TEST_P(DataPlaneTest, EachMalformedFrameIsAnsweredNamingItThenClosedAndChangesNo
     std::unique_ptr<client::DataConn> conn = Connect();
     ASSERT_NE(conn, nullptr);
     ASSERT_TRUE(Write(*conn, bad.bytes));
-    shutdown(conn->fd(), SHUT_WR);  // a truncated frame ends here
+    conn->stream().CloseSend();  // a truncated frame ends here
     FrameStart reply = Reply(*conn);
     EXPECT_EQ(reply.header.type, FrameType::kError);
     EXPECT_EQ(reply.meta.code(), static_cast<int>(absl::StatusCode::kInvalidArgument));

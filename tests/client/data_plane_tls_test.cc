@@ -4,10 +4,16 @@
 // is refused at the handshake on both planes and changes nothing; a
 // plaintext client on the TLS data port and a TLS client on a plaintext
 // one get nowhere; renewed certificate files serve new connections while
-// live ones keep theirs, under load, with every push applied exactly once.
+// live ones keep theirs, under load, with every push applied exactly once;
+// `openssl s_client` completes the handshake and gets a malformed frame
+// refused; a push whose records are cut, altered, follow a close_notify or
+// an alert closes the connection and changes nothing.
 // (Malformed frames, wrong tokens and cuts under TLS: data_plane_test.cc
 // and network_fault_test.cc run their cases under TLS too.)
+#include <sys/socket.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -19,6 +25,8 @@
 #include "tests/client/data_plane_helpers.h"
 #include "tests/client/reference_model.h"
 #include "tests/testing/frame_cases.h"
+#include "tests/testing/pattern.h"
+#include "tests/testing/tls_peer.h"
 
 namespace zerostate::testing {
 namespace {
@@ -109,6 +117,21 @@ class DataPlaneTlsTest : public ::testing::Test {
     return (*reply)->meta;
   }
 
+  // A raw OpenSSL client (tls_peer.h) handshaken with the data plane as
+  // "client", on a TCP connection `conn` holds.
+  absl::StatusOr<std::unique_ptr<TlsPeer>> PeerOn(std::unique_ptr<client::DataConn>* conn) {
+    client::ClientOptions o = TestClientOptions({});
+    UseMutualTls(o);
+    auto ctx = client::DataTlsContextFor(o);
+    if (!ctx.ok()) return ctx.status();
+    tls_peer_ctx_ = *std::move(ctx);
+    client::DataConnPool pool(server_->data_address(), 0, nullptr);  // TCP only
+    auto c = pool.Acquire(absl::Now() + absl::Seconds(10));
+    if (!c.ok()) return c.status();
+    *conn = *std::move(c);
+    return TlsPeer::Connect(tls_peer_ctx_.get(), (*conn)->fd(), absl::Now() + absl::Seconds(10));
+  }
+
   std::string Log() const {
     std::ifstream in(log_);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -118,6 +141,7 @@ class DataPlaneTlsTest : public ::testing::Test {
   const std::string log_ =
       absl::StrCat(::testing::TempDir(), "zerostate_data_tls.", getpid(), ".log");
   std::unique_ptr<ServerProcess> server_;
+  std::shared_ptr<SSL_CTX> tls_peer_ctx_;
   std::unique_ptr<client::Client> client_;
   std::unique_ptr<client::JobClient> job_;
 };
@@ -283,6 +307,96 @@ TEST_F(DataPlaneTlsTest, RenewalThatDoesNotLoadKeepsThePreviousCertificate) {
   EXPECT_EQ(ack->code(), 0) << ack->message();
   EXPECT_NE(Log().find("do not load; new connections keep the previous ones"), std::string::npos)
       << Log();
+}
+
+// The reference implementation's client completes the handshake with the
+// data plane (mutual TLS, TLS 1.3), sends a frame with a bad magic and
+// reads the server's ERROR frame naming it, then the server's end.
+TEST_F(DataPlaneTlsTest, OpenSslClientIsServedTheHandshakeThenARefusedFrame) {
+  StartServer();
+  const std::string good = PushFrame(PushFields("tls"), kTestJobToken, kPayload);
+  const BadFrame bad = BadFrames(good)[0];
+  const std::string in = Served("s_client.in");
+  const std::string out = Served("s_client.out");
+  std::ofstream(in, std::ios::binary) << bad.bytes;
+  const std::string cmd = absl::StrCat(
+      "timeout 20 openssl s_client -quiet -tls1_3 -verify_return_error -verify_ip 127.0.0.1",
+      " -connect ", server_->data_address(), " -CAfile ", certs_.Path("ca.pem"), " -cert ",
+      certs_.Path("client.pem"), " -key ", certs_.Path("client.key"), " <", in, " >", out,
+      " 2>", out, ".err");
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream answer(out, std::ios::binary);
+  const std::string got((std::istreambuf_iterator<char>(answer)), std::istreambuf_iterator<char>());
+  EXPECT_NE(got.find(bad.error), std::string::npos) << "s_client read: " << got;
+  ExpectJobUntouched(*job_);
+}
+
+// A valid push sealed by a raw OpenSSL client, then delivered cut short,
+// with its tag altered, half of it after a close_notify, or half of it
+// followed by an alert: the server never applies it, and ends the
+// connection (after a close_notify mid-frame, with an ERROR frame naming
+// the truncated frame). The job is then as if nothing had come.
+TEST_F(DataPlaneTlsTest, TamperedRecordsCloseTheConnectionAndChangeNothing) {
+  StartServer();
+  const std::string frame = PushFrame(PushFields("tls"), kTestJobToken, kPayload);
+  const std::string half = frame.substr(0, frame.size() / 2);
+  const std::string rest = frame.substr(half.size());
+  const struct {
+    const char* name;
+    std::string (*wire)(TlsPeer&, const std::string&, const std::string&);
+  } cases[] = {
+      {"truncated record",
+       [](TlsPeer& p, const std::string& a, const std::string& b) {
+         p.Write(a + b);
+         std::string w = p.Take();
+         return w.substr(0, w.size() - 5);
+       }},
+      {"bad tag",
+       [](TlsPeer& p, const std::string& a, const std::string& b) {
+         p.Write(a + b);
+         std::string w = p.Take();
+         w.back() ^= 1;
+         return w;
+       }},
+      {"record after close_notify",
+       [](TlsPeer& p, const std::string& a, const std::string& b) {
+         p.Write(a);
+         p.CloseNotify();
+         p.Write(b);
+         return p.Take();
+       }},
+      {"alert mid-stream",
+       [](TlsPeer& p, const std::string& a, const std::string& b) {
+         p.Write(a);
+         p.Open(std::string("\x17\x03\x03\x00\x20", 5) + Pattern(32, 1));  // seals an alert
+         p.Write(b);
+         return p.Take();
+       }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<client::DataConn> conn;
+    auto peer = PeerOn(&conn);
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    const std::string wire = c.wire(**peer, half, rest);
+    ASSERT_EQ(send(conn->fd(), wire.data(), wire.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(wire.size()));
+    shutdown(conn->fd(), SHUT_WR);
+    // Whatever the server sends back, then its end (the socket has the
+    // peer's 10 s timeout: a server that kept the connection fails here).
+    std::string back;
+    char buf[4096];
+    ssize_t n;
+    while ((n = recv(conn->fd(), buf, sizeof(buf), 0)) > 0) back.append(buf, n);
+    EXPECT_TRUE(n == 0 || errno == ECONNRESET) << "the server kept the connection: " << errno;
+    const std::string answer = (*peer)->Open(back);
+    if (std::string(c.name) == "record after close_notify") {
+      EXPECT_NE(answer.find("truncated frame"), std::string::npos) << answer;
+    } else {
+      EXPECT_EQ(answer, "") << "the server answered a frame it did not get whole";
+    }
+  }
+  ExpectJobUntouched(*job_);
 }
 
 }  // namespace

@@ -129,7 +129,20 @@ def configs():
           b'{"train": {"job_id": "x", "steps": 2}}}')
 
 
+def tls_stream():
+    # The peer's moves (tls_stream_fuzzer.cc): 0 raw bytes, 1 sealed data,
+    # 2 KeyUpdate, 3 close_notify, 4 a byte flipped, 5 the wire cut.
+    data = frame(1, b"PUSH frame bytes " * 40)
+    write("tls_stream", "data_close", data + frame(1, b"x" * 3000) + frame(3, b""))
+    write("tls_stream", "key_update", data + frame(2, b"\x01") + frame(1, b"after") + frame(3, b""))
+    write("tls_stream", "after_close", data + frame(3, b"") + frame(1, b"late"))
+    write("tls_stream", "flipped_tag", data + frame(4, b"\xff\xff\x80"))
+    write("tls_stream", "cut", data + frame(5, b"\x07\x00"))
+    write("tls_stream", "forged", data + frame(0, b"\x17\x03\x03\x00\x20" + b"\x00" * 32))
+
+
 if __name__ == "__main__":
     for name in ("worker_config", "ds_config"):
         os.makedirs(os.path.join(HERE, "corpus", name), exist_ok=True)
     register_job(); chunks(); gather(); step(); rendezvous(); manifest(); configs()
+    tls_stream()

@@ -21,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-60}
 shift || true
-ALL=(register_job chunk gather frame step rendezvous manifest worker_config ds_config)
+ALL=(register_job chunk gather frame step rendezvous manifest worker_config ds_config tls_stream)
 [ $# -gt 0 ] && HARNESSES=("$@") || HARNESSES=("${ALL[@]}")
 BUILD=${BUILD:-build-san}
 OUT=${FUZZ_OUT:-$BUILD/fuzz-out}
