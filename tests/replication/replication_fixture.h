@@ -147,12 +147,15 @@ inline double ReplicaSumBytes(ServerProcess& s) {
   return ServerMetric(s, "zerostate_rpc_bytes_received_total{method=\"DataReplicaSum\"}");
 }
 
-inline absl::StatusOr<ReplicatedRun> StartNodes(const v1::JobSpec& spec,
-                                                const std::vector<std::string>& servers) {
+// `hook`: each client's ClientOptions::before_failover_probe.
+inline absl::StatusOr<ReplicatedRun> StartNodes(
+    const v1::JobSpec& spec, const std::vector<std::string>& servers,
+    std::function<void(int shard, int server)> hook = nullptr) {
   ReplicatedRun run;
   for (uint32_t n = 0; n < kReplicaNodes; ++n) {
     client::ClientOptions o = TestClientOptions(servers);
     o.failover_wait = std::chrono::milliseconds(500);
+    o.before_failover_probe = hook;
     auto c = client::Client::Connect(o);
     if (!c.ok()) return c.status();
     auto j = n == 0 ? (*c)->RegisterJob(spec) : (*c)->AttachJob(spec.job_id());
