@@ -147,6 +147,17 @@ inline double ReplicaSumBytes(ServerProcess& s) {
   return ServerMetric(s, "zerostate_rpc_bytes_received_total{method=\"DataReplicaSum\"}");
 }
 
+// Pushed gradient bytes server `s` took on its data plane (TCP or the
+// same-host plane), not over gRPC.
+inline double DataPlanePushBytes(ServerProcess& s) {
+  double bytes = 0;
+  for (const char* method : {"DataPush", "ShmPush"}) {
+    bytes += std::max(0.0, ServerMetric(s, absl::StrCat("zerostate_rpc_bytes_received_total{method=\"",
+                                                        method, "\"}")));
+  }
+  return bytes;
+}
+
 // `hook`: each client's ClientOptions::before_failover_probe.
 inline absl::StatusOr<ReplicatedRun> StartNodes(
     const v1::JobSpec& spec, const std::vector<std::string>& servers,
