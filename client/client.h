@@ -21,6 +21,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -143,6 +144,11 @@ struct ClientOptions {
   // place of "<host of servers[i]>:<the port the server advertises>" (for a
   // proxy or NAT in between, and tests).
   std::vector<std::string> data_servers;
+  // Testing only: called when a call to `server` for `shard` of a
+  // replicated job failed as if the server were gone, before the client
+  // probes it (client/failover.cc); lets a test change the cluster at that
+  // moment (a fenced server rejoining) without timing. Empty: nothing.
+  std::function<void(int shard, int server)> before_failover_probe;
 };
 
 // The result of an asynchronous call. Wait() blocks until it is done and

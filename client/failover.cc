@@ -71,6 +71,8 @@ absl::Status QuickStatus(Client::Impl& client, const JobContext& job, int server
 absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& cause) {
   absl::MutexLock lock(&failover_mu_);
   if (ServerOf(job_, shard) != from) return absl::OkStatus();  // another call moved it
+  const auto& hook = client_->options().before_failover_probe;
+  if (hook) hook(shard, from);
   const absl::Duration wait = absl::FromChrono(client_->options().failover_wait);
   v1::JobStatusResponse probe;
   if (QuickStatus(*client_, job_, from, shard, wait, &probe).ok()) {
@@ -90,10 +92,16 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
   }
   const int servers = client_->num_servers();
   absl::Status last = cause;
-  // The first backup that answers for the shard takes it; none: nullopt.
+  // Every copy's server, `from` last: the current holder of the shard's
+  // claim, whoever it is, answers for it (a server that took the shard
+  // over on its own, or `from` itself once it rejoined the membership
+  // after an etcd outage); the others answer "not primary".
+  std::vector<uint32_t> copies = ReplicaServers(servers, shard, spec_.replicas());
+  std::stable_partition(copies.begin(), copies.end(),
+                        [from](uint32_t s) { return static_cast<int>(s) != from; });
+  // The first copy that answers for the shard takes it; none: nullopt.
   auto take_over = [&]() -> std::optional<absl::Status> {
-    for (uint32_t to : ReplicaServers(servers, shard, spec_.replicas())) {
-      if (static_cast<int>(to) == from) continue;
+    for (uint32_t to : copies) {
       v1::JobStatusResponse resp;
       absl::Status st = QuickStatus(*client_, job_, to, shard, wait, &resp,
                                     /*check_incarnation=*/false);
@@ -119,7 +127,12 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
             " in progress: it missed acknowledged steps (it was lost as a backup earlier); "
             "restore the job from a checkpoint"));
       }
-      if (restarted) job_.incarnations->Set(static_cast<int>(to), resp.incarnation());
+      if (restarted) {
+        // Its new process listens for the data plane on another port.
+        job_.incarnations->Set(static_cast<int>(to), resp.incarnation());
+        job_.data->Set(static_cast<int>(to), DataPool(client_->options(), static_cast<int>(to),
+                                                      resp.data_port(), resp.incarnation()));
+      }
       job_.routes->Move(shard, from, static_cast<int>(to));
       if (pushes.empty() || version > step) return absl::OkStatus();  // applied there
       return PushAgain(shard, pushes);
@@ -127,7 +140,8 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
     return std::nullopt;
   };
   // A backup can take the shard only once the membership let the dead
-  // primary's claim go (etcd: its lease's TTL): asked again until then.
+  // primary's claim go (etcd: its lease's TTL), and none can during an
+  // etcd outage (every server fenced): asked again until then.
   const auto& o = client_->options();
   const absl::Time give_up =
       absl::Now() +
@@ -140,7 +154,7 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
   return absl::UnavailableError(
       absl::StrCat("shard ", shard, " of job ", spec_.job_id(), ": its server ",
                    client_->server(from).address(), " is gone (", cause.message(),
-                   ") and none of its backups took it over (", last.message(), ")"));
+                   ") and none of its copies answered for it (", last.message(), ")"));
 }
 
 absl::Status JobClient::Impl::PushAgain(int shard, const std::vector<PushCall>& pushes) {

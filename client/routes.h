@@ -6,9 +6,15 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
 namespace zerostate::client {
+
+class DataConnPool;  // client/data_conn.h
 
 class ShardRoutes {
  public:
@@ -41,6 +47,30 @@ class ServerIncarnations {
 
  private:
   std::vector<std::atomic<uint64_t>> of_;
+};
+
+// The TCP data plane of each server of a job (null: none, push and gather
+// go over gRPC), as the server advertised it at register/attach, until a
+// failover finds the server restarted and caught up (issue 19) and takes
+// the data port its new process listens on. Indexed by server.
+// Thread-safe.
+class DataPlanes {
+ public:
+  explicit DataPlanes(std::vector<std::shared_ptr<DataConnPool>> pools)
+      : pools_(std::move(pools)) {}
+  // The pool of `server` now; a caller keeps it for its whole attempt.
+  std::shared_ptr<DataConnPool> Of(int server) const {
+    absl::MutexLock lock(&mu_);
+    return server < static_cast<int>(pools_.size()) ? pools_[server] : nullptr;
+  }
+  void Set(int server, std::shared_ptr<DataConnPool> pool) {
+    absl::MutexLock lock(&mu_);
+    if (server < static_cast<int>(pools_.size())) pools_[server] = std::move(pool);
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::vector<std::shared_ptr<DataConnPool>> pools_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace zerostate::client

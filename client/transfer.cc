@@ -285,11 +285,13 @@ absl::Status SendFailed(DataConnPool& pool, DataConn& conn, const absl::Status& 
 // when the shard has none or it cannot be reached (a restarted server
 // listens on another data port): the attempt then goes over gRPC, which
 // says whether the server is down or restarted (ABORTED, incarnation).
-std::unique_ptr<DataConn> AcquireConn(const JobContext& job, int shard,
-                                      grpc::ClientContext& ctx) {
-  if (job.data[shard] == nullptr) return nullptr;
+// `pool` is set to the pool it came from, which the attempt gives it back to.
+std::unique_ptr<DataConn> AcquireConn(const JobContext& job, int shard, grpc::ClientContext& ctx,
+                                      std::shared_ptr<DataConnPool>* pool) {
+  *pool = job.data->Of(shard);
+  if (*pool == nullptr) return nullptr;
   absl::Time deadline = absl::FromChrono(ctx.deadline());
-  absl::StatusOr<std::unique_ptr<DataConn>> conn = job.data[shard]->Acquire(deadline);
+  absl::StatusOr<std::unique_ptr<DataConn>> conn = (*pool)->Acquire(deadline);
   if (!conn.ok()) return nullptr;
   (*conn)->stream().SetDeadline(deadline);
   return *std::move(conn);
@@ -312,8 +314,7 @@ absl::StatusOr<const SharedBuffer*> InPlace(const JobContext& job, DataConn& c, 
 
 // One attempt over the connection `conn` (from AcquireConn).
 absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const StreamPlan& plan,
-                            std::unique_ptr<DataConn> conn) {
-  DataConnPool& pool = *job.data[plan.shard];
+                            DataConnPool& pool, std::unique_ptr<DataConn> conn) {
   DataConn& c = *conn;
   v1::DataFrameMeta meta;
   meta.set_token(job.client->job_token().Get());
@@ -517,8 +518,8 @@ absl::Status GatherPart(const JobContext& job, const GatherCall& call, const Str
 // A gather over the data plane: one GATHER frame on TCP; on the same-host
 // plane one per segmentful of the range, one after another.
 absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& call, const StreamPlan& plan,
-                              std::unique_ptr<DataConn> conn, grpc::ClientContext& ctx) {
-  DataConnPool& pool = *job.data[plan.shard];
+                              DataConnPool& pool, std::unique_ptr<DataConn> conn,
+                              grpc::ClientContext& ctx) {
   absl::StatusOr<const SharedBuffer*> shared =
       InPlace(job, *conn, DestinationOf(call, plan.elems.begin),
               plan.elems.size() * DTypeSize(call.out_dtype), call.wire == call.out_dtype);
@@ -542,6 +543,34 @@ absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& call, con
 
 }  // namespace
 
+namespace {
+
+// DataPool, under `tls` (DataTlsContextFor's: null in plaintext).
+std::shared_ptr<DataConnPool> MakeDataPool(const ClientOptions& options,
+                                           const std::shared_ptr<SSL_CTX>& tls, int server,
+                                           uint32_t port, uint64_t incarnation) {
+  if (port == 0) return nullptr;
+  std::string address = options.data_servers.empty()
+                            ? DataAddress(options.servers[server], static_cast<int>(port))
+                            : options.data_servers[server];
+  // Idle connections kept: as many as may run at once, so that none is
+  // closed and opened again every step. The push pool and the gather
+  // pool each run about 2 * streams_per_server streams per server (two
+  // calls' streams at once), and under a delayed update a step's pushes
+  // run while the next version's gathers wait: 4 * streams_per_server.
+  // With 2 (the push or the gather streams alone), the H200's delayed
+  // update opened 16 connections a step, each mapping the job's shared
+  // buffers anew: about 300 ms a step instead of 40.
+  SameHostPlane same_host;
+  if (options.data_shm && options.data_servers.empty() && incarnation != 0) {
+    same_host = {static_cast<int>(port), incarnation, ShmSegmentBytes(options)};
+  }
+  return std::make_shared<DataConnPool>(
+      std::move(address), 4 * static_cast<size_t>(options.streams_per_server), tls, same_host);
+}
+
+}  // namespace
+
 std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& options,
                                                      const std::vector<uint32_t>& ports,
                                                      const std::vector<uint64_t>& incarnations) {
@@ -552,26 +581,18 @@ std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& option
   absl::StatusOr<std::shared_ptr<SSL_CTX>> tls = DataTlsContextFor(options);
   if (!tls.ok()) return pools;
   for (size_t i = 0; i < ports.size() && i < pools.size(); ++i) {
-    if (ports[i] == 0) continue;
-    std::string address = options.data_servers.empty()
-                              ? DataAddress(options.servers[i], static_cast<int>(ports[i]))
-                              : options.data_servers[i];
-    // Idle connections kept: as many as may run at once, so that none is
-    // closed and opened again every step. The push pool and the gather
-    // pool each run about 2 * streams_per_server streams per server (two
-    // calls' streams at once), and under a delayed update a step's pushes
-    // run while the next version's gathers wait: 4 * streams_per_server.
-    // With 2 (the push or the gather streams alone), the H200's delayed
-    // update opened 16 connections a step, each mapping the job's shared
-    // buffers anew: about 300 ms a step instead of 40.
-    SameHostPlane same_host;
-    if (options.data_shm && options.data_servers.empty() && i < incarnations.size()) {
-      same_host = {static_cast<int>(ports[i]), incarnations[i], ShmSegmentBytes(options)};
-    }
-    pools[i] = std::make_shared<DataConnPool>(
-        std::move(address), 4 * static_cast<size_t>(options.streams_per_server), *tls, same_host);
+    pools[i] = MakeDataPool(options, *tls, static_cast<int>(i), ports[i],
+                            i < incarnations.size() ? incarnations[i] : 0);
   }
   return pools;
+}
+
+std::shared_ptr<DataConnPool> DataPool(const ClientOptions& options, int server, uint32_t port,
+                                       uint64_t incarnation) {
+  if (!options.data_plane) return nullptr;
+  absl::StatusOr<std::shared_ptr<SSL_CTX>> tls = DataTlsContextFor(options);
+  if (!tls.ok()) return nullptr;
+  return MakeDataPool(options, *tls, server, port, incarnation);
 }
 
 absl::Status CheckIncarnation(const JobContext& job, int shard, uint64_t incarnation) {
@@ -588,10 +609,11 @@ absl::Status RunPushStream(const JobContext& job, const PushCall& call, const St
   const StreamPlan plan{static_cast<uint32_t>(ServerOf(job, shard_plan.shard)), shard_plan.elems};
   ServerConn& server = job.client->server(plan.shard);
   absl::Status s = job.client->retrier().Run(call.method, server, [&](grpc::ClientContext& ctx) {
+    std::shared_ptr<DataConnPool> pool;
     std::unique_ptr<DataConn> conn;
-    if (call.method == Method::kPushGradients) conn = AcquireConn(job, plan.shard, ctx);
+    if (call.method == Method::kPushGradients) conn = AcquireConn(job, plan.shard, ctx, &pool);
     if (conn) {
-      absl::Status s = PushAttemptTcp(job, call, plan, std::move(conn));
+      absl::Status s = PushAttemptTcp(job, call, plan, *pool, std::move(conn));
       if (!RefusedAtCap(s)) return s;
     }
     return PushAttempt(job, call, plan, ticket, ctx);
@@ -605,9 +627,10 @@ absl::Status RunGatherStream(const JobContext& job, const GatherCall& call,
   const StreamPlan plan{static_cast<uint32_t>(ServerOf(job, shard_plan.shard)), shard_plan.elems};
   ServerConn& server = job.client->server(plan.shard);
   absl::Status s = job.client->retrier().Run(Method::kGather, server, [&](grpc::ClientContext& ctx) {
-    std::unique_ptr<DataConn> conn = AcquireConn(job, plan.shard, ctx);
+    std::shared_ptr<DataConnPool> pool;
+    std::unique_ptr<DataConn> conn = AcquireConn(job, plan.shard, ctx, &pool);
     if (conn) {
-      absl::Status s = GatherAttemptTcp(job, call, plan, std::move(conn), ctx);
+      absl::Status s = GatherAttemptTcp(job, call, plan, *pool, std::move(conn), ctx);
       if (!RefusedAtCap(s)) return s;
     }
     return GatherAttempt(job, call, plan, ctx);

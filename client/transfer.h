@@ -33,9 +33,10 @@ struct JobContext {
   // server's new one; client/routes.h).
   std::shared_ptr<ServerIncarnations> incarnations;
   ByteBudget* budget = nullptr;        // cap on pushed bytes in flight
-  // Per shard: the server's TCP data plane (client/data_conn.h), or null
-  // where push and gather go over gRPC.
-  std::vector<std::shared_ptr<DataConnPool>> data;
+  // Per server: its TCP data plane (client/data_conn.h), or null where
+  // push and gather go over gRPC (a failover may take a caught-up
+  // server's new one; client/routes.h).
+  std::shared_ptr<DataPlanes> data;
   // Which server serves each shard now (a failover moves a replicated
   // job's shard to a backup; client/routes.h). Null: shard i on server i.
   std::shared_ptr<ShardRoutes> routes;
@@ -59,6 +60,10 @@ inline int ServerOf(const JobContext& job, int shard) {
 std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& options,
                                                      const std::vector<uint32_t>& ports,
                                                      const std::vector<uint64_t>& incarnations);
+// The data plane of server `server` at `port` (0: none, null), its process
+// `incarnation`, as DataPools makes each.
+std::shared_ptr<DataConnPool> DataPool(const ClientOptions& options, int server, uint32_t port,
+                                       uint64_t incarnation);
 
 // ABORTED naming the server when `incarnation` differs from the one seen
 // when the job was registered or attached: the server restarted and lost

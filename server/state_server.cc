@@ -199,6 +199,10 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
                        ? opt.membership
                        : std::make_shared<StaticMembership>(opt.listen, std::vector<std::string>{});
   s->primaries_ = std::make_unique<Primaries>(*s->membership_);
+  // A backup claims its lost primary's shard on its own (a hung primary is
+  // replaced a lease after its last keepalive, as a dead one).
+  s->takeover_ =
+      std::make_unique<Takeover>(*s->membership_, *s->jobs_, *s->primaries_, Takeover::Options{});
   const int lanes =
       opt.replica_lanes > 0
           ? opt.replica_lanes

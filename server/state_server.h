@@ -17,6 +17,7 @@
 #include "server/core/rendezvous.h"
 #include "server/replication/replica_service.h"
 #include "server/replication/replicator.h"
+#include "server/replication/takeover.h"
 #include "server/rpc/state_service.h"
 #include "server/core/tier/tier_factory.h"
 
@@ -175,6 +176,9 @@ class StateServer {
   std::unique_ptr<SharedMappings> shared_mappings_;  // the same-host clients' shared buffers
   std::unique_ptr<DataTlsContext> data_tls_;  // null in plaintext
   std::unique_ptr<DataPlane> data_plane_;  // destroyed before jobs_, data_buffers_, shared_mappings_
+  // Claims the shards this server backs up when their primary is lost;
+  // destroyed first (it uses membership_, jobs_ and primaries_).
+  std::unique_ptr<Takeover> takeover_;
   bool shut_down_ = false;
 };
 

@@ -362,7 +362,22 @@ absl::StatusOr<std::shared_ptr<Job>> JobRegistry::Shard(const std::string& job_i
                                                         uint32_t shard) const {
   absl::MutexLock lock(&mu_);
   if (auto s = AuthorizeLocked(job_id, HashToken(token)); !s.ok()) return s;
-  const std::shared_ptr<Job>& own = jobs_.at(job_id);
+  return ShardOfLocked(jobs_.at(job_id), shard);
+}
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::GetShard(const std::string& job_id,
+                                                           uint32_t shard) const {
+  absl::MutexLock lock(&mu_);
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) {
+    return absl::NotFoundError(absl::StrCat("job '", job_id, "' is not registered here"));
+  }
+  return ShardOfLocked(it->second, shard);
+}
+
+absl::StatusOr<std::shared_ptr<Job>> JobRegistry::ShardOfLocked(const std::shared_ptr<Job>& own,
+                                                                uint32_t shard) const {
+  const std::string& job_id = own->spec().job_id();
   if (own->shard_index() == shard) return own;
   if (auto it = backups_.find(job_id); it != backups_.end()) {
     for (const auto& backup : it->second) {

@@ -98,6 +98,11 @@ class JobRegistry {
   // The job, without a credential check: for code that serves no caller
   // (tests, tools). NOT_FOUND names the job id.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> Get(const std::string& job_id) const;
+  // This server's copy of shard `shard` of the job, without a credential
+  // check, as Get: what a server that takes over a lost primary's shard
+  // on its own (no caller) looks up. NOT_FOUND as Shard.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> GetShard(const std::string& job_id,
+                                                              uint32_t shard) const;
 
   // Drops the job if `token` is its token (errors as Authorize); in-flight
   // calls keep their reference until they finish, but its staging memory
@@ -118,6 +123,10 @@ class JobRegistry {
   void Shutdown();
 
  private:
+  // The copy of `shard` of the job `own` is this server's own shard of.
+  [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> ShardOfLocked(const std::shared_ptr<Job>& own,
+                                                                   uint32_t shard) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // OK when job `job_id` exists with token hash `hash` (see Authorize).
   [[nodiscard]] absl::Status AuthorizeLocked(const std::string& job_id, const TokenHash& hash) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

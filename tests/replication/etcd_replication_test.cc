@@ -14,7 +14,7 @@ class EtcdReplicationTest : public EtcdClusterFixture {
   void SetUp() override {
     EtcdClusterFixture::SetUp();
     if (IsSkipped() || HasFatalFailure()) return;
-    StartServers();
+    StartServers({"--metrics_listen=127.0.0.1:0"});  // DataPlanePushBytes
   }
 
   // Each shard's term in etcd: held by its own server; epochs out.
@@ -92,7 +92,8 @@ TEST_F(EtcdReplicationTest, AKilledPrimarysBackupClaimsItsShardOnceTheLeaseExpir
 // moves to server 2 once its lease expires), restarted empty (it revokes
 // its old lease before serving), caught up by the primaries of shards 0 and
 // 1 at the next step, bit-identical to them; then server 2 is SIGKILLed and
-// shard 1 moves back to the caught-up copy on server 1, with no rollback.
+// shard 1 moves back to the caught-up copy on server 1, with no rollback,
+// and the clients push to it on its new data port.
 TEST_F(EtcdReplicationTest, ARestartedServerIsCaughtUpAndTakesItsShardBack) {
   const std::vector<std::string> servers = addresses();
   v1::JobSpec spec = testing::ReplicatedSpec("catchup", 1);
@@ -107,10 +108,14 @@ TEST_F(EtcdReplicationTest, ARestartedServerIsCaughtUpAndTakesItsShardBack) {
   testing::ExpectSameCopies(servers[0], servers[1], spec.job_id(), 0, 6);
   testing::ExpectSameCopies(servers[2], servers[1], spec.job_id(), 1, 6);
   ASSERT_TRUE(server(2).Kill().ok());
+  const double pushed = testing::DataPlanePushBytes(server(1));
   Train(*run, ref, 6, 8);
   auto term = observer_->Primary(spec.job_id(), 1);
   ASSERT_TRUE(term.ok()) << term.status();
   EXPECT_EQ(term->primary, servers[1]);
+  // The clients push to it on the data port its new process listens on
+  // (learned at the failover), not over gRPC.
+  EXPECT_GT(testing::DataPlanePushBytes(server(1)), pushed);
   testing::ExpectReferenceRun(run->nodes, ref, 8);
 }
 

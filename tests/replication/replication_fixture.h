@@ -147,12 +147,26 @@ inline double ReplicaSumBytes(ServerProcess& s) {
   return ServerMetric(s, "zerostate_rpc_bytes_received_total{method=\"DataReplicaSum\"}");
 }
 
-inline absl::StatusOr<ReplicatedRun> StartNodes(const v1::JobSpec& spec,
-                                                const std::vector<std::string>& servers) {
+// Pushed gradient bytes server `s` took on its data plane (TCP or the
+// same-host plane), not over gRPC.
+inline double DataPlanePushBytes(ServerProcess& s) {
+  double bytes = 0;
+  for (const char* method : {"DataPush", "ShmPush"}) {
+    bytes += std::max(0.0, ServerMetric(s, absl::StrCat("zerostate_rpc_bytes_received_total{method=\"",
+                                                        method, "\"}")));
+  }
+  return bytes;
+}
+
+// `hook`: each client's ClientOptions::before_failover_probe.
+inline absl::StatusOr<ReplicatedRun> StartNodes(
+    const v1::JobSpec& spec, const std::vector<std::string>& servers,
+    std::function<void(int shard, int server)> hook = nullptr) {
   ReplicatedRun run;
   for (uint32_t n = 0; n < kReplicaNodes; ++n) {
     client::ClientOptions o = TestClientOptions(servers);
     o.failover_wait = std::chrono::milliseconds(500);
+    o.before_failover_probe = hook;
     auto c = client::Client::Connect(o);
     if (!c.ok()) return c.status();
     auto j = n == 0 ? (*c)->RegisterJob(spec) : (*c)->AttachJob(spec.job_id());
