@@ -130,6 +130,10 @@ absl::Status NormalizeTrain(v1::TrainConfig* t, uint32_t world_size) {
   if (!(t->gradient_clipping() >= 0) || !std::isfinite(t->gradient_clipping())) {
     return Invalid("train.gradient_clipping", "must be finite and >= 0");
   }
+  if (!v1::MomentFormat_IsValid(t->moment_format())) {
+    return Invalid("train.moment_format", absl::StrCat(t->moment_format(), " is not one of "
+                                                       "MOMENTS_FP32, MOMENTS_BF16, MOMENTS_INT8"));
+  }
   if (auto s = NormalizeModel(t->mutable_model()); !s.ok()) return s;
   if (auto s = NormalizeBatch(t, world_size); !s.ok()) return s;
   if (auto s = NormalizeLr(t->mutable_lr(), t->steps()); !s.ok()) return s;

@@ -61,11 +61,18 @@ inline uint8_t QuantizeUnit(const QuantMap& map, float x) {
 
 // Encodes x[0, n) (n <= kQuantBlock) into codes and returns the scale.
 inline float QuantizeBlock(const QuantMap& map, const float* x, size_t n, uint8_t* codes) {
-  float absmax = 0;
+  // max |x| as the largest magnitude's bits: for floats that are not NaN
+  // the integer order is the numeric order, and an integer max reduction
+  // vectorizes (a float one would not, for NaN's sake).
+  uint32_t bits = 0;
   for (size_t i = 0; i < n; ++i) {
-    const float a = x[i] < 0 ? -x[i] : x[i];
-    absmax = a > absmax ? a : absmax;
+    uint32_t u;
+    __builtin_memcpy(&u, x + i, 4);
+    u &= 0x7fffffffu;
+    bits = u > bits ? u : bits;
   }
+  float absmax;
+  __builtin_memcpy(&absmax, &bits, 4);
   if (absmax == 0) {
     const uint8_t zero = QuantizeUnit(map, 0.0f);
     for (size_t i = 0; i < n; ++i) codes[i] = zero;
