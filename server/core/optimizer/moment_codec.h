@@ -36,6 +36,7 @@ struct QuantMap {
   // (OrderKey) has top 16 bits k. At most kProbes more mids lie below any
   // float of that bucket (checked when the map is built).
   uint8_t lo[65536];
+  uint8_t lo_pad[4];  // vector code reads 4 bytes at lo + k
 };
 inline constexpr int kProbes = 2;
 
@@ -53,9 +54,13 @@ inline uint32_t OrderKey(float x) {
 }
 
 // The code of x (already divided by the scale). A NaN gives some code.
+// The probes are independent of each other (the mids are sorted, so the
+// count of those below x among mid[lo], mid[lo + 1] is the same as probing
+// one after the other), which lets their loads overlap.
 inline uint8_t QuantizeUnit(const QuantMap& map, float x) {
-  uint32_t code = map.lo[OrderKey(x) >> 16];
-  for (int k = 0; k < kProbes; ++k) code += map.mid[code] < x ? 1 : 0;
+  const uint32_t lo = map.lo[OrderKey(x) >> 16];
+  uint32_t code = lo;
+  for (int k = 0; k < kProbes; ++k) code += map.mid[lo + k] < x ? 1 : 0;
   return static_cast<uint8_t>(code > 255 ? 255 : code);
 }
 
@@ -86,5 +91,20 @@ inline void DequantizeBlock(const QuantMap& map, const uint8_t* codes, size_t n,
                             float* x) {
   for (size_t i = 0; i < n; ++i) x[i] = map.value[codes[i]] * scale;
 }
+
+// QuantizeBlock and DequantizeBlock for an ISA's vector traits `Ops`: the
+// same operations on every element, so the same bits. This plain version
+// serves the scalar kernels; quant_avx2.h and quant_avx512.h specialize it
+// with gathers.
+template <class Ops>
+struct QuantVec {
+  static float Quantize(const QuantMap& map, const float* x, size_t n, uint8_t* codes) {
+    return QuantizeBlock(map, x, n, codes);
+  }
+  static void Dequantize(const QuantMap& map, const uint8_t* codes, size_t n, float scale,
+                         float* x) {
+    DequantizeBlock(map, codes, n, scale, x);
+  }
+};
 
 }  // namespace zerostate::server::kernels

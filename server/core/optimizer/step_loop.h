@@ -146,7 +146,8 @@ struct MomentCodec {
       std::memcpy(tail, h + i, (n - i) * sizeof(uint16_t));
       if (i < n) Ops::Store(x + i, Ops::FromBf16(Ops::LoadHalf(tail)));
     } else {
-      DequantizeBlock(Map(), static_cast<const uint8_t*>(codes) + t, n, scales[t / kQuantBlock], x);
+      QuantVec<Ops>::Dequantize(Map(), static_cast<const uint8_t*>(codes) + t, n,
+                                scales[t / kQuantBlock], x);
     }
   }
 
@@ -163,7 +164,8 @@ struct MomentCodec {
         std::memcpy(h + i, tail, (n - i) * sizeof(uint16_t));
       }
     } else {
-      scales[t / kQuantBlock] = QuantizeBlock(Map(), x, n, static_cast<uint8_t*>(codes) + t);
+      scales[t / kQuantBlock] =
+          QuantVec<Ops>::Quantize(Map(), x, n, static_cast<uint8_t*>(codes) + t);
     }
   }
 
