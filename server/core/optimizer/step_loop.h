@@ -34,12 +34,17 @@ struct StepLoop {
     StoreState<kStreamState>(b.param + i, p);
     if constexpr (kMoments >= 1) StoreState<kStreamState>(b.m + i, m);
     if constexpr (kMoments >= 2) StoreState<kStreamState>(b.v + i, v);
+    StoreLowp(b.lowp + i, p, stream);
+  }
+
+  // The low-precision copy of p at `at`, when the job has one.
+  [[gnu::always_inline]] static void StoreLowp(uint16_t* at, F p, bool stream) {
     if constexpr (kLowp != Lowp::kNone) {
       const auto h = kLowp == Lowp::kBf16 ? Ops::ToBf16(p) : Ops::ToFp16(p);
       if (stream) {
-        Ops::StreamHalf(b.lowp + i, h);
+        Ops::StreamHalf(at, h);
       } else {
-        Ops::StoreHalf(b.lowp + i, h);
+        Ops::StoreHalf(at, h);
       }
     }
   }
@@ -172,9 +177,10 @@ struct MomentCodec {
   static const QuantMap& Map() { return kSecond ? UnsignedMap() : SignedMap(); }
 };
 
-// The step with compact moments: for each quantization block (kQuantBlock
-// elements; bf16 uses the same tiles), the moments are decoded into fp32
-// tiles that stay in L1, each run's part is stepped by StepLoop's vector
+// The step with compact moments. bf16: one vector pass, the moments widened
+// as they are loaded and rounded as they are stored (Bf16Part). int8: for
+// each quantization block (kQuantBlock elements), the moments are decoded
+// into fp32 tiles that stay in L1, each run's part is stepped by StepLoop's vector
 // loop with the tiles as its moments, and the tiles are encoded back. The
 // master, the gradient and the low-precision copy are read and written
 // once, in place, as in the fp32 step; every ISA does the same fp32
@@ -197,6 +203,11 @@ struct CompactLoop {
     }
     const bool stream =
         kLowp != Lowp::kNone && reinterpret_cast<uintptr_t>(b.lowp) % sizeof(typename Ops::H) == 0;
+    if constexpr (kFormat == MomentFormat::kBf16) {
+      for (size_t j = 0; j < count; ++j) Bf16Part(runs[j].c, b, runs[j].begin, runs[j].end, stream);
+      if (stream) Ops::Fence();
+      return;
+    }
     alignas(64) float m[kQuantBlock], v[kQuantBlock];
     size_t r = 0;
     for (size_t t = 0; t < b.n; t += kQuantBlock) {
@@ -213,6 +224,67 @@ struct CompactLoop {
       if constexpr (kMoments >= 2) VCodec::Encode(v, t, n, b.v, b.v_scale);
     }
     if (stream) Ops::Fence();
+  }
+
+  // bf16 moments need no tile: each vector of them is widened as it is
+  // loaded and rounded as it is stored (the same conversions as Decode and
+  // Encode), in one pass over elements [lo, hi).
+  static void Bf16Part(const StepConsts& c, const CompactBuffers& b, size_t lo, size_t hi,
+                       bool stream) {
+    const Splat<Ops> k(c);
+    size_t i = lo;
+    for (; i + Loop::kLine <= hi; i += Loop::kLine) {
+      if (i + Loop::kAhead < hi) Bf16Prefetch(b, i + Loop::kAhead);
+      for (size_t j = 0; j < Loop::kLine; j += Ops::kWidth) Bf16Chunk(k, b, i + j, stream);
+    }
+    for (; i + Ops::kWidth <= hi; i += Ops::kWidth) Bf16Chunk(k, b, i, stream);
+    if (i < hi) Bf16Tail(k, b, i, hi - i);
+  }
+
+  static void Bf16Chunk(const Splat<Ops>& k, const CompactBuffers& b, size_t i, bool stream) {
+    using F = typename Ops::F;
+    const auto* from_m = static_cast<const uint16_t*>(b.from_m);
+    const auto* from_v = static_cast<const uint16_t*>(b.from_v);
+    F m = Ops::Set1(0), v = Ops::Set1(0);
+    if constexpr (kMoments >= 1) m = Ops::FromBf16(Ops::LoadHalf(from_m + i));
+    if constexpr (kMoments >= 2) v = Ops::FromBf16(Ops::LoadHalf(from_v + i));
+    const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Ops::Load(b.grad + i), &m, &v);
+    Ops::Store(b.param + i, p);
+    if constexpr (kMoments >= 1) Ops::StoreHalf(static_cast<uint16_t*>(b.m) + i, Ops::ToBf16(m));
+    if constexpr (kMoments >= 2) Ops::StoreHalf(static_cast<uint16_t*>(b.v) + i, Ops::ToBf16(v));
+    Loop::StoreLowp(b.lowp + i, p, stream);
+  }
+
+  [[gnu::always_inline]] static void Bf16Prefetch(const CompactBuffers& b, size_t i) {
+    __builtin_prefetch(b.from_param + i);
+    __builtin_prefetch(b.grad + i);
+    if constexpr (kMoments >= 1) __builtin_prefetch(static_cast<const uint16_t*>(b.from_m) + i);
+    if constexpr (kMoments >= 2) __builtin_prefetch(static_cast<const uint16_t*>(b.from_v) + i);
+  }
+
+  // The last n < kWidth elements from i, through zero-padded copies.
+  static void Bf16Tail(const Splat<Ops>& k, const CompactBuffers& b, size_t i, size_t n) {
+    constexpr size_t W = Ops::kWidth;
+    alignas(64) float p[W] = {}, g[W] = {};
+    alignas(64) uint16_t m[W] = {}, v[W] = {}, lowp[W] = {};
+    std::memcpy(p, b.from_param + i, n * sizeof(float));
+    std::memcpy(g, b.grad + i, n * sizeof(float));
+    if constexpr (kMoments >= 1) std::memcpy(m, static_cast<const uint16_t*>(b.from_m) + i, n * 2);
+    if constexpr (kMoments >= 2) std::memcpy(v, static_cast<const uint16_t*>(b.from_v) + i, n * 2);
+    CompactBuffers t;
+    t.param = p;
+    t.m = m;
+    t.v = v;
+    t.grad = g;
+    t.lowp = lowp;
+    t.from_param = p;
+    t.from_m = m;
+    t.from_v = v;
+    Bf16Chunk(k, t, 0, /*stream=*/false);
+    std::memcpy(b.param + i, p, n * sizeof(float));
+    if constexpr (kMoments >= 1) std::memcpy(static_cast<uint16_t*>(b.m) + i, m, n * 2);
+    if constexpr (kMoments >= 2) std::memcpy(static_cast<uint16_t*>(b.v) + i, v, n * 2);
+    if constexpr (kLowp != Lowp::kNone) std::memcpy(b.lowp + i, lowp, n * 2);
   }
 
   // Elements [lo, hi) with their moments in the tiles at m and v.
