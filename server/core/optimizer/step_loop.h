@@ -34,17 +34,18 @@ struct StepLoop {
     StoreState<kStreamState>(b.param + i, p);
     if constexpr (kMoments >= 1) StoreState<kStreamState>(b.m + i, m);
     if constexpr (kMoments >= 2) StoreState<kStreamState>(b.v + i, v);
-    StoreLowp(b.lowp + i, p, stream);
+    StoreLowp(b.lowp, i, p, stream);
   }
 
-  // The low-precision copy of p at `at`, when the job has one.
-  [[gnu::always_inline]] static void StoreLowp(uint16_t* at, F p, bool stream) {
+  // The low-precision copy of p at lowp + i, when the job has one (else
+  // lowp is null).
+  [[gnu::always_inline]] static void StoreLowp(uint16_t* lowp, size_t i, F p, bool stream) {
     if constexpr (kLowp != Lowp::kNone) {
       const auto h = kLowp == Lowp::kBf16 ? Ops::ToBf16(p) : Ops::ToFp16(p);
       if (stream) {
-        Ops::StreamHalf(at, h);
+        Ops::StreamHalf(lowp + i, h);
       } else {
-        Ops::StoreHalf(at, h);
+        Ops::StoreHalf(lowp + i, h);
       }
     }
   }
@@ -252,7 +253,7 @@ struct CompactLoop {
     Ops::Store(b.param + i, p);
     if constexpr (kMoments >= 1) Ops::StoreHalf(static_cast<uint16_t*>(b.m) + i, Ops::ToBf16(m));
     if constexpr (kMoments >= 2) Ops::StoreHalf(static_cast<uint16_t*>(b.v) + i, Ops::ToBf16(v));
-    Loop::StoreLowp(b.lowp + i, p, stream);
+    Loop::StoreLowp(b.lowp, i, p, stream);
   }
 
   [[gnu::always_inline]] static void Bf16Prefetch(const CompactBuffers& b, size_t i) {
