@@ -209,6 +209,7 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& in) {
                                                kTensorAlignElems, " and at most ", kMaxBlockElems));
   }
   if (auto s = NormalizeOptimizer(spec.mutable_optimizer()); !s.ok()) return s;
+  if (auto s = CheckMomentFormat(spec.moment_format()); !s.ok()) return s;
   if (auto s = NormalizeGroups(&spec); !s.ok()) return s;
   if (spec.speculative_step() && spec.tier() != v1::TIER_RAM) {
     // Speculation keeps a copy of every stepped block's state in RAM, which
@@ -217,6 +218,12 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& in) {
                                        "state in RAM until its Step)");
   }
   return spec;
+}
+
+absl::Status CheckMomentFormat(int format) {
+  if (v1::MomentFormat_IsValid(format)) return absl::OkStatus();
+  return Invalid("moment_format", absl::StrCat(format, " is not one of MOMENTS_FP32, MOMENTS_BF16, "
+                                               "MOMENTS_INT8"));
 }
 
 absl::Status CheckReplicas(const v1::JobSpec& spec, size_t num_servers) {

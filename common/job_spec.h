@@ -58,6 +58,11 @@ struct Layout {
 // "groups[1].tensors[0]: no tensor is named 'bias'".
 [[nodiscard]] absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& spec);
 
+// OK when `format` is a MomentFormat this build knows; else
+// INVALID_ARGUMENT naming moment_format and the value. Every optimizer
+// takes every format.
+[[nodiscard]] absl::Status CheckMomentFormat(int format);
+
 // Whether the spec's backups fit a cluster of `num_servers` (each shard's
 // copies are on distinct servers): INVALID_ARGUMENT naming `replicas` when
 // replicas >= num_servers.

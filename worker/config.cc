@@ -88,6 +88,10 @@ absl::Status NormalizeTrain(v1::TrainConfig* t, uint32_t world_size) {
   if (t->steps() == 0) t->set_steps(100);
   if (t->seed() == 0) t->set_seed(1);
   if (t->optimizer().kind() == v1::OPTIMIZER_UNSPECIFIED) t->mutable_optimizer()->set_kind(v1::OPTIMIZER_ADAMW);
+  if (!v1::MomentFormat_IsValid(t->moment_format())) {
+    return Invalid("train.moment_format", absl::StrCat(t->moment_format(), " is not one of "
+                                                       "MOMENTS_FP32, MOMENTS_BF16, MOMENTS_INT8"));
+  }
   if (auto s = NormalizeModel(t->mutable_model()); !s.ok()) return s;
   if (auto s = NormalizeBatch(t, world_size); !s.ok()) return s;
   if (auto s = NormalizePrecision(t); !s.ok()) return s;

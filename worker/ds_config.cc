@@ -260,6 +260,11 @@ absl::Status MapAll(const DsConfig& ds, const Struct& keys, LoadedConfig* out) {
   if (ds.zero_optimization().has_delayed_update()) {
     *t->mutable_delayed_update() = ds.zero_optimization().delayed_update();
   }
+  if (!v1::MomentFormat_IsValid(t->moment_format())) {
+    return Invalid("zerostate.train.moment_format",
+                   absl::StrCat(t->moment_format(), " is not one of MOMENTS_FP32, MOMENTS_BF16, "
+                                                    "MOMENTS_INT8"));
+  }
   if (!(ds.gradient_clipping() >= 0)) return Invalid("gradient_clipping", "must be >= 0");
   if (ds.gradient_clipping() != 0) t->set_gradient_clipping(ds.gradient_clipping());
   return MapZero(ds.zero_optimization(), &out->warnings);

@@ -21,6 +21,7 @@ v1::JobSpec BuildJobSpec(const v1::TrainConfig& train, const Mlp& model, uint32_
   spec.set_seed(train.seed());
   spec.set_speculative_step(train.speculative_step());
   spec.set_replicas(train.replicas());
+  spec.set_moment_format(train.moment_format());
   return spec;
 }
 

@@ -17,7 +17,14 @@
 //       after the fold (fold_bf16_then_stats) or squared by the fold itself
 //       (fold_bf16_stats_fused, DecodeFloatsStreamingSquared; the same
 //       figure bit for bit), the ratio being fused over read,
-// each with 1..nproc threads (--threads), which take blocks of 262144
+//   (e) per moment format (fp32, bf16, int8; JobSpec.moment_format), with
+//       the widest ISA at 1 thread and at --threads threads, the AdamW step
+//       on blocks laid out as the RAM tier holds them, against the memory
+//       limit for the bytes that format moves: (a)'s bandwidth in the same
+//       run over StepBytesPerParam(format) (figure
+//       adamw_step.moments=<format>), and the bytes per parameter of each
+//       path of a step (fold, pass, gather copy) for that format,
+// (a) to (d) each with 1..nproc threads (--threads), which take blocks of 262144
 // parameters from a shared counter as the server's pool does. The passes of
 // (a) and (b) take turns; a figure is the best of --reps timed passes after
 // a warm-up. It prints params/s, GB/s and the ratio to the limit with the
@@ -46,6 +53,7 @@ ABSL_FLAG(int64_t, params, int64_t{64} << 20, "parameters of state to step");
 ABSL_FLAG(int, threads, 0, "measure 1..threads threads (0: one per core)");
 ABSL_FLAG(int, reps, 5, "timed passes per figure, after one warm-up pass; the best counts");
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
+ABSL_FLAG(bool, formats_only, false, "only (e): the step per moment format");
 
 namespace zerostate::server {
 namespace {
@@ -229,6 +237,84 @@ void MeasureThreads(const Options& o, int threads, const StepState& state) {
   }
 }
 
+const char* FormatName(MomentFormat f) {
+  return f == MomentFormat::kFp32 ? "fp32" : f == MomentFormat::kBf16 ? "bf16" : "int8";
+}
+
+// The bytes per parameter of each path of one step of a one-node job that
+// pushes bf16 gradients: the fold of the pushed gradient into the fp32 sum
+// (reads 2, writes 4 with non-temporal stores), the fused pass (reads the
+// sum), the gather reading the bf16 copy; and the same with a pass that
+// reads the pushed bf16 gradient where it landed (no fold; the pass reads
+// 2 bytes of gradient instead of 4), which is not built yet.
+void ReportPaths(const Options& o, MomentFormat format) {
+  const double fold = 2 + 4, pass = StepBytesPerParam(format), gather = 2;
+  const double direct_pass = pass - 2;
+  const std::string f = FormatName(format);
+  if (o.json) {
+    for (auto [path, bytes] : {std::pair{"fold", fold}, std::pair{"pass", pass},
+                               std::pair{"gather_copy", gather},
+                               std::pair{"total", fold + pass + gather},
+                               std::pair{"total_single_gradient_pass", direct_pass + gather}}) {
+      std::printf("{\"figure\":\"bytes_per_param.%s.moments=%s\",\"value\":%.4f,"
+                  "\"unit\":\"B/param\"}\n", path, f.c_str(), bytes);
+    }
+    return;
+  }
+  std::printf("bytes/param moments=%s: fold %.0f + pass %.3f + gather copy %.0f = %.3f "
+              "(single-gradient pass: %.3f + %.0f = %.3f)\n",
+              f.c_str(), fold, pass, gather, fold + pass + gather, direct_pass, gather,
+              direct_pass + gather);
+}
+
+// (e) for one format: the best of o.reps passes of the limit (on the fp32
+// state) and of the step (on `state`), taking turns.
+void MeasureFormat(const Options& o, int threads, const StepState& fp32,
+                   const CompactStepState& state, MomentFormat format) {
+  const Isa isa = SupportedIsas().back();
+  StepParams adamw = AdamWParams();
+  double limit_s = 1e30, step_s = 1e30;
+  for (int r = 0; r <= o.reps; ++r) {
+    const double l = PassSeconds(threads, fp32, [&](const BlockRefs& b) { TrafficPass(isa, b); });
+    const double s = RunBlocks(threads, state.num_blocks(),
+                               [&](size_t b) { StepBlock(isa, adamw, state.Block(b)); });
+    ++adamw.t;
+    if (r > 0) limit_s = std::min(limit_s, l);
+    if (r > 0) step_s = std::min(step_s, s);
+  }
+  const double n = static_cast<double>(state.params()), bytes = StepBytesPerParam(format);
+  const double bandwidth = n * kStepBytesPerParam / limit_s, limit_pps = bandwidth / bytes;
+  const std::string figure = std::string("adamw_step.moments=") + FormatName(format) + "." +
+                             std::string(IsaName(isa)) + ".threads=" + std::to_string(threads);
+  if (o.json) {
+    std::printf("{\"figure\":\"%s\",\"value\":%.6g,\"unit\":\"params/s\",\"limit\":%.6g,"
+                "\"ratio\":%.4f,\"bytes_per_param\":%.4f,\"limit_bytes_per_s\":%.6g}\n",
+                figure.c_str(), n / step_s, limit_pps, n / step_s / limit_pps, bytes, bandwidth);
+  } else {
+    std::printf("%-40s %8.3f Gparam/s %6.2f B/param %8.2f GB/s  ratio %.3f\n", figure.c_str(),
+                n / step_s / 1e9, bytes, n / step_s * bytes / 1e9, n / step_s / limit_pps);
+  }
+}
+
+// (e) for every format, at 1 thread and at o.max_threads.
+bool MeasureFormats(const Options& o, const StepState& fp32) {
+  for (MomentFormat format : {MomentFormat::kFp32, MomentFormat::kBf16, MomentFormat::kInt8}) {
+    CompactStepState state(o.params, format);
+    if (!state.ok()) {
+      std::fprintf(stderr, "optimizer_bench: cannot allocate %zu params of %s state\n", o.params,
+                   FormatName(format));
+      return false;
+    }
+    state.Fill(o.max_threads);
+    ReportPaths(o, format);
+    for (int threads : {1, o.max_threads}) {
+      MeasureFormat(o, threads, fp32, state, format);
+      if (o.max_threads == 1) break;
+    }
+  }
+  return true;
+}
+
 int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   Options o;
@@ -243,8 +329,10 @@ int Main(int argc, char** argv) {
     std::printf("optimizer_bench: %zu params in %zu blocks of %zu, %.0f bytes/param, best of %d\n",
                 o.params, state.num_blocks(), kBenchBlockElems, kStepBytesPerParam, o.reps);
   }
-  for (int t = 1; t <= o.max_threads; ++t) MeasureThreads(o, t, state);
-  return 0;
+  if (!absl::GetFlag(FLAGS_formats_only)) {
+    for (int t = 1; t <= o.max_threads; ++t) MeasureThreads(o, t, state);
+  }
+  return MeasureFormats(o, state) ? 0 : 1;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -67,6 +68,48 @@ void StepState::Fill(int threads) {
       r.param[i] = 0.5f + x;
       r.m[i] = 0;
       r.v[i] = 0;
+      const_cast<float*>(r.grad)[i] = x - 0.5f;
+      static_cast<uint16_t*>(r.lowp)[i] = 0;
+    }
+  });
+}
+
+double StepBytesPerParam(MomentFormat format) {
+  const StateLayout l{kBenchBlockElems, 2, format};
+  const double moments = 4.0 * (l.total_floats() - l.m_offset()) / kBenchBlockElems;
+  return (4 + 4 + moments) + (4 + moments + 2);
+}
+
+CompactStepState::CompactStepState(size_t n, MomentFormat format)
+    : n_(n),
+      layout_{static_cast<uint32_t>(kBenchBlockElems), 2, format},
+      state_(AllocAligned<float>(num_blocks() * layout_.total_floats())),
+      g_(AllocAligned<float>(n)),
+      lowp_(AllocAligned<uint16_t>(n)) {}
+
+CompactStepState::~CompactStepState() {
+  for (void* ptr : {static_cast<void*>(state_), static_cast<void*>(g_), static_cast<void*>(lowp_)}) {
+    std::free(ptr);
+  }
+}
+
+BlockRefs CompactStepState::Block(size_t b) const {
+  const size_t begin = b * kBenchBlockElems;
+  BlockRefs r = StateRefs(layout_, state_ + b * layout_.total_floats());
+  r.grad = g_ + begin;
+  r.lowp = lowp_ + begin;
+  r.lowp_dtype = v1::DTYPE_BF16;
+  r.n = std::min(kBenchBlockElems, n_ - begin);
+  return r;
+}
+
+void CompactStepState::Fill(int threads) {
+  RunBlocks(threads, num_blocks(), [this](size_t b) {
+    const BlockRefs r = Block(b);
+    std::memset(r.param, 0, layout_.total_floats() * sizeof(float));
+    for (size_t i = 0; i < r.n; ++i) {
+      const float x = static_cast<float>(((b * kBenchBlockElems + i) * 2654435761u) % 1000) * 1e-3f;
+      r.param[i] = 0.5f + x;
       const_cast<float*>(r.grad)[i] = x - 0.5f;
       static_cast<uint16_t*>(r.lowp)[i] = 0;
     }

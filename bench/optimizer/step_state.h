@@ -49,6 +49,37 @@ class StepState {
   uint16_t* lowp_;
 };
 
+// Bytes an AdamW step with bf16 weights moves per parameter when its
+// moments are stored in `format` (reads p, g and the moments with int8's
+// scales; writes p, the moments and the bf16 copy): 30 for fp32, 22 for
+// bf16, 18 + 16/2048 for int8.
+double StepBytesPerParam(MomentFormat format);
+
+// N parameters laid out as a server's RAM tier holds them with compact
+// moments: each block's state (StateLayout of kBenchBlockElems elements)
+// in one array, and the gradient sums and bf16 copies.
+class CompactStepState {
+ public:
+  CompactStepState(size_t n, MomentFormat format);
+  ~CompactStepState();
+  CompactStepState(const CompactStepState&) = delete;
+  CompactStepState& operator=(const CompactStepState&) = delete;
+
+  bool ok() const { return state_ && g_ && lowp_; }
+  size_t params() const { return n_; }
+  size_t num_blocks() const { return (n_ + kBenchBlockElems - 1) / kBenchBlockElems; }
+  BlockRefs Block(size_t b) const;
+  // As StepState::Fill, the moments zero.
+  void Fill(int threads);
+
+ private:
+  size_t n_;
+  StateLayout layout_;
+  float* state_;
+  float* g_;
+  uint16_t* lowp_;
+};
+
 // One pass of pass(block) over every block with `threads` threads; seconds.
 double PassSeconds(int threads, const StepState& s,
                    const std::function<void(const BlockRefs&)>& pass);

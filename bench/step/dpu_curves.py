@@ -62,11 +62,12 @@ def run_mlp(build, server, steps, warmup, job):
             "loss": [losses[s] for s in steps_seen]}
 
 
-def run_gpt(build, server, steps, warmup, job, log):
-    """Rank 0's loss per step of examples/gpt on the CPU."""
+def run_gpt(build, server, steps, warmup, job, log, extra=()):
+    """Rank 0's loss per step of examples/gpt on the CPU; `extra`: more
+    arguments for train.py."""
     argv = [sys.executable, os.path.join(ROOT, "examples", "gpt", "train.py"),
             f"--servers={server.address}", "--plaintext", f"--steps={steps}", f"--job={job}",
-            f"--loss_log={log}", "--json"]
+            f"--loss_log={log}", "--json", *extra]
     if warmup >= 0:
         argv.append(f"--delayed_warmup={warmup}")
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))

@@ -3,8 +3,9 @@
 //   zerostate ckpt list <root>              checkpoints under a root, complete or not
 //   zerostate ckpt verify <dir>             read every block, check every checksum
 //   zerostate ckpt inspect <dir>            job, version, optimizer, shards, tensors
-//   zerostate ckpt export <dir> <out.safetensors>
+//   zerostate ckpt export <dir> <out.safetensors> [--moments]
 //                                           fp32 master weights for PyTorch / Hugging Face
+//                                           (--moments: and the optimizer moments, fp32)
 //   zerostate health <host:port> (--tls_ca=F [--tls_cert=F --tls_key=F] | --plaintext)
 //                    [--tls_server_name=N] [--service=S] [--timeout_seconds=T]
 //                                           a gRPC health check over the clients' transport
@@ -27,7 +28,7 @@ int Usage() {
       << "usage: zerostate ckpt list <root>\n"
          "       zerostate ckpt verify <dir>\n"
          "       zerostate ckpt inspect <dir>\n"
-         "       zerostate ckpt export <dir> <out.safetensors>\n"
+         "       zerostate ckpt export <dir> <out.safetensors> [--moments]\n"
          "       zerostate health <host:port> (--tls_ca=F [--tls_cert=F --tls_key=F] | "
          "--plaintext)\n"
          "                        [--tls_server_name=N] [--service=S] [--timeout_seconds=T]\n";
@@ -103,8 +104,9 @@ int main(int argc, char** argv) {
     return rc;
   }
   if (cmd == "inspect") return Report(zerostate::server::InspectCheckpoint(args[2], std::cout));
-  if (cmd == "export" && args.size() == 4) {
-    int rc = Report(zerostate::server::ExportSafetensors(args[2], args[3]));
+  const bool moments = args.size() == 5 && args[4] == "--moments";
+  if (cmd == "export" && (args.size() == 4 || moments)) {
+    int rc = Report(zerostate::server::ExportSafetensors(args[2], args[3], moments));
     if (rc == 0) std::cout << "wrote " << args[3] << "\n";
     return rc;
   }

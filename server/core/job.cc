@@ -28,7 +28,7 @@ uint64_t Job::EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks,
                             const TierOptions& tiers) {
   const bool lowp = spec.weight_dtype() != v1::DTYPE_FP32;
   const uint64_t elems = shard_blocks * spec.block_elems();
-  const uint64_t state = elems * 4 * (1 + MomentCount(spec.optimizer().kind()));
+  const uint64_t state = shard_blocks * StateLayoutOf(spec).total_floats() * sizeof(float);
   const uint64_t in_ram = elems * (4 /* gradient sum */ + (lowp ? 2 : 0));
   // The spec itself (tensor names above all): the job keeps it, its layout
   // a copy of every name, its info and metrics labels another.

@@ -1,5 +1,6 @@
 #include "server/core/job_registry.h"
 
+#include <iostream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,7 @@
 #include "server/core/aligned_buffer.h"
 #include "server/core/checkpoint/checkpoint_reader.h"
 #include "server/core/optimizer/optimizer.h"
+#include "server/core/optimizer/state_convert.h"
 #include "server/core/tier/slot_format.h"
 
 namespace zerostate::server {
@@ -52,7 +54,7 @@ absl::Status CheckSameJob(const Job& job, const v1::JobSpec& spec,
 // Bytes a job's shard occupies under --nvme_dir: two slots per block.
 uint64_t DiskBytes(const v1::JobSpec& spec, uint64_t shard_blocks) {
   if (spec.tier() != v1::TIER_NVME) return 0;
-  uint64_t payload = uint64_t{spec.block_elems()} * 4 * (1 + MomentCount(spec.optimizer().kind()));
+  const uint64_t payload = StateLayoutOf(spec).total_floats() * sizeof(float);
   return shard_blocks * 2 * SlotLayout(payload).slot_bytes;
 }
 
@@ -249,6 +251,7 @@ absl::StatusOr<v1::JobSpec> RestoredSpec(const CheckpointReader& reader,
                                                    spec.job_id(), "', not '", req.job_id(), "'"));
   }
   if (req.num_nodes() != 0) spec.set_num_nodes(req.num_nodes());
+  if (req.has_moment_format()) spec.set_moment_format(req.moment_format());
   return NormalizeJobSpec(spec);
 }
 
@@ -266,12 +269,20 @@ absl::Status CheckSameLayout(const v1::JobSpec& registered, const v1::JobSpec& r
 }
 
 absl::Status LoadShard(const CheckpointReader& reader, Job& job) {
-  AlignedBuffer<float> state(reader.block_floats());
+  const StateLayout from = reader.state_layout(), to = job.shard().tier_shape().layout();
+  const bool convert = from.format != to.format;
+  if (convert) {
+    std::cerr << "zerostate-server: restoring job '" << job.spec().job_id() << "' shard "
+              << job.shard_index() << ": converting its optimizer moments from "
+              << v1::MomentFormat_Name(reader.spec().moment_format()) << " to "
+              << v1::MomentFormat_Name(job.spec().moment_format()) << std::endl;
+  }
+  AlignedBuffer<float> state(reader.block_floats()), converted(convert ? to.total_floats() : 0);
   for (uint64_t local = 0; local < job.blocks().size(); ++local) {
     if (auto s = reader.ReadBlock(job.blocks().begin + local, state.data()); !s.ok()) return s;
-    if (auto s = job.snapshots().RestoreBlock(local, state.data(), reader.version()); !s.ok()) {
-      return s;
-    }
+    if (convert) ConvertState(from, state.data(), to, converted.data());
+    const float* in = convert ? converted.data() : state.data();
+    if (auto s = job.snapshots().RestoreBlock(local, in, reader.version()); !s.ok()) return s;
   }
   const v1::ShardManifest& first = reader.manifests()[0];
   job.snapshots().RestoreAppliedSteps(

@@ -31,7 +31,8 @@ JobShard::JobShard(v1::JobSpec spec, std::vector<std::string> servers, uint32_t 
 }
 
 absl::Status JobShard::Open(const TierOptions& tiers) {
-  TierShape shape{blocks_.size(), layout_.block_elems, 1 + MomentCount(spec_.optimizer().kind())};
+  const StateLayout state = StateLayoutOf(spec_);
+  TierShape shape{blocks_.size(), state.block_elems, 1 + state.moments, state.format};
   std::string name = absl::StrCat(spec_.job_id(), ".shard", shard_index_, "of", servers_.size());
   auto tier = MakeTier(spec_.tier(), shape, spec_.job_id(), name, tiers);
   if (!tier.ok()) return tier.status();

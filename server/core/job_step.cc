@@ -342,16 +342,7 @@ void JobStep::ComputeBlock(Block& b, float* to, const float* from,
 
 BlockRefs JobStep::RefsOf(Block& b, float* to, const float* from) {
   const uint32_t be = tier().shape().block_elems;
-  const bool arrays_m = tier().shape().arrays > 1, arrays_v = tier().shape().arrays > 2;
-  BlockRefs refs;
-  refs.param = to;
-  refs.m = arrays_m ? to + be : nullptr;
-  refs.v = arrays_v ? to + 2 * be : nullptr;
-  if (from != to) {
-    refs.from_param = from;
-    refs.from_m = arrays_m ? from + be : nullptr;
-    refs.from_v = arrays_v ? from + 2 * be : nullptr;
-  }
+  BlockRefs refs = StateRefs(tier().shape().layout(), to, from);
   refs.grad = b.acc.sum();
   refs.n = b.required;
   if (!b.lowp.empty()) {

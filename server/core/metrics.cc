@@ -14,6 +14,11 @@ using prometheus::BuildHistogram;
 // the scrape job and would rename ours to `exported_job` on scrape.
 prometheus::Labels JobLabels(const std::string& job) { return {{"job_id", job}}; }
 
+prometheus::Labels FormatLabels(const std::string& job, MomentFormat format) {
+  static constexpr const char* kNames[kMomentFormatCount] = {"fp32", "bf16", "int8"};
+  return {{"job_id", job}, {"moment_format", kNames[static_cast<int>(format)]}};
+}
+
 // 100 us .. ~200 s, factor 2.5 per bucket.
 prometheus::Histogram::BucketBoundaries LatencyBuckets() {
   prometheus::Histogram::BucketBoundaries b;
@@ -100,6 +105,10 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
                               .Register(*registry_)),
       job_state_bytes_(BuildGauge().Name("zerostate_job_state_bytes")
                            .Help("RAM the job holds on this server").Register(*registry_)),
+      state_bytes_per_param_(BuildGauge().Name("zerostate_state_bytes_per_param")
+                                 .Help("Bytes of optimizer state (fp32 master and moments) "
+                                       "per parameter, by the job's moment format")
+                                 .Register(*registry_)),
       tier_bytes_read_(BuildCounter().Name("zerostate_tier_bytes_read_total")
                            .Help("Bytes the NVMe tier read from disk").Register(*registry_)),
       tier_bytes_written_(BuildCounter().Name("zerostate_tier_bytes_written_total")
@@ -212,7 +221,15 @@ void ServerMetrics::RecordSpeculation(const std::string& job, uint64_t confirmed
   }
 }
 
-void ServerMetrics::SetJob(const std::string& job, uint64_t state_bytes, uint64_t version) {
+void ServerMetrics::SetJob(const std::string& job, uint64_t state_bytes, uint64_t version,
+                           const StateLayout& layout) {
+  for (int f = 0; f < kMomentFormatCount; ++f) {
+    const auto format = static_cast<MomentFormat>(f);
+    if (format != layout.format) {
+      state_bytes_per_param_.Remove(&state_bytes_per_param_.Add(FormatLabels(job, format)));
+    }
+  }
+  state_bytes_per_param_.Add(FormatLabels(job, layout.format)).Set(layout.bytes_per_param());
   job_state_bytes_.Add(JobLabels(job)).Set(state_bytes);
   job_version_.Add(JobLabels(job)).Set(version);
   job_steps_.Add(JobLabels(job));
@@ -222,6 +239,10 @@ void ServerMetrics::SetJob(const std::string& job, uint64_t state_bytes, uint64_
 
 void ServerMetrics::ForgetJob(const std::string& job) {
   job_state_bytes_.Remove(&job_state_bytes_.Add(JobLabels(job)));
+  for (int f = 0; f < kMomentFormatCount; ++f) {
+    auto& gauge = state_bytes_per_param_.Add(FormatLabels(job, static_cast<MomentFormat>(f)));
+    state_bytes_per_param_.Remove(&gauge);
+  }
   job_version_.Remove(&job_version_.Add(JobLabels(job)));
 }
 

@@ -13,6 +13,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/core/optimizer/state_layout.h"
 #include "server/core/step_phases.h"
 #include "server/core/tier/tier_metrics.h"
 
@@ -37,7 +38,11 @@ class ServerMetrics {
   // it only committed, and blocks it stepped again or restored.
   void RecordSpeculation(const std::string& job, uint64_t confirmed, uint64_t redone);
 
-  void SetJob(const std::string& job, uint64_t state_bytes, uint64_t version);
+  // A job registered or restored: the RAM it holds, its version, and the
+  // bytes of optimizer state (master and moments) per parameter of its
+  // layout, labelled with the moment format.
+  void SetJob(const std::string& job, uint64_t state_bytes, uint64_t version,
+              const StateLayout& layout);
   void ForgetJob(const std::string& job);
   void SetRam(uint64_t used, uint64_t budget, size_t jobs);
   // Gradient staging memory (server/core/staging_budget.h): bytes in use and
@@ -91,6 +96,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& job_skipped_;
   prometheus::Family<prometheus::Counter>& speculative_blocks_;
   prometheus::Family<prometheus::Gauge>& job_state_bytes_;
+  prometheus::Family<prometheus::Gauge>& state_bytes_per_param_;
   prometheus::Family<prometheus::Counter>& tier_bytes_read_;
   prometheus::Family<prometheus::Counter>& tier_bytes_written_;
   prometheus::Family<prometheus::Histogram>& tier_io_duration_;

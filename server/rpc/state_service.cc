@@ -125,7 +125,8 @@ grpc::Status StateServiceImpl::RegisterJob(grpc::ServerContext* ctx,
     resp->set_token(reg->token);
     resp->set_incarnation(incarnation_);
     resp->set_data_port(options_.data_port);
-    metrics_.SetJob(reg->job->spec().job_id(), resp->info().state_bytes(), resp->info().version());
+    metrics_.SetJob(reg->job->spec().job_id(), resp->info().state_bytes(), resp->info().version(),
+                    StateLayoutOf(reg->job->spec()));
     PublishUsage();
     return absl::OkStatus();
   });
@@ -311,7 +312,8 @@ grpc::Status StateServiceImpl::Restore(grpc::ServerContext* ctx, const v1::Resto
     *resp->mutable_info() = JobInfoOf(*reg->job);
     resp->set_token(reg->token);
     resp->set_incarnation(incarnation_);
-    metrics_.SetJob(reg->job->spec().job_id(), resp->info().state_bytes(), resp->info().version());
+    metrics_.SetJob(reg->job->spec().job_id(), resp->info().state_bytes(), resp->info().version(),
+                    StateLayoutOf(reg->job->spec()));
     PublishUsage();
     return absl::OkStatus();
   });

@@ -58,6 +58,23 @@ TEST(JobSpecTest, EachBadFieldIsNamed) {
   ExpectInvalid(s, "optimizer.kind");
   s = GoodSpec(); s.mutable_optimizer()->set_beta1(1.5f); ExpectInvalid(s, "optimizer.beta1");
   s = GoodSpec(); s.mutable_optimizer()->set_weight_decay(-1); ExpectInvalid(s, "weight_decay");
+  s = GoodSpec(); s.set_moment_format(static_cast<v1::MomentFormat>(3));
+  ExpectInvalid(s, "moment_format: 3 is not one of");
+}
+
+// Every optimizer takes every moment format, kept as given.
+TEST(JobSpecTest, EveryOptimizerTakesEveryMomentFormat) {
+  for (auto kind : {v1::OPTIMIZER_ADAMW, v1::OPTIMIZER_ADAM, v1::OPTIMIZER_SGD_MOMENTUM,
+                    v1::OPTIMIZER_LION}) {
+    for (auto format : {v1::MOMENTS_FP32, v1::MOMENTS_BF16, v1::MOMENTS_INT8}) {
+      auto s = GoodSpec();
+      s.mutable_optimizer()->set_kind(kind);
+      s.set_moment_format(format);
+      auto r = NormalizeJobSpec(s);
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(r->moment_format(), format);
+    }
+  }
 }
 
 TEST(JobSpecTest, LayoutAlignsTensorsAndPadsToBlocks) {

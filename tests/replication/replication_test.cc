@@ -75,6 +75,21 @@ TEST_F(ReplicationTest, EveryBackupIsBitIdenticalToItsPrimaryAtEveryStep) {
   }
 }
 
+// A job with int8 moments: backups apply the same compact step and hold
+// the same bytes (masters, codes and scales) as their primaries.
+TEST_F(ReplicationTest, Int8MomentBackupsAreBitIdenticalToTheirPrimaries) {
+  v1::JobSpec spec = ReplicatedSpec("int8", 1);
+  spec.set_moment_format(v1::MOMENTS_INT8);
+  Open(spec);
+  const auto servers = cluster_->addresses();
+  for (int step = 0; step < 2; ++step) {
+    ASSERT_TRUE(RunStep(nodes_, step).ok()) << "step " << step;
+    for (uint32_t shard = 0; shard < 3; ++shard) {
+      ExpectSameCopies(servers[shard], servers[(shard + 1) % 3], "int8", shard, step + 1);
+    }
+  }
+}
+
 // Under mutual TLS the primaries reach their backups' data planes with
 // their own certificates: the sums travel there, and the run ends with the
 // reference's weights (the same as without backups), bit for bit.

@@ -11,12 +11,14 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "server/core/checkpoint/checkpoint_files.h"
 #include "server/core/checkpoint/checkpoint_reader.h"
+#include "server/core/checkpoint/ckpt_tool.h"
 #include "server/core/checkpoint/checkpoint_writer.h"
 #include "server/core/job_registry.h"
 #include "server/core/tier/state_tier.h"
@@ -27,8 +29,9 @@ namespace {
 
 constexpr uint32_t kBlock = 128;
 
-v1::JobSpec Spec() {
+v1::JobSpec Spec(v1::MomentFormat format = v1::MOMENTS_FP32) {
   v1::JobSpec spec;
+  spec.set_moment_format(format);
   spec.set_job_id("ck");
   auto* w = spec.add_tensors();
   w->set_name("w");
@@ -57,22 +60,26 @@ constexpr char kToken[] = "checkpoint-test-token-0123456789abcdef01";
 
 // A job sharded over n in-process "servers", each its own registry.
 struct Cluster {
-  explicit Cluster(int n, const TierOptions& tiers = TierOptions()) : pool(2) {
+  explicit Cluster(int n, const TierOptions& tiers = TierOptions(),
+                   v1::MomentFormat format = v1::MOMENTS_FP32)
+      : pool(2), format(format) {
     for (int i = 0; i < n; ++i) registries.push_back(std::make_unique<JobRegistry>(1 << 30, tiers));
   }
   void Register() {
     for (size_t i = 0; i < registries.size(); ++i) {
       v1::RegisterJobRequest req;
-      *req.mutable_spec() = Spec();
+      *req.mutable_spec() = Spec(format);
       for (auto& s : Servers(registries.size())) req.add_servers(s);
       req.set_shard_index(i);
       ASSERT_TRUE(registries[i]->Register(req, kToken).ok());
     }
   }
-  absl::Status Restore(const std::string& dir) {
+  // `format`: restore into a job of that moment format.
+  absl::Status Restore(const std::string& dir, std::optional<v1::MomentFormat> format = {}) {
     for (size_t i = 0; i < registries.size(); ++i) {
       v1::RestoreRequest req;
       req.set_path(dir);
+      if (format.has_value()) req.set_moment_format(*format);
       for (auto& s : Servers(registries.size())) req.add_servers(s);
       req.set_shard_index(i);
       if (auto r = registries[i]->Restore(req, kToken); !r.ok()) return r.status();
@@ -131,6 +138,7 @@ struct Cluster {
     return dir;
   }
   ThreadPool pool;
+  const v1::MomentFormat format;
   std::vector<std::unique_ptr<JobRegistry>> registries;
 };
 
@@ -231,6 +239,76 @@ TEST_F(CheckpointTest, RestoresOntoAnyServerCountWithBitIdenticalContinuation) {
     b.Step(2);  // Adam's moments and step count came back too
     EXPECT_EQ(b.Weights(3), a.Weights(3)) << from << " -> " << to;
   }
+}
+
+// Compact moments are written as the tier holds them (the manifest's spec
+// names the format) and come back bit for bit onto another server count.
+TEST_F(CheckpointTest, CompactMomentsRoundTripBitIdentical) {
+  for (auto format : {v1::MOMENTS_BF16, v1::MOMENTS_INT8}) {
+    Cluster a(1, TierOptions(), format);
+    a.Register();
+    a.Step(0);
+    a.Step(1);
+    const std::string dir = a.Checkpoint(root_ + "/" + v1::MomentFormat_Name(format), 2);
+    auto reader = CheckpointReader::Open(dir);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    EXPECT_EQ((*reader)->spec().moment_format(), format);
+    EXPECT_LT((*reader)->block_floats(), 3u * kBlock);  // compact on disk
+    Cluster b(2, TierOptions(), format);
+    ASSERT_TRUE(b.Restore(dir).ok());
+    EXPECT_EQ(b.Weights(2), a.Weights(2));
+    a.Step(2);
+    b.Step(2);
+    EXPECT_EQ(b.Weights(3), a.Weights(3)) << v1::MomentFormat_Name(format);
+    // Its checkpoint holds the same bytes as the original's next one.
+    const std::string again = b.Checkpoint(root_ + "/again" + v1::MomentFormat_Name(format), 3);
+    const std::string first = a.Checkpoint(root_ + "/first" + v1::MomentFormat_Name(format), 3);
+    AlignedBuffer<float> x((*reader)->block_floats()), y((*reader)->block_floats());
+    auto ra = CheckpointReader::Open(first), rb = CheckpointReader::Open(again);
+    ASSERT_TRUE(ra.ok() && rb.ok());
+    for (uint64_t blk = 0; blk < (*ra)->layout().num_blocks(); ++blk) {
+      ASSERT_TRUE((*ra)->ReadBlock(blk, x.data()).ok());
+      ASSERT_TRUE((*rb)->ReadBlock(blk, y.data()).ok());
+      EXPECT_EQ(std::memcmp(x.data(), y.data(), x.size() * 4), 0) << "block " << blk;
+    }
+  }
+}
+
+// A restore into a job of another moment format converts each block's
+// moments (decoded exactly into fp32 here); the export writes the same
+// fp32 moments from either checkpoint.
+TEST_F(CheckpointTest, RestoreIntoAnotherMomentFormatConverts) {
+  Cluster a(1, TierOptions(), v1::MOMENTS_INT8);
+  a.Register();
+  a.Step(0);
+  a.Step(1);
+  const std::string dir = a.Checkpoint(root_ + "/int8", 2);
+  Cluster b(2, TierOptions(), v1::MOMENTS_FP32);
+  ASSERT_TRUE(b.Restore(dir, v1::MOMENTS_FP32).ok());
+  EXPECT_EQ(b.job(1).spec().moment_format(), v1::MOMENTS_FP32);
+  EXPECT_EQ(b.Weights(2), a.Weights(2));
+  const std::string wide = b.Checkpoint(root_ + "/fp32", 2);
+  ASSERT_TRUE(ExportSafetensors(dir, root_ + "/int8.safetensors", /*with_moments=*/true).ok());
+  ASSERT_TRUE(ExportSafetensors(wide, root_ + "/fp32.safetensors", true).ok());
+  ASSERT_TRUE(ExportSafetensors(wide, root_ + "/master.safetensors").ok());
+  auto slurp = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string i8 = slurp(root_ + "/int8.safetensors"), f32 = slurp(root_ + "/fp32.safetensors");
+  EXPECT_EQ(i8, f32);
+  EXPECT_NE(i8.find("\"w.exp_avg_sq\""), std::string::npos);
+  // The data after the header: master, exp_avg and exp_avg_sq of 33 * 21 +
+  // 33 elements, against the master alone.
+  auto data_bytes = [](const std::string& file) {
+    uint64_t header = 0;
+    std::memcpy(&header, file.data(), 8);
+    return file.size() - 8 - header;
+  };
+  EXPECT_EQ(data_bytes(i8), 3u * 4 * (33 * 21 + 33));
+  EXPECT_EQ(data_bytes(slurp(root_ + "/master.safetensors")), 4u * (33 * 21 + 33));
+  b.Step(2);  // and the converted job steps on
+  EXPECT_EQ(b.job(0).shard().Progress().min_version, 3u);
 }
 
 TEST_F(CheckpointTest, TakenWhileTrainingGoesOn) {
@@ -516,6 +594,23 @@ TEST_F(BadCheckpointTest, DifferentLayoutThanTheRegisteredJob) {
 TEST_F(BadCheckpointTest, ManifestWithoutBlockSize) {
   EditManifest([](v1::ShardManifest& m) { m.mutable_spec()->clear_block_elems(); });
   ExpectRefused(absl::StatusCode::kDataLoss, "job spec is incomplete");
+}
+
+TEST_F(BadCheckpointTest, UnknownMomentFormat) {
+  for (uint32_t shard : {0u, 1u}) {
+    std::string path = dir_ + "/" + ShardManifestName(shard, 2);
+    auto m = *ReadManifest(path);
+    m.mutable_spec()->set_moment_format(static_cast<v1::MomentFormat>(7));
+    ASSERT_TRUE(WriteManifest(path, m).ok());
+  }
+  ExpectRefused(absl::StatusCode::kFailedPrecondition, "moment_format: 7 is not one of");
+}
+
+TEST_F(BadCheckpointTest, UnknownMomentFormatAsked) {
+  ExpectError(target_->Restore(dir_, static_cast<v1::MomentFormat>(9)),
+              absl::StatusCode::kInvalidArgument, "moment_format: 9 is not one of");
+  EXPECT_EQ(target_->job(0).shard().Progress().min_version, 0u);
+  EXPECT_EQ(target_->Weights(0), before_);
 }
 
 TEST_F(BadCheckpointTest, WrongNumberOfStateArrays) {

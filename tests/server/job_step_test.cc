@@ -26,8 +26,9 @@ namespace {
 constexpr uint32_t kBlock = 256;
 constexpr uint32_t kNodes = 2;
 
-v1::JobSpec Spec(bool speculative) {
+v1::JobSpec Spec(bool speculative, v1::MomentFormat format = v1::MOMENTS_FP32) {
   v1::JobSpec spec;
+  spec.set_moment_format(format);
   spec.set_job_id(speculative ? "spec" : "plain");
   auto* w = spec.add_tensors();
   w->set_name("w");
@@ -73,6 +74,12 @@ class JobStepTest : public ::testing::Test {
       for (uint64_t i = t.offset; i < t.offset + t.numel; ++i) g[i] = d(rng);
     }
     return g;
+  }
+
+  // Both jobs anew, with moments stored in `format`.
+  void UseMomentFormat(v1::MomentFormat format) {
+    plain_ = *Job::Create(Spec(false, format), {"a:1"}, 0);
+    spec_ = *Job::Create(Spec(true, format), {"a:1"}, 0);
   }
 
   static void Push(Job& job, uint32_t node, uint64_t step, uint64_t block,
@@ -344,6 +351,40 @@ TEST_F(JobStepTest, ASkipDropsTheSpeculationAndKeepsTheCountOfAppliedSteps) {
     ExpectSameAt(step + 1);
   }
   EXPECT_EQ(spec_->step().applied_steps().Before(3), 2u);
+}
+
+// With int8 moments: the speculated step is the plain one bit for bit, and
+// a step whose gradients hold an Inf and a NaN is seen by GradStats and
+// skipped on the coordinator's word as with fp32 moments (the state, codes
+// and scales included, stays as it was).
+TEST_F(JobStepTest, Int8MomentsSpeculateAndSkipAsThePlainStep) {
+  UseMomentFormat(v1::MOMENTS_INT8);
+  for (uint64_t step = 0; step < 3; ++step) {
+    SCOPED_TRACE(testing::Message() << "step " << step);
+    ASSERT_TRUE(DoStep(*spec_, StepReq(step, 1e-2f, 0.5f, true)).ok());
+    auto g = Grad(0, step);
+    if (step == 1) {
+      g[3] = INFINITY;
+      g[kBlock + 5] = NAN;
+    }
+    for (uint64_t b = 0; b < blocks(); ++b) {
+      Push(*plain_, 0, step, b, g);
+      Push(*spec_, 0, step, b, g);
+    }
+    PushNode(1, step);
+    AwaitSpeculated(blocks());
+    auto stats = plain_->step().Stats(step, absl::Now() + absl::Seconds(10));
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->nonfinite, step == 1 ? 2u : 0u);
+    v1::StepRequest req = StepReq(step, 1e-2f, 0.5f);
+    req.set_skip(stats->nonfinite > 0);
+    const std::vector<float> before = State(*plain_, step);
+    ASSERT_TRUE(DoStep(*plain_, req).ok());
+    ASSERT_TRUE(DoStep(*spec_, req).ok());
+    ExpectSameAt(step + 1);
+    const std::vector<float> after = State(*plain_, step + 1);
+    EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * 4) == 0, step == 1);
+  }
 }
 
 TEST_F(JobStepTest, ACancelledStepLeavesTheSpeculationForItsRetry) {

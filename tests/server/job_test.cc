@@ -659,5 +659,28 @@ TEST(JobRegistryTest, RamBudgetIsEnforcedBeforeAllocation) {
   EXPECT_EQ(roomy.ram_used(), 0u);
 }
 
+// The budget counts the state at its compact size: a budget that refuses
+// the job with fp32 moments admits it with int8 moments, and the server
+// holds what the tier keeps (master 4 B, moments 2 B and 16 B of scales
+// per 2048 parameters, gradient sum 4 B, bf16 copy 2 B per parameter).
+TEST(JobRegistryTest, RamBudgetCountsCompactMoments) {
+  auto req = MakeRequest();
+  req.mutable_spec()->set_moment_format(v1::MOMENTS_INT8);
+  auto spec = *NormalizeJobSpec(req.spec());
+  const uint64_t int8 = Job::EstimateBytes(spec, LayoutOf(spec).num_blocks());
+  spec.set_moment_format(v1::MOMENTS_FP32);
+  const uint64_t fp32 = Job::EstimateBytes(spec, LayoutOf(spec).num_blocks());
+  EXPECT_LT(int8, fp32);
+  JobRegistry registry(int8);
+  auto wide = MakeRequest();
+  ExpectError(registry.Register(wide, kToken).status(), absl::StatusCode::kResourceExhausted,
+              "RAM budget");
+  auto job = registry.Register(req, kToken);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(registry.ram_used(), int8);
+  EXPECT_EQ((*job).job->shard().tier().ram_bytes(),
+            LayoutOf(spec).num_blocks() * StateLayoutOf((*job).job->spec()).total_floats() * 4);
+}
+
 }  // namespace
 }  // namespace zerostate::server

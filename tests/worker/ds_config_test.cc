@@ -100,6 +100,16 @@ TEST(DsConfigTest, EachUnsupportedKeyOrValueIsNamed) {
   ExpectRejected("{not json", "ds_config");
 }
 
+TEST(DsConfigTest, MomentFormatIsMapped) {
+  auto r = ParseDeepSpeedConfig(R"({"zerostate": {"train": {"moment_format": "MOMENTS_INT8"}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.train().moment_format(), v1::MOMENTS_INT8);
+  ExpectRejected(R"({"zerostate": {"train": {"moment_format": 5}}})",
+                 "zerostate.train.moment_format");
+  ExpectRejected(R"({"zerostate": {"train": {"moment_format": "MOMENTS_INT4"}}})",
+                 "moment_format");
+}
+
 TEST(DsConfigTest, DelayedUpdateIsMapped) {
   auto r = ParseDeepSpeedConfig(
       R"({"zero_optimization": {"stage": 2, "delayed_update": {"enabled": true, "warmup_steps": 7}}})");

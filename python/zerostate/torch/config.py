@@ -54,6 +54,9 @@ class EngineConfig:
         # {"zerostate": {"train": {"speculative_step": true}}}: the servers
         # step each block as its gradients arrive (JobSpec.speculative_step).
         self.speculative_step = bool(train.get("speculative_step", False))
+        # {"zerostate": {"train": {"moment_format": "MOMENTS_INT8"}}}: how the
+        # servers store the optimizer moments (JobSpec.moment_format).
+        self.moment_format = train.get("moment_format", "MOMENTS_FP32")
         # zero_optimization.delayed_update (train.delayed_update): ZeRO-Offload's
         # delayed parameter update after `warmup_steps` synchronous steps.
         delayed = train.get("delayed_update", {})

@@ -140,4 +140,6 @@ def job_spec(job_id, params, param_groups, scales, config, num_nodes, dtype):
         spec["groups"] = groups
     if config.speculative_step:
         spec["speculative_step"] = True
+    if config.moment_format != "MOMENTS_FP32":
+        spec["moment_format"] = config.moment_format
     return spec

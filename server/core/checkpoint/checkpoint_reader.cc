@@ -77,6 +77,11 @@ absl::Status CheckHeader(const v1::ShardManifest& m, uint32_t count, const std::
     return absl::DataLossError(absl::StrCat(name, ": num_shards ", m.num_shards(),
                                             " does not match its file name"));
   }
+  if (auto s = CheckMomentFormat(m.spec().moment_format()); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name, ": spec.", s.message(), " (a format this server does not know; written by a newer "
+        "build?)"));
+  }
   auto spec = NormalizeJobSpec(m.spec());
   if (!spec.ok()) {
     return absl::DataLossError(absl::StrCat(name, ": job spec is invalid: ", spec.status().message()));
@@ -96,7 +101,7 @@ absl::Status CheckHeader(const v1::ShardManifest& m, uint32_t count, const std::
 absl::Status CheckShard(const std::string& dir, const v1::ShardManifest& m, uint32_t shard,
                         const Layout& layout, const std::string& name) {
   Range blocks = ShardBlocks(layout.num_blocks(), m.num_shards(), shard);
-  uint64_t record = static_cast<uint64_t>(layout.block_elems) * m.arrays() * sizeof(float);
+  const uint64_t record = StateLayoutOf(m.spec()).total_floats() * sizeof(float);
   if (m.shard_index() != shard || m.first_block() != blocks.begin ||
       m.num_blocks() != blocks.size() || m.block_crc32_size() != static_cast<int>(blocks.size()) ||
       m.data_bytes() != blocks.size() * record) {

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/job_spec.h"
+#include "server/core/optimizer/optimizer.h"
 #include "zerostate/v1/checkpoint.pb.h"
 
 namespace zerostate::server {
@@ -22,7 +23,8 @@ class CheckpointReader {
   // Errors: NOT_FOUND (no manifest, a shard's manifest or data file
   // missing; names it), FAILED_PRECONDITION (a newer format version, shards
   // that disagree on job, version, layout, trainer state or applied steps),
-  // DATA_LOSS (an unparsable manifest, applied_steps over the version, a
+  // FAILED_PRECONDITION naming spec.moment_format (a moment format this
+  // build does not know), DATA_LOSS (an unparsable manifest, applied_steps over the version, a
   // data file of the wrong size, too few checksums).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(
       const std::string& dir);
@@ -33,7 +35,9 @@ class CheckpointReader {
   uint32_t arrays() const { return manifests_[0].arrays(); }
   const Layout& layout() const { return layout_; }
   const std::vector<v1::ShardManifest>& manifests() const { return manifests_; }
-  size_t block_floats() const { return static_cast<size_t>(layout_.block_elems) * arrays(); }
+  // How each block's record is laid out (its moment format is the spec's).
+  StateLayout state_layout() const { return StateLayoutOf(spec()); }
+  size_t block_floats() const { return state_layout().total_floats(); }
 
   // Reads global block `block`'s record (block_floats() floats) and checks
   // its checksum. Errors: DATA_LOSS (checksum, short file; names file and

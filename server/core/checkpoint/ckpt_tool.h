@@ -35,7 +35,12 @@ struct CheckpointEntry {
 
 // Writes the fp32 master weights of every tensor, in layout order, to a
 // safetensors file (written to a temporary name and renamed into place).
+// `with_moments`: then each tensor's optimizer moments, decoded to fp32
+// whatever the checkpoint's moment format, named as PyTorch's optimizer
+// state names them: "<tensor>.exp_avg" and "<tensor>.exp_avg_sq" (Adam,
+// AdamW), "<tensor>.momentum_buffer" (SGD), "<tensor>.exp_avg" (Lion).
 // Every block's checksum is checked on the way.
-[[nodiscard]] absl::Status ExportSafetensors(const std::string& dir, const std::string& path);
+[[nodiscard]] absl::Status ExportSafetensors(const std::string& dir, const std::string& path,
+                                             bool with_moments = false);
 
 }  // namespace zerostate::server

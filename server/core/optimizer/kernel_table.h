@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/square_lanes.h"
+#include "server/core/optimizer/state_layout.h"
 
 namespace zerostate::server::kernels {
 
@@ -44,6 +45,36 @@ struct StepBuffers {
   const float* from_v = nullptr;
 };
 
+// A run [begin, end) of a block's elements that steps with one set of
+// constants (a tensor group's); the runs of a call are sorted and cover
+// [0, n) without overlap.
+struct StepRun {
+  size_t begin = 0;
+  size_t end = 0;
+  StepConsts c;
+};
+
+// One block's memory with compact moments (state_layout.h): m and v hold
+// the codes (uint16 per element for bf16, uint8 for int8), m_scale and
+// v_scale int8's scales, one per kQuantBlock elements from element 0. As in
+// StepBuffers, null `from_param`: in place; else the state is read from
+// `from_*` and written to the others.
+struct CompactBuffers {
+  float* param = nullptr;
+  void* m = nullptr;
+  void* v = nullptr;
+  float* m_scale = nullptr;
+  float* v_scale = nullptr;
+  const float* grad = nullptr;
+  uint16_t* lowp = nullptr;
+  size_t n = 0;
+  const float* from_param = nullptr;
+  const void* from_m = nullptr;
+  const void* from_v = nullptr;
+  const float* from_m_scale = nullptr;
+  const float* from_v_scale = nullptr;
+};
+
 // kTraffic: the memory traffic of AdamW without its arithmetic (benchmarks).
 enum class Rule { kAdamW, kAdam, kSgd, kSgdNesterov, kLion, kTraffic };
 inline constexpr int kRuleCount = 6;
@@ -51,6 +82,9 @@ enum class Lowp { kNone, kBf16, kFp16 };
 inline constexpr int kLowpCount = 3;
 
 using StepFn = void (*)(const StepConsts& c, const StepBuffers& b);
+// The step with compact moments: per quantization block, decodes the
+// moments, steps each run's part with its constants, encodes them again.
+using CompactStepFn = void (*)(const StepRun* runs, size_t count, const CompactBuffers& b);
 // Continues `lanes` (common/square_lanes.h) over g[0, n), the buffer's
 // elements from position lanes->elems on.
 using GradStatsFn = void (*)(const float* g, size_t n, SquareLanes* lanes);
@@ -58,6 +92,7 @@ using GradStatsFn = void (*)(const float* g, size_t n, SquareLanes* lanes);
 struct KernelTable {
   struct Row {
     StepFn by_lowp[kLowpCount];
+    CompactStepFn compact[kMomentFormatCount - 1][kLowpCount];  // [format - 1][lowp]
   };
   Row step[kRuleCount];  // indexed by Rule, then Lowp
   GradStatsFn grad_stats;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 #include "server/core/optimizer/dispatch.h"
 
@@ -68,16 +69,67 @@ kernels::StepConsts ConstsOf(const StepParams& p) {
   return k;
 }
 
-void RunRule(Isa isa, Rule rule, const kernels::StepConsts& c, const BlockRefs& b) {
+void RunRuleRuns(Isa isa, kernels::Rule rule, const kernels::StepRun* runs, size_t count,
+                 const BlockRefs& b) {
   const Lowp lowp = LowpOf(b.lowp_dtype);
   auto* lowp_out = lowp == Lowp::kNone ? nullptr : static_cast<uint16_t*>(b.lowp);
-  const kernels::StepBuffers buffers{b.param, b.m,      b.v,          b.grad,
-                                     lowp_out, b.n,      b.from_param, b.from_m,
-                                     b.from_v};
-  kernels::KernelsFor(isa).step[static_cast<int>(rule)].by_lowp[static_cast<int>(lowp)](c, buffers);
+  const auto& row = kernels::KernelsFor(isa).step[static_cast<int>(rule)];
+  if (b.moments == MomentFormat::kFp32) {
+    for (size_t i = 0; i < count; ++i) {
+      const size_t at = runs[i].begin;
+      auto shift = [at](auto* p) { return p == nullptr ? p : p + at; };
+      const kernels::StepBuffers buffers{
+          b.param + at,       shift(b.m),      shift(b.v),      b.grad + at,     shift(lowp_out),
+          runs[i].end - at,   shift(b.from_param), shift(b.from_m), shift(b.from_v)};
+      row.by_lowp[static_cast<int>(lowp)](runs[i].c, buffers);
+    }
+    return;
+  }
+  const kernels::CompactBuffers buffers{
+      b.param,  b.m,  b.v,           b.m_scale,     b.v_scale,     b.grad,       lowp_out,
+      b.n,      b.from_param, b.from_m, b.from_v, b.from_m_scale, b.from_v_scale};
+  row.compact[static_cast<int>(b.moments) - 1][static_cast<int>(lowp)](runs, count, buffers);
+}
+
+void RunRule(Isa isa, Rule rule, const kernels::StepConsts& c, const BlockRefs& b) {
+  const kernels::StepRun run{0, b.n, c};
+  RunRuleRuns(isa, rule, &run, 1, b);
 }
 
 }  // namespace
+
+void StepRuns(Isa isa, const ParamsRun* runs, size_t count, const BlockRefs& b) {
+  if (count == 0) return;
+  std::vector<kernels::StepRun> steps(count);
+  for (size_t i = 0; i < count; ++i) steps[i] = {runs[i].begin, runs[i].end, ConstsOf(*runs[i].params)};
+  RunRuleRuns(isa, RuleOf(runs[0].params->config), steps.data(), count, b);
+}
+
+BlockRefs StateRefs(const StateLayout& layout, float* to, const float* from) {
+  BlockRefs r = StateRefs(layout, to);
+  if (from == to) return r;
+  const BlockRefs f = StateRefs(layout, const_cast<float*>(from));
+  r.from_param = f.param;
+  r.from_m = f.m;
+  r.from_v = f.v;
+  r.from_m_scale = f.m_scale;
+  r.from_v_scale = f.v_scale;
+  return r;
+}
+
+BlockRefs StateRefs(const StateLayout& layout, float* state) {
+  BlockRefs r;
+  r.param = state;
+  r.n = layout.block_elems;
+  r.moments = layout.format;
+  if (layout.moments >= 1) r.m = state + layout.m_offset();
+  if (layout.moments >= 2) r.v = state + layout.v_offset();
+  if (layout.format == MomentFormat::kInt8) {
+    if (layout.moments >= 1) r.m_scale = state + layout.m_scale_offset();
+    if (layout.moments >= 2) r.v_scale = state + layout.v_scale_offset();
+  }
+  return r;
+}
 
 int MomentCount(v1::OptimizerKind kind) {
   switch (kind) {
@@ -90,6 +142,22 @@ int MomentCount(v1::OptimizerKind kind) {
     default:
       return 0;
   }
+}
+
+MomentFormat MomentFormatOf(v1::MomentFormat format) {
+  switch (format) {
+    case v1::MOMENTS_BF16:
+      return MomentFormat::kBf16;
+    case v1::MOMENTS_INT8:
+      return MomentFormat::kInt8;
+    default:
+      return MomentFormat::kFp32;
+  }
+}
+
+StateLayout StateLayoutOf(const v1::JobSpec& spec) {
+  return {spec.block_elems(), MomentCount(spec.optimizer().kind()),
+          MomentFormatOf(spec.moment_format())};
 }
 
 void StepBlock(Isa isa, const StepParams& p, const BlockRefs& b) {

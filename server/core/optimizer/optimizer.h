@@ -13,6 +13,7 @@
 
 #include "common/cpu_features.h"
 #include "common/square_lanes.h"
+#include "server/core/optimizer/state_layout.h"
 #include "zerostate/v1/state_service.pb.h"
 
 namespace zerostate::server {
@@ -45,10 +46,31 @@ struct BlockRefs {
   const float* from_param = nullptr;  // null: in place
   const float* from_m = nullptr;
   const float* from_v = nullptr;
+  // How the moments are stored (state_layout.h). kFp32: m and v as above.
+  // kBf16, kInt8: m and v (from_m, from_v) point at the moments' codes
+  // where StateLayout puts them, and for int8 m_scale and v_scale
+  // (from_*_scale) at their scales, one per kQuantBlock elements from
+  // element 0 (so `n` elements with n > kQuantBlock start on a boundary).
+  MomentFormat moments = MomentFormat::kFp32;
+  float* m_scale = nullptr;
+  float* v_scale = nullptr;
+  const float* from_m_scale = nullptr;
+  const float* from_v_scale = nullptr;
 };
+
+// The refs of a block's whole state at `state` (StateLayout `layout`),
+// stepped in place, n = layout.block_elems; grad and lowp left unset.
+BlockRefs StateRefs(const StateLayout& layout, float* state);
+// The same, stepped out of place from `from` into `to`.
+BlockRefs StateRefs(const StateLayout& layout, float* to, const float* from);
 
 // Number of moment buffers the optimizer keeps per parameter (0, 1 or 2).
 int MomentCount(v1::OptimizerKind kind);
+
+// The kernels' name of a JobSpec moment format. REQUIRES: a valid value.
+MomentFormat MomentFormatOf(v1::MomentFormat format);
+// The layout of each block's state of a normalized spec.
+StateLayout StateLayoutOf(const v1::JobSpec& spec);
 
 // Applies one step to a block in a single pass, with the best ISA or a given one.
 // REQUIRES: pointers 64-byte aligned, isa supported by this CPU.
@@ -58,6 +80,19 @@ int MomentCount(v1::OptimizerKind kind);
 // p.config normalized (an unknown optimizer kind aborts: a programmer bug).
 void StepBlock(const StepParams& p, const BlockRefs& b);
 void StepBlock(Isa isa, const StepParams& p, const BlockRefs& b);
+
+// Steps the runs of `b`, run i = elements [begin, end) with *params: one
+// pass over each run (fp32 moments) or over each quantization block
+// (compact moments, whose runs may share a block), bit-identical to
+// StepBlock on each run alone where the moments are fp32. The runs are
+// sorted, cover [0, b.n) and begin on multiples of 16 elements; all share
+// one optimizer kind. The rest as StepBlock.
+struct ParamsRun {
+  size_t begin = 0;
+  size_t end = 0;
+  const StepParams* params = nullptr;
+};
+void StepRuns(Isa isa, const ParamsRun* runs, size_t count, const BlockRefs& b);
 
 // Moves exactly the bytes of an AdamW step on `b` (reads param, grad, m, v;
 // writes param, m, v and the low-precision copy) with no optimizer math:

@@ -19,23 +19,11 @@ std::vector<StepParams> GroupStepParams(const v1::JobSpec& spec, const StepParam
 
 void StepBlockRuns(Isa isa, const std::vector<GroupRun>& runs,
                    const std::vector<StepParams>& by_group, const BlockRefs& b) {
-  for (const GroupRun& run : runs) {
-    BlockRefs r = b;
-    r.param += run.begin;
-    if (r.m != nullptr) r.m += run.begin;
-    if (r.v != nullptr) r.v += run.begin;
-    r.grad += run.begin;
-    if (r.from_param != nullptr) {
-      r.from_param += run.begin;
-      if (r.from_m != nullptr) r.from_m += run.begin;
-      if (r.from_v != nullptr) r.from_v += run.begin;
-    }
-    if (r.lowp != nullptr && r.lowp_dtype != v1::DTYPE_FP32) {
-      r.lowp = static_cast<uint16_t*>(r.lowp) + run.begin;
-    }
-    r.n = run.end - run.begin;
-    StepBlock(isa, by_group[run.group], r);
+  std::vector<ParamsRun> parts(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    parts[i] = {runs[i].begin, runs[i].end, &by_group[runs[i].group]};
   }
+  StepRuns(isa, parts.data(), parts.size(), b);
 }
 
 void StepBlockRuns(const std::vector<GroupRun>& runs, const std::vector<StepParams>& by_group,

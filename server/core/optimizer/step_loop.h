@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "server/core/optimizer/kernel_table.h"
+#include "server/core/optimizer/moment_codec.h"
 #include "server/core/optimizer/rules.h"
 
 namespace zerostate::server::kernels {
@@ -33,12 +34,18 @@ struct StepLoop {
     StoreState<kStreamState>(b.param + i, p);
     if constexpr (kMoments >= 1) StoreState<kStreamState>(b.m + i, m);
     if constexpr (kMoments >= 2) StoreState<kStreamState>(b.v + i, v);
+    StoreLowp(b.lowp, i, p, stream);
+  }
+
+  // The low-precision copy of p at lowp + i, when the job has one (else
+  // lowp is null).
+  [[gnu::always_inline]] static void StoreLowp(uint16_t* lowp, size_t i, F p, bool stream) {
     if constexpr (kLowp != Lowp::kNone) {
       const auto h = kLowp == Lowp::kBf16 ? Ops::ToBf16(p) : Ops::ToFp16(p);
       if (stream) {
-        Ops::StreamHalf(b.lowp + i, h);
+        Ops::StreamHalf(lowp + i, h);
       } else {
-        Ops::StoreHalf(b.lowp + i, h);
+        Ops::StoreHalf(lowp + i, h);
       }
     }
   }
@@ -126,6 +133,178 @@ struct StepLoop {
   }
 };
 
+// One moment's codes in and out of a quantization block's fp32 copy.
+// `kSecond`: the second moment (the unsigned map for int8).
+template <class Ops, MomentFormat kFormat, bool kSecond>
+struct MomentCodec {
+  static constexpr size_t W = Ops::kWidth;
+
+  // Codes of elements [t, t + n) (scale q = t / kQuantBlock) into x[0, n).
+  // x has room for a whole number of vectors past n.
+  static void Decode(const void* codes, const float* scales, size_t t, size_t n, float* x) {
+    if constexpr (kFormat == MomentFormat::kFp32) {
+      std::memcpy(x, static_cast<const float*>(codes) + t, n * sizeof(float));
+    } else if constexpr (kFormat == MomentFormat::kBf16) {
+      const uint16_t* h = static_cast<const uint16_t*>(codes) + t;
+      size_t i = 0;
+      for (; i + W <= n; i += W) Ops::Store(x + i, Ops::FromBf16(Ops::LoadHalf(h + i)));
+      alignas(64) uint16_t tail[W] = {};
+      std::memcpy(tail, h + i, (n - i) * sizeof(uint16_t));
+      if (i < n) Ops::Store(x + i, Ops::FromBf16(Ops::LoadHalf(tail)));
+    } else {
+      QuantVec<Ops>::Dequantize(Map(), static_cast<const uint8_t*>(codes) + t, n,
+                                scales[t / kQuantBlock], x);
+    }
+  }
+
+  static void Encode(const float* x, size_t t, size_t n, void* codes, float* scales) {
+    if constexpr (kFormat == MomentFormat::kFp32) {
+      std::memcpy(static_cast<float*>(codes) + t, x, n * sizeof(float));
+    } else if constexpr (kFormat == MomentFormat::kBf16) {
+      uint16_t* h = static_cast<uint16_t*>(codes) + t;
+      size_t i = 0;
+      for (; i + W <= n; i += W) Ops::StoreHalf(h + i, Ops::ToBf16(Ops::Load(x + i)));
+      if (i < n) {
+        alignas(64) uint16_t tail[W];
+        Ops::StoreHalf(tail, Ops::ToBf16(Ops::Load(x + i)));
+        std::memcpy(h + i, tail, (n - i) * sizeof(uint16_t));
+      }
+    } else {
+      scales[t / kQuantBlock] =
+          QuantVec<Ops>::Quantize(Map(), x, n, static_cast<uint8_t*>(codes) + t);
+    }
+  }
+
+  static const QuantMap& Map() { return kSecond ? UnsignedMap() : SignedMap(); }
+};
+
+// The step with compact moments. bf16: one vector pass, the moments widened
+// as they are loaded and rounded as they are stored (Bf16Part). int8: for
+// each quantization block (kQuantBlock elements), the moments are decoded
+// into fp32 tiles that stay in L1, each run's part is stepped by StepLoop's vector
+// loop with the tiles as its moments, and the tiles are encoded back. The
+// master, the gradient and the low-precision copy are read and written
+// once, in place, as in the fp32 step; every ISA does the same fp32
+// operations, so the bits agree.
+template <class Ops, class RuleT, Lowp kLowp, MomentFormat kFormat>
+struct CompactLoop {
+  using Loop = StepLoop<Ops, RuleT, kLowp>;
+  using MCodec = MomentCodec<Ops, kFormat, false>;
+  using VCodec = MomentCodec<Ops, kFormat, true>;
+  static constexpr int kMoments = RuleT::kMoments;
+
+  static void Run(const StepRun* runs, size_t count, const CompactBuffers& buffers) {
+    CompactBuffers b = buffers;
+    if (b.from_param == nullptr) {
+      b.from_param = b.param;
+      b.from_m = b.m;
+      b.from_v = b.v;
+      b.from_m_scale = b.m_scale;
+      b.from_v_scale = b.v_scale;
+    }
+    const bool stream =
+        kLowp != Lowp::kNone && reinterpret_cast<uintptr_t>(b.lowp) % sizeof(typename Ops::H) == 0;
+    if constexpr (kFormat == MomentFormat::kBf16) {
+      for (size_t j = 0; j < count; ++j) Bf16Part(runs[j].c, b, runs[j].begin, runs[j].end, stream);
+      if (stream) Ops::Fence();
+      return;
+    }
+    alignas(64) float m[kQuantBlock], v[kQuantBlock];
+    size_t r = 0;
+    for (size_t t = 0; t < b.n; t += kQuantBlock) {
+      const size_t n = b.n - t < kQuantBlock ? b.n - t : kQuantBlock;
+      if constexpr (kMoments >= 1) MCodec::Decode(b.from_m, b.from_m_scale, t, n, m);
+      if constexpr (kMoments >= 2) VCodec::Decode(b.from_v, b.from_v_scale, t, n, v);
+      while (r < count && runs[r].end <= t) ++r;
+      for (size_t j = r; j < count && runs[j].begin < t + n; ++j) {
+        const size_t lo = runs[j].begin > t ? runs[j].begin : t;
+        const size_t hi = runs[j].end < t + n ? runs[j].end : t + n;
+        StepPart(runs[j].c, b, lo, hi, m + (lo - t), v + (lo - t), stream);
+      }
+      if constexpr (kMoments >= 1) MCodec::Encode(m, t, n, b.m, b.m_scale);
+      if constexpr (kMoments >= 2) VCodec::Encode(v, t, n, b.v, b.v_scale);
+    }
+    if (stream) Ops::Fence();
+  }
+
+  // bf16 moments need no tile: each vector of them is widened as it is
+  // loaded and rounded as it is stored (the same conversions as Decode and
+  // Encode), in one pass over elements [lo, hi).
+  static void Bf16Part(const StepConsts& c, const CompactBuffers& b, size_t lo, size_t hi,
+                       bool stream) {
+    const Splat<Ops> k(c);
+    size_t i = lo;
+    for (; i + Loop::kLine <= hi; i += Loop::kLine) {
+      if (i + Loop::kAhead < hi) Bf16Prefetch(b, i + Loop::kAhead);
+      for (size_t j = 0; j < Loop::kLine; j += Ops::kWidth) Bf16Chunk(k, b, i + j, stream);
+    }
+    for (; i + Ops::kWidth <= hi; i += Ops::kWidth) Bf16Chunk(k, b, i, stream);
+    if (i < hi) Bf16Tail(k, b, i, hi - i);
+  }
+
+  static void Bf16Chunk(const Splat<Ops>& k, const CompactBuffers& b, size_t i, bool stream) {
+    using F = typename Ops::F;
+    const auto* from_m = static_cast<const uint16_t*>(b.from_m);
+    const auto* from_v = static_cast<const uint16_t*>(b.from_v);
+    F m = Ops::Set1(0), v = Ops::Set1(0);
+    if constexpr (kMoments >= 1) m = Ops::FromBf16(Ops::LoadHalf(from_m + i));
+    if constexpr (kMoments >= 2) v = Ops::FromBf16(Ops::LoadHalf(from_v + i));
+    const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Ops::Load(b.grad + i), &m, &v);
+    Ops::Store(b.param + i, p);
+    if constexpr (kMoments >= 1) Ops::StoreHalf(static_cast<uint16_t*>(b.m) + i, Ops::ToBf16(m));
+    if constexpr (kMoments >= 2) Ops::StoreHalf(static_cast<uint16_t*>(b.v) + i, Ops::ToBf16(v));
+    Loop::StoreLowp(b.lowp, i, p, stream);
+  }
+
+  [[gnu::always_inline]] static void Bf16Prefetch(const CompactBuffers& b, size_t i) {
+    __builtin_prefetch(b.from_param + i);
+    __builtin_prefetch(b.grad + i);
+    if constexpr (kMoments >= 1) __builtin_prefetch(static_cast<const uint16_t*>(b.from_m) + i);
+    if constexpr (kMoments >= 2) __builtin_prefetch(static_cast<const uint16_t*>(b.from_v) + i);
+  }
+
+  // The last n < kWidth elements from i, through zero-padded copies.
+  static void Bf16Tail(const Splat<Ops>& k, const CompactBuffers& b, size_t i, size_t n) {
+    constexpr size_t W = Ops::kWidth;
+    alignas(64) float p[W] = {}, g[W] = {};
+    alignas(64) uint16_t m[W] = {}, v[W] = {}, lowp[W] = {};
+    std::memcpy(p, b.from_param + i, n * sizeof(float));
+    std::memcpy(g, b.grad + i, n * sizeof(float));
+    if constexpr (kMoments >= 1) std::memcpy(m, static_cast<const uint16_t*>(b.from_m) + i, n * 2);
+    if constexpr (kMoments >= 2) std::memcpy(v, static_cast<const uint16_t*>(b.from_v) + i, n * 2);
+    CompactBuffers t;
+    t.param = p;
+    t.m = m;
+    t.v = v;
+    t.grad = g;
+    t.lowp = lowp;
+    t.from_param = p;
+    t.from_m = m;
+    t.from_v = v;
+    Bf16Chunk(k, t, 0, /*stream=*/false);
+    std::memcpy(b.param + i, p, n * sizeof(float));
+    if constexpr (kMoments >= 1) std::memcpy(static_cast<uint16_t*>(b.m) + i, m, n * 2);
+    if constexpr (kMoments >= 2) std::memcpy(static_cast<uint16_t*>(b.v) + i, v, n * 2);
+    if constexpr (kLowp != Lowp::kNone) std::memcpy(b.lowp + i, lowp, n * 2);
+  }
+
+  // Elements [lo, hi) with their moments in the tiles at m and v.
+  static void StepPart(const StepConsts& c, const CompactBuffers& b, size_t lo, size_t hi,
+                       float* m, float* v, bool stream) {
+    StepBuffers part;
+    part.param = b.param + lo;
+    part.m = m;
+    part.v = v;
+    part.grad = b.grad + lo;
+    part.lowp = kLowp == Lowp::kNone ? nullptr : b.lowp + lo;
+    part.n = hi - lo;
+    part.from_param = b.from_param + lo;
+    part.from_m = m;
+    part.from_v = v;
+    Loop::template Loop<false>(Splat<Ops>(c), part, stream);
+  }
+};
+
 // Element i of the buffer into lane i % 16, in order of i. A partial group
 // (the first, when lanes->elems is not a multiple of 16; the last) is added
 // as a whole one with zeros elsewhere, which add +0.0 to a lane: no change.
@@ -152,10 +331,20 @@ void GradStatsLoop(const float* g, size_t n, SquareLanes* lanes) {
   lanes->elems += n;
 }
 
+template <class Ops, class RuleT, MomentFormat kFormat, Lowp kLowp>
+constexpr CompactStepFn CompactFn() {
+  return &CompactLoop<Ops, RuleT, kLowp, kFormat>::Run;
+}
+
 template <class Ops, class RuleT>
 constexpr KernelTable::Row RowOf() {
+  constexpr MomentFormat kBf16 = MomentFormat::kBf16, kInt8 = MomentFormat::kInt8;
   return {{&StepLoop<Ops, RuleT, Lowp::kNone>::Run, &StepLoop<Ops, RuleT, Lowp::kBf16>::Run,
-           &StepLoop<Ops, RuleT, Lowp::kFp16>::Run}};
+           &StepLoop<Ops, RuleT, Lowp::kFp16>::Run},
+          {{CompactFn<Ops, RuleT, kBf16, Lowp::kNone>(), CompactFn<Ops, RuleT, kBf16, Lowp::kBf16>(),
+            CompactFn<Ops, RuleT, kBf16, Lowp::kFp16>()},
+           {CompactFn<Ops, RuleT, kInt8, Lowp::kNone>(), CompactFn<Ops, RuleT, kInt8, Lowp::kBf16>(),
+            CompactFn<Ops, RuleT, kInt8, Lowp::kFp16>()}}};
 }
 
 // Rows in the order of enum Rule.

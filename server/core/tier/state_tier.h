@@ -2,8 +2,11 @@
 // optimizer moments of every block. The RAM tier (ram_tier.h) keeps them in
 // memory; the NVMe tier keeps them in O_DIRECT files behind a RAM cache.
 //
-// A block's state is `arrays` consecutive arrays of `block_elems` floats:
-// [param, m, v][0 .. arrays). Blocks are addressed by their index within
+// A block's state is block_floats() floats laid out by StateLayout
+// (server/core/optimizer/state_layout.h): the fp32 master weights, then
+// the arrays - 1 moments in the shape's moment format (fp32: [param, m,
+// v][0 .. arrays) arrays of block_elems floats). The tiers move it as
+// opaque bytes. Blocks are addressed by their index within
 // the shard (0 .. num_blocks).
 //
 // Thread safety: calls for different blocks may run concurrently. Calls
@@ -19,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "server/core/aligned_buffer.h"
+#include "server/core/optimizer/state_layout.h"
 #include "server/core/thread_pool.h"
 
 namespace zerostate::server {
@@ -27,7 +31,9 @@ struct TierShape {
   uint64_t num_blocks = 0;
   uint32_t block_elems = 0;
   int arrays = 1;  // 1 + number of optimizer moments
-  size_t block_floats() const { return static_cast<size_t>(block_elems) * arrays; }
+  MomentFormat format = MomentFormat::kFp32;
+  StateLayout layout() const { return {block_elems, arrays - 1, format}; }
+  size_t block_floats() const { return layout().total_floats(); }
 };
 
 class StateTier {

@@ -23,9 +23,11 @@ namespace {
 constexpr uint32_t kBlockElems = 512;
 constexpr uint32_t kNodes = 2;
 
-v1::RegisterJobRequest Request(v1::StorageTier tier) {
+v1::RegisterJobRequest Request(v1::StorageTier tier,
+                               v1::MomentFormat format = v1::MOMENTS_FP32) {
   v1::RegisterJobRequest req;
   v1::JobSpec* spec = req.mutable_spec();
+  spec->set_moment_format(format);
   spec->set_job_id(tier == v1::TIER_NVME ? "on-nvme" : "in-ram");
   for (auto [name, n] : {std::pair{"emb", 3000}, std::pair{"head", 700}}) {
     auto* t = spec->add_tensors();
@@ -46,10 +48,12 @@ v1::RegisterJobRequest Request(v1::StorageTier tier) {
   return req;
 }
 
-TierOptions NvmeOptions(const std::string& dir) {
+// A cache of two blocks of the shard's four (of fp32 moments unless
+// `block_bytes` says otherwise).
+TierOptions NvmeOptions(const std::string& dir, uint64_t block_bytes = kBlockElems * 3 * 4) {
   TierOptions o;
   o.nvme_dir = dir;
-  o.nvme_cache_bytes = 2 * kBlockElems * 3 * sizeof(float);  // two blocks of the shard's four
+  o.nvme_cache_bytes = 2 * block_bytes;
   o.nvme_queue_depth = 3;
   return o;
 }
@@ -97,11 +101,25 @@ v1::StepRequest StepReq(uint64_t step) {
   return req;
 }
 
+void ExpectNvmeBitIdenticalToRam(v1::MomentFormat format);
+
+// With fp32 moments and with int8 moments (whose compact state is what the
+// slots hold).
 TEST(NvmeJobTest, BitIdenticalToRamTier) {
+  for (auto format : {v1::MOMENTS_FP32, v1::MOMENTS_INT8}) {
+    SCOPED_TRACE(v1::MomentFormat_Name(format));
+    ExpectNvmeBitIdenticalToRam(format);
+  }
+}
+
+void ExpectNvmeBitIdenticalToRam(v1::MomentFormat format) {
   ScratchDir dir;
-  JobRegistry ram_registry(1ull << 30), nvme_registry(1ull << 30, NvmeOptions(dir.path()));
-  auto ram = ram_registry.Register(Request(v1::TIER_RAM));
-  auto nvme = nvme_registry.Register(Request(v1::TIER_NVME));
+  const uint64_t block_bytes =
+      StateLayoutOf(*NormalizeJobSpec(Request(v1::TIER_RAM, format).spec())).total_floats() * 4;
+  JobRegistry ram_registry(1ull << 30),
+      nvme_registry(1ull << 30, NvmeOptions(dir.path(), block_bytes));
+  auto ram = ram_registry.Register(Request(v1::TIER_RAM, format));
+  auto nvme = nvme_registry.Register(Request(v1::TIER_NVME, format));
   ASSERT_TRUE(ram.ok()) << ram.status();
   ASSERT_TRUE(nvme.ok()) << nvme.status();
   const uint64_t blocks = nvme->job->blocks().size();

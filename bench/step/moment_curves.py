@@ -1,0 +1,77 @@
+"""Loss curves of examples/gpt's small GPT on the CPU with the optimizer
+moments stored as fp32, bf16 and int8 (JobSpec.moment_format), same data
+and seed, through a real zerostate-server on loopback. Writes every step's
+loss as JSON (LOGS/moments_gpt.json) and an SVG plot (OUT/moments_gpt.svg),
+and prints each format's mean loss over the last 20 steps and its ratio to
+fp32's:
+
+  /usr/bin/python3 bench/step/moment_curves.py [--build build] [--out docs/img]
+      [--logs bench/results] [--steps 2000]
+
+Needs build/server/zerostate-server, torch and build/client/
+libzerostate_client.so (as the Python tests do)."""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from dpu_curves import ROOT, run_gpt, svg_plot, tail_mean, zs_servers  # noqa: E402
+
+FORMATS = [("MOMENTS_FP32", "fp32 moments", "#1f5fbf"),
+           ("MOMENTS_BF16", "bf16 moments", "#2b8a3e"),
+           ("MOMENTS_INT8", "int8 moments", "#d9480f")]
+
+
+def config_with(format_name, directory):
+    """examples/gpt's ds_config.json with the moment format set."""
+    with open(os.path.join(ROOT, "examples", "gpt", "ds_config.json")) as f:
+        config = json.load(f)
+    config["zerostate"] = {"train": {"moment_format": format_name}}
+    path = os.path.join(directory, f"ds_config_{format_name}.json")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs", "img"))
+    ap.add_argument("--logs", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--steps", type=int, default=2000)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(args.logs, exist_ok=True)
+    os.environ.setdefault("ZEROSTATE_SERVER",
+                          os.path.join(args.build, "server", "zerostate-server"))
+    server = zs_servers.start(1, args=["--threads=2", f"--ram_budget_bytes={1 << 30}"])[0]
+    curves = {}
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, _, _ in FORMATS:
+                curves[name] = run_gpt(args.build, server, args.steps, -1,
+                                       f"moments-{name.lower()}", os.path.join(tmp, "log.json"),
+                                       [f"--config={config_with(name, tmp)}"])
+                curves[name]["command"] = curves[name]["command"].replace(tmp + os.sep, "")
+    finally:
+        server.stop()
+    with open(os.path.join(args.logs, "moments_gpt.json"), "w") as f:
+        json.dump(curves, f, indent=1)
+    svg_plot(os.path.join(args.out, "moments_gpt.svg"),
+             f"GPT of examples/gpt (2 layers, d=64) on the CPU, {args.steps} steps, loss",
+             "step", "loss",
+             [(label, curves[n]["steps"], curves[n]["loss"], colour) for n, label, colour in FORMATS])
+    base = tail_mean(curves["MOMENTS_FP32"])
+    print(json.dumps({"figure": "moments_gpt", "steps": args.steps,
+                      "mean_loss_last_20": {n: round(tail_mean(c), 6) for n, c in curves.items()},
+                      "ratio_to_fp32": {n: round(tail_mean(c) / base, 5) for n, c in curves.items()},
+                      "seconds": {n: round(c["seconds"], 1) for n, c in curves.items()}}))
+
+
+if __name__ == "__main__":
+    main()
