@@ -34,6 +34,9 @@ start_server 1
 servers=$(server_addresses 0 1)
 echo "demo: state servers at $servers (plaintext, loopback)"
 
+# One thread per rank: two ranks and two servers share the machine's cores
+# (torchrun sets the same, with a banner, when it is unset).
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 # The job's token, shared by both ranks through the environment only.
 ZEROSTATE_JOB_TOKEN=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \n')
 export ZEROSTATE_JOB_TOKEN
