@@ -96,7 +96,7 @@ class CheckersTest(unittest.TestCase):
                          ["../../shared/DESIGN.md", "https://example.com"])
 
     def test_tracker(self):
-        self.assertTrue(TRACKER.search("as " + "Issue 19 asked"))
+        self.assertTrue(TRACKER.search("as issue " + "19 asked"))
         self.assertFalse(TRACKER.search("the issues of a slow disk"))
 
 
