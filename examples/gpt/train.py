@@ -63,7 +63,8 @@ def main():
     ap.add_argument("--loss_log", default="", help="rank 0 writes its loss per step here (JSON)")
     ap.add_argument("--save_weights", default="", help="rank 0 saves the final weights here")
     ap.add_argument("--reference", type=int, default=0, metavar="RANKS",
-                    help="train as RANKS ranks would, by torch.optim.AdamW on the CPU, without servers")
+                    help="train as RANKS ranks would, by torch.optim.AdamW on the CPU, "
+                         "without servers")
     args = ap.parse_args()
     if args.reference:
         return train_reference(args)

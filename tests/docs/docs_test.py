@@ -104,7 +104,8 @@ class DocumentsTest(unittest.TestCase):
     def test_every_named_path_exists(self):
         for doc in documents():
             with self.subTest(doc=doc):
-                self.assertEqual(missing_paths(read(doc)), [], f"{doc} names paths that are not there")
+                self.assertEqual(missing_paths(read(doc)), [],
+                                 f"{doc} names paths that are not there")
 
     def test_no_link_leaves_the_repository(self):
         for doc in documents():
