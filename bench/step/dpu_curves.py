@@ -1,5 +1,5 @@
-"""Loss curves with and without the delayed parameter update (issue 16,
-part 3), through real zerostate-server processes on loopback:
+"""Loss curves with and without the delayed parameter update,
+through real zerostate-server processes on loopback:
 
   - the built-in MLP: zerostate-worker with configs/mlp.textproto (one node
     of --local_threads=2), synchronous, then with --delayed_update_warmup;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # transport_bench under TLS against plaintext, in one run, on the device
-# machine (issue 18's target: the TLS data plane at >= 0.6 of the plaintext
+# machine (the target: the TLS data plane at >= 0.6 of the plaintext
 # data plane at 1 and 4 servers; CPU s/GB with kTLS and with OpenSSL's
 # userspace records). Figures "...tcp.tls" use kTLS where the kernel
 # offers it ("records" in the JSON says what was used), "...tcp.tls_user"
