@@ -1,6 +1,9 @@
 # The two commands of the README, and a few helpers.
-#   make demo   - install deps, build, run a local cluster that trains
-#                 (KILL=1: with backups, a server killed mid-run)
+#   make demo   - install deps, build the server and the client library
+#                 only, train examples/gpt's GPT through zerostate.torch
+#                 with 2 ranks against 2 local servers (scripts/demo.sh)
+#   make demo-mlp  - the C++ worker's MLP on 2 servers (scripts/demo_mlp.sh)
+#   make demo-kill - with backups, a server killed mid-run, no rollback
 #   make test   - install deps, build, run the whole test suite, then one
 #                 clang sanitizer build (SAN_BUILD) that checks the locks,
 #                 runs the same C++ tests under ASan/UBSan (test-asan) and
@@ -14,9 +17,8 @@ CMAKE_FLAGS ?=
 # locks; the libraries compiled twice made CI's `make test` 51 min.
 SAN_BUILD ?= build-san
 FUZZ_SECONDS ?= 10
-KILL ?= 0
 
-.PHONY: deps configure build demo test test-asan fuzz bench clean
+.PHONY: deps configure build demo demo-mlp demo-kill test test-asan fuzz bench clean
 
 deps:
 	@scripts/install-deps.sh
@@ -27,9 +29,19 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# make demo KILL=1: replicated shards; a server SIGKILLed mid-run, no rollback.
-demo: build
-	@KILL=$(KILL) scripts/demo.sh $(BUILD)
+# The demos build only what they run; the tests are built by `make test`.
+demo: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target zerostate-server zerostate_client_shared
+	@scripts/demo.sh $(BUILD)
+
+demo-mlp: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target zerostate-server zerostate-worker
+	@scripts/demo_mlp.sh $(BUILD)
+
+# Replicated shards: etcd, 3 servers, a server SIGKILLed mid-run, no rollback.
+demo-kill: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target zerostate-server zerostate-worker
+	@KILL=1 scripts/demo_mlp.sh $(BUILD)
 
 # The normal suite first; the sanitizer build and the fuzzers only after it passed.
 test: build

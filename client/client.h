@@ -69,7 +69,7 @@ struct ClientOptions {
   // trainer that must outlive a restarted server sets it to how long a
   // restart may take (zerostate-worker: --server_wait_seconds).
   std::chrono::milliseconds unavailable_wait{0};
-  // For a job with backups (JobSpec.replicas > 0; issue 19): how long a
+  // For a job with backups (JobSpec.replicas > 0): how long a
   // shard's server may stay unreachable (UNAVAILABLE) before the client
   // moves the shard to the backup that takes it over (failover), instead
   // of unavailable_wait. The interrupted step's pushes are sent again to the

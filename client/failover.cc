@@ -1,4 +1,4 @@
-// Failover of a replicated job's shards (issue 19; docs/reliability.md,
+// Failover of a replicated job's shards (docs/reliability.md,
 // "Replicated shards"): when the server of a shard is gone, the client
 // moves the shard to the backup that takes it over (the backup claims it
 // through the servers' membership when asked for it), sends that backup

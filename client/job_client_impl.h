@@ -75,7 +75,7 @@ class JobClient::Impl {
   Ticket StartPush(const PushCall& call);
   Ticket StartGather(const GatherCall& call);
 
-  // --- Failover of replicated jobs (client/failover.cc; issue 19) ---
+  // --- Failover of replicated jobs (client/failover.cc) ---
   // Runs fn(server) on the server that serves `shard`; for a job with
   // backups, when it fails because that server is gone, moves the shard to
   // the backup that takes it over (FailOver) and runs fn there.

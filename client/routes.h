@@ -1,4 +1,4 @@
-// Which server serves each shard of a job now (issue 19): shard i on
+// Which server serves each shard of a job now: shard i on
 // server i until a failover moves it to one of its backups (the next
 // JobSpec.replicas servers of the ring). Thread-safe.
 #pragma once
@@ -35,7 +35,7 @@ class ShardRoutes {
 // The incarnation each server of a job is expected to answer with (seen
 // at register/attach): a server that answers with another restarted and
 // lost its copies, unless a failover found its copy of a replicated shard
-// caught up from the shard's primary (issue 19) and took its new
+// caught up from the shard's primary and took its new
 // incarnation. Indexed by server. Thread-safe.
 class ServerIncarnations {
  public:

@@ -55,7 +55,7 @@ enum class FrameType : uint8_t {
   kGatherEnd = 5,      // server -> client: incarnation, code, message, bytes
   kError = 6,          // server -> client: a frame it could not parse; then it closes
   kShmReady = 7,       // server -> client, same host only: incarnation, code, message
-  kReplicaSum = 8,     // primary -> backup server: token, replica_sum; payload (issue 19)
+  kReplicaSum = 8,     // primary -> backup server: token, replica_sum; payload
   kReplicaSumAck = 9,  // backup -> primary: incarnation, code, message
   kShmBuffer = 10,     // client -> server, same host only: shm_buffer; then its memfd
 };

@@ -25,7 +25,7 @@ Range ShardBlocks(uint64_t num_blocks, uint32_t num_shards, uint32_t shard);
 // The shard that owns `block`. REQUIRES: block < num_blocks, num_shards >= 1.
 uint32_t ShardOfBlock(uint64_t num_blocks, uint32_t num_shards, uint64_t block);
 
-// The servers holding a copy of `shard` with `replicas` backups (issue 19):
+// The servers holding a copy of `shard` with `replicas` backups:
 // the shard's own server first (its primary), then the next `replicas`
 // servers of the ring: shard, shard + 1, ... (mod num_shards).
 // REQUIRES: shard < num_shards, replicas < num_shards.

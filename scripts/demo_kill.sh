@@ -1,6 +1,6 @@
-# Sourced by scripts/demo.sh with KILL=1 (make demo KILL=1): a server
-# SIGKILLed mid-run costs no rollback (issue 19, docs/reliability.md,
-# "Replicated shards"). Uses demo.sh's $tmp, $pids, free_port, start_server.
+# Sourced by scripts/demo_mlp.sh with KILL=1 (make demo-kill): a server
+# SIGKILLed mid-run costs no rollback (docs/reliability.md, "Replicated
+# shards"). Uses scripts/demo_lib.sh's $tmp, $pids, free_port, start_server.
 # etcd, three servers in it with 2 s leases, the MLP job with one backup of
 # each shard (train.replicas: 1), checkpointing every 20 steps (so a
 # rollback could happen and would show). The job trains once without
@@ -32,7 +32,7 @@ for i in 0 1 2; do
     --cluster="demo-$$" --etcd_lease_ttl_seconds=2
   server_pids+=("${pids[-1]}")
 done
-servers=$(sed -n 's/.*listening on \([^ ]*\) .*/\1/p' "$tmp"/server{0,1,2}.log | paste -sd, -)
+servers=$(server_addresses 0 1 2)
 echo "demo: state servers at $servers, members of cluster demo-$$ in etcd"
 
 # The demo's MLP job with one backup per shard.

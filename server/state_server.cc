@@ -176,7 +176,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   service.nvme_dir = opt.tiers.nvme_dir;
   s->data_buffers_ = std::make_unique<DataBufferPool>(opt.data_buffer_bytes);
   s->shared_mappings_ = std::make_unique<SharedMappings>();
-  // Replicated shards (issue 19): who serves which shard as primary, and
+  // Replicated shards: who serves which shard as primary, and
   // the steps' way to the backups.
   auto peer_credentials = PeerCredentialsFor(opt.tls, opt.peer_tls_ca);
   if (!peer_credentials.ok()) return peer_credentials.status();

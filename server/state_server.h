@@ -88,7 +88,7 @@ struct ServerOptions {
   // Data plane connections served at once (--max_data_connections, >= 1);
   // more are refused (server/dataplane/data_plane.h).
   int max_data_connections = 1024;
-  // Replicated shards (issue 19). Who serves which shard as primary: null
+  // Replicated shards. Who serves which shard as primary: null
   // is a StaticMembership (no engine: no fencing); EtcdMembership where the
   // cluster runs etcd. Calls to peers trust `peer_tls_ca` (--peer_tls_ca;
   // empty: tls.client_ca_file) and present the server's certificate; one

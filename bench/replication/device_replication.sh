@@ -1,5 +1,5 @@
 #!/bin/bash
-# Replicated shards on the GPU machine's CPU cores (issue 19): step time
+# Replicated shards on the GPU machine's CPU cores: step time
 # with one backup per shard against none, same run, and failover time
 # (replication_bench: three zerostate-server processes on loopback, two
 # nodes, bf16 wire, AdamW), at two model sizes, each with a step's sums on

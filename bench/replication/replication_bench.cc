@@ -1,4 +1,4 @@
-// replication_bench: what replicated shards (issue 19) cost and how fast a
+// replication_bench: what replicated shards cost and how fast a
 // failover is, with real zerostate-server processes on loopback:
 //   replication.step_ratio   a training step (two nodes push, node 0 asks
 //                            GradStats and steps, both gather the new

@@ -1,4 +1,4 @@
-// The memory-traffic floor of replication_bench's two jobs (issue 19): the
+// The memory-traffic floor of replication_bench's two jobs: the
 // bytes each stage of a step reads and writes in host memory, per
 // parameter and per step, with the bench's layout: two nodes and three
 // servers on one host, bf16 wire (grad_dtype and weight_dtype), the nodes

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every system on the same model and host, in one run (issue 16, part 6):
+# Every system on the same model and host, in one run:
 # the 100.7M-parameter MLP of device_step.sh (2048 -> 8192 -> 8192 -> 2048,
 # micro-batch 64, AdamW) at fp32 and at bf16, through
 #   - zerostate, one server on loopback (--threads=$SERVER_THREADS, default

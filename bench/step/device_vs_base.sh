@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13's "no slower" check on the GPU machine: transport_bench and
+# The "no slower" check on the GPU machine: transport_bench and
 # step_bench of a base commit (c9c47ac) and of this tree, run alternately in
 # one run on one host, best of the repetitions of each, then a --json line per
 # figure with this tree's speed over the base's (> 1: this tree is faster).

@@ -1,5 +1,5 @@
-"""Loss curves with and without the delayed parameter update (issue 16,
-part 3), through real zerostate-server processes on loopback:
+"""Loss curves with and without the delayed parameter update,
+through real zerostate-server processes on loopback:
 
   - the built-in MLP: zerostate-worker with configs/mlp.textproto (one node
     of --local_threads=2), synchronous, then with --delayed_update_warmup;
@@ -11,7 +11,7 @@ Each pair writes its loss per step as JSON (LOGS/dpu_<model>.json) and an
 SVG plot drawn here, without matplotlib (OUT/dpu_<model>.svg):
 
   /usr/bin/python3 bench/step/dpu_curves.py [--build build] [--out docs/img]
-      [--logs bench/results] [--mlp_steps 200] [--gpt_steps 300] [--warmup 10]
+      [--logs bench/results/dpu-2026-12-01] [--mlp_steps 200] [--gpt_steps 300] [--warmup 10]
 
 Needs build/server/zerostate-server, build/worker/zerostate-worker and, for
 the transformer, torch and build/client/libzerostate_client.so (as the
@@ -180,7 +180,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "img"))
-    ap.add_argument("--logs", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--logs", default=os.path.join(ROOT, "bench", "results", "dpu-2026-12-01"))
     ap.add_argument("--mlp_steps", type=int, default=200)
     ap.add_argument("--gpt_steps", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=10)

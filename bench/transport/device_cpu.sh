@@ -2,7 +2,7 @@
 # transport_bench on the device machine with CPU accounting (c309bc7): the
 # TCP plane at 1, 2 and 4 servers with 4 streams per server, then 4
 # connections in all, 10 repetitions per figure, twice each. Recorded in
-# bench/results/transport-2026-11-30.md ("Where the time goes").
+# bench/results/transport-2026-11-30/results.md ("Where the time goes").
 # Bundle first:
 #   ../shared/tools/device-bundle .device build/bench/transport/transport_bench \
 #     build/server/zerostate-server

@@ -3,7 +3,7 @@
 # quotes (a98292e): both planes at 1, 2 and 4 servers with the defaults (4
 # data plane connections and 2 gRPC channels per server), then the TCP
 # plane with 4 connections in all (--connections=4), 10 repetitions per
-# figure, each twice. Recorded in bench/results/transport-2026-11-30.md
+# figure, each twice. Recorded in bench/results/transport-2026-11-30/results.md
 # ("Final figures").
 # Bundle first:
 #   ../shared/tools/device-bundle .device build/bench/transport/transport_bench \

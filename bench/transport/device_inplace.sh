@@ -4,7 +4,7 @@
 # non-temporal stores (this commit's server) against the one before it
 # (2faa645), same client, TCP plane, in one command; then 2 streams per
 # server (8 connections at 4 servers) and both planes. Recorded in
-# bench/results/transport-2026-11-30.md ("In-place pushes").
+# bench/results/transport-2026-11-30/results.md ("In-place pushes").
 # Bundle first:
 #   ../shared/tools/device-bundle .device build/bench/transport/transport_bench \
 #     build/server/zerostate-server /tmp/zsb/zerostate-server-before

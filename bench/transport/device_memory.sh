@@ -8,7 +8,7 @@
 #   before   2faa645 (plain copy and decode into the sum);
 # then 4 connections in all at every server count (1x4, 2x2, 4x1), where
 # the host's memory is not the limit. Recorded in
-# bench/results/transport-2026-11-30.md ("In-place pushes").
+# bench/results/transport-2026-11-30/results.md ("In-place pushes").
 # Bundle first:
 #   ../shared/tools/device-bundle .device build/bench/transport/transport_bench \
 #     build/server/zerostate-server /tmp/zsb/zerostate-server-before /tmp/zsb/zerostate-server-ntcopy

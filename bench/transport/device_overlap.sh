@@ -2,7 +2,7 @@
 # transport_bench's TCP rows on the device machine, the overlapped data
 # plane sessions (a168f99) against the serial ones before them (8d6dcff)
 # with the same client: the run recorded in
-# bench/results/transport-2026-11-30.md ("Overlap per connection").
+# bench/results/transport-2026-11-30/results.md ("Overlap per connection").
 # Bundle first (the serial server built from 8d6dcff's
 # server/dataplane/data_session.cc, renamed so both fit in one bundle):
 #   ../shared/tools/device-bundle .device \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # transport_bench on the device machine with both planes (grpc, tcp):
-# the run recorded in bench/results/transport-2026-11-30.md ("Two planes").
+# the run recorded in bench/results/transport-2026-11-30/results.md ("Two planes").
 # Bundle first: ../shared/tools/device-bundle .device \
 #   build-client/bench/transport/transport_bench build-client/server/zerostate-server
 # then, there: source .device/env.sh && bench/transport/device_planes.sh $OUT

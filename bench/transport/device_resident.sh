@@ -3,7 +3,7 @@
 # from the RAM tier's resident state (this commit's server) against the one
 # before it (overlapped sessions, Load of the whole block state), same
 # client; then both planes for the new server. Recorded in
-# bench/results/transport-2026-11-30.md ("Resident fp32 gathers").
+# bench/results/transport-2026-11-30/results.md ("Resident fp32 gathers").
 # Bundle first:
 #   cp build-client/server/zerostate-server /tmp/zsb/zerostate-server-before  # built at 1202274
 #   ../shared/tools/device-bundle .device build/bench/transport/transport_bench \

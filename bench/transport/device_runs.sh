@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # transport_bench on the device machine (bundle in .device/, see
-# bench/results/transport-2026-11-30.md) against four server builds:
+# bench/results/transport-2026-11-30/results.md) against four server builds:
 # old (protobuf copies, sync API), noargs (zero-copy data plane, gRPC's
 # default server arguments), args (+ windows, write buffer, read chunks),
 # frame (+ 1 MiB HTTP/2 frames both ways); then client settings against

@@ -9,7 +9,10 @@ torchrun sets RANK/WORLD_SIZE/...: every rank runs this script. Debian's torchru
 (torch 1.13, Python 3.11) needs --redirects=1 --tee=1 (its default fails):
   torchrun --nproc_per_node=2 --redirects=1 --tee=1 examples/gpt/train.py --servers=...
 Run again with the same --job to resume: the servers' weights and step,
-and the ds_config's LR schedule at that step."""
+and the ds_config's LR schedule at that step.
+--reference=N: no servers; the same training of N ranks by torch.optim.AdamW
+in this one process (the mean of the N ranks' gradients, the ds_config's
+clipping and linear warmup/decay), to compare against (scripts/demo.sh)."""
 
 import argparse
 import json
@@ -44,7 +47,7 @@ def loss_of(model, x, y, hf):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--servers", required=True)
+    ap.add_argument("--servers", default="")
     ap.add_argument("--job", default="gpt")
     ap.add_argument("--config", default=os.path.join(HERE, "ds_config.json"))
     ap.add_argument("--plaintext", action="store_true")
@@ -62,7 +65,15 @@ def main():
                     help="delayed parameter update after this many synchronous steps "
                          "(zero_optimization.delayed_update; -1: the config's)")
     ap.add_argument("--loss_log", default="", help="rank 0 writes its loss per step here (JSON)")
+    ap.add_argument("--save_weights", default="", help="rank 0 saves the final weights here")
+    ap.add_argument("--reference", type=int, default=0, metavar="RANKS",
+                    help="train as RANKS ranks would, by torch.optim.AdamW on the CPU, "
+                         "without servers")
     args = ap.parse_args()
+    if args.reference:
+        return train_reference(args)
+    if not args.servers:
+        ap.error("--servers is required (or --reference=RANKS)")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         torch.distributed.init_process_group("nccl" if args.device == "cuda" else "gloo")
     device = torch.device(args.device)
@@ -81,7 +92,6 @@ def main():
                                     job=args.job, model_parameters=param_groups(model, wd),
                                     plaintext=args.plaintext)
     rank = int(os.environ.get("RANK", "0"))
-    first = last = None
     losses = []
     t0 = time.time()
     for step in range(engine.global_steps, args.steps):
@@ -89,22 +99,83 @@ def main():
         loss = loss_of(engine, x, y, args.hf)
         engine.backward(loss)
         engine.step()
-        last = float(loss)
-        losses.append(last)
-        first = last if first is None else first
+        losses.append(float(loss))
         if rank == 0 and not args.json and step % 10 == 0:
-            print(f"step {step} loss {last:.4f}", flush=True)
+            print(f"step {step} loss {losses[-1]:.4f}", flush=True)
     engine.sync_weights()  # a delayed update in flight lands (collective)
     seconds = time.time() - t0
     engine.close()
-    if rank == 0 and args.loss_log:
+    if rank == 0:
+        report(args, engine.module, losses, seconds, int(os.environ.get("WORLD_SIZE", "1")))
+
+
+def report(args, model, losses, seconds, ranks):
+    """Writes --loss_log and --save_weights; prints the JSON summary line."""
+    if args.loss_log:
         with open(args.loss_log, "w") as f:
             json.dump({"steps": list(range(args.steps - len(losses), args.steps)),
                        "loss": losses}, f)
-    if rank == 0:
-        tokens = (args.steps * args.batch * args.seq * int(os.environ.get("WORLD_SIZE", "1")))
-        print(json.dumps({"first_loss": first, "last_loss": last, "steps": args.steps,
-                          "tokens_per_s": tokens / seconds}))
+    if args.save_weights:
+        torch.save(model.state_dict(), args.save_weights)
+    tokens = args.steps * args.batch * args.seq * ranks
+    print(json.dumps({"first_loss": losses[0] if losses else None,
+                      "last_loss": losses[-1] if losses else None, "steps": args.steps,
+                      "tokens_per_s": tokens / seconds}))
+
+
+def lr_factor(config):
+    """The ds_config scheduler (WarmupLR or WarmupDecayLR, linear warmup) as
+    a factor of the peak LR per step, as zerostate reads it: warmup from
+    warmup_min_lr over warmup_num_steps, then linear decay to 0 at
+    total_num_steps."""
+    sched = config.get("scheduler")
+    if sched is None:
+        return lambda s: 1.0
+    if sched["type"] not in ("WarmupLR", "WarmupDecayLR"):
+        raise ValueError(f"--reference: scheduler.type {sched['type']!r} is not supported")
+    p = sched["params"]
+    peak, low = p["warmup_max_lr"], p.get("warmup_min_lr", 0.0)
+    warm, total = p.get("warmup_num_steps", 0), p.get("total_num_steps", 0)
+
+    def factor(s):
+        if s < warm:
+            return (low + (peak - low) * (s + 1) / warm) / peak
+        if sched["type"] == "WarmupLR":
+            return 1.0
+        return 1.0 - min((s - warm) / (total - warm), 1.0)
+    return factor
+
+
+def train_reference(args):
+    """torch.optim.AdamW on the mean gradient of args.reference ranks'
+    batches: what the servers compute for a job of that many ranks."""
+    with open(args.config) as f:
+        config = json.load(f)
+    opt_cfg = config["optimizer"]
+    if opt_cfg["type"] != "AdamW":
+        raise ValueError(f"--reference: optimizer.type {opt_cfg['type']!r} is not AdamW")
+    p = opt_cfg["params"]
+    torch.manual_seed(0)
+    model = build_model(args)
+    opt = torch.optim.AdamW(param_groups(model, p.get("weight_decay", 0.0)), lr=p["lr"],
+                            betas=tuple(p.get("betas", (0.9, 0.999))), eps=p.get("eps", 1e-8))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(config))
+    clip = config.get("gradient_clipping", 0.0)
+    losses = []
+    t0 = time.time()
+    for step in range(args.steps):
+        opt.zero_grad()
+        for r in range(args.reference):
+            x, y = synthetic_batch(step, args.batch, args.seq, args.vocab, "cpu", r)
+            loss = loss_of(model, x, y, args.hf)
+            (loss / args.reference).backward()
+            if r == 0:
+                losses.append(float(loss))
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        sched.step()
+    report(args, model, losses, time.time() - t0, args.reference)
 
 
 if __name__ == "__main__":

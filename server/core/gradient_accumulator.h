@@ -131,7 +131,7 @@ class GradientAccumulator {
   // ComputeGradStats(sum(), required()), bit for bit. REQUIRES: complete().
   GradStats Stats() const;
 
-  // A replicated step (issue 19): takes `sum` (the primary's summed
+  // A replicated step: takes `sum` (the primary's summed
   // gradient of the block, its first required() elements) as every node's
   // complete contribution, as if folded here. Forgets pieces and claims
   // first (Reset); the padding past required() stays zero. The statistics

@@ -63,8 +63,8 @@ class JobGathers {
   [[nodiscard]] absl::Status ReadBlock(uint64_t local, uint64_t min_version, absl::Time deadline,
                                        float* out, uint64_t* version);
   // Block `local`'s state at `version`, its current version, without
-  // waiting: a speculated block's from what it keeps (a catch-up's read,
-  // issue 19). REQUIRES: no step's pass runs (the caller is the Step, before
+  // waiting: a speculated block's from what it keeps (a catch-up's
+  // read). REQUIRES: no step's pass runs (the caller is the Step, before
   // its pass). Errors: FAILED_PRECONDITION when the block is at another
   // version; the tier's I/O errors.
   [[nodiscard]] absl::Status ReadBlockAt(uint64_t local, uint64_t version, float* out);

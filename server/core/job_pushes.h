@@ -116,8 +116,8 @@ class JobPushes {
     return InitWeights(ViewOf(chunk));
   }
 
-  // A backup's copy applies its primary's step (ReplicaService.ApplyStep;
-  // issue 19): `grads` (global block -> summed gradient, `required` floats
+  // A backup's copy applies its primary's step (ReplicaService.ApplyStep):
+  // `grads` (global block -> summed gradient, `required` floats
   // as bytes) become the blocks' complete gradients, then JobStep::Step(req)
   // runs as on the primary, so the copy stays bit-identical. already_applied
   // when every block holds version step + 1. Errors: FAILED_PRECONDITION

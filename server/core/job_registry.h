@@ -89,7 +89,7 @@ class JobRegistry {
 
   // This server's copy of shard `shard` of the job, if `token` is its
   // token: its own shard (the primary's copy) or one it backs up
-  // (JobSpec.replicas; issue 19). Errors: as Authorize; NOT_FOUND naming
+  // (JobSpec.replicas). Errors: as Authorize; NOT_FOUND naming
   // the shard when this server holds no copy of it.
   [[nodiscard]] absl::StatusOr<std::shared_ptr<Job>> Shard(const std::string& job_id,
                                                            const std::string& token,

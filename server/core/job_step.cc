@@ -509,7 +509,7 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
     return absl::DeadlineExceededError(absl::StrCat(
         "step ", step, ": the call's deadline came before it was applied; nothing changed"));
   }
-  // Issue 19: the backups run the step while it runs here; answered once they hold it.
+  // The backups run the step while it runs here; answered once they hold it.
   const auto decide_start = Clock::now();
   const std::function<absl::Status()> replicated = Replicate(replicator, req, pending);
   if (replicated) out.times.replicate = SecondsSince(decide_start);

@@ -71,8 +71,8 @@ struct StepOutcome {
   uint64_t blocks_redone = 0;
 };
 
-// The way of a primary's steps to its shard's backups (issue 19;
-// server/replication/replicator.h implements it). A JobStep keeps one for
+// The way of a primary's steps to its shard's backups
+// (server/replication/replicator.h implements it). A JobStep keeps one for
 // its job's life once it serves as primary (JobStep::Replicator). The push
 // that completes a block tells it (OnBlockComplete), so the block's summed
 // gradient can travel while the other blocks fold; JobStep::Step calls
@@ -182,13 +182,13 @@ class JobStep {
   // completes from then on, OnComplete). Thread-safe.
   StepReplicator* ReplicatorOrMake(const std::function<std::unique_ptr<StepReplicator>()>& make);
 
-  // Gathers serve versions up to this one only (issue 19): a replicated
+  // Gathers serve versions up to this one only: a replicated
   // step's new version is visible once every backup holds it, so no rank
   // moves past a step a failover could still take back. Blocks' mutexes
   // are taken (released) when it grows, which wakes their waiters.
   uint64_t visible_through() const { return visible_through_.load(); }
 
-  // Fencing (issue 19; docs/reliability.md, "Replicated shards"): a backup
+  // Fencing (docs/reliability.md, "Replicated shards"): a backup
   // of this copy's shard answered this copy's step that it serves the shard
   // as primary now (a newer claim). The step ran here but was never
   // acknowledged, so this copy holds state no primary vouches for: until a

@@ -60,7 +60,7 @@ class ServerMetrics {
   // Rendezvous keys held and their bytes (server/core/rendezvous.h), all
   // tokens and those of tokens with no job here.
   void SetRendezvous(uint64_t keys, uint64_t bytes, uint64_t jobless_keys, uint64_t jobless_bytes);
-  // Replicated shards (issue 19): blocks of the shards this server serves
+  // Replicated shards: blocks of the shards this server serves
   // as primary that have fewer live copies than JobSpec.replicas asks; and
   // shard state bytes sent to copies being caught up.
   void SetUnderReplicatedBlocks(uint64_t blocks);

@@ -1,4 +1,4 @@
-// Which shards this server answers for as primary (issue 19): its own shard
+// Which shards this server answers for as primary: its own shard
 // of each replicated job, and the shards it backs up once their primary is
 // gone (failover). Decided by a Membership (etcd, or StaticMembership);
 // the term of each claim is kept, so a call costs a look-up, not a round

@@ -1,5 +1,5 @@
 // Where a backup keeps the summed gradients its shard's primary sends
-// ahead of a step on the TCP data plane (issue 19: REPLICA_SUM frames,
+// ahead of a step on the TCP data plane (REPLICA_SUM frames,
 // proto/zerostate/v1/data_plane.proto), until the step's
 // ReplicaService.ApplyStep of the same transfer takes them. The data
 // plane's sessions call it (server/dataplane/data_session.h); the replica

@@ -1,4 +1,4 @@
-// Which of this server's copies of a job answers a call (issue 19): the
+// Which of this server's copies of a job answers a call: the
 // job's own shard, as always, or a shard it backs up, which it then serves
 // as primary (Primaries::Serve: a failover claims it). One function per
 // way a call names its part of the job: by shard (Step, GradStats,

@@ -22,7 +22,7 @@ struct StepPhaseTimes {
   // Saving blocks' state for a running checkpoint before the pass moves
   // them past its version, summed over the threads; only when it saved any.
   std::optional<double> copy_on_write;
-  // A step of a shard with backups (issue 19): handing it to the
+  // A step of a shard with backups: handing it to the
   // replicator before the pass (StepReplicator::Decide), and waiting for
   // the backups' acknowledgement after the pass.
   std::optional<double> replicate;

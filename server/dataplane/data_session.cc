@@ -434,7 +434,7 @@ class Session final : public GatherSink {
     return handed ? absl::OkStatus() : absl::UnavailableError("client went away");
   }
 
-  // A primary's summed gradient of one block (issue 19): checked from its
+  // A primary's summed gradient of one block: checked from its
   // meta, then its payload read and kept until the step's ApplyStep.
   absl::Status ServeReplicaSum(const FrameStart& f) {
     const absl::Time start = absl::Now();

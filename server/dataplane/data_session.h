@@ -22,7 +22,7 @@
 // connection that has not yet sent an authorized frame is closed after
 // that long idle.
 //
-// A REPLICA_SUM (a shard's primary to its backup, issue 19) is checked
+// A REPLICA_SUM (a shard's primary to its backup) is checked
 // from its meta (DataSessionContext::replica_sums) before its payload is
 // read, as a push is; a refused one's payload is dropped the same way, and
 // each is answered by a REPLICA_SUM_ACK, in order with the other answers.
@@ -61,7 +61,7 @@ struct DataSessionContext {
   const GatherHandler* gathers = nullptr;
   ServerMetrics* metrics = nullptr;
   uint64_t incarnation = 0;
-  // Where a backup keeps the sums of REPLICA_SUM frames (issue 19); null:
+  // Where a backup keeps the sums of REPLICA_SUM frames; null:
   // such frames are refused (FAILED_PRECONDITION).
   ReplicaSums* replica_sums = nullptr;
   // Payload buffers of every session (required).

@@ -1,4 +1,4 @@
-// Membership over etcd (issue 19): etcd decides, through leases and
+// Membership over etcd: etcd decides, through leases and
 // revisions; this class only keeps them.
 //
 // Keys, under /zerostate/<cluster>/:

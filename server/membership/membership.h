@@ -1,6 +1,6 @@
 // Membership of a replicated cluster of state servers: who is alive, who
-// serves each (job, shard) as primary, and under which fencing epoch
-// (issue 19). The replication path (primaries, backups, failover) codes
+// serves each (job, shard) as primary, and under which fencing epoch.
+// The replication path (primaries, backups, failover) codes
 // against this interface; EtcdMembership (server/membership/etcd_membership.h)
 // implements it over etcd leases and revisions. No home-made consensus: the
 // engine behind it decides.

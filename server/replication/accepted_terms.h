@@ -1,4 +1,4 @@
-// A backup's memory of its shards' primaries (issue 19; docs/reliability.md,
+// A backup's memory of its shards' primaries (docs/reliability.md,
 // "Replicated shards"): for each (job, shard) this server holds a copy of,
 // the newest primary term it accepted a replication message from (a step,
 // a step's sum, a catch-up). Every message a primary sends carries its

@@ -1,4 +1,4 @@
-// One lost copy's catch-up, in the background (issue 19; docs/reliability.md,
+// One lost copy's catch-up, in the background (docs/reliability.md,
 // "Catch-up"). The Step that finds the copy's server reachable again reads
 // the primary's shard state at its step's version (SnapshotOf, before its
 // pass) and starts a CatchUp with it and that step. A thread of the

@@ -1,4 +1,4 @@
-// The sums a backup's primary sends ahead of a step (issue 19: REPLICA_SUM
+// The sums a backup's primary sends ahead of a step (REPLICA_SUM
 // frames on the data plane; replica_service.h): kept per (job, shard), one
 // transfer each, until the ApplyStep of that transfer takes them, a sum of
 // another transfer of the shard replaces them, or the job is deleted

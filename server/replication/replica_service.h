@@ -1,4 +1,4 @@
-// The backup's side of replicated shards (issue 19): ReplicaService on the
+// The backup's side of replicated shards: ReplicaService on the
 // state server's gRPC port (proto/zerostate/v1/replica.proto). ApplyStep
 // runs a primary's step on this server's copy of the shard, with the sums
 // the primary sent ahead on the data plane (REPLICA_SUM frames, kept here

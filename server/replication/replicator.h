@@ -1,4 +1,4 @@
-// The primary's side of replicated shards (issue 19; docs/reliability.md,
+// The primary's side of replicated shards (docs/reliability.md,
 // "Replicated shards"): what every shard served here as primary shares
 // (peers' stubs, lost copies, the metrics); each shard's own way to its
 // backups is a ShardReplicator (shard_replicator.h), which streams each

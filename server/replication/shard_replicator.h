@@ -1,5 +1,5 @@
 // One shard's way to its backups, on the server that serves it as primary
-// (issue 19; docs/reliability.md, "Replicated shards"): the StepReplicator
+// (docs/reliability.md, "Replicated shards"): the StepReplicator
 // that Replicator::For makes, kept by the shard's JobStep for the job's
 // life.
 //

@@ -1,4 +1,4 @@
-// A Membership without an engine behind it (issue 19): each server decides
+// A Membership without an engine behind it: each server decides
 // alone. Primary() knows only the claims made through this object, Claim()
 // always succeeds, the lease never lapses. It gives the failover path its
 // shape where no etcd runs (tests, one failure domain); it cannot fence a

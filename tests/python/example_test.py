@@ -1,6 +1,8 @@
 """examples/gpt/train.py and bench/torch/bench_gpt.py run end to end on the
-CPU against real servers: the tiny GPT learns (its loss falls), and the
-bench's CPU variant prints every figure it promises.
+CPU against real servers: the tiny GPT learns (its loss falls) and ends
+where train.py's --reference mode (torch.optim.AdamW, what make demo
+compares against) ends, and the bench's CPU variant prints every figure it
+promises.
 
 Usage: example_test.py [TestCase ...]; exit 77 (skipped) without torch or
 a server binary."""
@@ -9,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 import zs_servers
@@ -20,6 +23,8 @@ except ImportError:
     sys.exit(77)
 
 ROOT = zs_servers.ROOT
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from demo_report import distance  # noqa: E402
 
 
 def run(argv, env=None):
@@ -33,16 +38,22 @@ def run(argv, env=None):
 class GptExampleTest(unittest.TestCase):
     def test_tiny_gpt_learns(self):
         servers = zs_servers.start(2)
-        try:
-            out = run(["examples/gpt/train.py", "--servers=" + ",".join(s.address for s in servers),
-                       "--plaintext", "--steps=30", "--batch=4", "--seq=32", "--json"])
-        finally:
-            for s in servers:
-                s.stop()
-        print(out)
+        tiny = ["examples/gpt/train.py", "--steps=30", "--batch=4", "--seq=32", "--json"]
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                out = run([*tiny, "--servers=" + ",".join(s.address for s in servers),
+                           "--plaintext", f"--save_weights={tmp}/zs.pt"])
+            finally:
+                for s in servers:
+                    s.stop()
+            ref = run([*tiny, "--reference=1", f"--save_weights={tmp}/ref.pt"])
+            rel, largest = distance(torch.load(f"{tmp}/zs.pt"), torch.load(f"{tmp}/ref.pt"))
+        print(out, ref, f"relative distance {rel:.2e}, largest element {largest:.2e}")
         self.assertEqual(out["steps"], 30)
         # ln(256) = 5.55 at the start; about 4.3 after 30 steps.
         self.assertLess(out["last_loss"], 0.85 * out["first_loss"])
+        self.assertAlmostEqual(out["first_loss"], ref["first_loss"], places=5)
+        self.assertLess(rel, 1e-4)
 
 
 class BenchTinyTest(unittest.TestCase):

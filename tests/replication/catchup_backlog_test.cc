@@ -1,5 +1,5 @@
-// A lost copy's catch-up runs in the background (issue 19;
-// server/replication/catch_up.h), with real server processes: a job of two
+// A lost copy's catch-up runs in the background
+// (server/replication/catch_up.h), with real server processes: a job of two
 // nodes on three servers with one backup per shard. Server 1 is SIGKILLed
 // and restarted empty; the servers run with --test_seed_hold, so the seeds
 // of its copies stop after their first block until the test lets them go.

@@ -1,4 +1,4 @@
-// Re-replication of replicated shards (issue 19) with real server
+// Re-replication of replicated shards with real server
 // processes: a job of two nodes on three servers with one backup per
 // shard. Server 1 is SIGKILLed (its shard fails over to server 2, and
 // shard 0 loses its backup), the run goes on under-replicated, server 1

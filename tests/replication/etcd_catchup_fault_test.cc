@@ -1,4 +1,4 @@
-// A kill in the middle of re-replication (issue 19): three servers in a
+// A kill in the middle of re-replication: three servers in a
 // real etcd, a job of two nodes with one backup per shard. Server 1 is
 // SIGKILLed and restarted empty; at the next step its shards' primaries
 // mark its copies lost, at the one after they start to catch them up in

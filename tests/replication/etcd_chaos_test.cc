@@ -1,4 +1,4 @@
-// The chaos loop of replicated shards (issue 19): three servers in a real
+// The chaos loop of replicated shards: three servers in a real
 // etcd, each dialing it through its own FaultProxy, a job of two nodes
 // with one backup per shard (and, in a second test, two: every shard on
 // every server, so that the backups that are not the new primary meet a

@@ -1,5 +1,5 @@
 // Shared setup of the replicated-shard tests whose servers' membership is
-// a real etcd (issue 19; tests/testing/etcd_process.h, 4 s leases): three
+// a real etcd (tests/testing/etcd_process.h, 4 s leases): three
 // zerostate-server processes started with --etcd_endpoints on fixed ports,
 // each with its own endpoint (etcd itself, or a FaultProxy in front of it)
 // and the same extra flags; a job of two nodes trained step by step and

@@ -1,4 +1,4 @@
-// A primary partitioned from etcd during a training run (issue 19): three
+// A primary partitioned from etcd during a training run: three
 // servers in a real etcd, server 1 dialing it through a FaultProxy, a job
 // of two nodes with one backup per shard. The proxy black-holes server 1's
 // etcd traffic in the middle of a step (after node 0's pushes); server 1

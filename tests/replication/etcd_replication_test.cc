@@ -1,5 +1,5 @@
-// Replicated shards with the servers' membership in a real etcd (issue 19;
-// tests/testing/etcd_process.h): three zerostate-server processes started
+// Replicated shards with the servers' membership in a real etcd
+// (tests/testing/etcd_process.h): three zerostate-server processes started
 // with --etcd_endpoints, a job of two nodes with one backup per shard.
 // Skipped where /usr/bin/etcd is missing.
 #include "tests/replication/etcd_cluster_fixture.h"

@@ -1,4 +1,4 @@
-// Failover of replicated shards (issue 19) with real server processes: a
+// Failover of replicated shards with real server processes: a
 // job of two nodes on three servers with one backup per shard; one server
 // is SIGKILLed mid-run, each server once, in the middle of a step (after
 // node 0's pushes, before GradStats) or between two steps. The backup

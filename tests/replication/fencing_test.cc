@@ -1,4 +1,4 @@
-// Fencing of a deposed primary (issue 19; docs/reliability.md, "Replicated
+// Fencing of a deposed primary (docs/reliability.md, "Replicated
 // shards"): a backup that serves its shard as primary now refuses the old
 // primary's step (ABORTED), and the old primary then does not acknowledge
 // it, fences itself for the shard and waits for a catch-up, so an

@@ -1,4 +1,4 @@
-// Shared setup of the replicated-shard tests (issue 19): three real
+// Shared setup of the replicated-shard tests: three real
 // zerostate-server processes, a job of two nodes with one backup per shard,
 // the nodes' steps driven through the client library, and each copy of a
 // shard read back through ReplicaService.ReadShard.

@@ -1,4 +1,4 @@
-// Replicated shards (issue 19) with real server processes: every backup
+// Replicated shards with real server processes: every backup
 // copy is bit-identical to its primary at every acknowledged version, the
 // weights equal those of an unreplicated run, and a spec asking for more
 // backups than the cluster can place is refused naming the field.

@@ -1,4 +1,4 @@
-// ReplicaService.Seed (issue 19's catch-up) refuses bad input case by
+// ReplicaService.Seed (the catch-up of a lost copy) refuses bad input case by
 // case, naming what is wrong, and leaves the copy as it was; a good Seed
 // is accepted. Real server processes: a job of two nodes on three servers
 // with one backup per shard, two steps in; the seeds go to server 1's

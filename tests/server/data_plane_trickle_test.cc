@@ -1,5 +1,5 @@
 // What a data plane connection that sends slowly, or sends nothing, may
-// take from a real server (issue 15, item 6): a PUSH frame with no valid
+// take from a real server: a PUSH frame with no valid
 // token that announces 64 MiB and then trickles its payload holds none of
 // the shared frame buffers, so a legitimate job on the same server pushes,
 // steps and gathers meanwhile, bit-identically, over the data plane; the

@@ -1,5 +1,5 @@
-// Rendezvous keys of tokens that hold no job, against a real server process
-// (issue 15, item 7): workers that meet before rank 0 registered their job
+// Rendezvous keys of tokens that hold no job, against a real server process:
+// workers that meet before rank 0 registered their job
 // share one pool of such keys with anyone who makes up a token. An attacker
 // with many tokens, each within its own quota, fills that pool with waiting
 // calls; a run's start rendezvous must still complete, through the real
