@@ -51,7 +51,7 @@ class ServerIncarnations {
 
 // The TCP data plane of each server of a job (null: none, push and gather
 // go over gRPC), as the server advertised it at register/attach, until a
-// failover finds the server restarted and caught up (issue 19) and takes
+// failover finds the server restarted and caught up and takes
 // the data port its new process listens on. Indexed by server.
 // Thread-safe.
 class DataPlanes {

@@ -21,7 +21,7 @@ RESULTS_MAX_BYTES = 3 << 20
 LINE_LIMITS = {"docs/performance.md": 330, "docs/architecture.md": 440,
                "docs/reliability.md": 440, "docs/operations.md": 440}
 TOP = ("bench", "client", "cmake", "common", "configs", "deploy", "docs", "examples", "proto",
-       "python", "scripts", "server", "tests", "worker")
+       "python", "scripts", "server", "tests", "trainer", "worker")
 # A path: a top-level folder, then path characters ({a,b} alternatives and
 # * globs included), not preceded by a path character (so build/bench/...
 # and $OUT/... are not repository paths).
