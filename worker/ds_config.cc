@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/struct.pb.h"
@@ -223,6 +224,24 @@ absl::Status MapPrecision(const DsConfig& ds, v1::TrainConfig* t) {
   return absl::OkStatus();
 }
 
+// data_types.grad_accum_dtype: DeepSpeed's names of a dtype (its DtypeEnum).
+absl::Status MapDataTypes(const DsConfig::DataTypes& d, v1::TrainConfig* t) {
+  static const std::pair<const char*, v1::DType> kNames[] = {
+      {"fp32", v1::DTYPE_FP32}, {"float32", v1::DTYPE_FP32}, {"float", v1::DTYPE_FP32},
+      {"torch.float32", v1::DTYPE_FP32}, {"bf16", v1::DTYPE_BF16}, {"bfloat16", v1::DTYPE_BF16},
+      {"torch.bfloat16", v1::DTYPE_BF16}, {"fp16", v1::DTYPE_FP16}, {"float16", v1::DTYPE_FP16},
+      {"half", v1::DTYPE_FP16}, {"torch.float16", v1::DTYPE_FP16}};
+  if (d.grad_accum_dtype().empty()) return absl::OkStatus();
+  for (const auto& [name, dtype] : kNames) {
+    if (Lower(d.grad_accum_dtype()) == name) {
+      t->set_grad_accum_dtype(dtype);
+      return absl::OkStatus();
+    }
+  }
+  return Invalid("data_types.grad_accum_dtype",
+                 absl::StrCat("'", d.grad_accum_dtype(), "' is not one of fp32, bf16, fp16"));
+}
+
 absl::Status MapZero(const DsConfig::ZeroOptimization& z, std::vector<std::string>* warnings) {
   if (z.stage() > 3) return Invalid("zero_optimization.stage", absl::StrCat(z.stage(), " is not a ZeRO stage (0 to 3)"));
   if (z.stage() == 3) {
@@ -259,6 +278,12 @@ absl::Status MapAll(const DsConfig& ds, const Struct& keys, LoadedConfig* out) {
   if (auto s = MapPrecision(ds, t); !s.ok()) return s;
   if (ds.zero_optimization().has_delayed_update()) {
     *t->mutable_delayed_update() = ds.zero_optimization().delayed_update();
+  }
+  if (auto s = MapDataTypes(ds.data_types(), t); !s.ok()) return s;
+  if (!v1::DType_IsValid(t->grad_accum_dtype())) {
+    return Invalid("zerostate.train.grad_accum_dtype",
+                   absl::StrCat(t->grad_accum_dtype(), " is not one of DTYPE_FP32, DTYPE_BF16, "
+                                                       "DTYPE_FP16"));
   }
   if (!v1::MomentFormat_IsValid(t->moment_format())) {
     return Invalid("zerostate.train.moment_format",

@@ -1,8 +1,14 @@
-"""Gradient buckets: runs of parameters contiguous in the job's flat space,
-pushed as one range once every gradient in them is accumulated (during
-backward). Inside a node the bucket is summed over the local ranks first
-(reduce-scatter on NCCL, all-reduce on gloo) and each local rank pushes its
-slice of the range."""
+"""Gradient buckets: runs of parameters contiguous in the job's flat space.
+Each bucket's flat buffer, in the reduce dtype (fp32 unless the config's
+data_types.grad_accum_dtype names another), is where the step's gradients
+accumulate: after each backward, each parameter's gradient (in the training
+dtype) is added into it and dropped (take()), so the micro-batches of a step
+sum in the reduce dtype, not in the parameters' dtype. At the accumulation
+boundary a bucket is pushed as one range once every gradient in it is in
+(during backward): inside a node it is summed over the local ranks first
+(reduce-scatter on NCCL, all-reduce on gloo, in the reduce dtype), and each
+local rank pushes its slice, converted once to the wire dtype (the job's
+grad_dtype)."""
 
 import torch
 import torch.distributed as dist
@@ -16,33 +22,47 @@ def wire_dtype(torch_dtype):
 
 
 class Bucket:
-    def __init__(self, entries, dtype, device, local_world):
+    def __init__(self, entries, reduce_dtype, wire_dtype, device, local_world):
         self.entries = entries  # [(param, begin, end)] in flat order
         self.begin, self.end = entries[0][1], entries[-1][2]
         n = self.end - self.begin
         self.chunk = -(-n // local_world)
-        self.buffer = torch.zeros(self.chunk * local_world, dtype=dtype, device=device)
+        self.buffer = torch.zeros(self.chunk * local_world, dtype=reduce_dtype, device=device)
+        self._slices = {id(p): self.buffer[b - self.begin:e - self.begin]
+                        for p, b, e in entries}
+        self.wire_dtype = wire_dtype
         self.host = None
         if device.type != "cpu":
-            self.host = torch.zeros(self.chunk, dtype=dtype, pin_memory=True)
+            self.host = torch.zeros(self.chunk, dtype=wire_dtype, pin_memory=True)
         self.ready = 0
         self.pushed = False  # this step (a rank may have an empty slice: no ticket)
         self.ticket = None
 
     def reset(self):
+        """A new push (the accumulated gradients stay)."""
         self.ready = 0
         self.pushed = False
         self.ticket = None
 
+    def zero(self):
+        """Drops the accumulated gradients. REQUIRES: no push in flight."""
+        self.buffer.zero_()
+
+    def take(self, p):
+        """Adds p.grad (p one of this bucket's parameters) into the
+        accumulation, in the reduce dtype, and drops it."""
+        if p.grad is not None:
+            with torch.no_grad():
+                self._slices[id(p)].add_(p.grad.reshape(-1))
+            p.grad = None
+
     def push(self, job, step, topo):
-        """Fills the buffer from the gradients (missing ones count as zero),
-        reduces it inside the node and pushes this rank's slice."""
+        """Reduces the accumulated gradients inside the node and pushes this
+        rank's slice in the wire dtype (a parameter that got no gradient
+        counts as zero). The buffer holds the node's sum afterwards, until
+        zero()."""
         self.pushed = True
         with torch.no_grad():
-            self.buffer.zero_()
-            for p, b, e in self.entries:
-                if p.grad is not None:
-                    self.buffer[b - self.begin:e - self.begin].copy_(p.grad.reshape(-1))
             mine = self.buffer
             if topo.local_group is not None:
                 r = topo.local_rank
@@ -61,24 +81,25 @@ class Bucket:
                 return
             src = mine[:hi - lo]
             if self.host is not None:
-                self.host[:hi - lo].copy_(src)
+                self.host[:hi - lo].copy_(src.to(self.wire_dtype))
                 src = self.host[:hi - lo]
-            elif not src.is_contiguous():
-                src = src.contiguous()
+            else:  # the one conversion to the wire dtype (none when they agree)
+                src = src.to(self.wire_dtype).contiguous()
             self.ticket = job.push_async(step, topo.node, lo, hi, src.data_ptr(),
                                          src.numel() * src.element_size(),
                                          wire_dtype(src.dtype), keep=src)
 
 
-def make_buckets(entries, bucket_elems, dtype, device, local_world):
+def make_buckets(entries, bucket_elems, reduce_dtype, wire_dtype, device, local_world):
     """Splits [(param, begin, end)] (flat order) into buckets of about
-    bucket_elems elements each."""
-    out, run = [], []
+    bucket_elems elements each, accumulating in reduce_dtype and pushing
+    in wire_dtype."""
+    runs, run = [], []
     for ent in entries:
         if run and ent[2] - run[0][1] > bucket_elems:
-            out.append(Bucket(run, dtype, device, local_world))
+            runs.append(run)
             run = []
         run.append(ent)
     if run:
-        out.append(Bucket(run, dtype, device, local_world))
-    return out
+        runs.append(run)
+    return [Bucket(r, reduce_dtype, wire_dtype, device, local_world) for r in runs]

@@ -46,6 +46,15 @@ class EngineConfig:
         self.lr = self.schedule.get("lr", 1e-3)
         self.has_schedule = "warmup_steps" in self.schedule or "decay" in self.schedule
         self.precision = train.get("precision", "PRECISION_FP32")
+        # data_types.grad_accum_dtype (train.grad_accum_dtype): the dtype a
+        # step's gradients accumulate and reduce in; train.grad_dtype: the
+        # wire's (default: the training dtype's). "DTYPE_FP32" etc.
+        self.grad_accum_dtype = train.get("grad_accum_dtype", "DTYPE_FP32")
+        if self.grad_accum_dtype == "DTYPE_UNSPECIFIED":
+            self.grad_accum_dtype = "DTYPE_FP32"
+        self.grad_dtype = train.get("grad_dtype")
+        if self.grad_dtype == "DTYPE_UNSPECIFIED":
+            self.grad_dtype = None
         self.grad_accum = int(train.get("grad_accum_steps", 1))
         self.micro_batch = int(train.get("micro_batch_size", 0))
         self.global_batch = int(train.get("global_batch_size", 0))

@@ -6,10 +6,17 @@ state servers.
   registered, pushed or stepped. torch param_groups become the job's tensor
   groups (weight decay, lr scale, betas). A new job's weights are streamed
   from the model; a job that already stepped gives its weights to the model.
+- Precision: the parameters are in the training dtype (bf16, fp16 or
+  fp32); a step's gradients accumulate over its micro-batches in fp32, or
+  in the dtype ds_config data_types.grad_accum_dtype names (as FSDP2's
+  reduce_dtype), and go on the wire in the job's grad_dtype (default the
+  training dtype's), converted once per push.
 - Gradients leave during backward: a hook on each parameter after its
   gradient is accumulated (register_post_accumulate_grad_hook, or a hook on
-  its AccumulateGrad node before torch 2.1) counts it into its bucket; a
-  full bucket is reduced inside the node and pushed (buckets.py).
+  its AccumulateGrad node before torch 2.1) adds it into its bucket's
+  buffer and drops p.grad (as DeepSpeed's ZeRO-2 does: after backward the
+  gradients live in the engine); at the accumulation boundary a full bucket
+  is reduced inside the node and pushed (buckets.py).
 - engine.step(): the coordinator (global rank 0) reads the summed gradient's
   statistics, clips, checks for non-finite values (fp16: skip and back off
   the loss scale), and orders the Step with the lr of param_groups[0]; its
@@ -82,6 +89,8 @@ class Engine(ModuleSurface):
         self.config.check_batch(self.topo.world)
         self.job_id = job
         self.dtype = _PRECISION_DTYPE[self.config.precision]
+        self.reduce_dtype = zopt.PROTO_DTYPE[self.config.grad_accum_dtype]
+        self.grad_dtype = zopt.PROTO_DTYPE.get(self.config.grad_dtype, self.dtype)
         self.device = next(model.parameters()).device
         self.lazy_weights = lazy_weights
         if checkpoint_every and not checkpoint_dir:
@@ -119,7 +128,7 @@ class Engine(ModuleSurface):
         names = {id(p): n for n, p in model.named_parameters()}
         self._params = [(names[id(p)], p) for p in params]
         spec = zopt.job_spec(job, self._params, self.optimizer.param_groups, self._lr_scales,
-                             c, self.topo.num_nodes, self.dtype)
+                             c, self.topo.num_nodes, self.dtype, self.grad_dtype)
         if unavailable_wait is None:  # a run that can roll back outlives a restart
             unavailable_wait = 300.0 if checkpoint_every else 0.0
         self.client, self.job = self._connect(spec, token, plaintext, tls_ca_file, tls_cert_file,
@@ -142,8 +151,8 @@ class Engine(ModuleSurface):
     def _install(self, bucket_elems, lazy_weights):
         """Buckets and gradient hooks; gather buffers and (lazy) forward
         pre-hooks."""
-        self._buckets = bk.make_buckets(self._entries, bucket_elems, self.dtype, self.device,
-                                        self.topo.local_world)
+        self._buckets = bk.make_buckets(self._entries, bucket_elems, self.reduce_dtype,
+                                        self.grad_dtype, self.device, self.topo.local_world)
         self._bucket_of = {}
         for bucket in self._buckets:
             for p, _, _ in bucket.entries:
@@ -235,7 +244,7 @@ class Engine(ModuleSurface):
         bucket = self._bucket_of[id(p)]
 
         def ready(*_):
-            self._grad_ready(bucket)
+            self._grad_ready(bucket, p)
 
         if hasattr(p, "register_post_accumulate_grad_hook"):
             self._hooks.append(p.register_post_accumulate_grad_hook(ready))
@@ -299,7 +308,8 @@ class Engine(ModuleSurface):
         except ZerostateError as e:
             self._ahead_error = e
 
-    def _grad_ready(self, bucket):
+    def _grad_ready(self, bucket, p):
+        bucket.take(p)
         if not self._boundary:
             return
         bucket.ready += 1
@@ -473,8 +483,11 @@ class Engine(ModuleSurface):
             torch.cuda.current_stream().synchronize()
 
     def zero_grad(self):
+        """Drops the gradients accumulated since the last step."""
         for _, p in self._params:
             p.grad = None
+        for b in self._buckets:
+            b.zero()
 
     def close(self):
         """Removes the hooks and closes the connections (the job stays on

@@ -11,6 +11,7 @@ KIND_PROTO = {"adamw": "OPTIMIZER_ADAMW", "adam": "OPTIMIZER_ADAM",
               "sgd": "OPTIMIZER_SGD_MOMENTUM", "lion": "OPTIMIZER_LION"}
 DTYPE_PROTO = {torch.float32: "DTYPE_FP32", torch.bfloat16: "DTYPE_BF16",
                torch.float16: "DTYPE_FP16"}
+PROTO_DTYPE = {v: k for k, v in DTYPE_PROTO.items()}
 _BETAS = ("adamw", "adam", "lion")
 
 
@@ -113,10 +114,11 @@ def lr_scales(param_groups):
     return [g["lr"] / base if base else 1.0 for g in param_groups]
 
 
-def job_spec(job_id, params, param_groups, scales, config, num_nodes, dtype):
+def job_spec(job_id, params, param_groups, scales, config, num_nodes, dtype, grad_dtype):
     """A zerostate.v1.JobSpec (protobuf JSON names) for named parameters
-    [(name, param)]: group 0's hyper-parameters are the job's optimizer, the
-    other groups its tensor groups."""
+    [(name, param)], weights in `dtype` and gradients in `grad_dtype` on the
+    wire: group 0's hyper-parameters are the job's optimizer, the other
+    groups its tensor groups."""
     opt = dict(config.optimizer, kind=KIND_PROTO[config.kind])
     g0 = param_groups[0]
     if config.kind in _BETAS:
@@ -134,7 +136,7 @@ def job_spec(job_id, params, param_groups, scales, config, num_nodes, dtype):
     spec = {"job_id": job_id,
             "tensors": [{"name": n, "shape": list(p.shape) or [1]} for n, p in params],
             "optimizer": opt, "num_nodes": num_nodes,
-            "grad_dtype": DTYPE_PROTO[dtype], "weight_dtype": DTYPE_PROTO[dtype],
+            "grad_dtype": DTYPE_PROTO[grad_dtype], "weight_dtype": DTYPE_PROTO[dtype],
             "block_elems": config.block_elems, "streamed_init": True, "seed": config.seed}
     if groups:
         spec["groups"] = groups
