@@ -1,5 +1,7 @@
 #include "worker/ds_config.h"
 
+#include <utility>
+
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
@@ -108,6 +110,25 @@ TEST(DsConfigTest, MomentFormatIsMapped) {
                  "zerostate.train.moment_format");
   ExpectRejected(R"({"zerostate": {"train": {"moment_format": "MOMENTS_INT4"}}})",
                  "moment_format");
+}
+
+TEST(DsConfigTest, GradAccumDtypeIsMappedByDeepSpeedsNames) {
+  const std::pair<const char*, v1::DType> kCases[] = {
+      {"fp32", v1::DTYPE_FP32}, {"float", v1::DTYPE_FP32}, {"BF16", v1::DTYPE_BF16},
+      {"bfloat16", v1::DTYPE_BF16}, {"torch.float16", v1::DTYPE_FP16}, {"half", v1::DTYPE_FP16}};
+  for (const auto& [name, dtype] : kCases) {
+    auto r = ParseDeepSpeedConfig(absl::StrCat(R"({"data_types": {"grad_accum_dtype": ")", name,
+                                               R"("}})"));
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    EXPECT_EQ(r->config.train().grad_accum_dtype(), dtype) << name;
+  }
+  auto absent = ParseDeepSpeedConfig("{}");
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  EXPECT_EQ(absent->config.train().grad_accum_dtype(), v1::DTYPE_UNSPECIFIED);  // fp32
+  ExpectRejected(R"({"data_types": {"grad_accum_dtype": "int8"}})", "data_types.grad_accum_dtype");
+  ExpectRejected(R"({"zerostate": {"train": {"grad_accum_dtype": 9}}})",
+                 "zerostate.train.grad_accum_dtype");
+  ExpectRejected(R"({"data_types": {"grad_dtype": "fp32"}})", "data_types.grad_dtype");
 }
 
 TEST(DsConfigTest, DelayedUpdateIsMapped) {
