@@ -52,13 +52,13 @@ class Reference:
     """torch.optim.AdamW on fp32 masters (a copy of the fp32 model), fed
     the gradients of the engine's own bf16 forward and backward: each
     micro-batch's, as a hook on each parameter sees it, summed in
-    `accum_dtype`, rounded once to bf16 (the wire) and averaged. The same
+    `accum_dtype`, rounded once to `wire_dtype` and averaged. The same
     gradients, so the masters differ by the optimizer's rounding only,
     not by bf16 rounding boundaries that rounding would tip."""
 
-    def __init__(self, model, accum_dtype):
+    def __init__(self, model, accum_dtype, wire_dtype=torch.bfloat16):
         self.master = copy.deepcopy(model)
-        self.accum_dtype = accum_dtype
+        self.accum_dtype, self.wire_dtype = accum_dtype, wire_dtype
         self.opt = torch.optim.AdamW(self.master.parameters(), lr=3e-3, betas=(0.9, 0.95),
                                      eps=1e-8, weight_decay=0.1)
         self.sums = {}
@@ -69,7 +69,7 @@ class Reference:
 
     def step(self):
         for name, p in self.master.named_parameters():
-            p.grad = self.sums[name].bfloat16().float() / ACCUM
+            p.grad = self.sums[name].to(self.wire_dtype).float() / ACCUM
         self.sums = {}
         self.opt.step()
 
@@ -101,11 +101,11 @@ class PrecisionTest(zs_servers.ServersTestCase):
         self.engines.append(engine)
         return engine
 
-    def train(self, job, config, accum_dtypes):
+    def train(self, job, config, refs):
         """50 steps of the bf16 GPT; returns the servers' masters and those
-        of a Reference per dtype of `accum_dtypes`."""
+        of a Reference per (accum_dtype, wire_dtype) of `refs`."""
         model = gpt()
-        refs = [Reference(model, d) for d in accum_dtypes]
+        refs = [Reference(model, *r) for r in refs]
         engine = self.engine(model, job, config)
         for name, p in engine.module.named_parameters():
             self.assertEqual(p.dtype, torch.bfloat16)
@@ -128,7 +128,7 @@ class PrecisionTest(zs_servers.ServersTestCase):
         """The default: fp32 sums of the bf16 micro-batch gradients. The
         bf16 sums that casting the whole model gives differ measurably."""
         got, (fp32_sums, bf16_sums) = self.train("fp32-accum", CONFIG,
-                                                 [torch.float32, torch.bfloat16])
+                                                 [(torch.float32,), (torch.bfloat16,)])
         err, gap = max_relative(got, fp32_sums), max_relative(got, bf16_sums)
         print(f"bf16 GPT, {ACCUM} micro-batches, {STEPS} steps: masters against fp32 sums "
               f"{err:.2e}, against bf16 sums {gap:.2e}")
@@ -140,10 +140,23 @@ class PrecisionTest(zs_servers.ServersTestCase):
         are bf16's, as the reference summing in bf16."""
         got, (bf16_sums,) = self.train(
             "bf16-accum", dict(CONFIG, data_types={"grad_accum_dtype": "bf16"}),
-            [torch.bfloat16])
+            [(torch.bfloat16,)])
         err = max_relative(got, bf16_sums)
         print(f"grad_accum_dtype bf16: masters against bf16 sums {err:.2e}")
         self.assertLess(err, TOLERANCE)
+
+    def test_wire_dtype_is_the_specs(self):
+        """zerostate.train.grad_dtype DTYPE_FP32: the fp32 sums go on the
+        wire unrounded (JobSpec.grad_dtype)."""
+        config = dict(CONFIG, zerostate={"train": {"block_elems": 256,
+                                                   "grad_dtype": "DTYPE_FP32"}})
+        got, (fp32_wire, bf16_wire) = self.train(
+            "fp32-wire", config, [(torch.float32, torch.float32), (torch.float32,)])
+        err, gap = max_relative(got, fp32_wire), max_relative(got, bf16_wire)
+        print(f"grad_dtype fp32: masters against fp32 sums unrounded {err:.2e}, "
+              f"rounded to bf16 {gap:.2e}")
+        self.assertLess(err, TOLERANCE)
+        self.assertGreater(gap, 100 * TOLERANCE)
 
     def test_bad_grad_accum_dtype_is_refused_by_name(self):
         for config, message in [
