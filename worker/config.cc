@@ -66,6 +66,14 @@ absl::Status NormalizePrecision(v1::TrainConfig* t) {
   if (t->grad_dtype() == v1::DTYPE_FP16 && t->precision() != v1::PRECISION_FP16) {
     return Invalid("train.grad_dtype", "FP16 gradients need precision FP16 (loss scaling)");
   }
+  // The built-in MLP computes fp32 gradients and sums them in fp32; a
+  // lower dtype asked for would be silently ignored.
+  if (t->grad_accum_dtype() == v1::DTYPE_UNSPECIFIED) t->set_grad_accum_dtype(v1::DTYPE_FP32);
+  if (t->grad_accum_dtype() != v1::DTYPE_FP32) {
+    return Invalid("train.grad_accum_dtype",
+                   "zerostate-worker's MLP sums its fp32 gradients in fp32: give DTYPE_FP32 "
+                   "(ds_config data_types.grad_accum_dtype fp32) or leave it out");
+  }
   return absl::OkStatus();
 }
 

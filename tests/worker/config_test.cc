@@ -37,6 +37,7 @@ TEST(ConfigTest, EmptyConfigGetsDefaults) {
   EXPECT_EQ(c->train().micro_batch_size(), 16u);
   EXPECT_EQ(c->train().optimizer().kind(), v1::OPTIMIZER_ADAMW);
   EXPECT_EQ(c->train().grad_dtype(), v1::DTYPE_FP32);
+  EXPECT_EQ(c->train().grad_accum_dtype(), v1::DTYPE_FP32);
   EXPECT_FLOAT_EQ(c->train().lr().lr(), 1e-3f);
   EXPECT_FLOAT_EQ(c->train().loss_scaling().initial_scale(), 65536.0f);
   EXPECT_EQ(c->cluster().metrics_port(), 9470u);
@@ -68,6 +69,7 @@ TEST(ConfigTest, EachBadFieldIsNamed) {
   ExpectNormalizeRejects("train { lr { lr: 0.1 min_lr: 0.5 } }", "train.lr.min_lr");
   ExpectNormalizeRejects("train { gradient_clipping: -1 }", "train.gradient_clipping");
   ExpectNormalizeRejects("train { grad_dtype: DTYPE_FP16 }", "train.grad_dtype");
+  ExpectNormalizeRejects("train { grad_accum_dtype: DTYPE_BF16 }", "train.grad_accum_dtype");
   ExpectNormalizeRejects("train { loss_scaling { initial_scale: -2 } }", "train.loss_scaling.initial_scale");
   ExpectNormalizeRejects("train { loss_scaling { growth_factor: 0.5 } }", "train.loss_scaling.growth_factor");
   ExpectNormalizeRejects("train { loss_scaling { backoff_factor: 2 } }", "train.loss_scaling.backoff_factor");
