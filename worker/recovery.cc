@@ -109,11 +109,28 @@ absl::StatusOr<std::vector<std::string>> Recovery::Meet(const std::string& what,
                              topo_.world(), value);
 }
 
+std::string Recovery::Unanswered(client::JobClient* job, const absl::Status& asked) {
+  if (!absl::IsUnavailable(asked) && !absl::IsDeadlineExceeded(asked)) {
+    return absl::StrCat(kFailed, "the servers cannot be asked: ", asked.ToString());
+  }
+  // The job cannot go on without the silent server's shard; deleting it on
+  // the servers that answer wakes every rank still waiting there (a gather
+  // of a version that will never come waits out rpc_timeout per attempt).
+  // The silent server's part of the deletion fails: expected.
+  job->Delete().IgnoreError();
+  const std::string checkpoint =
+      last_checkpoint_.empty() ? "a checkpoint of yours" : absl::StrCat("the checkpoint ", last_checkpoint_);
+  return absl::StrCat(kLost, "a server did not answer within the server wait (",
+                      absl::FormatDuration(options_.server_wait), "): ", asked.ToString(),
+                      "; job ", job->spec().job_id(),
+                      " was deleted on the servers that answer, so no rank waits on them: bring "
+                      "the server back and restore the job from ", checkpoint,
+                      " (RestoreJob), or start the run again");
+}
+
 std::string Recovery::Decide(client::JobClient* job) {
   auto lost = LostShard(job);
-  if (!lost.ok()) {
-    return absl::StrCat(kFailed, "the servers cannot be asked: ", lost.status().ToString());
-  }
+  if (!lost.ok()) return Unanswered(job, lost.status());
   if (lost->empty()) return absl::StrCat(kFailed, "every server still holds the job");
   // The job is lost either way; deleting it wakes every rank still waiting
   // on it (see recovery.h).

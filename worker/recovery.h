@@ -22,6 +22,9 @@
 //   3. restores the last complete checkpoint on every server (RestoreJob);
 //   4. tells every rank the version to continue from ("recover/<e>/go"),
 //      or why it cannot ("failed: ..."), and every rank fails then.
+// A server that does not answer within server_wait (gone for good) ends
+// the run on every rank with an error naming it; the job is deleted on the
+// servers that answer first, as in step 1, so no rank stays waiting there.
 // The other ranks attach to the restored job. Every rank then reloads the
 // weights at that version and continues from that step: the data position
 // is a function of the step (worker/teacher_data.h), so the replayed steps
@@ -94,6 +97,9 @@ class Recovery {
   // server lost its shard and there is no checkpoint (checkpoint_every 0):
   // it names the server, says the job was deleted everywhere (no rank
   // keeps waiting on a survivor) and to restore it from a checkpoint;
+  // ABORTED too, the same on every rank, when a server did not answer
+  // within server_wait: it names the server and says the job was deleted
+  // on the servers that answer (no rank waits out its rpc_timeouts there);
   // else `failure`, with the reason no rollback was possible appended.
   [[nodiscard]] absl::StatusOr<RolledBack> RollBack(client::JobClient* job,
                                                     const absl::Status& failure);
@@ -107,6 +113,11 @@ class Recovery {
   // The coordinator's part before the fence: "" when the restore can go
   // ahead (the job is deleted everywhere), else "failed: <why>".
   std::string Decide(client::JobClient* job);
+  // Decide's verdict when the servers did not answer (`asked`, LostShard's
+  // error): one down past server_wait (UNAVAILABLE, DEADLINE_EXCEEDED)
+  // deletes the job on the others, "lost: <story naming it>"; any other
+  // error leaves the job, "failed: <why>".
+  std::string Unanswered(client::JobClient* job, const absl::Status& asked);
   // Deletes checkpoints older than the newest keep_checkpoints; logs.
   void Prune(const client::JobClient& job, const std::string& written, uint64_t version) const;
   [[nodiscard]] absl::StatusOr<std::vector<std::string>> Meet(const std::string& what,
