@@ -105,19 +105,14 @@ class Recovery {
                                                     const absl::Status& failure);
 
   // Coordinator: "" if every server holds the job, else what the servers
-  // answered (naming the one that restarted and lost its shard). Waits up
-  // to server_wait for servers that do not answer.
+  // answered (naming the one that restarted and lost its shard, or did not
+  // answer within server_wait): JobClient::Loss. Changes nothing.
   [[nodiscard]] absl::StatusOr<std::string> LostShard(client::JobClient* job) const;
 
  private:
   // The coordinator's part before the fence: "" when the restore can go
   // ahead (the job is deleted everywhere), else "failed: <why>".
   std::string Decide(client::JobClient* job);
-  // Decide's verdict when the servers did not answer (`asked`, LostShard's
-  // error): one down past server_wait (UNAVAILABLE, DEADLINE_EXCEEDED)
-  // deletes the job on the others, "lost: <story naming it>"; any other
-  // error leaves the job, "failed: <why>".
-  std::string Unanswered(client::JobClient* job, const absl::Status& asked);
   // Deletes checkpoints older than the newest keep_checkpoints; logs.
   void Prune(const client::JobClient& job, const std::string& written, uint64_t version) const;
   [[nodiscard]] absl::StatusOr<std::vector<std::string>> Meet(const std::string& what,
