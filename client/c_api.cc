@@ -275,6 +275,13 @@ int zs_checkpoint(zs_job* job, uint64_t version, const char* root, char** path, 
 
 int zs_job_delete(zs_job* job, char** error) { return Report(job->job->Delete(), error); }
 
+int zs_job_end_if_lost(zs_job* job, int64_t wait_ms, char** account, char** error) {
+  auto loss = job->job->EndIfLost(absl::Milliseconds(wait_ms));
+  if (!loss.ok()) return Report(loss.status(), error);
+  *account = CopyString(loss->account);
+  return Report(absl::OkStatus(), error);
+}
+
 char* zs_job_token(const zs_job* job) { return CopyString(job->job->token()); }
 
 void zs_free_string(char* s) { std::free(s); }

@@ -174,6 +174,17 @@ struct GradStatsResult {
   uint64_t nonfinite_count = 0;
 };
 
+// Why a job cannot go on after a failed step (JobClient::EndIfLost).
+struct JobLoss {
+  enum class Cause {
+    kNone,          // every server holds the job
+    kShardLost,     // a server restarted (or the job was deleted there)
+    kServerSilent,  // a server did not answer within the wait
+  };
+  Cause cause = Cause::kNone;
+  std::string account;  // names the server; "" for kNone
+};
+
 class JobClient;
 class SharedBuffer;  // client/shared_buffer.h
 
@@ -334,6 +345,23 @@ class JobClient {
   // first failing server's (a restarted server that lost the job:
   // UNAUTHENTICATED).
   [[nodiscard]] absl::Status Delete();
+
+  // Whether every server still holds the job: asks each (Version),
+  // waiting up to `wait` for servers that do not answer. kNone when all
+  // hold it; kShardLost when one restarted or no longer holds it;
+  // kServerSilent when one did not answer within `wait` (UNAVAILABLE or
+  // DEADLINE_EXCEEDED); the account names the server. Changes nothing.
+  // Errors: any other answer.
+  [[nodiscard]] absl::StatusOr<JobLoss> Loss(absl::Duration wait);
+
+  // After a failed step: Loss, and when the job cannot go on (a shard lost
+  // or a server silent) deletes it on every server that answers, so that a
+  // call waiting on it there (a gather of a version that will never come)
+  // ends at once instead of waiting out its rpc_timeouts. Errors: Loss's
+  // (the job is left as it is), or the deletion's from a server that
+  // answers. zerostate-worker's rollback and, through zs_job_end_if_lost,
+  // zerostate.torch's failed step both end a job this way.
+  [[nodiscard]] absl::StatusOr<JobLoss> EndIfLost(absl::Duration wait);
 
   class Impl;
   explicit JobClient(std::unique_ptr<Impl> impl);

@@ -198,6 +198,14 @@ int zs_checkpoint(zs_job* job, uint64_t version, const char* root, char** path, 
  * still be freed. */
 int zs_job_delete(zs_job* job, char** error);
 
+/* After a failed step: whether the job can go on (JobClient::EndIfLost).
+ * Asks every server for it, waiting up to wait_ms for servers that do not
+ * answer; when one lost its shard or stayed silent, deletes the job on the
+ * servers that answer, so calls waiting on it there end at once. *account
+ * receives "" when every server holds the job, else the account naming the
+ * server (free it with zs_free_string). */
+int zs_job_end_if_lost(zs_job* job, int64_t wait_ms, char** account, char** error);
+
 /* Maps a DeepSpeed ds_config.json (the text) as zerostate-worker does
  * (worker/ds_config.h): *train_json receives the resulting
  * zerostate.v1.TrainConfig in protobuf's JSON mapping, *warnings the keys

@@ -22,13 +22,6 @@ absl::Status NotRolledBack(const absl::Status& failure, absl::string_view why) {
                       absl::StrCat(failure.message(), "; no rollback: ", why));
 }
 
-// A new incarnation (ABORTED), no job (NOT_FOUND), or a token the server
-// accepted before and knows no more (UNAUTHENTICATED: a server does not say
-// whether a job exists): the server lost its shard of the job.
-bool ShardLost(const absl::Status& s) {
-  return absl::IsAborted(s) || absl::IsNotFound(s) || absl::IsUnauthenticated(s);
-}
-
 }  // namespace
 
 absl::Status ValidateRecoveryOptions(const RecoveryOptions& o) {
@@ -89,18 +82,9 @@ void Recovery::Prune(const client::JobClient& job, const std::string& written,
 }
 
 absl::StatusOr<std::string> Recovery::LostShard(client::JobClient* job) const {
-  const absl::Time deadline = absl::Now() + options_.server_wait;
-  while (true) {
-    auto version = job->Version();
-    if (version.ok()) return "";
-    if (ShardLost(version.status())) {
-      return std::string(version.status().message());
-    }
-    const bool down =
-        absl::IsUnavailable(version.status()) || absl::IsDeadlineExceeded(version.status());
-    if (!down || absl::Now() > deadline) return version.status();
-    absl::SleepFor(absl::Milliseconds(200));
-  }
+  auto loss = job->Loss(options_.server_wait);
+  if (!loss.ok()) return loss.status();
+  return loss->account;
 }
 
 absl::StatusOr<std::vector<std::string>> Recovery::Meet(const std::string& what,
@@ -110,23 +94,30 @@ absl::StatusOr<std::vector<std::string>> Recovery::Meet(const std::string& what,
 }
 
 std::string Recovery::Decide(client::JobClient* job) {
-  auto lost = LostShard(job);
-  if (!lost.ok()) {
-    return absl::StrCat(kFailed, "the servers cannot be asked: ", lost.status().ToString());
+  // A lost or silent server's job is deleted on the servers that answer,
+  // which wakes every rank still waiting on it there (see recovery.h).
+  auto loss = job->EndIfLost(options_.server_wait);
+  if (!loss.ok()) return absl::StrCat(kFailed, "the servers cannot be asked: ", loss.status().ToString());
+  const std::string& id = job->spec().job_id();
+  switch (loss->cause) {
+    case client::JobLoss::Cause::kNone:
+      return absl::StrCat(kFailed, "every server still holds the job");
+    case client::JobLoss::Cause::kServerSilent:
+      return absl::StrCat(kLost, loss->account, "; job ", id,
+                          " was deleted on the servers that answer, so no rank waits on them: "
+                          "bring the server back and restore the job from ",
+                          last_checkpoint_.empty() ? "a checkpoint of yours"
+                                                   : absl::StrCat("the checkpoint ", last_checkpoint_),
+                          " (RestoreJob), or start the run again");
+    case client::JobLoss::Cause::kShardLost:
+      break;
   }
-  if (lost->empty()) return absl::StrCat(kFailed, "every server still holds the job");
-  // The job is lost either way; deleting it wakes every rank still waiting
-  // on it (see recovery.h).
-  absl::Status deleted = job->Delete();
   if (last_checkpoint_.empty()) {
-    return absl::StrCat(kLost, *lost, "; there is no checkpoint to roll back to (--checkpoint_every=",
-                        options_.checkpoint_every, "), so job ", job->spec().job_id(),
+    return absl::StrCat(kLost, loss->account, "; there is no checkpoint to roll back to (--checkpoint_every=",
+                        options_.checkpoint_every, "), so job ", id,
                         " was deleted on every server: restore it from a checkpoint of yours "
                         "(RestoreJob) or start the run again, with --checkpoint_every=N to roll "
                         "back by itself next time");
-  }
-  if (!deleted.ok() && !ShardLost(deleted)) {  // the restarted server has nothing to delete
-    return absl::StrCat(kFailed, *lost, "; deleting the job: ", deleted.ToString());
   }
   return "";
 }

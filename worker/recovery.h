@@ -22,6 +22,9 @@
 //   3. restores the last complete checkpoint on every server (RestoreJob);
 //   4. tells every rank the version to continue from ("recover/<e>/go"),
 //      or why it cannot ("failed: ..."), and every rank fails then.
+// A server that does not answer within server_wait (gone for good) ends
+// the run on every rank with an error naming it; the job is deleted on the
+// servers that answer first, as in step 1, so no rank stays waiting there.
 // The other ranks attach to the restored job. Every rank then reloads the
 // weights at that version and continues from that step: the data position
 // is a function of the step (worker/teacher_data.h), so the replayed steps
@@ -94,13 +97,16 @@ class Recovery {
   // server lost its shard and there is no checkpoint (checkpoint_every 0):
   // it names the server, says the job was deleted everywhere (no rank
   // keeps waiting on a survivor) and to restore it from a checkpoint;
+  // ABORTED too, the same on every rank, when a server did not answer
+  // within server_wait: it names the server and says the job was deleted
+  // on the servers that answer (no rank waits out its rpc_timeouts there);
   // else `failure`, with the reason no rollback was possible appended.
   [[nodiscard]] absl::StatusOr<RolledBack> RollBack(client::JobClient* job,
                                                     const absl::Status& failure);
 
   // Coordinator: "" if every server holds the job, else what the servers
-  // answered (naming the one that restarted and lost its shard). Waits up
-  // to server_wait for servers that do not answer.
+  // answered (naming the one that restarted and lost its shard, or did not
+  // answer within server_wait): JobClient::Loss. Changes nothing.
   [[nodiscard]] absl::StatusOr<std::string> LostShard(client::JobClient* job) const;
 
  private:

@@ -72,6 +72,7 @@ _SIGNATURES = {
     "zs_version": (_int, [_p, ctypes.POINTER(_u64), _err]),
     "zs_checkpoint": (_int, [_p, _u64, _cp, ctypes.POINTER(_p), _err]),
     "zs_job_delete": (_int, [_p, _err]),
+    "zs_job_end_if_lost": (_int, [_p, ctypes.c_int64, ctypes.POINTER(_p), _err]),
     "zs_parse_ds_config": (_int, [_cp, ctypes.POINTER(_p), ctypes.POINTER(_p), _err]),
     "zs_policy_create": (_int, [_cp, ctypes.POINTER(_p), _err]),
     "zs_policy_free": (None, [_p]),

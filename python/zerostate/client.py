@@ -140,6 +140,16 @@ class Job:
     def delete(self):
         _call(f"job {self.job_id}: delete", lib.zs_job_delete, self._h)
 
+    def end_if_lost(self, wait):
+        """After a failed step: "" if every server holds the job, else the
+        account naming the server that lost its shard or did not answer
+        within `wait` seconds, the job then deleted on the servers that
+        answer (JobClient::EndIfLost)."""
+        account = ctypes.c_void_p()
+        _call(f"job {self.job_id}: end if lost", lib.zs_job_end_if_lost, self._h,
+              int(wait * 1000), ctypes.byref(account))
+        return _capi.take_string(account.value)
+
 
 class Client:
     """Channels to every server (ClientOptions of client/client.h)."""

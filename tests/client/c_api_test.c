@@ -144,6 +144,11 @@ static void test_train_step(zs_client* client, zs_job* job) {
   CHECK(bad == 0);
   EXPECT_OK(zs_version(job, &version, ERR));
   CHECK(version == 1);
+  char* account = NULL;  /* every server holds the job: "", and it is left as it is */
+  EXPECT_OK(zs_job_end_if_lost(job, 0, &account, ERR));
+  CHECK(account != NULL && account[0] == '\0');
+  zs_free_string(account);
+  EXPECT_OK(zs_version(job, &version, ERR));
   zs_job* attached = NULL;
   EXPECT_OK(zs_attach_job(client, "c-api", &attached, ERR));
   CHECK(attached != NULL && zs_job_num_nodes(attached) == 2);

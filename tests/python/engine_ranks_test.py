@@ -1,15 +1,18 @@
 """zerostate.torch with two ranks (torch.distributed, gloo) against real
 servers: ranks that seed their initial weights differently start from
 rank 0's, as DDP and DeepSpeed broadcast them; a server restarted under
-two ranks is named, and every rank rolls back from it, at once. Debian's
+two ranks is named, and every rank rolls back from it, at once; a server
+gone for good ends every rank, naming it, after the server wait. Debian's
 CPU torch: engine_ranks_test.py [TestCase ...]. Exit 77 without torch or
 a server."""
 
 import os
 import re
+import signal
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 import zs_servers
@@ -89,6 +92,51 @@ def restarted_rank(rank, world, init_file, addresses, ckpt_dir, out_dir, restart
     torch.distributed.destroy_process_group()
 
 
+def gone_rank(rank, world, init_file, addresses, out_dir, fetched, kill, killed):
+    """Two ranks, a delayed update, no checkpoint, a 1 s server wait:
+    server 1 dies after serving step 3's pushes, with rank 1's gathers of
+    version 4 in flight, before rank 0 asks for the step's statistics
+    (the test kills it in between). Each rank saves its error."""
+    join(rank, world, init_file)
+    torch.manual_seed(0)
+    config = dict(CONFIG, zero_optimization={"delayed_update": {"enabled": True,
+                                                                "warmup_steps": 1}})
+    engine, *_ = zs.initialize(model=Net(), config=config, servers=addresses, job="gone",
+                               plaintext=True, bucket_elems=1 << 20, unavailable_wait=1,
+                               token="ranks-test-token".ljust(40, "x"))
+    if rank == 0:
+        grad_stats = engine.job.grad_stats
+
+        def kill_first(step):
+            if step == 3:
+                fetched.wait()
+                kill.set()
+                killed.wait()
+            return grad_stats(step)
+        engine.job.grad_stats = kill_first
+    else:
+        fetch = engine._fetch
+
+        def signal_fetch(version):
+            fetch(version)
+            if version == 4:
+                fetched.set()
+        engine._fetch = signal_fetch
+    error = None
+    try:
+        for s in range(8):
+            engine.backward(loss_of(engine, s, rank))
+            engine.step()
+        engine.sync_weights()
+    except zs.ZerostateError as e:
+        error = str(e)
+    with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as f:
+        f.write(repr(error))
+    engine.close()
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
+
+
 class RanksTest(zs_servers.ServersTestCase):
     def test_restarted_server_rolls_every_rank_back_at_once(self):
         """Server 1 restarted empty under two ranks: each hears the new
@@ -144,6 +192,48 @@ class RanksTest(zs_servers.ServersTestCase):
         print(f"ranks seeded 0 and 1, {STEPS} steps: max relative difference {err:.2e} to rank "
               "0's start")
         self.assertLess(err, 1e-6)
+
+
+class ServerGoneTest(zs_servers.ServersTestCase):
+    def test_server_gone_ends_every_rank_naming_it(self):
+        """Server 1 killed for good under two ranks with a delayed update
+        and no checkpoint: rank 0 waits the server wait (unavailable_wait)
+        for it, deletes the job on server 0, so rank 1's gather of a version
+        that never comes ends at once, and every rank raises an error naming
+        the server, well before the gathers' rpc_timeouts (5 x 60 s) ran out.
+        The bound is for "it ends", not a speed target."""
+        ctx = torch.multiprocessing.get_context("spawn")
+        fetched, kill, killed = ctx.Event(), ctx.Event(), ctx.Event()
+        killed_at = []
+
+        def killer():
+            kill.wait()
+            self.servers[1].stop(signal.SIGKILL)
+            killed_at.append(time.monotonic())
+            killed.set()
+
+        helper = threading.Thread(target=killer, daemon=True)
+        helper.start()
+        with tempfile.TemporaryDirectory() as tmp:
+            ranks = torch.multiprocessing.spawn(
+                gone_rank, nprocs=2, join=False,
+                args=(2, os.path.join(tmp, "init"), self.addresses, tmp, fetched, kill, killed))
+            deadline = time.monotonic() + 240
+            while not ranks.join(timeout=1):
+                if killed_at and time.monotonic() > min(deadline, killed_at[0] + 60):
+                    for p in ranks.processes:
+                        p.kill()
+                    self.fail("the ranks did not end within 60 s of the kill")
+            errors = []
+            for r in range(2):
+                with open(os.path.join(tmp, f"rank{r}.txt")) as f:
+                    errors.append(f.read())
+        victim = re.escape(self.servers[1].address)
+        for r, e in enumerate(errors):
+            print(f"rank {r}: {e}")
+            self.assertRegex(e, f"step 3: .*{victim}.*a server did not answer within the server "
+                             f"wait \\(1s\\): .*{victim}.*job gone was deleted on the servers "
+                             "that answer", f"rank {r}")
 
 
 if __name__ == "__main__":

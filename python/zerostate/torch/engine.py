@@ -131,6 +131,7 @@ class Engine(ModuleSurface):
                              c, self.topo.num_nodes, self.dtype, self.grad_dtype)
         if unavailable_wait is None:  # a run that can roll back outlives a restart
             unavailable_wait = 300.0 if checkpoint_every else 0.0
+        self._unavailable_wait = unavailable_wait
         self.client, self.job = self._connect(spec, token, plaintext, tls_ca_file, tls_cert_file,
                                               tls_key_file, rpc_timeout_ms, max_attempts,
                                               unavailable_wait)
@@ -390,7 +391,22 @@ class Engine(ModuleSurface):
             self.last_checkpoint = os.path.join(os.path.abspath(self.checkpoint_dir), tag)
 
     def _failure(self, step, e):
-        return ("rollback" if self.last_checkpoint else "error", f"step {step}: {e}", e.code)
+        """The verdict on server call `e` that failed in step `step`: roll back
+        to the last checkpoint (load() deletes the job everywhere first), else
+        the run ends. Then the coordinator ends a job that lost a server on
+        the servers that answer (JobClient::EndIfLost), so no rank's gather
+        waits there for a version that will never come."""
+        if self.last_checkpoint:
+            return ("rollback", f"step {step}: {e}", e.code)
+        message = f"step {step}: {e}"
+        if self.topo.coordinator:
+            try:
+                lost = self.job.end_if_lost(self._unavailable_wait)
+                if lost:
+                    message += f"; {lost}; job {self.job_id} was deleted on the servers that answer"
+            except ZerostateError as asked:
+                message += f"; asking the servers whether they hold the job: {asked}"
+        return ("error", message, e.code)
 
     def _apply_verdict(self, verdict):
         if verdict[0] == "rollback":
@@ -572,7 +588,7 @@ def initialize(model=None, config=None, servers=None, job=None, model_parameters
       rpc_timeout_ms, max_attempts; unavailable_wait (seconds a server may
       stay unreachable, every call retrying: default 300 with
       checkpoint_every, as zerostate-worker's --server_wait_seconds, else
-      0); checkpoint_dir and checkpoint_every (a checkpoint every N steps
+      0; one away longer ends the run on every rank, naming it); checkpoint_dir and checkpoint_every (a checkpoint every N steps
       under checkpoint_dir, a directory every server reaches; a step that
       fails on the servers then rolls back to the last one and raises
       RolledBack); optimizer (a torch.optim AdamW, Adam or SGD whose kind
