@@ -58,6 +58,7 @@ from zerostate.policy import Policy
 from zerostate.torch import buckets as bk
 from zerostate.torch import checkpoint as ckpt
 from zerostate.torch import optimizer as zopt
+from zerostate.torch import streams
 from zerostate.torch.config import EngineConfig
 from zerostate.torch.surface import ModuleSurface, data_loader
 from zerostate.torch.topology import Topology
@@ -151,7 +152,10 @@ class Engine(ModuleSurface):
 
     def _install(self, bucket_elems, lazy_weights):
         """Buckets and gradient hooks; gather buffers and (lazy) forward
-        pre-hooks."""
+        pre-hooks; on a GPU the side stream of the host copies and the push
+        thread (streams.py)."""
+        self._side = streams.Side(self.device)
+        self._pusher = streams.Pusher() if self._side.stream is not None else None
         self._buckets = bk.make_buckets(self._entries, bucket_elems, self.reduce_dtype,
                                         self.grad_dtype, self.device, self.topo.local_world)
         self._bucket_of = {}
@@ -163,7 +167,8 @@ class Engine(ModuleSurface):
         for _, p in self._params:
             self._hook(p)
         self._weights = [w for _, w in module_weights(self.module, self._entries, self.dtype,
-                                                      self.device.type != "cpu", self.timers)]
+                                                      self.device, self.topo, self._side,
+                                                      self.timers)]
         if not lazy_weights:
             return
         # Before a module's forward, and in its state_dict(): every module
@@ -317,7 +322,7 @@ class Engine(ModuleSurface):
         # A delayed update in flight: the servers take these gradients once
         # at this step's version, which lands after backward (_service_step).
         if bucket.ready == len(bucket.entries) and self._pending is None:
-            bucket.push(self.job, self.global_steps, self.topo)
+            bucket.push(self.job, self.global_steps, self.topo, self._side, self._pusher)
 
     def step(self):
         """At a gradient accumulation boundary: the service's step, then the
@@ -346,8 +351,10 @@ class Engine(ModuleSurface):
         try:
             for b in self._buckets:  # a bucket whose parameters got no gradient (or held back)
                 if not b.pushed:
-                    b.push(self.job, step, self.topo)
+                    b.push(self.job, step, self.topo, self._side, self._pusher)
             t0 = time.perf_counter()
+            if self._pusher is not None:
+                self._pusher.drain()
             for b in self._buckets:
                 if b.ticket is not None:
                     b.ticket.wait()
@@ -451,7 +458,7 @@ class Engine(ModuleSurface):
         self.timers["server_step"] += time.perf_counter() - t0
         if verdict[0] != "ok":
             for w in self._weights:
-                w.ticket = None
+                w.drop()
         self._apply_verdict(verdict)
         self._land()
 
@@ -495,8 +502,6 @@ class Engine(ModuleSurface):
     def _land(self):
         for w in self._weights:
             w.land()
-        if self.device.type == "cuda":
-            torch.cuda.current_stream().synchronize()
 
     def zero_grad(self):
         """Drops the gradients accumulated since the last step."""
@@ -510,11 +515,14 @@ class Engine(ModuleSurface):
         the servers). The engine is unusable afterwards. A delayed update in
         flight is waited for, not landed (sync_weights() lands it)."""
         self._join_pending()
+        self._drop_pushes()
+        if self._pusher is not None:
+            self._pusher.close()
         for h in self._hooks:
             h.remove()
         self._hooks, self._grad_nodes = [], []
         for w in self._weights:
-            w.ticket = None
+            w.drop()
         for b in self._buckets:
             b.reset()
         self.job.close()
@@ -526,6 +534,14 @@ class Engine(ModuleSurface):
         pending, self._pending = self._pending, None
         if pending is not None and pending["thread"] is not None:
             pending["thread"].join()
+
+    def _drop_pushes(self):
+        """Waits for the push thread's calls, their errors dropped."""
+        if self._pusher is not None:
+            try:
+                self._pusher.drain()
+            except Exception:  # noqa: BLE001 - the step that made them failed already
+                pass
 
     def _check_alive(self):
         if self._failed is not None:
@@ -552,9 +568,10 @@ class Engine(ModuleSurface):
     def _reset(self, version, micro_steps):
         """After a restore: nothing in flight, no gradient, at `version`."""
         self._join_pending()
+        self._drop_pushes()
         self._failed = None
         for w in self._weights:
-            w.ticket = None
+            w.drop()
         for b in self._buckets:
             b.reset()
         self.zero_grad()
