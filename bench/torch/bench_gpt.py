@@ -196,7 +196,10 @@ class Run:
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 
         def step(s):
-            for x, y in self.batches(s):
+            for m, (x, y) in enumerate(self.batches(s)):
+                # FSDP2's accumulation: the gradients are reduced (and
+                # offloaded) once, at the last micro-batch.
+                model.set_requires_gradient_sync(m == self.accum - 1)
                 (loss_of(model, x, y, self.spec) / self.accum).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)

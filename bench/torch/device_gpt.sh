@@ -21,9 +21,9 @@ export PYTHONPATH=$bundle/src/python${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$out/gpus.txt"
 nproc | tee -a "$out/gpus.txt"
 limit=${BENCH_LIMIT_S:-270}
-for model in gpt2-759m llama-1.1b; do
+for model in ${BENCH_MODELS:-gpt2-759m llama-1.1b}; do
   timeout "$limit" python3 "$bundle/src/bench/torch/bench_gpt.py" --model=$model --json \
     --server_bin="$bundle/bin/zerostate-server" --servers=2 --server_threads=6 "$@" \
     > "$out/$model.json" 2> "$out/$model.log"
-  echo "$model rc=$?"; grep -v "^\s*$" "$out/$model.log" | tail -n 30; cat "$out/$model.json"
+  echo "$model rc=$?"; grep -v "^\s*$" "$out/$model.log" | grep -v "run: " | tail -n 40
 done
