@@ -188,6 +188,14 @@ class Client:
     def __del__(self):
         self.close()
 
+    def bytes(self):
+        """(pushed, gathered): payload bytes this client moved since it
+        connected, every server and job together (the client library's
+        counters, zs_client_bytes)."""
+        pushed, gathered = ctypes.c_uint64(), ctypes.c_uint64()
+        lib.zs_client_bytes(self._h, ctypes.byref(pushed), ctypes.byref(gathered))
+        return pushed.value, gathered.value
+
     def register_job(self, spec):
         """Registers (or attaches to, when equal) the job of `spec`, a
         zerostate.v1.JobSpec as a dict in protobuf's JSON mapping."""
