@@ -11,7 +11,7 @@ measured in the same run), the host's floor for our path (bytes of host
 memory traffic per parameter x parameters / the host bandwidth measured in
 the same run) and the step's ratio to max(compute, floor).
 
-GPU machine: bench/torch/device_gpt.sh $OUT (GPT-2 759M, micro-batch 8, and
+GPU machine: bash bench/torch/device_gpt.sh $OUT (GPT-2 759M, micro-batch 8, and
 the Llama 1.1B shape, micro-batch 4; bf16; gradient accumulation 1 and 4).
 Here (CPU, tiny):
   python3 bench/torch/bench_gpt.py --device=cpu --model=tiny --json
@@ -368,6 +368,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--model", default="gpt2-759m", choices=sorted(MODELS))
+    ap.add_argument("--tiny", action="store_true", help="--model=tiny")
     ap.add_argument("--accum", default="1,4", help="gradient accumulation steps, comma-separated")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=6,
@@ -381,6 +382,8 @@ def main():
     ap.add_argument("--systems", default="ddp,fsdp2," + ",".join(ZS_MODES))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
+    if args.tiny:
+        args.model = "tiny"
     spec = MODELS[args.model]
     if args.model == "tiny":
         args.steps, args.warmup, args.bucket_elems = min(args.steps, 4), 2, 1 << 14
