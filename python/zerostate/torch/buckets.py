@@ -65,12 +65,13 @@ class Bucket:
                 self._slices[id(p)].add_(p.grad.reshape(-1))
             p.grad = None
 
-    def push(self, job, step, topo, side, pusher):
+    def push(self, job, step, topo, side, pusher, after=None):
         """Reduces the accumulated gradients inside the node and pushes this
         rank's slice in the wire dtype (a parameter that got no gradient
         counts as zero). On a GPU the slice goes to pinned memory on the
         side stream and `pusher` pushes it once there; nothing waits on the
-        host. The buffer holds the node's sum afterwards, until zero()."""
+        host. `after`: a call the push waits for, on `pusher`'s thread.
+        The buffer holds the node's sum afterwards, until zero()."""
         self.pushed = True
         with torch.no_grad():
             mine = self.buffer
@@ -91,20 +92,30 @@ class Bucket:
             src = mine[:hi - lo]
             if self.host is None:  # the CPU: the one conversion to the wire dtype
                 src = src.to(self.wire_dtype).contiguous()
-                self.ticket = self._push(job, step, topo, lo, hi, src)
-                return
-            if self.wire is not None:
-                streams.compute_waits(self.copied)  # the last copy read self.wire
-                self.wire[:hi - lo].copy_(src)
-                src = self.wire[:hi - lo]
-            with side.after_compute():
-                self.host[:hi - lo].copy_(src, non_blocking=True)
-            self.copied = side.done()
-            host = self.host[:hi - lo]
+                if after is None:
+                    self.ticket = self._push(job, step, topo, lo, hi, src)
+                    return
+                host = src
+            else:
+                host = self._to_host(src, hi - lo, side)
 
             def push():
+                if after is not None:
+                    after()
                 self.ticket = self._push(job, step, topo, lo, hi, host)
             pusher.submit(self.copied, push)
+
+    def _to_host(self, src, n, side):
+        """src (on the device, n elements) into the pinned buffer, on the
+        side stream after the compute stream's work (self.copied)."""
+        if self.wire is not None:
+            streams.compute_waits(self.copied)  # the last copy read self.wire
+            self.wire[:n].copy_(src)
+            src = self.wire[:n]
+        with side.after_compute():
+            self.host[:n].copy_(src, non_blocking=True)
+        self.copied = side.done()
+        return self.host[:n]
 
     def _push(self, job, step, topo, lo, hi, src):
         return job.push_async(step, topo.node, lo, hi, src.data_ptr(),

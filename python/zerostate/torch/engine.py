@@ -16,7 +16,14 @@ state servers.
   its AccumulateGrad node before torch 2.1) adds it into its bucket's
   buffer and drops p.grad (as DeepSpeed's ZeRO-2 does: after backward the
   gradients live in the engine); at the accumulation boundary a full bucket
-  is reduced inside the node and pushed (buckets.py).
+  is reduced inside the node and pushed (buckets.py). On a GPU nothing on
+  the compute stream waits for the host: a bucket goes device-to-host on a
+  side stream into pinned memory, ordered by events, and a push thread
+  pushes it once there; gathered weights go host-to-device on the side
+  stream and the compute stream waits for them by an event (streams.py).
+- Shares inside the node: each local rank gathers its share of each
+  module's weights and the node all-gathers them (NCCL on GPUs, gloo on
+  the CPU), so a node pulls one copy of the weights (weights.py).
 - engine.step(): the coordinator (global rank 0) reads the summed gradient's
   statistics, clips, checks for non-finite values (fp16: skip and back off
   the loss scale), and orders the Step with the lr of param_groups[0]; its
@@ -31,8 +38,10 @@ state servers.
   (the coordinator's statistics and Step on a thread, every rank's gathers
   out), so the next forward and backward run on the weights of the version
   before; the new version lands at the next engine.step(), after that
-  backward, and only then do its gradients leave (the servers take step t's
-  gradients once at version t). One step of staleness: W(t+1) =
+  backward. The servers take step t's gradients once at version t: with
+  one local rank, a bucket leaves as soon as backward finished it and the
+  gathers of the modules it overlaps are in (on the push thread); with
+  several, after the landing. One step of staleness: W(t+1) =
   AdamW(W(t), gradient at W(t-1)). A step that a checkpoint follows
   (checkpoint_every) ends synchronously, as does sync_weights() or
   save_checkpoint(). A failure of the delayed Step is raised by the next
@@ -155,7 +164,13 @@ class Engine(ModuleSurface):
         pre-hooks; on a GPU the side stream of the host copies and the push
         thread (streams.py)."""
         self._side = streams.Side(self.device)
-        self._pusher = streams.Pusher() if self._side.stream is not None else None
+        self._pusher = streams.Pusher()
+        # Under a delayed update, a bucket is pushed as soon as backward
+        # finished it and the gathers of the modules it overlaps are in (its
+        # blocks reached the version its gradients are for); with several
+        # local ranks, whose shares of weights and gradients differ, after
+        # the landing.
+        self._early_push = self.topo.local_group is None
         self._buckets = bk.make_buckets(self._entries, bucket_elems, self.reduce_dtype,
                                         self.grad_dtype, self.device, self.topo.local_world)
         self._bucket_of = {}
@@ -319,10 +334,33 @@ class Engine(ModuleSurface):
         if not self._boundary:
             return
         bucket.ready += 1
-        # A delayed update in flight: the servers take these gradients once
-        # at this step's version, which lands after backward (_service_step).
-        if bucket.ready == len(bucket.entries) and self._pending is None:
+        if bucket.ready != len(bucket.entries):
+            return
+        if self._pending is None:
             bucket.push(self.job, self.global_steps, self.topo, self._side, self._pusher)
+        elif self._early_push:
+            # A delayed update in flight: the servers take these gradients
+            # once its blocks are at this step's version.
+            bucket.push(self.job, self.global_steps, self.topo, self._side, self._pusher,
+                        after=self._versioned(bucket, self._pending))
+
+    def _versioned(self, bucket, pending):
+        """A call that returns once every gather of the delayed update
+        `pending` overlapping `bucket` is in (on the push thread)."""
+        overlap = [w for w in self._weights if w.begin < bucket.end and bucket.begin < w.end]
+
+        def wait():
+            fetched = pending.get("fetched")
+            if fetched is not None:
+                fetched.wait()
+            tickets = pending.get("tickets")
+            if tickets is None:
+                raise ZerostateError("not pushed: the update before this step failed",
+                                     "ABORTED")
+            for w in overlap:
+                if tickets.get(id(w)) is not None:
+                    tickets[id(w)].wait()
+        return wait
 
     def step(self):
         """At a gradient accumulation boundary: the service's step, then the
@@ -430,14 +468,16 @@ class Engine(ModuleSurface):
         thread (the C calls release the GIL)."""
         if not self.topo.coordinator:
             self._fetch(step + 1)
-            return {"thread": None, "verdict": None}
-        pending = {"verdict": None}
+            return {"thread": None, "verdict": None, "tickets": self._tickets()}
+        pending = {"verdict": None, "fetched": threading.Event()}
 
         def run():
             try:
-                pending["verdict"] = self._decide(step, lr, scales)
+                pending["verdict"] = self._decide(step, lr, scales, pending)
             except ZerostateError as e:
                 pending["verdict"] = self._failure(step, e)
+            finally:
+                pending["fetched"].set()
 
         pending["thread"] = threading.Thread(target=run, name=f"zerostate-step-{step}",
                                              daemon=True)
@@ -462,9 +502,10 @@ class Engine(ModuleSurface):
         self._apply_verdict(verdict)
         self._land()
 
-    def _decide(self, step, lr, scales):
+    def _decide(self, step, lr, scales, pending=None):
         """The coordinator's step: statistics, clipping, loss scale, Step.
-        `lr` and `scales`: param_groups' as the step began."""
+        `lr` and `scales`: param_groups' as the step began. `pending`: the
+        delayed update this is, which takes the gathers' tickets."""
         ss, nonfinite = self.job.grad_stats(step)
         fp16 = self.dtype == torch.float16
         if nonfinite and not fp16:
@@ -481,6 +522,9 @@ class Engine(ModuleSurface):
         state = self.policy.state()
         # The gathers go out first: blocks stream back as the servers step them.
         self._fetch(step + 1)
+        if pending is not None:
+            pending["tickets"] = self._tickets()
+            pending["fetched"].set()
         self.job.step(step, lr, d.grad_scale, skip=d.skip, state=state)
         return ("ok", state, d.skip, d.grad_norm)
 
@@ -491,6 +535,10 @@ class Engine(ModuleSurface):
     def _fetch(self, version):
         for w in self._weights:
             w.fetch(self.job, version)
+
+    def _tickets(self):
+        """{id(weights): the gather in flight} of every module."""
+        return {id(w): w.ticket for w in self._weights}
 
     def sync_weights(self):
         """Lands every gather still in flight into the parameters; a delayed
