@@ -342,10 +342,17 @@ def bench(args, spec, accum, device, addresses, bandwidth, template):
                 out, figures = out
                 zs_rounds[name[len("zerostate_"):]].append(figures)
             rounds.setdefault(name, []).append(out)
+        if r + 1 < args.rounds:  # kept in the log should the run be cut short
+            say(f"accum {accum} after round {r + 1}: " +
+                json.dumps(summary(args, spec, run, rounds, zs_rounds, errors, bandwidth)))
+    return summary(args, spec, run, rounds, zs_rounds, errors, bandwidth)
 
+
+def summary(args, spec, run, rounds, zs_rounds, errors, bandwidth):
+    """The figures of one model and accumulation over the rounds so far."""
     tps = {k: statistics.mean(v) for k, v in rounds.items()}
     names = sorted(tps)
-    result = {"model": args.model, "accum": accum, "micro_batch": spec["micro_batch"],
+    result = {"model": args.model, "accum": run.accum, "micro_batch": spec["micro_batch"],
               "seq": spec["seq"], "steps": run.steps, "tokens_per_s": tps,
               "tokens_per_s_rounds": rounds,
               "ratios": {f"{a}/{b}": tps[a] / tps[b] for a in names for b in names if a != b},

@@ -30,11 +30,11 @@ args=(--json --server_bin="$bundle/bin/zerostate-server" --servers=2 --server_th
 for model in ${BENCH_MODELS:-gpt2-759m llama-1.1b}; do
   timeout "$limit" python3 "$here/bench/torch/bench_gpt.py" --model="$model" "${args[@]}" \
     > "$out/$model.json" 2> "$out/$model.log"
-  echo "$model rc=$?"; grep -v "^\s*$" "$out/$model.log" | grep -v "run: " | tail -n 40
+  echo "$model rc=$?"; grep -v "^\s*$" "$out/$model.log" | grep -v "run: \|after round" | tail -n 40
   if (( ngpu > 1 )); then
     timeout "$limit" torchrun --standalone --nproc-per-node="$ngpu" \
       "$here/bench/torch/bench_gpt.py" --model="$model" "${args[@]}" \
       > "$out/${model}_x$ngpu.json" 2> "$out/${model}_x$ngpu.log"
-    echo "$model x$ngpu rc=$?"; grep -v "^\s*$" "$out/${model}_x$ngpu.log" | grep -v "run: " | tail -n 40
+    echo "$model x$ngpu rc=$?"; grep -v "^\s*$" "$out/${model}_x$ngpu.log" | grep -v "run: \|after round" | tail -n 40
   fi
 done
