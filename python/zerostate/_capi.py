@@ -49,6 +49,7 @@ _SIGNATURES = {
     "zs_client_options_init": (None, [ctypes.POINTER(ClientOptions)]),
     "zs_connect": (_int, [ctypes.POINTER(ClientOptions), ctypes.POINTER(_p), _err]),
     "zs_client_free": (None, [_p]),
+    "zs_client_bytes": (None, [_p, ctypes.POINTER(_u64), ctypes.POINTER(_u64)]),
     "zs_register_job_json": (_int, [_p, _cp, ctypes.POINTER(_p), _err]),
     "zs_attach_job": (_int, [_p, _cp, ctypes.POINTER(_p), _err]),
     "zs_restore_job": (_int, [_p, _cp, _u32, ctypes.POINTER(_p), _err]),
