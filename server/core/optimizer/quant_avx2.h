@@ -30,13 +30,15 @@ struct QuantVec<simd::Avx2Ops> {
     }
     float absmax;
     __builtin_memcpy(&absmax, &top, 4);
-    if (absmax == 0) return QuantizeBlock(map, x, n, codes);  // all zeros
-    const __m256 a = _mm256_set1_ps(absmax);
+    const float inv = 1.0f / absmax;
+    // All zeros, or a scale whose reciprocal overflows: the plain version.
+    if (absmax == 0 || !ReciprocalIsFinite(inv)) return QuantizeBlock(map, x, n, codes);
+    const __m256 a = _mm256_set1_ps(inv);
     const __m256i top_bit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
     const __m256i byte = _mm256_set1_epi32(0xff), one = _mm256_set1_epi32(1);
     const auto* lo_table = reinterpret_cast<const int*>(map.lo);
     for (i = 0; i + 8 <= n; i += 8) {
-      const __m256 q = _mm256_div_ps(_mm256_loadu_ps(x + i), a);
+      const __m256 q = _mm256_mul_ps(_mm256_loadu_ps(x + i), a);
       const __m256i u = _mm256_castps_si256(q);
       const __m256i key = _mm256_xor_si256(u, _mm256_or_si256(_mm256_srai_epi32(u, 31), top_bit));
       const __m256i lo =
@@ -50,7 +52,7 @@ struct QuantVec<simd::Avx2Ops> {
       _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_min_epu32(code, byte));
       for (int k = 0; k < 8; ++k) codes[i + k] = static_cast<uint8_t>(out[k]);
     }
-    for (; i < n; ++i) codes[i] = QuantizeUnit(map, x[i] / absmax);
+    for (; i < n; ++i) codes[i] = QuantizeUnit(map, x[i] * inv);
     return absmax;
   }
 

@@ -62,6 +62,12 @@ QuantMap* Build(bool is_signed) {
     m->mid[j] = f;
   }
   m->mid[255] = m->mid[256] = INFINITY;
+  m->heap[0] = 0;
+  for (int level = 0; level < 8; ++level) {
+    for (int h = 1 << level; h < 2 << level; ++h) {
+      m->heap[h] = m->mid[(2 * (h - (1 << level)) + 1) * (1 << (7 - level)) - 1];
+    }
+  }
   for (uint32_t k = 0; k < 65536; ++k) {
     const float first = FloatOfKey(k << 16), last = FloatOfKey((k << 16) | 0xffffu);
     const int lo = std::isnan(first) ? 0 : MidsBelow(*m, first);

@@ -53,6 +53,15 @@ uint8_t ReferenceCode(const std::vector<float>& map, float x) {
   return static_cast<uint8_t>(upper ? hi : hi - 1);
 }
 
+// x in units of its block's scale, by moment_codec.h's rule: times the
+// fp32 reciprocal of the scale, or divided where that reciprocal is not
+// finite; 0 for a scale of 0.
+float ReferenceUnit(float x, float scale) {
+  if (scale == 0) return 0.0f;
+  const float inv = 1.0f / scale;
+  return std::isfinite(inv) ? x * inv : x / scale;
+}
+
 float ReferenceScale(const float* x, size_t n) {
   float absmax = 0;
   for (size_t i = 0; i < n; ++i) absmax = std::max(absmax, std::abs(x[i]));
@@ -187,8 +196,8 @@ void ReferenceAdamW8bit(const std::vector<std::pair<size_t, StepParams>>& runs, 
     c->m_scale[q] = ReferenceScale(m.data(), len);
     c->v_scale[q] = ReferenceScale(v.data(), len);
     for (size_t i = 0; i < len; ++i) {
-      c->m[t + i] = ReferenceCode(smap, c->m_scale[q] == 0 ? 0.0f : m[i] / c->m_scale[q]);
-      c->v[t + i] = ReferenceCode(umap, c->v_scale[q] == 0 ? 0.0f : v[i] / c->v_scale[q]);
+      c->m[t + i] = ReferenceCode(smap, ReferenceUnit(m[i], c->m_scale[q]));
+      c->v[t + i] = ReferenceCode(umap, ReferenceUnit(v[i], c->v_scale[q]));
     }
   }
 }
