@@ -89,6 +89,11 @@ using CompactStepFn = void (*)(const StepRun* runs, size_t count, const CompactB
 // elements from position lanes->elems on.
 using GradStatsFn = void (*)(const float* g, size_t n, SquareLanes* lanes);
 
+struct QuantMap;  // moment_codec.h
+// Encodes one int8 quantization block x[0, n) into codes; returns its scale
+// (moment_codec.h's QuantizeBlock, this ISA's version).
+using QuantizeFn = float (*)(const QuantMap& map, const float* x, size_t n, uint8_t* codes);
+
 struct KernelTable {
   struct Row {
     StepFn by_lowp[kLowpCount];
@@ -96,6 +101,7 @@ struct KernelTable {
   };
   Row step[kRuleCount];  // indexed by Rule, then Lowp
   GradStatsFn grad_stats;
+  QuantizeFn quantize;
 };
 
 // REQUIRES (to call what they return): the CPU supports the ISA.

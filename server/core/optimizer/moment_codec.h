@@ -33,13 +33,15 @@ namespace zerostate::server::kernels {
 // entry in a fixed number of steps.
 struct QuantMap {
   alignas(64) float value[256];
-  // The mids as an implicit binary search tree (heap order): node 1 is
-  // mid[127], the children of node h are 2h and 2h + 1, and node h of
-  // level l (2^l <= h < 2^(l+1)) is mid[(2 (h - 2^l) + 1) 2^(7-l) - 1].
-  // Walking h = 2h + (heap[h] < x) from h = 1 for 8 levels ends at
-  // 256 + the number of mids below x, the code; each level's nodes are
-  // a contiguous run that vector code holds in registers (heap[0] unused).
-  alignas(64) float heap[256];
+  // The mids as an implicit binary search tree, level by level: node h
+  // (2^l <= h < 2^(l+1), level l) is mid[(2 (h - 2^l) + 1) 2^(7-l) - 1],
+  // its children 2h and 2h + 1; walking h = 2h + (node h < x) from h = 1 for
+  // 8 levels ends at 256 + the number of mids below x, the code. Stored
+  // with each level's nodes in the bit-reversed order of their path:
+  // heap_rev[2^l + r] is node 2^l + reverse_l(r), r's bit k the step taken
+  // at level k, so that a walk which sets bit l of r at level l reads each
+  // level's run of nodes by r directly (quant_avx512.h); heap_rev[0] unused.
+  alignas(64) float heap_rev[256];
   // mid[j]: the largest float not above the exact midpoint of value[j] and
   // value[j + 1]; mid[255] = mid[256] = +inf. The nearest entry of x (ties
   // to the lower) is the number of mids below x.
@@ -118,13 +120,23 @@ inline void DequantizeBlock(const QuantMap& map, const uint8_t* codes, size_t n,
 
 // QuantizeBlock and DequantizeBlock for an ISA's vector traits `Ops`: the
 // same operations on every element, so the same bits. This plain version
-// serves the scalar kernels; quant_avx2.h and quant_avx512.h specialize it
-// with gathers.
+// serves the scalar kernels; quant_avx2.h and quant_avx512.h specialize it.
+// Decoder reads one vector (Ops::kWidth codes) of a block at a time, for a
+// step that decodes its moments as it loads them; it holds what it needs of
+// the map (AVX-512: the whole map, in registers), so build it once per
+// block, outside the loop.
 template <class Ops>
 struct QuantVec {
   static float Quantize(const QuantMap& map, const float* x, size_t n, uint8_t* codes) {
     return QuantizeBlock(map, x, n, codes);
   }
+
+  struct Decoder {
+    const QuantMap& map;
+    float scale;
+    typename Ops::F Read(const uint8_t* codes) const { return map.value[*codes] * scale; }
+  };
+
   static void Dequantize(const QuantMap& map, const uint8_t* codes, size_t n, float scale,
                          float* x) {
     DequantizeBlock(map, codes, n, scale, x);

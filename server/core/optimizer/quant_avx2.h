@@ -56,15 +56,22 @@ struct QuantVec<simd::Avx2Ops> {
     return absmax;
   }
 
+  struct Decoder {
+    Decoder(const QuantMap& m, float scale) : map(m), s(_mm256_set1_ps(scale)) {}
+    __m256 Read(const uint8_t* codes) const {
+      const __m256i c =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+      return _mm256_mul_ps(_mm256_i32gather_ps(map.value, c, 4), s);
+    }
+    const QuantMap& map;
+    __m256 s;
+  };
+
   static void Dequantize(const QuantMap& map, const uint8_t* codes, size_t n, float scale,
                          float* x) {
-    const __m256 s = _mm256_set1_ps(scale);
+    const Decoder d(map, scale);
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      const __m256i c =
-          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
-      _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_i32gather_ps(map.value, c, 4), s));
-    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, d.Read(codes + i));
     DequantizeBlock(map, codes + i, n - i, scale, x + i);
   }
 };

@@ -180,9 +180,9 @@ struct MomentCodec {
 
 // The step with compact moments. bf16: one vector pass, the moments widened
 // as they are loaded and rounded as they are stored (Bf16Part). int8: for
-// each quantization block (kQuantBlock elements), the moments are decoded
-// into fp32 tiles that stay in L1, each run's part is stepped by StepLoop's vector
-// loop with the tiles as its moments, and the tiles are encoded back. The
+// each quantization block (kQuantBlock elements), each run's part is stepped
+// with its moments decoded as they are loaded, the new moments kept in fp32
+// tiles that stay in L1 (Int8Part), and the tiles are encoded back. The
 // master, the gradient and the low-precision copy are read and written
 // once, in place, as in the fp32 step; every ISA does the same fp32
 // operations, so the bits agree.
@@ -213,13 +213,11 @@ struct CompactLoop {
     size_t r = 0;
     for (size_t t = 0; t < b.n; t += kQuantBlock) {
       const size_t n = b.n - t < kQuantBlock ? b.n - t : kQuantBlock;
-      if constexpr (kMoments >= 1) MCodec::Decode(b.from_m, b.from_m_scale, t, n, m);
-      if constexpr (kMoments >= 2) VCodec::Decode(b.from_v, b.from_v_scale, t, n, v);
       while (r < count && runs[r].end <= t) ++r;
       for (size_t j = r; j < count && runs[j].begin < t + n; ++j) {
         const size_t lo = runs[j].begin > t ? runs[j].begin : t;
         const size_t hi = runs[j].end < t + n ? runs[j].end : t + n;
-        StepPart(runs[j].c, b, lo, hi, m + (lo - t), v + (lo - t), stream);
+        Int8Part(runs[j].c, b, t, lo, hi, m, v, stream);
       }
       if constexpr (kMoments >= 1) MCodec::Encode(m, t, n, b.m, b.m_scale);
       if constexpr (kMoments >= 2) VCodec::Encode(v, t, n, b.v, b.v_scale);
@@ -288,6 +286,48 @@ struct CompactLoop {
     if constexpr (kLowp != Lowp::kNone) std::memcpy(b.lowp + i, lowp, n * 2);
   }
 
+  // Elements [lo, hi) of the quantization block from t: each vector's
+  // moments decoded as they are loaded (no pass of its own: the decoding's
+  // permutes overlap the rule's division and square root), stepped, and
+  // stored into the block's fp32 tiles m and v for the encoding; the last
+  // partial vector through the tiles and StepPart.
+  static void Int8Part(const StepConsts& c, const CompactBuffers& b, size_t t, size_t lo,
+                       size_t hi, float* m, float* v, bool stream) {
+    using Quant = QuantVec<Ops>;
+    using F = typename Ops::F;
+    constexpr size_t W = Ops::kWidth;
+    const size_t q = t / kQuantBlock;
+    const auto* from_m = static_cast<const uint8_t*>(b.from_m);
+    const auto* from_v = static_cast<const uint8_t*>(b.from_v);
+    const typename Quant::Decoder dm{SignedMap(), kMoments >= 1 ? b.from_m_scale[q] : 0.0f};
+    const typename Quant::Decoder dv{UnsignedMap(), kMoments >= 2 ? b.from_v_scale[q] : 0.0f};
+    const Splat<Ops> k(c);
+    size_t i = lo;
+    for (; i + W <= hi; i += W) {
+      if (i % Loop::kLine == 0 && i + Loop::kAhead < hi) {
+        __builtin_prefetch(b.from_param + i + Loop::kAhead);
+        __builtin_prefetch(b.grad + i + Loop::kAhead);
+        if (i % 64 == 0) {
+          if constexpr (kMoments >= 1) __builtin_prefetch(from_m + i + Loop::kAhead);
+          if constexpr (kMoments >= 2) __builtin_prefetch(from_v + i + Loop::kAhead);
+        }
+      }
+      F mi = Ops::Set1(0), vi = Ops::Set1(0);
+      if constexpr (kMoments >= 1) mi = dm.Read(from_m + i);
+      if constexpr (kMoments >= 2) vi = dv.Read(from_v + i);
+      const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Ops::Load(b.grad + i), &mi, &vi);
+      Ops::Store(b.param + i, p);
+      if constexpr (kMoments >= 1) Ops::Store(m + (i - t), mi);
+      if constexpr (kMoments >= 2) Ops::Store(v + (i - t), vi);
+      Loop::StoreLowp(b.lowp, i, p, stream);
+    }
+    if (i < hi) {
+      if constexpr (kMoments >= 1) MCodec::Decode(b.from_m, b.from_m_scale, i, hi - i, m + (i - t));
+      if constexpr (kMoments >= 2) VCodec::Decode(b.from_v, b.from_v_scale, i, hi - i, v + (i - t));
+      StepPart(c, b, i, hi, m + (i - t), v + (i - t), stream);
+    }
+  }
+
   // Elements [lo, hi) with their moments in the tiles at m and v.
   static void StepPart(const StepConsts& c, const CompactBuffers& b, size_t lo, size_t hi,
                        float* m, float* v, bool stream) {
@@ -353,7 +393,8 @@ constexpr KernelTable MakeKernelTable() {
   return {{RowOf<Ops, AdamRule<Ops, true>>(), RowOf<Ops, AdamRule<Ops, false>>(),
            RowOf<Ops, SgdRule<Ops, false>>(), RowOf<Ops, SgdRule<Ops, true>>(),
            RowOf<Ops, LionRule<Ops>>(), RowOf<Ops, TrafficRule<Ops>>()},
-          &GradStatsLoop<Ops>};
+          &GradStatsLoop<Ops>,
+          &QuantVec<Ops>::Quantize};
 }
 
 }  // namespace zerostate::server::kernels

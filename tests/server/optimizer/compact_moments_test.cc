@@ -15,6 +15,7 @@
 
 #include "common/convert.h"
 #include "server/core/aligned_buffer.h"
+#include "server/core/optimizer/dispatch.h"
 #include "server/core/optimizer/moment_codec.h"
 #include "server/core/optimizer/optimizer.h"
 #include "server/core/optimizer/param_groups.h"
@@ -106,6 +107,46 @@ TEST(QuantMapTest, NearestEntryAsTheReference) {
       }
     }
     EXPECT_EQ(bad, 0);
+  }
+}
+
+// Every ISA's vector quantizer gives QuantizeUnit's code, ties included:
+// each block holds 1 (its scale, so x * (1 / scale) is x itself) and values
+// at and around every midpoint.
+TEST(QuantMapTest, EveryIsaQuantizesAsQuantizeUnit) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (bool is_signed : {true, false}) {
+    const QuantMap& map = is_signed ? kernels::SignedMap() : kernels::UnsignedMap();
+    const std::vector<float> ref = ReferenceMap(is_signed);
+    std::vector<float> xs;
+    for (int j = 0; j < 255; ++j) {
+      const float mid = map.mid[j];
+      for (float x : {mid, std::nextafter(mid, 2.0f), std::nextafter(mid, -2.0f), ref[j]}) {
+        if (is_signed || x >= 0) xs.push_back(x);
+      }
+    }
+    for (int i = 0; i < 4000; ++i) xs.push_back(is_signed ? unit(rng) : std::abs(unit(rng)));
+    xs.push_back(0.0f);
+    xs.push_back(-0.0f);
+    for (Isa isa : SupportedIsas()) {
+      int bad = 0;
+      for (size_t t = 0; t < xs.size(); t += kQuantBlock - 1) {
+        std::vector<float> block = {1.0f};
+        block.insert(block.end(), xs.begin() + t, xs.begin() + std::min(xs.size(), t + kQuantBlock - 1));
+        std::vector<uint8_t> codes(block.size());
+        ASSERT_EQ(kernels::KernelsFor(isa).quantize(map, block.data(), block.size(), codes.data()),
+                  1.0f);
+        for (size_t i = 0; i < block.size(); ++i) {
+          const uint8_t want = kernels::QuantizeUnit(map, block[i]);
+          if (codes[i] != want && ++bad <= 5) {
+            ADD_FAILURE() << IsaName(isa) << (is_signed ? " signed" : " unsigned") << " x="
+                          << block[i] << " code " << +codes[i] << ", want " << +want;
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0) << IsaName(isa);
+    }
   }
 }
 
