@@ -392,6 +392,51 @@ TEST(CompactMomentsTest, OutOfPlaceIsInPlace) {
   }
 }
 
+// The single-gradient pass: a step reading one node's bf16 gradient where it
+// landed (BlockRefs::grad_bf16) is bit for bit the step on its fp32 widening
+// (what a fold into the sum held), for every moment format, ISA and
+// optimizer with moments, whole vectors and tails alike.
+TEST(SingleGradientPassTest, Bf16GradientStepsAsItsFp32Widening) {
+  const size_t n = 2 * kQuantBlock + 77;
+  for (MomentFormat format : {MomentFormat::kFp32, MomentFormat::kBf16, MomentFormat::kInt8}) {
+    for (v1::OptimizerKind kind : {v1::OPTIMIZER_ADAMW, v1::OPTIMIZER_LION}) {
+      const StateLayout layout{static_cast<uint32_t>((n + 63) / 64 * 64),
+                               MomentCount(kind), format};
+      for (Isa isa : SupportedIsas()) {
+        std::mt19937 rng(29);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        AlignedBuffer<float> a(layout.total_floats()), b(layout.total_floats()), wide(n);
+        AlignedBuffer<uint16_t> half(n), lowp_a(n), lowp_b(n);
+        std::memset(a.data(), 0, a.size() * sizeof(float));
+        for (size_t i = 0; i < n; ++i) a.data()[i] = normal(rng);
+        std::memcpy(b.data(), a.data(), a.size() * sizeof(float));
+        StepParams sp = AdamW(1e-3f, 0.01f, 0.9f);
+        sp.config.set_kind(kind);
+        for (sp.t = 1; sp.t <= 3; ++sp.t) {
+          for (size_t i = 0; i < n; ++i) {
+            half.data()[i] = FloatToBf16(normal(rng));
+            wide.data()[i] = Bf16ToFloat(half.data()[i]);
+          }
+          BlockRefs ra = StateRefs(layout, a.data()), rb = StateRefs(layout, b.data());
+          ra.n = rb.n = n;
+          ra.grad = wide.data();
+          rb.grad_bf16 = half.data();
+          ra.lowp = lowp_a.data();
+          rb.lowp = lowp_b.data();
+          ra.lowp_dtype = rb.lowp_dtype = v1::DTYPE_BF16;
+          StepBlock(isa, sp, ra);
+          StepBlock(isa, sp, rb);
+        }
+        const std::string what = std::string(IsaName(isa)) + " format " +
+                                 std::to_string(static_cast<int>(format)) + " kind " +
+                                 std::to_string(kind);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what;
+        EXPECT_EQ(std::memcmp(lowp_a.data(), lowp_b.data(), n * sizeof(uint16_t)), 0) << what;
+      }
+    }
+  }
+}
+
 TEST(StateLayoutTest, BytesPerParameter) {
   EXPECT_EQ((StateLayout{262144, 2, MomentFormat::kFp32}.bytes_per_param()), 12.0);
   EXPECT_EQ((StateLayout{262144, 2, MomentFormat::kBf16}.bytes_per_param()), 8.0);
