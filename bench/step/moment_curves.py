@@ -6,12 +6,18 @@ and prints each format's mean loss over the last 20 steps and its ratio to
 fp32's:
 
   /usr/bin/python3 bench/step/moment_curves.py [--build build] [--out docs/img]
-      [--logs bench/results] [--steps 2000]
+      [--logs bench/results] [--steps 2000] [--parallel]
+
+--parallel: the three formats at once, each with a server of its own
+(--threads=4) and 4 OpenMP threads, for a host with 16 cores or more. The
+schedule (WarmupDecayLR) decays over max(--steps, 1000) steps, so a longer
+run does not train on at a learning rate of 0.
 
 Needs build/server/zerostate-server, torch and build/client/
 libzerostate_client.so (as the Python tests do)."""
 
 import argparse
+import concurrent.futures
 import json
 import os
 import sys
@@ -27,11 +33,14 @@ FORMATS = [("MOMENTS_FP32", "fp32 moments", "#1f5fbf"),
            ("MOMENTS_INT8", "int8 moments", "#d9480f")]
 
 
-def config_with(format_name, directory):
-    """examples/gpt's ds_config.json with the moment format set."""
+def config_with(format_name, directory, steps):
+    """examples/gpt's ds_config.json with the moment format set and the
+    schedule over max(steps, its own) steps."""
     with open(os.path.join(ROOT, "examples", "gpt", "ds_config.json")) as f:
         config = json.load(f)
     config["zerostate"] = {"train": {"moment_format": format_name}}
+    params = config["scheduler"]["params"]
+    params["total_num_steps"] = max(steps, params["total_num_steps"])
     path = os.path.join(directory, f"ds_config_{format_name}.json")
     with open(path, "w") as f:
         json.dump(config, f)
@@ -44,22 +53,35 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "img"))
     ap.add_argument("--logs", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--parallel", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.logs, exist_ok=True)
     os.environ.setdefault("ZEROSTATE_SERVER",
                           os.path.join(args.build, "server", "zerostate-server"))
-    server = zs_servers.start(1, args=["--threads=2", f"--ram_budget_bytes={1 << 30}"])[0]
+    threads = 4 if args.parallel else 2
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    servers = zs_servers.start(len(FORMATS) if args.parallel else 1,
+                               args=[f"--threads={threads}", f"--ram_budget_bytes={1 << 30}"])
     curves = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            for name, _, _ in FORMATS:
-                curves[name] = run_gpt(args.build, server, args.steps, -1,
-                                       f"moments-{name.lower()}", os.path.join(tmp, "log.json"),
-                                       [f"--config={config_with(name, tmp)}"])
-                curves[name]["command"] = curves[name]["command"].replace(tmp + os.sep, "")
+            def run(k):
+                name = FORMATS[k][0]
+                server = servers[k % len(servers)]
+                curve = run_gpt(args.build, server, args.steps, -1, f"moments-{name.lower()}",
+                                os.path.join(tmp, f"log-{name}.json"),
+                                [f"--config={config_with(name, tmp, args.steps)}"])
+                curve["command"] = curve["command"].replace(tmp + os.sep, "")
+                return name, curve
+
+            workers = len(FORMATS) if args.parallel else 1
+            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                for name, curve in pool.map(run, range(len(FORMATS))):
+                    curves[name] = curve
     finally:
-        server.stop()
+        for server in servers:
+            server.stop()
     with open(os.path.join(args.logs, "moments_gpt.json"), "w") as f:
         json.dump(curves, f, indent=1)
     svg_plot(os.path.join(args.out, "moments_gpt.svg"),
