@@ -8,6 +8,10 @@ fp32's:
   /usr/bin/python3 bench/step/moment_curves.py [--build build] [--out docs/img]
       [--logs bench/results] [--steps 2000] [--parallel]
 
+--budget_s S: first 40 steps of each format (as a probe of the time a
+step takes here, startup apart), then as many steps as fit in what is
+left of S seconds, at most --steps (the figure says how many ran).
+
 --parallel: the three formats at once, each with a server of its own
 (--threads=4) and 4 OpenMP threads, for a host with 16 cores or more. The
 schedule (WarmupDecayLR) decays over max(--steps, 1000) steps, so a longer
@@ -54,6 +58,7 @@ def main():
     ap.add_argument("--logs", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--parallel", action="store_true")
+    ap.add_argument("--budget_s", type=float, default=0)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.logs, exist_ok=True)
@@ -66,19 +71,33 @@ def main():
     curves = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            def run(k):
+            def run(k, steps, job):
                 name = FORMATS[k][0]
                 server = servers[k % len(servers)]
-                curve = run_gpt(args.build, server, args.steps, -1, f"moments-{name.lower()}",
+                curve = run_gpt(args.build, server, steps, -1, f"{job}-{name.lower()}",
                                 os.path.join(tmp, f"log-{name}.json"),
-                                [f"--config={config_with(name, tmp, args.steps)}"])
+                                [f"--config={config_with(name, tmp, steps)}"])
                 curve["command"] = curve["command"].replace(tmp + os.sep, "")
                 return name, curve
 
-            workers = len(FORMATS) if args.parallel else 1
-            with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-                for name, curve in pool.map(run, range(len(FORMATS))):
-                    curves[name] = curve
+            def run_all(steps, job):
+                workers = len(FORMATS) if args.parallel else 1
+                with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                    return dict(pool.map(lambda k: run(k, steps, job), range(len(FORMATS))))
+
+            if args.budget_s > 0:
+                probe = run_all(40, "probe")
+                # The slowest format's seconds a step (its loop's own time,
+                # from train.py's tokens/s) and around it (startup).
+                loop = max(40 * 8 * 64 / c["summary"]["tokens_per_s"] for c in probe.values())
+                probe_wall = max(c["seconds"] for c in probe.values())
+                around = probe_wall - loop
+                fit = int((args.budget_s - probe_wall - around) / (loop / 40)) // 100 * 100
+                args.steps = max(100, min(args.steps, fit))
+                print(json.dumps({"probe_seconds_per_step": round(loop / 40, 4),
+                                  "startup_seconds": round(around, 1), "steps": args.steps}),
+                      flush=True)
+            curves = run_all(args.steps, "moments")
     finally:
         for server in servers:
             server.stop()
