@@ -26,7 +26,10 @@
 //       bf16 gradient where it landed instead of an fp32 sum (the
 //       single-gradient pass, adamw_step_single_gradient.moments=<format>,
 //       2 bytes less); and the bytes per parameter of each path of a step
-//       (fold, pass, gather copy) for that format, with and without it,
+//       (fold, pass, gather copy) for that format, with and without it;
+//       and at 1 thread the step on parameters that stay in cache
+//       (adamw_step_in_cache.moments=<format>), its arithmetic's own rate,
+//       against the memory limit,
 // (a) to (d) each with 1..nproc threads (--threads), which take blocks of 262144
 // parameters from a shared counter as the server's pool does. The passes of
 // (a) and (b) take turns; a figure is the best of --reps timed passes after
@@ -278,8 +281,9 @@ void ReportPaths(const Options& o, MomentFormat format) {
 // state), of the step (on `state`, reading the fp32 gradient sum) and of the
 // single-gradient pass (reading the bf16 gradient where it landed), taking
 // turns. Each against the limit for the bytes it moves.
-void MeasureFormat(const Options& o, int threads, const StepState& fp32,
-                   const CompactStepState& state, MomentFormat format) {
+// Returns the limit of the step (reading the fp32 sum) in params/s.
+double MeasureFormat(const Options& o, int threads, const StepState& fp32,
+                     const CompactStepState& state, MomentFormat format) {
   const Isa isa = SupportedIsas().back();
   StepParams adamw = AdamWParams();
   double limit_s = 1e30, step_s[2] = {1e30, 1e30};
@@ -311,6 +315,35 @@ void MeasureFormat(const Options& o, int threads, const StepState& fp32,
                   pps / 1e9, bytes, pps * bytes / 1e9, pps / limit_pps);
     }
   }
+  return bandwidth / StepBytesPerParam(format);
+}
+
+// (e) for one format: the step at 1 thread on kInCacheParams parameters
+// that stay in the core's cache (stepped kInCacheReps times), the rate of
+// its arithmetic alone, against the memory limit of that format at 1
+// thread (`limit_pps`): below 1, the format cannot reach its memory limit
+// at 1 thread on this core, whatever the memory.
+constexpr size_t kInCacheParams = 32768;
+constexpr int kInCacheReps = 400;
+
+void MeasureInCache(const Options& o, MomentFormat format, double limit_pps) {
+  const Isa isa = SupportedIsas().back();
+  CompactStepState state(kInCacheParams, format);
+  state.Fill(1);
+  StepParams adamw = AdamWParams();
+  double best = 1e30;
+  for (int r = 0; r <= o.reps; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int k = 0; k < kInCacheReps; ++k, ++adamw.t) StepBlock(isa, adamw, state.Block(0));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (r > 0) best = std::min(best, s);
+  }
+  const double pps = static_cast<double>(kInCacheParams) * kInCacheReps / best;
+  const std::string figure = std::string("adamw_step_in_cache.moments=") + FormatName(format) + "." +
+                             std::string(IsaName(isa)) + ".threads=1";
+  if (o.json) return PrintJson(figure, pps, "params/s", limit_pps);
+  std::printf("%-52s %8.3f Gparam/s  ratio %.3f (to the memory limit at 1 thread)\n",
+              figure.c_str(), pps / 1e9, pps / limit_pps);
 }
 
 // (e) for every format, at 1 thread and at o.max_threads.
@@ -324,10 +357,9 @@ bool MeasureFormats(const Options& o, const StepState& fp32) {
     }
     state.Fill(o.max_threads);
     ReportPaths(o, format);
-    for (int threads : {1, o.max_threads}) {
-      MeasureFormat(o, threads, fp32, state, format);
-      if (o.max_threads == 1) break;
-    }
+    const double limit_1 = MeasureFormat(o, 1, fp32, state, format);
+    MeasureInCache(o, format, limit_1);
+    if (o.max_threads > 1) MeasureFormat(o, o.max_threads, fp32, state, format);
   }
   return true;
 }
