@@ -130,8 +130,9 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
       if (restarted) {
         // Its new process listens for the data plane on another port.
         job_.incarnations->Set(static_cast<int>(to), resp.incarnation());
-        job_.data->Set(static_cast<int>(to), DataPool(client_->options(), static_cast<int>(to),
-                                                      resp.data_port(), resp.incarnation()));
+        job_.data->Set(static_cast<int>(to),
+                       DataPool(client_->options(), static_cast<int>(to), resp.data_port(),
+                                resp.incarnation(), client_->server(static_cast<int>(to)).cutter()));
       }
       job_.routes->Move(shard, from, static_cast<int>(to));
       if (pushes.empty() || version > step) return absl::OkStatus();  // applied there
