@@ -36,7 +36,14 @@ class EtcdAvailabilityTest : public EtcdClusterFixture {
   void StartJob(const std::string& id,
                 const std::function<void(client::ClientOptions&)>& tune = nullptr) {
     spec_ = testing::ReplicatedSpec(id, 1);
-    auto run = testing::StartNodes(spec_, addresses(), nullptr, tune);
+    auto run = testing::StartNodes(
+        spec_, addresses(),
+        [this](int shard, int) {
+          if (shard != 1) return;
+          int64_t none = 0;
+          first_failover_ns_.compare_exchange_strong(none, absl::GetCurrentTimeNanos());
+        },
+        tune);
     ASSERT_TRUE(run.ok()) << run.status();
     run_ = *std::move(run);
     ref_ = std::make_unique<testing::ReferenceModel>(run_.nodes[0]->spec());
@@ -56,6 +63,11 @@ class EtcdAvailabilityTest : public EtcdClusterFixture {
   }
 
   void HangPrimary(const std::string& job, std::chrono::milliseconds keepalive);
+
+  // When a client first began to fail shard 1 over (its failover's probe
+  // of the server it had: ClientOptions::before_failover_probe); 0: none
+  // yet. Set by the clients' threads.
+  std::atomic<int64_t> first_failover_ns_{0};
 
   v1::JobSpec spec_;
   testing::ReplicatedRun run_;
@@ -90,6 +102,7 @@ void EtcdAvailabilityTest::HangPrimary(const std::string& job,
   absl::Time stopped;
   // Hung after node 0's push of step 2: the Step and node 1's push meet it.
   Train(run_, *ref_, 2, 3, [&] {
+    first_failover_ns_ = 0;
     ASSERT_EQ(kill(pid, SIGSTOP), 0);
     stopped = absl::Now();
     waker = std::thread([&] {
@@ -105,6 +118,7 @@ void EtcdAvailabilityTest::HangPrimary(const std::string& job,
     });
   });
   const absl::Duration step_after = absl::Now() - stopped;
+  const int64_t failover_ns = first_failover_ns_.load();
   if (!HasFatalFailure()) Train(run_, *ref_, 3, 5);
   if (waker.joinable()) waker.join();
   if (HasFatalFailure()) return;
@@ -115,8 +129,11 @@ void EtcdAvailabilityTest::HangPrimary(const std::string& job,
             << " s), client keepalive "
             << (keepalive.count() > 0 ? absl::StrCat(keepalive.count(), " ms") : "off")
             << ": shard 1 claimed by its backup " << claimed_after
-            << " after the SIGSTOP; the step it interrupted ended " << step_after
-            << " after it" << std::endl;
+            << " after the SIGSTOP; the clients began to fail it over "
+            << (failover_ns == 0 ? "never" : absl::FormatDuration(absl::FromUnixNanos(failover_ns) -
+                                                                  stopped))
+            << " after it; the step it interrupted ended " << step_after << " after it"
+            << std::endl;
   auto after = observer_->Primary(spec_.job_id(), 1);
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->primary, addresses()[2]);
@@ -126,8 +143,11 @@ void EtcdAvailabilityTest::HangPrimary(const std::string& job,
   EXPECT_EQ(woken.error_code(), grpc::StatusCode::UNAVAILABLE) << woken.error_message();
   EXPECT_NE(woken.error_message().find("not primary"), std::string::npos)
       << woken.error_message();
-  testing::ExpectReferenceRun(run_.nodes, *ref_, 5);
-  ExpectCopiesAgree(5);
+  // Steps with server 1 awake: its copies (lost while it hung) are found
+  // lost, caught up in the background, and live again.
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, 5, 8));
+  testing::ExpectReferenceRun(run_.nodes, *ref_, 8);
+  ExpectCopiesAgree(8);
 }
 
 // Clients with a 1 s keepalive: the hung server's connections (gRPC and
