@@ -26,6 +26,17 @@ absl::StatusOr<Reseed> Reseed::Begin(Job& copy, Header header) {
   return Reseed(copy, std::move(header));
 }
 
+void Reseed::DeposeRegistered(JobRegistry& jobs, const std::string& job_id, uint32_t servers) {
+  for (uint32_t shard = 0; shard < servers; ++shard) {
+    auto copy = jobs.GetShard(job_id, shard);
+    if (!copy.ok()) continue;  // no copy of it here
+    (*copy)->step().MarkDeposed(absl::StrCat(
+        "not primary: shard ", shard, " of job '", job_id,
+        "': this server restarted and its copy has not been caught up yet; ask the shard's "
+        "other copies"));
+  }
+}
+
 absl::Status Reseed::Add(uint64_t block, uint64_t version, std::string state) {
   const uint64_t count = states_.size();
   if (block < begin_ || block >= begin_ + count) {

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/core/job.h"
+#include "server/core/job_registry.h"
 
 namespace zerostate::server {
 
@@ -31,6 +32,13 @@ class Reseed {
   // INVALID_ARGUMENT naming the field (applied steps past the version, a
   // malformed trainer state).
   [[nodiscard]] static absl::StatusOr<Reseed> Begin(Job& copy, Header header);
+
+  // A job that a catch-up registered here (this server restarted empty)
+  // holds nothing yet: every copy of it on this server is deposed
+  // (JobStep::MarkDeposed) until its own seed commits, so that none serves
+  // as primary meanwhile (a takeover, or a client's failover, must find
+  // the copies that hold the shard's acknowledged steps).
+  static void DeposeRegistered(JobRegistry& jobs, const std::string& job_id, uint32_t servers);
 
   // Takes block `block`'s state (global block index) at `version`.
   // Errors: INVALID_ARGUMENT naming the block and what is wrong with it.

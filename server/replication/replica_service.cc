@@ -180,10 +180,15 @@ grpc::Status ReplicaServiceImpl::Seed(grpc::ServerContext* ctx,
         absl::StrCat("Seed: registration.spec.job_id '", first.registration().spec().job_id(),
                      "' is not job_id '", first.job_id(), "'")));
   }
-  // A server that restarted empty gets the job back here.
+  // A server that restarted empty gets the job back here, every copy
+  // deposed until its seed commits.
   if (!jobs_.Authorize(first.job_id(), *token).ok()) {
     auto registered = jobs_.Register(first.registration(), *token);
     if (!registered.ok()) return ToGrpcStatus(registered.status());
+    if (registered->created) {
+      Reseed::DeposeRegistered(jobs_, first.job_id(),
+                               static_cast<uint32_t>(first.registration().servers_size()));
+    }
   }
   auto job = jobs_.Shard(first.job_id(), *token, first.shard());
   if (!job.ok()) return ToGrpcStatus(job.status());
