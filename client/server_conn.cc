@@ -1,6 +1,7 @@
 #include "client/server_conn.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -45,6 +46,11 @@ grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options, int se
     // completes HTTP/2's: bound the connection attempt (gRPC's default:
     // 20 s), so that calls fail and fail over instead of waiting it out.
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::max(2000, time_ms + timeout_ms));
+    // Never idle on its own (gRPC's default: after 30 minutes without a
+    // call, which a rank that only pushes and gathers on the data plane
+    // reaches): a channel that leaves READY has lost its server, and the
+    // ChannelWatch cuts that server's data plane.
+    args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
   }
   for (const auto& [name, value] : options.channel_args) args.SetInt(name, value);
   return args;
