@@ -72,6 +72,8 @@ void zs_client_options_init(zs_client_options* o) {
   o->max_backoff_ms = d.max_backoff.count();
   o->threads = d.threads;
   o->unavailable_wait_ms = d.unavailable_wait.count();
+  o->keepalive_time_ms = d.keepalive_time.count();
+  o->keepalive_timeout_ms = d.keepalive_timeout.count();
 }
 
 int zs_connect(const zs_client_options* o, zs_client** out, char** error) {
@@ -98,6 +100,8 @@ int zs_connect(const zs_client_options* o, zs_client** out, char** error) {
   options.job_token = o->job_token != nullptr ? o->job_token : "";
   options.data_plane = o->data_plane_off == 0;
   options.unavailable_wait = std::chrono::milliseconds(o->unavailable_wait_ms);
+  options.keepalive_time = std::chrono::milliseconds(o->keepalive_time_ms);
+  options.keepalive_timeout = std::chrono::milliseconds(o->keepalive_timeout_ms);
   auto metrics = std::make_shared<prometheus::Registry>();
   options.metrics = metrics;
   auto client = zc::Client::Connect(std::move(options));

@@ -83,6 +83,11 @@ typedef struct zs_client_options {
    * past max_attempts until this long after a call began (a restarting
    * server); 0: max_attempts bounds it (ClientOptions::unavailable_wait). */
   int64_t unavailable_wait_ms;
+  /* Keepalive pings of each channel, in ms (ClientOptions::keepalive_time
+   * and keepalive_timeout): a server that does not answer one within the
+   * timeout is given up at once (a hung server); 0: off. */
+  int64_t keepalive_time_ms;
+  int64_t keepalive_timeout_ms;
 } zs_client_options;
 
 /* The library's defaults, no servers. */

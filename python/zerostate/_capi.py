@@ -35,6 +35,7 @@ class ClientOptions(ctypes.Structure):
         ("tls_ca_file", _cp), ("tls_cert_file", _cp), ("tls_key_file", _cp),
         ("plaintext", _int), ("job_token", _cp), ("data_plane_off", _int),
         ("unavailable_wait_ms", ctypes.c_int64),
+        ("keepalive_time_ms", ctypes.c_int64), ("keepalive_timeout_ms", ctypes.c_int64),
     ]
 
 
