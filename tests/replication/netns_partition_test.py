@@ -16,7 +16,6 @@ made (not root, no iproute2, no veth or tbf), or etcd or a binary is
 missing. Latency is not modelled (netem is not in this kernel)."""
 
 import os
-import re
 import sys
 import time
 import unittest
@@ -68,14 +67,8 @@ class Run:
         return self.nodes[0].wait_for(rf"^step {step} loss", timeout)
 
     def stall_after(self, t):
-        """(seconds, step): the longest rank 0 went without finishing a
-        step from time `t` on, and the step that ended it. Steps take about
-        20 ms otherwise, so this is the fault's cost (a failover's time).
-        REQUIRES: the run finished."""
-        steps = [(when, int(m.group(1))) for when, line in self.nodes[0].lines
-                 if when > t and (m := re.match(r"^step (\d+) loss", line))]
-        starts = [t] + [when for when, _ in steps]
-        return max((end - start, step) for start, (end, step) in zip(starts, steps))
+        """netns_cluster.longest_stall of rank 0. REQUIRES: finished."""
+        return netns_cluster.longest_stall(self.nodes[0], t)
 
     def finish(self, test):
         for n, node in enumerate(self.nodes):

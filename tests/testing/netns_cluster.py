@@ -82,6 +82,14 @@ class Proc:
                     return None
                 self._cv.wait(min(left, 0.5))
 
+    def matches(self, pattern, after=0.0):
+        """[(arrival time, re.Match)] of the lines after time `after` that
+        match regex `pattern`, so far."""
+        regex = re.compile(pattern)
+        with self._cv:
+            found = [(t, regex.search(line)) for t, line in self.lines if t > after]
+        return [(t, m) for t, m in found if m]
+
     def text(self):
         with self._cv:
             return "".join(line for _, line in self.lines)
@@ -194,6 +202,16 @@ class NetnsCluster:
         t<node>, with `flags` and the extra environment `env`."""
         return self.start(f"t{node}", [worker_binary, *flags],
                           log_name or f"worker{node}", {**env, "NODE_RANK": str(node)})
+
+
+def longest_stall(worker, after):
+    """(seconds, step): the longest zerostate-worker process `worker`
+    went without printing a step's progress line from time `after` on, and
+    the step whose line ended it (a failover's cost, where steps are
+    otherwise short)."""
+    steps = worker.matches(r"^step (\d+) loss", after)
+    starts = [after] + [t for t, _ in steps]
+    return max((end - start, int(m.group(1))) for start, (end, m) in zip(starts, steps))
 
 
 def metric(page, name):

@@ -189,7 +189,7 @@ class NetnsHosts:
     def set_rate(self, gbit, names=None):
         """Caps each named host's link (default: all) at `gbit` Gbit/s each
         way: tbf on the host's eth0 (what it sends) and on the bridge's end
-        (what it receives). The byte counters start again at 0."""
+        (what it receives). The byte counters go on counting."""
         for name in names or self.hosts:
             h = self.hosts[name]
             _tc("-n", h.ns, "qdisc", "replace", "dev", "eth0", "root", "tbf", *tbf_args(gbit))
@@ -198,7 +198,7 @@ class NetnsHosts:
 
     def link_bytes(self, name):
         """{"out": bytes host `name` sent, "in": bytes it received} through
-        its link's tbf since its rate was set, Ethernet headers included."""
+        its link's tbf since it was made, Ethernet headers included."""
         h = self.hosts[name]
         out = _tc("-s", "-n", h.ns, "qdisc", "show", "dev", "eth0").stdout
         into = _tc("-s", "qdisc", "show", "dev", h.veth).stdout
