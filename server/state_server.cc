@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/data_tls.h"
+#include "common/liveness.h"
 #include "common/metrics_exposer.h"
 #include "server/replication/static_membership.h"
 
@@ -33,6 +34,11 @@ void SetTransportArguments(grpc::ServerBuilder& builder) {
   // Socket reads of 1-4 MiB: a pushed chunk arrives in a few slices.
   builder.AddChannelArgument(GRPC_ARG_TCP_READ_CHUNK_SIZE, 1 << 20);
   builder.AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
+  // The clients ping every kGrpcKeepaliveMs while calls are in flight (a
+  // call waiting for a version sends no data; common/liveness.h): allowed.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             kGrpcKeepaliveMs / 2);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
 }
 
 // What a client without a valid token can make the server hold or do
