@@ -19,15 +19,16 @@ two floors measured in the same run:
 
 --wire int8 passes the worker --gradient_wire=int8 --weight_wire=int8; a
 worker without them prints the row as unavailable with the worker's error.
---failover cuts the primary of shard 1 off from etcd (2 s leases, one
-backup per shard, a small MLP) and prints the longest stall of the run
-against the lease TTL + 2 s. Latency is not modelled (netem is not in
+--failover cuts the primary of shard 1 off from etcd and the trainer
+(2 s leases, one backup per shard, a small MLP) and prints the longest
+stall of the run against the lease TTL + 2 s. Latency is not modelled (netem is not in
 this kernel). Needs root and iproute2 (exit 77 otherwise, with the reason).
 """
 
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -131,7 +132,14 @@ def step_case(cluster, args, servers, gbit, mode, wire, membw, params):
     rate = gbit * 1e9 / 8
     wire_floor = (out_b + in_b) / rate if mode == "sync" else max(out_b, in_b) / rate
     memory_floor = MEMORY_BYTES[wire] * params / membw
-    emit(args, name, step_s, "s", wire_floor, memory_floor_s=round(memory_floor, 4),
+    # Where the timed steps' time went, by the worker's own progress lines.
+    phases = {}
+    for _, m in proc.matches(r"^step (\d+) loss .*\| (.*)$"):
+        if 2 <= int(m.group(1)) <= len(samples) - 2:
+            for phase, ms in re.findall(r"(\w+) ([\d.]+)ms", m.group(2)):
+                phases.setdefault(f"{phase}_s", []).append(float(ms) / 1000)
+    phases = {k: round(sum(v) / len(v), 4) for k, v in phases.items()}
+    emit(args, name, step_s, "s", wire_floor, **phases, memory_floor_s=round(memory_floor, 4),
          of_memory_floor=round(step_s / memory_floor, 4),
          out_bytes_per_step=int(out_b), in_bytes_per_step=int(in_b),
          out_bytes_per_param=round(out_b / params, 3), in_bytes_per_param=round(in_b / params, 3),
@@ -140,8 +148,9 @@ def step_case(cluster, args, servers, gbit, mode, wire, membw, params):
 
 
 def failover_case(cluster, args, servers):
-    """The primary of shard 1 (server 1) cut off from etcd after step 20 for
-    2 TTL + 1 s; the longest stall of the run against TTL + 2 s."""
+    """The primary of shard 1 (server 1) cut off from etcd and the trainer
+    (--failover_cut) after step 20 for 2 TTL + 1 s; the longest stall of
+    the run against TTL + 2 s."""
     text = config("failover", argparse.Namespace(input=64, hidden=[256, 256, 128], output=16,
                                                  batch=32), "replicas: 1", 16384)
     cluster.hosts.set_rate(10)
@@ -149,7 +158,7 @@ def failover_case(cluster, args, servers):
     if proc.wait_for(r"^step 20 loss", args.timeout) is None:
         emit(args, "cluster.failover", 0, "s", TTL + 2, unavailable=proc.text()[-600:])
         return
-    cluster.hosts.partition("s1", ["etcd"])
+    cluster.hosts.partition("s1", args.failover_cut.split(","))
     cut = time.monotonic()
     time.sleep(2 * TTL + 1)
     cluster.hosts.heal("s1")
@@ -158,7 +167,7 @@ def failover_case(cluster, args, servers):
         return
     stall, step = netns_cluster.longest_stall(proc, cut)
     emit(args, "cluster.failover", stall, "s", TTL + 2, lease_ttl_s=TTL, step=step,
-         cut="primary of shard 1 from etcd")
+         cut=f"primary of shard 1 from {args.failover_cut}")
 
 
 def main():
@@ -173,6 +182,8 @@ def main():
     p.add_argument("--output", type=int, default=2048)
     p.add_argument("--batch", type=int, default=16, help="micro-batch")
     p.add_argument("--failover", action="store_true", help="also the failover case")
+    p.add_argument("--failover_cut", default="etcd,t0",
+                   help="the hosts the primary is cut off from (etcd, t0: the trainer)")
     p.add_argument("--timeout", type=float, default=900, help="per run, against hangs")
     p.add_argument("--logs", default="", help="keep the processes' logs in this folder")
     args = p.parse_args()
