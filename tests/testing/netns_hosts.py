@@ -63,13 +63,12 @@ def _run(argv, check):
 
 
 def _pid_alive(pid):
+    """Whether process `pid` runs (a zombie, not yet reaped, does not)."""
     try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, IndexError):
         return False
-    except PermissionError:
-        return True
 
 
 def remove_stale():
