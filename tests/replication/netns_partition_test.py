@@ -15,13 +15,17 @@ Exit code 77 (ctest: skipped) with the reason where namespaces cannot be
 made (not root, no iproute2, no veth or tbf), or etcd or a binary is
 missing. Latency is not modelled (netem is not in this kernel)."""
 
+import json
 import os
+import subprocess
 import sys
 import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "testing"))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+import grpc_stubs  # noqa: E402
 import netns_cluster  # noqa: E402
 import netns_hosts  # noqa: E402
 
@@ -46,6 +50,10 @@ CONFIG = """train {
 """
 
 
+def token(job):
+    return f"token-of-{job}-0123456789abcdef0123"
+
+
 class Run:
     """Both trainer nodes of one job (one rank each); rank 0 dumps the
     final masters to <dir>/<job>.bin."""
@@ -58,7 +66,7 @@ class Run:
         flags = [f"--config={config}", f"--servers={','.join(servers)}",
                  "--plaintext", f"--steps={STEPS}", "--metrics_port=0", f"--job_id={job}",
                  f"--run_id={job}", f"--dump_weights={self.path}"]
-        env = {"WORLD_SIZE": "2", "ZEROSTATE_JOB_TOKEN": f"token-of-{job}-0123456789abcdef0123"}
+        env = {"WORLD_SIZE": "2", "ZEROSTATE_JOB_TOKEN": token(job)}
         self.nodes = [cluster.start_worker(n, WORKER, flags + (list(node0_flags) if n == 0 else []),
                                            env, f"{job}.node{n}") for n in range(2)]
 
@@ -119,6 +127,21 @@ class NetnsPartitionTest(unittest.TestCase):
             time.sleep(0.2)
         self.assertTrue(all(v in (0, None) for v in left), f"under-replicated blocks: {left}")
 
+    def expect_same_copies(self, job):
+        """Both copies of every shard bit-identical, every block at version
+        STEPS with STEPS steps applied (netns_copies.py, run on host t0)."""
+        p = self.hosts.popen("t0", [
+            sys.executable, os.path.join(HERE, "netns_copies.py"),
+            f"--servers={','.join(self.servers)}", f"--job={job}", f"--token={token(job)}",
+            f"--version={STEPS}", f"--stubs={self.cluster.dir}/stubs"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out, err = p.communicate(timeout=RUN_TIMEOUT)
+        self.assertEqual(p.returncode, 0, err[-3000:])
+        copies = json.loads(out)
+        self.assertEqual(copies["mismatches"], [])
+        self.assertTrue(all(len(c) == 2 for c in copies["copies"]), copies["copies"])
+        self.assertTrue(all(n > 0 for n in copies["blocks"]), copies["blocks"])
+
     def report(self, what, seconds, step):
         print(f"netns partition: {what}: training stalled {seconds:.2f} s (step {step}; "
               f"lease TTL {TTL} s)", flush=True)
@@ -145,6 +168,7 @@ class NetnsPartitionTest(unittest.TestCase):
         self.expect_clean(run, "a backup cut off during its catch-up")
         self.report("server 2 cut off from etcd and the servers, twice", *run.stall_after(cut))
         self.expect_whole_copies()
+        self.expect_same_copies("catchup")
 
     def test_2_a_primary_cut_off_from_etcd_and_the_trainers_is_replaced_and_rejoins(self):
         run = Run(self.cluster, self.servers, "primary")
@@ -161,6 +185,7 @@ class NetnsPartitionTest(unittest.TestCase):
         self.report("primary cut off from etcd and the trainers (failover)",
                     *run.stall_after(cut))
         self.expect_whole_copies()
+        self.expect_same_copies("primary")
         log = self.cluster.servers[1].text()
         self.assertRegex(log, "fenc|lease", "server 1 never said it lost its lease:\n" + log[-3000:])
 
@@ -177,6 +202,7 @@ class NetnsPartitionTest(unittest.TestCase):
         self.hosts.heal("t0")
         self.expect_clean(run, "a trainer node cut off mid-push")
         self.report(f"trainer node 0 cut off for {TTL + 1} s mid-push", *run.stall_after(cut))
+        self.expect_same_copies("trainer")
 
     # Every server loses its lease, and the shards are claimed anew once
     # etcd is back, most by other servers than before. Once (of about ten
@@ -194,6 +220,7 @@ class NetnsPartitionTest(unittest.TestCase):
         self.expect_clean(run, "etcd cut off")
         self.report(f"etcd cut off for {TTL + 1} s", *run.stall_after(cut))
         self.expect_whole_copies()
+        self.expect_same_copies("etcdcut")
 
     @staticmethod
     def _await_file_prefix(directory, prefix, timeout):
@@ -213,6 +240,7 @@ def main():
     missing = [n for n, p in (("zerostate-server", SERVER), ("zerostate-worker", WORKER),
                               ("etcd", netns_cluster.ETCD_BINARY if os.path.exists(
                                   netns_cluster.ETCD_BINARY) else None)) if p is None]
+    grpc_stubs.require()  # exits 77 without protoc, its gRPC plugin or python3-grpcio
     reason = f"missing {', '.join(missing)}" if missing else netns_hosts.probe()
     if reason:
         print(f"skipped: {reason}")
