@@ -9,11 +9,13 @@ Each case trains a job of its own through a fault and checks that the run
 ends with the final fp32 masters of the same job trained without faults,
 bit for bit (no step lost or applied twice: AdamW's moments would differ),
 that every copy is whole again afterwards (no under-replicated block on
-any server), and prints how long training stalled.
+any server) and both copies of every shard are bit-identical, each block
+at the run's version with as many steps applied (netns_copies.py: no
+split brain), and prints how long training stalled.
 
 Exit code 77 (ctest: skipped) with the reason where namespaces cannot be
-made (not root, no iproute2, no veth or tbf), or etcd or a binary is
-missing. Latency is not modelled (netem is not in this kernel)."""
+made (not root, no iproute2, no veth or tbf), or etcd, a binary, protoc or
+python3-grpcio is missing. Latency is not modelled (netem is not in this kernel)."""
 
 import json
 import os
