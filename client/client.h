@@ -88,8 +88,8 @@ struct ClientOptions {
   // keepalive_time + keepalive_timeout (at least 2 s) to complete. 0: no
   // keepalive (a hung server is waited out). At least 1000 ms: servers
   // refuse pings more often than that.
-  std::chrono::milliseconds keepalive_time{5000};
-  std::chrono::milliseconds keepalive_timeout{5000};
+  std::chrono::milliseconds keepalive_time{1000};
+  std::chrono::milliseconds keepalive_timeout{2000};
   std::chrono::milliseconds initial_backoff{50};
   std::chrono::milliseconds max_backoff{2000};
   // Optional: where the library registers its metrics (bytes, latency, retries).

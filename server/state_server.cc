@@ -34,11 +34,11 @@ void SetTransportArguments(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_TCP_READ_CHUNK_SIZE, 1 << 20);
   builder.AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
   // Clients ping every second or more (ClientOptions::keepalive_time) to
-  // find a hung server, also with no call open and during a silent call:
-  // allowed (gRPC's default: a ping every 5 minutes without data, or the
-  // connection is closed with "too many pings").
+  // find a hung or cut-off server, also with no call open and during a
+  // silent call: allowed, with slack (gRPC's default: a ping every 5
+  // minutes without data, or the connection is closed with "too many pings").
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
 }
 
