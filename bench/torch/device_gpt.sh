@@ -14,26 +14,26 @@
 # then, there:  bash bench/torch/device_gpt.sh OUT_DIR [bench_gpt.py args]
 # Environment: BENCH_MODELS (default both), BENCH_LIMIT_S (per process, 270).
 set -uo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-bundle=$(cd "${ZS_BUNDLE:-$here/.device}" && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+bundle=$(cd "${ZS_BUNDLE:-$root/.device}" && pwd)
 out=${1:-${OUT:-/tmp/zerostate-gpu}}
 shift $(( $# > 0 ? 1 : 0 ))
 mkdir -p "$out"
 source "$bundle/env.sh"
 export ZEROSTATE_CLIENT_LIB=$bundle/bin/libzerostate_client.so
-export PYTHONPATH=$here/python${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$out/gpus.txt"
 nproc | tee -a "$out/gpus.txt"
 ngpu=$(nvidia-smi -L | wc -l)
 limit=${BENCH_LIMIT_S:-270}
 args=(--json --server_bin="$bundle/bin/zerostate-server" --servers=2 --server_threads=6 "$@")
 for model in ${BENCH_MODELS:-gpt2-759m llama-1.1b}; do
-  timeout "$limit" python3 "$here/bench/torch/bench_gpt.py" --model="$model" "${args[@]}" \
+  timeout "$limit" python3 "$root/bench/torch/bench_gpt.py" --model="$model" "${args[@]}" \
     > "$out/$model.json" 2> "$out/$model.log"
   echo "$model rc=$?"; grep -v "^\s*$" "$out/$model.log" | grep -v "run: \|after round" | tail -n 40
   if (( ngpu > 1 )); then
     timeout "$limit" torchrun --standalone --nproc-per-node="$ngpu" \
-      "$here/bench/torch/bench_gpt.py" --model="$model" "${args[@]}" \
+      "$root/bench/torch/bench_gpt.py" --model="$model" "${args[@]}" \
       > "$out/${model}_x$ngpu.json" 2> "$out/${model}_x$ngpu.log"
     echo "$model x$ngpu rc=$?"; grep -v "^\s*$" "$out/${model}_x$ngpu.log" | grep -v "run: \|after round" | tail -n 40
   fi
