@@ -137,12 +137,15 @@ void AccumulateInt8Squared(Isa isa, const Int8Run& run, size_t n, float* dst,
   });
 }
 
+absl::Status CheckInt8ChunkLength(uint32_t elems, size_t bytes) {
+  if (elems != 0 && bytes == Int8ChunkBytes(elems)) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "data: an int8 chunk of ", elems, " elements (elems) is ", Int8ChunkBytes(elems),
+      " bytes (", Int8Groups(elems), " fp32 scales, then the codes), not ", bytes));
+}
+
 absl::StatusOr<Int8Chunk> ReadInt8Chunk(const ChunkView& view, uint32_t elems) {
-  if (elems == 0 || view.data_bytes != Int8ChunkBytes(elems)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data: an int8 chunk of ", elems, " elements (elems) is ", Int8ChunkBytes(elems),
-        " bytes (", Int8Groups(elems), " fp32 scales, then the codes), not ", view.data_bytes));
-  }
+  if (absl::Status s = CheckInt8ChunkLength(elems, view.data_bytes); !s.ok()) return s;
   Int8Chunk chunk;
   chunk.elems = elems;
   chunk.scales.resize(Int8Groups(elems));

@@ -87,6 +87,10 @@ struct Int8Chunk {
   size_t elems = 0;
 };
 
+// OK when `bytes` is the length of an int8 chunk of `elems` elements (not
+// 0); else INVALID_ARGUMENT naming `data`, the length and the count.
+[[nodiscard]] absl::Status CheckInt8ChunkLength(uint32_t elems, size_t bytes);
+
 // Reads the chunk `view` of `elems` elements. Errors: INVALID_ARGUMENT
 // naming `data` when its length is not Int8ChunkBytes(elems) (or elems is
 // 0), naming the first scale that is NaN, infinite or negative.

@@ -116,6 +116,20 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
 absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
     uint32_t node, uint32_t offset, uint32_t count, absl::Span<const ChunkView::Segment> data,
     v1::DType dtype) {
+  return AddPiece(node, offset, count,
+                  [&](uint32_t begin, uint32_t end) { Fold(node, begin, end, data, dtype); });
+}
+
+absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(uint32_t node,
+                                                                      uint32_t offset,
+                                                                      const Int8Chunk& chunk) {
+  return AddPiece(node, offset, static_cast<uint32_t>(chunk.elems),
+                  [&](uint32_t begin, uint32_t end) { Fold(node, begin, end, chunk); });
+}
+
+absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::AddPiece(
+    uint32_t node, uint32_t offset, uint32_t count,
+    absl::FunctionRef<void(uint32_t begin, uint32_t end)> fold) {
   // Elements past `required_` are layout padding: accepted, never folded.
   uint32_t begin = offset;
   uint32_t end = std::min(offset + count, required_);
@@ -139,7 +153,7 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
     ns.staging = AlignedBuffer<float>(block_elems_);
   }
   Insert(ns, begin, end);  // cannot fail: checked above
-  Fold(node, begin, end, data, dtype);
+  fold(begin, end);
   if (node == head_ && CoversTensors(ns)) AdvanceHead();
   AdvanceStats();
   return Outcome::kApplied;
@@ -163,6 +177,19 @@ void GradientAccumulator::Fold(uint32_t node, uint32_t begin, uint32_t end,
     // Only tensor elements are folded; alignment padding is skipped.
     ForEachTensorPart(static_cast<uint32_t>(at), run_end, [&](uint32_t a, uint32_t b) {
       FoldRun(node, a, b - a, static_cast<const uint8_t*>(p) + (a - at) * esize, dtype);
+    });
+  });
+}
+
+void GradientAccumulator::Fold(uint32_t node, uint32_t begin, uint32_t end,
+                               const Int8Chunk& chunk) {
+  ForEachInt8Run(chunk, [&](const Int8Run& run, size_t first, size_t n) {
+    const uint64_t at = begin + first;
+    if (at >= end) return;  // tail padding
+    const auto run_end = static_cast<uint32_t>(std::min<uint64_t>(at + n, end));
+    ForEachTensorPart(static_cast<uint32_t>(at), run_end, [&](uint32_t a, uint32_t b) {
+      const Int8Run part = run.Skip(a - at);
+      FoldRun(node, a, b - a, &part, v1::DTYPE_INT8);
     });
   });
 }
