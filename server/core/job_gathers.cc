@@ -122,6 +122,7 @@ class ChunkMessageSink final : public GatherSink {
     chunk_.set_offset(piece.offset);
     chunk_.set_dtype(piece.dtype);
     chunk_.set_version(piece.version);
+    chunk_.set_elems(piece.elems);
     return emit_(chunk_);
   }
 
