@@ -54,6 +54,7 @@ const Int8Kernels& ScalarInt8Kernels() {
 namespace {
 
 static_assert(kInt8MinAbsmax == int8_internal::kMinAbsmax);
+static_assert(kInt8Group == int8_internal::kGroup);
 
 const Int8Kernels& KernelsFor(Isa isa) {
   switch (isa) {
@@ -84,22 +85,13 @@ void ForEachScale(const Int8Run& run, size_t n, float* dst, Fn fn) {
 void EncodeInt8(Isa isa, const void* src, v1::DType dtype, size_t n, float* residual,
                 uint8_t* out) {
   const Int8Kernels& k = KernelsFor(isa);
-  const size_t esize = dtype == v1::DTYPE_FP32 ? 4 : 2;
-  auto* codes = reinterpret_cast<int8_t*>(out + 4 * Int8Groups(n));
-  alignas(64) float v[kInt8Group];
-  alignas(64) float err[kInt8Group];
-  alignas(64) int8_t q[kInt8Group];
-  for (size_t g = 0; g * kInt8Group < n; ++g) {
-    const size_t at = g * kInt8Group;
-    const size_t len = std::min<size_t>(kInt8Group, n - at);
-    const size_t padded = (len + 15) / 16 * 16;
-    std::fill(v + len, v + padded, 0.0f);
-    DecodeFloats(isa, static_cast<const uint8_t*>(src) + at * esize, len, dtype, v);
-    if (residual != nullptr) AccumulateFloats(isa, residual + at, len, v1::DTYPE_FP32, v);
-    const float scale = k.quantize(v, padded, q, residual != nullptr ? err : nullptr);
-    std::memcpy(out + 4 * g, &scale, 4);
-    std::memcpy(codes + at, q, len);
-    if (residual != nullptr) std::memcpy(residual + at, err, len * sizeof(float));
+  switch (dtype) {
+    case v1::DTYPE_BF16:
+      return k.encode_bf16(static_cast<const uint16_t*>(src), n, residual, out);
+    case v1::DTYPE_FP16:
+      return k.encode_fp16(static_cast<const uint16_t*>(src), n, residual, out);
+    default:
+      return k.encode_fp32(static_cast<const float*>(src), n, residual, out);
   }
 }
 
