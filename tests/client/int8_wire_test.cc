@@ -1,6 +1,7 @@
 // The compressed wire (JobSpec.gradient_wire / weight_wire WIRE_INT8)
 // through the client against two real zerostate-server processes, over
-// the TCP data plane and over gRPC: gradients whose groups quantize
+// the TCP data plane and over gRPC (and bypassed on the same-host plane,
+// which moves the plain dtypes): gradients whose groups quantize
 // exactly train bit for bit as the plain fp32 wire does (so every piece
 // lands where it belongs and is folded once), gathered int8 weights stay
 // within half a quantum of the master, and about 1.02 bytes per parameter
@@ -19,16 +20,21 @@
 namespace zerostate::testing {
 namespace {
 
-// Parameter: true over the TCP data plane, false over gRPC.
-class Int8WireTest : public ::testing::TestWithParam<bool> {
+enum Plane { kDataPlane, kGrpc, kSameHost };
+
+// Parameter: the plane pushes and gathers go over. The same-host one
+// (shared memory) bypasses the int8 wire: it moves the plain dtypes.
+class Int8WireTest : public ::testing::TestWithParam<Plane> {
  protected:
   void SetUp() override {
-    auto cluster = ServerCluster::Start(2, TestServerOptions());
+    ServerProcessOptions so = TestServerOptions();
+    so.args.push_back("--metrics_listen=127.0.0.1:0");
+    auto cluster = ServerCluster::Start(2, so);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
     client::ClientOptions o = TestClientOptions(cluster_->addresses());
-    o.data_plane = GetParam();
-    o.data_shm = false;  // the same-host plane sends plain: the wire is the point here
+    o.data_plane = GetParam() != kGrpc;
+    o.data_shm = GetParam() == kSameHost;
     auto c = client::Client::Connect(o);
     ASSERT_TRUE(c.ok()) << c.status();
     client_ = *std::move(c);
@@ -104,16 +110,44 @@ TEST_P(Int8WireTest, ExactGroupsTrainBitForBitAsThePlainWire) {
   const double push = static_cast<double>(s.push_bytes) / s.push_elems;
   const double gather = static_cast<double>(s.gather_bytes - before.gather_bytes) /
                         static_cast<double>(s.gather_elems - before.gather_elems);
-  EXPECT_GT(push, 1.0);
-  EXPECT_LT(push, 1.04) << "int8 payload bytes per parameter pushed";
-  EXPECT_GT(gather, 1.0);
-  EXPECT_LT(gather, 1.04) << "int8 payload bytes per parameter gathered";
+  const bool shm = GetParam() == kSameHost;
+  if (shm) {
+    EXPECT_EQ(push, 2.0) << "the same-host plane pushes bf16";
+    EXPECT_EQ(gather, 2.0) << "the same-host plane gathers bf16";
+  } else {
+    EXPECT_GT(push, 1.0);
+    EXPECT_LT(push, 1.04) << "int8 payload bytes per parameter pushed";
+    EXPECT_GT(gather, 1.0);
+    EXPECT_LT(gather, 1.04) << "int8 payload bytes per parameter gathered";
+  }
   const client::WireStats p = plain->wire_stats();
   EXPECT_EQ(p.push_bytes, 4 * p.push_elems);  // fp32
+
+  // The servers count the same, by direction and wire.
+  double bytes = 0, elems = 0, plain_bytes = 0, plain_elems = 0;
+  for (int i = 0; i < cluster_->size(); ++i) {
+    auto page = ScrapeMetrics(cluster_->server(i).metrics_address());
+    ASSERT_TRUE(page.ok()) << page.status();
+    auto series = [&](const char* name, const char* job, const char* wire) {
+      return MetricValue(*page, absl::StrCat(name, "{direction=\"push\",job_id=\"", job,
+                                             "\",wire=\"", wire, "\"}"));
+    };
+    bytes += series("zerostate_wire_bytes_total", "int8", shm ? "plain" : "int8");
+    elems += series("zerostate_wire_elements_total", "int8", shm ? "plain" : "int8");
+    plain_bytes += series("zerostate_wire_bytes_total", "plain", "plain");
+    plain_elems += series("zerostate_wire_elements_total", "plain", "plain");
+  }
+  EXPECT_EQ(bytes, static_cast<double>(s.push_bytes));
+  EXPECT_EQ(elems, static_cast<double>(s.push_elems));
+  EXPECT_EQ(plain_bytes, 4 * plain_elems);
 }
 
-INSTANTIATE_TEST_SUITE_P(Planes, Int8WireTest, ::testing::Values(true, false),
-                         [](const auto& info) { return info.param ? "DataPlane" : "Grpc"; });
+INSTANTIATE_TEST_SUITE_P(Planes, Int8WireTest, ::testing::Values(kDataPlane, kGrpc, kSameHost),
+                         [](const auto& info) {
+                           return info.param == kDataPlane ? "DataPlane"
+                                  : info.param == kGrpc    ? "Grpc"
+                                                           : "SameHostBypassed";
+                         });
 
 // A StateService as one that predates the int8 wire answers: RegisterJob
 // creates the job (unknown JobSpec fields are dropped) and lists no wire
