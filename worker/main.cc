@@ -80,6 +80,9 @@ ABSL_FLAG(std::string, timeline, "",
           "write a timeline of this process's step events (step, compute end, pushes, the "
           "coordinator's Step, each bucket's landing; CLOCK_MONOTONIC ns, JSON lines) to this "
           "file at the end (bench/step/timeline.py merges it with the servers' --timeline)");
+ABSL_FLAG(bool, data_shm, true,
+          "servers on this host: push and gather through shared memory (false: over their TCP "
+          "data plane, as from another host; the int8 wire is bypassed on shared memory)");
 ABSL_FLAG(bool, data_plane, true,
           "push and gather over the servers' TCP data plane, under TLS when the servers are "
           "(false: over gRPC)");
@@ -281,6 +284,7 @@ int Main() {
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.plaintext = absl::GetFlag(FLAGS_plaintext);
   options.data_plane = absl::GetFlag(FLAGS_data_plane);
+  options.data_shm = absl::GetFlag(FLAGS_data_shm);
   if (const int32_t streams = absl::GetFlag(FLAGS_streams_per_server); streams != 0) {
     if (streams < 1 || streams > 64) {
       return std::fprintf(stderr,
