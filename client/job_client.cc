@@ -82,7 +82,8 @@ Ticket JobClient::Impl::PushAsync(uint64_t step, uint32_t node, Range elems, con
   if (absl::Status s = ValidatePush(spec_, layout_, node, elems, data, dtype); !s.ok()) {
     return CompletedTicket(s);
   }
-  PushCall call{Method::kPushGradients, step, node, elems, data, dtype, spec_.grad_dtype()};
+  PushCall call{Method::kPushGradients, step, node, elems, data, dtype, spec_.grad_dtype(),
+                /*int8=*/nullptr};
   if (spec_.gradient_wire() == v1::WIRE_INT8) {
     const uint32_t chunk = ChunkElems(client_->options().chunk_bytes, DTypeSize(v1::DTYPE_INT8),
                                       layout_.block_elems);
@@ -97,7 +98,8 @@ Ticket JobClient::Impl::PushAsync(uint64_t step, uint32_t node, Range elems, con
 absl::Status JobClient::Impl::InitWeights(Range elems, const float* data) {
   if (absl::Status s = ValidateRange(layout_, elems); !s.ok()) return s;
   if (data == nullptr && !elems.empty()) return absl::InvalidArgumentError("data: null buffer");
-  const PushCall call{Method::kInitWeights, 0, 0, elems, data, v1::DTYPE_FP32, v1::DTYPE_FP32};
+  const PushCall call{Method::kInitWeights, 0, 0, elems, data, v1::DTYPE_FP32, v1::DTYPE_FP32,
+                      /*int8=*/nullptr};
   if (spec_.replicas() == 0) return StartPush(call).Wait();
   // Every copy of each shard gets the weights: copy r of shard i is on
   // server (i + r) % S (ReplicaServers), whose InitWeights writes it.
