@@ -68,8 +68,8 @@ const Int8Kernels& KernelsFor(Isa isa) {
 }
 
 // Calls fn(codes, n, scale, dst) for each part of `run` under one scale.
-template <class Fn>
-void ForEachScale(const Int8Run& run, size_t n, float* dst, Fn fn) {
+template <class Out, class Fn>
+void ForEachScale(const Int8Run& run, size_t n, Out* dst, Fn fn) {
   Int8Run r = run;
   size_t i = 0;
   while (i < n) {
@@ -173,21 +173,13 @@ void ForEachInt8Run(const Int8Chunk& chunk,
 }
 
 void DecodeInt8Chunk(const Int8Chunk& chunk, v1::DType out_dtype, void* out) {
-  if (out_dtype == v1::DTYPE_FP32) {
-    ForEachInt8Run(chunk, [&](const Int8Run& run, size_t first, size_t n) {
-      DecodeInt8(BestIsa(), run, n, static_cast<float*>(out) + first);
-    });
-    return;
-  }
-  // Through fp32 a group at a time, in cache.
-  alignas(64) float group[kInt8Group];
+  const Int8Kernels& k = KernelsFor(BestIsa());
   ForEachInt8Run(chunk, [&](const Int8Run& run, size_t first, size_t n) {
-    for (size_t i = 0; i < n;) {
-      const Int8Run at = run.Skip(i);
-      const size_t len = std::min<size_t>(n - i, kInt8Group - at.phase);
-      DecodeInt8(BestIsa(), at, len, group);
-      EncodeFloats(group, len, out_dtype, static_cast<uint16_t*>(out) + first + i);
-      i += len;
+    if (out_dtype == v1::DTYPE_FP32) {
+      ForEachScale(run, n, static_cast<float*>(out) + first, k.decode);
+    } else {
+      ForEachScale(run, n, static_cast<uint16_t*>(out) + first,
+                   out_dtype == v1::DTYPE_BF16 ? k.decode_bf16 : k.decode_fp16);
     }
   });
 }

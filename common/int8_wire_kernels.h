@@ -36,6 +36,9 @@ struct Int8Kernels {
   void (*encode_bf16)(const uint16_t* src, size_t n, float* residual, uint8_t* out);
   void (*encode_fp16)(const uint16_t* src, size_t n, float* residual, uint8_t* out);
   void (*decode)(const int8_t* codes, size_t n, float scale, float* dst);
+  // The decode rounded to bf16 or fp16 (the trainer's weights).
+  void (*decode_bf16)(const int8_t* codes, size_t n, float scale, uint16_t* dst);
+  void (*decode_fp16)(const int8_t* codes, size_t n, float scale, uint16_t* dst);
   void (*stream)(const int8_t* codes, size_t n, float scale, float* dst);
   void (*accumulate)(const int8_t* codes, size_t n, float scale, float* dst);
   void (*decode_squared)(const int8_t* codes, size_t n, float scale, float* dst,
@@ -143,6 +146,16 @@ constexpr Int8Kernels MakeInt8Kernels() {
       [](const int8_t* c, size_t n, float s, float* d) {
         MapChunks<W>(c, d, n, [s](const int8_t* a, float* b) {
           Ops::Store(b, Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s)));
+        });
+      },
+      [](const int8_t* c, size_t n, float s, uint16_t* d) {
+        MapChunks<W>(c, d, n, [s](const int8_t* a, uint16_t* b) {
+          Ops::StoreHalf(b, Ops::ToBf16(Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
+        });
+      },
+      [](const int8_t* c, size_t n, float s, uint16_t* d) {
+        MapChunks<W>(c, d, n, [s](const int8_t* a, uint16_t* b) {
+          Ops::StoreHalf(b, Ops::ToFp16(Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
         });
       },
       [](const int8_t* c, size_t n, float s, float* d) {

@@ -283,7 +283,7 @@ TEST(Int8WireTest, ReadRefusesAWrongLengthAndBadScalesByName) {
   }
 }
 
-TEST(Int8WireTest, DecodesIntoBf16ThroughFp32) {
+TEST(Int8WireTest, DecodesIntoBf16AndFp16AsRoundingTheFp32Decode) {
   const std::vector<float> v = Gradients(600, 5);
   const std::vector<uint8_t> chunk = Encode(BestIsa(), v);
   absl::StatusOr<Int8Chunk> c = ReadInt8Chunk(ViewOf(chunk), 600);
@@ -293,6 +293,8 @@ TEST(Int8WireTest, DecodesIntoBf16ThroughFp32) {
   DecodeInt8Chunk(*c, v1::DTYPE_FP32, f.data());
   DecodeInt8Chunk(*c, v1::DTYPE_BF16, h.data());
   for (size_t i = 0; i < 600; ++i) ASSERT_EQ(h[i], FloatToBf16(f[i])) << i;
+  DecodeInt8Chunk(*c, v1::DTYPE_FP16, h.data());
+  for (size_t i = 0; i < 600; ++i) ASSERT_EQ(h[i], FloatToFp16(f[i])) << i;
 }
 
 }  // namespace
