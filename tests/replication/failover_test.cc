@@ -75,7 +75,9 @@ TEST(Int8WireFailoverTest, TheRunEndsBitIdenticalToOneWithoutTheFault) {
     v1::JobSpec spec = ReplicatedSpec("int8-failover", 1);
     spec.set_gradient_wire(v1::WIRE_INT8);
     spec.set_weight_wire(v1::WIRE_INT8);
-    auto run = StartNodes(spec, (*cluster)->addresses(), nullptr, /*data_shm=*/false);
+    // The TCP data plane: the same-host one moves the plain dtypes.
+    auto run = StartNodes(spec, (*cluster)->addresses(), nullptr,
+                          [](client::ClientOptions& o) { o.data_shm = false; });
     EXPECT_TRUE(run.ok()) << run.status();
     if (!run.ok()) return master;
     std::vector<std::vector<float>> grads(kReplicaNodes);
