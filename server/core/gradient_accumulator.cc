@@ -246,7 +246,14 @@ void GradientAccumulator::Land(uint32_t begin, size_t n, const void* data, v1::D
     const size_t esize = DTypeSize(dtype);
     for (size_t at = 0; at < n; at += kTileElems) {
       const size_t k = std::min(kTileElems, n - at);
-      DecodeFloats(static_cast<const uint8_t*>(data) + at * esize, k, dtype, tile);
+      // DTYPE_INT8: `data` is an Int8Run (common/convert.h), moved on by run.
+      Int8Run run;
+      const void* src = static_cast<const uint8_t*>(data) + at * esize;
+      if (dtype == v1::DTYPE_INT8) {
+        run = static_cast<const Int8Run*>(data)->Skip(at);
+        src = &run;
+      }
+      DecodeFloats(src, k, dtype, tile);
       EncodeFloats(tile, k, v1::DTYPE_BF16, dst + at);
     }
   }

@@ -22,7 +22,8 @@ namespace {
 
 constexpr uint32_t kBlock = 512;
 
-v1::RegisterJobRequest Int8Request(v1::WireFormat gradients = v1::WIRE_INT8) {
+v1::RegisterJobRequest Int8Request(v1::WireFormat gradients = v1::WIRE_INT8,
+                                   uint32_t nodes = 2) {
   v1::RegisterJobRequest req;
   v1::JobSpec* spec = req.mutable_spec();
   spec->set_job_id("job");
@@ -34,7 +35,7 @@ v1::RegisterJobRequest Int8Request(v1::WireFormat gradients = v1::WIRE_INT8) {
   b->set_name("b");
   b->add_shape(30);
   spec->mutable_optimizer()->set_kind(v1::OPTIMIZER_ADAMW);
-  spec->set_num_nodes(2);
+  spec->set_num_nodes(nodes);
   spec->set_grad_dtype(v1::DTYPE_BF16);
   spec->set_weight_dtype(v1::DTYPE_BF16);
   spec->set_block_elems(kBlock);
@@ -72,9 +73,9 @@ std::vector<float> Decoded(const v1::Chunk& c) {
 
 class Int8WireJobTest : public ::testing::Test {
  protected:
-  explicit Int8WireJobTest(v1::WireFormat gradients = v1::WIRE_INT8)
+  explicit Int8WireJobTest(v1::WireFormat gradients = v1::WIRE_INT8, uint32_t nodes = 2)
       : registry_(1 << 30), pool_(2) {
-    auto reg = registry_.Register(Int8Request(gradients));
+    auto reg = registry_.Register(Int8Request(gradients, nodes));
     EXPECT_TRUE(reg.ok()) << reg.status();
     job_ = reg->job;
   }
@@ -204,6 +205,33 @@ TEST_F(Int8WireJobTest, BadInt8ChunksAreRefusedByNameAndChangeNothing) {
   auto r = job_->pushes().Push(good);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, PushOutcome::kApplied);
+}
+
+// One node of bf16 gradients: its gradient lands as bf16 where it is
+// (single-gradient mode, server/core/gradient_accumulator.h); an int8
+// piece is dequantized and rounded to bf16 as it lands.
+class OneNodeInt8WireJobTest : public Int8WireJobTest {
+ protected:
+  OneNodeInt8WireJobTest() : Int8WireJobTest(v1::WIRE_INT8, 1) {}
+};
+
+TEST_F(OneNodeInt8WireJobTest, PiecesLandAsTheBf16OfWhatTheyDecodeTo) {
+  ASSERT_TRUE(LandsGradientAsBf16(job_->spec()));
+  const std::vector<float> d = PushAll(0, Grad(0));
+  auto stats = job_->step().Stats(0, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  std::vector<float> landed(job_->layout().total_elems, 0.0f);
+  for (const TensorSlot& t : job_->layout().tensors) {
+    for (uint64_t i = t.offset; i < t.offset + t.numel; ++i) {
+      landed[i] = Bf16ToFloat(FloatToBf16(d[i]));
+    }
+  }
+  GradStats want;
+  for (uint64_t b = 0; b < job_->layout().num_blocks(); ++b) {
+    const uint64_t n = std::min<uint64_t>(kBlock, job_->layout().used_elems - b * kBlock);
+    want.sum_squares += ComputeGradStats(landed.data() + b * kBlock, n).sum_squares;
+  }
+  EXPECT_EQ(stats->sum_squares, want.sum_squares);
 }
 
 class PlainWireJobTest : public Int8WireJobTest {
