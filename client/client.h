@@ -188,6 +188,17 @@ struct GradStatsResult {
   uint64_t nonfinite_count = 0;
 };
 
+// Payload bytes on the wire since the JobClient was made, and the
+// parameters they carried, by direction (JobClient::wire_stats). With the
+// int8 wire (JobSpec.gradient_wire / weight_wire) about 1.016 bytes per
+// parameter; plain: the dtype's size.
+struct WireStats {
+  uint64_t push_bytes = 0;
+  uint64_t push_elems = 0;
+  uint64_t gather_bytes = 0;
+  uint64_t gather_elems = 0;
+};
+
 // Why a job cannot go on after a failed step (JobClient::EndIfLost).
 struct JobLoss {
   enum class Cause {
@@ -298,6 +309,9 @@ class JobClient {
 
   // Gradient statistics of `step`, summed over servers in shard order.
   [[nodiscard]] absl::StatusOr<GradStatsResult> GradStats(uint64_t step);
+
+  // What this handle's pushes and gathers moved on the wire so far.
+  WireStats wire_stats() const;
 
   // Applies step `step` on every server (in parallel). `trainer_state`
   // (at most kMaxTrainerStateBytes, opaque) is kept by every server as the

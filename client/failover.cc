@@ -169,14 +169,15 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
 }
 
 absl::Status JobClient::Impl::PushAgain(int shard, const std::vector<PushCall>& pushes) {
-  const Range blocks = ShardBlocks(layout_.num_blocks(), client_->num_servers(), shard);
-  const Range elems{blocks.begin * layout_.block_elems, blocks.end * layout_.block_elems};
+  // The call's own streams of the shard: the same pieces as its first
+  // sending (an int8 push resends the bytes it encoded then).
   for (const PushCall& call : pushes) {
-    const Range part{std::max(elems.begin, call.elems.begin), std::min(elems.end, call.elems.end)};
-    if (part.empty()) continue;
-    auto ticket = std::make_shared<Ticket::State>(1);
-    ticket->Done(RunPushStream(job_, call, StreamPlan{static_cast<uint32_t>(shard), part}, ticket));
-    if (absl::Status done = ticket->Wait(); !done.ok()) return done;
+    for (const StreamPlan& plan : Plans(call.elems, PlanWire(call))) {
+      if (plan.shard != static_cast<uint32_t>(shard)) continue;
+      auto ticket = std::make_shared<Ticket::State>(1);
+      ticket->Done(RunPushStream(job_, call, plan, ticket));
+      if (absl::Status done = ticket->Wait(); !done.ok()) return done;
+    }
   }
   return absl::OkStatus();
 }

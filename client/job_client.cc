@@ -28,7 +28,9 @@ JobClient::Impl::Impl(std::shared_ptr<Client::Impl> client, v1::JobSpec spec,
            std::make_shared<ShardRoutes>(client_->num_servers()),
            spec_.replicas() > 0 ? std::optional<absl::Duration>(
                                       absl::FromChrono(client_->options().failover_wait))
-                                : std::nullopt},
+                                : std::nullopt,
+           &tally_},
+      feedback_(layout_.block_elems),
       calls_(std::make_shared<Ticket::State>(1)) {}
 
 JobClient::Impl::~Impl() {
@@ -42,13 +44,16 @@ std::shared_ptr<Ticket::State> JobClient::Impl::BeginCall(int parts) {
       parts, [calls = calls_] { calls->Done(absl::OkStatus()); });
 }
 
+std::vector<StreamPlan> JobClient::Impl::Plans(Range elems, v1::DType wire) const {
+  const ClientOptions& o = client_->options();
+  uint32_t chunk = ChunkElems(o.chunk_bytes, DTypeSize(wire), layout_.block_elems);
+  return PlanStreams(layout_, client_->num_servers(), elems, o.streams_per_server, chunk);
+}
+
 template <class RunStream>
 Ticket JobClient::Impl::StartStreams(ThreadPool& pool, Range elems, v1::DType wire,
                                      RunStream run) {
-  const ClientOptions& o = client_->options();
-  uint32_t chunk = ChunkElems(o.chunk_bytes, DTypeSize(wire), layout_.block_elems);
-  std::vector<StreamPlan> plans =
-      PlanStreams(layout_, client_->num_servers(), elems, o.streams_per_server, chunk);
+  std::vector<StreamPlan> plans = Plans(elems, wire);
   if (plans.empty()) return CompletedTicket(absl::OkStatus());
   std::shared_ptr<Ticket::State> ticket = BeginCall(static_cast<int>(plans.size()));
   for (const StreamPlan& plan : plans) {
@@ -58,7 +63,7 @@ Ticket JobClient::Impl::StartStreams(ThreadPool& pool, Range elems, v1::DType wi
 }
 
 Ticket JobClient::Impl::StartPush(const PushCall& call) {
-  return StartStreams(client_->pool(), call.elems, call.wire,
+  return StartStreams(client_->pool(), call.elems, PlanWire(call),
                       [this, call](const StreamPlan& plan, const auto& ticket) {
                         return OnShard(plan.shard, [&](int) {
                           return RunPushStream(job_, call, plan, ticket);
@@ -78,7 +83,15 @@ Ticket JobClient::Impl::PushAsync(uint64_t step, uint32_t node, Range elems, con
   if (absl::Status s = ValidatePush(spec_, layout_, node, elems, data, dtype); !s.ok()) {
     return CompletedTicket(s);
   }
-  const PushCall call{Method::kPushGradients, step, node, elems, data, dtype, spec_.grad_dtype()};
+  PushCall call{Method::kPushGradients, step, node, elems, data, dtype, spec_.grad_dtype(),
+                /*int8=*/nullptr};
+  if (spec_.gradient_wire() == v1::WIRE_INT8) {
+    const uint32_t chunk = ChunkElems(client_->options().chunk_bytes, DTypeSize(v1::DTYPE_INT8),
+                                      layout_.block_elems);
+    call.int8 = std::make_shared<Int8Push>(&feedback_, node, elems.begin, data, dtype,
+                                           layout_.block_elems, chunk,
+                                           Plans(elems, v1::DTYPE_INT8));
+  }
   Journal(call);
   return StartPush(call);
 }
@@ -86,7 +99,8 @@ Ticket JobClient::Impl::PushAsync(uint64_t step, uint32_t node, Range elems, con
 absl::Status JobClient::Impl::InitWeights(Range elems, const float* data) {
   if (absl::Status s = ValidateRange(layout_, elems); !s.ok()) return s;
   if (data == nullptr && !elems.empty()) return absl::InvalidArgumentError("data: null buffer");
-  const PushCall call{Method::kInitWeights, 0, 0, elems, data, v1::DTYPE_FP32, v1::DTYPE_FP32};
+  const PushCall call{Method::kInitWeights, 0, 0, elems, data, v1::DTYPE_FP32, v1::DTYPE_FP32,
+                      /*int8=*/nullptr};
   if (spec_.replicas() == 0) return StartPush(call).Wait();
   // Every copy of each shard gets the weights: copy r of shard i is on
   // server (i + r) % S (ReplicaServers), whose InitWeights writes it.
@@ -110,7 +124,8 @@ Ticket JobClient::Impl::GatherAsync(uint64_t min_version, Range elems, void* out
                           : ValidateGather(spec_, layout_, elems, out, dtype);
   if (!s.ok()) return CompletedTicket(s);
   v1::DType wire = master ? v1::DTYPE_FP32 : spec_.weight_dtype();
-  return StartGather(GatherCall{min_version, elems, out, wire, dtype});
+  return StartGather(GatherCall{min_version, elems, out, wire, dtype,
+                                !master && spec_.weight_wire() == v1::WIRE_INT8});
 }
 
 absl::StatusOr<GradStatsResult> JobClient::Impl::GradStats(uint64_t step) {
@@ -290,6 +305,8 @@ absl::Status JobClient::Push(uint64_t step, uint32_t node, Range elems, const vo
 absl::StatusOr<GradStatsResult> JobClient::GradStats(uint64_t step) {
   return impl_->GradStats(step);
 }
+
+WireStats JobClient::wire_stats() const { return impl_->wire_stats(); }
 
 absl::Status JobClient::Step(uint64_t step, float lr, float grad_scale, bool skip,
                              const std::string& trainer_state) {

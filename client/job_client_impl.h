@@ -49,6 +49,7 @@ class JobClient::Impl {
   const v1::JobSpec& spec() const { return spec_; }
   const Layout& layout() const { return layout_; }
   std::string token() const { return client_->job_token().Get(); }
+  WireStats wire_stats() const { return tally_.Get(); }
 
   Ticket PushAsync(uint64_t step, uint32_t node, Range elems, const void* data, v1::DType dtype);
   Ticket GatherAsync(uint64_t min_version, Range elems, void* out, v1::DType dtype,
@@ -72,6 +73,12 @@ class JobClient::Impl {
   // the pool; the returned ticket completes when all have.
   template <class RunStream>
   Ticket StartStreams(ThreadPool& pool, Range elems, v1::DType wire, RunStream run);
+  // The streams of a call of `elems` on `wire` (chunks of the options' bytes).
+  std::vector<StreamPlan> Plans(Range elems, v1::DType wire) const;
+  // The wire a push call's streams are planned for: int8 or its plain one.
+  static v1::DType PlanWire(const PushCall& call) {
+    return call.int8 != nullptr ? v1::DTYPE_INT8 : call.wire;
+  }
   Ticket StartPush(const PushCall& call);
   Ticket StartGather(const GatherCall& call);
 
@@ -101,7 +108,9 @@ class JobClient::Impl {
   const v1::JobSpec spec_;
   const Layout layout_;
   ByteBudget budget_;
+  WireTally tally_;
   const JobContext job_;
+  ErrorFeedback feedback_;  // the int8 wire's (client/int8_push.h)
   // One part per call in flight, plus one held by this object until ~Impl.
   const std::shared_ptr<Ticket::State> calls_;
   absl::Mutex failover_mu_;  // one failover at a time

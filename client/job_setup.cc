@@ -2,6 +2,7 @@
 // find it there), check that each server's shard matches the client's shard
 // map, and record each server's incarnation.
 #include <algorithm>
+#include <atomic>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -70,6 +71,37 @@ std::unique_ptr<JobClient> MakeJobClient(std::shared_ptr<Client::Impl> client, v
       std::move(client), std::move(spec), std::move(incarnations), data_ports));
 }
 
+// FAILED_PRECONDITION naming the server and the field when `spec` asks
+// for the int8 wire and the server's answer to RegisterJob does not list
+// it: a server that predates the compressed wire ignores the fields
+// (proto3 skips fields it does not know) and would refuse every int8 chunk.
+absl::Status CheckWire(Client::Impl& client, int shard, const v1::JobSpec& spec,
+                       const v1::RegisterJobResponse& resp) {
+  if (spec.gradient_wire() != v1::WIRE_INT8 && spec.weight_wire() != v1::WIRE_INT8) {
+    return absl::OkStatus();
+  }
+  for (int f : resp.wire_formats()) {
+    if (f == v1::WIRE_INT8) return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "server ", client.server(shard).address(), " predates the int8 wire (JobSpec.",
+      spec.gradient_wire() == v1::WIRE_INT8 ? "gradient_wire" : "weight_wire",
+      " WIRE_INT8): upgrade it, or register the job with WIRE_PLAIN; the job was not kept"));
+}
+
+// Deletes the job on the servers where `created` says this call made it.
+void Unregister(Client::Impl& client, const std::string& job_id,
+                const std::vector<char>& created) {
+  (void)client.ForEachServer([&](int shard) {
+    if (!created[shard]) return absl::OkStatus();
+    v1::DeleteJobRequest req;
+    req.set_job_id(job_id);
+    v1::DeleteJobResponse resp;
+    return client.Unary(Method::kDeleteJob, shard, &v1::StateService::Stub::DeleteJob, req,
+                        &resp);
+  });
+}
+
 // Runs fn(shard) on every server. Without a token yet, shard 0 runs first
 // alone: it generates the job's token, which fn adopts, so the other
 // servers get the same token.
@@ -91,6 +123,8 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Register(
   std::vector<uint64_t> incarnations(client->num_servers());
   std::vector<uint32_t> data_ports(client->num_servers());
   std::vector<uint64_t> versions(client->num_servers());
+  std::vector<char> created(client->num_servers(), 0);
+  std::atomic<bool> old_server{false};
   absl::Status s = ForEachServerWithToken(*client, [&](int shard) {
     v1::RegisterJobRequest req;
     *req.mutable_spec() = spec;
@@ -101,11 +135,17 @@ absl::StatusOr<std::unique_ptr<JobClient>> JobClient::Impl::Register(
                                     &v1::StateService::Stub::RegisterJob, req, &resp);
     if (!st.ok()) return st;
     if (!resp.token().empty()) client->job_token().Adopt(resp.token());
+    created[shard] = resp.created();
+    if (absl::Status wire = CheckWire(*client, shard, spec, resp); !wire.ok()) {
+      old_server = true;
+      return wire;
+    }
     incarnations[shard] = resp.incarnation();
     data_ports[shard] = resp.data_port();
     versions[shard] = resp.info().version();
     return CheckShard(*client, layout, shard, resp.info());
   });
+  if (old_server) Unregister(*client, spec.job_id(), created);  // it changed nothing, then
   if (!s.ok()) return s;
   if (auto v = AgreedVersion(*client, layout, spec.job_id(), versions); !v.ok()) return v.status();
   return MakeJobClient(std::move(client), spec, std::move(incarnations), data_ports);

@@ -13,6 +13,7 @@
 #include "common/chunk_wire.h"
 #include "common/convert.h"
 #include "common/frame_io.h"
+#include "common/int8_wire.h"
 #include "grpcpp/support/sync_stream.h"
 
 namespace zerostate::client {
@@ -29,6 +30,7 @@ struct SliceLease {
   ByteBudget* budget;
   size_t bytes;
   std::unique_ptr<uint8_t[]> owned;  // encoded payload; null when zero-copy
+  std::shared_ptr<Int8Push> int8;    // holds an int8 payload
 };
 
 void ReleaseLease(void* arg) {
@@ -49,17 +51,40 @@ const uint8_t* PieceSource(const JobContext& job, const PushCall& call, const Bl
   return SourceOf(call, piece.block * job.block_elems + piece.offset);
 }
 
-// The payload of one piece: the caller's bytes when no conversion is
-// needed, else an encoded copy.
-grpc::Slice LeasePayload(const JobContext& job, const PushCall& call, const BlockPiece& piece,
+// The pieces a push stream sends: its int8 payload's (`int8` not null),
+// else its range in chunks of the options' size.
+std::vector<BlockPiece> PushPieces(const JobContext& job, const PushCall& call,
+                                   const StreamPlan& plan, const Int8Stream* int8) {
+  if (int8 != nullptr) return int8->pieces;
+  return SplitByBlock(plan.elems, job.block_elems,
+                      ChunkElems(job.client->options().chunk_bytes, DTypeSize(call.wire),
+                                 job.block_elems));
+}
+
+// Piece `i` (of `piece`) of a push stream's payload as its chunk's fields
+// say it: its int8 bytes, or else the caller's bytes (nullptr when they
+// need converting first) and their length.
+std::pair<const uint8_t*, size_t> PiecePayload(const JobContext& job, const PushCall& call,
+                                               const Int8Stream* int8, size_t i,
+                                               const BlockPiece& piece) {
+  if (int8 != nullptr) return {int8->bytes.data() + int8->at[i], int8->at[i + 1] - int8->at[i]};
+  const size_t bytes = piece.count * DTypeSize(call.wire);
+  return {call.src == call.wire ? PieceSource(job, call, piece) : nullptr, bytes};
+}
+
+// The payload of piece `i` of a stream: its int8 bytes or the caller's
+// bytes when no conversion is needed, else an encoded copy.
+grpc::Slice LeasePayload(const JobContext& job, const PushCall& call, const Int8Stream* int8,
+                         size_t i, const BlockPiece& piece,
                          const std::shared_ptr<Ticket::State>& ticket) {
   const uint8_t* src = PieceSource(job, call, piece);
-  size_t bytes = piece.count * DTypeSize(call.wire);
+  auto [ready, bytes] = PiecePayload(job, call, int8, i, piece);
   job.budget->Acquire(bytes);
   ticket->Add(1);
-  auto* lease = new SliceLease{ticket, job.budget, bytes, nullptr};
-  void* payload = const_cast<uint8_t*>(src);
-  if (call.src != call.wire) {
+  auto* lease = new SliceLease{ticket, job.budget, bytes, nullptr,
+                               int8 != nullptr ? call.int8 : nullptr};
+  void* payload = const_cast<uint8_t*>(ready);
+  if (ready == nullptr) {
     lease->owned.reset(new uint8_t[bytes]);
     EncodeFloats(reinterpret_cast<const float*>(src), piece.count, call.wire, lease->owned.get());
     payload = lease->owned.get();
@@ -78,8 +103,15 @@ absl::StatusOr<uint64_t> ResponseIncarnation(Method method, grpc::ByteBuffer& bb
   return method == Method::kPushGradients ? push.incarnation() : init.incarnation();
 }
 
+// The fields of a stream's chunks but their place; int8 or plain.
+ChunkFields PushFields(const JobContext& job, const PushCall& call, bool int8) {
+  return ChunkFields{job.job_id, call.step, call.node, 0, 0,
+                     int8 ? v1::DTYPE_INT8 : call.wire, 0};
+}
+
 absl::Status PushAttempt(const JobContext& job, const PushCall& call, const StreamPlan& plan,
-                         const std::shared_ptr<Ticket::State>& ticket, grpc::ClientContext& ctx) {
+                         const std::shared_ptr<Ticket::State>& ticket, grpc::ClientContext& ctx,
+                         uint64_t* sent) {
   ServerConn& server = job.client->server(plan.shard);
   const char* name = call.method == Method::kPushGradients ? kPushMethod : kInitMethod;
   grpc::ByteBuffer response;
@@ -88,13 +120,17 @@ absl::Status PushAttempt(const JobContext& job, const PushCall& call, const Stre
           server.NextChannel(),
           grpc::internal::RpcMethod(name, grpc::internal::RpcMethod::CLIENT_STREAMING), &ctx,
           &response));
-  ChunkFields fields{job.job_id, call.step, call.node, 0, 0, call.wire, 0};
-  uint32_t chunk = ChunkElems(job.client->options().chunk_bytes, DTypeSize(call.wire),
-                              job.block_elems);
-  for (const BlockPiece& piece : SplitByBlock(plan.elems, job.block_elems, chunk)) {
-    fields.block = piece.block;
-    fields.offset = piece.offset;
-    grpc::ByteBuffer bb = MakeChunkBuffer(fields, LeasePayload(job, call, piece, ticket));
+  const Int8Stream* int8 = call.int8 != nullptr ? &call.int8->Stream(plan.elems) : nullptr;
+  ChunkFields fields = PushFields(job, call, int8 != nullptr);
+  const std::vector<BlockPiece> pieces = PushPieces(job, call, plan, int8);
+  *sent = 0;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    fields.block = pieces[i].block;
+    fields.offset = pieces[i].offset;
+    if (int8 != nullptr) fields.elems = pieces[i].count;
+    grpc::Slice payload = LeasePayload(job, call, int8, i, pieces[i], ticket);
+    *sent += payload.size();
+    grpc::ByteBuffer bb = MakeChunkBuffer(fields, std::move(payload));
     if (!writer->Write(bb)) break;  // the stream broke: Finish says why
   }
   writer->WritesDone();
@@ -110,18 +146,27 @@ uint8_t* DestinationOf(const GatherCall& call, uint64_t elem) {
   return static_cast<uint8_t*>(call.out) + (elem - call.elems.begin) * DTypeSize(call.out_dtype);
 }
 
+// Where a received chunk's data goes in the caller's buffer, and how
+// many elements it holds.
+struct Place {
+  uint8_t* out;
+  uint64_t count;
+};
+
 // Checks a received chunk of `data_bytes` bytes against the stream's
 // request; returns where its data goes in the caller's buffer.
-absl::StatusOr<uint8_t*> PlaceOf(const JobContext& job, const GatherCall& call,
-                                 const StreamPlan& plan, const ChunkFields& f,
-                                 size_t data_bytes) {
+absl::StatusOr<Place> PlaceOf(const JobContext& job, const GatherCall& call,
+                              const StreamPlan& plan, const ChunkFields& f, size_t data_bytes) {
   size_t esize = DTypeSize(call.wire);
   uint64_t begin = f.block * job.block_elems + f.offset;
-  uint64_t count = data_bytes / esize;
-  if (f.dtype != call.wire || data_bytes % esize != 0) {
+  const bool int8 = call.wire == v1::DTYPE_INT8;
+  uint64_t count = int8 ? f.elems : data_bytes / esize;
+  if (f.dtype != call.wire || (int8 ? !CheckInt8ChunkLength(f.elems, data_bytes).ok()
+                                    : data_bytes % esize != 0)) {
     return absl::DataLossError(absl::StrCat("chunk of block ", f.block, " has dtype ",
                                             DTypeName(f.dtype), " and ", data_bytes,
-                                            " bytes; asked for ", DTypeName(call.wire)));
+                                            " bytes", int8 ? absl::StrCat(" for ", f.elems, " elements") : "",
+                                            "; asked for ", DTypeName(call.wire)));
   }
   if (f.offset >= job.block_elems || begin < plan.elems.begin || begin + count > plan.elems.end) {
     return absl::DataLossError(absl::StrCat("chunk [", begin, ", ", begin + count,
@@ -132,24 +177,52 @@ absl::StatusOr<uint8_t*> PlaceOf(const JobContext& job, const GatherCall& call,
     return absl::DataLossError(absl::StrCat("chunk of block ", f.block, " at version ",
                                             f.version, " < ", call.min_version));
   }
-  return DestinationOf(call, begin);
+  return Place{DestinationOf(call, begin), count};
+}
+
+// Writes a checked chunk's data (PlaceOf) into the caller's buffer at
+// `out`, decoded to out_dtype. Errors: DATA_LOSS for an int8 chunk's bad
+// scale.
+absl::Status PlaceData(const GatherCall& call, const ChunkView& view, uint8_t* out) {
+  if (call.wire != v1::DTYPE_INT8) {
+    CopyChunkData(view, call.wire, call.out_dtype, out);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<Int8Chunk> chunk = ReadInt8Chunk(view, view.fields.elems);
+  if (!chunk.ok()) {
+    return absl::DataLossError(absl::StrCat("chunk of block ", view.fields.block, ": ",
+                                            chunk.status().message()));
+  }
+  DecodeInt8Chunk(*chunk, call.out_dtype, out);
+  return absl::OkStatus();
 }
 
 // Checks one received chunk against the stream's request and writes its
 // data into the caller's buffer. Adds the elements placed to `placed`.
 absl::Status PlaceChunk(const JobContext& job, const GatherCall& call, const StreamPlan& plan,
-                        const std::vector<grpc::Slice>& slices, uint64_t* placed) {
+                        const std::vector<grpc::Slice>& slices, uint64_t* placed,
+                        uint64_t* bytes) {
   absl::StatusOr<ChunkView> view = ParseChunk(slices);
   if (!view.ok()) return view.status();
-  absl::StatusOr<uint8_t*> out = PlaceOf(job, call, plan, view->fields, view->data_bytes);
-  if (!out.ok()) return out.status();
-  CopyChunkData(*view, call.wire, call.out_dtype, *out);
-  *placed += view->data_bytes / DTypeSize(call.wire);
+  absl::StatusOr<Place> at = PlaceOf(job, call, plan, view->fields, view->data_bytes);
+  if (!at.ok()) return at.status();
+  if (absl::Status s = PlaceData(call, *view, at->out); !s.ok()) return s;
+  *placed += at->count;
+  *bytes += view->data_bytes;
   return absl::OkStatus();
 }
 
-absl::Status GatherAttempt(const JobContext& job, const GatherCall& call, const StreamPlan& plan,
-                           grpc::ClientContext& ctx) {
+// The call as one attempt sends it: the int8 wire if asked for, but on
+// the same-host plane (`shm`).
+GatherCall AttemptCall(const GatherCall& call, bool shm) {
+  GatherCall at = call;
+  if (call.int8 && !shm) at.wire = v1::DTYPE_INT8;
+  return at;
+}
+
+absl::Status GatherAttempt(const JobContext& job, const GatherCall& plain, const StreamPlan& plan,
+                           grpc::ClientContext& ctx, uint64_t* received) {
+  const GatherCall call = AttemptCall(plain, /*shm=*/false);
   ServerConn& server = job.client->server(plan.shard);
   v1::GatherRequest req;
   req.set_job_id(job.job_id);
@@ -165,11 +238,12 @@ absl::Status GatherAttempt(const JobContext& job, const GatherCall& call, const 
   grpc::ByteBuffer bb;
   std::vector<grpc::Slice> slices;
   uint64_t placed = 0;
+  *received = 0;
   absl::Status bad;
   while (bad.ok() && reader->Read(&bb)) {
     slices.clear();
     if (!bb.Dump(&slices).ok()) bad = absl::DataLossError("unreadable message");
-    if (bad.ok()) bad = PlaceChunk(job, call, plan, slices, &placed);
+    if (bad.ok()) bad = PlaceChunk(job, call, plan, slices, &placed, received);
     if (!bad.ok()) ctx.TryCancel();
   }
   absl::Status s = FromGrpc(reader->Finish());
@@ -314,15 +388,18 @@ absl::StatusOr<const SharedBuffer*> InPlace(const JobContext& job, DataConn& c, 
 
 // One attempt over the connection `conn` (from AcquireConn).
 absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const StreamPlan& plan,
-                            DataConnPool& pool, std::unique_ptr<DataConn> conn) {
+                            DataConnPool& pool, std::unique_ptr<DataConn> conn, uint64_t* sent_bytes) {
   DataConn& c = *conn;
+  // The int8 wire but on the same-host plane, where it would buy nothing.
+  const Int8Stream* int8 =
+      call.int8 != nullptr && c.shm() == nullptr ? &call.int8->Stream(plan.elems) : nullptr;
   v1::DataFrameMeta meta;
   meta.set_token(job.client->job_token().Get());
   v1::Chunk* fields = meta.mutable_chunk();
   fields->set_job_id(job.job_id);
   fields->set_step(call.step);
   fields->set_node(call.node);
-  fields->set_dtype(call.wire);
+  fields->set_dtype(int8 != nullptr ? v1::DTYPE_INT8 : call.wire);
   int unacked = 0;
   // The frames sent and not yet acknowledged hold their bytes of the job's
   // budget, as a gRPC payload slice does until gRPC frees it; all of them
@@ -374,12 +451,16 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
         InPlaceFrames{conn, unacked, absl::FromChrono(job.client->options().rpc_timeout)});
   }
   uint64_t sent_frames = 0;
-  for (const BlockPiece& piece : SplitByBlock(plan.elems, job.block_elems, chunk)) {
+  *sent_bytes = 0;
+  const std::vector<BlockPiece> pieces = PushPieces(job, call, plan, int8);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const BlockPiece& piece = pieces[i];
     if (!refused.ok()) break;
     fields->set_block(piece.block);
     fields->set_offset(piece.offset);
-    const uint8_t* src = PieceSource(job, call, piece);
-    size_t bytes = piece.count * DTypeSize(call.wire);
+    if (int8 != nullptr) fields->set_elems(piece.count);
+    auto [ready, bytes] = PiecePayload(job, call, int8, i, piece);
+    const uint8_t* src = ready != nullptr ? ready : PieceSource(job, call, piece);
     // Same host: the frame carries where the payload is: in place in the
     // caller's shared buffer, or in the slot of the push `window` frames
     // back, acknowledged (so read) by now, encoded or copied there. TCP:
@@ -391,11 +472,11 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
     } else if (c.shm() != nullptr) {
       meta.set_shm_offset((sent_frames % window) * slot);
       staged = c.shm()->data() + meta.shm_offset();
-    } else if (!as_is) {
+    } else if (ready == nullptr) {
       staged = c.buffer().Reserve(bytes);
     }
     if (c.shm() != nullptr) meta.set_shm_bytes(bytes);
-    if (staged != nullptr && !as_is) {
+    if (staged != nullptr && ready == nullptr) {
       EncodeFloats(reinterpret_cast<const float*>(src), piece.count, call.wire, staged);
     } else if (staged != nullptr) {
       std::memcpy(staged, src, bytes);
@@ -418,6 +499,7 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
     if (!sent.ok()) return SendFailed(pool, c, sent);
     if (*shared != nullptr) job.client->metrics().AddBytesZeroCopy(plan.shard, true, bytes);
     ++sent_frames;
+    *sent_bytes += bytes;
     if (++unacked >= window) {
       if (absl::Status s = read_ack(); !s.ok()) return s;
     }
@@ -438,7 +520,7 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
 // dropped unless the error is the server's answer (*answered).
 absl::Status GatherPart(const JobContext& job, const GatherCall& call, const StreamPlan& plan,
                         DataConnPool& pool, DataConn& c, const SharedBuffer* shared, Range part,
-                        grpc::ClientContext& ctx, bool* answered) {
+                        grpc::ClientContext& ctx, bool* answered, uint64_t* received) {
   *answered = false;
   v1::DataFrameMeta meta;
   meta.set_token(job.client->job_token().Get());
@@ -484,8 +566,9 @@ absl::Status GatherPart(const JobContext& job, const GatherCall& call, const Str
     const bool in_shm = c.shm() != nullptr;
     size_t bytes = in_shm ? f->meta.shm_bytes() : f->header.payload_len;
     ChunkView view = FrameChunkView(f->meta.chunk(), nullptr, 0);
-    absl::StatusOr<uint8_t*> out = PlaceOf(job, call, part_plan, view.fields, bytes);
-    if (!out.ok()) return out.status();
+    absl::StatusOr<Place> place = PlaceOf(job, call, part_plan, view.fields, bytes);
+    if (!place.ok()) return place.status();
+    uint8_t* const out = place->out;
     const void* from = nullptr;
     if (in_shm) {
       const ShmSegment& region = shared != nullptr ? shared->segment() : *c.shm();
@@ -497,29 +580,36 @@ absl::Status GatherPart(const JobContext& job, const GatherCall& call, const Str
       }
       from = *at;
       // Written in place: anywhere else it might be where a later piece goes.
-      if (shared != nullptr && from != *out) {
+      if (shared != nullptr && from != out) {
         return absl::DataLossError(absl::StrCat("data plane ", pool.address(),
                                                 ": a GATHER_PIECE not where its range goes"));
       }
       if (shared != nullptr) job.client->metrics().AddBytesZeroCopy(plan.shard, false, bytes);
     } else {
       void* into =
-          call.wire == call.out_dtype ? static_cast<void*>(*out) : c.buffer().Reserve(bytes);
+          call.wire == call.out_dtype ? static_cast<void*>(out) : c.buffer().Reserve(bytes);
       if (absl::Status s = RecvExact(c.stream(), into, bytes); !s.ok()) return Broken(pool, s);
       from = into;
     }
-    if (from != *out) {
-      CopyChunkData(FrameChunkView(f->meta.chunk(), from, bytes), call.wire, call.out_dtype, *out);
+    if (from != out) {
+      if (absl::Status s = PlaceData(call, FrameChunkView(f->meta.chunk(), from, bytes), out);
+          !s.ok()) {
+        return s;
+      }
     }
-    placed += bytes / DTypeSize(call.wire);
+    placed += place->count;
+    *received += bytes;
   }
 }
 
 // A gather over the data plane: one GATHER frame on TCP; on the same-host
 // plane one per segmentful of the range, one after another.
-absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& call, const StreamPlan& plan,
-                              DataConnPool& pool, std::unique_ptr<DataConn> conn,
-                              grpc::ClientContext& ctx) {
+absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& plain,
+                              const StreamPlan& plan, DataConnPool& pool,
+                              std::unique_ptr<DataConn> conn, grpc::ClientContext& ctx,
+                              uint64_t* received) {
+  const GatherCall call = AttemptCall(plain, conn->shm() != nullptr);
+  *received = 0;
   absl::StatusOr<const SharedBuffer*> shared =
       InPlace(job, *conn, DestinationOf(call, plan.elems.begin),
               plan.elems.size() * DTypeSize(call.out_dtype), call.wire == call.out_dtype);
@@ -531,7 +621,8 @@ absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& call, con
   for (uint64_t begin = plan.elems.begin; begin < plan.elems.end; begin += part_elems) {
     Range part{begin, std::min(plan.elems.end, begin + part_elems)};
     bool answered = false;
-    absl::Status s = GatherPart(job, call, plan, pool, *conn, *shared, part, ctx, &answered);
+    absl::Status s =
+        GatherPart(job, call, plan, pool, *conn, *shared, part, ctx, &answered, received);
     if (!s.ok()) {
       if (answered) pool.Release(std::move(conn));
       return s;
@@ -612,17 +703,21 @@ absl::Status RunPushStream(const JobContext& job, const PushCall& call, const St
   // From here on the plan names the server that serves its shard now.
   const StreamPlan plan{static_cast<uint32_t>(ServerOf(job, shard_plan.shard)), shard_plan.elems};
   ServerConn& server = job.client->server(plan.shard);
+  uint64_t sent = 0;  // by the last attempt
   absl::Status s = job.client->retrier().Run(call.method, server, [&](grpc::ClientContext& ctx) {
     std::shared_ptr<DataConnPool> pool;
     std::unique_ptr<DataConn> conn;
     if (call.method == Method::kPushGradients) conn = AcquireConn(job, plan.shard, ctx, &pool);
     if (conn) {
-      absl::Status s = PushAttemptTcp(job, call, plan, *pool, std::move(conn));
+      absl::Status s = PushAttemptTcp(job, call, plan, *pool, std::move(conn), &sent);
       if (!RefusedAtCap(s)) return s;
     }
-    return PushAttempt(job, call, plan, ticket, ctx);
+    return PushAttempt(job, call, plan, ticket, ctx, &sent);
   }, job.unavailable_wait);
-  if (s.ok()) job.client->metrics().AddBytesSent(plan.shard, plan.elems.size() * DTypeSize(call.wire));
+  if (s.ok()) {
+    job.client->metrics().AddBytesSent(plan.shard, sent);
+    if (job.tally != nullptr) job.tally->AddPush(sent, plan.elems.size());
+  }
   return s;
 }
 
@@ -630,17 +725,19 @@ absl::Status RunGatherStream(const JobContext& job, const GatherCall& call,
                              const StreamPlan& shard_plan) {
   const StreamPlan plan{static_cast<uint32_t>(ServerOf(job, shard_plan.shard)), shard_plan.elems};
   ServerConn& server = job.client->server(plan.shard);
+  uint64_t received = 0;  // by the last attempt
   absl::Status s = job.client->retrier().Run(Method::kGather, server, [&](grpc::ClientContext& ctx) {
     std::shared_ptr<DataConnPool> pool;
     std::unique_ptr<DataConn> conn = AcquireConn(job, plan.shard, ctx, &pool);
     if (conn) {
-      absl::Status s = GatherAttemptTcp(job, call, plan, *pool, std::move(conn), ctx);
+      absl::Status s = GatherAttemptTcp(job, call, plan, *pool, std::move(conn), ctx, &received);
       if (!RefusedAtCap(s)) return s;
     }
-    return GatherAttempt(job, call, plan, ctx);
+    return GatherAttempt(job, call, plan, ctx, &received);
   }, job.unavailable_wait);
   if (s.ok()) {
-    job.client->metrics().AddBytesReceived(plan.shard, plan.elems.size() * DTypeSize(call.wire));
+    job.client->metrics().AddBytesReceived(plan.shard, received);
+    if (job.tally != nullptr) job.tally->AddGather(received, plan.elems.size());
   }
   return s;
 }

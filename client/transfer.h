@@ -18,6 +18,7 @@
 #include "client/byte_budget.h"
 #include "client/client_impl.h"
 #include "client/data_conn.h"
+#include "client/int8_push.h"
 #include "client/plan.h"
 #include "client/routes.h"
 #include "client/ticket_state.h"
@@ -44,6 +45,9 @@ struct JobContext {
   // than it waits for a server to come back); unset: the client's
   // unavailable_wait.
   std::optional<absl::Duration> unavailable_wait;
+  // Payload bytes and elements pushed and gathered (JobClient::wire_stats);
+  // may be null.
+  WireTally* tally = nullptr;
 };
 
 // The server that serves `shard` now (JobContext::routes).
@@ -80,7 +84,10 @@ struct PushCall {
   Range elems;                // the whole call's range
   const void* data = nullptr;  // elems.size() elements of `src`
   v1::DType src = v1::DTYPE_FP32;
-  v1::DType wire = v1::DTYPE_FP32;
+  v1::DType wire = v1::DTYPE_FP32;  // the plain wire
+  // The compressed wire (client/int8_push.h): sent instead of `wire` but
+  // on the same-host plane. Null: plain.
+  std::shared_ptr<Int8Push> int8;
 };
 
 // Sends plan.elems of `call` to server plan.shard. Each payload slice
@@ -94,13 +101,16 @@ struct GatherCall {
   uint64_t min_version = 0;
   Range elems;          // the whole call's range
   void* out = nullptr;  // elems.size() elements of `out_dtype`
-  v1::DType wire = v1::DTYPE_FP32;
+  v1::DType wire = v1::DTYPE_FP32;  // the plain wire
   v1::DType out_dtype = v1::DTYPE_FP32;
+  // Ask for DTYPE_INT8 instead of `wire`, but on the same-host plane.
+  bool int8 = false;
 };
 
 // Reads plan.elems of `call` from server plan.shard into the caller's
 // buffer. Errors: DATA_LOSS naming the server when a chunk lies outside
-// the asked range, has the wrong dtype or version, or data is missing.
+// the asked range, has the wrong dtype, length, scales (int8) or version,
+// or data is missing.
 [[nodiscard]] absl::Status RunGatherStream(const JobContext& job, const GatherCall& call,
                                            const StreamPlan& plan);
 

@@ -10,7 +10,8 @@ namespace zerostate {
 
 ChunkView ViewOf(const v1::Chunk& c) {
   ChunkView view;
-  view.fields = {c.job_id(), c.step(), c.node(), c.block(), c.offset(), c.dtype(), c.version()};
+  view.fields = {c.job_id(), c.step(),  c.node(),    c.block(),
+                 c.offset(), c.dtype(), c.version(), c.elems()};
   view.data_bytes = c.data().size();
   if (!c.data().empty()) {
     view.data.push_back({reinterpret_cast<const uint8_t*>(c.data().data()), c.data().size()});

@@ -26,6 +26,7 @@ struct ChunkFields {
   uint32_t offset = 0;
   v1::DType dtype = v1::DTYPE_UNSPECIFIED;
   uint64_t version = 0;
+  uint32_t elems = 0;  // DTYPE_INT8 only: the element count (Chunk.elems)
 };
 
 // Where a Chunk's data lies: in received gRPC slices, a frame buffer or a

@@ -20,6 +20,7 @@ enum Tag : uint8_t {
   kDType = (6 << 3) | 0,
   kData = (7 << 3) | 2,
   kVersion = (8 << 3) | 0,
+  kElems = (9 << 3) | 0,
 };
 
 void PutVarint(uint64_t v, std::string* out) {
@@ -136,6 +137,7 @@ absl::Status ReadField(SliceReader& r, uint64_t tag, ChunkView* view) {
     case kVersion: u64 = &view->fields.version; break;
     case kNode:
     case kOffset:
+    case kElems:
     case kDType: break;
     default: return SkipField(r, tag);
   }
@@ -143,6 +145,7 @@ absl::Status ReadField(SliceReader& r, uint64_t tag, ChunkView* view) {
   if (u64) *u64 = v;
   if (tag == kNode) view->fields.node = static_cast<uint32_t>(v);
   if (tag == kOffset) view->fields.offset = static_cast<uint32_t>(v);
+  if (tag == kElems) view->fields.elems = static_cast<uint32_t>(v);
   if (tag == kDType) view->fields.dtype = static_cast<v1::DType>(v);
   return absl::OkStatus();
 }
@@ -163,6 +166,7 @@ grpc::ByteBuffer MakeChunkBuffer(const ChunkFields& f, grpc::Slice payload) {
   PutUint(kOffset, f.offset, &head);
   PutUint(kDType, f.dtype, &head);
   PutUint(kVersion, f.version, &head);
+  PutUint(kElems, f.elems, &head);
   head.push_back(static_cast<char>(kData));
   PutVarint(payload.size(), &head);
   grpc::Slice slices[2] = {grpc::Slice(head), std::move(payload)};

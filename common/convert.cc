@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/convert_kernels.h"
+#include "common/int8_wire.h"
 #include "common/simd_scalar.h"
 
 namespace zerostate {
@@ -114,6 +115,8 @@ void EncodeFloats(Isa isa, const float* src, size_t n, v1::DType dtype, void* ds
 void DecodeFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst) {
   const auto* in = static_cast<const uint16_t*>(src);
   switch (dtype) {
+    case v1::DTYPE_INT8:
+      return DecodeInt8(isa, *static_cast<const Int8Run*>(src), n, dst);
     case v1::DTYPE_BF16:
       return KernelsFor(isa).decode_bf16(in, n, dst);
     case v1::DTYPE_FP16:
@@ -126,6 +129,8 @@ void DecodeFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float* ds
 void DecodeFloatsStreaming(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst) {
   const auto* in = static_cast<const uint16_t*>(src);
   switch (dtype) {
+    case v1::DTYPE_INT8:
+      return DecodeInt8Streaming(isa, *static_cast<const Int8Run*>(src), n, dst);
     case v1::DTYPE_BF16:
       return KernelsFor(isa).stream_bf16(in, n, dst);
     case v1::DTYPE_FP16:
@@ -138,6 +143,8 @@ void DecodeFloatsStreaming(Isa isa, const void* src, size_t n, v1::DType dtype, 
 void AccumulateFloats(Isa isa, const void* src, size_t n, v1::DType dtype, float* dst) {
   const auto* in = static_cast<const uint16_t*>(src);
   switch (dtype) {
+    case v1::DTYPE_INT8:
+      return AccumulateInt8(isa, *static_cast<const Int8Run*>(src), n, dst);
     case v1::DTYPE_BF16:
       return KernelsFor(isa).accumulate_bf16(in, n, dst);
     case v1::DTYPE_FP16:
@@ -151,6 +158,8 @@ void DecodeFloatsSquared(Isa isa, const void* src, size_t n, v1::DType dtype, fl
                          SquareLanes* lanes) {
   const auto* in = static_cast<const uint16_t*>(src);
   switch (dtype) {
+    case v1::DTYPE_INT8:
+      return DecodeInt8Squared(isa, *static_cast<const Int8Run*>(src), n, dst, lanes);
     case v1::DTYPE_BF16:
       return KernelsFor(isa).decode_bf16_squared(in, n, dst, lanes);
     case v1::DTYPE_FP16:
@@ -164,6 +173,8 @@ void DecodeFloatsStreamingSquared(Isa isa, const void* src, size_t n, v1::DType 
                                   float* dst, SquareLanes* lanes) {
   const auto* in = static_cast<const uint16_t*>(src);
   switch (dtype) {
+    case v1::DTYPE_INT8:
+      return DecodeInt8StreamingSquared(isa, *static_cast<const Int8Run*>(src), n, dst, lanes);
     case v1::DTYPE_BF16:
       return KernelsFor(isa).stream_bf16_squared(in, n, dst, lanes);
     case v1::DTYPE_FP16:
@@ -177,6 +188,8 @@ void AccumulateFloatsSquared(Isa isa, const void* src, size_t n, v1::DType dtype
                              SquareLanes* lanes) {
   const auto* in = static_cast<const uint16_t*>(src);
   switch (dtype) {
+    case v1::DTYPE_INT8:
+      return AccumulateInt8Squared(isa, *static_cast<const Int8Run*>(src), n, dst, lanes);
     case v1::DTYPE_BF16:
       return KernelsFor(isa).accumulate_bf16_squared(in, n, dst, lanes);
     case v1::DTYPE_FP16:

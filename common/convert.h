@@ -22,6 +22,9 @@ float Fp16ToFloat(uint16_t h);
 
 // dst[i] = convert(src[i]) for n elements. `src`/`dst` are raw little-endian
 // elements of `dtype`; FP32 is a plain copy. REQUIRES: dtype is FP32, BF16 or FP16.
+// The decodes below (DecodeFloats to AccumulateFloatsSquared) also take
+// DTYPE_INT8, the compressed wire: then `src` points to an Int8Run
+// (common/int8_wire.h), the codes and their scales.
 void EncodeFloats(const float* src, size_t n, v1::DType dtype, void* dst);
 void DecodeFloats(const void* src, size_t n, v1::DType dtype, float* dst);
 

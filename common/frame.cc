@@ -136,7 +136,8 @@ std::string EncodeFrameStart(FrameType type, const v1::DataFrameMeta& meta, uint
 
 ChunkView FrameChunkView(const v1::Chunk& c, const void* data, size_t size) {
   ChunkView view;
-  view.fields = {c.job_id(), c.step(), c.node(), c.block(), c.offset(), c.dtype(), c.version()};
+  view.fields = {c.job_id(), c.step(),  c.node(),    c.block(),
+                 c.offset(), c.dtype(), c.version(), c.elems()};
   view.data_bytes = size;
   if (size > 0) view.data.push_back({static_cast<const uint8_t*>(data), size});
   return view;

@@ -210,6 +210,14 @@ absl::StatusOr<v1::JobSpec> NormalizeJobSpec(const v1::JobSpec& in) {
   }
   if (auto s = NormalizeOptimizer(spec.mutable_optimizer()); !s.ok()) return s;
   if (auto s = CheckMomentFormat(spec.moment_format()); !s.ok()) return s;
+  if (!v1::WireFormat_IsValid(spec.gradient_wire())) {
+    return Invalid("gradient_wire",
+                   absl::StrCat(spec.gradient_wire(), " is not one of WIRE_PLAIN, WIRE_INT8"));
+  }
+  if (!v1::WireFormat_IsValid(spec.weight_wire())) {
+    return Invalid("weight_wire",
+                   absl::StrCat(spec.weight_wire(), " is not one of WIRE_PLAIN, WIRE_INT8"));
+  }
   if (auto s = NormalizeGroups(&spec); !s.ok()) return s;
   if (spec.speculative_step() && spec.tier() != v1::TIER_RAM) {
     // Speculation keeps a copy of every stepped block's state in RAM, which
@@ -310,6 +318,7 @@ size_t DTypeSize(v1::DType dtype) {
     case v1::DTYPE_FP32: return 4;
     case v1::DTYPE_BF16: return 2;
     case v1::DTYPE_FP16: return 2;
+    case v1::DTYPE_INT8: return 1;  // the codes; a chunk adds its scales (int8_wire.h)
     default: return 0;
   }
 }
@@ -319,6 +328,7 @@ const char* DTypeName(v1::DType dtype) {
     case v1::DTYPE_FP32: return "fp32";
     case v1::DTYPE_BF16: return "bf16";
     case v1::DTYPE_FP16: return "fp16";
+    case v1::DTYPE_INT8: return "int8";
     default: return "unspecified";
   }
 }

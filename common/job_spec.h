@@ -106,10 +106,11 @@ std::string FirstDifference(const v1::JobSpec& a, const v1::JobSpec& b);
 // too long is not echoed.
 [[nodiscard]] absl::Status ValidateJobId(const std::string& job_id);
 
-// Bytes of one element of `dtype`; 0 for DTYPE_UNSPECIFIED or unknown values.
+// Bytes of one element of `dtype` (DTYPE_INT8: 1, the code; a chunk adds
+// its scales, common/int8_wire.h); 0 for DTYPE_UNSPECIFIED or unknown values.
 size_t DTypeSize(v1::DType dtype);
 
-// "fp32", "bf16", "fp16" or "unspecified".
+// "fp32", "bf16", "fp16", "int8" or "unspecified".
 const char* DTypeName(v1::DType dtype);
 
 }  // namespace zerostate

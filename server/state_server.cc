@@ -223,9 +223,10 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
       lanes, s->primaries_.get(), *std::move(peer_data_tls), s->kept_sums_.get(),
       s->accepted_terms_.get(), opt.catchup_backlog_bytes});
   // The core's push and gather paths, which both edges call.
-  s->pushes_ = std::make_unique<PushHandler>(*s->jobs_, s->primaries_.get(), service.max_wait);
+  s->pushes_ = std::make_unique<PushHandler>(*s->jobs_, s->primaries_.get(), service.max_wait,
+                                             s->metrics_.get());
   s->gathers_ = std::make_unique<GatherHandler>(*s->jobs_, s->primaries_.get(), service.max_wait,
-                                                service.gather_piece_elems);
+                                                service.gather_piece_elems, s->metrics_.get());
   s->replica_service_ = std::make_unique<ReplicaServiceImpl>(
       *s->jobs_, *s->pool_, s->primaries_.get(), *s->kept_sums_, *s->accepted_terms_,
       opt.test_seed_hook);

@@ -290,6 +290,9 @@ absl::Status MapAll(const DsConfig& ds, const Struct& keys, LoadedConfig* out) {
                    absl::StrCat(t->moment_format(), " is not one of MOMENTS_FP32, MOMENTS_BF16, "
                                                     "MOMENTS_INT8"));
   }
+  if (auto s = ApplyWireConfig(&out->config); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("zerostate.", s.message()));
+  }
   if (!(ds.gradient_clipping() >= 0)) return Invalid("gradient_clipping", "must be >= 0");
   if (ds.gradient_clipping() != 0) t->set_gradient_clipping(ds.gradient_clipping());
   return MapZero(ds.zero_optimization(), &out->warnings);

@@ -369,6 +369,7 @@ absl::Status Engine::ResumeScaler(uint64_t version) {
 
 absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro_batch) {
   const auto start = Clock::now();
+  const client::WireStats wire_before = job_->wire_stats();
   StepReport report;
   report.step = step;
   Timeline::Record("worker_step_begin", static_cast<int64_t>(step));
@@ -494,6 +495,14 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   }
   policy_ = next;
   report.seconds = Since(start);
+  const client::WireStats wire = job_->wire_stats();
+  auto per_param = [](uint64_t bytes, uint64_t elems) {
+    return elems == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(elems);
+  };
+  report.push_bytes_per_param = per_param(wire.push_bytes - wire_before.push_bytes,
+                                          wire.push_elems - wire_before.push_elems);
+  report.gather_bytes_per_param = per_param(wire.gather_bytes - wire_before.gather_bytes,
+                                            wire.gather_elems - wire_before.gather_elems);
   Timeline::Record("worker_step_end", static_cast<int64_t>(step));
   return report;
 }

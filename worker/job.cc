@@ -22,6 +22,8 @@ v1::JobSpec BuildJobSpec(const v1::TrainConfig& train, const Mlp& model, uint32_
   spec.set_speculative_step(train.speculative_step());
   spec.set_replicas(train.replicas());
   spec.set_moment_format(train.moment_format());
+  spec.set_gradient_wire(train.gradient_wire());
+  spec.set_weight_wire(train.weight_wire());
   return spec;
 }
 

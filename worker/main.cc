@@ -57,6 +57,13 @@ ABSL_FLAG(bool, plaintext, false, "talk to the state servers without TLS (server
 ABSL_FLAG(int64_t, delayed_update_warmup, -1,
           "delayed parameter update (ZeRO-Offload's DPU) after this many synchronous steps "
           "(train.delayed_update; -1: the config's, off by default)");
+ABSL_FLAG(std::string, gradient_wire, "",
+          "int8: push gradients as int8 in groups of 256 with one scale each, with error "
+          "feedback (JobSpec.gradient_wire, docs/wire.md); plain: the grad dtype; empty: the "
+          "config's");
+ABSL_FLAG(std::string, weight_wire, "",
+          "int8: gather weights as int8 in groups of 256 (JobSpec.weight_wire); plain: the "
+          "weight dtype; empty: the config's");
 ABSL_FLAG(int32_t, streams_per_server, 0,
           "streams (connections) per server of each push and gather, each on a thread of "
           "its own (0: the client's default, 4, raised by --same_host_streams_per_server "
@@ -73,6 +80,9 @@ ABSL_FLAG(std::string, timeline, "",
           "write a timeline of this process's step events (step, compute end, pushes, the "
           "coordinator's Step, each bucket's landing; CLOCK_MONOTONIC ns, JSON lines) to this "
           "file at the end (bench/step/timeline.py merges it with the servers' --timeline)");
+ABSL_FLAG(bool, data_shm, true,
+          "servers on this host: push and gather through shared memory (false: over their TCP "
+          "data plane, as from another host; the int8 wire is bypassed on shared memory)");
 ABSL_FLAG(bool, data_plane, true,
           "push and gather over the servers' TCP data plane, under TLS when the servers are "
           "(false: over gRPC)");
@@ -102,6 +112,12 @@ absl::StatusOr<v1::WorkerConfig> LoadConfig(const Topology& topo) {
     config.mutable_train()->mutable_delayed_update()->set_warmup_steps(static_cast<uint32_t>(warmup));
   } else if (warmup < -1) {
     return absl::InvalidArgumentError("--delayed_update_warmup: must be >= 0, or -1 for the config's");
+  }
+  if (const std::string w = absl::GetFlag(FLAGS_gradient_wire); !w.empty()) {
+    config.mutable_wire()->set_gradients(w);
+  }
+  if (const std::string w = absl::GetFlag(FLAGS_weight_wire); !w.empty()) {
+    config.mutable_wire()->set_weights(w);
   }
   std::string run_id = absl::GetFlag(FLAGS_run_id);
   if (run_id.empty()) run_id = GetEnv("TORCHELASTIC_RUN_ID");
@@ -268,6 +284,7 @@ int Main() {
   options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   options.plaintext = absl::GetFlag(FLAGS_plaintext);
   options.data_plane = absl::GetFlag(FLAGS_data_plane);
+  options.data_shm = absl::GetFlag(FLAGS_data_shm);
   if (const int32_t streams = absl::GetFlag(FLAGS_streams_per_server); streams != 0) {
     if (streams < 1 || streams > 64) {
       return std::fprintf(stderr,

@@ -40,12 +40,13 @@ def shown(argv):
     return " ".join(a.replace(ROOT + os.sep, "") for a in argv)
 
 
-def run_mlp(build, server, steps, warmup, job):
-    """Rank 0's loss per step of the built-in MLP (one node, 2 threads)."""
+def run_mlp(build, server, steps, warmup, job, extra=()):
+    """Rank 0's loss per step of the built-in MLP (one node, 2 threads);
+    `extra`: more zerostate-worker flags."""
     argv = [os.path.join(build, "worker", "zerostate-worker"),
             f"--config={os.path.join(ROOT, 'configs', 'mlp.textproto')}",
             f"--servers={server.address}", "--plaintext", f"--steps={steps}",
-            f"--job_id={job}", "--local_threads=2", "--metrics_port=0"]
+            f"--job_id={job}", "--local_threads=2", "--metrics_port=0", *extra]
     if warmup >= 0:
         argv.append(f"--delayed_update_warmup={warmup}")
     t0 = time.time()

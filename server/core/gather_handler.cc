@@ -20,15 +20,20 @@ absl::StatusOr<GatherHandler::Gather> GatherHandler::Begin(const v1::GatherReque
   if (!range.ok()) return range.status();
   gather.request = req;
   gather.range = *range;
-  gather.bytes = range->size() * DTypeSize(req.dtype());
+  gather.bytes = GatherBytes(*range, gather.job->layout().block_elems, req.dtype(), piece_elems_);
   gather.deadline = AnswerDeadline(absl::Now(), caller_deadline, max_wait_);
   return gather;
 }
 
 absl::Status GatherHandler::Serve(const Gather& gather, GatherSink& sink) const {
   const v1::GatherRequest& req = gather.request;
-  return gather.job->gathers().Gather(gather.range, req.min_version(), req.dtype(), piece_elems_,
-                                      gather.deadline, sink);
+  absl::Status s = gather.job->gathers().Gather(gather.range, req.min_version(), req.dtype(),
+                                                piece_elems_, gather.deadline, sink);
+  if (s.ok() && metrics_ != nullptr) {
+    metrics_->RecordWire(req.job_id(), /*push=*/false, req.dtype(), gather.bytes,
+                         gather.range.size());
+  }
+  return s;
 }
 
 }  // namespace zerostate::server

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "server/core/job.h"
 #include "server/core/job_registry.h"
+#include "server/core/metrics.h"
 #include "server/core/primaries.h"
 #include "zerostate/v1/state_service.pb.h"
 
@@ -27,16 +28,22 @@ class GatherHandler {
   // primary) must outlive the handler. `max_wait` caps the wait (a caller
   // without a deadline waits that long at most); `piece_elems` is the most
   // elements of one piece.
+  // `metrics` (null: none) gets the zerostate_wire_* series of each gather
+  // served, and must outlive the handler.
   GatherHandler(JobRegistry& jobs, Primaries* primaries, absl::Duration max_wait,
-                uint32_t piece_elems)
-      : jobs_(jobs), primaries_(primaries), max_wait_(max_wait), piece_elems_(piece_elems) {}
+                uint32_t piece_elems, ServerMetrics* metrics = nullptr)
+      : jobs_(jobs),
+        primaries_(primaries),
+        max_wait_(max_wait),
+        piece_elems_(piece_elems),
+        metrics_(metrics) {}
 
   // One gather, checked and ready to serve.
   struct Gather {
     std::shared_ptr<Job> job;
     v1::GatherRequest request;
     Range range;                          // the elements it covers (JobGathers::CheckGather)
-    uint64_t bytes = 0;                   // its payload: range.size() elements of its dtype
+    uint64_t bytes = 0;                   // its payload (GatherBytes)
     absl::Time deadline = absl::InfinitePast();  // of the wait for the version
   };
 
@@ -55,6 +62,7 @@ class GatherHandler {
   Primaries* const primaries_;
   const absl::Duration max_wait_;
   const uint32_t piece_elems_;
+  ServerMetrics* const metrics_;
 };
 
 }  // namespace zerostate::server

@@ -125,6 +125,20 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
 absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
     uint32_t node, uint32_t offset, uint32_t count, absl::Span<const ChunkView::Segment> data,
     v1::DType dtype) {
+  return AddPiece(node, offset, count,
+                  [&](uint32_t begin, uint32_t end) { Fold(node, begin, end, data, dtype); });
+}
+
+absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(uint32_t node,
+                                                                      uint32_t offset,
+                                                                      const Int8Chunk& chunk) {
+  return AddPiece(node, offset, static_cast<uint32_t>(chunk.elems),
+                  [&](uint32_t begin, uint32_t end) { Fold(node, begin, end, chunk); });
+}
+
+absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::AddPiece(
+    uint32_t node, uint32_t offset, uint32_t count,
+    absl::FunctionRef<void(uint32_t begin, uint32_t end)> fold) {
   // Elements past `required_` are layout padding: accepted, never folded.
   uint32_t begin = offset;
   uint32_t end = std::min(offset + count, required_);
@@ -148,7 +162,7 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
     ns.staging = AlignedBuffer<float>(block_elems_);
   }
   Insert(ns, begin, end);  // cannot fail: checked above
-  Fold(node, begin, end, data, dtype);
+  fold(begin, end);
   if (node == head_ && CoversTensors(ns)) AdvanceHead();
   AdvanceStats();
   return Outcome::kApplied;
@@ -172,6 +186,19 @@ void GradientAccumulator::Fold(uint32_t node, uint32_t begin, uint32_t end,
     // Only tensor elements are folded; alignment padding is skipped.
     ForEachTensorPart(static_cast<uint32_t>(at), run_end, [&](uint32_t a, uint32_t b) {
       FoldRun(node, a, b - a, static_cast<const uint8_t*>(p) + (a - at) * esize, dtype);
+    });
+  });
+}
+
+void GradientAccumulator::Fold(uint32_t node, uint32_t begin, uint32_t end,
+                               const Int8Chunk& chunk) {
+  ForEachInt8Run(chunk, [&](const Int8Run& run, size_t first, size_t n) {
+    const uint64_t at = begin + first;
+    if (at >= end) return;  // tail padding
+    const auto run_end = static_cast<uint32_t>(std::min<uint64_t>(at + n, end));
+    ForEachTensorPart(static_cast<uint32_t>(at), run_end, [&](uint32_t a, uint32_t b) {
+      const Int8Run part = run.Skip(a - at);
+      FoldRun(node, a, b - a, &part, v1::DTYPE_INT8);
     });
   });
 }
@@ -219,7 +246,14 @@ void GradientAccumulator::Land(uint32_t begin, size_t n, const void* data, v1::D
     const size_t esize = DTypeSize(dtype);
     for (size_t at = 0; at < n; at += kTileElems) {
       const size_t k = std::min(kTileElems, n - at);
-      DecodeFloats(static_cast<const uint8_t*>(data) + at * esize, k, dtype, tile);
+      // DTYPE_INT8: `data` is an Int8Run (common/convert.h), moved on by run.
+      Int8Run run;
+      const void* src = static_cast<const uint8_t*>(data) + at * esize;
+      if (dtype == v1::DTYPE_INT8) {
+        run = static_cast<const Int8Run*>(data)->Skip(at);
+        src = &run;
+      }
+      DecodeFloats(src, k, dtype, tile);
       EncodeFloats(tile, k, v1::DTYPE_BF16, dst + at);
     }
   }

@@ -51,7 +51,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "absl/functional/function_ref.h"
 #include "common/chunk_view.h"
+#include "common/int8_wire.h"
 #include "common/square_lanes.h"
 #include "server/core/aligned_buffer.h"
 #include "server/core/optimizer/optimizer.h"
@@ -100,6 +102,10 @@ class GradientAccumulator {
   [[nodiscard]] absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count,
                                             absl::Span<const ChunkView::Segment> data,
                                             v1::DType dtype);
+  // The same for a compressed chunk (common/int8_wire.h) of chunk.elems
+  // elements, dequantized as it is folded.
+  [[nodiscard]] absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset,
+                                            const Int8Chunk& chunk);
 
   // Whether Add of this piece would need a new staging buffer: not a
   // retry, its node early, and without one yet. REQUIRES as Add.
@@ -192,10 +198,16 @@ class GradientAccumulator {
   // Ends the claim of [offset, offset + count) made at `epoch`, zeroing its
   // padding; false when there is none (Reset ran since).
   bool EndClaim(uint32_t offset, uint32_t count, uint64_t epoch);
+  // Add's checks and bookkeeping around fold(begin, end), which folds the
+  // piece's elements in [begin, end).
+  [[nodiscard]] absl::StatusOr<Outcome> AddPiece(
+      uint32_t node, uint32_t offset, uint32_t count,
+      absl::FunctionRef<void(uint32_t begin, uint32_t end)> fold);
   // Folds the elements of `data` (starting at element `begin`) that lie below `end`.
   void Fold(uint32_t node, uint32_t begin, uint32_t end,
             absl::Span<const ChunkView::Segment> data, v1::DType dtype);
-  // Folds n contiguous elements at `at`.
+  void Fold(uint32_t node, uint32_t begin, uint32_t end, const Int8Chunk& chunk);
+  // Folds n contiguous elements at `at` (DTYPE_INT8: `data` is an Int8Run).
   void FoldRun(uint32_t node, uint32_t at, size_t n, const void* data, v1::DType dtype);
   void AdvanceHead();
   // The end of the final elements from stats_at() on (see the top).

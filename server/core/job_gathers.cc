@@ -5,16 +5,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/convert.h"
+#include "common/int8_wire.h"
 #include "common/timeline.h"
 
 namespace zerostate::server {
 
 absl::StatusOr<Range> JobGathers::CheckGather(const v1::GatherRequest& req) const {
   const v1::JobSpec& spec = shard_.spec();
-  if (req.dtype() != v1::DTYPE_FP32 && req.dtype() != spec.weight_dtype()) {
-    return absl::InvalidArgumentError(absl::StrCat("dtype: ", DTypeName(req.dtype()),
-                                                   " is neither fp32 nor the job's weight_dtype ",
-                                                   DTypeName(spec.weight_dtype())));
+  const bool int8 = req.dtype() == v1::DTYPE_INT8 && spec.weight_wire() == v1::WIRE_INT8;
+  if (req.dtype() != v1::DTYPE_FP32 && req.dtype() != spec.weight_dtype() && !int8) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dtype: ", DTypeName(req.dtype()), " is neither fp32 nor the job's weight_dtype ",
+        DTypeName(spec.weight_dtype()),
+        spec.weight_wire() == v1::WIRE_INT8 ? " nor int8" : " (int8 needs weight_wire WIRE_INT8)"));
   }
   const Range blocks = shard_.blocks();
   const uint64_t be = shard_.layout().block_elems;
@@ -30,10 +33,22 @@ absl::StatusOr<Range> JobGathers::CheckGather(const v1::GatherRequest& req) cons
   return r;
 }
 
+uint64_t GatherBytes(Range range, uint32_t block_elems, v1::DType dtype, uint32_t max_piece) {
+  if (dtype != v1::DTYPE_INT8) return range.size() * DTypeSize(dtype);
+  uint64_t bytes = 0;
+  for (const BlockPiece& p : SplitByBlock(range, block_elems, max_piece)) {
+    bytes += Int8ChunkBytes(p.count);
+  }
+  return bytes;
+}
+
 absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dtype,
                                 uint32_t max_piece, absl::Time deadline, GatherSink& sink) {
-  const bool from_master = dtype == v1::DTYPE_FP32;
-  const size_t esize = DTypeSize(dtype);
+  // The int8 wire quantizes what a weight_dtype gather serves.
+  const bool int8 = dtype == v1::DTYPE_INT8;
+  const v1::DType source = int8 ? shard_.spec().weight_dtype() : dtype;
+  const bool from_master = source == v1::DTYPE_FP32;
+  const size_t esize = DTypeSize(source);
   StateTier& tier = shard_.tier();
   // Only versions every backup holds (JobStep::visible_through); a
   // deposed copy serves none (its waiters end with the reason).
@@ -72,7 +87,13 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
       }
       const char* src = from_master ? reinterpret_cast<const char*>(master)
                                     : reinterpret_cast<const char*>(b.lowp.data());
-      std::memcpy(sink.Buffer(p.count * esize), src + p.offset * esize, p.count * esize);
+      if (int8) {
+        EncodeInt8(src + p.offset * esize, source, p.count, /*residual=*/nullptr,
+                   static_cast<uint8_t*>(sink.Buffer(Int8ChunkBytes(p.count))));
+        piece.elems = p.count;
+      } else {
+        std::memcpy(sink.Buffer(p.count * esize), src + p.offset * esize, p.count * esize);
+      }
       piece.block = p.block;
       piece.offset = p.offset;
       piece.version = b.version;
@@ -101,6 +122,7 @@ class ChunkMessageSink final : public GatherSink {
     chunk_.set_offset(piece.offset);
     chunk_.set_dtype(piece.dtype);
     chunk_.set_version(piece.version);
+    chunk_.set_elems(piece.elems);
     return emit_(chunk_);
   }
 

@@ -33,6 +33,10 @@ class GatherSink {
   virtual bool Emit(const ChunkFields& piece) = 0;  // job_id left empty
 };
 
+// The payload bytes of a gather of `range` in `dtype` served in pieces of
+// at most `max_piece` elements (an int8 piece carries its own scales).
+uint64_t GatherBytes(Range range, uint32_t block_elems, v1::DType dtype, uint32_t max_piece);
+
 class JobGathers {
  public:
   // Both outlive the JobGathers (Job owns all three).
@@ -47,7 +51,10 @@ class JobGathers {
 
   // Serves `range` (from CheckGather) block piece by piece, each once its
   // block reaches min_version, into `sink`, at most `max_piece` elements
-  // per piece. Errors: DEADLINE_EXCEEDED, UNAVAILABLE, NOT_FOUND (the job
+  // per piece. DTYPE_INT8 (JobSpec.weight_wire WIRE_INT8): each piece is
+  // quantized (common/int8_wire.h, groups from its first element) from
+  // what a weight_dtype gather serves: the low-precision copy, or the
+  // master when weight_dtype is fp32; the master itself stays exact. Errors: DEADLINE_EXCEEDED, UNAVAILABLE, NOT_FOUND (the job
   // was deleted), the tier's I/O errors, CANCELLED when the sink stopped it.
   [[nodiscard]] absl::Status Gather(Range range, uint64_t min_version, v1::DType dtype,
                                     uint32_t max_piece, absl::Time deadline, GatherSink& sink);

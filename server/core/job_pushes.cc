@@ -1,9 +1,11 @@
 #include "server/core/job_pushes.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/convert.h"
+#include "common/int8_wire.h"
 #include "common/timeline.h"
 
 namespace zerostate::server {
@@ -20,7 +22,11 @@ bool JobPushes::IsStagingWait(const absl::Status& status) {
 
 absl::StatusOr<JobShard::ChunkRef> JobPushes::CheckPush(const ChunkView& c) const {
   const v1::JobSpec& spec = shard_.spec();
-  auto ref = shard_.CheckChunk(c, spec.grad_dtype(), "grad_dtype");
+  // The compressed wire's chunks where the job asks for them; its plain
+  // chunks always (the same-host plane sends those).
+  const bool int8 = c.fields.dtype == v1::DTYPE_INT8 && spec.gradient_wire() == v1::WIRE_INT8;
+  auto ref = int8 ? shard_.CheckChunk(c, v1::DTYPE_INT8, "gradient_wire")
+                  : shard_.CheckChunk(c, spec.grad_dtype(), "grad_dtype");
   if (!ref.ok()) return ref.status();
   if (c.fields.node >= spec.num_nodes()) {
     return absl::InvalidArgumentError(
@@ -41,6 +47,13 @@ absl::StatusOr<PushOutcome> JobPushes::Push(const ChunkView& c, absl::Time deadl
   auto ref = CheckPush(c);
   if (!ref.ok()) return ref.status();
   const ChunkFields& f = c.fields;
+  // An int8 chunk's scales are checked (and copied out) before any lock.
+  std::optional<Int8Chunk> int8;
+  if (f.dtype == v1::DTYPE_INT8) {
+    absl::StatusOr<Int8Chunk> read = ReadInt8Chunk(c, f.elems);
+    if (!read.ok()) return read.status();
+    int8 = *std::move(read);
+  }
   Block& b = *ref->block;
   StagingBudget* staging = shard_.staging();
   // Tries under the block's mutex; a piece that needs staging memory the
@@ -72,7 +85,8 @@ absl::StatusOr<PushOutcome> JobPushes::Push(const ChunkView& c, absl::Time deadl
       // Read before trying, under the mutex: a change after it is seen.
       if (staging != nullptr) seen = staging->generation();
       Timeline::Record("fold_begin", static_cast<int64_t>(b.index), static_cast<int64_t>(f.node));
-      auto added = b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);
+      auto added = int8 ? b.acc.Add(f.node, ref->offset, *int8)
+                        : b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);
       Timeline::Record("fold_end", static_cast<int64_t>(b.index), static_cast<int64_t>(f.node));
       if (!added.ok()) return added.status();
       if (*added == GradientAccumulator::Outcome::kApplied) {

@@ -75,8 +75,11 @@ class JobPushes {
   // A piece that arrives before its node's turn needs a staging buffer from
   // the staging budget; when it is spent the push waits, up to `deadline`
   // (the default: not at all), with no lock held, then tries again.
+  // A DTYPE_INT8 chunk (JobSpec.gradient_wire WIRE_INT8) is dequantized in
+  // the fold itself.
   // Errors: INVALID_ARGUMENT (block, range, length, node, dtype, partial
-  // overlap), FAILED_PRECONDITION (step too far ahead), UNAVAILABLE (no
+  // overlap; an int8 chunk's length that is not that of its elems, a scale
+  // NaN, infinite or negative), FAILED_PRECONDITION (step too far ahead), UNAVAILABLE (no
   // staging memory by the deadline, IsStagingWait; nothing changed; or
   // shutting down).
   [[nodiscard]] absl::StatusOr<PushOutcome> Push(const ChunkView& chunk,

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/convert.h"
 #include "common/init.h"
+#include "common/int8_wire.h"
 #include "server/core/block_wait.h"
 
 namespace zerostate::server {
@@ -73,11 +74,15 @@ absl::StatusOr<JobShard::ChunkRef> JobShard::CheckChunk(const ChunkView& c, v1::
                                                    DTypeName(dtype)));
   }
   size_t esize = DTypeSize(dtype);
-  if (c.data_bytes == 0 || c.data_bytes % esize != 0) {
+  uint64_t count = f.elems;
+  if (dtype == v1::DTYPE_INT8) {
+    if (auto s = CheckInt8ChunkLength(f.elems, c.data_bytes); !s.ok()) return s;
+  } else if (c.data_bytes == 0 || c.data_bytes % esize != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "data: length ", c.data_bytes, " is not a positive multiple of ", esize, " bytes"));
+  } else {
+    count = c.data_bytes / esize;
   }
-  uint64_t count = c.data_bytes / esize;
   if (f.offset + count > layout_.block_elems) {
     return absl::InvalidArgumentError(absl::StrCat("offset: elements [", f.offset, ", ",
                                                    f.offset + count, ") do not fit in a block of ",

@@ -99,7 +99,8 @@ class JobShard {
     uint32_t count;
   };
   // Validates the placement and payload length of a chunk of `dtype`
-  // (`dtype_field` names the spec's field in the error). Errors:
+  // (`dtype_field` names the spec's field in the error; DTYPE_INT8: the
+  // length of Chunk.elems elements, common/int8_wire.h). Errors:
   // INVALID_ARGUMENT (block, dtype, length, offset).
   [[nodiscard]] absl::StatusOr<ChunkRef> CheckChunk(const ChunkView& c, v1::DType dtype,
                                                     const char* dtype_field) const;

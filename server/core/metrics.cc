@@ -103,6 +103,13 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
                                     "of it: confirmed (only committed) or redone (stepped "
                                     "again or restored)")
                               .Register(*registry_)),
+      wire_bytes_(BuildCounter().Name("zerostate_wire_bytes_total")
+                      .Help("Payload bytes of gradients pushed and weights gathered, by "
+                            "direction (push, gather) and wire (plain, int8)")
+                      .Register(*registry_)),
+      wire_elems_(BuildCounter().Name("zerostate_wire_elements_total")
+                      .Help("Parameters those payload bytes carried, by direction and wire")
+                      .Register(*registry_)),
       job_state_bytes_(BuildGauge().Name("zerostate_job_state_bytes")
                            .Help("RAM the job holds on this server").Register(*registry_)),
       state_bytes_per_param_(BuildGauge().Name("zerostate_state_bytes_per_param")
@@ -211,6 +218,21 @@ void ServerMetrics::RecordStepPhases(const std::string& job, const StepPhaseTime
   });
 }
 
+namespace {
+
+prometheus::Labels WireLabels(const std::string& job, bool push, bool int8) {
+  return {{"job_id", job}, {"direction", push ? "push" : "gather"}, {"wire", int8 ? "int8" : "plain"}};
+}
+
+}  // namespace
+
+void ServerMetrics::RecordWire(const std::string& job, bool push, v1::DType dtype,
+                               uint64_t bytes, uint64_t elems) {
+  const prometheus::Labels labels = WireLabels(job, push, dtype == v1::DTYPE_INT8);
+  wire_bytes_.Add(labels).Increment(static_cast<double>(bytes));
+  wire_elems_.Add(labels).Increment(static_cast<double>(elems));
+}
+
 void ServerMetrics::RecordSpeculation(const std::string& job, uint64_t confirmed,
                                       uint64_t redone) {
   if (confirmed > 0) {
@@ -244,6 +266,12 @@ void ServerMetrics::ForgetJob(const std::string& job) {
     state_bytes_per_param_.Remove(&gauge);
   }
   job_version_.Remove(&job_version_.Add(JobLabels(job)));
+  for (bool push : {true, false}) {
+    for (bool int8 : {true, false}) {
+      wire_bytes_.Remove(&wire_bytes_.Add(WireLabels(job, push, int8)));
+      wire_elems_.Remove(&wire_elems_.Add(WireLabels(job, push, int8)));
+    }
+  }
 }
 
 void ServerMetrics::SetStaging(uint64_t used, uint64_t budget) {

@@ -16,6 +16,7 @@
 #include "server/core/optimizer/state_layout.h"
 #include "server/core/step_phases.h"
 #include "server/core/tier/tier_metrics.h"
+#include "zerostate/v1/state_service.pb.h"
 
 namespace zerostate::server {
 
@@ -26,6 +27,13 @@ class ServerMetrics {
   // One finished RPC: its latency, payload bytes each way, and its answer.
   void RecordRpc(const std::string& method, const absl::Status& status, double seconds,
                  uint64_t bytes_in, uint64_t bytes_out);
+
+  // Wire traffic of `job` (docs/wire.md): `bytes` of payload that carried
+  // `elems` parameters, pushed (`push`) or gathered, in `dtype` (DTYPE_INT8:
+  // the compressed wire; else plain). Per parameter: the ratio of the
+  // zerostate_wire_bytes_total and zerostate_wire_elements_total series.
+  void RecordWire(const std::string& job, bool push, v1::DType dtype, uint64_t bytes,
+                  uint64_t elems);
 
   // One Step RPC that ran the optimizer (or skipped) on `job`'s shard.
   void RecordStep(const std::string& job, double seconds, uint64_t params, bool skipped,
@@ -95,6 +103,8 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& job_steps_;
   prometheus::Family<prometheus::Counter>& job_skipped_;
   prometheus::Family<prometheus::Counter>& speculative_blocks_;
+  prometheus::Family<prometheus::Counter>& wire_bytes_;
+  prometheus::Family<prometheus::Counter>& wire_elems_;
   prometheus::Family<prometheus::Gauge>& job_state_bytes_;
   prometheus::Family<prometheus::Gauge>& state_bytes_per_param_;
   prometheus::Family<prometheus::Counter>& tier_bytes_read_;

@@ -1,8 +1,10 @@
 #include "server/core/push_handler.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/time/clock.h"
+#include "common/job_spec.h"
 #include "server/core/answer_deadline.h"
 #include "server/core/routing.h"
 
@@ -44,8 +46,17 @@ absl::StatusOr<std::shared_ptr<Job>> PushHandler::JobFor(const std::string& job_
 
 absl::StatusOr<PushOutcome> PushHandler::Apply(Push& push, const ChunkView& chunk,
                                                bool may_wait) const {
-  if (push.claim_.data() != nullptr) return push.claim_.Commit();
-  return push.job_->pushes().Push(chunk, may_wait ? push.deadline_ : absl::InfinitePast());
+  absl::StatusOr<PushOutcome> outcome =
+      push.claim_.data() != nullptr
+          ? push.claim_.Commit()
+          : push.job_->pushes().Push(chunk, may_wait ? push.deadline_ : absl::InfinitePast());
+  if (outcome.ok() && metrics_ != nullptr) {
+    const ChunkFields& f = chunk.fields;
+    const uint64_t elems =
+        f.dtype == v1::DTYPE_INT8 ? f.elems : chunk.data_bytes / std::max<size_t>(1, DTypeSize(f.dtype));
+    metrics_->RecordWire(f.job_id, /*push=*/true, f.dtype, chunk.data_bytes, elems);
+  }
+  return outcome;
 }
 
 }  // namespace zerostate::server

@@ -20,6 +20,7 @@
 #include "common/chunk_view.h"
 #include "server/core/job.h"
 #include "server/core/job_registry.h"
+#include "server/core/metrics.h"
 #include "server/core/primaries.h"
 
 namespace zerostate::server {
@@ -27,10 +28,12 @@ namespace zerostate::server {
 class PushHandler {
  public:
   // `jobs` and `primaries` (null: no shard is served as a backup's
-  // primary) must outlive the handler. `max_wait` caps every wait (a
-  // caller without a deadline waits that long at most).
-  PushHandler(JobRegistry& jobs, Primaries* primaries, absl::Duration max_wait)
-      : jobs_(jobs), primaries_(primaries), max_wait_(max_wait) {}
+  // primary) must outlive the handler, as `metrics` (null: none; the
+  // zerostate_wire_* series of each push applied). `max_wait` caps every
+  // wait (a caller without a deadline waits that long at most).
+  PushHandler(JobRegistry& jobs, Primaries* primaries, absl::Duration max_wait,
+              ServerMetrics* metrics = nullptr)
+      : jobs_(jobs), primaries_(primaries), max_wait_(max_wait), metrics_(metrics) {}
 
   // Where a push's payload is when Begin is called.
   enum class Payload {
@@ -104,6 +107,7 @@ class PushHandler {
   JobRegistry& jobs_;
   Primaries* const primaries_;
   const absl::Duration max_wait_;
+  ServerMetrics* const metrics_;
 };
 
 }  // namespace zerostate::server

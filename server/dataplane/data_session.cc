@@ -192,6 +192,7 @@ class Session final : public GatherSink {
     c->set_offset(piece.offset);
     c->set_dtype(piece.dtype);
     c->set_version(piece.version);
+    c->set_elems(piece.elems);
     if (region_overflow_) return false;
     if (shm_ != nullptr) {
       // Only the frame saying where the piece lies: sent here, at once. A

@@ -125,6 +125,9 @@ grpc::Status StateServiceImpl::RegisterJob(grpc::ServerContext* ctx,
     resp->set_token(reg->token);
     resp->set_incarnation(incarnation_);
     resp->set_data_port(options_.data_port);
+    // The compressed wire is known here (a server that predates it sends none).
+    resp->add_wire_formats(v1::WIRE_PLAIN);
+    resp->add_wire_formats(v1::WIRE_INT8);
     metrics_.SetJob(reg->job->spec().job_id(), resp->info().state_bytes(), resp->info().version(),
                     StateLayoutOf(reg->job->spec()));
     PublishUsage();

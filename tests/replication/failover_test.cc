@@ -62,6 +62,45 @@ TEST_P(FailoverTest, TheBackupTakesOverAndTheRunEndsBitIdenticalWithoutRollback)
   ExpectReferenceRun(nodes, ref, kSteps);
 }
 
+// The int8 wire (JobSpec.gradient_wire, weight_wire) through a failover
+// mid-step: what a backup gets again is what was first sent (each push
+// encoded once, its error feedback moved once), so the run ends with the
+// masters of the same run without the fault, bit for bit.
+TEST(Int8WireFailoverTest, TheRunEndsBitIdenticalToOneWithoutTheFault) {
+  auto masters = [](bool kill) {
+    std::vector<float> master;
+    auto cluster = ServerCluster::Start(3, TestServerOptions());
+    EXPECT_TRUE(cluster.ok()) << cluster.status();
+    if (!cluster.ok()) return master;
+    v1::JobSpec spec = ReplicatedSpec("int8-failover", 1);
+    spec.set_gradient_wire(v1::WIRE_INT8);
+    spec.set_weight_wire(v1::WIRE_INT8);
+    // The TCP data plane: the same-host one moves the plain dtypes.
+    auto run = StartNodes(spec, (*cluster)->addresses(), nullptr,
+                          [](client::ClientOptions& o) { o.data_shm = false; });
+    EXPECT_TRUE(run.ok()) << run.status();
+    if (!run.ok()) return master;
+    std::vector<std::vector<float>> grads(kReplicaNodes);
+    for (uint64_t step = 0; step < kSteps; ++step) {
+      std::function<void()> after_push;
+      if (kill && step == kKillStep) {
+        after_push = [&] { EXPECT_TRUE((*cluster)->server(1).Kill().ok()); };
+      }
+      absl::Status s = TrainerStep(run->nodes, step, grads, after_push);
+      EXPECT_TRUE(s.ok()) << "step " << step << ": " << s;
+      if (!s.ok()) return master;
+    }
+    master.resize(run->nodes[0]->layout().total_elems);
+    EXPECT_TRUE(run->nodes[1]->GatherMaster(kSteps, {0, master.size()}, master.data()).ok());
+    return master;
+  };
+  const std::vector<float> plain_run = masters(false);
+  const std::vector<float> killed_run = masters(true);
+  ASSERT_EQ(killed_run.size(), plain_run.size());
+  ASSERT_FALSE(plain_run.empty());
+  ExpectBitIdentical(killed_run.data(), plain_run.data(), plain_run.size(), "master");
+}
+
 INSTANTIATE_TEST_SUITE_P(Kills, FailoverTest,
                          ::testing::Values(Param{0, Phase::kBeforeStats},
                                            Param{1, Phase::kBeforeStats},

@@ -112,6 +112,21 @@ TEST(DsConfigTest, MomentFormatIsMapped) {
                  "moment_format");
 }
 
+TEST(DsConfigTest, WireIsMappedIntoTheTrainConfig) {
+  auto r = ParseDeepSpeedConfig(R"({"zerostate": {"wire": {"gradients": "int8", "weights": "int8"}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.train().gradient_wire(), v1::WIRE_INT8);
+  EXPECT_EQ(r->config.train().weight_wire(), v1::WIRE_INT8);
+  EXPECT_FALSE(r->config.has_wire());  // folded into train
+  r = ParseDeepSpeedConfig(R"({"zerostate": {"wire": {"gradients": "int8"}}})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->config.train().gradient_wire(), v1::WIRE_INT8);
+  EXPECT_EQ(r->config.train().weight_wire(), v1::WIRE_PLAIN);
+  ExpectRejected(R"({"zerostate": {"wire": {"gradients": "int4"}}})",
+                 "zerostate.wire.gradients: 'int4' is not one of int8, plain");
+  ExpectRejected(R"({"zerostate": {"wire": {"weights": "bf16"}}})", "zerostate.wire.weights");
+}
+
 TEST(DsConfigTest, GradAccumDtypeIsMappedByDeepSpeedsNames) {
   const std::pair<const char*, v1::DType> kCases[] = {
       {"fp32", v1::DTYPE_FP32}, {"float", v1::DTYPE_FP32}, {"BF16", v1::DTYPE_BF16},

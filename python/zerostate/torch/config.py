@@ -66,6 +66,11 @@ class EngineConfig:
         # {"zerostate": {"train": {"moment_format": "MOMENTS_INT8"}}}: how the
         # servers store the optimizer moments (JobSpec.moment_format).
         self.moment_format = train.get("moment_format", "MOMENTS_FP32")
+        # {"zerostate": {"wire": {"gradients": "int8", "weights": "int8"}}}:
+        # the compressed wire (JobSpec.gradient_wire / weight_wire,
+        # docs/wire.md); the C API maps it into the TrainConfig.
+        self.gradient_wire = train.get("gradient_wire", "WIRE_PLAIN")
+        self.weight_wire = train.get("weight_wire", "WIRE_PLAIN")
         # zero_optimization.delayed_update (train.delayed_update): ZeRO-Offload's
         # delayed parameter update after `warmup_steps` synchronous steps.
         delayed = train.get("delayed_update", {})
