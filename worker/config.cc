@@ -171,34 +171,6 @@ std::string RendezvousScope(const v1::WorkerConfig& config) {
   return absl::StrCat(config.train().job_id(), "@", config.cluster().run_id());
 }
 
-absl::StatusOr<v1::WireFormat> ParseWire(absl::string_view field, absl::string_view value) {
-  if (value == "int8") return v1::WIRE_INT8;
-  if (value == "plain") return v1::WIRE_PLAIN;
-  return Invalid(std::string(field), absl::StrCat("'", value, "' is not one of int8, plain"));
-}
-
-absl::Status ApplyWireConfig(v1::WorkerConfig* c) {
-  v1::TrainConfig* t = c->mutable_train();
-  if (!c->wire().gradients().empty()) {
-    auto w = ParseWire("wire.gradients", c->wire().gradients());
-    if (!w.ok()) return w.status();
-    t->set_gradient_wire(*w);
-  }
-  if (!c->wire().weights().empty()) {
-    auto w = ParseWire("wire.weights", c->wire().weights());
-    if (!w.ok()) return w.status();
-    t->set_weight_wire(*w);
-  }
-  c->clear_wire();
-  if (!v1::WireFormat_IsValid(t->gradient_wire())) {
-    return Invalid("train.gradient_wire", absl::StrCat(t->gradient_wire(), " is unknown"));
-  }
-  if (!v1::WireFormat_IsValid(t->weight_wire())) {
-    return Invalid("train.weight_wire", absl::StrCat(t->weight_wire(), " is unknown"));
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<v1::WorkerConfig> NormalizeConfig(const v1::WorkerConfig& in, uint32_t world_size) {
   if (world_size == 0) return Invalid("world_size", "must be >= 1");
   v1::WorkerConfig c = in;

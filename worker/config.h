@@ -38,16 +38,6 @@ struct LoadedConfig {
 // Fills defaults (see config.proto) and checks every field for a job of
 // `world_size` ranks. Errors: INVALID_ARGUMENT naming the field, e.g.
 // "train.micro_batch_size: must be >= 1".
-// "int8" or "plain" (WireConfig, the --gradient_wire / --weight_wire
-// flags) as a WireFormat. Errors: INVALID_ARGUMENT naming `field`.
-[[nodiscard]] absl::StatusOr<v1::WireFormat> ParseWire(absl::string_view field,
-                                                       absl::string_view value);
-
-// Moves config->wire (WireConfig) into train.gradient_wire / weight_wire
-// and clears it. Errors: INVALID_ARGUMENT naming wire.gradients or
-// wire.weights (a value but int8 or plain) or train.*_wire (unknown).
-[[nodiscard]] absl::Status ApplyWireConfig(v1::WorkerConfig* config);
-
 [[nodiscard]] absl::StatusOr<v1::WorkerConfig> NormalizeConfig(const v1::WorkerConfig& config,
                                                                uint32_t world_size);
 

@@ -17,11 +17,22 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "worker/config.h"
 
 namespace zerostate::worker {
 
 // Errors: INVALID_ARGUMENT naming the key.
 [[nodiscard]] absl::StatusOr<LoadedConfig> ParseDeepSpeedConfig(const std::string& json);
+
+// "int8" or "plain" (WireConfig, the --gradient_wire / --weight_wire
+// flags) as a WireFormat. Errors: INVALID_ARGUMENT naming `field`.
+[[nodiscard]] absl::StatusOr<v1::WireFormat> ParseWire(absl::string_view field,
+                                                       absl::string_view value);
+
+// Moves config->wire (WireConfig) into train.gradient_wire / weight_wire
+// and clears it. Errors: INVALID_ARGUMENT naming wire.gradients or
+// wire.weights (a value but int8 or plain) or train.*_wire (unknown).
+[[nodiscard]] absl::Status ApplyWireConfig(v1::WorkerConfig* config);
 
 }  // namespace zerostate::worker

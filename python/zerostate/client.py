@@ -165,7 +165,7 @@ class Client:
 
     def __init__(self, servers, plaintext=False, tls_ca_file=None, tls_cert_file=None,
                  tls_key_file=None, job_token=None, rpc_timeout_ms=None, max_attempts=None,
-                 unavailable_wait_ms=None):
+                 unavailable_wait_ms=None, data_plane=True):
         self._h = ctypes.c_void_p()
         if isinstance(servers, str):
             servers = [s.strip() for s in servers.split(",") if s.strip()]
@@ -177,6 +177,7 @@ class Client:
         opts.servers, opts.num_servers = self._servers, len(servers)
         opts.tls_ca_file, opts.tls_cert_file, opts.tls_key_file, opts.job_token = self._strings
         opts.plaintext = int(bool(plaintext))
+        opts.data_plane_off = int(not data_plane)  # gRPC for pushes and gathers
         if rpc_timeout_ms is not None:
             opts.rpc_timeout_ms = int(rpc_timeout_ms)
         if max_attempts is not None:

@@ -82,7 +82,7 @@ class Engine(ModuleSurface):
                  lr_scheduler=None, token=None, plaintext=False, tls_ca_file=None,
                  tls_cert_file=None, tls_key_file=None, bucket_elems=1 << 24, lazy_weights=False,
                  rpc_timeout_ms=None, max_attempts=None, checkpoint_dir=None,
-                 checkpoint_every=0, optimizer=None, unavailable_wait=None):
+                 checkpoint_every=0, optimizer=None, unavailable_wait=None, data_plane=True):
         if not isinstance(model, torch.nn.Module):
             raise ValueError("model: give the torch.nn.Module to train")
         if not servers:
@@ -144,7 +144,7 @@ class Engine(ModuleSurface):
         self._unavailable_wait = unavailable_wait
         self.client, self.job = self._connect(spec, token, plaintext, tls_ca_file, tls_cert_file,
                                               tls_key_file, rpc_timeout_ms, max_attempts,
-                                              unavailable_wait)
+                                              unavailable_wait, data_plane)
         self._entries = []
         for n, p in self._params:
             b, e = self.job.tensor_range(n)
@@ -200,14 +200,15 @@ class Engine(ModuleSurface):
             for w in ws:
                 w.land()
 
-    def _connect(self, spec, token, plaintext, ca, cert, key, timeout, attempts, wait):
+    def _connect(self, spec, token, plaintext, ca, cert, key, timeout, attempts, wait,
+                 data_plane):
         """Rank 0 registers (or attaches to an equal job); the others attach
         with its token. Any rank's failure is raised on every rank."""
         token = token or os.environ.get("ZEROSTATE_JOB_TOKEN") or None
         topo = self.topo
         opts = dict(plaintext=plaintext, tls_ca_file=ca, tls_cert_file=cert, tls_key_file=key,
                     rpc_timeout_ms=timeout, max_attempts=attempts,
-                    unavailable_wait_ms=int(wait * 1000))
+                    unavailable_wait_ms=int(wait * 1000), data_plane=data_plane)
         client = job = None
         verdict = None
         if topo.coordinator:
@@ -650,7 +651,8 @@ def initialize(model=None, config=None, servers=None, job=None, model_parameters
       its share in micro-batches (collate_fn as DataLoader's).
     options: token (else $ZEROSTATE_JOB_TOKEN), plaintext, tls_ca_file,
       tls_cert_file, tls_key_file, bucket_elems, lazy_weights,
-      rpc_timeout_ms, max_attempts; unavailable_wait (seconds a server may
+      rpc_timeout_ms, max_attempts; data_plane (False: pushes and gathers
+      over gRPC, not the servers' TCP or same-host plane); unavailable_wait (seconds a server may
       stay unreachable, every call retrying: default 300 with
       checkpoint_every, as zerostate-worker's --server_wait_seconds, else
       0; one away longer ends the run on every rank, naming it); checkpoint_dir and checkpoint_every (a checkpoint every N steps

@@ -144,4 +144,8 @@ def job_spec(job_id, params, param_groups, scales, config, num_nodes, dtype, gra
         spec["speculative_step"] = True
     if config.moment_format != "MOMENTS_FP32":
         spec["moment_format"] = config.moment_format
+    if config.gradient_wire != "WIRE_PLAIN":
+        spec["gradient_wire"] = config.gradient_wire
+    if config.weight_wire != "WIRE_PLAIN":
+        spec["weight_wire"] = config.weight_wire
     return spec
