@@ -498,7 +498,30 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
   }
   out.times.wait_gradients = SecondsSince(start);
   Timeline::Record("step_gradients_in", static_cast<int64_t>(step));
+  std::function<absl::Status()> acked;  // the backups' acknowledgement, waited for unlocked
+  const absl::Status ran =
+      Decided(req, deadline, pool, cancelled, replicator, pending, &out, &acked);
+  // The pass committed here and let the pass mutex go: checkpoints,
+  // reseeds and the next step's decision do not queue behind the network.
+  absl::Status backups = AwaitBackups(acked, step, &out);
+  if (!ran.ok()) return ran;
+  if (!backups.ok()) return backups;
+  Timeline::Record("step_end", static_cast<int64_t>(step));
+  return out;
+}
+
+absl::Status JobStep::Decided(const v1::StepRequest& req, absl::Time deadline,
+                                             ThreadPool& pool,
+                                             const std::function<bool()>& cancelled,
+                                             StepReplicator* replicator, bool pending,
+                                             StepOutcome* out,
+                                             std::function<absl::Status()>* acked) {
+  const uint64_t step = req.step();
   absl::MutexLock pass_lock(&pass_mu_);
+  // One step's acknowledgement at a time: the replicator carries one step
+  // (a retry that comes meanwhile finds it acknowledged, or resends it).
+  pass_mu_.Await(absl::Condition(
+      +[](bool* awaiting) { return !*awaiting; }, &awaiting_backups_));
   // The decision: applied only while the caller still waits for the answer
   // (the deadline is a margin before the caller's, answer_deadline.h).
   if (pending && cancelled && cancelled()) {
@@ -509,53 +532,56 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
     return absl::DeadlineExceededError(absl::StrCat(
         "step ", step, ": the call's deadline came before it was applied; nothing changed"));
   }
-  // The backups run the step while it runs here; answered once they hold it.
+  // The backups get the step while it runs here; answered once they hold it.
   const auto decide_start = Clock::now();
-  const std::function<absl::Status()> replicated = Replicate(replicator, req, pending);
-  if (replicated) out.times.replicate = SecondsSince(decide_start);
-  if (replicated) visible_through_ = step;  // step + 1 is served once the backups hold it
-  auto acked = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_) {
-    const auto wait_start = Clock::now();
-    absl::Status s = replicated ? replicated() : absl::OkStatus();
-    if (replicated) out.times.backups = SecondsSince(wait_start);
-    if (s.ok() && replicated) {
-      unacked_.reset();
-      visible_through_ = UINT64_MAX;
-      WakeBlocks();
-    }
-    return s;
-  };
+  *acked = Replicate(replicator, req, pending);
+  if (*acked) {
+    out->times.replicate = SecondsSince(decide_start);
+    visible_through_ = step;  // step + 1 is served once the backups hold it
+    awaiting_backups_ = true;
+  }
   // Before any block commits: a gather of step + 1 may be answered then.
   if (!req.trainer_state().empty()) trainer_states_.Record(step + 1, req.trainer_state());
   if (blocks().empty()) {  // an empty shard: nothing to step, the count kept alike
     if (req.skip()) applied_steps_.RecordSkip(step);
-    if (auto s = acked(); !s.ok()) return s;
-    return out;  // version 0, not applied
+    return absl::OkStatus();  // version 0, not applied
   }
   // Phase 2: the fused optimizer pass, blocks spread over the pool.
   uint64_t stepped = 0;
   if (req.skip()) {
-    auto skipped = SkipPass(step, &out);
-    if (!skipped.ok()) {
-      (void)acked();
-      return skipped.status();
-    }
+    auto skipped = SkipPass(step, out);
+    if (!skipped.ok()) return skipped.status();
     stepped = *skipped;
     if (stepped > 0) applied_steps_.RecordSkip(step);
   } else {
-    if (auto s =
-            RunPass(step, ParamsOf(req), pool, replicated ? replicator : nullptr, &stepped, &out);
+    if (auto s = RunPass(step, ParamsOf(req), pool, *acked ? replicator : nullptr, &stepped, out);
         !s.ok()) {
-      (void)acked();
       return s;
     }
   }
-  if (auto s = acked(); !s.ok()) return s;
-  Timeline::Record("step_end", static_cast<int64_t>(step));
-  out.version = step + 1;
-  out.already_applied = stepped == 0;
-  out.params_stepped = req.skip() ? 0 : stepped;
-  return out;
+  out->version = step + 1;
+  out->already_applied = stepped == 0;
+  out->params_stepped = req.skip() ? 0 : stepped;
+  return absl::OkStatus();
+}
+
+absl::Status JobStep::AwaitBackups(const std::function<absl::Status()>& acked, uint64_t step,
+                                   StepOutcome* out) {
+  if (!acked) return absl::OkStatus();
+  const auto wait_start = Clock::now();
+  absl::Status s = acked();
+  out->times.backups = SecondsSince(wait_start);
+  {
+    absl::MutexLock pass_lock(&pass_mu_);
+    awaiting_backups_ = false;
+    // Unless a reseed came meanwhile (it made every version visible).
+    if (s.ok() && unacked_ != nullptr && unacked_->request.step() == step) {
+      unacked_.reset();
+      visible_through_ = UINT64_MAX;
+    }
+  }
+  if (s.ok()) WakeBlocks();
+  return s;
 }
 
 void JobStep::WakeBlocks() {

@@ -76,9 +76,10 @@ struct StepOutcome {
 // its job's life once it serves as primary (JobStep::Replicator). The push
 // that completes a block tells it (OnBlockComplete), so the block's summed
 // gradient can travel while the other blocks fold; JobStep::Step calls
-// Decide once a step is decided, before its optimizer pass, and answers
-// the Step only once the returned wait says every live backup holds the
-// new version.
+// Decide once a step is decided, before its optimizer pass, lets the pass
+// mutex go once the pass committed, and answers the Step only once the
+// returned wait says every live backup holds the step (its request and
+// sums, kept there to apply behind this copy: not its pass).
 class StepReplicator {
  public:
   // What a backup needs to run the same step: the coordinator's request and
@@ -99,7 +100,9 @@ class StepReplicator {
   // Resend; whole once the returned function has run). A sum may be left
   // to the pass to copy (OnPass). The returned function, called after the
   // pass (or instead of it), copies any sum still left and waits for the
-  // backups' answers; it must be called once. Errors (of the wait): UNAVAILABLE naming the backup
+  // backups' answers (each holds the step: it applies it later); it must
+  // be called once, without the pass mutex (the next Decide waits until
+  // it returned). Errors (of the wait): UNAVAILABLE naming the backup
   // that did not acknowledge (the primary's Step fails; its retry resends).
   virtual std::function<absl::Status()> Decide(const v1::StepRequest& req,
                                                std::shared_ptr<const Payload>* sent) = 0;
@@ -169,9 +172,11 @@ class JobStep {
   // With a `replicator` (a primary of a job with JobSpec.replicas > 0:
   // the one ReplicatorOrMake returned) the step is sent to the backups
   // while it runs here (the sums of blocks that completed earlier already
-  // went), and answered only once they acknowledged it; when they did not,
-  // the error is the replicator's (the step is applied here) and a retry
-  // sends it again.
+  // went); the pass commits and lets the pass mutex go, then the Step
+  // waits for the backups to acknowledge that they hold it (they apply it
+  // behind this copy) and is answered; when they did not, the error is
+  // the replicator's (the step is applied here, its version not visible)
+  // and a retry sends it again.
   [[nodiscard]] absl::StatusOr<StepOutcome> Step(const v1::StepRequest& req, absl::Time deadline,
                                    ThreadPool& pool,
                                    const std::function<bool()>& cancelled = nullptr,
@@ -298,6 +303,24 @@ class JobStep {
   // version; false when there was nothing to keep.
   bool CopyOnWrite(Block& b, const float* state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
 
+  // The Step under the pass mutex, from its decision to its commit: checks
+  // that the caller still waits, hands the step to `replicator` (*acked:
+  // the wait for the backups' acknowledgement, null when there is none,
+  // for AwaitBackups to call once the mutex is let go), records the
+  // trainer state and runs the pass (or the skip), filling *out. A step whose
+  // acknowledgement another Step still awaits waits for it first.
+  [[nodiscard]] absl::Status Decided(const v1::StepRequest& req, absl::Time deadline,
+                                     ThreadPool& pool, const std::function<bool()>& cancelled,
+                                     StepReplicator* replicator, bool pending, StepOutcome* out,
+                                     std::function<absl::Status()>* acked)
+      ABSL_LOCKS_EXCLUDED(pass_mu_);
+  // Without the pass mutex: waits for `acked` (when set), then, under it,
+  // ends the wait and, when the backups hold step `step`, makes its
+  // version visible. out->times.backups gets the wait.
+  [[nodiscard]] absl::Status AwaitBackups(const std::function<absl::Status()>& acked,
+                                          uint64_t step, StepOutcome* out)
+      ABSL_LOCKS_EXCLUDED(pass_mu_);
+
   // Under pass_mu_, once Step(req) is decided: starts sending it to the
   // backups (`pending`: it applies now; else a retry, which re-sends only
   // what they have not acknowledged). Null when there is nothing to wait for.
@@ -318,6 +341,8 @@ class JobStep {
   absl::Mutex pass_mu_ ABSL_ACQUIRED_BEFORE(Block::mu, ahead_mu_);
   // The last step sent to the backups until they all acknowledged it.
   std::shared_ptr<const StepReplicator::Payload> unacked_ ABSL_GUARDED_BY(pass_mu_);
+  // A decided step waits, without the mutex, for its backups' acknowledgement.
+  bool awaiting_backups_ ABSL_GUARDED_BY(pass_mu_) = false;
   std::atomic<uint64_t> visible_through_{UINT64_MAX};
   mutable absl::Mutex deposed_mu_;
   std::string deposed_ ABSL_GUARDED_BY(deposed_mu_);  // why; empty: not deposed

@@ -129,10 +129,15 @@ grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
       grads.push_back(std::move(sum));
     }
   }
-  auto out = (*job)->pushes().ApplyReplicatedStep(*req, grads, pool_);
-  if (!out.ok()) return ToGrpcStatus(out.status());
+  // Acknowledged once held; applied behind the primary (HeldSteps).
+  std::shared_ptr<Job> copy = *std::move(job);
+  auto held = copy->held().Hold(*req, std::move(grads), pool_, held_.max_held);
+  if (!held.ok()) return ToGrpcStatus(held.status());
+  if (*held && !held_.lazy_apply) {
+    pool_.Schedule([copy] { (void)copy->held().ApplyOne(); });  // an error deposes the copy
+  }
   resp->set_version(req->step() + 1);
-  resp->set_already_applied(out->already_applied);
+  resp->set_already_applied(!*held);
   resp->set_data_port(data_port_.load(std::memory_order_relaxed));
   return grpc::Status::OK;
 }
@@ -144,6 +149,8 @@ grpc::Status ReplicaServiceImpl::ReadShard(grpc::ServerContext* ctx,
   if (!token.ok()) return ToGrpcStatus(token.status());
   auto job = jobs_.Shard(req->job_id(), *token, req->shard());
   if (!job.ok()) return ToGrpcStatus(job.status());
+  // The steps the copy acknowledged are part of its state.
+  if (auto s = (*job)->held().ApplyAll(); !s.ok()) return ToGrpcStatus(s);
   const auto d = ctx->deadline();
   const absl::Time deadline = d == std::chrono::system_clock::time_point::max()
                                   ? absl::Now() + absl::Minutes(10)
@@ -242,6 +249,7 @@ grpc::Status ReplicaServiceImpl::Seed(grpc::ServerContext* ctx,
   // RestoreBlock's restriction holds: the primary sends a lost copy no
   // step until this answers, and clients use it only after a failover,
   // which takes a restarted server only once it is at the step in progress.
+  copy.held().Drop();  // steps held before the state they would follow is replaced
   AlignedBuffer<float> state(copy.shard().tier_shape().block_floats());
   for (uint64_t local = 0; local < count; ++local) {
     std::memcpy(state.data(), states[local].data(), block_bytes);
