@@ -185,9 +185,9 @@ absl::Status JobPushes::InitWeights(const ChunkView& c) {
   Block& b = *ref->block;
   StateTier& tier = shard_.tier();
   absl::MutexLock lock(&b.mu);
-  if (b.version != 0 || b.stepping) {
+  if (b.version != 0 || b.stepping()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "block ", b.index, " is at version ", b.version, b.stepping ? " (being stepped)" : "",
+        "block ", b.index, " is at version ", b.version, b.stepping() ? " (being stepped)" : "",
         "; initial weights can be streamed only before the first step"));
   }
   b.AwaitSpeculation();  // of step 0, reading the state this writes

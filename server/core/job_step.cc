@@ -140,7 +140,7 @@ void JobStep::OnComplete(Block& b) {
   const bool left = b.acc.complete() && b.acc.stats_at() < b.acc.required();
   if (!left) {
     StatsOnComplete(b);
-  } else if (b.speculation != Block::Speculation::kQueued) {
+  } else if (b.speculation() != Block::Speculation::kQueued) {
     if (b.acc.streamed()) {
       QueueStats(b);
     } else {
@@ -259,7 +259,7 @@ absl::StatusOr<StepOutcome> JobStep::StepAhead(const v1::StepRequest& req, Threa
 }
 
 void JobStep::MaybeSpeculate(Block& b) {
-  if (!b.speculative || b.speculation != Block::Speculation::kNone || b.stepping ||
+  if (!b.speculative || b.speculation() != Block::Speculation::kNone || b.stepping() ||
       !b.acc.complete() || env_.shutting_down->load()) {
     return;
   }
@@ -269,7 +269,7 @@ void JobStep::MaybeSpeculate(Block& b) {
     if (!ahead_.has_value() || ahead_->step != b.version) return;
     pool = ahead_->pool;
   }
-  b.speculation = Block::Speculation::kQueued;
+  if (!b.QueueSpeculation().ok()) return;  // never: checked above
   {
     absl::MutexLock lock(&tasks_mu_);
     ++tasks_;
@@ -291,22 +291,24 @@ void JobStep::Speculate(uint64_t local) {
   const GradientAccumulator* acc = nullptr;  // its statistics still to take
   {
     absl::MutexLock lock(&b.mu);
-    if (b.speculation != Block::Speculation::kQueued) return;  // the Step came first
-    b.speculation = Block::Speculation::kNone;
-    if (b.stepping || !b.acc.complete() || env_.shutting_down->load()) return;
-    const float* state = tier().Resident(local);
-    if (state == nullptr) return;  // never: a speculative job's tier is TIER_RAM
-    {
+    if (b.speculation() != Block::Speculation::kQueued) return;  // the Step came first
+    const float* state = tier().Resident(local);  // null never: a speculative job is TIER_RAM
+    bool may = !b.stepping() && b.acc.complete() && !env_.shutting_down->load() && state;
+    if (may) {
       absl::MutexLock ahead_lock(&ahead_mu_);
-      if (!ahead_.has_value() || ahead_->step != b.version) return;
-      params = ahead_->params;
+      may = ahead_.has_value() && ahead_->step == b.version;
+      if (may) params = ahead_->params;
+    }
+    if (!may) {
+      (void)b.CancelSpeculation();  // kQueued: checked above
+      return;
     }
     if (!(b.stats.has_value() && b.stats_step == b.version)) acc = &b.acc;
     if (b.next_state.empty()) b.next_state = AlignedBuffer<float>(tier().shape().block_floats());
     // Aside: the tier keeps the state at b.version (gathers and checkpoints
     // read it meanwhile) until the Step confirms this one.
     refs = RefsOf(b, b.next_state.data(), state);
-    b.speculation = Block::Speculation::kRunning;
+    if (!b.BeginSpeculation().ok()) return;  // never: kQueued, not stepping
   }
   Timeline::Record("speculate_begin", static_cast<int64_t>(b.index));
   // Without the block's mutex: the Step's first phase, GradStats and the
@@ -329,8 +331,7 @@ void JobStep::Speculate(uint64_t local) {
   StepBlockRuns(b.group_runs, GroupStepParams(spec(), params), refs);
   Timeline::Record("speculate_end", static_cast<int64_t>(b.index));
   absl::MutexLock lock(&b.mu);
-  b.speculation = Block::Speculation::kDone;
-  b.spec_params = params;
+  (void)b.FinishSpeculation(params);  // kRunning: only this task ends it
 }
 
 // --- The step ---
@@ -367,10 +368,7 @@ void JobStep::CommitBlock(Block& b) {
   StatsOnComplete(b);
   if (b.next_lowp_ready) std::swap(b.lowp, b.next_lowp);
   DropNextLowp(b);
-  b.speculation = Block::Speculation::kNone;
-  ++b.version;
-  b.stepping = false;
-  b.acc.Reset();
+  (void)b.Commit();  // not kRunning: awaited above
 }
 
 bool JobStep::CopyOnWrite(Block& b, const float* state) {
@@ -402,18 +400,18 @@ absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPoo
       cow_time.Add(start);
       copied = true;
     }
-    b.stepping = true;
-    if (b.speculation == Block::Speculation::kDone) {
+    if (!b.BeginStep().ok()) return false;  // never: one pass at a time, speculation awaited
+    if (b.speculation() == Block::Speculation::kDone) {
       // The same parameters, bit for bit: the speculated state becomes the
       // block's, without a copy. Else (clipping, another lr) the plain step
       // below, from the tier's state, which the speculation left alone.
-      if (SameParams(b.spec_params, params) && tier().Exchange(local, b.next_state).ok()) {
+      if (SameParams(b.spec_params(), params) && tier().Exchange(local, b.next_state).ok()) {
         ++confirmed;
         return true;
       }
       ++redone;
     }
-    b.speculation = Block::Speculation::kNone;  // a queued speculation comes too late
+    (void)b.DropSpeculation();  // a queued one comes too late; not kRunning: awaited above
     ComputeBlock(b, state, state, by_group);
     return true;
   };
@@ -435,8 +433,7 @@ absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPoo
   for (uint64_t local : todo) {
     Block& b = *blocks()[local];
     absl::MutexLock lock(&b.mu);
-    if (!b.stepping) continue;
-    b.stepping = false;
+    if (!b.AbortStep().ok()) continue;  // committed, or never begun
     DropNextLowp(b);
   }
   *stepped = count.load();
@@ -469,7 +466,7 @@ absl::StatusOr<uint64_t> JobStep::SkipPass(uint64_t step, StepOutcome* out) {
     b.AwaitSpeculation();
     if (b.version != step) continue;
     // A speculation is dropped: the tier's state is the one it left alone.
-    if (b.speculation == Block::Speculation::kDone) ++out->blocks_redone;
+    if (b.speculation() == Block::Speculation::kDone) ++out->blocks_redone;
     DropNextLowp(b);
     CommitBlock(b);
     skipped += b.required;
