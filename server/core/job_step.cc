@@ -534,7 +534,7 @@ absl::Status JobStep::Decided(const v1::StepRequest& req, absl::Time deadline,
   *acked = Replicate(replicator, req, pending);
   if (*acked) {
     out->times.replicate = SecondsSince(decide_start);
-    visible_through_ = step;  // step + 1 is served once the backups hold it
+    visibility_.HoldBack(step);  // step + 1 is served once the backups hold it
     awaiting_backups_ = true;
   }
   // Before any block commits: a gather of step + 1 may be answered then.
@@ -574,44 +574,16 @@ absl::Status JobStep::AwaitBackups(const std::function<absl::Status()>& acked, u
     // Unless a reseed came meanwhile (it made every version visible).
     if (s.ok() && unacked_ != nullptr && unacked_->request.step() == step) {
       unacked_.reset();
-      visible_through_ = UINT64_MAX;
+      visibility_.ShowAll();
     }
   }
-  if (s.ok()) WakeBlocks();
   return s;
 }
 
-void JobStep::WakeBlocks() {
-  for (const auto& bp : blocks()) absl::MutexLock wake(&bp->mu);  // gathers waiting on them
-}
-
-void JobStep::MarkDeposed(std::string why) {
-  {
-    absl::MutexLock lock(&deposed_mu_);
-    deposed_ = std::move(why);
-    deposed_flag_ = true;
-  }
-  WakeBlocks();
-}
-
-absl::Status JobStep::CheckNotDeposed() const {
-  absl::MutexLock lock(&deposed_mu_);
-  if (deposed_.empty()) return absl::OkStatus();
-  return absl::UnavailableError(deposed_);
-}
-
 void JobStep::Reseeded() {
-  {
-    absl::MutexLock pass_lock(&pass_mu_);
-    unacked_.reset();
-    visible_through_ = UINT64_MAX;
-  }
-  {
-    absl::MutexLock lock(&deposed_mu_);
-    deposed_.clear();
-    deposed_flag_ = false;
-  }
-  WakeBlocks();
+  absl::MutexLock pass_lock(&pass_mu_);
+  unacked_.reset();
+  visibility_.Undepose();  // and every version visible
 }
 
 std::function<absl::Status()> JobStep::Replicate(StepReplicator* replicator,

@@ -52,6 +52,7 @@
 #include "server/core/block.h"
 #include "server/core/needed_first_queue.h"
 #include "server/core/step_phases.h"
+#include "server/core/step_visibility.h"
 #include "server/core/thread_pool.h"
 #include "server/core/tier/state_tier.h"
 #include "server/core/trainer_states.h"
@@ -187,29 +188,23 @@ class JobStep {
   // completes from then on, OnComplete). Thread-safe.
   StepReplicator* ReplicatorOrMake(const std::function<std::unique_ptr<StepReplicator>()>& make);
 
-  // Gathers serve versions up to this one only: a replicated
-  // step's new version is visible once every backup holds it, so no rank
-  // moves past a step a failover could still take back. Blocks' mutexes
-  // are taken (released) when it grows, which wakes their waiters.
-  uint64_t visible_through() const { return visible_through_.load(); }
-
-  // Fencing (docs/reliability.md, "Replicated shards"): a backup
-  // of this copy's shard answered this copy's step that it serves the shard
-  // as primary now (a newer claim). The step ran here but was never
-  // acknowledged, so this copy holds state no primary vouches for: until a
-  // catch-up replaces it (Reseeded), the copy serves nothing as primary
-  // (Primaries::Serve refuses it), takes no step from a primary (it needs a
-  // catch-up), and gathers waiting on it end with CheckNotDeposed's error.
-  // `why` names the shard and its new primary. Never blocks on the pass.
-  void MarkDeposed(std::string why) ABSL_LOCKS_EXCLUDED(deposed_mu_);
-  bool deposed() const { return deposed_flag_.load(); }
-  // OK, or UNAVAILABLE "not primary: ..." (the reason MarkDeposed got)
-  // while the copy is deposed.
-  [[nodiscard]] absl::Status CheckNotDeposed() const ABSL_LOCKS_EXCLUDED(deposed_mu_);
+  // Visibility and fencing (step_visibility.h): gathers serve versions up
+  // to visible_through() only (a replicated step's new version once every
+  // backup holds it). A copy is deposed (MarkDeposed) when a backup of its
+  // shard answered its step that it serves the shard as primary now: the
+  // step ran here but was never acknowledged, so until a catch-up replaces
+  // its state (Reseeded) the copy serves nothing as primary
+  // (Primaries::Serve refuses it), takes no step from a primary, and
+  // gathers waiting on it end with CheckNotDeposed's error (UNAVAILABLE
+  // "not primary: ..."). Never blocks on the pass.
+  uint64_t visible_through() const { return visibility_.visible_through(); }
+  void MarkDeposed(std::string why) { visibility_.MarkDeposed(std::move(why)); }
+  bool deposed() const { return visibility_.deposed(); }
+  [[nodiscard]] absl::Status CheckNotDeposed() const { return visibility_.CheckNotDeposed(); }
   // The copy's state was replaced by its primary's (ReplicaService.Seed):
   // no longer deposed; its versions are acknowledged ones (visible), and an
   // unacknowledged step it kept for a retry is dropped.
-  void Reseeded() ABSL_LOCKS_EXCLUDED(pass_mu_, deposed_mu_);
+  void Reseeded() ABSL_LOCKS_EXCLUDED(pass_mu_);
 
   // The Step sent ahead (req.ahead): records its parameters and schedules
   // every complete block at version req.step() on `pool` (which must outlive
@@ -327,10 +322,6 @@ class JobStep {
   std::function<absl::Status()> Replicate(StepReplicator* replicator, const v1::StepRequest& req,
                                           bool pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
 
-  // Takes and releases every block's mutex: gathers waiting on a block
-  // look again at what they wait for (visible_through_, deposed_flag_).
-  void WakeBlocks();
-
   const Env env_;
   // Made once, kept for the job's life; read without the mutex (OnComplete).
   absl::Mutex replicator_mu_;
@@ -343,10 +334,7 @@ class JobStep {
   std::shared_ptr<const StepReplicator::Payload> unacked_ ABSL_GUARDED_BY(pass_mu_);
   // A decided step waits, without the mutex, for its backups' acknowledgement.
   bool awaiting_backups_ ABSL_GUARDED_BY(pass_mu_) = false;
-  std::atomic<uint64_t> visible_through_{UINT64_MAX};
-  mutable absl::Mutex deposed_mu_;
-  std::string deposed_ ABSL_GUARDED_BY(deposed_mu_);  // why; empty: not deposed
-  std::atomic<bool> deposed_flag_{false};  // !deposed_.empty(), read under blocks' mutexes
+  StepVisibility visibility_{env_.blocks};
   TrainerStates trainer_states_;
   AppliedSteps applied_steps_;
 
