@@ -35,8 +35,17 @@ ShardReplicator::ShardReplicator(Replicator& owner, Job& job,
     absl::MutexLock lock(&mu_);
     ResetLocked();
   }
+  if (owner_.lanes() > 1) lane_pool_ = std::make_unique<ThreadPool>(owner_.lanes() - 1, 0, "zs-lanes");
   streamer_ = std::thread([this] { StreamLoop(); });
   prober_ = std::thread([this] { ProbeLoop(); });
+}
+
+void ShardReplicator::OnLanes(size_t n, const std::function<void(size_t)>& fn) {
+  if (lane_pool_ != nullptr) {
+    lane_pool_->ParallelFor(n, fn);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) fn(i);
 }
 
 ShardReplicator::~ShardReplicator() {
@@ -184,13 +193,7 @@ void ShardReplicator::StreamStep(uint64_t step) {
   mu_.Unlock();
   // Each lane sends blocks as they complete, then, once decided, its share
   // of the rest; the step goes on ApplyStep once every lane is answered.
-  std::vector<std::thread> helpers;
-  for (int lane = 1; lane < lanes; ++lane) {
-    helpers.emplace_back(
-        [this, step, transfer, &calls = by_lane[lane]] { SendLane(step, transfer, calls); });
-  }
-  SendLane(step, transfer, by_lane[0]);
-  for (std::thread& t : helpers) t.join();
+  OnLanes(lanes, [&](size_t lane) { SendLane(step, transfer, by_lane[lane]); });
   mu_.Lock();
   lane_fds_.clear();
   const bool give_up = stop_ || abandon_;
@@ -506,10 +509,7 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
   };
   const size_t threads =
       std::min<size_t>(std::max(1, owner_.lanes()), std::max<size_t>(1, to_copy.size() / 8));
-  std::vector<std::thread> copiers;
-  for (size_t t = 1; t < threads; ++t) copiers.emplace_back(copy, t, threads);
-  copy(0, threads);
-  for (std::thread& t : copiers) t.join();
+  OnLanes(threads, [&](size_t t) { copy(t, threads); });
   {
     absl::MutexLock lock(&mu_);
     for (uint64_t local = 0; local < blocks_; ++local) {

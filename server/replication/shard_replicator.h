@@ -12,7 +12,8 @@
 // summed gradient is sent as soon as the push that completes the block
 // (every node's gradient folded in) tells this object (OnBlockComplete),
 // by the first free lane (a thread each), while the other blocks still
-// fold. Once the Step is decided, the sums the lanes have not taken yet
+// fold (on a fixed set of threads made with this object, no thread per
+// step). Once the Step is decided, the sums the lanes have not taken yet
 // are copied by the Step's pass, each block's just before the pass steps
 // it (OnPass, on the pool's threads, beside the pass's own reads), where
 // every copy streams; the lanes share them out as they come, and the
@@ -54,6 +55,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/job.h"
+#include "server/core/thread_pool.h"
 #include "server/replication/catch_up.h"
 #include "server/replication/replicator.h"
 
@@ -146,6 +148,9 @@ class ShardReplicator final : public StepReplicator {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Breaks the lanes of the stream in progress (their sends fail at once).
   void CancelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs fn(0) .. fn(n - 1) on this object's lanes' threads (lane_pool_)
+  // and the caller's, and returns when all have run.
+  void OnLanes(size_t n, const std::function<void(size_t)>& fn);
   // Copies block `local`'s sum into `out` if it is complete at `step`.
   bool CopySum(uint64_t local, uint64_t step, std::string* out) const;
   // After the pass: copies the sums it left (blocks it did not step) into
@@ -184,6 +189,9 @@ class ShardReplicator final : public StepReplicator {
   bool stream_done_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Result> stream_results_ ABSL_GUARDED_BY(mu_);
   uint64_t next_transfer_ = 0;  // the streaming thread's
+  // Replicator::lanes() - 1 threads, made once, for a step's lanes beside
+  // the streaming thread and for Decide's copies (null with one lane).
+  std::unique_ptr<ThreadPool> lane_pool_;
   std::thread streamer_;
 
   // Lost copies' servers probed off the steps' path (TakeReachable).
