@@ -12,12 +12,14 @@
 #include "client/ticket_state.h"
 #include "common/job_spec.h"
 #include "google/protobuf/util/json_util.h"
+#include "prometheus/registry.h"
 
 namespace zc = ::zerostate::client;
 namespace v1 = ::zerostate::v1;
 
 struct zs_client {
   std::unique_ptr<zc::Client> client;
+  std::shared_ptr<prometheus::Registry> metrics;  // its byte counters (zs_client_bytes)
 };
 struct zs_job {
   std::unique_ptr<zc::JobClient> job;
@@ -70,6 +72,8 @@ void zs_client_options_init(zs_client_options* o) {
   o->max_backoff_ms = d.max_backoff.count();
   o->threads = d.threads;
   o->unavailable_wait_ms = d.unavailable_wait.count();
+  o->keepalive_time_ms = d.keepalive_time.count();
+  o->keepalive_timeout_ms = d.keepalive_timeout.count();
 }
 
 int zs_connect(const zs_client_options* o, zs_client** out, char** error) {
@@ -96,13 +100,30 @@ int zs_connect(const zs_client_options* o, zs_client** out, char** error) {
   options.job_token = o->job_token != nullptr ? o->job_token : "";
   options.data_plane = o->data_plane_off == 0;
   options.unavailable_wait = std::chrono::milliseconds(o->unavailable_wait_ms);
+  options.keepalive_time = std::chrono::milliseconds(o->keepalive_time_ms);
+  options.keepalive_timeout = std::chrono::milliseconds(o->keepalive_timeout_ms);
+  auto metrics = std::make_shared<prometheus::Registry>();
+  options.metrics = metrics;
   auto client = zc::Client::Connect(std::move(options));
   if (!client.ok()) return Report(client.status(), error);
-  *out = new zs_client{*std::move(client)};
+  *out = new zs_client{*std::move(client), std::move(metrics)};
   return Report(absl::OkStatus(), error);
 }
 
 void zs_client_free(zs_client* client) { delete client; }
+
+void zs_client_bytes(const zs_client* client, uint64_t* pushed, uint64_t* gathered) {
+  double sent = 0, received = 0;
+  for (const prometheus::MetricFamily& family : client->metrics->Collect()) {
+    double* sum = family.name == "zerostate_client_bytes_sent_total"       ? &sent
+                  : family.name == "zerostate_client_bytes_received_total" ? &received
+                                                                           : nullptr;
+    if (sum == nullptr) continue;
+    for (const prometheus::ClientMetric& m : family.metric) *sum += m.counter.value;
+  }
+  *pushed = static_cast<uint64_t>(sent);
+  *gathered = static_cast<uint64_t>(received);
+}
 
 int zs_allocate_shared(zs_client* client, size_t bytes, void** data, size_t* size, char** error) {
   // The client's registry keeps the buffer (Client::AllocateShared).

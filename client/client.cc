@@ -19,6 +19,10 @@
 namespace zerostate::client {
 namespace {
 
+// How often the ChannelWatch reads the channels' states: a small part of
+// the shortest keepalive timeout (1 s).
+constexpr absl::Duration kChannelWatchPeriod = absl::Milliseconds(100);
+
 // `o` with streams_per_server raised where the data plane's TLS records
 // will be done in userspace, or every server shares this host
 // (data_streams.h).
@@ -78,9 +82,13 @@ Client::Impl::Impl(ClientOptions options, std::shared_ptr<grpc::ChannelCredentia
   for (int i = 0; i < static_cast<int>(options_.servers.size()); ++i) {
     servers_.push_back(std::make_unique<ServerConn>(options_, i, credentials));
   }
+  if (options_.keepalive_time.count() > 0 && options_.data_plane) {
+    watch_ = std::make_unique<ChannelWatch>(servers_, kChannelWatchPeriod);
+  }
 }
 
 Client::Impl::~Impl() {
+  watch_.reset();
   shutdown_.Notify();
   control_pool_.reset();
   gather_pool_.reset();

@@ -76,6 +76,20 @@ struct ClientOptions {
   // new primary, so a caller keeps a pushed buffer unchanged until the
   // step's new version is gathered.
   std::chrono::milliseconds failover_wait{2000};
+  // Liveness of a server that keeps its connections open but no longer
+  // answers (hung, stopped, wedged; its kernel still acknowledges every
+  // byte): each gRPC channel pings its server after keepalive_time without
+  // traffic and during long silent calls, and a ping not answered within
+  // keepalive_timeout ends the connection, failing its calls UNAVAILABLE
+  // at once (retried, then failover for a replicated job) instead of
+  // after their rpc_timeout. The same moment cuts the data-plane
+  // connections to that server (client/conn_cutter.h), and new ones are
+  // refused until its channel answers again; a new connection to it gets
+  // keepalive_time + keepalive_timeout (at least 2 s) to complete. 0: no
+  // keepalive (a hung server is waited out). At least 1000 ms: servers
+  // refuse pings more often than that.
+  std::chrono::milliseconds keepalive_time{1000};
+  std::chrono::milliseconds keepalive_timeout{2000};
   std::chrono::milliseconds initial_backoff{50};
   std::chrono::milliseconds max_backoff{2000};
   // Optional: where the library registers its metrics (bytes, latency, retries).

@@ -11,6 +11,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
+#include "client/channel_watch.h"
 #include "client/client.h"
 #include "client/metrics.h"
 #include "client/retry.h"
@@ -31,6 +32,12 @@ class Client::Impl {
   const ClientOptions& options() const { return options_; }
   int num_servers() const { return static_cast<int>(servers_.size()); }
   ServerConn& server(int shard) { return *servers_[shard]; }
+  // Each server's data-plane cutter (ServerConn::cutter), in server order.
+  std::vector<std::shared_ptr<ConnCutter>> cutters() const {
+    std::vector<std::shared_ptr<ConnCutter>> all;
+    for (const auto& s : servers_) all.push_back(s->cutter());
+    return all;
+  }
   ClientMetrics& metrics() { return metrics_; }
   // The buffers Client::AllocateShared made (client/shared_buffer.h).
   SharedBuffers& shared_buffers() { return shared_buffers_; }
@@ -76,6 +83,9 @@ class Client::Impl {
   ClientMetrics metrics_;
   SharedBuffers shared_buffers_;
   std::vector<std::unique_ptr<ServerConn>> servers_;
+  // Cuts a server's data plane when its channels are lost (keepalive on
+  // and the data plane in use; else null).
+  std::unique_ptr<ChannelWatch> watch_;
   absl::Notification shutdown_;
   JobToken token_;
   Retrier retrier_;

@@ -47,7 +47,14 @@ absl::Status ConnectBy(int fd, const addrinfo& addr, absl::Time deadline) {
 
 DataConn::~DataConn() {
   stream_.reset();  // before its socket
+  if (cutter_ != nullptr) cutter_->Untrack(fd_);
   close(fd_);
+}
+
+void DataConn::Watch(std::shared_ptr<ConnCutter> cutter) {
+  if (cutter_ != nullptr || cutter == nullptr) return;
+  cutter_ = std::move(cutter);
+  cutter_->Track(fd_);
 }
 
 const SharedBuffer* DataConn::Mapped(uint32_t id) const {
@@ -70,11 +77,12 @@ void DataConn::AddShared(std::shared_ptr<const SharedBuffer> buffer, bool mapped
 }
 
 DataConnPool::DataConnPool(std::string address, size_t max_idle, std::shared_ptr<SSL_CTX> tls,
-                           SameHostPlane same_host)
+                           SameHostPlane same_host, std::shared_ptr<ConnCutter> cutter)
     : address_(std::move(address)),
       max_idle_(max_idle),
       tls_(std::move(tls)),
-      same_host_(same_host) {}
+      same_host_(same_host),
+      cutter_(std::move(cutter)) {}
 
 absl::StatusOr<std::unique_ptr<DataConn>> DataConnPool::Open(int fd, absl::Time deadline) {
   TuneDataSocket(fd);
@@ -89,6 +97,16 @@ absl::StatusOr<std::unique_ptr<DataConn>> DataConnPool::Open(int fd, absl::Time 
 }
 
 absl::StatusOr<std::unique_ptr<DataConn>> DataConnPool::Acquire(absl::Time deadline) {
+  if (cutter_ == nullptr) return Take(deadline);
+  if (absl::Status cut = cutter_->Check(); !cut.ok()) {
+    return absl::UnavailableError(absl::StrCat("data plane ", address_, ": ", cut.message()));
+  }
+  absl::StatusOr<std::unique_ptr<DataConn>> conn = Take(deadline);
+  if (conn.ok()) (*conn)->Watch(cutter_);
+  return conn;
+}
+
+absl::StatusOr<std::unique_ptr<DataConn>> DataConnPool::Take(absl::Time deadline) {
   {
     absl::MutexLock lock(&mu_);
     if (!idle_.empty()) {

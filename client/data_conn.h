@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "client/conn_cutter.h"
 #include "client/shared_buffer.h"
 #include "common/data_stream.h"
 #include "common/frame_io.h"
@@ -54,8 +55,13 @@ class DataConn {
   bool Refused(uint32_t id) const;
   void AddShared(std::shared_ptr<const SharedBuffer> buffer, bool mapped);
 
+  // Puts the socket under `cutter` (once; later calls do nothing) until
+  // the connection is closed.
+  void Watch(std::shared_ptr<ConnCutter> cutter);
+
  private:
   const int fd_;
+  std::shared_ptr<ConnCutter> cutter_;
   std::unique_ptr<DataStream> stream_;
   std::unique_ptr<ShmSegment> shm_;
   std::vector<std::shared_ptr<const SharedBuffer>> mapped_;  // few: searched in order
@@ -75,8 +81,10 @@ class DataConnPool {
   // Connections to `address` ("host:port"); at most `max_idle` are kept.
   // Under TLS with `tls` (a client context, ClientTlsContext) unless null.
   // New connections try `same_host` first, unless its port is 0.
+  // With `cutter` (unless null), every connection it hands out is under
+  // it, and Acquire fails while it is cut.
   DataConnPool(std::string address, size_t max_idle, std::shared_ptr<SSL_CTX> tls = nullptr,
-               SameHostPlane same_host = {});
+               SameHostPlane same_host = {}, std::shared_ptr<ConnCutter> cutter = nullptr);
 
   const std::string& address() const { return address_; }
   // Whether the pool still tries the same-host plane for new connections.
@@ -106,6 +114,8 @@ class DataConnPool {
   void DropIdle();
 
  private:
+  // Acquire without the cutter.
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<DataConn>> Take(absl::Time deadline);
   // The handshake of connected socket `fd` (plaintext: none).
   [[nodiscard]] absl::StatusOr<std::unique_ptr<DataConn>> Open(int fd, absl::Time deadline);
 
@@ -113,6 +123,7 @@ class DataConnPool {
   const size_t max_idle_;
   const std::shared_ptr<SSL_CTX> tls_;
   const SameHostPlane same_host_;
+  const std::shared_ptr<ConnCutter> cutter_;
   mutable absl::Mutex mu_;
   // The same-host plane could not be attached: TCP from then on.
   bool same_host_failed_ ABSL_GUARDED_BY(mu_) = false;

@@ -10,7 +10,9 @@
 #include <chrono>
 #include <optional>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/job_client_impl.h"
 #include "common/shard_map.h"
 
@@ -91,7 +93,8 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
     step = journal_step_;
   }
   const int servers = client_->num_servers();
-  absl::Status last = cause;
+  // Each copy's last answer that did not take the shard, for the error.
+  absl::flat_hash_map<uint32_t, std::string> answers;
   // Every copy's server, `from` last: the current holder of the shard's
   // claim, whoever it is, answers for it (a server that took the shard
   // over on its own, or `from` itself once it rejoined the membership
@@ -106,7 +109,7 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
       absl::Status st = QuickStatus(*client_, job_, to, shard, wait, &resp,
                                     /*check_incarnation=*/false);
       if (!st.ok()) {
-        last = st;
+        answers[to] = std::string(st.message());
         continue;
       }
       const uint64_t version = resp.min_version();
@@ -116,7 +119,8 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
       // not caught up). Its calls then carry its new incarnation.
       const bool restarted = resp.incarnation() != job_.incarnations->Of(static_cast<int>(to));
       if (restarted && (version == 0 || version < step)) {
-        last = CheckIncarnation(job_, static_cast<int>(to), resp.incarnation());
+        answers[to] = std::string(
+            CheckIncarnation(job_, static_cast<int>(to), resp.incarnation()).message());
         continue;
       }
       if (!pushes.empty() && version < step) {
@@ -130,8 +134,9 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
       if (restarted) {
         // Its new process listens for the data plane on another port.
         job_.incarnations->Set(static_cast<int>(to), resp.incarnation());
-        job_.data->Set(static_cast<int>(to), DataPool(client_->options(), static_cast<int>(to),
-                                                      resp.data_port(), resp.incarnation()));
+        job_.data->Set(static_cast<int>(to),
+                       DataPool(client_->options(), static_cast<int>(to), resp.data_port(),
+                                resp.incarnation(), client_->server(static_cast<int>(to)).cutter()));
       }
       job_.routes->Move(shard, from, static_cast<int>(to));
       if (pushes.empty() || version > step) return absl::OkStatus();  // applied there
@@ -154,7 +159,13 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
   return absl::UnavailableError(
       absl::StrCat("shard ", shard, " of job ", spec_.job_id(), ": its server ",
                    client_->server(from).address(), " is gone (", cause.message(),
-                   ") and none of its copies answered for it (", last.message(), ")"));
+                   ") and none of its copies answered for it (",
+                   absl::StrJoin(copies, "; ",
+                                 [&](std::string* out, uint32_t c) {
+                                   absl::StrAppend(out, client_->server(c).address(), ": ",
+                                                   answers[c]);
+                                 }),
+                   ")"));
 }
 
 absl::Status JobClient::Impl::PushAgain(int shard, const std::vector<PushCall>& pushes) {

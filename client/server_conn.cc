@@ -1,6 +1,7 @@
 #include "client/server_conn.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -31,6 +32,26 @@ grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options, int se
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, initial_ms);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, max_ms);
   args.SetInt(GRPC_ARG_DNS_MIN_TIME_BETWEEN_RESOLUTIONS_MS, initial_ms);
+  if (options.keepalive_time.count() > 0) {
+    const int time_ms = static_cast<int>(options.keepalive_time.count());
+    const int timeout_ms = static_cast<int>(options.keepalive_timeout.count());
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, time_ms);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, timeout_ms);
+    // Pings while no call is open (the data plane may be busy with the
+    // server meanwhile) and during a call that sends nothing for long (a
+    // Step while the server's pass runs), not just the default two.
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    // A hung server accepts the TCP connection (its kernel does) and never
+    // completes HTTP/2's: bound the connection attempt (gRPC's default:
+    // 20 s), so that calls fail and fail over instead of waiting it out.
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, std::max(2000, time_ms + timeout_ms));
+    // Never idle on its own (gRPC's default: after 30 minutes without a
+    // call, which a rank that only pushes and gathers on the data plane
+    // reaches): a channel that leaves READY has lost its server, and the
+    // ChannelWatch cuts that server's data plane.
+    args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, std::numeric_limits<int>::max());
+  }
   for (const auto& [name, value] : options.channel_args) args.SetInt(name, value);
   return args;
 }

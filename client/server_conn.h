@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/conn_cutter.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -44,11 +45,18 @@ class ServerConn {
   bool answered() const { return answered_.load(std::memory_order_relaxed); }
   void MarkAnswered() const { answered_.store(true, std::memory_order_relaxed); }
 
+  // The channels (for the client's ChannelWatch), and the cutter of this
+  // server's data-plane connections, which every job's pool for this
+  // server shares.
+  const std::vector<std::shared_ptr<grpc::Channel>>& channels() const { return channels_; }
+  const std::shared_ptr<ConnCutter>& cutter() const { return cutter_; }
+
  private:
   const std::string address_;
   const int index_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::StateService::Stub>> stubs_;
+  const std::shared_ptr<ConnCutter> cutter_ = std::make_shared<ConnCutter>();
   std::atomic<uint32_t> next_{0};
   mutable std::atomic<bool> answered_{false};
 };

@@ -548,7 +548,8 @@ namespace {
 // DataPool, under `tls` (DataTlsContextFor's: null in plaintext).
 std::shared_ptr<DataConnPool> MakeDataPool(const ClientOptions& options,
                                            const std::shared_ptr<SSL_CTX>& tls, int server,
-                                           uint32_t port, uint64_t incarnation) {
+                                           uint32_t port, uint64_t incarnation,
+                                           std::shared_ptr<ConnCutter> cutter) {
   if (port == 0) return nullptr;
   std::string address = options.data_servers.empty()
                             ? DataAddress(options.servers[server], static_cast<int>(port))
@@ -565,15 +566,17 @@ std::shared_ptr<DataConnPool> MakeDataPool(const ClientOptions& options,
   if (options.data_shm && options.data_servers.empty() && incarnation != 0) {
     same_host = {static_cast<int>(port), incarnation, ShmSegmentBytes(options)};
   }
-  return std::make_shared<DataConnPool>(
-      std::move(address), 4 * static_cast<size_t>(options.streams_per_server), tls, same_host);
+  return std::make_shared<DataConnPool>(std::move(address),
+                                        4 * static_cast<size_t>(options.streams_per_server), tls,
+                                        same_host, std::move(cutter));
 }
 
 }  // namespace
 
-std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& options,
-                                                     const std::vector<uint32_t>& ports,
-                                                     const std::vector<uint64_t>& incarnations) {
+std::vector<std::shared_ptr<DataConnPool>> DataPools(
+    const ClientOptions& options, const std::vector<uint32_t>& ports,
+    const std::vector<uint64_t>& incarnations,
+    const std::vector<std::shared_ptr<ConnCutter>>& cutters) {
   std::vector<std::shared_ptr<DataConnPool>> pools(options.servers.size());
   if (!options.data_plane) return pools;
   // The files were read and checked for the gRPC channels already; if they
@@ -582,17 +585,18 @@ std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& option
   if (!tls.ok()) return pools;
   for (size_t i = 0; i < ports.size() && i < pools.size(); ++i) {
     pools[i] = MakeDataPool(options, *tls, static_cast<int>(i), ports[i],
-                            i < incarnations.size() ? incarnations[i] : 0);
+                            i < incarnations.size() ? incarnations[i] : 0,
+                            i < cutters.size() ? cutters[i] : nullptr);
   }
   return pools;
 }
 
 std::shared_ptr<DataConnPool> DataPool(const ClientOptions& options, int server, uint32_t port,
-                                       uint64_t incarnation) {
+                                       uint64_t incarnation, std::shared_ptr<ConnCutter> cutter) {
   if (!options.data_plane) return nullptr;
   absl::StatusOr<std::shared_ptr<SSL_CTX>> tls = DataTlsContextFor(options);
   if (!tls.ok()) return nullptr;
-  return MakeDataPool(options, *tls, server, port, incarnation);
+  return MakeDataPool(options, *tls, server, port, incarnation, std::move(cutter));
 }
 
 absl::Status CheckIncarnation(const JobContext& job, int shard, uint64_t incarnation) {

@@ -56,14 +56,17 @@ inline int ServerOf(const JobContext& job, int shard) {
 // options.plaintext: null for every shard unless options.data_plane. Each
 // tries the server's same-host plane first (client/shm_conn.h; the
 // server's incarnation from `incarnations` identifies it) when
-// options.data_shm and no options.data_servers are given.
-std::vector<std::shared_ptr<DataConnPool>> DataPools(const ClientOptions& options,
-                                                     const std::vector<uint32_t>& ports,
-                                                     const std::vector<uint64_t>& incarnations);
+// options.data_shm and no options.data_servers are given. Server i's
+// connections are under `cutters[i]` (client/conn_cutter.h) where given.
+std::vector<std::shared_ptr<DataConnPool>> DataPools(
+    const ClientOptions& options, const std::vector<uint32_t>& ports,
+    const std::vector<uint64_t>& incarnations,
+    const std::vector<std::shared_ptr<ConnCutter>>& cutters = {});
 // The data plane of server `server` at `port` (0: none, null), its process
-// `incarnation`, as DataPools makes each.
+// `incarnation`, under `cutter` unless null, as DataPools makes each.
 std::shared_ptr<DataConnPool> DataPool(const ClientOptions& options, int server, uint32_t port,
-                                       uint64_t incarnation);
+                                       uint64_t incarnation,
+                                       std::shared_ptr<ConnCutter> cutter = nullptr);
 
 // ABORTED naming the server when `incarnation` differs from the one seen
 // when the job was registered or attached: the server restarted and lost

@@ -42,6 +42,14 @@ absl::Status ValidateOptions(const ClientOptions& o) {
   if (o.rpc_timeout.count() <= 0) return Invalid("rpc_timeout: must be > 0");
   if (o.max_attempts < 1) return Invalid("max_attempts: must be >= 1");
   if (o.unavailable_wait.count() < 0) return Invalid("unavailable_wait: must be >= 0");
+  if (o.keepalive_time.count() != 0 && o.keepalive_time.count() < 1000) {
+    return Invalid(absl::StrCat("keepalive_time: ", o.keepalive_time.count(),
+                                " ms; 0 (off) or at least 1000 ms (servers refuse pings more "
+                                "often)"));
+  }
+  if (o.keepalive_time.count() != 0 && o.keepalive_timeout.count() <= 0) {
+    return Invalid("keepalive_timeout: must be > 0 with keepalive_time");
+  }
   if (o.initial_backoff.count() < 0 || o.max_backoff < o.initial_backoff) {
     return Invalid("initial_backoff/max_backoff: need 0 <= initial_backoff <= max_backoff");
   }

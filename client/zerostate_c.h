@@ -83,6 +83,11 @@ typedef struct zs_client_options {
    * past max_attempts until this long after a call began (a restarting
    * server); 0: max_attempts bounds it (ClientOptions::unavailable_wait). */
   int64_t unavailable_wait_ms;
+  /* Keepalive pings of each channel, in ms (ClientOptions::keepalive_time
+   * and keepalive_timeout): a server that does not answer one within the
+   * timeout is given up at once (a hung server); 0: off. */
+  int64_t keepalive_time_ms;
+  int64_t keepalive_timeout_ms;
 } zs_client_options;
 
 /* The library's defaults, no servers. */
@@ -91,6 +96,10 @@ void zs_client_options_init(zs_client_options* options);
 /* Opens channels to every server. Errors: ZS_INVALID_ARGUMENT. */
 int zs_connect(const zs_client_options* options, zs_client** out, char** error);
 void zs_client_free(zs_client* client);
+/* Payload bytes this client pushed and gathered since zs_connect, every
+ * server and job together, counted once per completed call (the client
+ * library's zerostate_client_bytes_{sent,received}_total). */
+void zs_client_bytes(const zs_client* client, uint64_t* pushed, uint64_t* gathered);
 
 /* A shared buffer of at least `bytes` (Client::AllocateShared): page-aligned,
  * zeroed memory that a state server on this host reads (zs_push from it,

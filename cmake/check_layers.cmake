@@ -4,11 +4,20 @@
 #
 #   server/core/       includes no gRPC header (grpc/, grpcpp/, *.grpc.pb.h),
 #                      none of the gRPC codec or the data plane's frames, and
-#                      nothing of server/rpc/, server/dataplane/, server/cli/
-#                      or state_server.h;
+#                      nothing of server/rpc/, server/dataplane/, server/cli/,
+#                      server/replication/, state_server.h, or of
+#                      server/membership/ but its interface (membership.h);
 #   server/rpc/        nothing of server/dataplane/, server/cli/, state_server.h;
 #   server/dataplane/  no gRPC header, nothing of server/rpc/, server/cli/,
 #                      state_server.h;
+#   server/replication/ (built into the gRPC edge's library) nothing of
+#                      server/dataplane/, server/cli/, state_server.h, of
+#                      membership/ but its interface (membership.h), or of
+#                      client/ but the data plane's connections
+#                      (client/data_conn.h, library zerostate_data_conn: the
+#                      lanes to the backups), which link no client library;
+#   server/membership/ nothing of server/ outside it, nothing of client/; its
+#                      own etcd stubs are its only generated gRPC header;
 #   trainer/           (the step policy, below worker/ and beside client/) no
 #                      gRPC header, nothing of server/, client/ or worker/.
 #
@@ -19,16 +28,28 @@ if(NOT DEFINED ROOT)
 endif()
 
 set(grpc_headers "grpc/|grpcpp/|grpc\\+\\+/|\\.grpc\\.pb\\.h")
-set(edges_of_core "server/rpc/|server/dataplane/|server/cli/|server/state_server\\.h")
+set(edges_of_core "server/rpc/|server/dataplane/|server/cli/|server/replication/|server/state_server\\.h")
 set(forbidden_core
-  "${grpc_headers}|${edges_of_core}|common/chunk_wire\\.h|common/rpc_status\\.h|common/frame|common/data_stream\\.h|common/data_tls\\.h|common/shm_segment\\.h|common/metrics_exposer\\.h")
+  "${grpc_headers}|${edges_of_core}|server/membership/|common/chunk_wire\\.h|common/rpc_status\\.h|common/frame|common/data_stream\\.h|common/data_tls\\.h|common/shm_segment\\.h|common/metrics_exposer\\.h")
 set(forbidden_rpc "server/dataplane/|server/cli/|server/state_server\\.h")
 set(forbidden_dataplane "${grpc_headers}|server/rpc/|server/cli/|server/state_server\\.h|common/chunk_wire\\.h|common/rpc_status\\.h")
-
+set(forbidden_replication
+  "server/dataplane/|server/cli/|server/state_server\\.h|server/membership/|client/")
+set(forbidden_membership "server/|client/|zerostate/")
 set(forbidden_trainer "${grpc_headers}|server/|client/|worker/")
+# What a layer may include although a rule above (or the one on generated
+# gRPC stubs: the gRPC edge's only) would refuse it.
+set(membership_interface "server/membership/membership\\.h$")
+set(allowed_core "${membership_interface}")
+set(allowed_rpc ".*\\.grpc\\.pb\\.h$")
+set(allowed_replication
+  "${membership_interface}|client/data_conn\\.h$|zerostate/v1/replica\\.grpc\\.pb\\.h$")
+set(allowed_membership "server/membership/")
+set(allowed_dataplane "^$")
+set(allowed_trainer "^$")
 
 set(violations "")
-foreach(layer core rpc dataplane trainer)
+foreach(layer core rpc dataplane replication membership trainer)
   set(dir "server/${layer}")
   if(layer STREQUAL "trainer")
     set(dir "trainer")
@@ -38,10 +59,10 @@ foreach(layer core rpc dataplane trainer)
     file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"]")
     foreach(line ${lines})
       string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]*)[>\"].*$" "\\1" header "${line}")
-      if(header MATCHES "^(${forbidden_${layer}})")
-        file(RELATIVE_PATH rel "${ROOT}" "${f}")
-        string(APPEND violations "\n  ${rel}: #include ${header} (${dir}/ may not)")
-      elseif(header MATCHES "\\.grpc\\.pb\\.h$" AND NOT layer STREQUAL "rpc")
+      if(header MATCHES "^(${allowed_${layer}})")
+        continue()
+      endif()
+      if(header MATCHES "^(${forbidden_${layer}})" OR header MATCHES "\\.grpc\\.pb\\.h$")
         file(RELATIVE_PATH rel "${ROOT}" "${f}")
         string(APPEND violations "\n  ${rel}: #include ${header} (${dir}/ may not)")
       endif()

@@ -162,17 +162,36 @@ size_t DataStream::BatchLimit() const {
 }
 
 absl::Status DataStream::WriteTls(const char* p, size_t n) {
+  bool written = false;
   while (true) {
     TlsResult r;
     {
       absl::MutexLock lock(&mu_);
-      r = WriteOnce(p, n);
+      r = written ? Flush() : WriteOnce(p, n);
+      if (!written && r.error == 0) {
+        written = true;
+        r = Flush();
+      }
     }
     if (r.error == 0) return absl::OkStatus();
     const short events = WantedEvents(r.error);
     if (events == 0) return absl::UnavailableError(absl::StrCat("send: ", r.why));
     if (!Wait(events, send_deadline_)) return Timeout("send");
   }
+}
+
+DataStream::TlsResult DataStream::Flush() {
+  TlsResult r;
+  ScopedNoSigpipe no_sigpipe;
+  BIO* out = SSL_get_wbio(ssl_);
+  if (BIO_flush(out) > 0) return r;
+  if (BIO_should_retry(out)) {
+    r.error = SSL_ERROR_WANT_WRITE;
+  } else {
+    r.error = SSL_ERROR_SYSCALL;
+    r.why = Why(r.error);
+  }
+  return r;
 }
 
 DataStream::TlsResult DataStream::WriteOnce(const char* p, size_t n) {
@@ -261,7 +280,7 @@ std::string DataStream::Why(int error) const {
 bool DataStream::Buffered() {
   if (ssl_ == nullptr) return false;
   absl::MutexLock lock(&mu_);
-  return SSL_has_pending(ssl_) == 1;
+  return SSL_has_pending(ssl_) == 1 || BIO_pending(SSL_get_rbio(ssl_)) > 0;
 }
 
 bool DataStream::WaitReadable(absl::Time deadline) {

@@ -8,9 +8,12 @@
 // What the stream adds is the speed OpenSSL's API leaves to its caller:
 // - writes of up to kTlsSendBatchBytes per SSL_write_ex (full 16 KiB
 //   records, one OpenSSL call for many), a frame's small header and meta
-//   sent in one record with the start of its payload;
-// - read-ahead (data_tls.cc): one recv(2) takes more than a record, and
-//   one RecvSome opens as many records as fit, up to kTlsRecvBatchBytes;
+//   sent in one record with the start of its payload; OpenSSL seals the
+//   batch's records into a buffer (data_tls.cc) that Flush sends in one
+//   send(2), not one write(2) per record;
+// - read-ahead (data_tls.cc): one recv(2) takes up to 256 KiB of records
+//   into the same buffer, and one RecvSome opens as many records as fit,
+//   up to kTlsRecvBatchBytes;
 // - a KeyUpdate (SSL_key_update) every `records_per_key` records sent,
 //   below AES-GCM's limit per key (RFC 8446 5.5), which OpenSSL leaves to
 //   its caller.
@@ -134,6 +137,8 @@ class DataStream {
   [[nodiscard]] absl::Status WriteTls(const char* p, size_t n) ABSL_LOCKS_EXCLUDED(mu_);
   // TLS: one SSL_write_ex, after a KeyUpdate when one is due.
   TlsResult WriteOnce(const char* p, size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // TLS: sends what the buffer under OpenSSL holds (data_tls.cc).
+  TlsResult Flush() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // TLS: SSL_read_ex into `p` until `n` bytes, or OpenSSL has none ready.
   TlsResult ReadBatch(char* p, size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   [[nodiscard]] absl::StatusOr<size_t> RecvTls(char* p, size_t n) ABSL_LOCKS_EXCLUDED(mu_);

@@ -25,6 +25,11 @@ namespace {
 // OpenSSL's receive buffer: two full TLS 1.3 records and their headers,
 // tags and inner types.
 constexpr size_t kTlsReadAheadBytes = 2 * (kTlsRecordPlaintext + 256);
+// The buffers under OpenSSL after the handshake (BufferRecords): a send
+// batch's sealed records with room for a frame's first record; many
+// records per recv(2).
+constexpr size_t kTlsSendBufferBytes = kTlsSendBatchBytes + 2 * (kTlsRecordPlaintext + 256);
+constexpr size_t kTlsRecvBufferBytes = 256 << 10;
 
 // TLS 1.3's AES-GCM suites, the ones the kernel offloads; AES-128 first
 // (the fewer rounds, the more GB/s per core; both are TLS 1.3 defaults).
@@ -104,6 +109,25 @@ absl::Status UseIdentity(SSL_CTX* ctx, const std::string& cert_pem, const std::s
   return absl::OkStatus();
 }
 
+// After the handshake, unless the kernel took a direction's records
+// (kTLS): a buffer between OpenSSL and the socket, so that a batch's
+// records leave in one send(2) (DataStream flushes it after each
+// SSL_write_ex) and one recv(2) takes many records.
+void BufferRecords(SSL* ssl) {
+  BIO* socket = SSL_get_rbio(ssl);  // both directions' BIO
+  if (BIO_get_ktls_send(socket) != 0 || BIO_get_ktls_recv(socket) != 0) return;
+  BIO* buffer = BIO_new(BIO_f_buffer());
+  if (buffer == nullptr) return;  // no memory: unbuffered, as before
+  if (BIO_set_read_buffer_size(buffer, kTlsRecvBufferBytes) != 1 ||
+      BIO_set_write_buffer_size(buffer, kTlsSendBufferBytes) != 1) {
+    BIO_free(buffer);
+    return;
+  }
+  BIO_up_ref(socket);  // the buffer's reference; SSL_set_bio lets go of the SSL's two
+  BIO_push(buffer, socket);
+  SSL_set_bio(ssl, buffer, buffer);  // takes the one reference for both
+}
+
 // Runs `step` (SSL_accept / SSL_connect) on non-blocking `fd` until done.
 absl::StatusOr<std::unique_ptr<DataStream>> Handshake(SSL* ssl, int fd, absl::Time deadline,
                                                       int (*step)(SSL*), uint64_t records_per_key) {
@@ -116,7 +140,10 @@ absl::StatusOr<std::unique_ptr<DataStream>> Handshake(SSL* ssl, int fd, absl::Ti
       ScopedNoSigpipe no_sigpipe;
       r = step(ssl);
     }
-    if (r == 1) return std::make_unique<DataStream>(fd, ssl, records_per_key);
+    if (r == 1) {
+      BufferRecords(ssl);
+      return std::make_unique<DataStream>(fd, ssl, records_per_key);
+    }
     int code = SSL_get_error(ssl, r);
     short events = code == SSL_ERROR_WANT_READ    ? POLLIN
                    : code == SSL_ERROR_WANT_WRITE ? POLLOUT

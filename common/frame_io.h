@@ -60,7 +60,12 @@ struct FrameStart {
 // mid-frame, those of RecvExact.
 [[nodiscard]] absl::StatusOr<std::optional<FrameStart>> RecvFrameStart(DataStream& stream);
 
-// Sets TCP_NODELAY (socket buffers stay auto-tuned by the kernel).
+// Sets TCP_NODELAY (socket buffers stay auto-tuned by the kernel), and
+// has the kernel end the connection (ETIMEDOUT on the next send or
+// receive) once the peer's host is silent for kDeadPeerSeconds
+// (common/liveness.h): a peer whose network is cut off fails its calls
+// within seconds, as a crashed one does, instead of at their deadline (a
+// gather waiting for a version sends nothing for as long as a step takes).
 void TuneDataSocket(int fd);
 
 }  // namespace zerostate

@@ -12,12 +12,15 @@ pkgs=(
   clang-14 libclang-rt-14-dev
   python3-torch
   etcd-server
+  iproute2
 )
 # clang-14, libclang-rt-14-dev: the sanitizer build of make test-asan and
 # make fuzz (ASan/UBSan, the lock check -Werror=thread-safety, tests/fuzz),
 # and its sanitizer and libFuzzer runtimes.
 # python3-torch: PyTorch on the CPU for tests/python (the zerostate package).
 # etcd-server: a real etcd for the membership and fencing tests (label etcd).
+# iproute2: ip netns, veth, bridge and tc for the namespaced hosts of
+# tests/testing/netns_cluster.py (partition tests, bench/cluster).
 pkgs+=("$@")
 missing=()
 for p in "${pkgs[@]}"; do

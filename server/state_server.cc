@@ -33,6 +33,13 @@ void SetTransportArguments(grpc::ServerBuilder& builder) {
   // Socket reads of 1-4 MiB: a pushed chunk arrives in a few slices.
   builder.AddChannelArgument(GRPC_ARG_TCP_READ_CHUNK_SIZE, 1 << 20);
   builder.AddChannelArgument(GRPC_ARG_TCP_MAX_READ_CHUNK_SIZE, 4 << 20);
+  // Clients ping every second or more (ClientOptions::keepalive_time) to
+  // find a hung or cut-off server, also with no call open and during a
+  // silent call: allowed, with slack (gRPC's default: a ping every 5
+  // minutes without data, or the connection is closed with "too many pings").
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
 }
 
 // What a client without a valid token can make the server hold or do

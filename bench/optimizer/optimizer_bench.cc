@@ -22,8 +22,14 @@
 //       on blocks laid out as the RAM tier holds them, against the memory
 //       limit for the bytes that format moves: (a)'s bandwidth in the same
 //       run over StepBytesPerParam(format) (figure
-//       adamw_step.moments=<format>), and the bytes per parameter of each
-//       path of a step (fold, pass, gather copy) for that format,
+//       adamw_step.moments=<format>); the same step reading one node's
+//       bf16 gradient where it landed instead of an fp32 sum (the
+//       single-gradient pass, adamw_step_single_gradient.moments=<format>,
+//       2 bytes less); and the bytes per parameter of each path of a step
+//       (fold, pass, gather copy) for that format, with and without it;
+//       and at 1 thread the step on parameters that stay in cache
+//       (adamw_step_in_cache.moments=<format>), its arithmetic's own rate,
+//       against the memory limit,
 // (a) to (d) each with 1..nproc threads (--threads), which take blocks of 262144
 // parameters from a shared counter as the server's pool does. The passes of
 // (a) and (b) take turns; a figure is the best of --reps timed passes after
@@ -242,58 +248,102 @@ const char* FormatName(MomentFormat f) {
 }
 
 // The bytes per parameter of each path of one step of a one-node job that
-// pushes bf16 gradients: the fold of the pushed gradient into the fp32 sum
-// (reads 2, writes 4 with non-temporal stores), the fused pass (reads the
-// sum), the gather reading the bf16 copy; and the same with a pass that
-// reads the pushed bf16 gradient where it landed (no fold; the pass reads
-// 2 bytes of gradient instead of 4), which is not built yet.
+// pushes bf16 gradients, before and after the single-gradient pass:
+//   fold: the pushed bf16 gradient read (2) and its fp32 sum written (4,
+//   non-temporal; the statistics squared by the fold); the pass then reads
+//   the sum (4 of StepBytesPerParam(format));
+//   land: the pushed gradient copied where it lands (read 2, write 2; the
+//   statistics squared as it is copied); the pass reads it as bf16 (2);
+//   gather copy: the gather reads the bf16 copy (2).
 void ReportPaths(const Options& o, MomentFormat format) {
-  const double fold = 2 + 4, pass = StepBytesPerParam(format), gather = 2;
-  const double direct_pass = pass - 2;
+  const double fold = 2 + 4, land = 2 + 2, gather = 2;
+  const double pass = StepBytesPerParam(format), single = StepBytesPerParam(format, true);
   const std::string f = FormatName(format);
   if (o.json) {
     for (auto [path, bytes] : {std::pair{"fold", fold}, std::pair{"pass", pass},
                                std::pair{"gather_copy", gather},
                                std::pair{"total", fold + pass + gather},
-                               std::pair{"total_single_gradient_pass", direct_pass + gather}}) {
+                               std::pair{"single_gradient.land", land},
+                               std::pair{"single_gradient.pass", single},
+                               std::pair{"single_gradient.total", land + single + gather}}) {
       std::printf("{\"figure\":\"bytes_per_param.%s.moments=%s\",\"value\":%.4f,"
                   "\"unit\":\"B/param\"}\n", path, f.c_str(), bytes);
     }
     return;
   }
-  std::printf("bytes/param moments=%s: fold %.0f + pass %.3f + gather copy %.0f = %.3f "
-              "(single-gradient pass: %.3f + %.0f = %.3f)\n",
-              f.c_str(), fold, pass, gather, fold + pass + gather, direct_pass, gather,
-              direct_pass + gather);
+  std::printf("bytes/param moments=%s: fold %.0f + pass %.3f + gather copy %.0f = %.3f; "
+              "single-gradient pass: land %.0f + pass %.3f + gather copy %.0f = %.3f\n",
+              f.c_str(), fold, pass, gather, fold + pass + gather, land, single, gather,
+              land + single + gather);
 }
 
 // (e) for one format: the best of o.reps passes of the limit (on the fp32
-// state) and of the step (on `state`), taking turns.
-void MeasureFormat(const Options& o, int threads, const StepState& fp32,
-                   const CompactStepState& state, MomentFormat format) {
+// state), of the step (on `state`, reading the fp32 gradient sum) and of the
+// single-gradient pass (reading the bf16 gradient where it landed), taking
+// turns. Each against the limit for the bytes it moves.
+// Returns the limit of the step (reading the fp32 sum) in params/s.
+double MeasureFormat(const Options& o, int threads, const StepState& fp32,
+                     const CompactStepState& state, MomentFormat format) {
   const Isa isa = SupportedIsas().back();
   StepParams adamw = AdamWParams();
-  double limit_s = 1e30, step_s = 1e30;
+  double limit_s = 1e30, step_s[2] = {1e30, 1e30};
   for (int r = 0; r <= o.reps; ++r) {
     const double l = PassSeconds(threads, fp32, [&](const BlockRefs& b) { TrafficPass(isa, b); });
-    const double s = RunBlocks(threads, state.num_blocks(),
-                               [&](size_t b) { StepBlock(isa, adamw, state.Block(b)); });
-    ++adamw.t;
     if (r > 0) limit_s = std::min(limit_s, l);
-    if (r > 0) step_s = std::min(step_s, s);
+    for (int bf16 = 0; bf16 < 2; ++bf16) {
+      const double s = RunBlocks(threads, state.num_blocks(), [&](size_t b) {
+        StepBlock(isa, adamw, state.Block(b, bf16 == 1));
+      });
+      ++adamw.t;
+      if (r > 0) step_s[bf16] = std::min(step_s[bf16], s);
+    }
   }
-  const double n = static_cast<double>(state.params()), bytes = StepBytesPerParam(format);
-  const double bandwidth = n * kStepBytesPerParam / limit_s, limit_pps = bandwidth / bytes;
-  const std::string figure = std::string("adamw_step.moments=") + FormatName(format) + "." +
-                             std::string(IsaName(isa)) + ".threads=" + std::to_string(threads);
-  if (o.json) {
-    std::printf("{\"figure\":\"%s\",\"value\":%.6g,\"unit\":\"params/s\",\"limit\":%.6g,"
-                "\"ratio\":%.4f,\"bytes_per_param\":%.4f,\"limit_bytes_per_s\":%.6g}\n",
-                figure.c_str(), n / step_s, limit_pps, n / step_s / limit_pps, bytes, bandwidth);
-  } else {
-    std::printf("%-40s %8.3f Gparam/s %6.2f B/param %8.2f GB/s  ratio %.3f\n", figure.c_str(),
-                n / step_s / 1e9, bytes, n / step_s * bytes / 1e9, n / step_s / limit_pps);
+  const double n = static_cast<double>(state.params());
+  const double bandwidth = n * kStepBytesPerParam / limit_s;
+  for (int bf16 = 0; bf16 < 2; ++bf16) {
+    const double bytes = StepBytesPerParam(format, bf16 == 1), limit_pps = bandwidth / bytes;
+    const double pps = n / step_s[bf16];
+    const std::string figure = std::string(bf16 == 1 ? "adamw_step_single_gradient" : "adamw_step") +
+                               ".moments=" + FormatName(format) + "." + std::string(IsaName(isa)) +
+                               ".threads=" + std::to_string(threads);
+    if (o.json) {
+      std::printf("{\"figure\":\"%s\",\"value\":%.6g,\"unit\":\"params/s\",\"limit\":%.6g,"
+                  "\"ratio\":%.4f,\"bytes_per_param\":%.4f,\"limit_bytes_per_s\":%.6g}\n",
+                  figure.c_str(), pps, limit_pps, pps / limit_pps, bytes, bandwidth);
+    } else {
+      std::printf("%-52s %8.3f Gparam/s %6.2f B/param %8.2f GB/s  ratio %.3f\n", figure.c_str(),
+                  pps / 1e9, bytes, pps * bytes / 1e9, pps / limit_pps);
+    }
   }
+  return bandwidth / StepBytesPerParam(format);
+}
+
+// (e) for one format: the step at 1 thread on kInCacheParams parameters
+// that stay in the core's cache (stepped kInCacheReps times), the rate of
+// its arithmetic alone, against the memory limit of that format at 1
+// thread (`limit_pps`): below 1, the format cannot reach its memory limit
+// at 1 thread on this core, whatever the memory.
+constexpr size_t kInCacheParams = 32768;
+constexpr int kInCacheReps = 400;
+
+void MeasureInCache(const Options& o, MomentFormat format, double limit_pps) {
+  const Isa isa = SupportedIsas().back();
+  CompactStepState state(kInCacheParams, format);
+  state.Fill(1);
+  StepParams adamw = AdamWParams();
+  double best = 1e30;
+  for (int r = 0; r <= o.reps; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int k = 0; k < kInCacheReps; ++k, ++adamw.t) StepBlock(isa, adamw, state.Block(0));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (r > 0) best = std::min(best, s);
+  }
+  const double pps = static_cast<double>(kInCacheParams) * kInCacheReps / best;
+  const std::string figure = std::string("adamw_step_in_cache.moments=") + FormatName(format) + "." +
+                             std::string(IsaName(isa)) + ".threads=1";
+  if (o.json) return PrintJson(figure, pps, "params/s", limit_pps);
+  std::printf("%-52s %8.3f Gparam/s  ratio %.3f (to the memory limit at 1 thread)\n",
+              figure.c_str(), pps / 1e9, pps / limit_pps);
 }
 
 // (e) for every format, at 1 thread and at o.max_threads.
@@ -307,10 +357,9 @@ bool MeasureFormats(const Options& o, const StepState& fp32) {
     }
     state.Fill(o.max_threads);
     ReportPaths(o, format);
-    for (int threads : {1, o.max_threads}) {
-      MeasureFormat(o, threads, fp32, state, format);
-      if (o.max_threads == 1) break;
-    }
+    const double limit_1 = MeasureFormat(o, 1, fp32, state, format);
+    MeasureInCache(o, format, limit_1);
+    if (o.max_threads > 1) MeasureFormat(o, o.max_threads, fp32, state, format);
   }
   return true;
 }

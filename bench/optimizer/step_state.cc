@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/convert.h"
+
 namespace zerostate::server {
 namespace {
 
@@ -74,10 +76,10 @@ void StepState::Fill(int threads) {
   });
 }
 
-double StepBytesPerParam(MomentFormat format) {
+double StepBytesPerParam(MomentFormat format, bool grad_bf16) {
   const StateLayout l{kBenchBlockElems, 2, format};
   const double moments = 4.0 * (l.total_floats() - l.m_offset()) / kBenchBlockElems;
-  return (4 + 4 + moments) + (4 + moments + 2);
+  return (4 + (grad_bf16 ? 2 : 4) + moments) + (4 + moments + 2);
 }
 
 CompactStepState::CompactStepState(size_t n, MomentFormat format)
@@ -85,18 +87,24 @@ CompactStepState::CompactStepState(size_t n, MomentFormat format)
       layout_{static_cast<uint32_t>(kBenchBlockElems), 2, format},
       state_(AllocAligned<float>(num_blocks() * layout_.total_floats())),
       g_(AllocAligned<float>(n)),
+      gh_(AllocAligned<uint16_t>(n)),
       lowp_(AllocAligned<uint16_t>(n)) {}
 
 CompactStepState::~CompactStepState() {
-  for (void* ptr : {static_cast<void*>(state_), static_cast<void*>(g_), static_cast<void*>(lowp_)}) {
+  for (void* ptr : {static_cast<void*>(state_), static_cast<void*>(g_), static_cast<void*>(gh_),
+                    static_cast<void*>(lowp_)}) {
     std::free(ptr);
   }
 }
 
-BlockRefs CompactStepState::Block(size_t b) const {
+BlockRefs CompactStepState::Block(size_t b, bool grad_bf16) const {
   const size_t begin = b * kBenchBlockElems;
   BlockRefs r = StateRefs(layout_, state_ + b * layout_.total_floats());
-  r.grad = g_ + begin;
+  if (grad_bf16) {
+    r.grad_bf16 = gh_ + begin;
+  } else {
+    r.grad = g_ + begin;
+  }
   r.lowp = lowp_ + begin;
   r.lowp_dtype = v1::DTYPE_BF16;
   r.n = std::min(kBenchBlockElems, n_ - begin);
@@ -110,7 +118,9 @@ void CompactStepState::Fill(int threads) {
     for (size_t i = 0; i < r.n; ++i) {
       const float x = static_cast<float>(((b * kBenchBlockElems + i) * 2654435761u) % 1000) * 1e-3f;
       r.param[i] = 0.5f + x;
-      const_cast<float*>(r.grad)[i] = x - 0.5f;
+      const uint16_t g = FloatToBf16(x - 0.5f);
+      const_cast<float*>(r.grad)[i] = Bf16ToFloat(g);
+      gh_[b * kBenchBlockElems + i] = g;
       static_cast<uint16_t*>(r.lowp)[i] = 0;
     }
   });

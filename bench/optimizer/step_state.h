@@ -52,8 +52,9 @@ class StepState {
 // Bytes an AdamW step with bf16 weights moves per parameter when its
 // moments are stored in `format` (reads p, g and the moments with int8's
 // scales; writes p, the moments and the bf16 copy): 30 for fp32, 22 for
-// bf16, 18 + 16/2048 for int8.
-double StepBytesPerParam(MomentFormat format);
+// bf16, 18 + 16/2048 for int8; 2 fewer when it reads the gradient as bf16
+// where it landed (`grad_bf16`, the single-gradient pass).
+double StepBytesPerParam(MomentFormat format, bool grad_bf16 = false);
 
 // N parameters laid out as a server's RAM tier holds them with compact
 // moments: each block's state (StateLayout of kBenchBlockElems elements)
@@ -65,10 +66,12 @@ class CompactStepState {
   CompactStepState(const CompactStepState&) = delete;
   CompactStepState& operator=(const CompactStepState&) = delete;
 
-  bool ok() const { return state_ && g_ && lowp_; }
+  bool ok() const { return state_ && g_ && gh_ && lowp_; }
   size_t params() const { return n_; }
   size_t num_blocks() const { return (n_ + kBenchBlockElems - 1) / kBenchBlockElems; }
-  BlockRefs Block(size_t b) const;
+  // `grad_bf16`: the gradient as bf16 (BlockRefs::grad_bf16), the same
+  // values as the fp32 one.
+  BlockRefs Block(size_t b, bool grad_bf16 = false) const;
   // As StepState::Fill, the moments zero.
   void Fill(int threads);
 
@@ -77,6 +80,7 @@ class CompactStepState {
   StateLayout layout_;
   float* state_;
   float* g_;
+  uint16_t* gh_;
   uint16_t* lowp_;
 };
 

@@ -80,6 +80,9 @@ def run_gpt(build, server, steps, warmup, job, log, extra=()):
         curve = json.load(f)
     os.unlink(log)
     curve.update(command=shown(argv[1:]), seconds=time.time() - t0)
+    lines = out.stdout.strip().splitlines()
+    if lines:  # train.py's summary: the training loop's own tokens/s
+        curve["summary"] = json.loads(lines[-1])
     return curve
 
 

@@ -6,12 +6,22 @@ and prints each format's mean loss over the last 20 steps and its ratio to
 fp32's:
 
   /usr/bin/python3 bench/step/moment_curves.py [--build build] [--out docs/img]
-      [--logs bench/results] [--steps 2000]
+      [--logs bench/results] [--steps 2000] [--parallel]
+
+--budget_s S: first 40 steps of each format (as a probe of the time a
+step takes here, startup apart), then as many steps as fit in what is
+left of S seconds, at most --steps (the figure says how many ran).
+
+--parallel: the three formats at once, each with a server of its own
+(--threads=4) and 4 OpenMP threads, for a host with 16 cores or more. The
+schedule (WarmupDecayLR) decays over max(--steps, 1000) steps, so a longer
+run does not train on at a learning rate of 0.
 
 Needs build/server/zerostate-server, torch and build/client/
 libzerostate_client.so (as the Python tests do)."""
 
 import argparse
+import concurrent.futures
 import json
 import os
 import sys
@@ -27,11 +37,14 @@ FORMATS = [("MOMENTS_FP32", "fp32 moments", "#1f5fbf"),
            ("MOMENTS_INT8", "int8 moments", "#d9480f")]
 
 
-def config_with(format_name, directory):
-    """examples/gpt's ds_config.json with the moment format set."""
+def config_with(format_name, directory, steps):
+    """examples/gpt's ds_config.json with the moment format set and the
+    schedule over max(steps, its own) steps."""
     with open(os.path.join(ROOT, "examples", "gpt", "ds_config.json")) as f:
         config = json.load(f)
     config["zerostate"] = {"train": {"moment_format": format_name}}
+    params = config["scheduler"]["params"]
+    params["total_num_steps"] = max(steps, params["total_num_steps"])
     path = os.path.join(directory, f"ds_config_{format_name}.json")
     with open(path, "w") as f:
         json.dump(config, f)
@@ -44,22 +57,50 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "img"))
     ap.add_argument("--logs", default=os.path.join(ROOT, "bench", "results"))
     ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--parallel", action="store_true")
+    ap.add_argument("--budget_s", type=float, default=0)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.logs, exist_ok=True)
     os.environ.setdefault("ZEROSTATE_SERVER",
                           os.path.join(args.build, "server", "zerostate-server"))
-    server = zs_servers.start(1, args=["--threads=2", f"--ram_budget_bytes={1 << 30}"])[0]
+    threads = 4 if args.parallel else 2
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    servers = zs_servers.start(len(FORMATS) if args.parallel else 1,
+                               args=[f"--threads={threads}", f"--ram_budget_bytes={1 << 30}"])
     curves = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            for name, _, _ in FORMATS:
-                curves[name] = run_gpt(args.build, server, args.steps, -1,
-                                       f"moments-{name.lower()}", os.path.join(tmp, "log.json"),
-                                       [f"--config={config_with(name, tmp)}"])
-                curves[name]["command"] = curves[name]["command"].replace(tmp + os.sep, "")
+            def run(k, steps, job):
+                name = FORMATS[k][0]
+                server = servers[k % len(servers)]
+                curve = run_gpt(args.build, server, steps, -1, f"{job}-{name.lower()}",
+                                os.path.join(tmp, f"log-{name}.json"),
+                                [f"--config={config_with(name, tmp, steps)}"])
+                curve["command"] = curve["command"].replace(tmp + os.sep, "")
+                return name, curve
+
+            def run_all(steps, job):
+                workers = len(FORMATS) if args.parallel else 1
+                with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+                    return dict(pool.map(lambda k: run(k, steps, job), range(len(FORMATS))))
+
+            if args.budget_s > 0:
+                probe = run_all(40, "probe")
+                # The slowest format's seconds a step (its loop's own time,
+                # from train.py's tokens/s) and around it (startup).
+                loop = max(40 * 8 * 64 / c["summary"]["tokens_per_s"] for c in probe.values())
+                probe_wall = max(c["seconds"] for c in probe.values())
+                around = probe_wall - loop
+                fit = int((args.budget_s - probe_wall - around) / (loop / 40)) // 100 * 100
+                args.steps = max(100, min(args.steps, fit))
+                print(json.dumps({"probe_seconds_per_step": round(loop / 40, 4),
+                                  "startup_seconds": round(around, 1), "steps": args.steps}),
+                      flush=True)
+            curves = run_all(args.steps, "moments")
     finally:
-        server.stop()
+        for server in servers:
+            server.stop()
     with open(os.path.join(args.logs, "moments_gpt.json"), "w") as f:
         json.dump(curves, f, indent=1)
     svg_plot(os.path.join(args.out, "moments_gpt.svg"),

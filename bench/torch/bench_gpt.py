@@ -1,23 +1,34 @@
-"""One GPT, three ways, in one run: DDP with fused AdamW on the GPU, FSDP2
-with CPUOffloadPolicy(pin_memory=True) and AdamW(fused=True) on the CPU, and
-zerostate (state servers on this host, started here from --server_bin).
-Prints tokens/s of each and every ratio; for zerostate also the time split
-(forward, backward, push, server step, gather) and the host's memory-
-traffic floor for our path with our ratio to it.
+"""Transformers, every system, in one process, interleaved over rounds:
+DDP with fused AdamW on the GPU, FSDP2 with CPUOffloadPolicy(pin_memory=True)
+and AdamW(fused=True) on the CPU, and zerostate.torch (state servers on this
+host, started here from --server_bin) in each of its modes: synchronous,
+speculative and delayed (all with layer-by-layer landing). For each model
+and gradient accumulation it prints tokens/s of each system (the mean over
+the rounds, and each round's) and every ratio; for each zerostate mode,
+per step, the exposed wait (push, step, gather: host time the training loop
+waited), the compute (forward and backward of the same bf16 model alone,
+measured in the same run), the host's floor for our path (bytes of host
+memory traffic per parameter x parameters / the host bandwidth measured in
+the same run) and the step's ratio to max(compute, floor).
 
-GPU machine: bench/torch/device_gpt.sh $OUT (the issue's 759M model, bf16).
+GPU machine: bash bench/torch/device_gpt.sh $OUT (GPT-2 759M, micro-batch 8, and
+the Llama 1.1B shape, micro-batch 4; bf16; gradient accumulation 1 and 4).
 Here (CPU, tiny):
-  python3 bench/torch/bench_gpt.py --device=cpu --tiny --json
+  python3 bench/torch/bench_gpt.py --device=cpu --model=tiny --json
 (FSDP2 needs CUDA and is skipped on the CPU; the CPU peer is torch AdamW,
 under DDP over gloo with more than one rank.) Under torchrun every system
 runs on every rank (DDP and FSDP2 over the ranks; zerostate as one node
-whose ranks reduce-scatter before the push; rank 0 starts the servers);
-tokens/s count every rank's tokens."""
+whose ranks reduce-scatter before the push and all-gather the weights after
+gathering a share each; rank 0 starts the servers); tokens/s count every
+rank's tokens."""
 
 import argparse
 import contextlib
+import copy
+import gc
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,27 +43,64 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 
 from model import GPT, param_groups, synthetic_batch  # noqa: E402
 
-# Host memory traffic per parameter of one synchronous zerostate step at a
-# 2-byte wire with fp32 state (bytes read + written on the state host):
-# gradient device->pinned copy 2, socket send+receive 2+2, fold into the
-# fp32 accumulator 2+4+4, AdamW on master/m/v/grad 16 read + 12 written,
-# bf16 copy 2, gather socket 2+2, pinned buffer 2+2 (write, device copy).
+# Host memory traffic per parameter of one zerostate step at a 2-byte wire
+# with fp32 state (bytes read + written on the state host): gradient
+# device->pinned copy 2, socket send+receive 2+2, fold into the fp32
+# accumulator 2+4+4, AdamW on master/m/v/grad 16 read + 12 written, bf16
+# copy 2, gather socket 2+2, pinned buffer 2+2 (write, device copy).
 FLOOR_BYTES_PER_PARAM = 2 + 4 + 10 + 28 + 2 + 4 + 4
 
+MODELS = {
+    # GPT2LMHeadModel from config: 24 x 1536, 12 heads, tied head.
+    "gpt2-759m": dict(kind="gpt2", layers=24, d=1536, heads=12, vocab=50304, micro_batch=8,
+                      seq=1024),
+    # LlamaForCausalLM from config: 22 x 2048, GQA 32/4, ffn 5632, untied.
+    "llama-1.1b": dict(kind="llama", layers=22, d=2048, heads=32, kv_heads=4, ffn=5632,
+                       vocab=32000, micro_batch=4, seq=1024),
+    # examples/gpt's GPT (no transformers): the CPU check.
+    "tiny": dict(kind="plain", layers=2, d=64, heads=4, vocab=256, micro_batch=4, seq=64),
+}
 
-def build(args, device):
-    if args.hf:
-        from transformers import GPT2Config, GPT2LMHeadModel
-        cfg = GPT2Config(vocab_size=args.vocab, n_positions=args.seq, n_embd=args.d,
-                         n_layer=args.layers, n_head=args.heads)
-        model = GPT2LMHeadModel(cfg)
-    else:
-        model = GPT(args.vocab, args.seq, args.d, args.layers, args.heads)
-    return model.to(device)
+ZS_MODES = ("sync", "speculative", "delayed")
+# Each mode's job is registered once and attached to by its later runs.
+BENCH_TOKEN = "bench-gpt-job-token".ljust(40, "x")
 
 
-def loss_of(model, x, y, hf):
-    return model(input_ids=x, labels=x).loss if hf else model(x, y)
+def build(spec, device):
+    # Made on the GPU at once (torch 2's device context); torch 1.13 has none.
+    with device if device.type == "cuda" else contextlib.nullcontext():
+        if spec["kind"] == "gpt2":
+            from transformers import GPT2Config, GPT2LMHeadModel
+            return GPT2LMHeadModel(GPT2Config(vocab_size=spec["vocab"], n_positions=spec["seq"],
+                                              n_embd=spec["d"], n_layer=spec["layers"],
+                                              n_head=spec["heads"]))
+        if spec["kind"] == "llama":
+            from transformers import LlamaConfig, LlamaForCausalLM
+            return LlamaForCausalLM(LlamaConfig(
+                vocab_size=spec["vocab"], hidden_size=spec["d"], intermediate_size=spec["ffn"],
+                num_hidden_layers=spec["layers"], num_attention_heads=spec["heads"],
+                num_key_value_heads=spec["kv_heads"], max_position_embeddings=spec["seq"],
+                tie_word_embeddings=False))
+        return GPT(spec["vocab"], spec["seq"], spec["d"], spec["layers"], spec["heads"])
+
+
+def blocks_of(model, spec):
+    return {"gpt2": lambda: model.transformer.h, "llama": lambda: model.model.layers,
+            "plain": lambda: model.blocks}[spec["kind"]]()
+
+
+def loss_of(model, x, y, spec):
+    if spec["kind"] == "plain":
+        return model(x, y)
+    return model(input_ids=x, labels=x).loss
+
+
+START = time.perf_counter()
+
+
+def say(text):
+    """A line on stderr, with the seconds since the start."""
+    print(f"[{time.perf_counter() - START:7.1f}s] {text}", file=sys.stderr, flush=True)
 
 
 def sync(device):
@@ -61,7 +109,6 @@ def sync(device):
 
 
 def free_cuda(device):
-    import gc
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -72,72 +119,160 @@ def barrier():
         torch.distributed.barrier()
 
 
-def run_loop(args, device, model, step_fn, name):
-    """Tokens/s (every rank's) over args.steps steps after args.warmup."""
-    for s in range(args.warmup + args.steps):
-        if s == args.warmup:
-            sync(device)
-            barrier()
-            t0 = time.perf_counter()
-        x, y = synthetic_batch(s, args.batch, args.seq, args.vocab, device, args.rank)
-        step_fn(x, y)
-    sync(device)
-    barrier()
-    seconds = time.perf_counter() - t0
-    tps = args.steps * args.batch * args.seq * args.world / seconds
-    print(f"{name}: {tps:,.0f} tokens/s", file=sys.stderr, flush=True)
-    return tps
+class Run:
+    """One model at one gradient accumulation."""
 
+    def __init__(self, args, spec, accum, device, template):
+        self.args, self.spec, self.accum, self.device = args, spec, accum, device
+        self.template = template  # every system starts from a copy of it
+        self.steps = args.steps if accum == 1 else max(2, args.steps // 2)
+        self.warmup = args.warmup if accum == 1 else max(1, args.warmup // 2)
 
-def bench_plain(args, device):
-    """The peer on the CPU, or DDP (world 1) with fused AdamW on the GPU."""
-    torch.manual_seed(0)
-    model = build(args, device)
-    if device.type == "cuda":  # fp32 master weights, bf16 compute (autocast)
-        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
+    def model(self):
+        return copy.deepcopy(self.template)
+
+    def batches(self, step):
+        s = self.spec
+        for m in range(self.accum):
+            yield synthetic_batch(step * self.accum + m, s["micro_batch"], s["seq"], s["vocab"],
+                                  self.device, self.args.rank)
+
+    def tokens(self, steps):
+        return steps * self.accum * self.spec["micro_batch"] * self.spec["seq"] * self.args.world
+
+    def loop(self, step_fn, name):
+        """Tokens/s (every rank's) over self.steps steps after args.warmup."""
+        say(f"{name} accum {self.accum}: set up")
+        for s in range(self.warmup + self.steps):
+            if s == self.warmup:
+                sync(self.device)
+                barrier()
+                t0 = time.perf_counter()
+            step_fn(s)
+        sync(self.device)
+        barrier()
+        seconds = time.perf_counter() - t0
+        tps = self.tokens(self.steps) / seconds
+        say(f"{name} accum {self.accum}: {tps:,.0f} tokens/s")
+        return tps, seconds / self.steps
+
+    def plain(self):
+        """The peer on the CPU, or DDP with fused AdamW on the GPU."""
+        model = self.model()
+        gpu = self.device.type == "cuda"
+        if gpu:  # fp32 master weights, bf16 compute (autocast)
+            model = torch.nn.parallel.DistributedDataParallel(model,
+                                                              device_ids=[self.device.index])
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        else:
+            if self.args.world > 1:
+                model = torch.nn.parallel.DistributedDataParallel(model)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        cast = torch.autocast("cuda", dtype=torch.bfloat16) if gpu else contextlib.nullcontext()
+
+        def step(s):
+            for m, (x, y) in enumerate(self.batches(s)):
+                last = m == self.accum - 1
+                ctx = model.no_sync() if not last and hasattr(model, "no_sync") \
+                    else contextlib.nullcontext()
+                with ctx:
+                    with cast:
+                        loss = loss_of(model, x, y, self.spec) / self.accum
+                    loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        tps, _ = self.loop(step, "ddp" if gpu else "torch_adamw")
+        del model, opt
+        free_cuda(self.device)
+        return tps
+
+    def fsdp2(self):
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+        model = self.model()
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        policy = CPUOffloadPolicy(pin_memory=True)
+        for block in blocks_of(model, self.spec):
+            fully_shard(block, offload_policy=policy, mp_policy=mp)
+        fully_shard(model, offload_policy=policy, mp_policy=mp)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    else:
-        if args.world > 1:
-            model = torch.nn.parallel.DistributedDataParallel(model)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    cast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=bool(args.bf16)) \
-        if device.type == "cuda" else contextlib.nullcontext()
 
-    def step(x, y):
-        with cast:
-            loss = loss_of(model, x, y, args.hf)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        def step(s):
+            for m, (x, y) in enumerate(self.batches(s)):
+                # FSDP2's accumulation: the gradients are reduced (and
+                # offloaded) once, at the last micro-batch.
+                model.set_requires_gradient_sync(m == self.accum - 1)
+                (loss_of(model, x, y, self.spec) / self.accum).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
 
-    tps = run_loop(args, device, model, step, "ddp" if device.type == "cuda" else "torch_adamw")
-    del model, opt
-    free_cuda(device)
-    return tps
+        tps, _ = self.loop(step, "fsdp2_offload")
+        del model, opt
+        free_cuda(self.device)
+        return tps
 
+    def zerostate(self, mode, addresses, job):
+        """tokens/s and the figures of one zerostate mode. The job is kept
+        on the servers for the mode's next run (another round or
+        accumulation), which attaches to it and starts from its weights."""
+        import zerostate.torch as zs
+        model = self.model()
+        config = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.1}},
+                  "bf16": {"enabled": self.device.type == "cuda"},
+                  "gradient_accumulation_steps": self.accum}
+        if mode == "speculative":
+            config["zerostate"] = {"train": {"speculative_step": True}}
+        if mode == "delayed":
+            config["zero_optimization"] = {"delayed_update": {"enabled": True,
+                                                              "warmup_steps": 1}}
+        engine, _, _, _ = zs.initialize(model=model, config=config, servers=addresses, job=job,
+                                        model_parameters=param_groups(model, 0.1),
+                                        plaintext=True, lazy_weights=True,
+                                        bucket_elems=self.args.bucket_elems, token=BENCH_TOKEN)
 
-def bench_fsdp2(args, device):
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-    torch.manual_seed(0)
-    model = build(args, device)
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
-        if args.bf16 else MixedPrecisionPolicy()
-    policy = CPUOffloadPolicy(pin_memory=True)
-    blocks = model.transformer.h if args.hf else model.blocks
-    for block in blocks:
-        fully_shard(block, offload_policy=policy, mp_policy=mp)
-    fully_shard(model, offload_policy=policy, mp_policy=mp)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+        def step(s):
+            for x, y in self.batches(s):
+                engine.backward(loss_of(engine, x, y, self.spec))
+                engine.step()
 
-    def step(x, y):
-        loss_of(model, x, y, args.hf).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        before = {}
 
-    tps = run_loop(args, device, model, step, "fsdp2_offload")
-    del model, opt
-    free_cuda(device)
-    return tps
+        def timed(s):
+            if s == self.warmup:
+                before.update(engine.timers)
+            step(s)
+
+        tps, step_s = self.loop(timed, f"zerostate_{mode}")
+        per_step = {k: (engine.timers[k] - before[k]) / self.steps for k in before}
+        engine.sync_weights()
+        engine.close()
+        compute_s = self.compute(engine.module)
+        params = sum(p.numel() for _, p in engine._params)
+        del engine, model
+        free_cuda(self.device)
+        exposed = {"push": per_step["push_wait"], "step": per_step["server_step"],
+                   "gather": per_step["gather_wait"]}
+        return tps, {"step_s": step_s, "exposed_s": exposed,
+                     "exposed_fraction": sum(exposed.values()) / step_s,
+                     "compute_s": compute_s, "params": params}
+
+    def compute(self, module):
+        """Seconds per step of forward and backward alone on `module` (the
+        engine's, in the training dtype, its hooks removed)."""
+        def step(s):
+            for x, y in self.batches(s):
+                loss_of(module, x, y, self.spec).backward()
+            for p in module.parameters():
+                p.grad = None
+
+        step(0)
+        sync(self.device)
+        t0 = time.perf_counter()
+        n = 2
+        for s in range(n):
+            step(1 + s)
+        sync(self.device)
+        return (time.perf_counter() - t0) / n
 
 
 def start_servers(args, tmp):
@@ -171,88 +306,102 @@ def memory_bandwidth():
     return best
 
 
-def bench_zerostate(args, device, addresses):
-    import zerostate.torch as zs
-    torch.manual_seed(0)
-    model = build(args, device)
-    config = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.1}},
-              "bf16": {"enabled": bool(args.bf16)}}
-    engine, _, _, _ = zs.initialize(model=model, config=config, servers=addresses,
-                                    job="bench-gpt", model_parameters=param_groups(model, 0.1),
-                                    plaintext=True, lazy_weights=True,
-                                    bucket_elems=args.bucket_elems)
-    split = {"forward": 0.0, "backward": 0.0}
+def bench(args, spec, accum, device, addresses, bandwidth, template):
+    """Every system, interleaved over args.rounds rounds."""
+    run = Run(args, spec, accum, device, template)
+    systems = args.systems.split(",")
+    gpu = device.type == "cuda"
+    rounds, zs_rounds, errors = {}, {m: [] for m in ZS_MODES}, {}
 
-    def step(x, y):
-        t0 = time.perf_counter()
-        loss = loss_of(engine, x, y, args.hf)
-        sync(device)
-        t1 = time.perf_counter()
-        engine.backward(loss)
-        sync(device)
-        t2 = time.perf_counter()
-        engine.step()
-        split["forward"] += t1 - t0
-        split["backward"] += t2 - t1
+    def attempt(name, fn):
+        if name in errors:
+            return None
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - reported in the JSON, by name
+            errors[name] = f"{type(e).__name__}: {e}"
+            say(f"{name} failed: {errors[name]}")
+            free_cuda(device)
+            return None
 
-    for s in range(args.warmup):
-        x, y = synthetic_batch(s, args.batch, args.seq, args.vocab, device, args.rank)
-        step(x, y)
-    sync(device)
-    barrier()
-    before = dict(engine.timers, **split)
-    t0 = time.perf_counter()
-    for s in range(args.steps):
-        x, y = synthetic_batch(args.warmup + s, args.batch, args.seq, args.vocab, device,
-                               args.rank)
-        step(x, y)
-    engine.sync_weights()
-    sync(device)
-    barrier()
-    seconds = time.perf_counter() - t0
-    after = dict(engine.timers, **split)
-    engine.close()
-    per_step = {k: (after[k] - before[k]) / args.steps for k in after}
-    params = sum(p.numel() for _, p in engine._params)
-    tps = args.steps * args.batch * args.seq * args.world / seconds
-    print(f"zerostate: {tps:,.0f} tokens/s", file=sys.stderr, flush=True)
-    return tps, seconds / args.steps, per_step, params
+    for r in range(args.rounds):
+        plan = []
+        if "ddp" in systems:
+            plan.append(("ddp" if gpu else "torch_adamw", run.plain))
+        if "fsdp2" in systems and gpu:
+            plan.append(("fsdp2_offload_fused", run.fsdp2))
+        for mode in ZS_MODES:
+            if mode in systems:
+                plan.append((f"zerostate_{mode}",
+                             lambda m=mode: run.zerostate(m, addresses, f"bench-{m}")))
+        for name, fn in plan:
+            out = attempt(name, fn)
+            if out is None:
+                continue
+            if isinstance(out, tuple):
+                out, figures = out
+                zs_rounds[name[len("zerostate_"):]].append(figures)
+            rounds.setdefault(name, []).append(out)
+        if r + 1 < args.rounds:  # kept in the log should the run be cut short
+            say(f"accum {accum} after round {r + 1}: " +
+                json.dumps(summary(args, spec, run, rounds, zs_rounds, errors, bandwidth)))
+    return summary(args, spec, run, rounds, zs_rounds, errors, bandwidth)
+
+
+def summary(args, spec, run, rounds, zs_rounds, errors, bandwidth):
+    """The figures of one model and accumulation over the rounds so far."""
+    tps = {k: statistics.mean(v) for k, v in rounds.items()}
+    names = sorted(tps)
+    result = {"model": args.model, "accum": run.accum, "micro_batch": spec["micro_batch"],
+              "seq": spec["seq"], "steps": run.steps, "tokens_per_s": tps,
+              "tokens_per_s_rounds": rounds,
+              "ratios": {f"{a}/{b}": tps[a] / tps[b] for a in names for b in names if a != b},
+              "zerostate": {}, "errors": errors}
+    for mode, figs in zs_rounds.items():
+        if not figs:
+            continue
+        mean = {k: statistics.mean(f[k] for f in figs)
+                for k in ("step_s", "exposed_fraction", "compute_s")}
+        exposed = {k: statistics.mean(f["exposed_s"][k] for f in figs)
+                   for k in ("push", "step", "gather")}
+        params = figs[0]["params"]
+        floor = params * FLOOR_BYTES_PER_PARAM / bandwidth
+        result["zerostate"][mode] = dict(
+            mean, exposed_s=exposed, params=params, floor_s=floor,
+            step_over_max_compute_floor=mean["step_s"] / max(mean["compute_s"], floor))
+    return result
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda")
-    ap.add_argument("--tiny", action="store_true", help="a small GPT (CPU check)")
-    ap.add_argument("--hf", action="store_true", help="transformers' GPT2LMHeadModel")
-    ap.add_argument("--layers", type=int, default=24)
-    ap.add_argument("--d", type=int, default=1536)
-    ap.add_argument("--heads", type=int, default=12)
-    ap.add_argument("--vocab", type=int, default=50304)
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--bf16", type=int, default=1)
+    ap.add_argument("--model", default="gpt2-759m", choices=sorted(MODELS))
+    ap.add_argument("--tiny", action="store_true", help="--model=tiny")
+    ap.add_argument("--accum", default="1,4", help="gradient accumulation steps, comma-separated")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=6,
+                    help="timed steps at accumulation 1 (half that, at least 2, above)")
+    ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--servers", type=int, default=2)
-    ap.add_argument("--server_threads", type=int, default=4)
+    ap.add_argument("--server_threads", type=int, default=6)
     ap.add_argument("--server_bin",
                     default=os.path.join(ROOT, "build", "server", "zerostate-server"))
     ap.add_argument("--bucket_elems", type=int, default=1 << 25)
-    ap.add_argument("--systems", default="ddp,fsdp2,zerostate")
+    ap.add_argument("--systems", default="ddp,fsdp2," + ",".join(ZS_MODES))
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.tiny:
-        args.layers, args.d, args.heads, args.vocab, args.seq, args.batch = 2, 64, 4, 256, 64, 4
-        args.steps, args.warmup, args.bucket_elems = 5, 2, 1 << 14
+        args.model = "tiny"
+    spec = MODELS[args.model]
+    if args.model == "tiny":
+        args.steps, args.warmup, args.bucket_elems = min(args.steps, 4), 2, 1 << 14
     device = torch.device(args.device)
-    if device.type == "cpu":
-        args.bf16 = 0
     args.rank = int(os.environ.get("RANK", "0"))
     args.world = int(os.environ.get("WORLD_SIZE", "1"))
     if device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
         torch.cuda.set_device(device)
-    systems = args.systems.split(",")
+    accums = [int(a) for a in args.accum.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
         backend = "nccl" if device.type == "cuda" else "gloo"
         if args.world > 1:  # torchrun's variables
@@ -260,69 +409,39 @@ def main():
         else:
             torch.distributed.init_process_group(
                 backend, init_method=f"file://{os.path.join(tmp, 'pg')}", rank=0, world_size=1)
-        result = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-                  "world": args.world,
-                  "model": {"layers": args.layers, "d": args.d, "heads": args.heads,
-                            "vocab": args.vocab, "seq": args.seq, "micro_batch": args.batch,
-                            "hf": args.hf, "bf16": bool(args.bf16)},
-                  "steps": args.steps, "tokens_per_s": {},
-                  "precision": {"ddp": "fp32 weights and fused AdamW on the GPU, bf16 autocast",
-                                "fsdp2_offload_fused": "fp32 weights and fused AdamW on the "
-                                "CPU, bf16 params on the GPU (MixedPrecisionPolicy)",
-                                "zerostate": "bf16 params on the GPU and on the wire, fp32 "
-                                "masters and AdamW on the state servers"}
-                  if args.bf16 else "fp32"}
-        tps = result["tokens_per_s"]
-        result["torch"], result["python"] = torch.__version__, sys.version.split()[0]
-        errors = result["errors"] = {}  # a system that failed; the others still run
-
-        def attempt(name, fn):
-            try:
-                tps[name] = fn()
-            except Exception as e:  # noqa: BLE001 - reported in the JSON, by name
-                errors[name] = f"{type(e).__name__}: {e}"
-                print(f"{name} failed: {errors[name]}", file=sys.stderr, flush=True)
-                free_cuda(device)
-
-        if "ddp" in systems:
-            attempt("ddp" if device.type == "cuda" else "torch_adamw",
-                    lambda: bench_plain(args, device))
-        if "fsdp2" in systems and device.type == "cuda":
-            attempt("fsdp2_offload_fused", lambda: bench_fsdp2(args, device))
-        if "zerostate" in systems:
-            procs, addresses = start_servers(args, tmp) if args.rank == 0 else ([], None)
-            box = [addresses]
-            if args.world > 1:
-                torch.distributed.broadcast_object_list(box, src=0)
-            try:
-                z, step_s, split, params = bench_zerostate(args, device, box[0])
-            except Exception as e:  # noqa: BLE001 - reported in the JSON
-                errors["zerostate"] = f"{type(e).__name__}: {e}"
-                print(f"zerostate failed: {errors['zerostate']}", file=sys.stderr, flush=True)
-            finally:
-                for p in procs:
-                    p.terminate()
-                    p.wait()
-        if "zerostate" in systems and "zerostate" not in errors:
-            tps["zerostate"] = z
-            bw = memory_bandwidth() if args.rank == 0 else 1.0
-            floor = params * FLOOR_BYTES_PER_PARAM / bw
-            result["zerostate"] = {
-                "params": params, "step_s": step_s,
-                "split_s": {"forward": split["forward"], "backward": split["backward"],
-                            "push_wait": split["push_wait"], "server_step": split["server_step"],
-                            "gather_wait": split["gather_wait"]},
-                "host_bandwidth_bytes_per_s": bw, "floor_bytes_per_param": FLOOR_BYTES_PER_PARAM,
-                "floor_s": floor, "step_over_floor": step_s / floor}
-        names = sorted(tps)
-        result["ratios"] = {f"{a}/{b}": tps[a] / tps[b] for a in names for b in names if a != b}
+        bandwidth = memory_bandwidth() if args.rank == 0 else 1.0
+        procs, addresses = start_servers(args, tmp) if args.rank == 0 else ([], None)
+        box = [addresses]
+        if args.world > 1:
+            torch.distributed.broadcast_object_list(box, src=0)
+        torch.manual_seed(0)
+        template = build(spec, device)
+        say("model built")
+        try:
+            runs = []
+            for a in accums:  # each run's figures on stderr as soon as they are in
+                runs.append(bench(args, spec, a, device, box[0], bandwidth, template))
+                say("run: " + json.dumps(runs[-1]))
+        finally:
+            for p in procs:
+                p.terminate()
+                p.wait()
         torch.distributed.destroy_process_group()
+    result = {
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "world": args.world, "model": args.model, "spec": spec, "rounds": args.rounds,
+        "torch": torch.__version__, "python": sys.version.split()[0],
+        "host_bandwidth_bytes_per_s": bandwidth, "floor_bytes_per_param": FLOOR_BYTES_PER_PARAM,
+        "precision": {"ddp": "fp32 weights and fused AdamW on the GPU, bf16 autocast",
+                      "fsdp2_offload_fused": "fp32 weights and fused AdamW on the CPU, bf16 "
+                      "params on the GPU, fp32 reduce (MixedPrecisionPolicy)",
+                      "zerostate": "bf16 params on the GPU and on the wire, fp32 gradient "
+                      "accumulation, fp32 masters and AdamW on the state servers"}
+        if device.type == "cuda" else "fp32",
+        "runs": runs}
     if args.rank != 0:
         return
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(json.dumps(result, indent=2))
+    print(json.dumps(result) if args.json else json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ class ClientOptions(ctypes.Structure):
         ("tls_ca_file", _cp), ("tls_cert_file", _cp), ("tls_key_file", _cp),
         ("plaintext", _int), ("job_token", _cp), ("data_plane_off", _int),
         ("unavailable_wait_ms", ctypes.c_int64),
+        ("keepalive_time_ms", ctypes.c_int64), ("keepalive_timeout_ms", ctypes.c_int64),
     ]
 
 
@@ -49,6 +50,7 @@ _SIGNATURES = {
     "zs_client_options_init": (None, [ctypes.POINTER(ClientOptions)]),
     "zs_connect": (_int, [ctypes.POINTER(ClientOptions), ctypes.POINTER(_p), _err]),
     "zs_client_free": (None, [_p]),
+    "zs_client_bytes": (None, [_p, ctypes.POINTER(_u64), ctypes.POINTER(_u64)]),
     "zs_register_job_json": (_int, [_p, _cp, ctypes.POINTER(_p), _err]),
     "zs_attach_job": (_int, [_p, _cp, ctypes.POINTER(_p), _err]),
     "zs_restore_job": (_int, [_p, _cp, _u32, ctypes.POINTER(_p), _err]),

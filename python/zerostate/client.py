@@ -5,6 +5,7 @@ turn every failure into a ZerostateError carrying the gRPC code name."""
 import ctypes
 import json
 import os
+import threading
 
 from zerostate import _capi
 from zerostate._capi import lib
@@ -31,22 +32,30 @@ def _call(what, fn, *args):
 
 
 class Ticket:
-    """An asynchronous push or gather; wait() raises its error. The buffer
-    it reads or writes is kept alive until then."""
+    """An asynchronous push or gather; wait() raises its error, each time
+    it is called, from any thread. The buffer it reads or writes is kept
+    alive until then."""
 
     def __init__(self, handle, what, keep, job):
         self._handle, self._what, self._keep = handle, what, keep
         self._job = job  # the job's handle outlives its calls
+        self._lock = threading.Lock()
+        self._error = None
 
     def wait(self):
-        if self._handle is None:
-            return
-        handle, self._handle = self._handle, None
-        err = ctypes.c_void_p()
-        rc = lib.zs_ticket_wait(handle, ctypes.byref(err))
-        lib.zs_ticket_free(handle)
-        self._keep = self._job = None
-        _check(rc, err, self._what)
+        with self._lock:
+            if self._handle is not None:
+                handle, self._handle = self._handle, None
+                err = ctypes.c_void_p()
+                rc = lib.zs_ticket_wait(handle, ctypes.byref(err))
+                lib.zs_ticket_free(handle)
+                self._keep = self._job = None
+                try:
+                    _check(rc, err, self._what)
+                except ZerostateError as e:
+                    self._error = e
+        if self._error is not None:
+            raise self._error
 
     def __del__(self):
         if self._handle is not None:
@@ -187,6 +196,14 @@ class Client:
 
     def __del__(self):
         self.close()
+
+    def bytes(self):
+        """(pushed, gathered): payload bytes this client moved since it
+        connected, every server and job together (the client library's
+        counters, zs_client_bytes)."""
+        pushed, gathered = ctypes.c_uint64(), ctypes.c_uint64()
+        lib.zs_client_bytes(self._h, ctypes.byref(pushed), ctypes.byref(gathered))
+        return pushed.value, gathered.value
 
     def register_job(self, spec):
         """Registers (or attaches to, when equal) the job of `spec`, a

@@ -30,18 +30,20 @@ class Block {
   // `group_runs`: GroupRuns of its first `required` elements.
   // `speculative`: the job steps speculatively (JobSpec.speculative_step),
   // so the speculated state and the next low-precision copy keep their
-  // memory from step to step.
+  // memory from step to step. `land_bf16`: the accumulator keeps the one
+  // node's bf16 gradient where it lands (GradientAccumulator's single-
+  // gradient mode, LandsGradientAsBf16).
   Block(uint64_t index, uint64_t local, uint64_t flat_begin, uint32_t required,
         uint32_t block_elems, uint32_t num_nodes, bool has_lowp, StagingBudget* staging,
         std::vector<std::pair<uint32_t, uint32_t>> tensor_elems,
-        std::vector<GroupRun> group_runs, bool speculative = false)
+        std::vector<GroupRun> group_runs, bool speculative = false, bool land_bf16 = false)
       : index(index),
         local(local),
         flat_begin(flat_begin),
         required(required),
         group_runs(std::move(group_runs)),
         speculative(speculative),
-        acc(num_nodes, block_elems, required, staging, std::move(tensor_elems)),
+        acc(num_nodes, block_elems, required, staging, std::move(tensor_elems), land_bf16),
         lowp(has_lowp ? block_elems : 0) {}
 
   // Constant after construction.

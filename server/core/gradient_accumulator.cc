@@ -28,6 +28,9 @@ bool Overlaps(const std::vector<std::pair<uint32_t, uint32_t>>& ranges, uint32_t
   return false;
 }
 
+// Elements widened or converted at a time, on the stack.
+constexpr size_t kTileElems = 2048;
+
 std::vector<std::pair<uint32_t, uint32_t>> AllOf(
     uint32_t required, std::vector<std::pair<uint32_t, uint32_t>> tensor_elems) {
   if (tensor_elems.empty() && required > 0) tensor_elems.emplace_back(0, required);
@@ -36,15 +39,21 @@ std::vector<std::pair<uint32_t, uint32_t>> AllOf(
 
 }  // namespace
 
+bool LandsGradientAsBf16(const v1::JobSpec& spec) {
+  return spec.num_nodes() == 1 && spec.grad_dtype() == v1::DTYPE_BF16;
+}
+
 GradientAccumulator::GradientAccumulator(uint32_t num_nodes, uint32_t block_elems,
                                          uint32_t required, StagingBudget* staging,
-                                         std::vector<std::pair<uint32_t, uint32_t>> tensor_elems)
+                                         std::vector<std::pair<uint32_t, uint32_t>> tensor_elems,
+                                         bool land_bf16)
     : num_nodes_(num_nodes),
       block_elems_(block_elems),
       required_(required),
       staging_(staging),
       tensor_elems_(AllOf(required, std::move(tensor_elems))),
-      sum_(block_elems),
+      sum_(land_bf16 ? 0 : block_elems),
+      landed_(land_bf16 ? block_elems : 0),
       nodes_(num_nodes) {}
 
 bool GradientAccumulator::CoversTensors(const NodeState& ns) const {
@@ -174,7 +183,6 @@ void GradientAccumulator::FoldRun(uint32_t node, uint32_t begin, size_t n, const
     DecodeFloats(data, n, dtype, nodes_[node].staging.data() + begin);
     return;
   }
-  float* dst = sum_.data() + begin;
   // The last node's elements become final as they are written: squared
   // then, when they continue the final prefix (past the padding before them).
   SquareLanes* lanes = nullptr;
@@ -182,6 +190,8 @@ void GradientAccumulator::FoldRun(uint32_t node, uint32_t begin, size_t n, const
     SkipPadding(begin);
     if (begin == stats_lanes_.elems) lanes = &stats_lanes_;
   }
+  if (!landed_.empty()) return Land(begin, n, data, dtype, lanes);
+  float* dst = sum_.data() + begin;
   if (node == 0) {
     if (n >= kStreamElems) {
       lanes != nullptr ? DecodeFloatsStreamingSquared(data, n, dtype, dst, lanes)
@@ -199,6 +209,42 @@ void GradientAccumulator::FoldRun(uint32_t node, uint32_t begin, size_t n, const
   }
 }
 
+void GradientAccumulator::Land(uint32_t begin, size_t n, const void* data, v1::DType dtype,
+                               SquareLanes* lanes) {
+  uint16_t* dst = landed_.data() + begin;
+  if (dtype == v1::DTYPE_BF16) {
+    std::memcpy(dst, data, n * sizeof(uint16_t));
+  } else {
+    alignas(64) float tile[kTileElems];
+    const size_t esize = DTypeSize(dtype);
+    for (size_t at = 0; at < n; at += kTileElems) {
+      const size_t k = std::min(kTileElems, n - at);
+      DecodeFloats(static_cast<const uint8_t*>(data) + at * esize, k, dtype, tile);
+      EncodeFloats(tile, k, v1::DTYPE_BF16, dst + at);
+    }
+  }
+  // Squared from the cache, where the piece just landed.
+  if (lanes != nullptr) AddSumSquares(begin, static_cast<uint32_t>(begin + n), lanes);
+}
+
+void GradientAccumulator::AddSumSquares(uint32_t begin, uint32_t end, SquareLanes* lanes) const {
+  if (landed_.empty()) return AddGradSquares(sum_.data() + begin, end - begin, lanes);
+  alignas(64) float tile[kTileElems];
+  for (uint32_t at = begin; at < end; at += kTileElems) {
+    const size_t k = std::min<size_t>(kTileElems, end - at);
+    DecodeFloatsSquared(landed_.data() + at, k, v1::DTYPE_BF16, tile, lanes);
+  }
+}
+
+void GradientAccumulator::CopySum(std::string* out) const {
+  out->resize(size_t{required_} * sizeof(float));
+  if (landed_.empty()) {
+    std::memcpy(out->data(), sum_.data(), out->size());
+  } else {
+    DecodeFloats(landed_.data(), required_, v1::DTYPE_BF16, reinterpret_cast<float*>(out->data()));
+  }
+}
+
 void GradientAccumulator::SkipPadding(uint32_t to) {
   const uint32_t at = stats_at();
   if (at >= to || Overlaps(claimed_, at, to)) return;
@@ -210,7 +256,8 @@ void GradientAccumulator::SkipPadding(uint32_t to) {
 float* GradientAccumulator::Claim(uint32_t node, uint32_t offset, uint32_t count,
                                   v1::DType dtype) {
   const uint32_t end = offset + count;
-  if (node != 0 || head_ != 0 || dtype != v1::DTYPE_FP32 || count == 0 || end > required_) {
+  if (node != 0 || head_ != 0 || dtype != v1::DTYPE_FP32 || count == 0 || end > required_ ||
+      !landed_.empty()) {
     return nullptr;
   }
   if (Overlaps(nodes_[0].received, offset, end) || Overlaps(claimed_, offset, end)) return nullptr;
@@ -289,12 +336,12 @@ void GradientAccumulator::AdvanceStats() {
   const uint32_t at = stats_at();
   const uint32_t end = FinalEnd();
   if (end <= at || (streamed_ && end - at > kReadPastStreamElems)) return;
-  AddGradSquares(sum_.data() + at, end - at, &stats_lanes_);
+  AddSumSquares(at, end, &stats_lanes_);
 }
 
 GradStats GradientAccumulator::Stats() const {
   SquareLanes lanes = stats_lanes_;
-  AddGradSquares(sum_.data() + lanes.elems, required_ - lanes.elems, &lanes);
+  AddSumSquares(static_cast<uint32_t>(lanes.elems), required_, &lanes);
   return FoldGradStats(lanes);
 }
 
@@ -322,14 +369,20 @@ void GradientAccumulator::Reset() {
 
 void GradientAccumulator::SetSum(const float* sum) {
   Reset();
-  // The copy squares what it writes: the statistics need no read of their own.
-  DecodeFloatsSquared(sum, required_, v1::DTYPE_FP32, sum_.data(), &stats_lanes_);
-  std::fill(sum_.data() + required_, sum_.data() + block_elems_, 0.0f);
+  if (!landed_.empty()) {
+    // A primary's landed gradient, widened: rounding it back is exact.
+    Land(0, required_, sum, v1::DTYPE_FP32, &stats_lanes_);
+    std::fill(landed_.data() + required_, landed_.data() + block_elems_, uint16_t{0});
+  } else {
+    // The copy squares what it writes: the statistics need no read of their own.
+    DecodeFloatsSquared(sum, required_, v1::DTYPE_FP32, sum_.data(), &stats_lanes_);
+    std::fill(sum_.data() + required_, sum_.data() + block_elems_, 0.0f);
+  }
   head_ = num_nodes_;
 }
 
 size_t GradientAccumulator::bytes() const {
-  size_t b = sum_.size() * sizeof(float);
+  size_t b = sum_.size() * sizeof(float) + landed_.size() * sizeof(uint16_t);
   for (const NodeState& ns : nodes_) b += ns.staging.size() * sizeof(float);
   return b;
 }

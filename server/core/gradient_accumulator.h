@@ -32,6 +32,15 @@
 // (common/square_lanes.h): the statistics are bit-identical to
 // ComputeGradStats over the complete sum.
 //
+// Single-gradient mode (LandsGradientAsBf16: one node pushing bf16
+// gradients, nothing to add up): the block keeps the pushed gradient as
+// bf16 where it lands (landed_sum()) instead of an fp32 sum, and the step
+// reads it there (BlockRefs::grad_bf16), widening it in registers: the same
+// values, half the memory, and no fp32 sum written by a fold and read back
+// by the step. A piece sent in another dtype is rounded to bf16 (to nearest
+// even) as it lands: the job declared bf16 gradients. The statistics are
+// those of the widened gradient, squared as pieces land, as above.
+//
 // Not thread-safe: the owning block's mutex guards it.
 #pragma once
 
@@ -51,6 +60,10 @@
 
 namespace zerostate::server {
 
+// Whether a job's blocks keep one node's bf16 gradient as it lands
+// (single-gradient mode, above): one node, bf16 gradients.
+bool LandsGradientAsBf16(const v1::JobSpec& spec);
+
 class GradientAccumulator {
  public:
   // kNoStaging: the piece is early, its node has no staging buffer yet and
@@ -63,10 +76,12 @@ class GradientAccumulator {
   // alignment between tensors, and the tail past `required`): a node may
   // push it or not; it is never folded, and the sum holds zero there.
   // Staging buffers come from `staging` (null: unbounded), which must
-  // outlive the accumulator.
+  // outlive the accumulator. `land_bf16`: single-gradient mode (above);
+  // REQUIRES then num_nodes == 1.
   GradientAccumulator(uint32_t num_nodes, uint32_t block_elems, uint32_t required,
                       StagingBudget* staging = nullptr,
-                      std::vector<std::pair<uint32_t, uint32_t>> tensor_elems = {});
+                      std::vector<std::pair<uint32_t, uint32_t>> tensor_elems = {},
+                      bool land_bf16 = false);
   ~GradientAccumulator();
   GradientAccumulator(const GradientAccumulator&) = delete;
   GradientAccumulator& operator=(const GradientAccumulator&) = delete;
@@ -116,8 +131,15 @@ class GradientAccumulator {
   // True once every node has covered the block's tensor elements and all are folded.
   bool complete() const { return head_ == num_nodes_; }
 
-  // The summed gradient; valid in full once complete().
-  const float* sum() const { return sum_.data(); }
+  // The summed gradient; valid in full once complete(). Null in
+  // single-gradient mode: see landed_sum().
+  const float* sum() const { return landed_.empty() ? sum_.data() : nullptr; }
+  // Single-gradient mode: the gradient as bf16, valid in full once
+  // complete(); else null.
+  const uint16_t* landed_sum() const { return landed_.empty() ? nullptr : landed_.data(); }
+  // The gradient's first required() elements as fp32 bytes into *out
+  // (either mode), for a replica. REQUIRES: complete().
+  void CopySum(std::string* out) const;
   // True when pieces of the sum were last written with non-temporal stores
   // (the first node's long pieces, DecodeFloatsStreaming, with no later
   // node folded over them since): the sum is then not in cache, and reading
@@ -185,13 +207,19 @@ class GradientAccumulator {
   void AdvanceStats();
   // Frees node state's staging buffer, if any, back to the budget.
   void FreeStaging(NodeState& ns);
+  // Adds the squares of the gradient's elements [begin, end) to `lanes`,
+  // reading sum_ or widening landed_.
+  void AddSumSquares(uint32_t begin, uint32_t end, SquareLanes* lanes) const;
+  // Single-gradient mode: node 0's n elements at `begin` where they land.
+  void Land(uint32_t begin, size_t n, const void* data, v1::DType dtype, SquareLanes* lanes);
 
   const uint32_t num_nodes_;
   const uint32_t block_elems_;
   const uint32_t required_;
   StagingBudget* const staging_;
   const std::vector<std::pair<uint32_t, uint32_t>> tensor_elems_;  // sorted, within [0, required_)
-  AlignedBuffer<float> sum_;
+  AlignedBuffer<float> sum_;         // empty in single-gradient mode
+  AlignedBuffer<uint16_t> landed_;  // single-gradient mode only
   std::vector<NodeState> nodes_;
   uint32_t head_ = 0;  // nodes [0, head_) are complete and folded
   bool streamed_ = false;  // see streamed()

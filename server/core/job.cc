@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "server/core/gradient_accumulator.h"
 #include "server/core/optimizer/optimizer.h"
 
 namespace zerostate::server {
@@ -29,7 +30,9 @@ uint64_t Job::EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks,
   const bool lowp = spec.weight_dtype() != v1::DTYPE_FP32;
   const uint64_t elems = shard_blocks * spec.block_elems();
   const uint64_t state = shard_blocks * StateLayoutOf(spec).total_floats() * sizeof(float);
-  const uint64_t in_ram = elems * (4 /* gradient sum */ + (lowp ? 2 : 0));
+  // The gradient: an fp32 sum, or one node's bf16 push where it lands.
+  const uint64_t gradient = LandsGradientAsBf16(spec) ? 2 : 4;
+  const uint64_t in_ram = elems * (gradient + (lowp ? 2 : 0));
   // The spec itself (tensor names above all): the job keeps it, its layout
   // a copy of every name, its info and metrics labels another.
   const uint64_t spec_bytes = 3 * spec.ByteSizeLong();

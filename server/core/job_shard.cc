@@ -26,7 +26,8 @@ JobShard::JobShard(v1::JobSpec spec, std::vector<std::string> servers, uint32_t 
     blocks_data_.push_back(std::make_unique<Block>(
         b, b - blocks_.begin, begin, required, be, spec_.num_nodes(), has_lowp, staging_.get(),
         TensorElements(layout_, begin, begin + required),
-        GroupRuns(layout_, begin, begin + required), spec_.speculative_step()));
+        GroupRuns(layout_, begin, begin + required), spec_.speculative_step(),
+        LandsGradientAsBf16(spec_)));
   }
 }
 

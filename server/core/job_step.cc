@@ -344,7 +344,8 @@ void JobStep::ComputeBlock(Block& b, float* to, const float* from,
 BlockRefs JobStep::RefsOf(Block& b, float* to, const float* from) {
   const uint32_t be = tier().shape().block_elems;
   BlockRefs refs = StateRefs(tier().shape().layout(), to, from);
-  refs.grad = b.acc.sum();
+  refs.grad = b.acc.sum();  // one of the two is null
+  refs.grad_bf16 = b.acc.landed_sum();
   refs.n = b.required;
   if (!b.lowp.empty()) {
     const bool aside = !tier().in_place() || b.speculative;

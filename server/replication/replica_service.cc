@@ -11,7 +11,7 @@
 #include "common/rpc_status.h"
 #include "server/core/aligned_buffer.h"
 #include "server/core/auth_token.h"
-#include "server/core/trainer_states.h"
+#include "server/core/reseed.h"
 #include "server/rpc/call_token.h"
 
 namespace zerostate::server {
@@ -187,10 +187,15 @@ grpc::Status ReplicaServiceImpl::Seed(grpc::ServerContext* ctx,
         absl::StrCat("Seed: registration.spec.job_id '", first.registration().spec().job_id(),
                      "' is not job_id '", first.job_id(), "'")));
   }
-  // A server that restarted empty gets the job back here.
+  // A server that restarted empty gets the job back here, every copy
+  // deposed until its seed commits.
   if (!jobs_.Authorize(first.job_id(), *token).ok()) {
     auto registered = jobs_.Register(first.registration(), *token);
     if (!registered.ok()) return ToGrpcStatus(registered.status());
+    if (registered->created) {
+      Reseed::DeposeRegistered(jobs_, first.job_id(),
+                               static_cast<uint32_t>(first.registration().servers_size()));
+    }
   }
   auto job = jobs_.Shard(first.job_id(), *token, first.shard());
   if (!job.ok()) return ToGrpcStatus(job.status());
@@ -199,72 +204,19 @@ grpc::Status ReplicaServiceImpl::Seed(grpc::ServerContext* ctx,
       !s.ok()) {
     return ToGrpcStatus(s);
   }
-  Job& copy = **job;
-  const uint64_t begin = copy.blocks().begin;
-  const uint64_t count = copy.blocks().size();
-  const size_t block_bytes = copy.shard().tier_shape().block_floats() * sizeof(float);
-  if (first.applied_steps() > first.version()) {
-    return ToGrpcStatus(absl::InvalidArgumentError(
-        absl::StrCat("Seed: applied_steps ", first.applied_steps(), " exceed version ",
-                     first.version())));
-  }
-  if (auto s = TrainerStates::Check(first.trainer_state()); !s.ok()) return ToGrpcStatus(s);
-  // Every block checked and kept before any is written.
-  std::vector<std::string> states(count);
-  std::vector<bool> seen(count, false);
-  uint64_t received = 0;
+  auto reseed = Reseed::Begin(**job, {first.shard(), first.version(), first.applied_steps(),
+                                      first.trainer_state()});
+  if (!reseed.ok()) return ToGrpcStatus(reseed.status());
   v1::SeedPart part;
   while (reader->Read(&part)) {
-    const v1::ShardBlock& b = part.block();
-    if (b.block() < begin || b.block() >= begin + count) {
-      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-          "Seed: block ", b.block(), " is outside shard ", first.shard(), " [", begin, ", ",
-          begin + count, ")")));
-    }
-    const uint64_t local = b.block() - begin;
-    if (seen[local]) {
-      return ToGrpcStatus(
-          absl::InvalidArgumentError(absl::StrCat("Seed: block ", b.block(), " came twice")));
-    }
-    if (b.version() != first.version()) {
-      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-          "Seed: block ", b.block(), " is at version ", b.version(), ", not the shard's ",
-          first.version())));
-    }
-    if (b.state().size() != block_bytes) {
-      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-          "Seed: block ", b.block(), " carries ", b.state().size(), " bytes of state, not ",
-          block_bytes)));
-    }
-    seen[local] = true;
-    states[local] = std::move(*part.mutable_block()->mutable_state());
-    if (seed_hook_ && ++received == 1) seed_hook_("blocks", first.shard());
-  }
-  for (uint64_t local = 0; local < count; ++local) {
-    if (!seen[local]) {
-      return ToGrpcStatus(absl::InvalidArgumentError(
-          absl::StrCat("Seed: block ", begin + local, " of shard ", first.shard(), " is missing")));
-    }
-  }
-  // RestoreBlock's restriction holds: the primary sends a lost copy no
-  // step until this answers, and clients use it only after a failover,
-  // which takes a restarted server only once it is at the step in progress.
-  copy.held().Drop();  // steps held before the state they would follow is replaced
-  AlignedBuffer<float> state(copy.shard().tier_shape().block_floats());
-  for (uint64_t local = 0; local < count; ++local) {
-    std::memcpy(state.data(), states[local].data(), block_bytes);
-    if (auto s = copy.snapshots().RestoreBlock(local, state.data(), first.version()); !s.ok()) {
+    v1::ShardBlock& b = *part.mutable_block();
+    if (auto s = reseed->Add(b.block(), b.version(), std::move(*b.mutable_state())); !s.ok()) {
       return ToGrpcStatus(s);
     }
+    if (seed_hook_ && reseed->received() == 1) seed_hook_("blocks", first.shard());
   }
-  copy.snapshots().RestoreAppliedSteps(first.version(), first.applied_steps());
-  if (!first.trainer_state().empty()) {
-    if (auto s = copy.snapshots().RestoreTrainerState(first.version(), first.trainer_state());
-        !s.ok()) {
-      return ToGrpcStatus(s);
-    }
-  }
-  copy.step().Reseeded();  // a deposed copy's unacknowledged step is gone
+  (*job)->held().Drop();  // steps held before the state they would follow is replaced
+  if (auto s = reseed->Commit(); !s.ok()) return ToGrpcStatus(s);
   if (seed_hook_) seed_hook_("applied", first.shard());
   resp->set_version(first.version());
   return grpc::Status::OK;

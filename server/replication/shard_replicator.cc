@@ -134,7 +134,7 @@ bool ShardReplicator::CopySum(uint64_t local, uint64_t step, std::string* out) c
   Block& b = *job_.shard().all_blocks()[local];
   absl::MutexLock lock(&b.mu);
   if (b.version != step || !b.acc.complete()) return false;
-  out->assign(reinterpret_cast<const char*>(b.acc.sum()), size_t{b.required} * sizeof(float));
+  b.acc.CopySum(out);
   return true;
 }
 
@@ -291,8 +291,7 @@ void ShardReplicator::OnPass(const Block& b) {
     pending_[b.local] = false;
     payload = filling_;
   }
-  payload->grads[b.local].second.assign(reinterpret_cast<const char*>(b.acc.sum()),
-                                        size_t{b.required} * sizeof(float));
+  b.acc.CopySum(&payload->grads[b.local].second);
   absl::MutexLock lock(&mu_);
   remaining_.push_back(b.local);
   --unfilled_;
@@ -313,8 +312,7 @@ void ShardReplicator::FillRest() {
   for (uint64_t local : left) {
     Block& b = *job_.shard().all_blocks()[local];
     absl::MutexLock lock(&b.mu);
-    payload->grads[local].second.assign(reinterpret_cast<const char*>(b.acc.sum()),
-                                        size_t{b.required} * sizeof(float));
+    b.acc.CopySum(&payload->grads[local].second);
   }
   absl::MutexLock lock(&mu_);
   for (uint64_t local : left) remaining_.push_back(local);
@@ -503,8 +501,7 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
     for (size_t i = first_index; i < to_copy.size(); i += stride) {
       Block& b = *job_.shard().all_blocks()[to_copy[i]];
       absl::MutexLock lock(&b.mu);
-      payload->grads[to_copy[i]].second.assign(reinterpret_cast<const char*>(b.acc.sum()),
-                                               size_t{b.required} * sizeof(float));
+      b.acc.CopySum(&payload->grads[to_copy[i]].second);
     }
   };
   const size_t threads =

@@ -125,6 +125,8 @@ static void test_train_step(zs_client* client, zs_job* job) {
   CHECK(begin == 0 && end == kElems);
   EXPECT_OK(zs_gather_master(job, 0, 0, kElems, w0, sizeof w0, ERR));
   for (int i = 0; i < kElems; ++i) g0[i] = 0.5f, g1[i] = 0.25f;
+  uint64_t pushed0 = 0, gathered0 = 0, pushed = 0, gathered = 0;
+  zs_client_bytes(client, &pushed0, &gathered0);
   zs_ticket* t;
   zs_push_async(job, 0, 1, 0, kUsed, g1, sizeof g1, ZS_DTYPE_FP32, &t);
   EXPECT_OK(zs_push(job, 0, 0, 0, kUsed, g0, sizeof g0, ZS_DTYPE_FP32, ERR));
@@ -136,6 +138,11 @@ static void test_train_step(zs_client* client, zs_job* job) {
   CHECK(sum_squares == 0.5625 * kElems && nonfinite == 0);
   EXPECT_OK(zs_step(job, 0, 0.5f, 1.0f, 0, ERR));
   EXPECT_OK(zs_gather(job, 1, 0, kElems, w1, sizeof w1, ZS_DTYPE_FP32, ERR));
+  /* The client's counters: both pushes' payload on the wire (the job's
+   * grad dtype, bf16), and the gather's (its weight dtype, fp32). */
+  zs_client_bytes(client, &pushed, &gathered);
+  CHECK(pushed - pushed0 == 2 * kUsed * 2);
+  CHECK(gathered - gathered0 == sizeof w1);
   int bad = 0;
   for (int i = 0; i < kElems; ++i) {
     float want = w0[i] - 0.375f;

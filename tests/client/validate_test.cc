@@ -107,6 +107,14 @@ TEST(ValidateTest, Options) {
   bad.max_backoff = std::chrono::milliseconds(1);
   ExpectInvalid(ValidateOptions(bad), "backoff");
   bad = o;
+  bad.keepalive_time = std::chrono::milliseconds(999);
+  ExpectInvalid(ValidateOptions(bad), "keepalive_time: 999 ms");
+  bad = o;
+  bad.keepalive_timeout = std::chrono::milliseconds(0);
+  ExpectInvalid(ValidateOptions(bad), "keepalive_timeout");
+  bad.keepalive_time = std::chrono::milliseconds(0);  // off: its timeout unused
+  EXPECT_TRUE(ValidateOptions(bad).ok());
+  bad = o;
   bad.threads = -1;
   ExpectInvalid(ValidateOptions(bad), "threads");
 }

@@ -76,7 +76,7 @@ def reference(model, steps, ranks=1):
     return model
 
 
-def reference_delayed(model, steps, warmup):
+def reference_delayed(model, steps, warmup, ranks=1):
     """reference() with a delayed parameter update: from step max(warmup, 1)
     on, step s's gradient is taken at the weights before step s-1's update
     (W(s-1)), and AdamW applies it to W(s)."""
@@ -88,11 +88,13 @@ def reference_delayed(model, steps, warmup):
         opt.zero_grad()
         if s >= max(warmup, 1):
             stale.zero_grad()
-            loss_of(stale, s).backward()
+            for r in range(ranks):
+                (loss_of(stale, s, r) / ranks).backward()
             for p, q in zip(model.parameters(), stale.parameters()):
                 p.grad = q.grad.clone()
         else:
-            loss_of(model, s).backward()
+            for r in range(ranks):
+                (loss_of(model, s, r) / ranks).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
         stale.load_state_dict(model.state_dict())  # W(s), for step s+1
         opt.step()

@@ -58,18 +58,25 @@ class GptExampleTest(unittest.TestCase):
 
 class BenchTinyTest(unittest.TestCase):
     def test_cpu_variant_prints_every_figure(self):
-        out = run(["bench/torch/bench_gpt.py", "--device=cpu", "--tiny", "--json",
+        out = run(["bench/torch/bench_gpt.py", "--device=cpu", "--model=tiny", "--json",
+                   "--rounds=2", "--accum=2", "--steps=2", "--server_threads=1",
                    "--server_bin=" + zs_servers.server_binary()])
         print(out)
-        self.assertEqual(set(out["tokens_per_s"]), {"torch_adamw", "zerostate"})
-        self.assertIn("zerostate/torch_adamw", out["ratios"])
-        z = out["zerostate"]
-        self.assertEqual(set(z["split_s"]),
-                         {"forward", "backward", "push_wait", "server_step", "gather_wait"})
-        self.assertGreater(z["params"], 0)
-        self.assertGreater(z["floor_s"], 0)
-        self.assertGreater(z["step_over_floor"], 0)
-        self.assertEqual(out["errors"], {})
+        self.assertEqual([r["accum"] for r in out["runs"]], [2])
+        systems = {"torch_adamw", "zerostate_sync", "zerostate_speculative", "zerostate_delayed"}
+        for r in out["runs"]:
+            self.assertEqual(r["errors"], {})
+            self.assertEqual(set(r["tokens_per_s"]), systems)
+            self.assertEqual({k: len(v) for k, v in r["tokens_per_s_rounds"].items()},
+                             {k: 2 for k in systems})
+            self.assertIn("zerostate_delayed/torch_adamw", r["ratios"])
+            self.assertEqual(set(r["zerostate"]), {"sync", "speculative", "delayed"})
+            for z in r["zerostate"].values():
+                self.assertEqual(set(z["exposed_s"]), {"push", "step", "gather"})
+                self.assertGreater(z["params"], 0)
+                self.assertGreater(z["compute_s"], 0)
+                self.assertGreater(z["floor_s"], 0)
+                self.assertGreater(z["step_over_max_compute_floor"], 0)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,13 @@
 // real etcd (4 s leases), a job of two nodes with one backup per shard.
 // - Server 1, shard 1's primary, SIGSTOPped in the middle of a step for
 //   three leases: its backup claims the shard on its own once etcd expires
-//   the hung server's lease (no client asks it: the clients' calls hang on
-//   the stopped server). When it wakes it is fenced and answers "not
-//   primary", the clients move to the backup, and the run ends at the
-//   version of a run without the fault, bit for bit; the woken server's
-//   copy is caught up, bit-identical to the new primary's.
+//   the hung server's lease. The clients' keepalive pings go unanswered,
+//   so they give up the hung server's connections and move to the backup
+//   once it holds the shard (without keepalive, for comparison, their
+//   calls hang until the server wakes). When it wakes it is fenced and
+//   answers "not primary", and the run ends at the version of a run
+//   without the fault, bit for bit; the woken server's copy is caught up,
+//   bit-identical to the new primary's.
 // - Every server cut off from etcd for 10 s (longer than the leases) in the
 //   middle of a step: every lease expires and every claim goes; training
 //   pauses, and resumes by itself once etcd answers again (the servers join
@@ -29,10 +31,19 @@ class EtcdAvailabilityTest : public EtcdClusterFixture {
  protected:
   EtcdAvailabilityTest() : EtcdClusterFixture("availability") {}
 
-  // Job `id` (k = 1) on the started servers, trained to version 2.
-  void StartJob(const std::string& id) {
+  // Job `id` (k = 1) on the started servers, trained to version 2;
+  // `tune` as StartNodes'.
+  void StartJob(const std::string& id,
+                const std::function<void(client::ClientOptions&)>& tune = nullptr) {
     spec_ = testing::ReplicatedSpec(id, 1);
-    auto run = testing::StartNodes(spec_, addresses());
+    auto run = testing::StartNodes(
+        spec_, addresses(),
+        [this](int shard, int) {
+          if (shard != 1) return;
+          int64_t none = 0;
+          first_failover_ns_.compare_exchange_strong(none, absl::GetCurrentTimeNanos());
+        },
+        tune);
     ASSERT_TRUE(run.ok()) << run.status();
     run_ = *std::move(run);
     ref_ = std::make_unique<testing::ReferenceModel>(run_.nodes[0]->spec());
@@ -51,14 +62,34 @@ class EtcdAvailabilityTest : public EtcdClusterFixture {
     }
   }
 
+  void HangPrimary(const std::string& job, std::chrono::milliseconds keepalive);
+
+  // When a client first began to fail shard 1 over (its failover's probe
+  // of the server it had: ClientOptions::before_failover_probe); 0: none
+  // yet. Set by the clients' threads.
+  std::atomic<int64_t> first_failover_ns_{0};
+
   v1::JobSpec spec_;
   testing::ReplicatedRun run_;
   std::unique_ptr<testing::ReferenceModel> ref_;
 };
 
-TEST_F(EtcdAvailabilityTest, AHungPrimaryIsReplacedByItsBackupAndFencedWhenItWakes) {
-  ASSERT_NO_FATAL_FAILURE(StartServers());
-  ASSERT_NO_FATAL_FAILURE(StartJob("hung"));
+// Server 1 (shard 1's primary) SIGSTOPped after node 0's push of step 2
+// for three leases, under clients with `keepalive` (ClientOptions::
+// keepalive_time and _timeout; 0: off); the checks of the test above.
+// Prints the time from the stop to the end of step 2 (every node gathered
+// its new version). The servers wait 3 s for a backup's answer
+// (--replica_timeout_seconds), so the new primary does not wait out the
+// hung server as its backup either.
+void EtcdAvailabilityTest::HangPrimary(const std::string& job,
+                                       std::chrono::milliseconds keepalive) {
+  // The new primary's step waits for its hung backup (server 1) for at
+  // most this, then goes on without that copy (lost, caught up later).
+  ASSERT_NO_FATAL_FAILURE(StartServers({"--replica_timeout_seconds=3"}));
+  ASSERT_NO_FATAL_FAILURE(StartJob(job, [keepalive](client::ClientOptions& o) {
+    o.keepalive_time = keepalive;
+    o.keepalive_timeout = keepalive;
+  }));
   auto before = observer_->Primary(spec_.job_id(), 1);
   ASSERT_TRUE(before.ok()) << before.status();
   ASSERT_EQ(before->primary, addresses()[1]);
@@ -68,12 +99,13 @@ TEST_F(EtcdAvailabilityTest, AHungPrimaryIsReplacedByItsBackupAndFencedWhenItWak
   std::thread waker;
   std::atomic<bool> claimed_while_hung{false};
   absl::Duration claimed_after;
+  absl::Time stopped;
   // Hung after node 0's push of step 2: the Step and node 1's push meet it.
-  Train(run_, *ref_, 2, 5, [&] {
-    if (waker.joinable()) return;
+  Train(run_, *ref_, 2, 3, [&] {
+    first_failover_ns_ = 0;
     ASSERT_EQ(kill(pid, SIGSTOP), 0);
-    const absl::Time stopped = absl::Now();
-    waker = std::thread([&, stopped] {
+    stopped = absl::Now();
+    waker = std::thread([&] {
       while (absl::Now() < stopped + hang) {
         auto term = observer_->Primary(spec_.job_id(), 1);
         if (term.ok() && term->primary == addresses()[2] && !claimed_while_hung) {
@@ -85,13 +117,23 @@ TEST_F(EtcdAvailabilityTest, AHungPrimaryIsReplacedByItsBackupAndFencedWhenItWak
       kill(pid, SIGCONT);
     });
   });
+  const absl::Duration step_after = absl::Now() - stopped;
+  const int64_t failover_ns = first_failover_ns_.load();
+  if (!HasFatalFailure()) Train(run_, *ref_, 3, 5);
   if (waker.joinable()) waker.join();
   if (HasFatalFailure()) return;
   // Taken over once etcd expired the hung server's lease, with no client
-  // asking (the time is printed, not checked: tests never fail on time).
+  // asking (the times are printed, not checked: tests never fail on time).
   EXPECT_TRUE(claimed_while_hung) << "server 2 did not claim shard 1 while server 1 hung";
-  std::cout << "hung primary: shard 1 claimed by its backup " << claimed_after
-            << " after the SIGSTOP (lease TTL " << kTestTtlSeconds << " s)" << std::endl;
+  std::cout << "hung primary (" << hang << ", lease TTL " << kTestTtlSeconds
+            << " s), client keepalive "
+            << (keepalive.count() > 0 ? absl::StrCat(keepalive.count(), " ms") : "off")
+            << ": shard 1 claimed by its backup " << claimed_after
+            << " after the SIGSTOP; the clients began to fail it over "
+            << (failover_ns == 0 ? "never" : absl::FormatDuration(absl::FromUnixNanos(failover_ns) -
+                                                                  stopped))
+            << " after it; the step it interrupted ended " << step_after << " after it"
+            << std::endl;
   auto after = observer_->Primary(spec_.job_id(), 1);
   ASSERT_TRUE(after.ok()) << after.status();
   EXPECT_EQ(after->primary, addresses()[2]);
@@ -101,8 +143,24 @@ TEST_F(EtcdAvailabilityTest, AHungPrimaryIsReplacedByItsBackupAndFencedWhenItWak
   EXPECT_EQ(woken.error_code(), grpc::StatusCode::UNAVAILABLE) << woken.error_message();
   EXPECT_NE(woken.error_message().find("not primary"), std::string::npos)
       << woken.error_message();
-  testing::ExpectReferenceRun(run_.nodes, *ref_, 5);
-  ExpectCopiesAgree(5);
+  // Steps with server 1 awake: its copies (lost while it hung) are found
+  // lost, caught up in the background, and live again.
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, 5, 8));
+  testing::ExpectReferenceRun(run_.nodes, *ref_, 8);
+  ExpectCopiesAgree(8);
+}
+
+// Clients with a 1 s keepalive: the hung server's connections (gRPC and
+// the data plane) are given up once a ping goes unanswered, so the step
+// goes on at the backup once it claimed the shard, while server 1 hangs.
+TEST_F(EtcdAvailabilityTest, AHungPrimaryIsReplacedByItsBackupAndFencedWhenItWakes) {
+  HangPrimary("hung", std::chrono::milliseconds(1000));
+}
+
+// The same without keepalive, for comparison: the clients' calls wait for
+// the hung server until it wakes (and answers "not primary").
+TEST_F(EtcdAvailabilityTest, WithoutKeepaliveAHungPrimaryHoldsTheStepUntilItWakes) {
+  HangPrimary("hungnoka", std::chrono::milliseconds(0));
 }
 
 TEST_F(EtcdAvailabilityTest, AnEtcdOutageLongerThanTheLeasesPausesTrainingWhichThenResumes) {

@@ -10,6 +10,8 @@
 // version of a run without faults, with its weights bit for bit: no step
 // lost, none applied twice, no rollback (no checkpoint is ever taken or
 // restored).
+#include <iostream>
+
 #include "tests/replication/etcd_cluster_fixture.h"
 
 namespace zerostate::server {
@@ -25,13 +27,15 @@ class EtcdCatchupFaultTest : public EtcdClusterFixture {
  protected:
   EtcdCatchupFaultTest() : EtcdClusterFixture("catchupfault") {}
 
-  // Starts the servers with catch-ups held at `phase`, and the job.
-  void Start(const std::string& phase) {
+  // Starts the servers with catch-ups held at `phase`, and the job;
+  // `tune` as StartNodes'.
+  void Start(const std::string& phase,
+             const std::function<void(client::ClientOptions&)>& tune = nullptr) {
     hold_ = TestDirectory("seedhold");
     StartServers({absl::StrCat("--test_seed_hold=", phase, ":", hold_)});
     if (HasFatalFailure()) return;
     spec_ = testing::ReplicatedSpec("catchupfault", 1);
-    auto run = testing::StartNodes(spec_, addresses());
+    auto run = testing::StartNodes(spec_, addresses(), nullptr, tune);
     ASSERT_TRUE(run.ok()) << run.status();
     run_ = *std::move(run);
     ref_ = std::make_unique<testing::ReferenceModel>(run_.nodes[0]->spec());
@@ -124,6 +128,47 @@ TEST_F(EtcdCatchupFaultTest, TheSeedingPrimaryKilledOnceItsCopyHoldsItsStepsFail
   testing::ExpectSameCopies(addresses()[2], addresses()[1], spec_.job_id(), 1, kKillStep + 4);
   ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kKillStep + 4, kKillStep + 5));
   testing::ExpectReferenceRun(run_.nodes, *ref_, kKillStep + 5);
+}
+
+// The seeding primary of shard 0 (server 0) SIGKILLed while its copy on
+// server 1 holds only its first block (the seed never completes): shard 0
+// has no copy that holds its acknowledged steps. Server 1's copy, whose
+// job the seed registered there, serves nothing as primary until its seed
+// commits (Reseed::DeposeRegistered), so it does not take the shard over,
+// and the step ends with the documented error in bounded time (the
+// client's unavailable_wait, 5 s here, after the kill's lease expired),
+// naming the shard and each copy's answer, instead of training on a copy
+// that holds no acknowledged step.
+TEST_F(EtcdCatchupFaultTest, TheSeedingPrimaryKilledBeforeItsCopyHoldsTheShardEndsTheStepNamingIt) {
+  phase_marker_ = "blocks";
+  Start(phase_marker_,
+        [](client::ClientOptions& o) { o.unavailable_wait = std::chrono::seconds(5); });
+  if (HasFatalFailure() || IsSkipped()) return;
+  ASSERT_NO_FATAL_FAILURE(LoseServer1());
+  absl::Time killed;
+  std::thread watcher([&] {
+    EXPECT_TRUE(AwaitFile(hold_ + "/blocks-shard0")) << "shard 0's catch-up never reached the hold";
+    EXPECT_TRUE(server(0).Kill().ok());
+    killed = absl::Now();
+  });
+  absl::Status s;
+  std::vector<std::vector<float>> grads(run_.nodes.size());
+  for (uint64_t step = kCatchupStep; s.ok() && step < kSteps; ++step) {
+    s = testing::TrainerStep(run_.nodes, step, grads, nullptr);
+  }
+  watcher.join();
+  const absl::Duration after = absl::Now() - killed;
+  std::cout << "seeding primary killed mid-seed: the step failed " << after << " after the kill: "
+            << s << std::endl;
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_NE(s.message().find("shard 0 of job catchupfault"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("none of its copies answered for it"), std::string::npos) << s;
+  // Server 1's copy refused it: its seed never completed.
+  EXPECT_NE(s.message().find(absl::StrCat(addresses()[1], ": not primary: shard 0 of job "
+                                          "'catchupfault': this server restarted and its copy "
+                                          "has not been caught up yet")),
+            std::string::npos)
+      << s;
 }
 
 }  // namespace

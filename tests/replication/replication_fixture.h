@@ -158,15 +158,18 @@ inline double DataPlanePushBytes(ServerProcess& s) {
   return bytes;
 }
 
-// `hook`: each client's ClientOptions::before_failover_probe.
+// `hook`: each client's ClientOptions::before_failover_probe; `tune`
+// (if set) changes each client's options last.
 inline absl::StatusOr<ReplicatedRun> StartNodes(
     const v1::JobSpec& spec, const std::vector<std::string>& servers,
-    std::function<void(int shard, int server)> hook = nullptr) {
+    std::function<void(int shard, int server)> hook = nullptr,
+    const std::function<void(client::ClientOptions&)>& tune = nullptr) {
   ReplicatedRun run;
   for (uint32_t n = 0; n < kReplicaNodes; ++n) {
     client::ClientOptions o = TestClientOptions(servers);
     o.failover_wait = std::chrono::milliseconds(500);
     o.before_failover_probe = hook;
+    if (tune) tune(o);
     auto c = client::Client::Connect(o);
     if (!c.ok()) return c.status();
     auto j = n == 0 ? (*c)->RegisterJob(spec) : (*c)->AttachJob(spec.job_id());

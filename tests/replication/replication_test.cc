@@ -90,6 +90,37 @@ TEST_F(ReplicationTest, Int8MomentBackupsAreBitIdenticalToTheirPrimaries) {
   }
 }
 
+// One node pushing bf16 gradients: each block keeps the gradient where it
+// lands (single-gradient mode), the primaries send it widened and the
+// backups land it again; every copy is bit-identical to its primary, and
+// the weights are the reference's (which sums the wire's bf16 in fp32).
+TEST_F(ReplicationTest, OneNodesLandedBf16GradientReplicatesBitIdentical) {
+  constexpr int kSteps = 3;
+  v1::JobSpec spec = TestSpec("single", 1, v1::DTYPE_BF16, v1::DTYPE_BF16);
+  spec.set_replicas(1);
+  auto c = client::Client::Connect(TestClientOptions(cluster_->addresses()));
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto job = (*c)->RegisterJob(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ReferenceModel ref((*job)->spec());
+  const auto servers = cluster_->addresses();
+  const uint64_t used = ref.layout().used_elems;
+  for (int step = 0; step < kSteps; ++step) {
+    const std::vector<float> g = NodeGradient(ref.layout(), 0, step);
+    ASSERT_TRUE((*job)->Push(step, 0, {0, used}, g.data(), v1::DTYPE_FP32).ok());
+    ASSERT_TRUE((*job)->GradStats(step).ok());
+    ASSERT_TRUE((*job)->Step(step, StepLr(step), 1.0f, false).ok()) << "step " << step;
+    ref.Step(step, {g}, StepLr(step), 1.0f);
+    for (uint32_t shard = 0; shard < 3; ++shard) {
+      ExpectSameCopies(servers[shard], servers[(shard + 1) % 3], "single", shard, step + 1);
+    }
+  }
+  const uint64_t total = ref.layout().total_elems;
+  std::vector<float> master(total);
+  ASSERT_TRUE((*job)->GatherMaster(kSteps, {0, total}, master.data()).ok());
+  ExpectBitIdentical(master.data(), ref.master(), total, "master weights, one bf16 node");
+}
+
 // Under mutual TLS the primaries reach their backups' data planes with
 // their own certificates: the sums travel there, and the run ends with the
 // reference's weights (the same as without backups), bit for bit.

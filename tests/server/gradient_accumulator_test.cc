@@ -378,5 +378,81 @@ TEST(GradientAccumulatorTest, ClaimedPaddingIsZeroedOnCommitAndAbandon) {
   EXPECT_EQ(std::memcmp(acc.sum(), want.data(), 64 * 4), 0);
 }
 
+// --- Single-gradient mode: one node's bf16 gradient kept where it lands ---
+
+std::vector<uint16_t> Bf16Of(const std::vector<float>& g) {
+  std::vector<uint16_t> h(g.size());
+  for (size_t i = 0; i < g.size(); ++i) h[i] = FloatToBf16(g[i]);
+  return h;
+}
+
+TEST(SingleGradientTest, OneNodeOfBf16GradientsLandsTheGradient) {
+  v1::JobSpec spec;
+  spec.set_num_nodes(1);
+  spec.set_grad_dtype(v1::DTYPE_BF16);
+  EXPECT_TRUE(LandsGradientAsBf16(spec));
+  spec.set_grad_dtype(v1::DTYPE_FP32);
+  EXPECT_FALSE(LandsGradientAsBf16(spec));
+  spec.set_grad_dtype(v1::DTYPE_BF16);
+  spec.set_num_nodes(2);
+  EXPECT_FALSE(LandsGradientAsBf16(spec));
+}
+
+// Pieces in any order land bit for bit, padding between tensors stays zero,
+// the statistics are those of the widened gradient (whether squared as the
+// pieces land or read at the end), and the block holds 2 bytes per element.
+TEST(SingleGradientTest, LandedPiecesAreThePushedBitsAndStatsOfTheirWidening) {
+  constexpr uint32_t kElems = 40000, kRequired = 39000;
+  const std::vector<std::pair<uint32_t, uint32_t>> tensors = {{0, 20000}, {20064, kRequired}};
+  const std::vector<uint16_t> h = Bf16Of(RandomGrad(kElems, 9));
+  std::vector<float> wide(kElems, 0.0f);
+  for (const auto& [b, e] : tensors) {
+    for (uint32_t i = b; i < e; ++i) wide[i] = Bf16ToFloat(h[i]);
+  }
+  const GradStats want = ComputeGradStats(wide.data(), kRequired);
+  for (bool reversed : {false, true}) {
+    GradientAccumulator acc(1, kElems, kRequired, nullptr, tensors, /*land_bf16=*/true);
+    EXPECT_EQ(acc.sum(), nullptr);
+    EXPECT_EQ(acc.Claim(0, 0, 100, v1::DTYPE_FP32), nullptr);  // no fp32 sum to receive into
+    std::vector<Piece> pieces = {{0, 0, 17000}, {0, 17000, 5000}, {0, 22000, kElems - 22000}};
+    if (reversed) std::reverse(pieces.begin(), pieces.end());
+    for (const Piece& p : pieces) {
+      ASSERT_EQ(*acc.Add(0, p.offset, p.count, h.data() + p.offset, v1::DTYPE_BF16),
+                Outcome::kApplied);
+    }
+    ASSERT_TRUE(acc.complete());
+    for (uint32_t i = 0; i < kElems; ++i) {
+      ASSERT_EQ(Bf16ToFloat(acc.landed_sum()[i]), i < kRequired ? wide[i] : 0.0f) << i;
+    }
+    const GradStats got = acc.Stats();
+    EXPECT_EQ(got.sum_squares, want.sum_squares) << reversed;
+    EXPECT_EQ(got.nonfinite, want.nonfinite);
+    EXPECT_EQ(acc.bytes(), kElems * sizeof(uint16_t));
+    std::string copy;
+    acc.CopySum(&copy);
+    ASSERT_EQ(copy.size(), kRequired * sizeof(float));
+    EXPECT_EQ(std::memcmp(copy.data(), wide.data(), copy.size()), 0);
+  }
+}
+
+// A piece in another dtype is rounded to bf16 as it lands; a replica's
+// SetSum of the primary's widened gradient lands the same bits.
+TEST(SingleGradientTest, OtherDtypesRoundAndReplicasLandTheSameBits) {
+  constexpr uint32_t kElems = 5000;
+  const std::vector<float> g = RandomGrad(kElems, 13);
+  GradientAccumulator primary(1, kElems, kElems, nullptr, {}, /*land_bf16=*/true);
+  ASSERT_EQ(*primary.Add(0, 0, kElems, g.data(), v1::DTYPE_FP32), Outcome::kApplied);
+  for (uint32_t i = 0; i < kElems; ++i) {
+    ASSERT_EQ(primary.landed_sum()[i], FloatToBf16(g[i])) << i;
+  }
+  std::string sum;
+  primary.CopySum(&sum);
+  GradientAccumulator replica(1, kElems, kElems, nullptr, {}, /*land_bf16=*/true);
+  replica.SetSum(reinterpret_cast<const float*>(sum.data()));
+  ASSERT_TRUE(replica.complete());
+  EXPECT_EQ(std::memcmp(replica.landed_sum(), primary.landed_sum(), kElems * 2), 0);
+  EXPECT_EQ(replica.Stats().sum_squares, primary.Stats().sum_squares);
+}
+
 }  // namespace
 }  // namespace zerostate::server

@@ -8,12 +8,15 @@ boundary a bucket is pushed as one range once every gradient in it is in
 (during backward): inside a node it is summed over the local ranks first
 (reduce-scatter on NCCL, all-reduce on gloo, in the reduce dtype), and each
 local rank pushes its slice, converted once to the wire dtype (the job's
-grad_dtype)."""
+grad_dtype). On a GPU the slice goes to pinned memory on the side stream
+and is pushed by the push thread once there (streams.py): the backward
+never waits for it."""
 
 import torch
 import torch.distributed as dist
 
 from zerostate import _capi
+from zerostate.torch import streams
 
 
 def wire_dtype(torch_dtype):
@@ -31,9 +34,14 @@ class Bucket:
         self._slices = {id(p): self.buffer[b - self.begin:e - self.begin]
                         for p, b, e in entries}
         self.wire_dtype = wire_dtype
-        self.host = None
-        if device.type != "cpu":
+        self.host = self.wire = self.mine = None
+        if device.type != "cpu":  # the slice goes device-to-host on the side stream
             self.host = torch.zeros(self.chunk, dtype=wire_dtype, pin_memory=True)
+            if wire_dtype != reduce_dtype:
+                self.wire = torch.empty(self.chunk, dtype=wire_dtype, device=device)
+            if local_world > 1:
+                self.mine = torch.empty(self.chunk, dtype=reduce_dtype, device=device)
+        self.copied = None  # the event of the last device-to-host copy
         self.ready = 0
         self.pushed = False  # this step (a rank may have an empty slice: no ticket)
         self.ticket = None
@@ -45,7 +53,8 @@ class Bucket:
         self.ticket = None
 
     def zero(self):
-        """Drops the accumulated gradients. REQUIRES: no push in flight."""
+        """Drops the accumulated gradients (after the copy that reads them)."""
+        streams.compute_waits(self.copied)
         self.buffer.zero_()
 
     def take(self, p):
@@ -56,38 +65,61 @@ class Bucket:
                 self._slices[id(p)].add_(p.grad.reshape(-1))
             p.grad = None
 
-    def push(self, job, step, topo):
+    def push(self, job, step, topo, side, pusher, after=None):
         """Reduces the accumulated gradients inside the node and pushes this
         rank's slice in the wire dtype (a parameter that got no gradient
-        counts as zero). The buffer holds the node's sum afterwards, until
-        zero()."""
+        counts as zero). On a GPU the slice goes to pinned memory on the
+        side stream and `pusher` pushes it once there; nothing waits on the
+        host. `after`: a call the push waits for, on `pusher`'s thread.
+        The buffer holds the node's sum afterwards, until zero()."""
         self.pushed = True
         with torch.no_grad():
             mine = self.buffer
+            lo, hi = self.begin, self.end
             if topo.local_group is not None:
                 r = topo.local_rank
                 if dist.get_backend(topo.local_group) == "nccl":
-                    mine = torch.empty(self.chunk, dtype=self.buffer.dtype,
-                                       device=self.buffer.device)
+                    streams.compute_waits(self.copied)  # the last copy read self.mine
+                    mine = self.mine
                     dist.reduce_scatter_tensor(mine, self.buffer, group=topo.local_group)
                 else:
                     dist.all_reduce(self.buffer, group=topo.local_group)
                     mine = self.buffer[r * self.chunk:(r + 1) * self.chunk]
                 lo = self.begin + r * self.chunk
-            else:
-                lo = self.begin
-            hi = min(lo + self.chunk if topo.local_group is not None else self.end, self.end)
+                hi = min(lo + self.chunk, self.end)
             if hi <= lo:
                 return
             src = mine[:hi - lo]
-            if self.host is not None:
-                self.host[:hi - lo].copy_(src.to(self.wire_dtype))
-                src = self.host[:hi - lo]
-            else:  # the one conversion to the wire dtype (none when they agree)
+            if self.host is None:  # the CPU: the one conversion to the wire dtype
                 src = src.to(self.wire_dtype).contiguous()
-            self.ticket = job.push_async(step, topo.node, lo, hi, src.data_ptr(),
-                                         src.numel() * src.element_size(),
-                                         wire_dtype(src.dtype), keep=src)
+                if after is None:
+                    self.ticket = self._push(job, step, topo, lo, hi, src)
+                    return
+                host = src
+            else:
+                host = self._to_host(src, hi - lo, side)
+
+            def push():
+                if after is not None:
+                    after()
+                self.ticket = self._push(job, step, topo, lo, hi, host)
+            pusher.submit(self.copied, push)
+
+    def _to_host(self, src, n, side):
+        """src (on the device, n elements) into the pinned buffer, on the
+        side stream after the compute stream's work (self.copied)."""
+        if self.wire is not None:
+            streams.compute_waits(self.copied)  # the last copy read self.wire
+            self.wire[:n].copy_(src)
+            src = self.wire[:n]
+        with side.after_compute():
+            self.host[:n].copy_(src, non_blocking=True)
+        self.copied = side.done()
+        return self.host[:n]
+
+    def _push(self, job, step, topo, lo, hi, src):
+        return job.push_async(step, topo.node, lo, hi, src.data_ptr(),
+                              src.numel() * src.element_size(), wire_dtype(src.dtype), keep=src)
 
 
 def make_buckets(entries, bucket_elems, reduce_dtype, wire_dtype, device, local_world):

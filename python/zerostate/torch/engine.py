@@ -16,7 +16,14 @@ state servers.
   its AccumulateGrad node before torch 2.1) adds it into its bucket's
   buffer and drops p.grad (as DeepSpeed's ZeRO-2 does: after backward the
   gradients live in the engine); at the accumulation boundary a full bucket
-  is reduced inside the node and pushed (buckets.py).
+  is reduced inside the node and pushed (buckets.py). On a GPU nothing on
+  the compute stream waits for the host: a bucket goes device-to-host on a
+  side stream into pinned memory, ordered by events, and a push thread
+  pushes it once there; gathered weights go host-to-device on the side
+  stream and the compute stream waits for them by an event (streams.py).
+- Shares inside the node: each local rank gathers its share of each
+  module's weights and the node all-gathers them (NCCL on GPUs, gloo on
+  the CPU), so a node pulls one copy of the weights (weights.py).
 - engine.step(): the coordinator (global rank 0) reads the summed gradient's
   statistics, clips, checks for non-finite values (fp16: skip and back off
   the loss scale), and orders the Step with the lr of param_groups[0]; its
@@ -31,8 +38,10 @@ state servers.
   (the coordinator's statistics and Step on a thread, every rank's gathers
   out), so the next forward and backward run on the weights of the version
   before; the new version lands at the next engine.step(), after that
-  backward, and only then do its gradients leave (the servers take step t's
-  gradients once at version t). One step of staleness: W(t+1) =
+  backward. The servers take step t's gradients once at version t: with
+  one local rank, a bucket leaves as soon as backward finished it and the
+  gathers of the modules it overlaps are in (on the push thread); with
+  several, after the landing. One step of staleness: W(t+1) =
   AdamW(W(t), gradient at W(t-1)). A step that a checkpoint follows
   (checkpoint_every) ends synchronously, as does sync_weights() or
   save_checkpoint(). A failure of the delayed Step is raised by the next
@@ -58,6 +67,7 @@ from zerostate.policy import Policy
 from zerostate.torch import buckets as bk
 from zerostate.torch import checkpoint as ckpt
 from zerostate.torch import optimizer as zopt
+from zerostate.torch import streams
 from zerostate.torch.config import EngineConfig
 from zerostate.torch.surface import ModuleSurface, data_loader
 from zerostate.torch.topology import Topology
@@ -151,7 +161,16 @@ class Engine(ModuleSurface):
 
     def _install(self, bucket_elems, lazy_weights):
         """Buckets and gradient hooks; gather buffers and (lazy) forward
-        pre-hooks."""
+        pre-hooks; on a GPU the side stream of the host copies and the push
+        thread (streams.py)."""
+        self._side = streams.Side(self.device)
+        self._pusher = streams.Pusher()
+        # Under a delayed update, a bucket is pushed as soon as backward
+        # finished it and the gathers of the modules it overlaps are in (its
+        # blocks reached the version its gradients are for); with several
+        # local ranks, whose shares of weights and gradients differ, after
+        # the landing.
+        self._early_push = self.topo.local_group is None
         self._buckets = bk.make_buckets(self._entries, bucket_elems, self.reduce_dtype,
                                         self.grad_dtype, self.device, self.topo.local_world)
         self._bucket_of = {}
@@ -163,7 +182,8 @@ class Engine(ModuleSurface):
         for _, p in self._params:
             self._hook(p)
         self._weights = [w for _, w in module_weights(self.module, self._entries, self.dtype,
-                                                      self.device.type != "cpu", self.timers)]
+                                                      self.device, self.topo, self._side,
+                                                      self.timers)]
         if not lazy_weights:
             return
         # Before a module's forward, and in its state_dict(): every module
@@ -314,10 +334,33 @@ class Engine(ModuleSurface):
         if not self._boundary:
             return
         bucket.ready += 1
-        # A delayed update in flight: the servers take these gradients once
-        # at this step's version, which lands after backward (_service_step).
-        if bucket.ready == len(bucket.entries) and self._pending is None:
-            bucket.push(self.job, self.global_steps, self.topo)
+        if bucket.ready != len(bucket.entries):
+            return
+        if self._pending is None:
+            bucket.push(self.job, self.global_steps, self.topo, self._side, self._pusher)
+        elif self._early_push:
+            # A delayed update in flight: the servers take these gradients
+            # once its blocks are at this step's version.
+            bucket.push(self.job, self.global_steps, self.topo, self._side, self._pusher,
+                        after=self._versioned(bucket, self._pending))
+
+    def _versioned(self, bucket, pending):
+        """A call that returns once every gather of the delayed update
+        `pending` overlapping `bucket` is in (on the push thread)."""
+        overlap = [w for w in self._weights if w.begin < bucket.end and bucket.begin < w.end]
+
+        def wait():
+            fetched = pending.get("fetched")
+            if fetched is not None:
+                fetched.wait()
+            tickets = pending.get("tickets")
+            if tickets is None:
+                raise ZerostateError("not pushed: the update before this step failed",
+                                     "ABORTED")
+            for w in overlap:
+                if tickets.get(id(w)) is not None:
+                    tickets[id(w)].wait()
+        return wait
 
     def step(self):
         """At a gradient accumulation boundary: the service's step, then the
@@ -346,8 +389,10 @@ class Engine(ModuleSurface):
         try:
             for b in self._buckets:  # a bucket whose parameters got no gradient (or held back)
                 if not b.pushed:
-                    b.push(self.job, step, self.topo)
+                    b.push(self.job, step, self.topo, self._side, self._pusher)
             t0 = time.perf_counter()
+            if self._pusher is not None:
+                self._pusher.drain()
             for b in self._buckets:
                 if b.ticket is not None:
                     b.ticket.wait()
@@ -423,14 +468,16 @@ class Engine(ModuleSurface):
         thread (the C calls release the GIL)."""
         if not self.topo.coordinator:
             self._fetch(step + 1)
-            return {"thread": None, "verdict": None}
-        pending = {"verdict": None}
+            return {"thread": None, "verdict": None, "tickets": self._tickets()}
+        pending = {"verdict": None, "fetched": threading.Event()}
 
         def run():
             try:
-                pending["verdict"] = self._decide(step, lr, scales)
+                pending["verdict"] = self._decide(step, lr, scales, pending)
             except ZerostateError as e:
                 pending["verdict"] = self._failure(step, e)
+            finally:
+                pending["fetched"].set()
 
         pending["thread"] = threading.Thread(target=run, name=f"zerostate-step-{step}",
                                              daemon=True)
@@ -451,13 +498,14 @@ class Engine(ModuleSurface):
         self.timers["server_step"] += time.perf_counter() - t0
         if verdict[0] != "ok":
             for w in self._weights:
-                w.ticket = None
+                w.drop()
         self._apply_verdict(verdict)
         self._land()
 
-    def _decide(self, step, lr, scales):
+    def _decide(self, step, lr, scales, pending=None):
         """The coordinator's step: statistics, clipping, loss scale, Step.
-        `lr` and `scales`: param_groups' as the step began."""
+        `lr` and `scales`: param_groups' as the step began. `pending`: the
+        delayed update this is, which takes the gathers' tickets."""
         ss, nonfinite = self.job.grad_stats(step)
         fp16 = self.dtype == torch.float16
         if nonfinite and not fp16:
@@ -474,6 +522,9 @@ class Engine(ModuleSurface):
         state = self.policy.state()
         # The gathers go out first: blocks stream back as the servers step them.
         self._fetch(step + 1)
+        if pending is not None:
+            pending["tickets"] = self._tickets()
+            pending["fetched"].set()
         self.job.step(step, lr, d.grad_scale, skip=d.skip, state=state)
         return ("ok", state, d.skip, d.grad_norm)
 
@@ -485,6 +536,10 @@ class Engine(ModuleSurface):
         for w in self._weights:
             w.fetch(self.job, version)
 
+    def _tickets(self):
+        """{id(weights): the gather in flight} of every module."""
+        return {id(w): w.ticket for w in self._weights}
+
     def sync_weights(self):
         """Lands every gather still in flight into the parameters; a delayed
         update in flight is finished first (collective then)."""
@@ -495,8 +550,6 @@ class Engine(ModuleSurface):
     def _land(self):
         for w in self._weights:
             w.land()
-        if self.device.type == "cuda":
-            torch.cuda.current_stream().synchronize()
 
     def zero_grad(self):
         """Drops the gradients accumulated since the last step."""
@@ -510,11 +563,14 @@ class Engine(ModuleSurface):
         the servers). The engine is unusable afterwards. A delayed update in
         flight is waited for, not landed (sync_weights() lands it)."""
         self._join_pending()
+        self._drop_pushes()
+        if self._pusher is not None:
+            self._pusher.close()
         for h in self._hooks:
             h.remove()
         self._hooks, self._grad_nodes = [], []
         for w in self._weights:
-            w.ticket = None
+            w.drop()
         for b in self._buckets:
             b.reset()
         self.job.close()
@@ -526,6 +582,14 @@ class Engine(ModuleSurface):
         pending, self._pending = self._pending, None
         if pending is not None and pending["thread"] is not None:
             pending["thread"].join()
+
+    def _drop_pushes(self):
+        """Waits for the push thread's calls, their errors dropped."""
+        if self._pusher is not None:
+            try:
+                self._pusher.drain()
+            except Exception:  # noqa: BLE001 - the step that made them failed already
+                pass
 
     def _check_alive(self):
         if self._failed is not None:
@@ -552,9 +616,10 @@ class Engine(ModuleSurface):
     def _reset(self, version, micro_steps):
         """After a restore: nothing in flight, no gradient, at `version`."""
         self._join_pending()
+        self._drop_pushes()
         self._failed = None
         for w in self._weights:
-            w.ticket = None
+            w.drop()
         for b in self._buckets:
             b.reset()
         self.zero_grad()

@@ -1,45 +1,108 @@
 """Weights coming back from the servers into the module's parameters, per
-module: each module owning trainable parameters has one gather buffer
-(pinned when the parameters are on a GPU) covering its parameters' flat
-range. fetch() puts the gather in flight; land() waits for it and copies
-into the parameters in the training dtype (the engine calls it at the step,
-or in the module's forward pre-hook)."""
+module: each module owning trainable parameters covers its parameters'
+flat range, split into one share per local rank of the node. fetch() puts
+this rank's gather of its share in flight (into a pinned buffer when the
+parameters are on a GPU), so a node pulls one copy of the weights, not one
+per rank; land() waits for it, all-gathers the shares inside the node
+(NCCL on GPUs, gloo on the CPU) and copies into the parameters in the
+training dtype on the side stream (streams.py), the compute stream waiting
+for the copy by an event. The engine calls it at the step, or in the
+module's forward pre-hook, so the gather of a later module overlaps the
+forward of the earlier ones."""
 
 import time
 
 import torch
+import torch.distributed as dist
 
+from zerostate.torch import streams
 from zerostate.torch.buckets import wire_dtype
 
 
 class ModuleWeights:
-    def __init__(self, entries, dtype, pin, timers):
+    def __init__(self, entries, dtype, device, topo, side, timers):
         self.timers = timers  # the engine's; land() adds its wait to "gather_wait"
         self.entries = entries  # [(param, begin, end)]
         self.begin = min(e[1] for e in entries)
         self.end = max(e[2] for e in entries)
-        self.buffer = torch.empty(self.end - self.begin, dtype=dtype, pin_memory=pin)
+        self.topo, self.side = topo, side
+        local = topo.local_world if topo.local_group is not None else 1
+        self.chunk = -(-(self.end - self.begin) // local)
+        r = topo.local_rank if local > 1 else 0
+        self.lo = min(self.begin + r * self.chunk, self.end)  # this rank's share [lo, hi)
+        self.hi = min(self.lo + self.chunk, self.end)
+        gpu = device.type != "cpu"
+        # The node's whole range (on the device), where the shares meet;
+        # with one local rank on the CPU the share is the whole range.
+        self.full = None
+        if local > 1:
+            self.full = torch.empty(self.chunk * local, dtype=dtype, device=device)
+        if gpu or self.full is None:
+            self.buffer = torch.empty(self.chunk, dtype=dtype, pin_memory=gpu)
+        else:  # gloo: the gather writes straight into the rank's part
+            self.buffer = self.full[r * self.chunk:(r + 1) * self.chunk]
+        self.copied = None  # the event of the last host-to-device copy out of buffer
         self.ticket = None
+        self.pending = False  # fetched, not landed
 
     def fetch(self, job, version):
-        self.ticket = job.gather_async(version, self.begin, self.end, self.buffer.data_ptr(),
-                                       self.buffer.numel() * self.buffer.element_size(),
+        self.pending = True
+        if self.hi <= self.lo:
+            return
+        streams.host_waits(self.copied)  # the last landing read the buffer
+        self.ticket = job.gather_async(version, self.lo, self.hi, self.buffer.data_ptr(),
+                                       (self.hi - self.lo) * self.buffer.element_size(),
                                        wire_dtype(self.buffer.dtype), keep=self.buffer)
 
+    def drop(self):
+        """Forgets the gather in flight (every local rank alike)."""
+        self.ticket, self.pending = None, False
+
     def land(self):
-        if self.ticket is None:
+        """Waits for this rank's share, then (several local ranks) the
+        node's all-gather, and copies into the parameters on the side
+        stream; the compute stream waits for the copy, the host does not.
+        Collective among the local ranks: each takes part even after its
+        gather failed, then raises."""
+        if not self.pending:
             return
-        ticket, self.ticket = self.ticket, None
-        t0 = time.perf_counter()
-        ticket.wait()
-        self.timers["gather_wait"] += time.perf_counter() - t0
-        with torch.no_grad():
+        ticket, self.ticket, self.pending = self.ticket, None, False
+        error = None
+        if ticket is not None:
+            t0 = time.perf_counter()
+            try:
+                ticket.wait()
+            except Exception as e:  # noqa: BLE001 - raised after the all-gather
+                error = e
+            self.timers["gather_wait"] += time.perf_counter() - t0
+        n = self.hi - self.lo
+        with torch.no_grad(), self.side.after_compute():
+            src = self.buffer
+            if self.full is not None:
+                r = self.topo.local_rank
+                mine = self.full[r * self.chunk:(r + 1) * self.chunk]
+                if mine.data_ptr() != self.buffer.data_ptr() and n > 0:
+                    mine[:n].copy_(self.buffer[:n], non_blocking=True)
+                self._all_gather(mine)
+                src = self.full
             for p, b, e in self.entries:
-                src = self.buffer[b - self.begin:e - self.begin].view(p.shape)
-                p.data.copy_(src, non_blocking=True)
+                part = src[b - self.begin:e - self.begin].view(p.shape)
+                p.data.copy_(part, non_blocking=True)
+        self.copied = self.side.done()
+        streams.compute_waits(self.copied)
+        if error is not None:
+            raise error
+
+    def _all_gather(self, mine):
+        group = self.topo.local_group
+        if dist.get_backend(group) == "nccl":
+            dist.all_gather_into_tensor(self.full, mine, group=group)
+        else:  # gloo gathers into a list
+            parts = list(self.full.split(self.chunk))
+            dist.all_gather(parts, mine.clone(), group=group)
 
 
-def module_weights(model, entries, dtype, pin, timers):
+def module_weights(model, entries, dtype, device, topo, side, timers):
     """[(module, ModuleWeights)] for every module owning trainable
     parameters; a tied parameter goes to the first module that holds it."""
     at = {id(p): (p, b, e) for p, b, e in entries}
@@ -51,8 +114,8 @@ def module_weights(model, entries, dtype, pin, timers):
                 seen.add(id(p))
                 mine.append(at[id(p)])
         if mine:
-            out.append((module, ModuleWeights(sorted(mine, key=lambda x: x[1]), dtype, pin,
-                                              timers)))
+            out.append((module, ModuleWeights(sorted(mine, key=lambda x: x[1]), dtype, device,
+                                              topo, side, timers)))
     return out
 
 

@@ -43,6 +43,7 @@ struct StepBuffers {
   const float* from_param = nullptr;
   const float* from_m = nullptr;
   const float* from_v = nullptr;
+  const uint16_t* grad_bf16 = nullptr;  // the gradient, for the kernels that read bf16
 };
 
 // A run [begin, end) of a block's elements that steps with one set of
@@ -73,6 +74,7 @@ struct CompactBuffers {
   const void* from_v = nullptr;
   const float* from_m_scale = nullptr;
   const float* from_v_scale = nullptr;
+  const uint16_t* grad_bf16 = nullptr;  // as in StepBuffers
 };
 
 // kTraffic: the memory traffic of AdamW without its arithmetic (benchmarks).
@@ -89,13 +91,22 @@ using CompactStepFn = void (*)(const StepRun* runs, size_t count, const CompactB
 // elements from position lanes->elems on.
 using GradStatsFn = void (*)(const float* g, size_t n, SquareLanes* lanes);
 
+struct QuantMap;  // moment_codec.h
+// Encodes one int8 quantization block x[0, n) into codes; returns its scale
+// (moment_codec.h's QuantizeBlock, this ISA's version).
+using QuantizeFn = float (*)(const QuantMap& map, const float* x, size_t n, uint8_t* codes);
+
 struct KernelTable {
-  struct Row {
+  struct ByLowp {
     StepFn by_lowp[kLowpCount];
     CompactStepFn compact[kMomentFormatCount - 1][kLowpCount];  // [format - 1][lowp]
   };
+  struct Row {
+    ByLowp grad[2];  // [0]: an fp32 gradient (grad), [1]: bf16 (grad_bf16)
+  };
   Row step[kRuleCount];  // indexed by Rule, then Lowp
   GradStatsFn grad_stats;
+  QuantizeFn quantize;
 };
 
 // REQUIRES (to call what they return): the CPU supports the ISA.

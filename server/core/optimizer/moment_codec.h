@@ -14,9 +14,14 @@
 // int8 (8-bit Adam, Dettmers et al. 2021): a quantization block of at
 // most kQuantBlock elements is stored as scale = max |x| over the block
 // (fp32) and, per element, the index of the entry of a 256-entry sorted
-// dynamic map nearest to x / scale (ties to the lower entry; scale 0 stores
-// 0's index). Decoding is map[code] * scale. The first moment uses the
-// signed map, the second (never negative) the unsigned one.
+// dynamic map nearest to x * (1 / scale) (ties to the lower entry; scale 0
+// stores 0's index). 1 / scale is rounded to fp32 once per block and each
+// element multiplied by it (a product, not a quotient: a division per
+// element made the int8 step bound by the divider); where 1 / scale is not
+// finite (scale below 2^-128, or NaN) the block divides, x / scale, as the
+// reciprocal would overflow. Every ISA follows this rule, so codes agree.
+// Decoding is map[code] * scale. The first moment uses the signed map, the
+// second (never negative) the unsigned one.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +32,16 @@ namespace zerostate::server::kernels {
 // A sorted 256-entry dynamic quantization map and the tables that find an
 // entry in a fixed number of steps.
 struct QuantMap {
-  float value[256];
+  alignas(64) float value[256];
+  // The mids as an implicit binary search tree, level by level: node h
+  // (2^l <= h < 2^(l+1), level l) is mid[(2 (h - 2^l) + 1) 2^(7-l) - 1],
+  // its children 2h and 2h + 1; walking h = 2h + (node h < x) from h = 1 for
+  // 8 levels ends at 256 + the number of mids below x, the code. Stored
+  // with each level's nodes in the bit-reversed order of their path:
+  // heap_rev[2^l + r] is node 2^l + reverse_l(r), r's bit k the step taken
+  // at level k, so that a walk which sets bit l of r at level l reads each
+  // level's run of nodes by r directly (quant_avx512.h); heap_rev[0] unused.
+  alignas(64) float heap_rev[256];
   // mid[j]: the largest float not above the exact midpoint of value[j] and
   // value[j + 1]; mid[255] = mid[256] = +inf. The nearest entry of x (ties
   // to the lower) is the number of mids below x.
@@ -53,7 +67,7 @@ inline uint32_t OrderKey(float x) {
   return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
 }
 
-// The code of x (already divided by the scale). A NaN gives some code.
+// The code of x (already scaled): the number of mids below x (a NaN: 0).
 // The probes are independent of each other (the mids are sorted, so the
 // count of those below x among mid[lo], mid[lo + 1] is the same as probing
 // one after the other), which lets their loads overlap.
@@ -62,6 +76,13 @@ inline uint8_t QuantizeUnit(const QuantMap& map, float x) {
   uint32_t code = lo;
   for (int k = 0; k < kProbes; ++k) code += map.mid[lo + k] < x ? 1 : 0;
   return static_cast<uint8_t>(code > 255 ? 255 : code);
+}
+
+// Whether a block scales by its reciprocal scale `inv` (else it divides).
+inline bool ReciprocalIsFinite(float inv) {
+  uint32_t u;
+  __builtin_memcpy(&u, &inv, 4);
+  return (u & 0x7f800000u) != 0x7f800000u;
 }
 
 // Encodes x[0, n) (n <= kQuantBlock) into codes and returns the scale.
@@ -83,7 +104,12 @@ inline float QuantizeBlock(const QuantMap& map, const float* x, size_t n, uint8_
     for (size_t i = 0; i < n; ++i) codes[i] = zero;
     return 0;
   }
-  for (size_t i = 0; i < n; ++i) codes[i] = QuantizeUnit(map, x[i] / absmax);
+  const float inv = 1.0f / absmax;
+  if (ReciprocalIsFinite(inv)) {
+    for (size_t i = 0; i < n; ++i) codes[i] = QuantizeUnit(map, x[i] * inv);
+  } else {
+    for (size_t i = 0; i < n; ++i) codes[i] = QuantizeUnit(map, x[i] / absmax);
+  }
   return absmax;
 }
 
@@ -94,13 +120,23 @@ inline void DequantizeBlock(const QuantMap& map, const uint8_t* codes, size_t n,
 
 // QuantizeBlock and DequantizeBlock for an ISA's vector traits `Ops`: the
 // same operations on every element, so the same bits. This plain version
-// serves the scalar kernels; quant_avx2.h and quant_avx512.h specialize it
-// with gathers.
+// serves the scalar kernels; quant_avx2.h and quant_avx512.h specialize it.
+// Decoder reads one vector (Ops::kWidth codes) of a block at a time, for a
+// step that decodes its moments as it loads them; it holds what it needs of
+// the map (AVX-512: the whole map, in registers), so build it once per
+// block, outside the loop.
 template <class Ops>
 struct QuantVec {
   static float Quantize(const QuantMap& map, const float* x, size_t n, uint8_t* codes) {
     return QuantizeBlock(map, x, n, codes);
   }
+
+  struct Decoder {
+    const QuantMap& map;
+    float scale;
+    typename Ops::F Read(const uint8_t* codes) const { return map.value[*codes] * scale; }
+  };
+
   static void Dequantize(const QuantMap& map, const uint8_t* codes, size_t n, float scale,
                          float* x) {
     DequantizeBlock(map, codes, n, scale, x);

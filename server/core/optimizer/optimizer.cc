@@ -73,21 +73,23 @@ void RunRuleRuns(Isa isa, kernels::Rule rule, const kernels::StepRun* runs, size
                  const BlockRefs& b) {
   const Lowp lowp = LowpOf(b.lowp_dtype);
   auto* lowp_out = lowp == Lowp::kNone ? nullptr : static_cast<uint16_t*>(b.lowp);
-  const auto& row = kernels::KernelsFor(isa).step[static_cast<int>(rule)];
+  const auto& row =
+      kernels::KernelsFor(isa).step[static_cast<int>(rule)].grad[b.grad_bf16 != nullptr ? 1 : 0];
   if (b.moments == MomentFormat::kFp32) {
     for (size_t i = 0; i < count; ++i) {
       const size_t at = runs[i].begin;
       auto shift = [at](auto* p) { return p == nullptr ? p : p + at; };
       const kernels::StepBuffers buffers{
-          b.param + at,       shift(b.m),      shift(b.v),      b.grad + at,     shift(lowp_out),
-          runs[i].end - at,   shift(b.from_param), shift(b.from_m), shift(b.from_v)};
+          b.param + at,       shift(b.m),      shift(b.v),      shift(b.grad),   shift(lowp_out),
+          runs[i].end - at,   shift(b.from_param), shift(b.from_m), shift(b.from_v),
+          shift(b.grad_bf16)};
       row.by_lowp[static_cast<int>(lowp)](runs[i].c, buffers);
     }
     return;
   }
   const kernels::CompactBuffers buffers{
       b.param,  b.m,  b.v,           b.m_scale,     b.v_scale,     b.grad,       lowp_out,
-      b.n,      b.from_param, b.from_m, b.from_v, b.from_m_scale, b.from_v_scale};
+      b.n,      b.from_param, b.from_m, b.from_v, b.from_m_scale, b.from_v_scale, b.grad_bf16};
   row.compact[static_cast<int>(b.moments) - 1][static_cast<int>(lowp)](runs, count, buffers);
 }
 

@@ -56,6 +56,10 @@ struct BlockRefs {
   float* v_scale = nullptr;
   const float* from_m_scale = nullptr;
   const float* from_v_scale = nullptr;
+  // Instead of grad (then null): the gradient as bf16, one node's push
+  // where it landed, with no fold into an fp32 sum; widened as it is read,
+  // so the step is bit for bit the one on the widened fp32 gradient.
+  const uint16_t* grad_bf16 = nullptr;
 };
 
 // The refs of a block's whole state at `state` (StateLayout `layout`),

@@ -30,13 +30,15 @@ struct QuantVec<simd::Avx2Ops> {
     }
     float absmax;
     __builtin_memcpy(&absmax, &top, 4);
-    if (absmax == 0) return QuantizeBlock(map, x, n, codes);  // all zeros
-    const __m256 a = _mm256_set1_ps(absmax);
+    const float inv = 1.0f / absmax;
+    // All zeros, or a scale whose reciprocal overflows: the plain version.
+    if (absmax == 0 || !ReciprocalIsFinite(inv)) return QuantizeBlock(map, x, n, codes);
+    const __m256 a = _mm256_set1_ps(inv);
     const __m256i top_bit = _mm256_set1_epi32(static_cast<int>(0x80000000u));
     const __m256i byte = _mm256_set1_epi32(0xff), one = _mm256_set1_epi32(1);
     const auto* lo_table = reinterpret_cast<const int*>(map.lo);
     for (i = 0; i + 8 <= n; i += 8) {
-      const __m256 q = _mm256_div_ps(_mm256_loadu_ps(x + i), a);
+      const __m256 q = _mm256_mul_ps(_mm256_loadu_ps(x + i), a);
       const __m256i u = _mm256_castps_si256(q);
       const __m256i key = _mm256_xor_si256(u, _mm256_or_si256(_mm256_srai_epi32(u, 31), top_bit));
       const __m256i lo =
@@ -50,19 +52,26 @@ struct QuantVec<simd::Avx2Ops> {
       _mm256_store_si256(reinterpret_cast<__m256i*>(out), _mm256_min_epu32(code, byte));
       for (int k = 0; k < 8; ++k) codes[i + k] = static_cast<uint8_t>(out[k]);
     }
-    for (; i < n; ++i) codes[i] = QuantizeUnit(map, x[i] / absmax);
+    for (; i < n; ++i) codes[i] = QuantizeUnit(map, x[i] * inv);
     return absmax;
   }
 
+  struct Decoder {
+    Decoder(const QuantMap& m, float scale) : map(m), s(_mm256_set1_ps(scale)) {}
+    __m256 Read(const uint8_t* codes) const {
+      const __m256i c =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+      return _mm256_mul_ps(_mm256_i32gather_ps(map.value, c, 4), s);
+    }
+    const QuantMap& map;
+    __m256 s;
+  };
+
   static void Dequantize(const QuantMap& map, const uint8_t* codes, size_t n, float scale,
                          float* x) {
-    const __m256 s = _mm256_set1_ps(scale);
+    const Decoder d(map, scale);
     size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      const __m256i c =
-          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
-      _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_i32gather_ps(map.value, c, 4), s));
-    }
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, d.Read(codes + i));
     DequantizeBlock(map, codes + i, n - i, scale, x + i);
   }
 };

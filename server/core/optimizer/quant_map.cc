@@ -62,6 +62,14 @@ QuantMap* Build(bool is_signed) {
     m->mid[j] = f;
   }
   m->mid[255] = m->mid[256] = INFINITY;
+  for (int level = 0; level < 8; ++level) {
+    for (int r = 0; r < 1 << level; ++r) {
+      int path = 0;  // r's bits reversed: node 2^level + path
+      for (int k = 0; k < level; ++k) path |= ((r >> k) & 1) << (level - 1 - k);
+      m->heap_rev[(1 << level) + r] = m->mid[(2 * path + 1) * (1 << (7 - level)) - 1];
+    }
+  }
+  m->heap_rev[0] = 0;
   for (uint32_t k = 0; k < 65536; ++k) {
     const float first = FloatOfKey(k << 16), last = FloatOfKey((k << 16) | 0xffffu);
     const int lo = std::isnan(first) ? 0 : MidsBelow(*m, first);

@@ -13,11 +13,47 @@
 
 namespace zerostate::server::kernels {
 
-template <class Ops, class RuleT, Lowp kLowp>
+// kGradBf16: the gradient is read as bf16 (StepBuffers::grad_bf16, one
+// node's push where it landed) and widened in registers, exactly as a fold
+// into an fp32 sum would have widened it; else fp32 (grad).
+template <class Ops, class RuleT, Lowp kLowp, bool kGradBf16 = false>
 struct StepLoop {
   using F = typename Ops::F;
   static constexpr size_t W = Ops::kWidth;
   static constexpr int kMoments = RuleT::kMoments;
+
+  // Elements [i, i + W) of the gradient, as fp32. Buffers: StepBuffers or
+  // CompactBuffers.
+  template <class Buffers>
+  [[gnu::always_inline]] static F LoadGrad(const Buffers& b, size_t i) {
+    if constexpr (kGradBf16) {
+      return Ops::FromBf16(Ops::LoadHalf(b.grad_bf16 + i));
+    } else {
+      return Ops::Load(b.grad + i);
+    }
+  }
+  // The gradient's address at element i, for prefetching.
+  template <class Buffers>
+  [[gnu::always_inline]] static const void* GradAt(const Buffers& b, size_t i) {
+    if constexpr (kGradBf16) {
+      return b.grad_bf16 + i;
+    } else {
+      return b.grad + i;
+    }
+  }
+  // The gradient's elements [i, i + n) into g (fp32) or gh (bf16), and the
+  // buffers' gradient pointers at them.
+  template <class Buffers>
+  static void CopyGrad(const Buffers& from, size_t i, size_t n, float* g, uint16_t* gh,
+                       Buffers* to) {
+    if constexpr (kGradBf16) {
+      std::memcpy(gh, from.grad_bf16 + i, n * sizeof(uint16_t));
+      to->grad_bf16 = gh;
+    } else {
+      std::memcpy(g, from.grad + i, n * sizeof(float));
+      to->grad = g;
+    }
+  }
 
   // Reads and writes elements [i, i + W) of every buffer the rule uses, once:
   // the state from from_*, the new state to param, m and v (`kStreamState`:
@@ -30,7 +66,7 @@ struct StepLoop {
     F m = Ops::Set1(0), v = Ops::Set1(0);
     if constexpr (kMoments >= 1) m = Ops::Load(b.from_m + i);
     if constexpr (kMoments >= 2) v = Ops::Load(b.from_v + i);
-    const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Ops::Load(b.grad + i), &m, &v);
+    const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), LoadGrad(b, i), &m, &v);
     StoreState<kStreamState>(b.param + i, p);
     if constexpr (kMoments >= 1) StoreState<kStreamState>(b.m + i, m);
     if constexpr (kMoments >= 2) StoreState<kStreamState>(b.v + i, v);
@@ -63,11 +99,11 @@ struct StepLoop {
   // the vector path too.
   static void Tail(const Splat<Ops>& k, const StepBuffers& b, size_t i) {
     alignas(64) float p[W] = {}, m[W] = {}, v[W] = {}, g[W] = {};
-    alignas(64) uint16_t lowp[W] = {};
-    const StepBuffers t{p, m, v, g, lowp, W, p, m, v};
+    alignas(64) uint16_t lowp[W] = {}, gh[W] = {};
+    StepBuffers t{p, m, v, nullptr, lowp, W, p, m, v};
     const size_t n = b.n - i;
     std::memcpy(p, b.from_param + i, n * sizeof(float));
-    std::memcpy(g, b.grad + i, n * sizeof(float));
+    CopyGrad(b, i, n, g, gh, &t);
     if constexpr (kMoments >= 1) std::memcpy(m, b.from_m + i, n * sizeof(float));
     if constexpr (kMoments >= 2) std::memcpy(v, b.from_v + i, n * sizeof(float));
     Chunk<false>(k, t, 0, /*stream=*/false);
@@ -88,7 +124,7 @@ struct StepLoop {
   // an out-of-line Prefetch is "const" and its calls are deleted as dead.
   [[gnu::always_inline]] static void Prefetch(const StepBuffers& b, size_t i) {
     __builtin_prefetch(b.from_param + i);
-    __builtin_prefetch(b.grad + i);
+    __builtin_prefetch(GradAt(b, i));
     if constexpr (kMoments >= 1) __builtin_prefetch(b.from_m + i);
     if constexpr (kMoments >= 2) __builtin_prefetch(b.from_v + i);
   }
@@ -180,15 +216,15 @@ struct MomentCodec {
 
 // The step with compact moments. bf16: one vector pass, the moments widened
 // as they are loaded and rounded as they are stored (Bf16Part). int8: for
-// each quantization block (kQuantBlock elements), the moments are decoded
-// into fp32 tiles that stay in L1, each run's part is stepped by StepLoop's vector
-// loop with the tiles as its moments, and the tiles are encoded back. The
+// each quantization block (kQuantBlock elements), each run's part is stepped
+// with its moments decoded as they are loaded, the new moments kept in fp32
+// tiles that stay in L1 (Int8Part), and the tiles are encoded back. The
 // master, the gradient and the low-precision copy are read and written
 // once, in place, as in the fp32 step; every ISA does the same fp32
 // operations, so the bits agree.
-template <class Ops, class RuleT, Lowp kLowp, MomentFormat kFormat>
+template <class Ops, class RuleT, Lowp kLowp, MomentFormat kFormat, bool kGradBf16 = false>
 struct CompactLoop {
-  using Loop = StepLoop<Ops, RuleT, kLowp>;
+  using Loop = StepLoop<Ops, RuleT, kLowp, kGradBf16>;
   using MCodec = MomentCodec<Ops, kFormat, false>;
   using VCodec = MomentCodec<Ops, kFormat, true>;
   static constexpr int kMoments = RuleT::kMoments;
@@ -213,13 +249,11 @@ struct CompactLoop {
     size_t r = 0;
     for (size_t t = 0; t < b.n; t += kQuantBlock) {
       const size_t n = b.n - t < kQuantBlock ? b.n - t : kQuantBlock;
-      if constexpr (kMoments >= 1) MCodec::Decode(b.from_m, b.from_m_scale, t, n, m);
-      if constexpr (kMoments >= 2) VCodec::Decode(b.from_v, b.from_v_scale, t, n, v);
       while (r < count && runs[r].end <= t) ++r;
       for (size_t j = r; j < count && runs[j].begin < t + n; ++j) {
         const size_t lo = runs[j].begin > t ? runs[j].begin : t;
         const size_t hi = runs[j].end < t + n ? runs[j].end : t + n;
-        StepPart(runs[j].c, b, lo, hi, m + (lo - t), v + (lo - t), stream);
+        Int8Part(runs[j].c, b, t, lo, hi, m, v, stream);
       }
       if constexpr (kMoments >= 1) MCodec::Encode(m, t, n, b.m, b.m_scale);
       if constexpr (kMoments >= 2) VCodec::Encode(v, t, n, b.v, b.v_scale);
@@ -249,7 +283,7 @@ struct CompactLoop {
     F m = Ops::Set1(0), v = Ops::Set1(0);
     if constexpr (kMoments >= 1) m = Ops::FromBf16(Ops::LoadHalf(from_m + i));
     if constexpr (kMoments >= 2) v = Ops::FromBf16(Ops::LoadHalf(from_v + i));
-    const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Ops::Load(b.grad + i), &m, &v);
+    const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Loop::LoadGrad(b, i), &m, &v);
     Ops::Store(b.param + i, p);
     if constexpr (kMoments >= 1) Ops::StoreHalf(static_cast<uint16_t*>(b.m) + i, Ops::ToBf16(m));
     if constexpr (kMoments >= 2) Ops::StoreHalf(static_cast<uint16_t*>(b.v) + i, Ops::ToBf16(v));
@@ -258,7 +292,7 @@ struct CompactLoop {
 
   [[gnu::always_inline]] static void Bf16Prefetch(const CompactBuffers& b, size_t i) {
     __builtin_prefetch(b.from_param + i);
-    __builtin_prefetch(b.grad + i);
+    __builtin_prefetch(Loop::GradAt(b, i));
     if constexpr (kMoments >= 1) __builtin_prefetch(static_cast<const uint16_t*>(b.from_m) + i);
     if constexpr (kMoments >= 2) __builtin_prefetch(static_cast<const uint16_t*>(b.from_v) + i);
   }
@@ -267,16 +301,15 @@ struct CompactLoop {
   static void Bf16Tail(const Splat<Ops>& k, const CompactBuffers& b, size_t i, size_t n) {
     constexpr size_t W = Ops::kWidth;
     alignas(64) float p[W] = {}, g[W] = {};
-    alignas(64) uint16_t m[W] = {}, v[W] = {}, lowp[W] = {};
+    alignas(64) uint16_t m[W] = {}, v[W] = {}, lowp[W] = {}, gh[W] = {};
     std::memcpy(p, b.from_param + i, n * sizeof(float));
-    std::memcpy(g, b.grad + i, n * sizeof(float));
     if constexpr (kMoments >= 1) std::memcpy(m, static_cast<const uint16_t*>(b.from_m) + i, n * 2);
     if constexpr (kMoments >= 2) std::memcpy(v, static_cast<const uint16_t*>(b.from_v) + i, n * 2);
     CompactBuffers t;
+    Loop::CopyGrad(b, i, n, g, gh, &t);
     t.param = p;
     t.m = m;
     t.v = v;
-    t.grad = g;
     t.lowp = lowp;
     t.from_param = p;
     t.from_m = m;
@@ -288,6 +321,48 @@ struct CompactLoop {
     if constexpr (kLowp != Lowp::kNone) std::memcpy(b.lowp + i, lowp, n * 2);
   }
 
+  // Elements [lo, hi) of the quantization block from t: each vector's
+  // moments decoded as they are loaded (no pass of its own: the decoding's
+  // permutes overlap the rule's division and square root), stepped, and
+  // stored into the block's fp32 tiles m and v for the encoding; the last
+  // partial vector through the tiles and StepPart.
+  static void Int8Part(const StepConsts& c, const CompactBuffers& b, size_t t, size_t lo,
+                       size_t hi, float* m, float* v, bool stream) {
+    using Quant = QuantVec<Ops>;
+    using F = typename Ops::F;
+    constexpr size_t W = Ops::kWidth;
+    const size_t q = t / kQuantBlock;
+    const auto* from_m = static_cast<const uint8_t*>(b.from_m);
+    const auto* from_v = static_cast<const uint8_t*>(b.from_v);
+    const typename Quant::Decoder dm{SignedMap(), kMoments >= 1 ? b.from_m_scale[q] : 0.0f};
+    const typename Quant::Decoder dv{UnsignedMap(), kMoments >= 2 ? b.from_v_scale[q] : 0.0f};
+    const Splat<Ops> k(c);
+    size_t i = lo;
+    for (; i + W <= hi; i += W) {
+      if (i % Loop::kLine == 0 && i + Loop::kAhead < hi) {
+        __builtin_prefetch(b.from_param + i + Loop::kAhead);
+        __builtin_prefetch(Loop::GradAt(b, i + Loop::kAhead));
+        if (i % 64 == 0) {
+          if constexpr (kMoments >= 1) __builtin_prefetch(from_m + i + Loop::kAhead);
+          if constexpr (kMoments >= 2) __builtin_prefetch(from_v + i + Loop::kAhead);
+        }
+      }
+      F mi = Ops::Set1(0), vi = Ops::Set1(0);
+      if constexpr (kMoments >= 1) mi = dm.Read(from_m + i);
+      if constexpr (kMoments >= 2) vi = dv.Read(from_v + i);
+      const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Loop::LoadGrad(b, i), &mi, &vi);
+      Ops::Store(b.param + i, p);
+      if constexpr (kMoments >= 1) Ops::Store(m + (i - t), mi);
+      if constexpr (kMoments >= 2) Ops::Store(v + (i - t), vi);
+      Loop::StoreLowp(b.lowp, i, p, stream);
+    }
+    if (i < hi) {
+      if constexpr (kMoments >= 1) MCodec::Decode(b.from_m, b.from_m_scale, i, hi - i, m + (i - t));
+      if constexpr (kMoments >= 2) VCodec::Decode(b.from_v, b.from_v_scale, i, hi - i, v + (i - t));
+      StepPart(c, b, i, hi, m + (i - t), v + (i - t), stream);
+    }
+  }
+
   // Elements [lo, hi) with their moments in the tiles at m and v.
   static void StepPart(const StepConsts& c, const CompactBuffers& b, size_t lo, size_t hi,
                        float* m, float* v, bool stream) {
@@ -295,7 +370,11 @@ struct CompactLoop {
     part.param = b.param + lo;
     part.m = m;
     part.v = v;
-    part.grad = b.grad + lo;
+    if constexpr (kGradBf16) {
+      part.grad_bf16 = b.grad_bf16 + lo;
+    } else {
+      part.grad = b.grad + lo;
+    }
     part.lowp = kLowp == Lowp::kNone ? nullptr : b.lowp + lo;
     part.n = hi - lo;
     part.from_param = b.from_param + lo;
@@ -331,20 +410,28 @@ void GradStatsLoop(const float* g, size_t n, SquareLanes* lanes) {
   lanes->elems += n;
 }
 
-template <class Ops, class RuleT, MomentFormat kFormat, Lowp kLowp>
+template <class Ops, class RuleT, MomentFormat kFormat, Lowp kLowp, bool kGradBf16>
 constexpr CompactStepFn CompactFn() {
-  return &CompactLoop<Ops, RuleT, kLowp, kFormat>::Run;
+  return &CompactLoop<Ops, RuleT, kLowp, kFormat, kGradBf16>::Run;
+}
+
+template <class Ops, class RuleT, bool kGradBf16>
+constexpr KernelTable::ByLowp ByLowpOf() {
+  constexpr MomentFormat kBf16 = MomentFormat::kBf16, kInt8 = MomentFormat::kInt8;
+  return {{&StepLoop<Ops, RuleT, Lowp::kNone, kGradBf16>::Run,
+           &StepLoop<Ops, RuleT, Lowp::kBf16, kGradBf16>::Run,
+           &StepLoop<Ops, RuleT, Lowp::kFp16, kGradBf16>::Run},
+          {{CompactFn<Ops, RuleT, kBf16, Lowp::kNone, kGradBf16>(),
+            CompactFn<Ops, RuleT, kBf16, Lowp::kBf16, kGradBf16>(),
+            CompactFn<Ops, RuleT, kBf16, Lowp::kFp16, kGradBf16>()},
+           {CompactFn<Ops, RuleT, kInt8, Lowp::kNone, kGradBf16>(),
+            CompactFn<Ops, RuleT, kInt8, Lowp::kBf16, kGradBf16>(),
+            CompactFn<Ops, RuleT, kInt8, Lowp::kFp16, kGradBf16>()}}};
 }
 
 template <class Ops, class RuleT>
 constexpr KernelTable::Row RowOf() {
-  constexpr MomentFormat kBf16 = MomentFormat::kBf16, kInt8 = MomentFormat::kInt8;
-  return {{&StepLoop<Ops, RuleT, Lowp::kNone>::Run, &StepLoop<Ops, RuleT, Lowp::kBf16>::Run,
-           &StepLoop<Ops, RuleT, Lowp::kFp16>::Run},
-          {{CompactFn<Ops, RuleT, kBf16, Lowp::kNone>(), CompactFn<Ops, RuleT, kBf16, Lowp::kBf16>(),
-            CompactFn<Ops, RuleT, kBf16, Lowp::kFp16>()},
-           {CompactFn<Ops, RuleT, kInt8, Lowp::kNone>(), CompactFn<Ops, RuleT, kInt8, Lowp::kBf16>(),
-            CompactFn<Ops, RuleT, kInt8, Lowp::kFp16>()}}};
+  return {{ByLowpOf<Ops, RuleT, false>(), ByLowpOf<Ops, RuleT, true>()}};
 }
 
 // Rows in the order of enum Rule.
@@ -353,7 +440,8 @@ constexpr KernelTable MakeKernelTable() {
   return {{RowOf<Ops, AdamRule<Ops, true>>(), RowOf<Ops, AdamRule<Ops, false>>(),
            RowOf<Ops, SgdRule<Ops, false>>(), RowOf<Ops, SgdRule<Ops, true>>(),
            RowOf<Ops, LionRule<Ops>>(), RowOf<Ops, TrafficRule<Ops>>()},
-          &GradStatsLoop<Ops>};
+          &GradStatsLoop<Ops>,
+          &QuantVec<Ops>::Quantize};
 }
 
 }  // namespace zerostate::server::kernels

@@ -1,7 +1,11 @@
 # layers_test: cmake/check_layers.cmake passes the real tree and refuses a
 # tree whose core includes gRPC and an edge, whose data plane includes the
-# gRPC edge, and whose trainer includes the client and the worker, naming
-# each include; the gRPC edge's includes are allowed.
+# gRPC edge, whose replication includes the client library, the data
+# plane's server side, etcd's membership or another service's stubs, whose
+# membership includes the core, and whose trainer includes the client and
+# the worker, naming each include; the gRPC edge's includes, replication's
+# data-plane connections and stubs, the membership's interface and etcd
+# stubs are allowed.
 # Run as: cmake -DSOURCE=<tree> -DFIXTURE=<bad tree> -P check_layers_test.cmake
 set(check ${SOURCE}/cmake/check_layers.cmake)
 
@@ -20,6 +24,12 @@ foreach(expected
     "server/core/uses_grpc.h: #include grpcpp/support/byte_buffer.h"
     "server/core/uses_grpc.h: #include server/rpc/state_service.h"
     "server/dataplane/uses_rpc.cc: #include server/rpc/chunk_reactors.h"
+    "server/core/uses_etcd.h: #include server/membership/etcd_membership.h"
+    "server/replication/uses_client.cc: #include client/client.h"
+    "server/replication/uses_client.cc: #include server/dataplane/data_plane.h"
+    "server/replication/uses_client.cc: #include server/membership/etcd_membership.h"
+    "server/replication/uses_client.cc: #include zerostate/v1/state_service.grpc.pb.h"
+    "server/membership/uses_core.h: #include server/core/primaries.h"
     "trainer/uses_client.h: #include client/client.h"
     "trainer/uses_client.h: #include worker/engine.h")
   string(FIND "${err}" "${expected}" at)
@@ -27,7 +37,9 @@ foreach(expected
     message(FATAL_ERROR "check_layers.cmake did not name '${expected}':\n${err}")
   endif()
 endforeach()
-foreach(allowed "server/core/job.h (" "data_session.h" "server/rpc/fine.cc" "trainer/step_policy.h")
+foreach(allowed "server/core/job.h (" "data_session.h" "server/rpc/fine.cc" "trainer/step_policy.h"
+    "include server/membership/membership.h" "include client/data_conn.h"
+    "include zerostate/v1/replica.grpc.pb.h" "include server/membership/etcd_rpc.grpc.pb.h")
   string(FIND "${err}" "${allowed}" at)
   if(NOT at EQUAL -1)
     message(FATAL_ERROR "check_layers.cmake refused an allowed include '${allowed}':\n${err}")

@@ -15,6 +15,7 @@
 
 #include "common/convert.h"
 #include "server/core/aligned_buffer.h"
+#include "server/core/optimizer/dispatch.h"
 #include "server/core/optimizer/moment_codec.h"
 #include "server/core/optimizer/optimizer.h"
 #include "server/core/optimizer/param_groups.h"
@@ -51,6 +52,15 @@ uint8_t ReferenceCode(const std::vector<float>& map, float x) {
   if (hi == 256) return 255;
   const bool upper = std::abs(double{map[hi]} - x) < std::abs(double{x} - map[hi - 1]);
   return static_cast<uint8_t>(upper ? hi : hi - 1);
+}
+
+// x in units of its block's scale, by moment_codec.h's rule: times the
+// fp32 reciprocal of the scale, or divided where that reciprocal is not
+// finite; 0 for a scale of 0.
+float ReferenceUnit(float x, float scale) {
+  if (scale == 0) return 0.0f;
+  const float inv = 1.0f / scale;
+  return std::isfinite(inv) ? x * inv : x / scale;
 }
 
 float ReferenceScale(const float* x, size_t n) {
@@ -97,6 +107,46 @@ TEST(QuantMapTest, NearestEntryAsTheReference) {
       }
     }
     EXPECT_EQ(bad, 0);
+  }
+}
+
+// Every ISA's vector quantizer gives QuantizeUnit's code, ties included:
+// each block holds 1 (its scale, so x * (1 / scale) is x itself) and values
+// at and around every midpoint.
+TEST(QuantMapTest, EveryIsaQuantizesAsQuantizeUnit) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (bool is_signed : {true, false}) {
+    const QuantMap& map = is_signed ? kernels::SignedMap() : kernels::UnsignedMap();
+    const std::vector<float> ref = ReferenceMap(is_signed);
+    std::vector<float> xs;
+    for (int j = 0; j < 255; ++j) {
+      const float mid = map.mid[j];
+      for (float x : {mid, std::nextafter(mid, 2.0f), std::nextafter(mid, -2.0f), ref[j]}) {
+        if (is_signed || x >= 0) xs.push_back(x);
+      }
+    }
+    for (int i = 0; i < 4000; ++i) xs.push_back(is_signed ? unit(rng) : std::abs(unit(rng)));
+    xs.push_back(0.0f);
+    xs.push_back(-0.0f);
+    for (Isa isa : SupportedIsas()) {
+      int bad = 0;
+      for (size_t t = 0; t < xs.size(); t += kQuantBlock - 1) {
+        std::vector<float> block = {1.0f};
+        block.insert(block.end(), xs.begin() + t, xs.begin() + std::min(xs.size(), t + kQuantBlock - 1));
+        std::vector<uint8_t> codes(block.size());
+        ASSERT_EQ(kernels::KernelsFor(isa).quantize(map, block.data(), block.size(), codes.data()),
+                  1.0f);
+        for (size_t i = 0; i < block.size(); ++i) {
+          const uint8_t want = kernels::QuantizeUnit(map, block[i]);
+          if (codes[i] != want && ++bad <= 5) {
+            ADD_FAILURE() << IsaName(isa) << (is_signed ? " signed" : " unsigned") << " x="
+                          << block[i] << " code " << +codes[i] << ", want " << +want;
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0) << IsaName(isa);
+    }
   }
 }
 
@@ -187,8 +237,8 @@ void ReferenceAdamW8bit(const std::vector<std::pair<size_t, StepParams>>& runs, 
     c->m_scale[q] = ReferenceScale(m.data(), len);
     c->v_scale[q] = ReferenceScale(v.data(), len);
     for (size_t i = 0; i < len; ++i) {
-      c->m[t + i] = ReferenceCode(smap, c->m_scale[q] == 0 ? 0.0f : m[i] / c->m_scale[q]);
-      c->v[t + i] = ReferenceCode(umap, c->v_scale[q] == 0 ? 0.0f : v[i] / c->v_scale[q]);
+      c->m[t + i] = ReferenceCode(smap, ReferenceUnit(m[i], c->m_scale[q]));
+      c->v[t + i] = ReferenceCode(umap, ReferenceUnit(v[i], c->v_scale[q]));
     }
   }
 }
@@ -338,6 +388,51 @@ TEST(CompactMomentsTest, OutOfPlaceIsInPlace) {
       EXPECT_EQ(std::memcmp(a.data(), source.data(), a.size() * 4), 0) << IsaName(isa);
       StepBlock(isa, sp, in);
       EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << IsaName(isa);
+    }
+  }
+}
+
+// The single-gradient pass: a step reading one node's bf16 gradient where it
+// landed (BlockRefs::grad_bf16) is bit for bit the step on its fp32 widening
+// (what a fold into the sum held), for every moment format, ISA and
+// optimizer with moments, whole vectors and tails alike.
+TEST(SingleGradientPassTest, Bf16GradientStepsAsItsFp32Widening) {
+  const size_t n = 2 * kQuantBlock + 77;
+  for (MomentFormat format : {MomentFormat::kFp32, MomentFormat::kBf16, MomentFormat::kInt8}) {
+    for (v1::OptimizerKind kind : {v1::OPTIMIZER_ADAMW, v1::OPTIMIZER_LION}) {
+      const StateLayout layout{static_cast<uint32_t>((n + 63) / 64 * 64),
+                               MomentCount(kind), format};
+      for (Isa isa : SupportedIsas()) {
+        std::mt19937 rng(29);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        AlignedBuffer<float> a(layout.total_floats()), b(layout.total_floats()), wide(n);
+        AlignedBuffer<uint16_t> half(n), lowp_a(n), lowp_b(n);
+        std::memset(a.data(), 0, a.size() * sizeof(float));
+        for (size_t i = 0; i < n; ++i) a.data()[i] = normal(rng);
+        std::memcpy(b.data(), a.data(), a.size() * sizeof(float));
+        StepParams sp = AdamW(1e-3f, 0.01f, 0.9f);
+        sp.config.set_kind(kind);
+        for (sp.t = 1; sp.t <= 3; ++sp.t) {
+          for (size_t i = 0; i < n; ++i) {
+            half.data()[i] = FloatToBf16(normal(rng));
+            wide.data()[i] = Bf16ToFloat(half.data()[i]);
+          }
+          BlockRefs ra = StateRefs(layout, a.data()), rb = StateRefs(layout, b.data());
+          ra.n = rb.n = n;
+          ra.grad = wide.data();
+          rb.grad_bf16 = half.data();
+          ra.lowp = lowp_a.data();
+          rb.lowp = lowp_b.data();
+          ra.lowp_dtype = rb.lowp_dtype = v1::DTYPE_BF16;
+          StepBlock(isa, sp, ra);
+          StepBlock(isa, sp, rb);
+        }
+        const std::string what = std::string(IsaName(isa)) + " format " +
+                                 std::to_string(static_cast<int>(format)) + " kind " +
+                                 std::to_string(kind);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what;
+        EXPECT_EQ(std::memcmp(lowp_a.data(), lowp_b.data(), n * sizeof(uint16_t)), 0) << what;
+      }
     }
   }
 }
