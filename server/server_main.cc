@@ -74,6 +74,13 @@ ABSL_FLAG(double, replica_timeout_seconds, 60,
 ABSL_FLAG(int, replica_lanes, 0,
           "connections each streamed step's gradient sums travel on to each backup "
           "(0: one per 4 hardware threads, 1 to 4)");
+ABSL_FLAG(uint64_t, replica_held_steps, 2,
+          "steps a backup acknowledges to its primary before it applied them (>= 1): it holds "
+          "them and applies them behind the primary; one more applies the oldest first");
+ABSL_FLAG(bool, replica_lazy_apply, false,
+          "a backup applies the steps it holds only when --replica_held_steps is reached, when its "
+          "copy is read or when it answers as primary, not as they come (replication_bench: the "
+          "step's path without the backups' passes)");
 ABSL_FLAG(uint64_t, catchup_backlog_bytes, uint64_t{4} << 30,
           "bytes of the steps decided while a lost copy is caught up in the background that "
           "its catch-up holds for it (>= 1; at least one step's summed gradients of a shard): "
@@ -255,6 +262,8 @@ int main(int argc, char** argv) {
   options.replica_timeout = absl::Seconds(absl::GetFlag(FLAGS_replica_timeout_seconds));
   options.replica_lanes = absl::GetFlag(FLAGS_replica_lanes);
   options.catchup_backlog_bytes = absl::GetFlag(FLAGS_catchup_backlog_bytes);
+  options.replica_held.max_held = absl::GetFlag(FLAGS_replica_held_steps);
+  options.replica_held.lazy_apply = absl::GetFlag(FLAGS_replica_lazy_apply);
   if (const std::string hold = absl::GetFlag(FLAGS_test_seed_hold); !hold.empty()) {
     options.test_seed_hook = SeedHold(hold);
   }

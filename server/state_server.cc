@@ -202,6 +202,10 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
         "--catchup_backlog_bytes: 0 holds no step; a catch-up needs at least one step's "
         "request and summed gradients of a shard");
   }
+  if (opt.replica_held.max_held < 1) {
+    return absl::InvalidArgumentError(
+        "--replica_held_steps: 0 holds no step; a backup holds at least the one it acknowledges");
+  }
   s->membership_ = opt.membership != nullptr
                        ? opt.membership
                        : std::make_shared<StaticMembership>(opt.listen, std::vector<std::string>{});
@@ -229,7 +233,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
                                                 service.gather_piece_elems, s->metrics_.get());
   s->replica_service_ = std::make_unique<ReplicaServiceImpl>(
       *s->jobs_, *s->pool_, s->primaries_.get(), *s->kept_sums_, *s->accepted_terms_,
-      opt.test_seed_hook);
+      opt.test_seed_hook, opt.replica_held);
   DataSessionContext data;
   data.replica_sums = s->replica_service_.get();
   data.pushes = s->pushes_.get();

@@ -102,6 +102,10 @@ struct ServerOptions {
   absl::Duration replica_timeout = absl::Seconds(60);
   int replica_lanes = 0;
   uint64_t catchup_backlog_bytes = uint64_t{4} << 30;
+  // A backup's steps acknowledged and not yet applied
+  // (HeldSteps::Options; --replica_held_steps,
+  // --replica_lazy_apply).
+  HeldSteps::Options replica_held;
   // Testing only (--test_seed_hold): ReplicaServiceImpl's SeedHook.
   ReplicaServiceImpl::SeedHook test_seed_hook;
 };

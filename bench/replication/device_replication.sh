@@ -1,22 +1,24 @@
 #!/bin/bash
-# Replicated shards on the GPU machine's CPU cores: step time
-# with one backup per shard against none, same run, and failover time
+# Replicated shards on the GPU machine's CPU cores: the step with k = 0, 1
+# and 2 backups per shard over the same jobs, the step's path alone (the
+# backups' passes held out of the timed steps) and every pass inside them
+# against the one-host bound, the backups' lag, and failover time
 # (replication_bench: three zerostate-server processes on loopback, two
-# nodes, bf16 wire, AdamW), at two model sizes, each with a step's sums on
-# one connection per backup and on four (--replica_lanes).
+# nodes, bf16 wire, AdamW); also whether the kernel offers kTLS there.
 # Needs the bundle:
 #   ../shared/tools/device-bundle .device build/bench/replication/replication_bench build/server/zerostate-server
 # Usage: bench/replication/device_replication.sh OUT
-#   writes OUT/replication_bench_{16m,64m}_lanes{1,4}.json (one JSON object
-#   per figure; replication.step_ratio against its 1.15 limit, and
-#   replication.k{0,1}_<phase>_ms: where the servers' part of the steps
-#   went; replication.floor.k{0,1}.<stage>, floor_bytes_ratio,
-#   step_ratio_vs_floor and floor_k{0,1}_step_ms: the memory-traffic floor
-#   of both jobs on one host, bench/replication/replication_floor.h), the servers' logs in OUT/replication_bench_*.err, OUT/lscpu.txt,
-#   OUT/commit.txt.
-# ZS_BIN=a folder with both binaries runs it without the bundle; SIZES="1"
-# and LANES="1 2" other sizes and lane counts (a check on the development
-# machine). About 3 minutes on the H200 host.
+#   writes OUT/replication_bench_<size>m_lanes<lanes>.json (one JSON object
+#   per figure: replication.path.k{1,2}_ratio against 1.15 and 1.3,
+#   replication.inside.k{1,2}_ratio_vs_bound against 1.1,
+#   replication.<setting>.k{1,2}_backups_behind_ms, replication.failover_s;
+#   bench/replication/replication_bench.cc lists them all), the servers'
+#   logs in OUT/replication_bench_*.err, OUT/machine.txt (lscpu, commit,
+#   kTLS before and after `modprobe tls`).
+# ZS_BIN=a folder with both binaries runs it without the bundle; SIZES
+# (Mi parameters, default "16") and LANES (connections per backup, default
+# "0": the servers' own choice) other settings. About 90 s per setting on
+# the H100 host.
 set -euo pipefail
 out=${1:?usage: bench/replication/device_replication.sh OUT}
 mkdir -p "$out"
@@ -26,14 +28,20 @@ if [[ -z ${ZS_BIN:-} ]]; then
 else
   bin=$ZS_BIN
 fi
-lscpu >"$out/lscpu.txt"
-git rev-parse --short HEAD >"$out/commit.txt" 2>/dev/null || true
-for size in ${SIZES:-16 64}; do  # Mi parameters
-  for lanes in ${LANES:-1 4}; do  # connections per backup for a step's sums
+{
+  lscpu
+  echo "commit: $(cat "$bin/../commit.txt" 2>/dev/null || git rev-parse --short HEAD)"
+  echo "tcp_available_ulp before modprobe: $(cat /proc/sys/net/ipv4/tcp_available_ulp 2>&1)"
+  modprobe tls 2>&1 || true
+  echo "tcp_available_ulp after modprobe tls: $(cat /proc/sys/net/ipv4/tcp_available_ulp 2>&1)"
+} >"$out/machine.txt" 2>&1
+grep -E "tcp_available_ulp|^Model name|^CPU\(s\)" "$out/machine.txt"
+for size in ${SIZES:-16}; do  # Mi parameters
+  for lanes in ${LANES:-0}; do  # connections per backup for a step's sums
     name=replication_bench_${size}m_lanes${lanes}
     "$bin/replication_bench" --json --params=$((size << 20)) --steps=8 --replica_lanes="$lanes" \
         --server="$bin/zerostate-server" >"$out/$name.json" 2>"$out/$name.err"
     echo "$name"
-    cat "$out/$name.json"
+    grep -v '"replication.floor\.' "$out/$name.json"
   done
 done

@@ -1,46 +1,57 @@
 // replication_bench: what replicated shards cost and how fast a
-// failover is, with real zerostate-server processes on loopback:
-//   replication.step_ratio   a training step (two nodes push, node 0 asks
-//                            GradStats and steps, both gather the new
-//                            version) with one backup per shard, over the
-//                            same step without backups, same servers,
-//                            same run, steps alternating; limit 1.15
-//   replication.step_k0_ms   the step without backups (median)
-//   replication.step_k1_ms   the step with one backup per shard (median)
-//   replication.k<K>_<phase>_ms  where the servers' part of those steps
-//                            went: the mean per shard and step of the
-//                            Step's phases (zerostate_step_phase_seconds:
-//                            wait_gradients, optimizer; with a backup also
-//                            replicate, the hand-off before the pass, and
-//                            backups, the wait for their acknowledgement
-//                            after it), over the timed steps
-//   replication.floor.k<K>.<stage>  the memory-traffic floor of each job
-//                            on one host: the bytes per parameter each
-//                            stage of its step reads and writes in memory
-//                            (replication_floor.h), and .total
-//   replication.floor_bytes_ratio  the k = 1 job's total over the k = 0
-//                            job's: the least step_ratio one host's memory
-//                            allows when the step is bound by it
-//   replication.floor_bytes_ratio_backup_elsewhere  the same with only the
-//                            k = 1 job's bytes on the primary's host (the
-//                            backup on another host)
-//   replication.step_ratio_vs_floor  step_ratio / floor_bytes_ratio
+// failover is, with real zerostate-server processes on loopback. A
+// training step: two nodes push, node 0 asks GradStats and steps, both
+// gather the new version. Three jobs of the same model over the same three
+// servers, with k = 0, 1 and 2 backups per shard, stepped in turn.
+//   replication.floor.k<K>.<stage>  the memory-traffic floor of the job
+//                            with K backups on one host: the bytes per
+//                            parameter each stage of its step reads and
+//                            writes (replication_floor.h), .total, and
+//                            .primary_host (the backups' stages elsewhere)
 //   replication.memory_bandwidth  this host's (optimizer_bench's
 //                            TrafficPass, best of a few passes before the
-//                            servers start; --memory_limit=false: none)
-//   replication.floor_k<K>_step_ms  the floor's bytes x params / bandwidth
-//   replication.k<K>_to_floor  step_k<K>_ms / floor_k<K>_step_ms
+//                            servers start)
+//   replication.bound_k<K>_step_ms  the one-host bound: the floor's bytes x
+//                            params / bandwidth
+// Two settings, each on its own three servers:
+//   path     the step's path alone: the backups acknowledge each step once
+//            they hold it and apply none while the steps are timed
+//            (--replica_lazy_apply, --replica_held_steps=steps+2)
+//   inside   every pass inside the timed steps: the backups apply the
+//            steps they hold as they come (the servers' defaults)
+//   replication.<setting>.step_k<K>_ms  the step's median
+//   replication.<setting>.k<K>_<phase>_ms  the mean per shard and step of
+//                            the Step's phases (zerostate_step_phase_
+//                            seconds: wait_gradients, optimizer; with
+//                            backups also replicate, the hand-off before
+//                            the pass, and backups, the wait for their
+//                            acknowledgement after it)
+//   replication.<setting>.k<K>_backups_behind_ms  once the trainer is
+//                            done, the time the backups still take to
+//                            apply the steps they hold (a read of every
+//                            backup copy, which applies them first, less a
+//                            second read): for `path` every timed step's
+//                            passes (their catch-up), for `inside` the lag
+//   replication.path.k1_ratio, k2_ratio  step_k<K> / step_k0 (limits: 1.15
+//                            and 1.3 on a host of 16 cores or more, else
+//                            1.4 for k = 1)
+//   replication.inside.k<K>_ratio  step_k<K> / step_k0
+//   replication.inside.k<K>_bound_ratio  bound_k<K> / bound_k0
+//   replication.inside.k<K>_ratio_vs_bound  the two over each other (limit
+//                            1.1)
+//   replication.inside.k<K>_to_bound  step_k<K> / bound_k<K>
+// Then, on the inside servers, with the k = 1 job:
 //   replication.failover_s   a server SIGKILLed after node 0's pushes of a
 //                            step, to the end of that step (its GradStats,
 //                            Step and both gathers through the backup that
-//                            took the shard over; StaticMembership, so no
-//                            lease to wait for); limit 2 s, the goal
-//                            after lease expiry
+//                            took the shard over, which first applies the
+//                            steps it holds; StaticMembership, so no lease
+//                            to wait for: with etcd add the lease TTL);
+//                            limit 2 s
 //   replication.catchup_first_step_ms  then server 1 restarted empty: the
 //                            step that finds it back and starts to catch
-//                            its copies up (the shard's state read before
-//                            the pass; the seed crosses in the background)
-//   replication.catchup_first_step_ratio  that step over step_k1_ms
+//                            its copies up
+//   replication.catchup_first_step_ratio  that step over inside.step_k1_ms
 //   replication.catchup_steps  steps run until no shard is under-replicated
 //                            (zerostate_under_replicated_blocks 0 on every
 //                            server), that one included
@@ -51,9 +62,9 @@
 //                            steps decided meanwhile (zerostate_catchup_
 //                            backlog_bytes summed over the servers, read
 //                            after each step)
-// Three servers, a model of --params fp32 parameters (one tensor per 4 Mi).
+// A model of --params fp32 parameters (one tensor per 4 Mi).
 //   replication_bench [--json] [--params=16777216] [--steps=8] [--replica_lanes=0]
-//                     [--memory_limit=true] [--server=PATH]
+//                     [--server=PATH]
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -70,6 +81,9 @@
 #include "bench/optimizer/step_state.h"
 #include "bench/replication/replication_floor.h"
 #include "client/client.h"
+#include "common/shard_map.h"
+#include "grpcpp/create_channel.h"
+#include "zerostate/v1/replica.grpc.pb.h"
 #include "tests/testing/server_process.h"
 
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
@@ -77,9 +91,6 @@ ABSL_FLAG(int64_t, params, 16 << 20, "model parameters");
 ABSL_FLAG(int, steps, 8, "timed steps per setting (the median is printed)");
 ABSL_FLAG(int, replica_lanes, 0,
           "the servers' --replica_lanes (connections per backup for a step's sums; 0: theirs)");
-ABSL_FLAG(bool, memory_limit, true,
-          "measure this host's memory bandwidth (a few passes over min(params, 64 Mi) parameters' "
-          "AdamW state) for the floor in ms");
 ABSL_FLAG(std::string, server, ZEROSTATE_SERVER_PATH,
           "the zerostate-server binary the bench starts (default: this build's)");
 
@@ -279,73 +290,159 @@ double MemoryBandwidth() {
   return server::MemoryLimitParamsPerSecond(state, threads, 3) * server::kStepBytesPerParam;
 }
 
-// The floor's figures (replication_floor.h) against the measured medians;
-// `bandwidth` 0: bytes only.
-void PrintFloor(double step_k0_s, double step_k1_s, double bandwidth) {
-  for (const FloorStage& s : kFloorStages) {
-    if (s.k0 > 0) Print(absl::StrCat("replication.floor.k0.", s.name), s.k0, "B/param", 0);
+// One setting's medians: the step with k = 0, 1, 2 backups per shard.
+struct Medians {
+  double k[3] = {0, 0, 0};
+};
+
+// ReadShard of `shard` of `job` from `server`, every block read and
+// dropped: first the copy applies the steps it holds (HeldSteps).
+void ReadShard(const std::string& server, const std::string& job, uint32_t shard) {
+  auto stub =
+      v1::ReplicaService::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext ctx;
+  ctx.AddMetadata("zerostate-job-token", kToken);
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  v1::ReadShardRequest req;
+  req.set_job_id(job);
+  req.set_shard(shard);
+  auto reader = stub->ReadShard(&ctx, req);
+  v1::ShardBlock block;
+  while (reader->Read(&block)) {
   }
-  for (const FloorStage& s : kFloorStages) {
-    if (s.k1 > 0) Print(absl::StrCat("replication.floor.k1.", s.name), s.k1, "B/param", 0);
-  }
-  constexpr FloorTotals t = Totals();
-  Print("replication.floor.k0.total", t.k0, "B/param", 0);
-  Print("replication.floor.k1.total", t.k1, "B/param", 0);
-  Print("replication.floor_bytes_ratio", t.k1 / t.k0, "x", 0);
-  Print("replication.floor_bytes_ratio_backup_elsewhere", t.k1_primary_host / t.k0, "x", 0);
-  Print("replication.step_ratio_vs_floor", step_k1_s / step_k0_s / (t.k1 / t.k0), "x", 0);
-  if (bandwidth <= 0) return;
-  const double params = static_cast<double>(absl::GetFlag(FLAGS_params));
-  const double floor_k0_s = t.k0 * params / bandwidth, floor_k1_s = t.k1 * params / bandwidth;
-  Print("replication.memory_bandwidth", bandwidth / 1e9, "GB/s", 0);
-  Print("replication.floor_k0_step_ms", floor_k0_s * 1e3, "ms", 0);
-  Print("replication.floor_k1_step_ms", floor_k1_s * 1e3, "ms", 0);
-  Print("replication.k0_to_floor", step_k0_s / floor_k0_s, "x", 0);
-  Print("replication.k1_to_floor", step_k1_s / floor_k1_s, "x", 0);
+  grpc::Status st = reader->Finish();
+  if (!st.ok()) Fail(absl::StrCat("ReadShard from ", server, ": ", st.error_message()));
 }
 
-void Main() {
-  // Before the servers start, so that nothing of the bench competes.
-  const double bandwidth = absl::GetFlag(FLAGS_memory_limit) ? MemoryBandwidth() : 0;
+// Seconds to read every backup copy of `job` (k backups per shard) on
+// `servers`, one copy after another.
+double ReadBackups(const std::vector<std::string>& servers, const std::string& job, uint32_t k) {
+  const absl::Time start = absl::Now();
+  const uint32_t n = static_cast<uint32_t>(servers.size());
+  for (uint32_t shard = 0; shard < n; ++shard) {
+    const std::vector<uint32_t> copies = ReplicaServers(n, shard, k);
+    for (size_t c = 1; c < copies.size(); ++c) ReadShard(servers[copies[c]], job, shard);
+  }
+  return Seconds(start);
+}
+
+// Three servers started with `server_args`; jobs with k = 0, 1, 2 stepped
+// in turn, --steps times each after a warm-up; the medians printed as
+// replication.<setting>.step_k<K>_ms with the Step's phases, then what the
+// backups still had to apply once the trainer was done:
+// replication.<setting>.k<K>_backups_behind_ms, the first read of every
+// backup copy (it applies the steps the copy holds) less a second one.
+// `keep` (may be null) gets the cluster and the k = 1 job, for the
+// failover that follows.
+Medians Measure(const std::string& setting, std::vector<std::string> server_args,
+                std::unique_ptr<testing::ServerCluster>* keep, Run* keep_k1) {
   testing::ServerProcessOptions o;
   o.binary = absl::GetFlag(FLAGS_server);
   o.args = {"--metrics_listen=127.0.0.1:0", "--grace_seconds=1",
             absl::StrCat("--replica_lanes=", absl::GetFlag(FLAGS_replica_lanes))};
+  for (std::string& a : server_args) o.args.push_back(std::move(a));
   auto cluster = testing::ServerCluster::Start(3, o);
   if (!cluster.ok()) Fail(cluster.status().ToString());
   const auto servers = (*cluster)->addresses();
-  Run k0 = Open(servers, Spec("bench-k0", 0));
-  Run k1 = Open(servers, Spec("bench-k1", 1));
+  std::vector<Run> runs;
+  std::vector<std::string> ids;
+  for (uint32_t k = 0; k <= 2; ++k) {
+    ids.push_back(absl::StrCat("bench-", setting, "-k", k));
+    runs.push_back(Open(servers, Spec(ids.back(), k)));
+  }
   const int steps = absl::GetFlag(FLAGS_steps);
-  std::vector<double> t0, t1;
-  Phases k0_before, k1_before;
-  for (int s = 0; s <= steps; ++s) {  // step 0 warms both up
-    absl::Time start = absl::Now();
-    Step(k0, s);
-    if (s > 0) t0.push_back(Seconds(start));
-    start = absl::Now();
-    Step(k1, s);
-    if (s > 0) t1.push_back(Seconds(start));
-    if (s == 0) {
-      k0_before = ReadPhases(**cluster, "bench-k0");
-      k1_before = ReadPhases(**cluster, "bench-k1");
+  std::vector<double> times[3];
+  Phases before[3];
+  for (int s = 0; s <= steps; ++s) {  // step 0 warms every job up
+    for (int k = 0; k <= 2; ++k) {
+      const absl::Time start = absl::Now();
+      Step(runs[k], s);
+      if (s > 0) times[k].push_back(Seconds(start));
+      if (s == 0) before[k] = ReadPhases(**cluster, ids[k]);
     }
   }
-  const double m0 = Median(t0), m1 = Median(t1);
-  Print("replication.step_k0_ms", m0 * 1e3, "ms", 0);
-  Print("replication.step_k1_ms", m1 * 1e3, "ms", 0);
-  Print("replication.step_ratio", m1 / m0, "x", 1.15);
-  PrintPhases("k0", k0_before, ReadPhases(**cluster, "bench-k0"));
-  PrintPhases("k1", k1_before, ReadPhases(**cluster, "bench-k1"));
-  PrintFloor(m0, m1, bandwidth);
+  Medians m;
+  for (int k = 0; k <= 2; ++k) {
+    m.k[k] = Median(times[k]);
+    Print(absl::StrCat("replication.", setting, ".step_k", k, "_ms"), m.k[k] * 1e3, "ms", 0);
+  }
+  for (int k = 0; k <= 2; ++k) {
+    PrintPhases(absl::StrCat(setting, ".k", k), before[k], ReadPhases(**cluster, ids[k]));
+  }
+  for (uint32_t k = 1; k <= 2; ++k) {
+    const double first = ReadBackups(servers, ids[k], k);
+    const double again = ReadBackups(servers, ids[k], k);
+    Print(absl::StrCat("replication.", setting, ".k", k, "_backups_behind_ms"),
+          std::max(0.0, first - again) * 1e3, "ms", 0);
+  }
+  if (keep != nullptr) {
+    *keep_k1 = std::move(runs[1]);
+    *keep = *std::move(cluster);
+  }
+  return m;
+}
+
+// The one-host bound of the job with k backups: its floor's bytes
+// (replication_floor.h) x params over `bandwidth`, in seconds.
+double BoundSeconds(int k, double bandwidth) {
+  return Totals(k).all * static_cast<double>(absl::GetFlag(FLAGS_params)) / bandwidth;
+}
+
+void PrintFloor(double bandwidth) {
+  for (int k = 0; k <= 2; ++k) {
+    for (const FloorStage& s : kFloorStages) {
+      if (s.with(k) > 0) Print(absl::StrCat("replication.floor.k", k, ".", s.name), s.with(k),
+                               "B/param", 0);
+    }
+    Print(absl::StrCat("replication.floor.k", k, ".total"), Totals(k).all, "B/param", 0);
+    Print(absl::StrCat("replication.floor.k", k, ".primary_host"), Totals(k).primary_host,
+          "B/param", 0);
+  }
+  Print("replication.memory_bandwidth", bandwidth / 1e9, "GB/s", 0);
+  for (int k = 0; k <= 2; ++k) {
+    Print(absl::StrCat("replication.bound_k", k, "_step_ms"), BoundSeconds(k, bandwidth) * 1e3,
+          "ms", 0);
+  }
+}
+
+void Main() {
+  // Before the servers start, so that nothing of the bench competes.
+  const double bandwidth = MemoryBandwidth();
+  PrintFloor(bandwidth);
+  const bool big = std::thread::hardware_concurrency() >= 16;
+  // The step's path: the backups hold each step and apply it only once the
+  // trainer is done (--replica_lazy_apply), so their passes stay out of
+  // the timed steps; what they still had to do is timed after them.
+  const std::string held = absl::StrCat("--replica_held_steps=", absl::GetFlag(FLAGS_steps) + 2);
+  const Medians path = Measure("path", {"--replica_lazy_apply", held}, nullptr, nullptr);
+  Print("replication.path.k1_ratio", path.k[1] / path.k[0], "x", big ? 1.15 : 1.4);
+  Print("replication.path.k2_ratio", path.k[2] / path.k[0], "x", big ? 1.3 : 0);
+  // Every pass inside the timed steps (the backups apply as steps come,
+  // at most --replica_held_steps behind), against the one-host bound.
+  std::unique_ptr<testing::ServerCluster> cluster;
+  Run k1;
+  const Medians inside = Measure("inside", {}, &cluster, &k1);
+  for (int k = 1; k <= 2; ++k) {
+    const double ratio = inside.k[k] / inside.k[0];
+    const double bound_ratio = BoundSeconds(k, bandwidth) / BoundSeconds(0, bandwidth);
+    Print(absl::StrCat("replication.inside.k", k, "_ratio"), ratio, "x", 0);
+    Print(absl::StrCat("replication.inside.k", k, "_bound_ratio"), bound_ratio, "x", 0);
+    Print(absl::StrCat("replication.inside.k", k, "_ratio_vs_bound"), ratio / bound_ratio, "x",
+          1.1);
+  }
+  for (int k = 0; k <= 2; ++k) {
+    Print(absl::StrCat("replication.inside.k", k, "_to_bound"),
+          inside.k[k] / BoundSeconds(k, bandwidth), "x", 0);
+  }
   // Failover: server 1 dies after node 0's push of the next step.
+  const int steps = absl::GetFlag(FLAGS_steps);
   absl::Time killed;
   Step(k1, steps + 1, [&] {
-    if (!(*cluster)->server(1).Kill().ok()) Fail("could not kill server 1");
+    if (!cluster->server(1).Kill().ok()) Fail("could not kill server 1");
     killed = absl::Now();
   });
   Print("replication.failover_s", Seconds(killed), "s", 2.0);
-  CatchUp(**cluster, k1, steps + 2, m1);
+  CatchUp(*cluster, k1, steps + 2, inside.k[1]);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The memory-traffic floor of replication_bench's two jobs: the
+// The memory-traffic floor of replication_bench's jobs (k = 0, 1, 2 backups per shard): the
 // bytes each stage of a step reads and writes in host memory, per
 // parameter and per step, with the bench's layout: two nodes and three
 // servers on one host, bf16 wire (grad_dtype and weight_dtype), the nodes
@@ -20,6 +20,14 @@ struct FloorStage {
   double k0;            // B/param in the job without backups
   double k1;            // B/param in the job with one backup per shard
   bool on_backup_host;  // in a deployment, on the backup's host, not the primary's
+  // Whether the stage is paid once per backup (k = 2 pays it twice), else
+  // once per step whatever the backups.
+  bool per_backup = false;
+  // B/param with `k` backups per shard (0, 1 or 2).
+  constexpr double with(int k) const {
+    if (k == 0) return k0;
+    return per_backup ? k0 + (k1 - k0) * k : k1;
+  }
 };
 
 inline constexpr FloorStage kFloorStages[] = {
@@ -43,32 +51,31 @@ inline constexpr FloorStage kFloorStages[] = {
     {"sum_copy", 0, 8, false},
     // The primary's send(): the kernel copies the frame into socket
     // buffers, read 4, write 4.
-    {"send", 0, 8, false},
+    {"send", 0, 8, false, true},
     // The backup zero-fills the frame's string (4), then recv() copies the
     // socket buffers into it (read 4, write 4).
-    {"receive", 0, 12, true},
+    {"receive", 0, 12, true, true},
     // The backup's ApplyReplicatedStep copies each sum into its
     // accumulator (GradientAccumulator::SetSum): read 4, write 4.
-    {"backup_fold", 0, 8, true},
+    {"backup_fold", 0, 8, true, true},
     // The backup's statistics of each sum: squared by SetSum as it copies.
-    {"backup_grad_stats", 0, 0, true},
+    {"backup_grad_stats", 0, 0, true, true},
     // The backup's AdamW pass, as the primary's.
-    {"backup_optimizer", 0, 30, true},
+    {"backup_optimizer", 0, 30, true, true},
 };
 
-// Totals of kFloorStages: the k = 0 job, the k = 1 job on one host, and
-// the k = 1 job's bytes on the primary's host only (the backup elsewhere;
-// the nodes' stay where the bench has them).
+// Totals of kFloorStages: the job with `k` backups per shard on one host,
+// and its bytes on the primary's host only (the backups elsewhere; the
+// nodes' stay where the bench has them).
 struct FloorTotals {
-  double k0 = 0, k1 = 0, k1_primary_host = 0;
+  double all = 0, primary_host = 0;
 };
 
-constexpr FloorTotals Totals() {
+constexpr FloorTotals Totals(int k) {
   FloorTotals t;
   for (const FloorStage& s : kFloorStages) {
-    t.k0 += s.k0;
-    t.k1 += s.k1;
-    if (!s.on_backup_host) t.k1_primary_host += s.k1;
+    t.all += s.with(k);
+    if (!s.on_backup_host) t.primary_host += s.with(k);
   }
   return t;
 }

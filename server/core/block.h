@@ -1,7 +1,9 @@
 // One block of a job's shard: a contiguous run of the flat parameter space
 // with its version, the low-precision copy of its weights that Gather
 // serves, and the gradient accumulator of the step in progress. The master
-// weights and moments live in the job's StateTier (server/core/tier/).
+// weights and moments live in the job's StateTier (server/core/tier/). Its
+// step and speculation states change only through its transitions
+// (BeginStep, Commit, QueueSpeculation, ...), each with its contract.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "common/job_spec.h"
 #include "server/core/aligned_buffer.h"
@@ -20,7 +23,8 @@
 
 namespace zerostate::server {
 
-struct Block {
+class Block {
+ public:
   // `tensor_elems`: the block's elements that belong to a tensor
   // (TensorElements of common/job_spec.h); the rest is padding.
   // `group_runs`: GroupRuns of its first `required` elements.
@@ -60,11 +64,6 @@ struct Block {
   mutable absl::Mutex mu ABSL_ACQUIRED_BEFORE(StagingBudget::mu_);
   // Number of optimizer steps applied (skipped steps count).
   uint64_t version ABSL_GUARDED_BY(mu) = 0;
-  // A step computed the block's next state but has not committed it (the
-  // version is not yet raised): the tier's state and an in-place lowp copy
-  // may already be version + 1's. Readers that label what they read with
-  // `version` wait while it is set.
-  bool stepping ABSL_GUARDED_BY(mu) = false;
   GradientAccumulator acc ABSL_GUARDED_BY(mu);
   // Statistics of the summed gradient of step `stats_step`, once computed.
   std::optional<GradStats> stats ABSL_GUARDED_BY(mu);
@@ -87,17 +86,53 @@ struct Block {
   // checkpoint of that version needs it (kept_state.h).
   KeptState kept ABSL_GUARDED_BY(mu);
 
-  // Speculative step (server/core/job_step.h). kQueued: a pool task will
-  // try it; kRunning: a pool task steps it, without `mu` (the Step, GradStats
-  // and gathers of other blocks go on meanwhile), reading the tier's state
-  // and the accumulator's sum and writing next_state and next_lowp, which
+  // The step's and the speculation's states (server/core/job_step.h),
+  // changed only by the transitions below. stepping(): a step computed the
+  // block's next state but has not committed it (the version is not yet
+  // raised): the tier's state and an in-place lowp copy may already be
+  // version + 1's. Readers that label what they read with `version` wait
+  // while it is set. speculation(): kQueued: a pool task will try it;
+  // kRunning: a pool task steps it, without `mu` (the Step, GradStats and
+  // gathers of other blocks go on meanwhile), reading the tier's state and
+  // the accumulator's sum and writing next_state and next_lowp, which
   // nothing else touches until it is over (AwaitSpeculation); kDone:
-  // `next_state` holds the state stepped with `spec_params` (and next_lowp
+  // `next_state` holds the state stepped with spec_params() (and next_lowp
   // its copy), not committed: the tier still holds the block's state at
   // `version`.
   enum class Speculation { kNone, kQueued, kRunning, kDone };
-  Speculation speculation ABSL_GUARDED_BY(mu) = Speculation::kNone;
-  StepParams spec_params ABSL_GUARDED_BY(mu);
+  bool stepping() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return stepping_; }
+  Speculation speculation() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return speculation_; }
+  const StepParams& spec_params() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return spec_params_; }
+
+  // The transitions. Each refuses a state it does not start from with
+  // FAILED_PRECONDITION naming itself, the block and the state, and then
+  // changes nothing.
+  // kNone, not stepping -> kQueued.
+  [[nodiscard]] absl::Status QueueSpeculation() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // kQueued -> kNone (the task found it may not step the block).
+  [[nodiscard]] absl::Status CancelSpeculation() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // kQueued, not stepping -> kRunning: the caller steps the block without
+  // `mu` until FinishSpeculation.
+  [[nodiscard]] absl::Status BeginSpeculation() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // kRunning -> kDone, stepped with `params`.
+  [[nodiscard]] absl::Status FinishSpeculation(const StepParams& params)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Not kRunning -> kNone: a queued or done speculation is dropped (the
+  // Step came first, or stepped with other parameters).
+  [[nodiscard]] absl::Status DropSpeculation() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Not stepping, not kRunning -> stepping.
+  [[nodiscard]] absl::Status BeginStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Stepping -> not stepping, the version kept: the new state was not
+  // stored.
+  [[nodiscard]] absl::Status AbortStep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Not kRunning -> version + 1, not stepping, kNone, the accumulator
+  // reset (a step, or a skip, which never began one).
+  [[nodiscard]] absl::Status Commit() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Not stepping, not kRunning -> at `to`, kNone, the accumulator reset
+  // and the statistics forgotten (the state was replaced: a restore, a
+  // catch-up).
+  [[nodiscard]] absl::Status Restore(uint64_t to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
   // A speculative job's next state, computed aside; a confirmed one is
   // exchanged with the tier's (StateTier::Exchange), and this then holds
   // the memory for the next speculation.
@@ -109,7 +144,7 @@ struct Block {
     mu.Await(absl::Condition(this, &Block::NotSpeculating));
   }
   bool NotSpeculating() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return speculation != Speculation::kRunning;
+    return speculation_ != Speculation::kRunning;
   }
 
   // `stats` of step `stats_step` become the published ones.
@@ -131,6 +166,14 @@ struct Block {
     *out = published;
     return true;
   }
+
+ private:
+  // FAILED_PRECONDITION: `transition` refused in the block's state.
+  absl::Status Refused(const char* transition) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  bool stepping_ ABSL_GUARDED_BY(mu) = false;
+  Speculation speculation_ ABSL_GUARDED_BY(mu) = Speculation::kNone;
+  StepParams spec_params_ ABSL_GUARDED_BY(mu);
 };
 
 }  // namespace zerostate::server

@@ -12,6 +12,8 @@
 //   JobGathers    (job_gathers.h)   Gather and a block's whole state
 //   JobSnapshots  (job_snapshots.h) checkpoints' copy-on-write snapshots,
 //                                   and restore from a checkpoint
+//   HeldSteps     (held_steps.h)    a backup's steps acknowledged to its
+//                                   primary, applied behind it
 //
 // Job creates them and gives access to them; callers call the part they
 // need (job.pushes().Push(...), job.step().Step(...)). The core returns
@@ -32,6 +34,7 @@
 #include "server/core/job_pushes.h"
 #include "server/core/job_shard.h"
 #include "server/core/job_snapshots.h"
+#include "server/core/held_steps.h"
 #include "server/core/job_step.h"
 #include "server/core/staging_budget.h"
 #include "server/core/tier/tier_factory.h"
@@ -80,6 +83,8 @@ class Job {
   const JobStep& step() const { return step_; }
   JobGathers& gathers() { return gathers_; }
   JobSnapshots& snapshots() { return snapshots_; }
+  // A backup copy's steps acknowledged to its primary, not yet applied.
+  HeldSteps& held() { return held_; }
 
  private:
   Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index,
@@ -94,6 +99,7 @@ class Job {
   JobPushes pushes_{shard_, step_};
   JobGathers gathers_{shard_, step_};
   JobSnapshots snapshots_{shard_, step_};
+  HeldSteps held_{pushes_, step_};
 };
 
 }  // namespace zerostate::server

@@ -199,9 +199,9 @@ absl::Status JobPushes::InitWeights(const ChunkView& c) {
   Block& b = *ref->block;
   StateTier& tier = shard_.tier();
   absl::MutexLock lock(&b.mu);
-  if (b.version != 0 || b.stepping) {
+  if (b.version != 0 || b.stepping()) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "block ", b.index, " is at version ", b.version, b.stepping ? " (being stepped)" : "",
+        "block ", b.index, " is at version ", b.version, b.stepping() ? " (being stepped)" : "",
         "; initial weights can be streamed only before the first step"));
   }
   b.AwaitSpeculation();  // of step 0, reading the state this writes
@@ -216,15 +216,14 @@ absl::Status JobPushes::InitWeights(const ChunkView& c) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepOutcome> JobPushes::ApplyReplicatedStep(
-    const v1::StepRequest& req, const std::vector<std::pair<uint64_t, std::string>>& grads,
-    ThreadPool& pool) {
-  absl::MutexLock replica_lock(&replica_mu_);
+absl::StatusOr<bool> JobPushes::CheckReplicatedStep(const v1::StepRequest& req,
+                                                    const ReplicatedGrads& grads,
+                                                    bool behind_held,
+                                                    std::vector<const std::string*>* by_local) {
   const uint64_t step = req.step();
   const Range blocks = shard_.blocks();
   const auto& all = shard_.all_blocks();
-  // Everything is checked before anything changes.
-  std::vector<const std::string*> by_local(all.size(), nullptr);
+  std::vector<const std::string*> mine(all.size(), nullptr);
   for (const auto& [index, grad] : grads) {
     if (index < blocks.begin || index >= blocks.end) {
       return absl::InvalidArgumentError(absl::StrCat("block: ", index, " is not in shard ",
@@ -232,24 +231,46 @@ absl::StatusOr<StepOutcome> JobPushes::ApplyReplicatedStep(
                                                      blocks.end, ")"));
     }
     const Block& b = shard_.block(index);
-    if (grad.size() != size_t{b.required} * sizeof(float) || by_local[b.local] != nullptr) {
+    if (grad.size() != size_t{b.required} * sizeof(float) || mine[b.local] != nullptr) {
       return absl::InvalidArgumentError(absl::StrCat("grad: block ", index, " has ", grad.size(),
                                                      " bytes (or came twice); it needs ",
                                                      size_t{b.required} * sizeof(float)));
     }
-    by_local[b.local] = &grad;
+    mine[b.local] = &grad;
   }
+  bool applied = !all.empty();
   for (auto& bp : all) {
-    absl::MutexLock lock(&bp->mu);
-    if (bp->version != step && bp->version != step + 1) {
+    uint64_t version = step;  // behind held steps: every block at `step` by then
+    if (!behind_held) {
+      absl::MutexLock lock(&bp->mu);
+      version = bp->version;
+    }
+    if (version != step && version != step + 1) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "block ", bp->index, " of this copy is at version ", bp->version, ", not ", step, " or ",
+          "block ", bp->index, " of this copy is at version ", version, ", not ", step, " or ",
           step + 1, ": the copy needs a catch-up before it can apply step ", step));
     }
-    if (bp->version == step && by_local[bp->local] == nullptr) {
+    if (version == step && mine[bp->local] == nullptr) {
       return absl::InvalidArgumentError(
           absl::StrCat("grad: block ", bp->index, " of step ", step, " is missing"));
     }
+    applied = applied && version == step + 1;
+  }
+  if (by_local != nullptr) *by_local = std::move(mine);
+  return applied;
+}
+
+absl::StatusOr<StepOutcome> JobPushes::ApplyReplicatedStep(const v1::StepRequest& req,
+                                                           const ReplicatedGrads& grads,
+                                                           ThreadPool& pool) {
+  absl::MutexLock replica_lock(&replica_mu_);
+  const uint64_t step = req.step();
+  const auto& all = shard_.all_blocks();
+  // Everything is checked before anything changes.
+  std::vector<const std::string*> by_local;
+  if (auto checked = CheckReplicatedStep(req, grads, /*behind_held=*/false, &by_local);
+      !checked.ok()) {
+    return checked.status();
   }
   // Spread over the pool: each block's copy and its statistics (a GradStats
   // retried here after a failover finds them).

@@ -127,9 +127,20 @@ class JobPushes {
   // (a block at another version: the copy needs a catch-up),
   // INVALID_ARGUMENT (a block of the shard missing from `grads`, one
   // outside it, a wrong size); nothing changed then.
-  [[nodiscard]] absl::StatusOr<StepOutcome> ApplyReplicatedStep(
-      const v1::StepRequest& req, const std::vector<std::pair<uint64_t, std::string>>& grads,
-      ThreadPool& pool);
+  using ReplicatedGrads = std::vector<std::pair<uint64_t, std::string>>;
+  [[nodiscard]] absl::StatusOr<StepOutcome> ApplyReplicatedStep(const v1::StepRequest& req,
+                                                                const ReplicatedGrads& grads,
+                                                                ThreadPool& pool);
+  // ApplyReplicatedStep's checks alone, nothing changed: true when every
+  // block holds version step + 1 already (nothing to apply). With
+  // `behind_held` the copy still holds earlier steps to apply (HeldSteps):
+  // the blocks' versions are not read (they will be at req.step()) and
+  // every block's sum is required. `by_local` (may be null) gets each
+  // block's sum by local index (null where none came). Errors as
+  // ApplyReplicatedStep's.
+  [[nodiscard]] absl::StatusOr<bool> CheckReplicatedStep(
+      const v1::StepRequest& req, const ReplicatedGrads& grads, bool behind_held,
+      std::vector<const std::string*>* by_local = nullptr);
 
  private:
   // CheckChunk for a gradient push, and its node. With fields and a length

@@ -117,11 +117,11 @@ absl::Status JobShard::AwaitReadable(Block& b, uint64_t version, absl::Time dead
   return AwaitBlock(
       b, deadline,
       [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
-        return b.version >= version && !b.stepping && (visible == nullptr || visible(version));
+        return b.version >= version && !b.stepping() && (visible == nullptr || visible(version));
       },
       [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
         return absl::StrCat("block ", b.index, " is at version ", b.version,
-                            b.stepping ? " (a step in progress)" : "",
+                            b.stepping() ? " (a step in progress)" : "",
                             " and did not reach version ", version, " in time");
       });
 }
@@ -134,7 +134,7 @@ ShardProgress JobShard::Progress() const {
     lo = std::min(lo, bp->version);
     p.max_version = std::max(p.max_version, bp->version);
     if (!bp->acc.complete()) ++p.blocks_waiting;
-    if (bp->speculation == Block::Speculation::kDone) ++p.blocks_speculated;
+    if (bp->speculation() == Block::Speculation::kDone) ++p.blocks_speculated;
   }
   p.min_version = blocks_data_.empty() ? 0 : lo;
   return p;

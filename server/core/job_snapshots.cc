@@ -79,10 +79,7 @@ absl::Status JobSnapshots::RestoreBlock(uint64_t local, const float* state, uint
   b.AwaitSpeculation();  // it reads the state and the sum this replaces
   if (auto s = shard_.tier().Store(local, state); !s.ok()) return s;
   if (!b.lowp.empty()) EncodeFloats(state, b.required, shard_.spec().weight_dtype(), b.lowp.data());
-  b.version = version;
-  b.acc.Reset();
-  b.ForgetStats();
-  return absl::OkStatus();
+  return b.Restore(version);  // not stepping (one writer), not kRunning: awaited above
 }
 
 }  // namespace zerostate::server

@@ -140,7 +140,7 @@ void JobStep::OnComplete(Block& b) {
   const bool left = b.acc.complete() && b.acc.stats_at() < b.acc.required();
   if (!left) {
     StatsOnComplete(b);
-  } else if (b.speculation != Block::Speculation::kQueued) {
+  } else if (b.speculation() != Block::Speculation::kQueued) {
     if (b.acc.streamed()) {
       QueueStats(b);
     } else {
@@ -259,7 +259,7 @@ absl::StatusOr<StepOutcome> JobStep::StepAhead(const v1::StepRequest& req, Threa
 }
 
 void JobStep::MaybeSpeculate(Block& b) {
-  if (!b.speculative || b.speculation != Block::Speculation::kNone || b.stepping ||
+  if (!b.speculative || b.speculation() != Block::Speculation::kNone || b.stepping() ||
       !b.acc.complete() || env_.shutting_down->load()) {
     return;
   }
@@ -269,7 +269,7 @@ void JobStep::MaybeSpeculate(Block& b) {
     if (!ahead_.has_value() || ahead_->step != b.version) return;
     pool = ahead_->pool;
   }
-  b.speculation = Block::Speculation::kQueued;
+  if (!b.QueueSpeculation().ok()) return;  // never: checked above
   {
     absl::MutexLock lock(&tasks_mu_);
     ++tasks_;
@@ -291,22 +291,24 @@ void JobStep::Speculate(uint64_t local) {
   const GradientAccumulator* acc = nullptr;  // its statistics still to take
   {
     absl::MutexLock lock(&b.mu);
-    if (b.speculation != Block::Speculation::kQueued) return;  // the Step came first
-    b.speculation = Block::Speculation::kNone;
-    if (b.stepping || !b.acc.complete() || env_.shutting_down->load()) return;
-    const float* state = tier().Resident(local);
-    if (state == nullptr) return;  // never: a speculative job's tier is TIER_RAM
-    {
+    if (b.speculation() != Block::Speculation::kQueued) return;  // the Step came first
+    const float* state = tier().Resident(local);  // null never: a speculative job is TIER_RAM
+    bool may = !b.stepping() && b.acc.complete() && !env_.shutting_down->load() && state;
+    if (may) {
       absl::MutexLock ahead_lock(&ahead_mu_);
-      if (!ahead_.has_value() || ahead_->step != b.version) return;
-      params = ahead_->params;
+      may = ahead_.has_value() && ahead_->step == b.version;
+      if (may) params = ahead_->params;
+    }
+    if (!may) {
+      (void)b.CancelSpeculation();  // kQueued: checked above
+      return;
     }
     if (!(b.stats.has_value() && b.stats_step == b.version)) acc = &b.acc;
     if (b.next_state.empty()) b.next_state = AlignedBuffer<float>(tier().shape().block_floats());
     // Aside: the tier keeps the state at b.version (gathers and checkpoints
     // read it meanwhile) until the Step confirms this one.
     refs = RefsOf(b, b.next_state.data(), state);
-    b.speculation = Block::Speculation::kRunning;
+    if (!b.BeginSpeculation().ok()) return;  // never: kQueued, not stepping
   }
   Timeline::Record("speculate_begin", static_cast<int64_t>(b.index));
   // Without the block's mutex: the Step's first phase, GradStats and the
@@ -329,8 +331,7 @@ void JobStep::Speculate(uint64_t local) {
   StepBlockRuns(b.group_runs, GroupStepParams(spec(), params), refs);
   Timeline::Record("speculate_end", static_cast<int64_t>(b.index));
   absl::MutexLock lock(&b.mu);
-  b.speculation = Block::Speculation::kDone;
-  b.spec_params = params;
+  (void)b.FinishSpeculation(params);  // kRunning: only this task ends it
 }
 
 // --- The step ---
@@ -368,10 +369,7 @@ void JobStep::CommitBlock(Block& b) {
   StatsOnComplete(b);
   if (b.next_lowp_ready) std::swap(b.lowp, b.next_lowp);
   DropNextLowp(b);
-  b.speculation = Block::Speculation::kNone;
-  ++b.version;
-  b.stepping = false;
-  b.acc.Reset();
+  (void)b.Commit();  // not kRunning: awaited above
 }
 
 bool JobStep::CopyOnWrite(Block& b, const float* state) {
@@ -403,18 +401,18 @@ absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPoo
       cow_time.Add(start);
       copied = true;
     }
-    b.stepping = true;
-    if (b.speculation == Block::Speculation::kDone) {
+    if (!b.BeginStep().ok()) return false;  // never: one pass at a time, speculation awaited
+    if (b.speculation() == Block::Speculation::kDone) {
       // The same parameters, bit for bit: the speculated state becomes the
       // block's, without a copy. Else (clipping, another lr) the plain step
       // below, from the tier's state, which the speculation left alone.
-      if (SameParams(b.spec_params, params) && tier().Exchange(local, b.next_state).ok()) {
+      if (SameParams(b.spec_params(), params) && tier().Exchange(local, b.next_state).ok()) {
         ++confirmed;
         return true;
       }
       ++redone;
     }
-    b.speculation = Block::Speculation::kNone;  // a queued speculation comes too late
+    (void)b.DropSpeculation();  // a queued one comes too late; not kRunning: awaited above
     ComputeBlock(b, state, state, by_group);
     return true;
   };
@@ -436,8 +434,7 @@ absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPoo
   for (uint64_t local : todo) {
     Block& b = *blocks()[local];
     absl::MutexLock lock(&b.mu);
-    if (!b.stepping) continue;
-    b.stepping = false;
+    if (!b.AbortStep().ok()) continue;  // committed, or never begun
     DropNextLowp(b);
   }
   *stepped = count.load();
@@ -470,7 +467,7 @@ absl::StatusOr<uint64_t> JobStep::SkipPass(uint64_t step, StepOutcome* out) {
     b.AwaitSpeculation();
     if (b.version != step) continue;
     // A speculation is dropped: the tier's state is the one it left alone.
-    if (b.speculation == Block::Speculation::kDone) ++out->blocks_redone;
+    if (b.speculation() == Block::Speculation::kDone) ++out->blocks_redone;
     DropNextLowp(b);
     CommitBlock(b);
     skipped += b.required;
@@ -499,7 +496,30 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
   }
   out.times.wait_gradients = SecondsSince(start);
   Timeline::Record("step_gradients_in", static_cast<int64_t>(step));
+  std::function<absl::Status()> acked;  // the backups' acknowledgement, waited for unlocked
+  const absl::Status ran =
+      Decided(req, deadline, pool, cancelled, replicator, pending, &out, &acked);
+  // The pass committed here and let the pass mutex go: checkpoints,
+  // reseeds and the next step's decision do not queue behind the network.
+  absl::Status backups = AwaitBackups(acked, step, &out);
+  if (!ran.ok()) return ran;
+  if (!backups.ok()) return backups;
+  Timeline::Record("step_end", static_cast<int64_t>(step));
+  return out;
+}
+
+absl::Status JobStep::Decided(const v1::StepRequest& req, absl::Time deadline,
+                                             ThreadPool& pool,
+                                             const std::function<bool()>& cancelled,
+                                             StepReplicator* replicator, bool pending,
+                                             StepOutcome* out,
+                                             std::function<absl::Status()>* acked) {
+  const uint64_t step = req.step();
   absl::MutexLock pass_lock(&pass_mu_);
+  // One step's acknowledgement at a time: the replicator carries one step
+  // (a retry that comes meanwhile finds it acknowledged, or resends it).
+  pass_mu_.Await(absl::Condition(
+      +[](bool* awaiting) { return !*awaiting; }, &awaiting_backups_));
   // The decision: applied only while the caller still waits for the answer
   // (the deadline is a margin before the caller's, answer_deadline.h).
   if (pending && cancelled && cancelled()) {
@@ -510,86 +530,61 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
     return absl::DeadlineExceededError(absl::StrCat(
         "step ", step, ": the call's deadline came before it was applied; nothing changed"));
   }
-  // The backups run the step while it runs here; answered once they hold it.
+  // The backups get the step while it runs here; answered once they hold it.
   const auto decide_start = Clock::now();
-  const std::function<absl::Status()> replicated = Replicate(replicator, req, pending);
-  if (replicated) out.times.replicate = SecondsSince(decide_start);
-  if (replicated) visible_through_ = step;  // step + 1 is served once the backups hold it
-  auto acked = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_) {
-    const auto wait_start = Clock::now();
-    absl::Status s = replicated ? replicated() : absl::OkStatus();
-    if (replicated) out.times.backups = SecondsSince(wait_start);
-    if (s.ok() && replicated) {
-      unacked_.reset();
-      visible_through_ = UINT64_MAX;
-      WakeBlocks();
-    }
-    return s;
-  };
+  *acked = Replicate(replicator, req, pending);
+  if (*acked) {
+    out->times.replicate = SecondsSince(decide_start);
+    visibility_.HoldBack(step);  // step + 1 is served once the backups hold it
+    awaiting_backups_ = true;
+  }
   // Before any block commits: a gather of step + 1 may be answered then.
   if (!req.trainer_state().empty()) trainer_states_.Record(step + 1, req.trainer_state());
   if (blocks().empty()) {  // an empty shard: nothing to step, the count kept alike
     if (req.skip()) applied_steps_.RecordSkip(step);
-    if (auto s = acked(); !s.ok()) return s;
-    return out;  // version 0, not applied
+    return absl::OkStatus();  // version 0, not applied
   }
   // Phase 2: the fused optimizer pass, blocks spread over the pool.
   uint64_t stepped = 0;
   if (req.skip()) {
-    auto skipped = SkipPass(step, &out);
-    if (!skipped.ok()) {
-      (void)acked();
-      return skipped.status();
-    }
+    auto skipped = SkipPass(step, out);
+    if (!skipped.ok()) return skipped.status();
     stepped = *skipped;
     if (stepped > 0) applied_steps_.RecordSkip(step);
   } else {
-    if (auto s =
-            RunPass(step, ParamsOf(req), pool, replicated ? replicator : nullptr, &stepped, &out);
+    if (auto s = RunPass(step, ParamsOf(req), pool, *acked ? replicator : nullptr, &stepped, out);
         !s.ok()) {
-      (void)acked();
       return s;
     }
   }
-  if (auto s = acked(); !s.ok()) return s;
-  Timeline::Record("step_end", static_cast<int64_t>(step));
-  out.version = step + 1;
-  out.already_applied = stepped == 0;
-  out.params_stepped = req.skip() ? 0 : stepped;
-  return out;
+  out->version = step + 1;
+  out->already_applied = stepped == 0;
+  out->params_stepped = req.skip() ? 0 : stepped;
+  return absl::OkStatus();
 }
 
-void JobStep::WakeBlocks() {
-  for (const auto& bp : blocks()) absl::MutexLock wake(&bp->mu);  // gathers waiting on them
-}
-
-void JobStep::MarkDeposed(std::string why) {
+absl::Status JobStep::AwaitBackups(const std::function<absl::Status()>& acked, uint64_t step,
+                                   StepOutcome* out) {
+  if (!acked) return absl::OkStatus();
+  const auto wait_start = Clock::now();
+  absl::Status s = acked();
+  out->times.backups = SecondsSince(wait_start);
   {
-    absl::MutexLock lock(&deposed_mu_);
-    deposed_ = std::move(why);
-    deposed_flag_ = true;
+    absl::MutexLock pass_lock(&pass_mu_);
+    awaiting_backups_ = false;
+    // Unless a reseed came meanwhile (it made every version visible).
+    if (s.ok() && unacked_ != nullptr && unacked_->request.step() == step) {
+      unacked_.reset();
+      visibility_.ShowAll();
+    }
   }
-  WakeBlocks();
-}
-
-absl::Status JobStep::CheckNotDeposed() const {
-  absl::MutexLock lock(&deposed_mu_);
-  if (deposed_.empty()) return absl::OkStatus();
-  return absl::UnavailableError(deposed_);
+  return s;
 }
 
 void JobStep::Reseeded() {
-  {
-    absl::MutexLock pass_lock(&pass_mu_);
-    unacked_.reset();
-    visible_through_ = UINT64_MAX;
-  }
-  {
-    absl::MutexLock lock(&deposed_mu_);
-    deposed_.clear();
-    deposed_flag_ = false;
-  }
-  WakeBlocks();
+  absl::MutexLock pass_lock(&pass_mu_);
+  unacked_.reset();
+  visibility_.Undepose();  // and every version visible
 }
 
 std::function<absl::Status()> JobStep::Replicate(StepReplicator* replicator,

@@ -52,6 +52,7 @@
 #include "server/core/block.h"
 #include "server/core/needed_first_queue.h"
 #include "server/core/step_phases.h"
+#include "server/core/step_visibility.h"
 #include "server/core/thread_pool.h"
 #include "server/core/tier/state_tier.h"
 #include "server/core/trainer_states.h"
@@ -76,9 +77,10 @@ struct StepOutcome {
 // its job's life once it serves as primary (JobStep::Replicator). The push
 // that completes a block tells it (OnBlockComplete), so the block's summed
 // gradient can travel while the other blocks fold; JobStep::Step calls
-// Decide once a step is decided, before its optimizer pass, and answers
-// the Step only once the returned wait says every live backup holds the
-// new version.
+// Decide once a step is decided, before its optimizer pass, lets the pass
+// mutex go once the pass committed, and answers the Step only once the
+// returned wait says every live backup holds the step (its request and
+// sums, kept there to apply behind this copy: not its pass).
 class StepReplicator {
  public:
   // What a backup needs to run the same step: the coordinator's request and
@@ -99,7 +101,9 @@ class StepReplicator {
   // Resend; whole once the returned function has run). A sum may be left
   // to the pass to copy (OnPass). The returned function, called after the
   // pass (or instead of it), copies any sum still left and waits for the
-  // backups' answers; it must be called once. Errors (of the wait): UNAVAILABLE naming the backup
+  // backups' answers (each holds the step: it applies it later); it must
+  // be called once, without the pass mutex (the next Decide waits until
+  // it returned). Errors (of the wait): UNAVAILABLE naming the backup
   // that did not acknowledge (the primary's Step fails; its retry resends).
   virtual std::function<absl::Status()> Decide(const v1::StepRequest& req,
                                                std::shared_ptr<const Payload>* sent) = 0;
@@ -169,9 +173,11 @@ class JobStep {
   // With a `replicator` (a primary of a job with JobSpec.replicas > 0:
   // the one ReplicatorOrMake returned) the step is sent to the backups
   // while it runs here (the sums of blocks that completed earlier already
-  // went), and answered only once they acknowledged it; when they did not,
-  // the error is the replicator's (the step is applied here) and a retry
-  // sends it again.
+  // went); the pass commits and lets the pass mutex go, then the Step
+  // waits for the backups to acknowledge that they hold it (they apply it
+  // behind this copy) and is answered; when they did not, the error is
+  // the replicator's (the step is applied here, its version not visible)
+  // and a retry sends it again.
   [[nodiscard]] absl::StatusOr<StepOutcome> Step(const v1::StepRequest& req, absl::Time deadline,
                                    ThreadPool& pool,
                                    const std::function<bool()>& cancelled = nullptr,
@@ -182,29 +188,23 @@ class JobStep {
   // completes from then on, OnComplete). Thread-safe.
   StepReplicator* ReplicatorOrMake(const std::function<std::unique_ptr<StepReplicator>()>& make);
 
-  // Gathers serve versions up to this one only: a replicated
-  // step's new version is visible once every backup holds it, so no rank
-  // moves past a step a failover could still take back. Blocks' mutexes
-  // are taken (released) when it grows, which wakes their waiters.
-  uint64_t visible_through() const { return visible_through_.load(); }
-
-  // Fencing (docs/reliability.md, "Replicated shards"): a backup
-  // of this copy's shard answered this copy's step that it serves the shard
-  // as primary now (a newer claim). The step ran here but was never
-  // acknowledged, so this copy holds state no primary vouches for: until a
-  // catch-up replaces it (Reseeded), the copy serves nothing as primary
-  // (Primaries::Serve refuses it), takes no step from a primary (it needs a
-  // catch-up), and gathers waiting on it end with CheckNotDeposed's error.
-  // `why` names the shard and its new primary. Never blocks on the pass.
-  void MarkDeposed(std::string why) ABSL_LOCKS_EXCLUDED(deposed_mu_);
-  bool deposed() const { return deposed_flag_.load(); }
-  // OK, or UNAVAILABLE "not primary: ..." (the reason MarkDeposed got)
-  // while the copy is deposed.
-  [[nodiscard]] absl::Status CheckNotDeposed() const ABSL_LOCKS_EXCLUDED(deposed_mu_);
+  // Visibility and fencing (step_visibility.h): gathers serve versions up
+  // to visible_through() only (a replicated step's new version once every
+  // backup holds it). A copy is deposed (MarkDeposed) when a backup of its
+  // shard answered its step that it serves the shard as primary now: the
+  // step ran here but was never acknowledged, so until a catch-up replaces
+  // its state (Reseeded) the copy serves nothing as primary
+  // (Primaries::Serve refuses it), takes no step from a primary, and
+  // gathers waiting on it end with CheckNotDeposed's error (UNAVAILABLE
+  // "not primary: ..."). Never blocks on the pass.
+  uint64_t visible_through() const { return visibility_.visible_through(); }
+  void MarkDeposed(std::string why) { visibility_.MarkDeposed(std::move(why)); }
+  bool deposed() const { return visibility_.deposed(); }
+  [[nodiscard]] absl::Status CheckNotDeposed() const { return visibility_.CheckNotDeposed(); }
   // The copy's state was replaced by its primary's (ReplicaService.Seed):
   // no longer deposed; its versions are acknowledged ones (visible), and an
   // unacknowledged step it kept for a retry is dropped.
-  void Reseeded() ABSL_LOCKS_EXCLUDED(pass_mu_, deposed_mu_);
+  void Reseeded() ABSL_LOCKS_EXCLUDED(pass_mu_);
 
   // The Step sent ahead (req.ahead): records its parameters and schedules
   // every complete block at version req.step() on `pool` (which must outlive
@@ -298,15 +298,29 @@ class JobStep {
   // version; false when there was nothing to keep.
   bool CopyOnWrite(Block& b, const float* state) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
 
+  // The Step under the pass mutex, from its decision to its commit: checks
+  // that the caller still waits, hands the step to `replicator` (*acked:
+  // the wait for the backups' acknowledgement, null when there is none,
+  // for AwaitBackups to call once the mutex is let go), records the
+  // trainer state and runs the pass (or the skip), filling *out. A step whose
+  // acknowledgement another Step still awaits waits for it first.
+  [[nodiscard]] absl::Status Decided(const v1::StepRequest& req, absl::Time deadline,
+                                     ThreadPool& pool, const std::function<bool()>& cancelled,
+                                     StepReplicator* replicator, bool pending, StepOutcome* out,
+                                     std::function<absl::Status()>* acked)
+      ABSL_LOCKS_EXCLUDED(pass_mu_);
+  // Without the pass mutex: waits for `acked` (when set), then, under it,
+  // ends the wait and, when the backups hold step `step`, makes its
+  // version visible. out->times.backups gets the wait.
+  [[nodiscard]] absl::Status AwaitBackups(const std::function<absl::Status()>& acked,
+                                          uint64_t step, StepOutcome* out)
+      ABSL_LOCKS_EXCLUDED(pass_mu_);
+
   // Under pass_mu_, once Step(req) is decided: starts sending it to the
   // backups (`pending`: it applies now; else a retry, which re-sends only
   // what they have not acknowledged). Null when there is nothing to wait for.
   std::function<absl::Status()> Replicate(StepReplicator* replicator, const v1::StepRequest& req,
                                           bool pending) ABSL_EXCLUSIVE_LOCKS_REQUIRED(pass_mu_);
-
-  // Takes and releases every block's mutex: gathers waiting on a block
-  // look again at what they wait for (visible_through_, deposed_flag_).
-  void WakeBlocks();
 
   const Env env_;
   // Made once, kept for the job's life; read without the mutex (OnComplete).
@@ -318,10 +332,9 @@ class JobStep {
   absl::Mutex pass_mu_ ABSL_ACQUIRED_BEFORE(Block::mu, ahead_mu_);
   // The last step sent to the backups until they all acknowledged it.
   std::shared_ptr<const StepReplicator::Payload> unacked_ ABSL_GUARDED_BY(pass_mu_);
-  std::atomic<uint64_t> visible_through_{UINT64_MAX};
-  mutable absl::Mutex deposed_mu_;
-  std::string deposed_ ABSL_GUARDED_BY(deposed_mu_);  // why; empty: not deposed
-  std::atomic<bool> deposed_flag_{false};  // !deposed_.empty(), read under blocks' mutexes
+  // A decided step waits, without the mutex, for its backups' acknowledgement.
+  bool awaiting_backups_ ABSL_GUARDED_BY(pass_mu_) = false;
+  StepVisibility visibility_{env_.blocks};
   TrainerStates trainer_states_;
   AppliedSteps applied_steps_;
 

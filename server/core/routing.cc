@@ -18,6 +18,10 @@ absl::StatusOr<std::shared_ptr<Job>> CopyForShard(JobRegistry& jobs, Primaries* 
   }
   if (copy->spec().replicas() > 0 && primaries != nullptr) {
     if (auto s = primaries->Serve(*copy); !s.ok()) return s;
+    // A failover replays the steps the copy acknowledged as a backup.
+    if (copy->held().count() > 0) {
+      if (auto s = copy->held().ApplyAll(); !s.ok()) return s;
+    }
   }
   return copy;
 }

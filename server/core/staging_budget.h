@@ -71,7 +71,7 @@ class StagingBudget {
 
   // Block::mu names mu_ in its declared lock order (block.h): a push
   // reads generation() under its block's mutex.
-  friend struct Block;
+  friend class Block;
 
   const uint64_t budget_;
   ServerMetrics* const metrics_;

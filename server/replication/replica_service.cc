@@ -129,10 +129,15 @@ grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
       grads.push_back(std::move(sum));
     }
   }
-  auto out = (*job)->pushes().ApplyReplicatedStep(*req, grads, pool_);
-  if (!out.ok()) return ToGrpcStatus(out.status());
+  // Acknowledged once held; applied behind the primary (HeldSteps).
+  std::shared_ptr<Job> copy = *std::move(job);
+  auto held = copy->held().Hold(*req, std::move(grads), pool_, held_.max_held);
+  if (!held.ok()) return ToGrpcStatus(held.status());
+  if (*held && !held_.lazy_apply) {
+    pool_.Schedule([copy] { (void)copy->held().ApplyOne(); });  // an error deposes the copy
+  }
   resp->set_version(req->step() + 1);
-  resp->set_already_applied(out->already_applied);
+  resp->set_already_applied(!*held);
   resp->set_data_port(data_port_.load(std::memory_order_relaxed));
   return grpc::Status::OK;
 }
@@ -144,6 +149,8 @@ grpc::Status ReplicaServiceImpl::ReadShard(grpc::ServerContext* ctx,
   if (!token.ok()) return ToGrpcStatus(token.status());
   auto job = jobs_.Shard(req->job_id(), *token, req->shard());
   if (!job.ok()) return ToGrpcStatus(job.status());
+  // The steps the copy acknowledged are part of its state.
+  if (auto s = (*job)->held().ApplyAll(); !s.ok()) return ToGrpcStatus(s);
   const auto d = ctx->deadline();
   const absl::Time deadline = d == std::chrono::system_clock::time_point::max()
                                   ? absl::Now() + absl::Minutes(10)
@@ -208,6 +215,7 @@ grpc::Status ReplicaServiceImpl::Seed(grpc::ServerContext* ctx,
     }
     if (seed_hook_ && reseed->received() == 1) seed_hook_("blocks", first.shard());
   }
+  (*job)->held().Drop();  // steps held before the state they would follow is replaced
   if (auto s = reseed->Commit(); !s.ok()) return ToGrpcStatus(s);
   if (seed_hook_) seed_hook_("applied", first.shard());
   resp->set_version(first.version());

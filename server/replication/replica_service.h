@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "server/core/held_steps.h"
 #include "server/core/job_registry.h"
 #include "server/core/primaries.h"
 #include "server/core/replica_sums.h"
@@ -44,14 +45,17 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service, public Repl
   // replicated job can then be served as primary here); `seed_hook` may be
   // empty. The REPLICA_SUMs are kept in `kept`, the primaries' terms in
   // `terms` (both emptied of a deleted job's: Replicator::Forget).
+  // `held`: how a copy applies the steps it acknowledged (HeldSteps::Options).
   ReplicaServiceImpl(JobRegistry& jobs, ThreadPool& pool, const Primaries* primaries,
-                     KeptSums& kept, AcceptedTerms& terms, SeedHook seed_hook = {})
+                     KeptSums& kept, AcceptedTerms& terms, SeedHook seed_hook = {},
+                     HeldSteps::Options held = HeldSteps::Options())
       : jobs_(jobs),
         pool_(pool),
         primaries_(primaries),
         kept_(kept),
         terms_(terms),
-        seed_hook_(std::move(seed_hook)) {}
+        seed_hook_(std::move(seed_hook)),
+        held_(held) {}
 
   // This server's data plane port (0: none, the default), which ApplyStep
   // answers so that the primary sends later sums there. Set once the data
@@ -109,6 +113,7 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service, public Repl
   KeptSums& kept_;  // (job, shard) -> the sums of one transfer
   AcceptedTerms& terms_;  // (job, shard) -> the newest primary term accepted
   const SeedHook seed_hook_;
+  const HeldSteps::Options held_;
 };
 
 }  // namespace zerostate::server

@@ -35,7 +35,17 @@ ShardReplicator::ShardReplicator(Replicator& owner, Job& job,
     absl::MutexLock lock(&mu_);
     ResetLocked();
   }
+  if (owner_.lanes() > 1) lane_pool_ = std::make_unique<ThreadPool>(owner_.lanes() - 1, 0, "zs-lanes");
   streamer_ = std::thread([this] { StreamLoop(); });
+  prober_ = std::thread([this] { ProbeLoop(); });
+}
+
+void ShardReplicator::OnLanes(size_t n, const std::function<void(size_t)>& fn) {
+  if (lane_pool_ != nullptr) {
+    lane_pool_->ParallelFor(n, fn);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) fn(i);
 }
 
 ShardReplicator::~ShardReplicator() {
@@ -44,7 +54,35 @@ ShardReplicator::~ShardReplicator() {
     stop_ = true;
     CancelLocked();
   }
+  {
+    absl::MutexLock lock(&probe_mu_);
+    probe_stop_ = true;
+  }
   streamer_.join();
+  prober_.join();
+}
+
+void ShardReplicator::Probe(uint32_t server, const std::string& address) {
+  absl::MutexLock lock(&probe_mu_);
+  if (probing_.insert(server).second) to_probe_.emplace_back(server, address);
+}
+
+void ShardReplicator::ProbeLoop() {
+  absl::MutexLock lock(&probe_mu_);
+  while (true) {
+    std::function<bool()> work = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(probe_mu_) {
+      return probe_stop_ || !to_probe_.empty();
+    };
+    probe_mu_.Await(absl::Condition(&work));
+    if (probe_stop_) return;
+    const auto [server, address] = to_probe_.front();
+    to_probe_.erase(to_probe_.begin());
+    probe_mu_.Unlock();
+    // Up to Options::reconnect_timeout: never on a step's path.
+    if (owner_.Reconnect(address)) StartCatchUp(server, address);
+    probe_mu_.Lock();
+    probing_.erase(server);
+  }
 }
 
 void ShardReplicator::ResetLocked() {
@@ -155,13 +193,7 @@ void ShardReplicator::StreamStep(uint64_t step) {
   mu_.Unlock();
   // Each lane sends blocks as they complete, then, once decided, its share
   // of the rest; the step goes on ApplyStep once every lane is answered.
-  std::vector<std::thread> helpers;
-  for (int lane = 1; lane < lanes; ++lane) {
-    helpers.emplace_back(
-        [this, step, transfer, &calls = by_lane[lane]] { SendLane(step, transfer, calls); });
-  }
-  SendLane(step, transfer, by_lane[0]);
-  for (std::thread& t : helpers) t.join();
+  OnLanes(lanes, [&](size_t lane) { SendLane(step, transfer, by_lane[lane]); });
   mu_.Lock();
   lane_fds_.clear();
   const bool give_up = stop_ || abandon_;
@@ -296,11 +328,10 @@ std::function<std::vector<ShardReplicator::Result>()> ShardReplicator::SendWhole
   auto calls = std::make_shared<std::vector<Call>>();
   auto done = std::make_shared<std::vector<Result>>();  // results with nothing to send
   std::vector<Result> sends;
-  std::shared_ptr<const ShardSnapshot> snapshot;  // read once, before the pass moves the state
   for (const auto& [server, address] : copies_) {
     if (std::find(to.begin(), to.end(), server) == to.end()) continue;
     if (owner_.IsLost({job_id_, shard_, server})) {
-      CatchUpStep(server, address, payload, &snapshot, &sends, done.get());
+      CatchUpStep(server, address, payload, &sends, done.get());
     } else {
       sends.push_back(Result{server, address, false, absl::OkStatus(), 0, nullptr});
     }
@@ -328,7 +359,6 @@ std::function<std::vector<ShardReplicator::Result>()> ShardReplicator::SendWhole
 
 void ShardReplicator::CatchUpStep(uint32_t server, const std::string& address,
                                   const std::shared_ptr<const Payload>& payload,
-                                  std::shared_ptr<const ShardSnapshot>* snapshot,
                                   std::vector<Result>* sends, std::vector<Result>* done) {
   std::shared_ptr<CatchUp> ended;  // destroyed (its thread joined) off the lock
   {
@@ -353,17 +383,22 @@ void ShardReplicator::CatchUpStep(uint32_t server, const std::string& address,
       catch_ups_.erase(it);
     }
   }
-  if (ended != nullptr) return;
-  if (!owner_.Reconnect(address)) return;
-  if (*snapshot == nullptr) {
-    auto snap = SnapshotOf(job_);
-    if (!snap.ok()) return;
-    *snapshot = *std::move(snap);
+  if (ended == nullptr) Probe(server, address);  // it starts the catch-up once the copy answers
+}
+
+void ShardReplicator::StartCatchUp(uint32_t server, const std::string& address) {
+  // Between two passes: every block at the shard's version, which the
+  // next step decided starts from (its Offer is the catch-up's first).
+  absl::MutexLock pass_lock(&job_.step().pass_mu());
+  if (job_.step().deposed() || !owner_.IsLost({job_id_, shard_, server})) return;
+  {
+    absl::MutexLock lock(&catch_up_mu_);
+    if (catch_ups_.contains(server)) return;
   }
+  auto snapshot = SnapshotOf(job_);
+  if (!snapshot.ok()) return;
   auto started = std::make_shared<CatchUp>(
-      owner_, CatchUp::Copy{job_id_, shard_, server, address, token_}, *snapshot);
-  // The step that carries it is its first (a resent one: held already).
-  if (started->Offer(payload) == CatchUp::Outcome::kDropped) return;
+      owner_, CatchUp::Copy{job_id_, shard_, server, address, token_}, *std::move(snapshot));
   absl::MutexLock lock(&catch_up_mu_);
   catch_ups_[server] = std::move(started);
 }
@@ -471,10 +506,7 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
   };
   const size_t threads =
       std::min<size_t>(std::max(1, owner_.lanes()), std::max<size_t>(1, to_copy.size() / 8));
-  std::vector<std::thread> copiers;
-  for (size_t t = 1; t < threads; ++t) copiers.emplace_back(copy, t, threads);
-  copy(0, threads);
-  for (std::thread& t : copiers) t.join();
+  OnLanes(threads, [&](size_t t) { copy(t, threads); });
   {
     absl::MutexLock lock(&mu_);
     for (uint64_t local = 0; local < blocks_; ++local) {

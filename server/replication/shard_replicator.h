@@ -12,29 +12,33 @@
 // summed gradient is sent as soon as the push that completes the block
 // (every node's gradient folded in) tells this object (OnBlockComplete),
 // by the first free lane (a thread each), while the other blocks still
-// fold. Once the Step is decided, the sums the lanes have not taken yet
+// fold (on a fixed set of threads made with this object, no thread per
+// step). Once the Step is decided, the sums the lanes have not taken yet
 // are copied by the Step's pass, each block's just before the pass steps
 // it (OnPass, on the pool's threads, beside the pass's own reads), where
 // every copy streams; the lanes share them out as they come, and the
 // request goes last, on ApplyStep. (A copy that gets the step whole, or a
-// skip, has them copied by Decide, before the pass.) So the backup's optimizer pass
-// runs beside the primary's, and the Step waits only for the last blocks'
-// transfer and the backup's pass. A step that was not armed (the first
+// skip, has them copied by Decide, before the pass.) The backup answers
+// ApplyStep once it holds the step (HeldSteps, server/core/held_steps.h)
+// and applies it behind the primary, so the Step waits, after its pass
+// and without the pass mutex, only for the last blocks' transfer. A step that was not armed (the first
 // one, a retry) goes whole on ApplyStep at Decide, as does a step to a
 // backup whose data port is not known yet (learned from its ApplyStep
 // answers) or one of whose lanes failed, or to a copy that rejoins.
 //
-// A lost copy is caught up in the background (catch_up.h): the Step that
-// finds its server reachable again reads the shard's state (before its
-// pass) and starts the copy's CatchUp; each later step decided while it
+// A lost copy is caught up in the background (catch_up.h): a Step that
+// finds it lost with no catch-up has its server probed on a thread of this
+// object's own (never on a step's path), which, once the server answers,
+// reads the shard's state between two passes and starts the copy's
+// CatchUp; each later step decided while it
 // runs is handed to it whole, and once the catch-up says the copy
 // rejoins (CatchUp::Offer), the step goes to the copy whole after the
 // backlog, as to a live copy, and its acknowledgement makes the copy live
 // again (Judge).
 //
 // Thread-safe. Lock order: a block's mutex, then this object's mutex (a
-// Block's mutex is never taken under this object's). catch_up_mu_ is
-// taken alone (then a CatchUp's mutex).
+// Block's mutex is never taken under this object's). The job's pass mutex,
+// then catch_up_mu_ (then a CatchUp's mutex); probe_mu_ alone.
 #pragma once
 
 #include <cstdint>
@@ -47,9 +51,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/job.h"
+#include "server/core/thread_pool.h"
 #include "server/replication/catch_up.h"
 #include "server/replication/replicator.h"
 
@@ -93,14 +99,26 @@ class ShardReplicator final : public StepReplicator {
   // Lost copy `server`'s part in step `payload`: handed to its catch-up
   // (kept), or, once the catch-up says the copy rejoins, a Result in
   // `sends` (the step goes to the copy as to a live one after the
-  // backlog; its acknowledgement revives it). A dropped catch-up ends (a later step starts another); one that
-  // met a newer primary (ABORTED) gives its Result in `done`, for Judge.
-  // With no catch-up, one starts when the copy's server answers again,
-  // from `*snapshot` (read once per step, here, before the pass).
+  // backlog; its acknowledgement revives it). A dropped catch-up ends (a
+  // later step starts another); one that met a newer primary (ABORTED)
+  // gives its Result in `done`, for Judge. With no catch-up, the copy's
+  // server is probed (Probe), off the step's path.
   void CatchUpStep(uint32_t server, const std::string& address,
-                   const std::shared_ptr<const Payload>& payload,
-                   std::shared_ptr<const ShardSnapshot>* snapshot, std::vector<Result>* sends,
+                   const std::shared_ptr<const Payload>& payload, std::vector<Result>* sends,
                    std::vector<Result>* done) ABSL_LOCKS_EXCLUDED(catch_up_mu_);
+  // Queues a probe of lost copy `server`'s server on the prober thread,
+  // unless one is queued or running.
+  void Probe(uint32_t server, const std::string& address) ABSL_LOCKS_EXCLUDED(probe_mu_);
+  // The prober thread: probes the queued lost copies, one at a time
+  // (Replicator::Reconnect, up to its reconnect timeout), and starts the
+  // catch-up of each that answers (StartCatchUp).
+  void ProbeLoop() ABSL_LOCKS_EXCLUDED(probe_mu_);
+  // Starts lost copy `server`'s catch-up from the shard's state read now,
+  // between two passes (under the job's pass mutex), unless the copy was
+  // deposed, is no longer lost or has one already: the next step decided
+  // is the first of its backlog.
+  void StartCatchUp(uint32_t server, const std::string& address)
+      ABSL_LOCKS_EXCLUDED(catch_up_mu_);
   // Ends every catch-up (the copy was deposed).
   void DropCatchUps() ABSL_LOCKS_EXCLUDED(catch_up_mu_);
   // The Step's answer from the copies' results: lost ones marked, caught
@@ -130,6 +148,9 @@ class ShardReplicator final : public StepReplicator {
       ABSL_LOCKS_EXCLUDED(mu_);
   // Breaks the lanes of the stream in progress (their sends fail at once).
   void CancelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Runs fn(0) .. fn(n - 1) on this object's lanes' threads (lane_pool_)
+  // and the caller's, and returns when all have run.
+  void OnLanes(size_t n, const std::function<void(size_t)>& fn);
   // Copies block `local`'s sum into `out` if it is complete at `step`.
   bool CopySum(uint64_t local, uint64_t step, std::string* out) const;
   // After the pass: copies the sums it left (blocks it did not step) into
@@ -168,7 +189,17 @@ class ShardReplicator final : public StepReplicator {
   bool stream_done_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Result> stream_results_ ABSL_GUARDED_BY(mu_);
   uint64_t next_transfer_ = 0;  // the streaming thread's
+  // Replicator::lanes() - 1 threads, made once, for a step's lanes beside
+  // the streaming thread and for Decide's copies (null with one lane).
+  std::unique_ptr<ThreadPool> lane_pool_;
   std::thread streamer_;
+
+  // Lost copies' servers probed off the steps' path (TakeReachable).
+  absl::Mutex probe_mu_;
+  bool probe_stop_ ABSL_GUARDED_BY(probe_mu_) = false;
+  std::vector<std::pair<uint32_t, std::string>> to_probe_ ABSL_GUARDED_BY(probe_mu_);
+  absl::flat_hash_set<uint32_t> probing_ ABSL_GUARDED_BY(probe_mu_);  // queued or running
+  std::thread prober_;
 
   // Lost copies being caught up, by server index.
   absl::Mutex catch_up_mu_;

@@ -110,6 +110,16 @@ class CatchupBacklogTest : public ::testing::Test {
     ExpectReferenceRun(run_.nodes, *ref_, version + 2);
   }
 
+  // Runs `step`, which finds server 1's copies lost: their servers are
+  // probed off the step's path, and the catch-ups start once server 1
+  // answers; returns once shard 0's seed reached the hold at `phase`.
+  void StartCatchUp(uint64_t step, const std::string& phase = "blocks") {
+    const std::string marker = hold_ + "/" + phase + "-shard0";
+    std::remove(marker.c_str());  // of a catch-up before
+    ASSERT_NO_FATAL_FAILURE(TrainSteps(run_.nodes, *ref_, step, step + 1));
+    ASSERT_TRUE(AwaitFile(marker)) << "shard 0's seed never reached the hold";
+  }
+
   ServerProcess& server(int i) { return cluster_->server(i); }
   bool SeedHeld() const {
     return access((hold_ + "/blocks-shard0").c_str(), F_OK) == 0 &&
@@ -131,19 +141,19 @@ class CatchupBacklogTest : public ::testing::Test {
 TEST_F(CatchupBacklogTest, StepsGoOnWhileTheSeedIsHeldAndTheCopyCatchesUpThroughTheBacklog) {
   ASSERT_NO_FATAL_FAILURE(StartAndLoseServer1("slowseed"));
   constexpr uint64_t kHeldSteps = 4;
-  ASSERT_NO_FATAL_FAILURE(TrainSteps(run_.nodes, *ref_, kRestartStep, kRestartStep + 1));
-  ASSERT_TRUE(AwaitFile(hold_ + "/blocks-shard0")) << "shard 0's seed never reached the hold";
+  const uint64_t first = kRestartStep + 1;  // the first step of the backlog
+  ASSERT_NO_FATAL_FAILURE(StartCatchUp(kRestartStep));
+  ASSERT_NO_FATAL_FAILURE(TrainSteps(run_.nodes, *ref_, first, first + 1));
   const double one_step = ServerMetric(server(0), kBacklog);
   EXPECT_GE(one_step, static_cast<double>(ShardSumBytes(spec_, 3, 0)));
-  ASSERT_NO_FATAL_FAILURE(
-      TrainSteps(run_.nodes, *ref_, kRestartStep + 1, kRestartStep + kHeldSteps));
+  ASSERT_NO_FATAL_FAILURE(TrainSteps(run_.nodes, *ref_, first + 1, first + kHeldSteps));
   // Acknowledged while the copy holds none of them.
   ASSERT_TRUE(SeedHeld());
   EXPECT_EQ(ServerMetric(server(0), kBacklog), kHeldSteps * one_step);
   EXPECT_EQ(ServerMetric(server(0), kUnder), blocks0_);
   EXPECT_EQ(ServerMetric(server(0), kCatchupBytes), 0);
-  const uint64_t next = ReleaseAndRejoin(kRestartStep + kHeldSteps);
-  EXPECT_EQ(next, kRestartStep + kHeldSteps + 1) << "the copies rejoined a step late";
+  const uint64_t next = ReleaseAndRejoin(first + kHeldSteps);
+  EXPECT_EQ(next, first + kHeldSteps + 1) << "the copies rejoined a step late";
   ExpectCaughtUp(next);
 }
 
@@ -156,10 +166,10 @@ TEST_F(CatchupBacklogTest, ABacklogPastItsBoundDropsTheCatchupAndALaterStepStart
   const uint64_t bound = step_bytes * 5 / 2;
   ASSERT_NO_FATAL_FAILURE(
       StartAndLoseServer1("bounded", {absl::StrCat("--catchup_backlog_bytes=", bound)}));
-  uint64_t step = kRestartStep;
+  ASSERT_NO_FATAL_FAILURE(StartCatchUp(kRestartStep));
+  uint64_t step = kRestartStep + 1;
   ASSERT_NO_FATAL_FAILURE(TrainSteps(run_.nodes, *ref_, step, step + 2));
   step += 2;
-  ASSERT_TRUE(AwaitFile(hold_ + "/blocks-shard0")) << "shard 0's seed never reached the hold";
   ASSERT_TRUE(SeedHeld());
   const double two_steps = ServerMetric(server(0), kBacklog);
   EXPECT_GE(two_steps, 2.0 * static_cast<double>(step_bytes));
@@ -169,7 +179,10 @@ TEST_F(CatchupBacklogTest, ABacklogPastItsBoundDropsTheCatchupAndALaterStepStart
   ++step;
   EXPECT_EQ(ServerMetric(server(0), kBacklog), 0);
   EXPECT_EQ(ServerMetric(server(0), kUnder), blocks0_);
-  // The next step starts another, held again at the seed.
+  // The next step starts another, held again at the seed, with the step
+  // after it in its backlog.
+  ASSERT_NO_FATAL_FAILURE(StartCatchUp(step));
+  ++step;
   ASSERT_NO_FATAL_FAILURE(TrainSteps(run_.nodes, *ref_, step, step + 1));
   ++step;
   ASSERT_TRUE(SeedHeld());
@@ -188,15 +201,16 @@ TEST_F(CatchupBacklogTest, ABacklogPastItsBoundDropsTheCatchupAndALaterStepStart
 TEST_F(CatchupBacklogTest, ACopyThatServesTheShardNowFencesThePrimaryAtItsNextStep) {
   ASSERT_NO_FATAL_FAILURE(StartAndLoseServer1("fencedcatchup", {}, "applied"));
   const std::string job = spec_.job_id();
-  ASSERT_NO_FATAL_FAILURE(TrainSteps(run_.nodes, *ref_, kRestartStep, kRestartStep + 1));
-  ASSERT_TRUE(AwaitFile(hold_ + "/applied-shard0")) << "shard 0's seed never reached the hold";
+  ASSERT_NO_FATAL_FAILURE(StartCatchUp(kRestartStep, "applied"));
+  // A step in the catch-up's backlog, acknowledged without the copy.
+  ASSERT_NO_FATAL_FAILURE(TrainSteps(run_.nodes, *ref_, kRestartStep + 1, kRestartStep + 2));
   grpc::Status claimed = DirectJobStatus(addr_[1], job, 0);
   ASSERT_TRUE(claimed.ok()) << claimed.error_message();
   Touch(hold_ + "/release");
   // The backlog's step refused: the catch-up dropped, its backlog freed.
   double left = 0;
   EXPECT_TRUE(AwaitMetric(server(0), kBacklog, 0, &left)) << left << " bytes still held";
-  const uint64_t step = kRestartStep + 1;
+  const uint64_t step = kRestartStep + 2;
   for (uint32_t n = 0; n < kReplicaNodes; ++n) {
     EXPECT_TRUE(PushNodeGradient(*run_.nodes[n], n, step).ok()) << "node " << n;
   }

@@ -2,11 +2,12 @@
 // processes: a job of two nodes on three servers with one backup per
 // shard. Server 1 is SIGKILLed (its shard fails over to server 2, and
 // shard 0 loses its backup), the run goes on under-replicated, server 1
-// is restarted empty, and at the next step each primary starts to catch
-// its copy there up in the background (ReplicaService.Seed, then that
-// step); once that is across, the copy rejoins at the next step: server
-// 1's copies are bit-identical to their primaries' again, as the metrics
-// say. Then the primary of the
+// is restarted empty; the next step finds each copy there lost and has
+// its server probed off the step's path, and once it answers the primary
+// catches the copy up in the background from its state after that step
+// (ReplicaService.Seed, then the steps that follow); once those are
+// across, the copy rejoins at the next step: server 1's copies are
+// bit-identical to their primaries' again, as the metrics say. Then the primary of the
 // shard whose only other copy is the caught-up one is SIGKILLed, and the
 // run ends with the weights of a run without faults, with no rollback.
 #include "tests/replication/replication_fixture.h"
@@ -14,10 +15,10 @@
 namespace zerostate::testing {
 namespace {
 
-constexpr uint64_t kSteps = 8;
+constexpr uint64_t kSteps = 9;
 constexpr uint64_t kKillBackupStep = 2;  // server 1 killed before this step
 constexpr uint64_t kRestartStep = 4;     // and restarted before this one
-constexpr uint64_t kKillPrimaryStep = 6;  // server 2 killed before this one
+constexpr uint64_t kKillPrimaryStep = 7;  // server 2 killed before this one
 
 // The job steps speculatively (JobSpec.speculative_step, StepAhead before
 // the pushes) or not: a speculated block's state at the step's version is
@@ -56,7 +57,7 @@ TEST_P(CatchupTest, ARestartedServerCatchesUpAndThenTakesOverWithoutRollback) {
       ASSERT_TRUE(c.server(1).Restart().ok());
     }
     if (step == kKillPrimaryStep) {
-      // Caught up at step kRestartStep: bit-identical to the primaries since.
+      // Caught up after step kRestartStep + 1: bit-identical to the primaries since.
       ExpectSameCopies(addr[0], addr[1], spec.job_id(), 0, step);
       ExpectSameCopies(addr[2], addr[1], spec.job_id(), 1, step);
       EXPECT_EQ(ServerMetric(c.server(0), "zerostate_under_replicated_blocks"), 0);
@@ -78,6 +79,14 @@ TEST_P(CatchupTest, ARestartedServerCatchesUpAndThenTakesOverWithoutRollback) {
     ASSERT_TRUE(s.ok()) << "step " << step << ": " << s;
     ref.Step(step, grads, StepLr(step), kStepScale);
     if (step == kRestartStep) {
+      // The probes found server 1 back: its copies seeded at the version
+      // after this step (the shard's state read between two passes).
+      for (uint32_t shard : {0u, 1u}) {
+        auto seeded = AwaitCopy(addr[1], spec.job_id(), shard, step + 1);
+        ASSERT_TRUE(seeded.ok()) << seeded.status();
+      }
+    }
+    if (step == kRestartStep + 1) {
       // The catch-ups run in the background: the seeds and this step
       // cross before the next step, whose copies rejoin then.
       for (int primary : {0, 2}) {

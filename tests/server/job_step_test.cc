@@ -214,7 +214,7 @@ TEST_F(JobStepTest, QueuedSpeculationsStepTheLowestBlockFirst) {
     for (uint64_t b = 0; b < blocks(); ++b) {
       Block& block = spec_->shard().local_block(b);
       absl::MutexLock lock(&block.mu);
-      if (block.speculation == Block::Speculation::kDone) stepped_first.push_back(b);
+      if (block.speculation() == Block::Speculation::kDone) stepped_first.push_back(b);
     }
     probed.Notify();
   });
@@ -247,10 +247,15 @@ TEST_F(JobStepTest, TheStepCommitsSpeculatedBlocksWhileALaterOneIsStillStepped) 
   PushNode(1, 0);
   AwaitSpeculated(blocks());
   Block& last = spec_->shard().local_block(blocks() - 1);
+  StepParams speculated;  // its state stays in next_state meanwhile
   {
+    // Back to running through its transitions: dropped, queued, begun.
     absl::MutexLock lock(&last.mu);
-    ASSERT_EQ(last.speculation, Block::Speculation::kDone);
-    last.speculation = Block::Speculation::kRunning;
+    ASSERT_EQ(last.speculation(), Block::Speculation::kDone);
+    speculated = last.spec_params();
+    ASSERT_TRUE(last.DropSpeculation().ok());
+    ASSERT_TRUE(last.QueueSpeculation().ok());
+    ASSERT_TRUE(last.BeginSpeculation().ok());
   }
   auto stepped = std::async(std::launch::async, [&] { return DoStep(*spec_, StepReq(0, 1e-2f, 0.5f)); });
   Block& first = spec_->shard().local_block(0);
@@ -265,7 +270,7 @@ TEST_F(JobStepTest, TheStepCommitsSpeculatedBlocksWhileALaterOneIsStillStepped) 
   {
     absl::MutexLock lock(&last.mu);
     EXPECT_EQ(last.version, 0u) << "the last block committed while its speculation ran";
-    last.speculation = Block::Speculation::kDone;  // the speculation ends
+    ASSERT_TRUE(last.FinishSpeculation(speculated).ok());  // the speculation ends
   }
   EXPECT_TRUE(committed) << "block 0 waited for the last block's speculation";
   auto out = stepped.get();
