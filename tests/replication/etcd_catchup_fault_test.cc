@@ -87,12 +87,16 @@ TEST_F(EtcdCatchupFaultTest, TheCatchingUpServerKilledMidSeedIsCaughtUpOnceBack)
   ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kCatchupStep + 1, kRestartStep));
   ASSERT_TRUE(server(1).Restart().ok());  // catch-ups pass the hold now
   ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kRestartStep, kTakeOverStep));
-  testing::ExpectSameCopies(addresses()[0], addresses()[1], spec_.job_id(), 0, kTakeOverStep);
-  testing::ExpectSameCopies(addresses()[2], addresses()[1], spec_.job_id(), 1, kTakeOverStep);
+  uint64_t step = kTakeOverStep;
+  ASSERT_NO_FATAL_FAILURE(
+      testing::TrainUntilReplicated(run_.nodes, *ref_, &step, {&server(0), &server(2)}));
+  testing::ExpectSameCopies(addresses()[0], addresses()[1], spec_.job_id(), 0, step);
+  testing::ExpectSameCopies(addresses()[2], addresses()[1], spec_.job_id(), 1, step);
   ASSERT_TRUE(server(0).Kill().ok());
-  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kTakeOverStep, kSteps));
+  const uint64_t end = step + (kSteps - kTakeOverStep);
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, step, end));
   EXPECT_EQ(PrimaryOf(spec_.job_id(), 0), addresses()[1]);
-  testing::ExpectReferenceRun(run_.nodes, *ref_, kSteps);
+  testing::ExpectReferenceRun(run_.nodes, *ref_, end);
 }
 
 // The seeding primary of shard 0 (server 0) SIGKILLed once its copy on

@@ -41,7 +41,7 @@ class EtcdClusterFixture : public EtcdFixture {
   void StartServers(const std::vector<std::string>& extra = {},
                     const std::vector<std::string>& endpoints = {}) {
     for (int i = 0; i < kEtcdServers; ++i) {
-      testing::ServerProcessOptions o = testing::TestServerOptions();
+      testing::ServerProcessOptions o = testing::MeteredServerOptions();
       const bool own = i < static_cast<int>(endpoints.size()) && !endpoints[i].empty();
       o.args.push_back("--etcd_endpoints=" + (own ? endpoints[i] : etcd_->endpoint()));
       o.args.push_back("--cluster=" + cluster_);

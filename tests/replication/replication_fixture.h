@@ -331,6 +331,28 @@ inline absl::StatusOr<ShardCopy> AwaitCopy(const std::string& server, const std:
   }
 }
 
+// Trains steps from `*step` on (each also taken by `ref`) until every
+// server of `primaries` counts no under-replicated block, at most
+// `max_steps` of them; `*step` is then the next step. A restarted copy's
+// catch-up starts off the step's path and rejoins at the first step after
+// its seed is acknowledged (server/replication/catch_up.h): one step on a
+// fast build, more under the sanitizers.
+inline void TrainUntilReplicated(std::vector<std::unique_ptr<client::JobClient>>& nodes,
+                                 ReferenceModel& ref, uint64_t* step,
+                                 const std::vector<ServerProcess*>& primaries,
+                                 uint64_t max_steps = 6) {
+  auto lost = [&] {
+    double blocks = 0;
+    for (ServerProcess* s : primaries) blocks += ServerMetric(*s, "zerostate_under_replicated_blocks");
+    return blocks;
+  };
+  for (uint64_t n = 0; lost() > 0; ++n) {
+    ASSERT_LT(n, max_steps) << "the copies did not rejoin in " << max_steps << " steps";
+    TrainSteps(nodes, ref, *step, *step + 1);
+    ++*step;
+  }
+}
+
 // Expects the copies of `shard` on `a` and `b` at the same versions and
 // bit-identical (masters and moments).
 inline void ExpectSameCopies(const std::string& a, const std::string& b, const std::string& job,
