@@ -115,8 +115,12 @@ class Staging:
                           f"through the client): {e}")
             return False
         if self.gpu:
-            rc = torch.cuda.cudart().cudaHostRegister(address, size, 0)
-            if int(rc) != 0:
+            try:
+                rc = torch.cuda.cudart().cudaHostRegister(address, size, 0)
+                failed = int(getattr(rc, "value", rc)) != 0
+            except (AttributeError, TypeError, RuntimeError) as e:  # no such binding
+                rc, failed = e, True
+            if failed:
                 warnings.warn(f"zerostate: host buffers in pinned memory (the servers copy "
                               f"through the client): cudaHostRegister of {size} bytes: {rc}")
                 return False
