@@ -1,5 +1,5 @@
 """The markdown tables of bench_gpt.py's --json output files (each one
-model's runs): tokens/s as a fraction of DDP per system and accumulation,
+model's runs): tokens/s as a fraction of DDP (on the CPU: torch AdamW) per system and accumulation,
 delayed against FSDP2's offload, and per zerostate mode the step, the
 exposed waits, the compute, the floor and the bytes moved in place.
 
@@ -16,7 +16,7 @@ def main(paths):
             result = json.load(f)
         for r in result["runs"]:
             t = r["tokens_per_s"]
-            ddp = t["ddp"]
+            ddp = t.get("ddp", t.get("torch_adamw"))  # the CPU's peer: torch AdamW
             frac = {k: f"{v / ddp:.2f}" for k, v in t.items()}
             fsdp = t.get("fsdp2_offload_fused")
             rows.append(f"| {r['model']}, {r['accum']} | {ddp:,.0f} | "
