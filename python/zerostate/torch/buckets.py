@@ -132,8 +132,8 @@ def make_buckets(entries, bucket_elems, reduce_dtype, wire_dtype, device, local_
                  staging=None):
     """Splits [(param, begin, end)] (flat order) into buckets of about
     bucket_elems elements each, accumulating in reduce_dtype and pushing
-    in wire_dtype; on a GPU each pushes from a host buffer of `staging`
-    (streams.Staging; None: pinned memory)."""
+    in wire_dtype; each pushes from a host buffer of `staging`
+    (streams.Staging; None: plain memory, pinned on a GPU)."""
     runs, run = [], []
     for ent in entries:
         if run and ent[2] - run[0][1] > bucket_elems:
