@@ -8,9 +8,10 @@ boundary a bucket is pushed as one range once every gradient in it is in
 (during backward): inside a node it is summed over the local ranks first
 (reduce-scatter on NCCL, all-reduce on gloo, in the reduce dtype), and each
 local rank pushes its slice, converted once to the wire dtype (the job's
-grad_dtype). On a GPU the slice goes to pinned memory on the side stream
-and is pushed by the push thread once there (streams.py): the backward
-never waits for it."""
+grad_dtype), from a push buffer in the client's shared memory, which a
+server on this host reads in place (streams.Staging). On a GPU the slice
+goes there on the side stream and is pushed by the push thread once there
+(streams.py): the backward never waits for it."""
 
 import torch
 import torch.distributed as dist
@@ -25,7 +26,7 @@ def wire_dtype(torch_dtype):
 
 
 class Bucket:
-    def __init__(self, entries, reduce_dtype, wire_dtype, device, local_world):
+    def __init__(self, entries, reduce_dtype, wire_dtype, device, local_world, staging=None):
         self.entries = entries  # [(param, begin, end)] in flat order
         self.begin, self.end = entries[0][1], entries[-1][2]
         n = self.end - self.begin
@@ -34,9 +35,14 @@ class Bucket:
         self._slices = {id(p): self.buffer[b - self.begin:e - self.begin]
                         for p, b, e in entries}
         self.wire_dtype = wire_dtype
-        self.host = self.wire = self.mine = None
-        if device.type != "cpu":  # the slice goes device-to-host on the side stream
-            self.host = torch.zeros(self.chunk, dtype=wire_dtype, pin_memory=True)
+        self.gpu = device.type != "cpu"
+        # The push buffer: the slice in the wire dtype, in the client's
+        # shared buffers (streams.Staging), so a server on this host reads
+        # it in place; on a GPU it gets there on the side stream.
+        self.host = staging.empty(self.chunk, wire_dtype) if staging is not None else \
+            torch.zeros(self.chunk, dtype=wire_dtype, pin_memory=self.gpu)
+        self.wire = self.mine = None
+        if self.gpu:
             if wire_dtype != reduce_dtype:
                 self.wire = torch.empty(self.chunk, dtype=wire_dtype, device=device)
             if local_world > 1:
@@ -90,12 +96,12 @@ class Bucket:
             if hi <= lo:
                 return
             src = mine[:hi - lo]
-            if self.host is None:  # the CPU: the one conversion to the wire dtype
-                src = src.to(self.wire_dtype).contiguous()
+            if not self.gpu:  # the CPU: the one conversion to the wire dtype
+                host = self.host[:hi - lo]
+                host.copy_(src)
                 if after is None:
-                    self.ticket = self._push(job, step, topo, lo, hi, src)
+                    self.ticket = self._push(job, step, topo, lo, hi, host)
                     return
-                host = src
             else:
                 host = self._to_host(src, hi - lo, side)
 
@@ -122,10 +128,12 @@ class Bucket:
                               src.numel() * src.element_size(), wire_dtype(src.dtype), keep=src)
 
 
-def make_buckets(entries, bucket_elems, reduce_dtype, wire_dtype, device, local_world):
+def make_buckets(entries, bucket_elems, reduce_dtype, wire_dtype, device, local_world,
+                 staging=None):
     """Splits [(param, begin, end)] (flat order) into buckets of about
     bucket_elems elements each, accumulating in reduce_dtype and pushing
-    in wire_dtype."""
+    in wire_dtype; each pushes from a host buffer of `staging`
+    (streams.Staging; None: plain memory, pinned on a GPU)."""
     runs, run = [], []
     for ent in entries:
         if run and ent[2] - run[0][1] > bucket_elems:
@@ -134,4 +142,4 @@ def make_buckets(entries, bucket_elems, reduce_dtype, wire_dtype, device, local_
         run.append(ent)
     if run:
         runs.append(run)
-    return [Bucket(r, reduce_dtype, wire_dtype, device, local_world) for r in runs]
+    return [Bucket(r, reduce_dtype, wire_dtype, device, local_world, staging) for r in runs]
