@@ -478,6 +478,47 @@ TEST(SingleGradientPassTest, Bf16GradientStepsAsItsFp32Widening) {
   }
 }
 
+// Every optimizer's int8 step (one moment or two, the first moment's map
+// alone for SGD and Lion) gives the scalar kernel's bytes on every ISA,
+// over blocks of whole, partial and single quantization blocks and a
+// group boundary inside one.
+TEST(CompactMomentsTest, Int8StepOfEveryOptimizerIsTheSameOnEveryIsa) {
+  const size_t n = 3 * kQuantBlock + 45;
+  for (v1::OptimizerKind kind : {v1::OPTIMIZER_ADAMW, v1::OPTIMIZER_ADAM,
+                                 v1::OPTIMIZER_SGD_MOMENTUM, v1::OPTIMIZER_LION}) {
+    const StateLayout layout{static_cast<uint32_t>((n + 63) / 64 * 64), MomentCount(kind),
+                             MomentFormat::kInt8};
+    std::vector<StepParams> groups = {AdamW(1e-2f, 0.1f, 0.9f), AdamW(3e-3f, 0.0f, 0.8f)};
+    for (StepParams& sp : groups) sp.config.set_kind(kind);
+    const auto n32 = static_cast<uint32_t>(n), cut = static_cast<uint32_t>(kQuantBlock + 100);
+    const std::vector<GroupRun> runs = {{0, cut, 0}, {cut, n32, 1}};
+    std::vector<float> want;
+    for (Isa isa : SupportedIsas()) {
+      std::mt19937 rng(31);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      AlignedBuffer<float> state(layout.total_floats()), grad(layout.block_elems);
+      std::memset(state.data(), 0, state.size() * sizeof(float));
+      for (size_t i = 0; i < n; ++i) state.data()[i] = normal(rng);
+      BlockRefs refs = StateRefs(layout, state.data());
+      refs.n = n;
+      refs.grad = grad.data();
+      for (uint64_t t = 1; t <= 5; ++t) {
+        for (size_t i = 0; i < n; ++i) grad.data()[i] = i % 7 == 3 ? 0.0f : normal(rng);
+        std::vector<StepParams> by_group = groups;
+        for (StepParams& sp : by_group) sp.t = t;
+        StepBlockRuns(isa, runs, by_group, refs);
+      }
+      const std::vector<float> got(state.data(), state.data() + state.size());
+      if (want.empty()) {
+        want = got;  // the first ISA: scalar
+        continue;
+      }
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+          << IsaName(isa) << " kind " << kind;
+    }
+  }
+}
+
 TEST(StateLayoutTest, BytesPerParameter) {
   EXPECT_EQ((StateLayout{262144, 2, MomentFormat::kFp32}.bytes_per_param()), 12.0);
   EXPECT_EQ((StateLayout{262144, 2, MomentFormat::kBf16}.bytes_per_param()), 8.0);
