@@ -61,6 +61,9 @@ MODELS = {
     # LlamaForCausalLM from config: 22 x 2048, GQA 32/4, ffn 5632, untied.
     "llama-1.1b": dict(kind="llama", layers=22, d=2048, heads=32, kv_heads=4, ffn=5632,
                        vocab=32000, micro_batch=4, seq=1024),
+    # GPT2LMHeadModel from config: GPT-2 small, 124M (moment_curves_gpu.py).
+    "gpt2-124m": dict(kind="gpt2", layers=12, d=768, heads=12, vocab=50304, micro_batch=8,
+                      seq=256),
     # examples/gpt's GPT (no transformers): the CPU check.
     "tiny": dict(kind="plain", layers=2, d=64, heads=4, vocab=256, micro_batch=4, seq=64),
 }
@@ -224,8 +227,10 @@ class Run:
         config = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.1}},
                   "bf16": {"enabled": self.device.type == "cuda"},
                   "gradient_accumulation_steps": self.accum}
+        train = {"moment_format": self.args.moment_format}
         if mode == "speculative":
-            config["zerostate"] = {"train": {"speculative_step": True}}
+            train["speculative_step"] = True
+        config["zerostate"] = {"train": train}
         if mode == "delayed":
             config["zero_optimization"] = {"delayed_update": {"enabled": True,
                                                               "warmup_steps": 1}}
@@ -401,6 +406,8 @@ def main():
     ap.add_argument("--bucket_elems", type=int, default=1 << 25)
     ap.add_argument("--systems", default="ddp,fsdp2," + ",".join(ZS_MODES))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--moment_format", default="MOMENTS_FP32",
+                    help="zerostate's moment storage: MOMENTS_FP32, MOMENTS_BF16 or MOMENTS_INT8")
     args = ap.parse_args()
     if args.tiny:
         args.model = "tiny"
@@ -442,13 +449,15 @@ def main():
     result = {
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "world": args.world, "model": args.model, "spec": spec, "rounds": args.rounds,
+        "moment_format": args.moment_format,
         "torch": torch.__version__, "python": sys.version.split()[0],
         "host_bandwidth_bytes_per_s": bandwidth, "floor_bytes_per_param": FLOOR_BYTES_PER_PARAM,
         "precision": {"ddp": "fp32 weights and fused AdamW on the GPU, bf16 autocast",
                       "fsdp2_offload_fused": "fp32 weights and fused AdamW on the CPU, bf16 "
                       "params on the GPU, fp32 reduce (MixedPrecisionPolicy)",
                       "zerostate": "bf16 params on the GPU and on the wire, fp32 gradient "
-                      "accumulation, fp32 masters and AdamW on the state servers"}
+                      "accumulation, fp32 masters and AdamW on the state servers, moments "
+                      f"stored as {args.moment_format}"}
         if device.type == "cuda" else "fp32",
         "runs": runs}
     if args.rank != 0:
