@@ -7,12 +7,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
+#include "trainer/c_policy_handle.h"
 #include "trainer/policy.h"
 #include "trainer/zerostate_trainer_c.h"
-
-struct zs_policy {
-  zerostate::trainer::Policy policy;
-};
 
 namespace {
 

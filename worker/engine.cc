@@ -8,7 +8,7 @@
 #include "client/shared_buffer.h"
 #include "common/job_spec.h"
 #include "common/timeline.h"
-#include "worker/buckets.h"
+#include "trainer/bucket_plan.h"
 
 namespace zerostate::worker {
 namespace {
@@ -42,15 +42,11 @@ Engine::Engine(client::JobClient* job, Backend* backend, const v1::TrainConfig& 
       train_(train),
       topo_(topo),
       policy_(train) {
-  uint64_t staging = 0;
-  for (Range elems : BackwardBuckets(job->layout(), std::move(ready_points),
-                                        train.bucket_elems() != 0 ? train.bucket_elems()
-                                                                  : kMaxBucketElems)) {
-    Range share = LocalShare(elems, topo.local_size, topo.local_rank);
-    buckets_.push_back(Bucket{elems, share, staging});
-    staging += share.size();
-  }
-  staging_elems_ = staging;
+  buckets_ = trainer::PlanBuckets(
+      job->layout(), std::move(ready_points),
+      train.bucket_elems() != 0 ? train.bucket_elems() : trainer::kMaxBucketElems,
+      topo.local_size, topo.local_rank);
+  if (!buckets_.empty()) staging_elems_ = buckets_.back().staging + buckets_.back().share.size();
   if (topo.local_size == 1) {
     grads_in_place_ = backend_->GradsInPlace();
     if (!train.delayed_update().enabled()) params_in_place_ = backend_->ParamsInPlace();
@@ -109,8 +105,13 @@ void Engine::PushBucket(uint64_t step, size_t index) {
   const Bucket& b = buckets_[index];
   if (b.share.empty()) return;
   Timeline::Record("push_bucket", static_cast<int64_t>(index), static_cast<int64_t>(step));
-  push_tickets_.push_back(
-      job_->PushAsync(step, topo_.node, b.share, PushStaging(b), backend_->grad_staging()));
+  trainer::PushOrder order;
+  order.what = trainer::PushName(step, b.share);
+  order.issue = [job = job_, node = topo_.node, step, share = b.share, data = PushStaging(b),
+                 dtype = backend_->grad_staging()] {
+    return job->PushAsync(step, node, share, data, dtype);
+  };
+  pusher_.Submit(std::move(order));
 }
 
 void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
@@ -169,11 +170,8 @@ absl::Status Engine::PushRemaining(uint64_t step, bool push_deferred) {
     if (status.ok() && push_deferred && deferred_[index]) PushBucket(step, index);
   }
   deferred_.assign(buckets_.size(), false);
-  for (const client::Ticket& t : push_tickets_) {
-    absl::Status s = t.Wait();
-    if (status.ok() && !s.ok()) status = s;
-  }
-  return status;
+  absl::Status pushed = pusher_.Drain();
+  return status.ok() ? pushed : status;
 }
 
 std::vector<client::Ticket> Engine::StartGather(uint64_t version) {
@@ -211,27 +209,7 @@ double Engine::AverageOver() const {
 }
 
 Engine::Coordinated Engine::Coordinate(uint64_t step, trainer::Policy* next) {
-  Coordinated out;
-  Timeline::Record("coordinate_begin", static_cast<int64_t>(step));
-  auto stats = job_->GradStats(step);
-  if (!stats.ok()) {
-    out.status = stats.status();
-    return out;
-  }
-  auto decision = next->Decide(step, stats->sum_squares, stats->nonfinite_count, AverageOver());
-  if (!decision.ok()) {
-    out.status = decision.status();
-    return out;
-  }
-  out.decision = *decision;
-  // The servers keep the coordinator's decision (fp16); the other ranks
-  // read it after their gathers, and a resuming run at its start
-  // (ResumeScaler).
-  Timeline::Record("step_sent", static_cast<int64_t>(step));
-  out.status = job_->Step(step, out.decision.lr, out.decision.grad_scale, out.decision.skip,
-                          next->TrainerState());
-  Timeline::Record("step_answered", static_cast<int64_t>(step));
-  return out;
+  return trainer::CoordinateStep(job_, next, step, AverageOver(), trainer::CoordinateOptions{});
 }
 
 void Engine::Failed(const absl::Status& status) {
@@ -378,7 +356,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   pushing_ = false;
   ahead_ = absl::OkStatus();
   next_bucket_ = 0;
-  push_tickets_.clear();
+  pusher_.Drain().IgnoreError();  // a failed step's pushes (it reported its error)
   deferred_.assign(buckets_.size(), false);
   push_error_ = absl::OkStatus();
   exchange_seconds_ = 0;

@@ -2,7 +2,7 @@
 // service.
 //
 //   compute   forward/backward of every micro-batch (gradient accumulation);
-//             during the last one, each bucket (worker/buckets.h) is handed
+//             during the last one, each bucket (trainer/bucket_plan.h) is handed
 //             on as soon as backward has finished it:
 //   exchange  reduce-scatter inside the node: this rank gets its share of
 //             the node's summed gradient (every bucket a layer completes
@@ -84,6 +84,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
+#include "trainer/bucket_plan.h"
+#include "trainer/engine/coordinator.h"
+#include "trainer/engine/pusher.h"
 #include "trainer/policy.h"
 #include "worker/backend.h"
 #include "zerostate/v1/config.pb.h"
@@ -223,16 +226,10 @@ class Engine {
   float loss_scale() const { return policy_.loss_scale(); }
 
  private:
-  struct Bucket {
-    Range elems;
-    Range share;         // this rank's part
-    uint64_t staging;    // offset of the share in the staging buffers
-  };
-  // The coordinator's part of a step: GradStats, the decision, Step.
-  struct Coordinated {
-    absl::Status status;
-    trainer::StepDecision decision;
-  };
+  using Bucket = trainer::PlannedBucket;
+  // The coordinator's part of a step: GradStats, the decision, Step
+  // (trainer/engine/coordinator.h, as zerostate.torch runs it).
+  using Coordinated = trainer::Coordinated;
   // Decides with `next` (moving it on) and orders the Step.
   Coordinated Coordinate(uint64_t step, trainer::Policy* next);
   // The (rank, micro-batch) terms the summed gradient averages over.
@@ -300,6 +297,9 @@ class Engine {
   [[nodiscard]] absl::Status AllGather(const Bucket& b);
   void* GatherStaging(const Bucket& b) const;
   trainer::Policy policy_;  // the coordinator's decisions, every rank's loss scale
+  // Starts each bucket's push (trainer/engine/pusher.h, as zerostate.torch
+  // does); PushRemaining drains it.
+  trainer::Pusher pusher_;
 
   PhaseHook hook_;
   absl::Mutex failure_mu_;  // serializes failure_hook_ (a Step's thread calls it too)
@@ -321,7 +321,6 @@ class Engine {
   bool pushing_ = false;  // the push phase began (hook_ called)
   absl::Status ahead_;    // the speculative step's StepAhead (SendAhead)
   size_t next_bucket_ = 0;
-  std::vector<client::Ticket> push_tickets_;
   std::vector<bool> deferred_;  // by bucket index: reduced, waiting for their blocks' version
   absl::Status push_error_;
   absl::Status land_error_;
