@@ -71,6 +71,11 @@ extern "C" float zs_policy_learning_rate(const zs_policy* policy, uint64_t step)
   return policy->policy.LearningRate(step);
 }
 
+extern "C" int zs_policy_ends_delayed(const zs_policy* policy, uint64_t step,
+                                      int next_is_sync_point) {
+  return policy->policy.EndsDelayed(step, next_is_sync_point != 0) ? 1 : 0;
+}
+
 extern "C" int zs_policy_unclipped_grad_scale(const zs_policy* policy, double average_over,
                                               float* out, char** error) {
   if (out == nullptr) return Fail(Null("out"), error);

@@ -158,9 +158,7 @@ void Engine::SendAhead(uint64_t step) {
   // (LandPending), with nothing sent ahead.
   JoinStep();
   if (!joined_.ok()) return;
-  auto grad_scale = policy_.UnclippedGradScale(AverageOver());
-  ahead_ = grad_scale.ok() ? job_->StepAhead(step, policy_.LearningRate(step), *grad_scale)
-                           : grad_scale.status();
+  ahead_ = trainer::SendAhead(job_, policy_, step, AverageOver(), std::nullopt);
 }
 
 absl::Status Engine::PushRemaining(uint64_t step, bool push_deferred) {
@@ -307,9 +305,7 @@ absl::Status Engine::Drain() {
 }
 
 bool Engine::NextRunsStale(uint64_t step) const {
-  const auto& delayed = train_.delayed_update();
-  if (!delayed.enabled() || step + 1 < std::max<uint64_t>(delayed.warmup_steps(), 1)) return false;
-  return !(sync_point_ && sync_point_(step + 1));
+  return policy_.EndsDelayed(step, sync_point_ && sync_point_(step + 1));
 }
 
 absl::Status Engine::LoadWeights(uint64_t version) {

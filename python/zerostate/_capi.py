@@ -98,6 +98,7 @@ _SIGNATURES = {
     "zs_policy_loss_scale": (ctypes.c_float, [_p]),
     "zs_policy_skipped": (_int, [_p]),
     "zs_policy_learning_rate": (ctypes.c_float, [_p, _u64]),
+    "zs_policy_ends_delayed": (_int, [_p, _u64, _int]),
     "zs_policy_unclipped_grad_scale": (_int, [_p, ctypes.c_double,
                                               ctypes.POINTER(ctypes.c_float), _err]),
     "zs_policy_state": (_int, [_p, ctypes.POINTER(_p), ctypes.POINTER(_sz), _err]),
@@ -112,6 +113,7 @@ _SIGNATURES = {
     "zs_coordinate": (_int, [_p, _p, _u64, ctypes.c_double, ctypes.c_float, _int, _int,
                              ctypes.POINTER(Wait), ctypes.POINTER(StepDecision),
                              ctypes.POINTER(_int), ctypes.POINTER(_p), _err]),
+    "zs_send_ahead": (_int, [_p, _p, _u64, ctypes.c_double, ctypes.c_float, _int, _err]),
     "zs_job_token": (_p, [_p]),
     "zs_free_string": (None, [_p]),
 }

@@ -89,6 +89,15 @@ def coordinate(job, policy, step, average_over, lr=None, refuse_nonfinite=False,
                     d.next_loss_scale), None
 
 
+def send_ahead(job, policy, step, average_over, lr=None):
+    """The speculative step's parameters for step `step`, sent ahead of its
+    gradients (trainer::SendAhead): the grad_scale coordinate() will carry
+    if nothing is clipped or skipped, and `lr` (None: the policy's
+    schedule). Raises ZerostateError."""
+    _call(f"job {job.job_id}: step {step} sent ahead", lib.zs_send_ahead, job._h, policy._h,
+          step, float(average_over), float(lr if lr is not None else 0), int(lr is not None))
+
+
 class Pusher:
     """A push thread (trainer::Pusher): push() queues a push behind the
     earlier ones and returns; on the thread its waits (Python callables,

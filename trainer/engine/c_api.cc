@@ -1,5 +1,6 @@
 // The C API of trainer/engine/zerostate_engine_c.h over the bucket plan and
 // trainer::Pusher. Built into libzerostate_client.so (client/CMakeLists.txt).
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -148,4 +149,14 @@ extern "C" int zs_coordinate(zs_job* job, zs_policy* policy, uint64_t step, doub
   *refused = done.refused ? 1 : 0;
   if (!done.status.ok() && stage != nullptr) *stage = zc::CopyCString(done.stage);
   return zc::ReportStatus(done.status, error);
+}
+
+extern "C" int zs_send_ahead(zs_job* job, const zs_policy* policy, uint64_t step,
+                             double average_over, float lr, int use_lr, char** error) {
+  if (job == nullptr) return zc::ReportStatus(Null("job"), error);
+  if (policy == nullptr) return zc::ReportStatus(Null("policy"), error);
+  std::optional<float> step_lr;
+  if (use_lr != 0) step_lr = lr;
+  return zc::ReportStatus(
+      zt::SendAhead(job->job.get(), policy->policy, step, average_over, step_lr), error);
 }

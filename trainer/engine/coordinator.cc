@@ -48,4 +48,11 @@ Coordinated CoordinateStep(client::JobClient* job, Policy* policy, uint64_t step
   return out;
 }
 
+absl::Status SendAhead(client::JobClient* job, const Policy& policy, uint64_t step,
+                       double average_over, std::optional<float> lr) {
+  auto grad_scale = policy.UnclippedGradScale(average_over);
+  if (!grad_scale.ok()) return grad_scale.status();
+  return job->StepAhead(step, lr.has_value() ? *lr : policy.LearningRate(step), *grad_scale);
+}
+
 }  // namespace zerostate::trainer

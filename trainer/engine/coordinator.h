@@ -1,6 +1,7 @@
 // The coordinator's part of a step (global rank 0), as both drivers run
 // it (zerostate-worker's engine; zerostate.torch through
-// zerostate_engine_c.h): the summed gradient's statistics
+// zerostate_engine_c.h), and the speculative step's parameters sent
+// ahead of it (SendAhead). The step: the summed gradient's statistics
 // (JobClient::GradStats), the step policy's decision (Policy::Decide: clip
 // factor, overflow skip, loss scale), then `before_step` (where a driver
 // puts its gathers of the new version out, so blocks stream back as the
@@ -51,5 +52,14 @@ struct Coordinated {
 // policy of a failed step copies it first (the worker does).
 Coordinated CoordinateStep(client::JobClient* job, Policy* policy, uint64_t step,
                            double average_over, const CoordinateOptions& options);
+
+// The speculative step (JobSpec.speculative_step): step `step`'s Step
+// parameters sent ahead of its gradients (JobClient::StepAhead), so the
+// servers step each block as soon as its gradients are in: the grad_scale
+// CoordinateStep will carry if nothing is clipped or skipped
+// (Policy::UnclippedGradScale), and `lr` (unset: the policy's schedule).
+// Errors: the policy's (average_over), the servers'.
+[[nodiscard]] absl::Status SendAhead(client::JobClient* job, const Policy& policy, uint64_t step,
+                                     double average_over, std::optional<float> lr);
 
 }  // namespace zerostate::trainer

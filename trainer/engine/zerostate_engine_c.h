@@ -1,7 +1,8 @@
 /* The trainer engine's pipeline (trainer/engine/) as a C API, for drivers
  * in other languages (zerostate.torch through ctypes): the bucket plan
- * (trainer/bucket_plan.h), the push thread (trainer/engine/pusher.h) and
- * the coordinator's step (trainer/engine/coordinator.h) that
+ * (trainer/bucket_plan.h), the push thread (trainer/engine/pusher.h),
+ * the coordinator's step and the speculative step's parameters sent ahead
+ * (trainer/engine/coordinator.h) that
  * zerostate-worker runs too. In libzerostate_client.so, beside the
  * client's (client/zerostate_c.h) and the step policy's
  * (trainer/zerostate_trainer_c.h) C APIs, with their error convention: a
@@ -99,6 +100,14 @@ int zs_pusher_drain(zs_pusher* pusher, char** what, char** error);
 int zs_coordinate(zs_job* job, zs_policy* policy, uint64_t step, double average_over, float lr,
                   int use_lr, int refuse_nonfinite, const zs_wait* before_step,
                   zs_step_decision* out, int* refused, char** stage, char** error);
+
+/* The speculative step's parameters for step `step`, sent ahead of its
+ * gradients (trainer::SendAhead): the grad_scale zs_coordinate will carry
+ * if nothing is clipped or skipped, and `lr` when use_lr != 0, else the
+ * policy's schedule. Errors: INVALID_ARGUMENT naming a null argument or
+ * average_over; the servers'. */
+int zs_send_ahead(zs_job* job, const zs_policy* policy, uint64_t step, double average_over,
+                  float lr, int use_lr, char** error);
 
 #ifdef __cplusplus
 }

@@ -68,7 +68,7 @@ import warnings
 import torch
 
 from zerostate.client import Client, ZerostateError
-from zerostate.pipeline import Pusher, coordinate
+from zerostate.pipeline import Pusher, coordinate, send_ahead
 from zerostate.policy import Policy
 from zerostate.torch import buckets as bk
 from zerostate.torch import checkpoint as ckpt
@@ -330,8 +330,8 @@ class Engine(ModuleSurface):
         the servers step each block as soon as it is complete. A failure is
         taken up by the step (_service_step), where every rank hears of it."""
         try:
-            self.job.step_ahead(self.global_steps, self.optimizer.param_groups[0]["lr"],
-                                self.policy.unclipped_grad_scale(self._average_over()))
+            send_ahead(self.job, self.policy, self.global_steps, self._average_over(),
+                       lr=self.optimizer.param_groups[0]["lr"])
         except ZerostateError as e:
             self._ahead_error = e
 
@@ -391,10 +391,8 @@ class Engine(ModuleSurface):
 
     def _ends_delayed(self, step):
         """Step `step` returns with its update in flight (delayed update)."""
-        c = self.config
-        if not c.delayed or step + 1 < max(c.delayed_warmup, 1):
-            return False
-        return not (self.checkpoint_every and (step + 1) % self.checkpoint_every == 0)
+        checkpoint = bool(self.checkpoint_every and (step + 1) % self.checkpoint_every == 0)
+        return self.policy.ends_delayed(step, checkpoint)
 
     def _service_step(self):
         if self._pending is not None:
