@@ -107,6 +107,13 @@ void Engine::PushBucket(uint64_t step, size_t index) {
   Timeline::Record("push_bucket", static_cast<int64_t>(index), static_cast<int64_t>(step));
   trainer::PushOrder order;
   order.what = trainer::PushName(step, b.share);
+  // Delayed update: the servers take step `step`'s pushes once the
+  // bucket's blocks are at version `step`, which its gather (of the same
+  // share) shows: the push waits for it on the push thread, as
+  // zerostate.torch's does, while the servers still step later blocks.
+  if (!pending_gather_.empty() && !pending_gather_[index].Done()) {
+    order.waits.push_back([gather = pending_gather_[index]] { return gather.Wait(); });
+  }
   order.issue = [job = job_, node = topo_.node, step, share = b.share, data = PushStaging(b),
                  dtype = backend_->grad_staging()] {
     return job->PushAsync(step, node, share, data, dtype);
@@ -140,13 +147,7 @@ void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
     exchange_seconds_ += Since(t0);
     if (push_error_.ok()) push_error_ = s;
     if (!push_error_.ok()) continue;
-    // Delayed update: the servers take step `step`'s pushes once the
-    // bucket's blocks are at version `step`, which its gather shows.
-    if (!pending_gather_.empty() && !pending_gather_[index].Done()) {
-      deferred_[index] = true;
-    } else {
-      PushBucket(step, index);
-    }
+    PushBucket(step, index);
   }
 }
 
@@ -161,13 +162,9 @@ void Engine::SendAhead(uint64_t step) {
   ahead_ = trainer::SendAhead(job_, policy_, step, AverageOver(), std::nullopt);
 }
 
-absl::Status Engine::PushRemaining(uint64_t step, bool push_deferred) {
+absl::Status Engine::PushRemaining(uint64_t step) {
   OnReady(step, 0);  // buckets the model did not report (none for the MLP)
   absl::Status status = push_error_;
-  for (size_t index = 0; index < deferred_.size(); ++index) {
-    if (status.ok() && push_deferred && deferred_[index]) PushBucket(step, index);
-  }
-  deferred_.assign(buckets_.size(), false);
   absl::Status pushed = pusher_.Drain();
   return status.ok() ? pushed : status;
 }
@@ -251,24 +248,18 @@ void Engine::LandBelow(uint64_t end) {
   land_seconds_ += Since(t0);
 }
 
-absl::Status Engine::LandPending(PhaseTimes* times, double* grad_norm,
-                                 std::optional<uint64_t> push_step) {
+absl::Status Engine::LandPending(PhaseTimes* times, double* grad_norm) {
   times->gather += land_seconds_;
   land_seconds_ = 0;
   if (!pending_gather_.empty()) {
     // The Step in flight is joined after the landings, not before them:
-    // LandBucket watches it meanwhile, and each deferred bucket leaves as
-    // soon as its own blocks are at the new version, while the servers
-    // still step later blocks (delayed update: step t+1's pushes overlap
-    // step t's pass instead of waiting for all of it).
+    // LandBucket watches it meanwhile (and the push thread sends each
+    // bucket of step t+1 as soon as its own blocks are at the new version:
+    // the pushes overlap step t's pass instead of waiting for all of it).
     const auto t0 = Clock::now();
     for (size_t i = buckets_.size(); i-- > 0;) {  // first layer first
       absl::Status s = LandBucket(i);
       if (land_error_.ok() && !s.ok()) land_error_ = s;
-      if (push_step.has_value() && land_error_.ok() && deferred_[i]) {
-        deferred_[i] = false;
-        PushBucket(*push_step, i);
-      }
     }
     times->gather += Since(t0);
     pending_gather_.clear();
@@ -289,6 +280,8 @@ void Engine::Abandon(const absl::Status& why) {
   if (!why.ok() && topo_.rank() == 0 && in_flight()) Failed(why);
   if (pending_step_.valid()) pending_step_.get();
   for (const client::Ticket& t : pending_gather_) t.Wait().IgnoreError();
+  // No push outlives the step that made it (nor the job handle it uses).
+  pusher_.Drain().IgnoreError();
   pending_gather_.clear();
   landed_.clear();
   land_early_ = false;
@@ -353,7 +346,6 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   ahead_ = absl::OkStatus();
   next_bucket_ = 0;
   pusher_.Drain().IgnoreError();  // a failed step's pushes (it reported its error)
-  deferred_.assign(buckets_.size(), false);
   push_error_ = absl::OkStatus();
   exchange_seconds_ = 0;
   land_seconds_ = 0;
@@ -374,14 +366,14 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   // From here on a failure is kept in `status` and the rank still goes
   // through the step's rendezvous and all-gathers (see engine.h).
   // Delayed update: version `step` lands now, after the backward that ran
-  // on the version before it; each push it held back goes out as soon as
-  // its bucket has landed.
+  // on the version before it; each push waiting on the push thread goes
+  // out as soon as its bucket's gather is in.
   // Layer by layer: the forward landed it; what is left (the Step's
   // outcome, buckets no layer asked for) comes now.
-  absl::Status status = LandPending(&report.times, &report.grad_norm, step);
+  absl::Status status = LandPending(&report.times, &report.grad_norm);
   report.times.exchange += exchange_seconds_;
   auto t0 = Clock::now();
-  absl::Status pushed = PushRemaining(step, status.ok());  // waits for every push
+  absl::Status pushed = PushRemaining(step);  // waits for every push
   Timeline::Record("pushes_acked", static_cast<int64_t>(step));
   if (status.ok()) status = pushed;
   if (status.ok()) status = ahead_;

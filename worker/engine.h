@@ -37,8 +37,9 @@
 // of version t+1 stay out. Step t+1 then runs forward and backward on the
 // weights it has (version t), and lands version t+1 after its backward; a
 // bucket is pushed as soon as backward finished it and its blocks reached
-// version t+1 (the gather of its share is done), else right after its
-// own bucket's landing, while the servers still step later blocks. A step ends synchronously (its version reached and loaded)
+// version t+1 (the gather of its share is done: its push waits for it on
+// the push thread, trainer/engine/pusher.h), while the servers still step
+// later blocks. A step ends synchronously (its version reached and loaded)
 // when delayed update is off, when the next step is below
 // max(warmup_steps, 1), or when the next version is a sync point
 // (SetSyncPoints: checkpoints, the last step). A failure of a delayed
@@ -234,12 +235,10 @@ class Engine {
   Coordinated Coordinate(uint64_t step, trainer::Policy* next);
   // The (rank, micro-batch) terms the summed gradient averages over.
   double AverageOver() const;
-  // The pending gathers not landed yet, landed (first layer first), each
-  // bucket deferred for step `push_step` (if set) pushed right after its
-  // landing; then the coordinator's Step in flight, if any (its failure
-  // goes to the failure hook).
-  [[nodiscard]] absl::Status LandPending(PhaseTimes* times, double* grad_norm,
-                                         std::optional<uint64_t> push_step = std::nullopt);
+  // The pending gathers not landed yet, landed (first layer first); then
+  // the coordinator's Step in flight, if any (its failure goes to the
+  // failure hook).
+  [[nodiscard]] absl::Status LandPending(PhaseTimes* times, double* grad_norm);
   // The failure hook, one call at a time.
   void Failed(const absl::Status& status);
   // Waits for the coordinator's Step in flight, if any: its outcome in
@@ -255,10 +254,11 @@ class Engine {
   // coordinator (`why` not OK) first calls the failure hook.
   void Abandon(const absl::Status& why);
   void OnReady(uint64_t step, uint64_t ready_begin);
+  // Queues bucket `index`'s push of step `step` on the push thread; under
+  // a delayed update it waits there for the bucket's pending gather.
   void PushBucket(uint64_t step, size_t index);
-  // Pushes the rest (the deferred buckets only if `push_deferred`), then
-  // waits for every push of the step.
-  [[nodiscard]] absl::Status PushRemaining(uint64_t step, bool push_deferred);
+  // Pushes the rest, then waits for every push of the step.
+  [[nodiscard]] absl::Status PushRemaining(uint64_t step);
   // One ticket per bucket (completed for an empty share), first layer first.
   std::vector<client::Ticket> StartGather(uint64_t version);
   [[nodiscard]] absl::Status FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times);
@@ -321,7 +321,6 @@ class Engine {
   bool pushing_ = false;  // the push phase began (hook_ called)
   absl::Status ahead_;    // the speculative step's StepAhead (SendAhead)
   size_t next_bucket_ = 0;
-  std::vector<bool> deferred_;  // by bucket index: reduced, waiting for their blocks' version
   absl::Status push_error_;
   absl::Status land_error_;
   double exchange_seconds_ = 0;
