@@ -5,6 +5,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/c_api_handles.h"
@@ -114,17 +117,40 @@ int zs_connect(const zs_client_options* o, zs_client** out, char** error) {
 
 void zs_client_free(zs_client* client) { delete client; }
 
-void zs_client_bytes(const zs_client* client, uint64_t* pushed, uint64_t* gathered) {
-  double sent = 0, received = 0;
+namespace {
+
+// The sum of counter `name` over its series whose labels include every
+// one of `labels` (name, value).
+double CounterSum(const zs_client* client, const std::string& name,
+                  const std::vector<std::pair<std::string, std::string>>& labels = {}) {
+  double sum = 0;
   for (const prometheus::MetricFamily& family : client->metrics->Collect()) {
-    double* sum = family.name == "zerostate_client_bytes_sent_total"       ? &sent
-                  : family.name == "zerostate_client_bytes_received_total" ? &received
-                                                                           : nullptr;
-    if (sum == nullptr) continue;
-    for (const prometheus::ClientMetric& m : family.metric) *sum += m.counter.value;
+    if (family.name != name) continue;
+    for (const prometheus::ClientMetric& m : family.metric) {
+      bool all = true;
+      for (const auto& [key, value] : labels) {
+        bool found = false;
+        for (const prometheus::ClientMetric::Label& l : m.label)
+          found = found || (l.name == key && l.value == value);
+        all = all && found;
+      }
+      if (all) sum += m.counter.value;
+    }
   }
-  *pushed = static_cast<uint64_t>(sent);
-  *gathered = static_cast<uint64_t>(received);
+  return sum;
+}
+
+}  // namespace
+
+void zs_client_bytes(const zs_client* client, uint64_t* pushed, uint64_t* gathered) {
+  *pushed = static_cast<uint64_t>(CounterSum(client, "zerostate_client_bytes_sent_total"));
+  *gathered = static_cast<uint64_t>(CounterSum(client, "zerostate_client_bytes_received_total"));
+}
+
+void zs_client_zero_copy_bytes(const zs_client* client, uint64_t* pushed, uint64_t* gathered) {
+  const std::string name = "zerostate_client_zero_copy_bytes_total";
+  *pushed = static_cast<uint64_t>(CounterSum(client, name, {{"op", "push"}}));
+  *gathered = static_cast<uint64_t>(CounterSum(client, name, {{"op", "gather"}}));
 }
 
 int zs_allocate_shared(zs_client* client, size_t bytes, void** data, size_t* size, char** error) {

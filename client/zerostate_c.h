@@ -100,6 +100,10 @@ void zs_client_free(zs_client* client);
  * server and job together, counted once per completed call (the client
  * library's zerostate_client_bytes_{sent,received}_total). */
 void zs_client_bytes(const zs_client* client, uint64_t* pushed, uint64_t* gathered);
+/* Of those, the bytes a server on this host read from or wrote into a
+ * shared buffer in place (zs_allocate_shared), the client copying none
+ * (zerostate_client_zero_copy_bytes_total). */
+void zs_client_zero_copy_bytes(const zs_client* client, uint64_t* pushed, uint64_t* gathered);
 
 /* A shared buffer of at least `bytes` (Client::AllocateShared): page-aligned,
  * zeroed memory that a state server on this host reads (zs_push from it,

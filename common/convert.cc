@@ -2,7 +2,12 @@
 // convert_avx2.cc and convert_avx512.cc and must match these bit for bit.
 #include "common/convert.h"
 
+#include <algorithm>
 #include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "common/convert_kernels.h"
 #include "common/int8_wire.h"
@@ -206,6 +211,37 @@ void EncodeFloats(const float* src, size_t n, v1::DType dtype, void* dst) {
 void DecodeFloats(const void* src, size_t n, v1::DType dtype, float* dst) {
   DecodeFloats(BestIsa(), src, n, dtype, dst);
 }
+void CopyStreaming(const void* src, size_t bytes, void* dst) {
+#if defined(__SSE2__)
+  // SSE2's 16-byte non-temporal stores fill whole lines in the
+  // write-combining buffers, as wider ones do; every x86-64 has them.
+  const auto* in = static_cast<const uint8_t*>(src);
+  auto* out = static_cast<uint8_t*>(dst);
+  const size_t misaligned = reinterpret_cast<uintptr_t>(out) % 16;
+  const size_t head = std::min(bytes, misaligned == 0 ? 0 : 16 - misaligned);
+  std::memcpy(out, in, head);
+  size_t i = head;
+  for (; i + 64 <= bytes; i += 64) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 16));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 32));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i + 48), d);
+  }
+  for (; i + 16 <= bytes; i += 16) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+  }
+  std::memcpy(out + i, in + i, bytes - i);
+  _mm_sfence();
+#else
+  std::memcpy(dst, src, bytes);
+#endif
+}
+
 void DecodeFloatsStreaming(const void* src, size_t n, v1::DType dtype, float* dst) {
   DecodeFloatsStreaming(BestIsa(), src, n, dtype, dst);
 }

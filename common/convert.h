@@ -34,6 +34,13 @@ void DecodeFloats(const void* src, size_t n, v1::DType dtype, float* dst);
 // cache-resident outputs.
 void DecodeFloatsStreaming(const void* src, size_t n, v1::DType dtype, float* dst);
 
+// memcpy(dst, src, bytes) with non-temporal stores where dst is 16-byte
+// aligned: for copies into memory nobody on this host reads soon (a
+// gradient landing before its step, a gather into a client's shared
+// buffer that a device copies out of), which then skip the read of dst's
+// lines before writing them. Fences before it returns.
+void CopyStreaming(const void* src, size_t bytes, void* dst);
+
 // dst[i] += decode(src[i]) in fp32.
 void AccumulateFloats(const void* src, size_t n, v1::DType dtype, float* dst);
 

@@ -59,6 +59,8 @@ def main():
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--parallel", action="store_true")
     ap.add_argument("--budget_s", type=float, default=0)
+    ap.add_argument("--timeout_s", type=float, default=900,
+                    help="each format's run is killed after this many seconds")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.logs, exist_ok=True)
@@ -76,7 +78,8 @@ def main():
                 server = servers[k % len(servers)]
                 curve = run_gpt(args.build, server, steps, -1, f"{job}-{name.lower()}",
                                 os.path.join(tmp, f"log-{name}.json"),
-                                [f"--config={config_with(name, tmp, steps)}"])
+                                [f"--config={config_with(name, tmp, steps)}"],
+                                timeout_s=args.timeout_s)
                 curve["command"] = curve["command"].replace(tmp + os.sep, "")
                 return name, curve
 

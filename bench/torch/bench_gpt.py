@@ -9,7 +9,9 @@ per step, the exposed wait (push, step, gather: host time the training loop
 waited), the compute (forward and backward of the same bf16 model alone,
 measured in the same run), the host's floor for our path (bytes of host
 memory traffic per parameter x parameters / the host bandwidth measured in
-the same run) and the step's ratio to max(compute, floor).
+the same run), the step's ratio to max(compute, floor), and the fraction
+of pushed and gathered bytes a server read or wrote in place in the
+client's shared buffers (in_place_fraction).
 
 GPU machine: bash bench/torch/device_gpt.sh $OUT (GPT-2 759M, micro-batch 8, and
 the Llama 1.1B shape, micro-batch 4; bf16; gradient accumulation 1 and 4).
@@ -43,12 +45,14 @@ sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 
 from model import GPT, param_groups, synthetic_batch  # noqa: E402
 
-# Host memory traffic per parameter of one zerostate step at a 2-byte wire
-# with fp32 state (bytes read + written on the state host): gradient
-# device->pinned copy 2, socket send+receive 2+2, fold into the fp32
-# accumulator 2+4+4, AdamW on master/m/v/grad 16 read + 12 written, bf16
-# copy 2, gather socket 2+2, pinned buffer 2+2 (write, device copy).
-FLOOR_BYTES_PER_PARAM = 2 + 4 + 10 + 28 + 2 + 4 + 4
+# Host memory traffic per parameter of one zerostate step of one node at
+# the bf16 wire with fp32 state (bytes read + written on the host): the
+# gradient's device-to-host copy into the client's shared buffer 2, the
+# server landing it as bf16 (single-gradient pass) 2 + 2, AdamW reading
+# master/m/v and the gradient 12 + 2 and writing master/m/v and the bf16
+# copy 12 + 2, the gather from the bf16 copy into the shared buffer 2 + 2,
+# the host-to-device copy out of it 2.
+FLOOR_BYTES_PER_PARAM = 2 + 4 + 28 + 4 + 2
 
 MODELS = {
     # GPT2LMHeadModel from config: 24 x 1536, 12 heads, tied head.
@@ -57,6 +61,9 @@ MODELS = {
     # LlamaForCausalLM from config: 22 x 2048, GQA 32/4, ffn 5632, untied.
     "llama-1.1b": dict(kind="llama", layers=22, d=2048, heads=32, kv_heads=4, ffn=5632,
                        vocab=32000, micro_batch=4, seq=1024),
+    # GPT2LMHeadModel from config: GPT-2 small, 124M (moment_curves_gpu.py).
+    "gpt2-124m": dict(kind="gpt2", layers=12, d=768, heads=12, vocab=50304, micro_batch=8,
+                      seq=256),
     # examples/gpt's GPT (no transformers): the CPU check.
     "tiny": dict(kind="plain", layers=2, d=64, heads=4, vocab=256, micro_batch=4, seq=64),
 }
@@ -220,8 +227,10 @@ class Run:
         config = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "weight_decay": 0.1}},
                   "bf16": {"enabled": self.device.type == "cuda"},
                   "gradient_accumulation_steps": self.accum}
+        train = {"moment_format": self.args.moment_format}
         if mode == "speculative":
-            config["zerostate"] = {"train": {"speculative_step": True}}
+            train["speculative_step"] = True
+        config["zerostate"] = {"train": train}
         if mode == "delayed":
             config["zero_optimization"] = {"delayed_update": {"enabled": True,
                                                               "warmup_steps": 1}}
@@ -237,13 +246,18 @@ class Run:
 
         before = {}
 
+        def counters():
+            return dict(engine.timers, moved=sum(engine.client.bytes()),
+                        in_place=sum(engine.client.zero_copy_bytes()))
+
         def timed(s):
             if s == self.warmup:
-                before.update(engine.timers)
+                before.update(counters())
             step(s)
 
         tps, step_s = self.loop(timed, f"zerostate_{mode}")
-        per_step = {k: (engine.timers[k] - before[k]) / self.steps for k in before}
+        after = counters()
+        per_step = {k: (after[k] - before[k]) / self.steps for k in before}
         engine.sync_weights()
         engine.close()
         compute_s = self.compute(engine.module)
@@ -254,7 +268,8 @@ class Run:
                    "gather": per_step["gather_wait"]}
         return tps, {"step_s": step_s, "exposed_s": exposed,
                      "exposed_fraction": sum(exposed.values()) / step_s,
-                     "compute_s": compute_s, "params": params}
+                     "compute_s": compute_s, "params": params,
+                     "in_place_fraction": per_step["in_place"] / max(per_step["moved"], 1)}
 
     def compute(self, module):
         """Seconds per step of forward and backward alone on `module` (the
@@ -294,15 +309,17 @@ def start_servers(args, tmp):
 
 
 def memory_bandwidth():
-    """Host copy bandwidth (bytes read + written per second) of a 512 MiB copy."""
-    a = torch.empty(128 << 20, dtype=torch.float32)
-    a.fill_(1)
-    b = torch.empty_like(a)
+    """Host memory bandwidth (bytes read + written per second, torch's
+    threads) of b += a over 512 MiB fp32 vectors: a and b read, b written,
+    as the optimizer's state is (a copy into fresh memory also reads the
+    lines it writes, which bytes moved would not count). Best of 3."""
+    a = torch.ones(128 << 20, dtype=torch.float32)
+    b = torch.ones_like(a)
     best = 0.0
     for _ in range(3):
         t0 = time.perf_counter()
-        b.copy_(a)
-        best = max(best, 2 * a.numel() * 4 / (time.perf_counter() - t0))
+        b.add_(a)
+        best = max(best, 3 * a.numel() * 4 / (time.perf_counter() - t0))
     return best
 
 
@@ -361,7 +378,7 @@ def summary(args, spec, run, rounds, zs_rounds, errors, bandwidth):
         if not figs:
             continue
         mean = {k: statistics.mean(f[k] for f in figs)
-                for k in ("step_s", "exposed_fraction", "compute_s")}
+                for k in ("step_s", "exposed_fraction", "compute_s", "in_place_fraction")}
         exposed = {k: statistics.mean(f["exposed_s"][k] for f in figs)
                    for k in ("push", "step", "gather")}
         params = figs[0]["params"]
@@ -389,6 +406,8 @@ def main():
     ap.add_argument("--bucket_elems", type=int, default=1 << 25)
     ap.add_argument("--systems", default="ddp,fsdp2," + ",".join(ZS_MODES))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--moment_format", default="MOMENTS_FP32",
+                    help="zerostate's moment storage: MOMENTS_FP32, MOMENTS_BF16 or MOMENTS_INT8")
     args = ap.parse_args()
     if args.tiny:
         args.model = "tiny"
@@ -430,13 +449,15 @@ def main():
     result = {
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "world": args.world, "model": args.model, "spec": spec, "rounds": args.rounds,
+        "moment_format": args.moment_format,
         "torch": torch.__version__, "python": sys.version.split()[0],
         "host_bandwidth_bytes_per_s": bandwidth, "floor_bytes_per_param": FLOOR_BYTES_PER_PARAM,
         "precision": {"ddp": "fp32 weights and fused AdamW on the GPU, bf16 autocast",
                       "fsdp2_offload_fused": "fp32 weights and fused AdamW on the CPU, bf16 "
                       "params on the GPU, fp32 reduce (MixedPrecisionPolicy)",
                       "zerostate": "bf16 params on the GPU and on the wire, fp32 gradient "
-                      "accumulation, fp32 masters and AdamW on the state servers"}
+                      "accumulation, fp32 masters and AdamW on the state servers, moments "
+                      f"stored as {args.moment_format}"}
         if device.type == "cuda" else "fp32",
         "runs": runs}
     if args.rank != 0:

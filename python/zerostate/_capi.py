@@ -66,6 +66,8 @@ _SIGNATURES = {
     "zs_connect": (_int, [ctypes.POINTER(ClientOptions), ctypes.POINTER(_p), _err]),
     "zs_client_free": (None, [_p]),
     "zs_client_bytes": (None, [_p, ctypes.POINTER(_u64), ctypes.POINTER(_u64)]),
+    "zs_client_zero_copy_bytes": (None, [_p, ctypes.POINTER(_u64), ctypes.POINTER(_u64)]),
+    "zs_allocate_shared": (_int, [_p, _sz, ctypes.POINTER(_p), ctypes.POINTER(_sz), _err]),
     "zs_register_job_json": (_int, [_p, _cp, ctypes.POINTER(_p), _err]),
     "zs_attach_job": (_int, [_p, _cp, ctypes.POINTER(_p), _err]),
     "zs_restore_job": (_int, [_p, _cp, _u32, ctypes.POINTER(_p), _err]),

@@ -206,6 +206,25 @@ class Client:
         lib.zs_client_bytes(self._h, ctypes.byref(pushed), ctypes.byref(gathered))
         return pushed.value, gathered.value
 
+    def zero_copy_bytes(self):
+        """(pushed, gathered): of bytes(), those a server on this host
+        read from or wrote into a shared buffer in place
+        (zs_client_zero_copy_bytes)."""
+        pushed, gathered = ctypes.c_uint64(), ctypes.c_uint64()
+        lib.zs_client_zero_copy_bytes(self._h, ctypes.byref(pushed), ctypes.byref(gathered))
+        return pushed.value, gathered.value
+
+    def allocate_shared(self, nbytes):
+        """(address, size) of a new shared buffer of at least `nbytes`
+        (zs_allocate_shared): zeroed, page-aligned memory that a state
+        server on this host reads pushes from and writes gathers into in
+        place, the client copying nothing (elsewhere ordinary memory). It
+        stays mapped until this client and its jobs are closed."""
+        data, size = ctypes.c_void_p(), ctypes.c_size_t()
+        _call(f"allocate a shared buffer of {nbytes} bytes", lib.zs_allocate_shared, self._h,
+              int(nbytes), ctypes.byref(data), ctypes.byref(size))
+        return data.value, size.value
+
     def register_job(self, spec):
         """Registers (or attaches to, when equal) the job of `spec`, a
         zerostate.v1.JobSpec as a dict in protobuf's JSON mapping."""

@@ -239,6 +239,21 @@ void GradientAccumulator::FoldRun(uint32_t node, uint32_t begin, size_t n, const
 void GradientAccumulator::Land(uint32_t begin, size_t n, const void* data, v1::DType dtype,
                                SquareLanes* lanes) {
   uint16_t* dst = landed_.data() + begin;
+  if (dtype == v1::DTYPE_BF16 && n >= kStreamElems && lanes != nullptr) {
+    // A long piece that continues the squared prefix goes past the cache
+    // (no read of the lines it fills), squared tile by tile from the
+    // piece, in cache after its copy: the same values in the same order,
+    // and nothing left for the statistics to read back. A piece out of
+    // order is written through the cache, where they read it later.
+    const auto* in = static_cast<const uint16_t*>(data);
+    alignas(64) float tile[kTileElems];
+    for (size_t at = 0; at < n; at += kTileElems) {
+      const size_t k = std::min(kTileElems, n - at);
+      CopyStreaming(in + at, k * sizeof(uint16_t), dst + at);
+      DecodeFloatsSquared(in + at, k, v1::DTYPE_BF16, tile, lanes);
+    }
+    return;
+  }
   if (dtype == v1::DTYPE_BF16) {
     std::memcpy(dst, data, n * sizeof(uint16_t));
   } else {

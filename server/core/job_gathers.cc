@@ -92,7 +92,12 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
                    static_cast<uint8_t*>(sink.Buffer(Int8ChunkBytes(p.count))));
         piece.elems = p.count;
       } else {
-        std::memcpy(sink.Buffer(p.count * esize), src + p.offset * esize, p.count * esize);
+        void* into = sink.Buffer(p.count * esize);
+        if (sink.BufferReadElsewhere()) {
+          CopyStreaming(src + p.offset * esize, p.count * esize, into);
+        } else {
+          std::memcpy(into, src + p.offset * esize, p.count * esize);
+        }
       }
       piece.block = p.block;
       piece.offset = p.offset;

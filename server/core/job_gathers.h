@@ -31,6 +31,10 @@ class GatherSink {
   virtual ~GatherSink() = default;
   virtual void* Buffer(size_t bytes) = 0;
   virtual bool Emit(const ChunkFields& piece) = 0;  // job_id left empty
+  // Whether what the last Buffer() returned lies where nothing on this
+  // host reads it soon (a same-host client's shared buffer, which its
+  // device copies out of): then it is filled with non-temporal stores.
+  virtual bool BufferReadElsewhere() const { return false; }
 };
 
 // The payload bytes of a gather of `range` in `dtype` served in pieces of

@@ -184,6 +184,11 @@ class Session final : public GatherSink {
     piece_ = ctx_.buffers->Borrow(bytes, /*wait=*/false);
     return piece_.data();
   }
+  // In a client's shared buffer (not this connection's segment, which the
+  // client copies out of at once).
+  bool BufferReadElsewhere() const override {
+    return shm_ != nullptr && region_buffer_ != 0 && !region_overflow_;
+  }
   bool Emit(const ChunkFields& piece) override {
     v1::DataFrameMeta meta;
     v1::Chunk* c = meta.mutable_chunk();

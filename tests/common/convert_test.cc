@@ -196,6 +196,25 @@ TEST(ConvertTest, StreamingDecodeMatchesDecodeAtEveryAlignment) {
   }
 }
 
+// The streaming copy is memcpy's bytes from every source and destination
+// alignment (head, streamed body of 64- and 16-byte groups, tail), writing
+// nothing outside its bytes.
+TEST(ConvertTest, StreamingCopyIsMemcpyAtEveryAlignment) {
+  std::vector<uint8_t> src(600);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + 3);
+  for (size_t from = 0; from < 17; ++from) {
+    for (size_t off = 0; off < 17; ++off) {
+      for (size_t bytes : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17},
+                           size_t{63}, size_t{64}, size_t{65}, size_t{127}, size_t{500}}) {
+        std::vector<uint8_t> want(540, 0xA5), got(540, 0xA5);
+        std::memcpy(want.data() + off, src.data() + from, bytes);
+        CopyStreaming(src.data() + from, bytes, got.data() + off);
+        ASSERT_EQ(got, want) << "bytes=" << bytes << " from=" << from << " off=" << off;
+      }
+    }
+  }
+}
+
 TEST(ConvertTest, Fp32IsACopyAndAPlainSum) {
   const std::vector<float> in = EdgeFloats();
   for (Isa isa : SupportedIsas()) {

@@ -199,6 +199,33 @@ class EngineTest(zs_servers.ServersTestCase):
         print(f"AdamW over {STEPS} steps: max relative difference {err:.2e}")
         self.assertLess(err, 1e-6)
 
+    def test_pushes_and_gathers_go_in_place(self):
+        """The push and gather buffers lie in the client's shared buffers
+        (streams.Staging): a server on this host reads every pushed byte
+        and writes every gathered byte in place, the client copying none;
+        fp32 and bf16 training, eager and lazy landing, the delayed update."""
+        for job, changes, lazy in [
+                ("in-place-fp32", {}, False),
+                ("in-place-bf16", {"bf16": {"enabled": True}}, True),
+                ("in-place-delayed", {"zero_optimization": {"delayed_update": {
+                    "enabled": True, "warmup_steps": 1}}}, False)]:
+            torch.manual_seed(0)
+            engine = self.engine(Net(), job, config=dict(CONFIG, **changes), lazy_weights=lazy)
+            dtype = next(engine.module.parameters()).dtype
+            moved, in_place = engine.client.bytes(), engine.client.zero_copy_bytes()  # the seed
+            for s in range(3):
+                x, y = batch(s)
+                engine.backward(torch.nn.functional.mse_loss(engine(x.to(dtype)).float(), y))
+                engine.step()
+            engine.sync_weights()
+            moved = [a - b for a, b in zip(engine.client.bytes(), moved)]
+            in_place = [a - b for a, b in zip(engine.client.zero_copy_bytes(), in_place)]
+            print(f"{job}: pushed {moved[0]} bytes, {in_place[0]} in place; gathered "
+                  f"{moved[1]}, {in_place[1]} in place")
+            self.assertGreater(moved[0], 0, job)
+            self.assertGreater(moved[1], 0, job)
+            self.assertEqual(in_place, moved, job)
+
     def test_delayed_update_is_adamw_one_step_late(self):
         """zero_optimization.delayed_update: the warm-up steps are the
         synchronous engine's bit for bit; then each step's gradient is taken

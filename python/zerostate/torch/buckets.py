@@ -13,10 +13,11 @@ one range once every gradient in it is in (during backward): inside a node
 it is summed over the local ranks first (reduce-scatter on NCCL,
 all-reduce on gloo, in the reduce dtype), and each local rank pushes its
 share, converted once to the wire dtype (the job's grad_dtype), through
-the engine's push thread (zerostate.pipeline.Pusher, C++). On a GPU the
-share goes to pinned memory on the side stream and the push thread waits
-for that copy before it pushes (streams.py): the backward never waits for
-it."""
+the engine's push thread (zerostate.pipeline.Pusher, C++), from a push
+buffer in the client's shared memory, which a server on this host reads in
+place (streams.Staging). On a GPU the share goes there on the side stream
+and the push thread waits for that copy before it pushes (streams.py): the
+backward never waits for it."""
 
 import torch
 import torch.distributed as dist
@@ -32,7 +33,8 @@ def wire_dtype(torch_dtype):
 
 
 class Bucket:
-    def __init__(self, plan, entries, reduce_dtype, wire_dtype, device, local_world):
+    def __init__(self, plan, entries, reduce_dtype, wire_dtype, device, local_world,
+                 staging=None):
         self.begin, self.end = plan.begin, plan.end
         self.lo, self.hi = plan.share_begin, plan.share_end  # this rank's share
         self.chunk = plan.chunk
@@ -44,9 +46,14 @@ class Bucket:
             lo, hi = max(b, self.begin), min(e, self.end)
             self._parts[id(p)] = (self.buffer[lo - self.begin:hi - self.begin], lo - b, hi - b)
         self.wire_dtype = wire_dtype
-        self.host = self.wire = self.mine = None
-        if device.type != "cpu":  # the share goes device-to-host on the side stream
-            self.host = torch.zeros(self.chunk, dtype=wire_dtype, pin_memory=True)
+        self.gpu = device.type != "cpu"
+        # The push buffer: the share in the wire dtype, in the client's
+        # shared buffers (streams.Staging), so a server on this host reads
+        # it in place; on a GPU it gets there on the side stream.
+        self.host = staging.empty(self.chunk, wire_dtype) if staging is not None else \
+            torch.zeros(self.chunk, dtype=wire_dtype, pin_memory=self.gpu)
+        self.wire = self.mine = None
+        if self.gpu:
             if wire_dtype != reduce_dtype:
                 self.wire = torch.empty(self.chunk, dtype=wire_dtype, device=device)
             if local_world > 1:
@@ -97,8 +104,9 @@ class Bucket:
             if n <= 0:
                 return
             waits = []
-            if self.host is None:  # the CPU: the one conversion to the wire dtype
-                src = mine[:n].to(self.wire_dtype).contiguous()
+            if not self.gpu:  # the CPU: the one conversion to the wire dtype
+                src = self.host[:n]
+                src.copy_(mine[:n])
             else:
                 src = self._to_host(mine[:n], n, side)
                 waits.append(streams.host_wait(self.copied))
@@ -121,16 +129,19 @@ class Bucket:
         return self.host[:n]
 
 
-def make_buckets(job, entries, bucket_elems, reduce_dtype, wire_dtype, device, topo):
+def make_buckets(job, entries, bucket_elems, reduce_dtype, wire_dtype, device, topo,
+                 staging=None):
     """The buckets of `entries` ([(param, begin, end)] in flat order, every
     tensor of `job`): the engine's bucket plan with ready points at each
     parameter's begin, at most bucket_elems elements each (rounded up to
-    whole blocks), accumulating in reduce_dtype and pushing in wire_dtype."""
+    whole blocks), accumulating in reduce_dtype and pushing in wire_dtype,
+    each from a host buffer of `staging` (streams.Staging; None: plain
+    memory, pinned on a GPU)."""
     local = topo.local_world if topo.local_group is not None else 1
     rank = topo.local_rank if local > 1 else 0
     plans = bucket_plan(job, [b for _, b, _ in entries], bucket_elems, local, rank)
     out = []
     for plan in plans:
         mine = [ent for ent in entries if ent[1] < plan.end and plan.begin < ent[2]]
-        out.append(Bucket(plan, mine, reduce_dtype, wire_dtype, device, local))
+        out.append(Bucket(plan, mine, reduce_dtype, wire_dtype, device, local, staging))
     return out

@@ -170,6 +170,8 @@ class Engine(ModuleSurface):
         pre-hooks; on a GPU the side stream of the host copies and the push
         thread (zerostate.pipeline)."""
         self._side = streams.Side(self.device)
+        self._step_mark = None  # Side.mark() at the last step
+        self._staging = streams.Staging(self.client, self.device)
         self._pusher = Pusher()
         # Under a delayed update, a bucket is pushed as soon as backward
         # finished it and the gathers of the modules it overlaps are in (its
@@ -179,7 +181,7 @@ class Engine(ModuleSurface):
         self._early_push = self.topo.local_group is None
         self._buckets = bk.make_buckets(self.job, self._entries, bucket_elems,
                                         self.reduce_dtype, self.grad_dtype, self.device,
-                                        self.topo)
+                                        self.topo, self._staging)
         self._buckets_of = {}  # id(param) -> the buckets it lies in
         for bucket in self._buckets:
             for p, _, _ in bucket.entries:
@@ -190,7 +192,7 @@ class Engine(ModuleSurface):
             self._hook(p)
         self._weights = [w for _, w in module_weights(self.module, self._entries, self.dtype,
                                                       self.device, self.topo, self._side,
-                                                      self.timers)]
+                                                      self.timers, self._staging)]
         if not lazy_weights:
             return
         # Before a module's forward, and in its state_dict(): every module
@@ -205,7 +207,7 @@ class Engine(ModuleSurface):
         # Not while a delayed update is in flight: the module runs on the weights it has.
         if self._pending is None:
             for w in ws:
-                w.land()
+                w.land(self._step_mark)
 
     def _connect(self, spec, token, plaintext, ca, cert, key, timeout, attempts, wait,
                  data_plane):
@@ -395,6 +397,9 @@ class Engine(ModuleSurface):
         return self.policy.ends_delayed(step, checkpoint)
 
     def _service_step(self):
+        # The compute stream's end at the step: the backward has read every
+        # parameter; a lazy landing's copy waits for it alone (weights.py).
+        self._step_mark = self._side.mark()
         if self._pending is not None:
             self._finish_delayed()  # this step's version, after the backward on the one before
         step = self.global_steps
@@ -580,6 +585,7 @@ class Engine(ModuleSurface):
             w.drop()
         for b in self._buckets:
             b.reset()
+        self._staging.close()
         self.job.close()
         self.client.close()
         self._failed = ZerostateError("the engine was closed", "FAILED_PRECONDITION")

@@ -6,9 +6,16 @@ wrote; a bucket's push, which needs its copy done, is made by the trainer
 engine's push thread (zerostate.pipeline.Pusher, C++), which waits for the
 copy (host_wait), so the autograd hook never waits. On the CPU there is no
 stream: the copies are plain copies, in the same order, with the same
-results."""
+results. The host side of each copy lies in the client's shared buffers
+(Staging), so a server on this host reads the pushes from it and writes
+the gathers into it in place."""
+
+import ctypes
+import warnings
 
 import torch
+
+from zerostate.client import ZerostateError
 
 
 class Side:
@@ -17,10 +24,21 @@ class Side:
     def __init__(self, device):
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
-    def after_compute(self):
+    def after_compute(self, event=None):
         """A context in which work runs on the side stream after everything
-        the compute stream has been given so far (on the CPU: nothing)."""
-        return _After(self.stream)
+        the compute stream has been given so far, or, given `event` (of
+        mark()), after what it had been given then (on the CPU: nothing)."""
+        return _After(self.stream, event)
+
+    def mark(self):
+        """An event at the compute stream's present end (None on the CPU):
+        after_compute(event) orders side work after it alone, not after
+        what the compute stream is given later."""
+        if self.stream is None:
+            return None
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.stream.device))
+        return event
 
     def done(self):
         """An event at the side stream's present end (None on the CPU)."""
@@ -32,12 +50,15 @@ class Side:
 
 
 class _After:
-    def __init__(self, stream):
-        self.stream, self._ctx = stream, None
+    def __init__(self, stream, event):
+        self.stream, self.event, self._ctx = stream, event, None
 
     def __enter__(self):
         if self.stream is not None:
-            self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
+            if self.event is not None:
+                self.stream.wait_event(self.event)
+            else:
+                self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
             self._ctx = torch.cuda.stream(self.stream)
             self._ctx.__enter__()
         return self
@@ -45,6 +66,77 @@ class _After:
     def __exit__(self, *exc):
         if self._ctx is not None:
             self._ctx.__exit__(*exc)
+
+
+class Staging:
+    """The host buffers between the device and the servers (each bucket's
+    push buffer, each module's gather buffer), carved out of the client's
+    shared buffers (Client.allocate_shared): a server on this host reads a
+    push from one and writes a gather into one in place, so neither is
+    copied through the client, which halves the host memory traffic of
+    pushes and gathers. On a GPU each shared buffer is page-locked in
+    place (cudaHostRegister), so the side stream copies straight into and
+    out of it. Buffers come from slabs that double from 8 MiB to 512 MiB
+    (a server maps few buffers per connection), each carved at page
+    boundaries. Where the client cannot allocate a shared buffer (or CUDA
+    cannot register it), buffers are plain (pinned on a GPU) memory, with
+    a warning. close() unregisters the slabs; the client unmaps them when
+    it is closed, so a buffer must not be used after that."""
+
+    SLAB_MIN, SLAB_MAX, ALIGN = 8 << 20, 512 << 20, 4096
+
+    def __init__(self, client, device):
+        self.client, self.gpu = client, device.type == "cuda"
+        self.slabs = []  # [(uint8 tensor over the slab, address, registered)]
+        self.used = 0  # bytes carved from the last slab
+        self.shared = True  # False once a shared buffer could not be had
+
+    def empty(self, n, dtype):
+        """A buffer of `n` elements of `dtype` (zeroed when shared)."""
+        nbytes = max(n, 1) * torch.empty(0, dtype=dtype).element_size()
+        if self.shared and (not self.slabs or self.used + nbytes > self.slabs[-1][0].numel()):
+            self.shared = self._grow(nbytes)
+        if not self.shared:
+            return torch.zeros(n, dtype=dtype, pin_memory=self.gpu)
+        slab = self.slabs[-1][0]
+        out = slab[self.used:self.used + nbytes].view(dtype)[:n]
+        self.used += -(-nbytes // self.ALIGN) * self.ALIGN
+        return out
+
+    def _grow(self, nbytes):
+        """A new slab of at least `nbytes`; False (warned) if none."""
+        last = self.slabs[-1][0].numel() if self.slabs else self.SLAB_MIN // 2
+        want = max(nbytes, min(2 * last, self.SLAB_MAX))
+        try:
+            address, size = self.client.allocate_shared(want)
+        except ZerostateError as e:
+            warnings.warn(f"zerostate: host buffers in plain memory (the servers copy "
+                          f"through the client): {e}")
+            return False
+        if self.gpu:
+            try:
+                rc = torch.cuda.cudart().cudaHostRegister(address, size, 0)
+                failed = int(getattr(rc, "value", rc)) != 0
+            except (AttributeError, TypeError, RuntimeError) as e:  # no such binding
+                rc, failed = e, True
+            if failed:
+                warnings.warn(f"zerostate: host buffers in pinned memory (the servers copy "
+                              f"through the client): cudaHostRegister of {size} bytes: {rc}")
+                return False
+        array = (ctypes.c_uint8 * size).from_address(address)
+        self.slabs.append((torch.frombuffer(array, dtype=torch.uint8), address, self.gpu))
+        self.used = 0
+        return True
+
+    def close(self):
+        """Unregisters the slabs from CUDA (before the client unmaps them),
+        once no copy reads or writes them."""
+        if self.gpu and self.slabs:
+            torch.cuda.synchronize()
+        for _, address, registered in self.slabs:
+            if registered:
+                torch.cuda.cudart().cudaHostUnregister(address)
+        self.slabs = []
 
 
 def compute_waits(event):

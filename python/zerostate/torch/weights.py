@@ -20,7 +20,7 @@ from zerostate.torch.buckets import wire_dtype
 
 
 class ModuleWeights:
-    def __init__(self, entries, dtype, device, topo, side, timers):
+    def __init__(self, entries, dtype, device, topo, side, timers, staging=None):
         self.timers = timers  # the engine's; land() adds its wait to "gather_wait"
         self.entries = entries  # [(param, begin, end)]
         self.begin = min(e[1] for e in entries)
@@ -37,8 +37,9 @@ class ModuleWeights:
         self.full = None
         if local > 1:
             self.full = torch.empty(self.chunk * local, dtype=dtype, device=device)
-        if gpu or self.full is None:
-            self.buffer = torch.empty(self.chunk, dtype=dtype, pin_memory=gpu)
+        if gpu or self.full is None:  # in the client's shared buffers (streams.Staging)
+            self.buffer = staging.empty(self.chunk, dtype) if staging is not None else \
+                torch.empty(self.chunk, dtype=dtype, pin_memory=gpu)
         else:  # gloo: the gather writes straight into the rank's part
             self.buffer = self.full[r * self.chunk:(r + 1) * self.chunk]
         self.copied = None  # the event of the last host-to-device copy out of buffer
@@ -58,10 +59,15 @@ class ModuleWeights:
         """Forgets the gather in flight (every local rank alike)."""
         self.ticket, self.pending = None, False
 
-    def land(self):
+    def land(self, free=None):
         """Waits for this rank's share, then (several local ranks) the
         node's all-gather, and copies into the parameters on the side
         stream; the compute stream waits for the copy, the host does not.
+        The copy waits for everything the compute stream was given, or,
+        given `free` (an event of Side.mark() after which the compute
+        stream reads none of these parameters before this landing, as at
+        the step before a lazy landing), for what it had been given then:
+        so a lazy landing overlaps the forward of the modules before.
         Collective among the local ranks: each takes part even after its
         gather failed, then raises."""
         if not self.pending:
@@ -76,7 +82,7 @@ class ModuleWeights:
                 error = e
             self.timers["gather_wait"] += time.perf_counter() - t0
         n = self.hi - self.lo
-        with torch.no_grad(), self.side.after_compute():
+        with torch.no_grad(), self.side.after_compute(free):
             src = self.buffer
             if self.full is not None:
                 r = self.topo.local_rank
@@ -102,9 +108,11 @@ class ModuleWeights:
             dist.all_gather(parts, mine.clone(), group=group)
 
 
-def module_weights(model, entries, dtype, device, topo, side, timers):
+def module_weights(model, entries, dtype, device, topo, side, timers, staging=None):
     """[(module, ModuleWeights)] for every module owning trainable
-    parameters; a tied parameter goes to the first module that holds it."""
+    parameters; a tied parameter goes to the first module that holds it.
+    `staging`: the streams.Staging the gather buffers come from (None:
+    plain memory, pinned on a GPU)."""
     at = {id(p): (p, b, e) for p, b, e in entries}
     seen, out = set(), []
     for module in model.modules():
@@ -115,7 +123,7 @@ def module_weights(model, entries, dtype, device, topo, side, timers):
                 mine.append(at[id(p)])
         if mine:
             out.append((module, ModuleWeights(sorted(mine, key=lambda x: x[1]), dtype, device,
-                                              topo, side, timers)))
+                                              topo, side, timers, staging)))
     return out
 
 

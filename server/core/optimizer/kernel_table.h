@@ -95,6 +95,10 @@ struct QuantMap;  // moment_codec.h
 // Encodes one int8 quantization block x[0, n) into codes; returns its scale
 // (moment_codec.h's QuantizeBlock, this ISA's version).
 using QuantizeFn = float (*)(const QuantMap& map, const float* x, size_t n, uint8_t* codes);
+// Decodes codes[0, n) of one block with its scale into x (this ISA's
+// DequantizeBlock, the step's decoder).
+using DequantizeFn = void (*)(const QuantMap& map, const uint8_t* codes, size_t n, float scale,
+                              float* x);
 
 struct KernelTable {
   struct ByLowp {
@@ -107,6 +111,7 @@ struct KernelTable {
   Row step[kRuleCount];  // indexed by Rule, then Lowp
   GradStatsFn grad_stats;
   QuantizeFn quantize;
+  DequantizeFn dequantize;
 };
 
 // REQUIRES (to call what they return): the CPU supports the ISA.

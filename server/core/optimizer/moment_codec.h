@@ -11,17 +11,29 @@
 // Moments are averages over about 1 / (1 - beta) steps, which keeps RNE's
 // bias below bf16's own 2^-9 relative step in practice.
 //
-// int8 (8-bit Adam, Dettmers et al. 2021): a quantization block of at
-// most kQuantBlock elements is stored as scale = max |x| over the block
-// (fp32) and, per element, the index of the entry of a 256-entry sorted
-// dynamic map nearest to x * (1 / scale) (ties to the lower entry; scale 0
-// stores 0's index). 1 / scale is rounded to fp32 once per block and each
-// element multiplied by it (a product, not a quotient: a division per
-// element made the int8 step bound by the divider); where 1 / scale is not
-// finite (scale below 2^-128, or NaN) the block divides, x / scale, as the
-// reciprocal would overflow. Every ISA follows this rule, so codes agree.
-// Decoding is map[code] * scale. The first moment uses the signed map, the
-// second (never negative) the unsigned one.
+// int8 (block-wise 8-bit moments as in 8-bit Adam, Dettmers et al. 2021,
+// with an 8-bit float map, as torchao's AdamWFp8, in place of the dynamic
+// tree map): a quantization block of at most kQuantBlock elements is
+// stored as scale = max |x| over the block (fp32) and, per element, an
+// 8-bit float of u = x * (1 / scale), |u| <= 1:
+//   first moment (signed): sign, 4 exponent bits, 3 mantissa bits; the
+//     127 magnitudes 2^-16 * 1.25 ... 1 (16 binades, 8 steps each);
+//   second moment (unsigned): 5 exponent bits, 3 mantissa bits; the 255
+//     magnitudes 2^-32 * 1.25 ... 1 (32 binades: the second moment is a
+//     square and spans twice the range).
+// Entry k >= 1 of a map is the float whose bits are base + k * 2^20 (3
+// mantissa bits: one entry per 2^20 of fp32 bits), entry 0 is 0. A value
+// encodes to the entry nearest its magnitude (ties to the larger), clamped
+// to [1, max], and to 0 only where it is +-0: a nonzero moment never
+// decodes to 0 (a second moment rounded to 0 would divide by eps alone;
+// 4-bit optimizers, Li et al. 2023, call it the zero-point problem). In
+// fp32 bits that is idx = (|u|bits - base + 2^19) >> 20 (arithmetic), a few
+// integer operations instead of a table search, and decoding is
+// bits = base + idx * 2^20 (0 for idx 0), the sign or'ed back, times scale.
+// 1 / scale is rounded to fp32 once per block and each element multiplied
+// by it; where 1 / scale is not finite (scale below 2^-128, or NaN) the
+// block divides, x / scale; a scale of 0 stores every code 0. Every ISA
+// follows this rule, so codes agree.
 #pragma once
 
 #include <cstddef>
@@ -29,79 +41,77 @@
 
 namespace zerostate::server::kernels {
 
-// A sorted 256-entry dynamic quantization map and the tables that find an
-// entry in a fixed number of steps.
+// One moment's 8-bit float map (see above).
 struct QuantMap {
-  alignas(64) float value[256];
-  // The mids as an implicit binary search tree, level by level: node h
-  // (2^l <= h < 2^(l+1), level l) is mid[(2 (h - 2^l) + 1) 2^(7-l) - 1],
-  // its children 2h and 2h + 1; walking h = 2h + (node h < x) from h = 1 for
-  // 8 levels ends at 256 + the number of mids below x, the code. Stored
-  // with each level's nodes in the bit-reversed order of their path:
-  // heap_rev[2^l + r] is node 2^l + reverse_l(r), r's bit k the step taken
-  // at level k, so that a walk which sets bit l of r at level l reads each
-  // level's run of nodes by r directly (quant_avx512.h); heap_rev[0] unused.
-  alignas(64) float heap_rev[256];
-  // mid[j]: the largest float not above the exact midpoint of value[j] and
-  // value[j + 1]; mid[255] = mid[256] = +inf. The nearest entry of x (ties
-  // to the lower) is the number of mids below x.
-  float mid[257];
-  // lo[k]: the number of mids below the least float whose order key
-  // (OrderKey) has top 16 bits k. At most kProbes more mids lie below any
-  // float of that bucket (checked when the map is built).
-  uint8_t lo[65536];
-  uint8_t lo_pad[4];  // vector code reads 4 bytes at lo + k
+  bool is_signed;
+  uint32_t base;   // entry k >= 1 has the bits base + (k << kMantissaShift)
+  int32_t max;     // the largest magnitude index: 127 or 255 (its entry is 1)
 };
-inline constexpr int kProbes = 2;
+inline constexpr int kMantissaShift = 20;  // 23 - 3 mantissa bits
+inline constexpr uint32_t kOneBits = 0x3f800000u;
+inline constexpr QuantMap kSignedMap{true, kOneBits - (127u << kMantissaShift), 127};
+inline constexpr QuantMap kUnsignedMap{false, kOneBits - (255u << kMantissaShift), 255};
+// Added to |u|'s bits before the shift: rounds to nearest, ties up.
+inline constexpr uint32_t kHalfStep = 1u << (kMantissaShift - 1);
 
-// 8-bit Adam's maps (the "dynamic tree" map of bitsandbytes'
-// create_dynamic_map with 7 exponent bits), built once in quant_map.cc:
-// signed (first moments) and unsigned (second moments).
-const QuantMap& SignedMap();
-const QuantMap& UnsignedMap();
-
-// A key whose unsigned order is the order of the floats (NaNs aside).
-inline uint32_t OrderKey(float x) {
-  uint32_t u;
-  __builtin_memcpy(&u, &x, 4);
-  return (u & 0x80000000u) != 0 ? ~u : (u | 0x80000000u);
+// The maps of the first (signed) and second (unsigned) moments.
+inline const QuantMap& SignedMap() { return kSignedMap; }
+inline const QuantMap& UnsignedMap() { return kUnsignedMap; }
+template <bool kSigned>
+constexpr const QuantMap& MapFor() {
+  return kSigned ? kSignedMap : kUnsignedMap;
 }
 
-// The code of x (already scaled): the number of mids below x (a NaN: 0).
-// The probes are independent of each other (the mids are sorted, so the
-// count of those below x among mid[lo], mid[lo + 1] is the same as probing
-// one after the other), which lets their loads overlap.
+inline uint32_t FloatBits(float x) {
+  uint32_t u;
+  __builtin_memcpy(&u, &x, 4);
+  return u;
+}
+inline float BitsFloat(uint32_t u) {
+  float x;
+  __builtin_memcpy(&x, &u, 4);
+  return x;
+}
+
+// The code of x (already scaled).
 inline uint8_t QuantizeUnit(const QuantMap& map, float x) {
-  const uint32_t lo = map.lo[OrderKey(x) >> 16];
-  uint32_t code = lo;
-  for (int k = 0; k < kProbes; ++k) code += map.mid[lo + k] < x ? 1 : 0;
-  return static_cast<uint8_t>(code > 255 ? 255 : code);
+  const uint32_t bits = FloatBits(x), u = bits & 0x7fffffffu;
+  int32_t idx = static_cast<int32_t>(u - map.base + kHalfStep) >> kMantissaShift;
+  idx = idx < 1 ? 1 : idx > map.max ? map.max : idx;
+  if (u == 0) idx = 0;
+  const uint32_t sign = map.is_signed ? (bits >> 31) << 7 : 0;
+  return static_cast<uint8_t>(sign | static_cast<uint32_t>(idx));
+}
+
+// The unscaled value of a code: +-0 for magnitude index 0.
+inline float MapValue(const QuantMap& map, uint8_t code) {
+  const uint32_t idx = map.is_signed ? code & 0x7fu : code;
+  const uint32_t sign = map.is_signed ? static_cast<uint32_t>(code >> 7) << 31 : 0;
+  return BitsFloat(sign | (idx == 0 ? 0 : map.base + (idx << kMantissaShift)));
 }
 
 // Whether a block scales by its reciprocal scale `inv` (else it divides).
 inline bool ReciprocalIsFinite(float inv) {
-  uint32_t u;
-  __builtin_memcpy(&u, &inv, 4);
-  return (u & 0x7f800000u) != 0x7f800000u;
+  return (FloatBits(inv) & 0x7f800000u) != 0x7f800000u;
 }
 
-// Encodes x[0, n) (n <= kQuantBlock) into codes and returns the scale.
-inline float QuantizeBlock(const QuantMap& map, const float* x, size_t n, uint8_t* codes) {
-  // max |x| as the largest magnitude's bits: for floats that are not NaN
-  // the integer order is the numeric order, and an integer max reduction
-  // vectorizes (a float one would not, for NaN's sake).
-  uint32_t bits = 0;
+// max |x[i]| over [0, n) as the largest magnitude's bits: for floats that
+// are not NaN the integer order is the numeric order, and an integer max
+// reduction vectorizes (a float one would not, for NaN's sake).
+inline uint32_t AbsMaxBits(const float* x, size_t n, uint32_t bits = 0) {
   for (size_t i = 0; i < n; ++i) {
-    uint32_t u;
-    __builtin_memcpy(&u, x + i, 4);
-    u &= 0x7fffffffu;
+    const uint32_t u = FloatBits(x[i]) & 0x7fffffffu;
     bits = u > bits ? u : bits;
   }
-  float absmax;
-  __builtin_memcpy(&absmax, &bits, 4);
+  return bits;
+}
+
+// Encodes x[0, n) (n <= kQuantBlock), whose max |x| is `absmax`, into codes
+// and returns the scale (absmax).
+inline float QuantizeScaled(const QuantMap& map, const float* x, size_t n, float absmax,
+                            uint8_t* codes) {
   if (absmax == 0) {
-    const uint8_t zero = QuantizeUnit(map, 0.0f);
-    for (size_t i = 0; i < n; ++i) codes[i] = zero;
+    for (size_t i = 0; i < n; ++i) codes[i] = 0;
     return 0;
   }
   const float inv = 1.0f / absmax;
@@ -113,34 +123,141 @@ inline float QuantizeBlock(const QuantMap& map, const float* x, size_t n, uint8_
   return absmax;
 }
 
-inline void DequantizeBlock(const QuantMap& map, const uint8_t* codes, size_t n, float scale,
-                            float* x) {
-  for (size_t i = 0; i < n; ++i) x[i] = map.value[codes[i]] * scale;
+inline float QuantizeBlock(const QuantMap& map, const float* x, size_t n, uint8_t* codes) {
+  return QuantizeScaled(map, x, n, BitsFloat(AbsMaxBits(x, n)), codes);
 }
 
-// QuantizeBlock and DequantizeBlock for an ISA's vector traits `Ops`: the
-// same operations on every element, so the same bits. This plain version
-// serves the scalar kernels; quant_avx2.h and quant_avx512.h specialize it.
-// Decoder reads one vector (Ops::kWidth codes) of a block at a time, for a
-// step that decodes its moments as it loads them; it holds what it needs of
-// the map (AVX-512: the whole map, in registers), so build it once per
-// block, outside the loop.
+inline void DequantizeBlock(const QuantMap& map, const uint8_t* codes, size_t n, float scale,
+                            float* x) {
+  for (size_t i = 0; i < n; ++i) x[i] = MapValue(map, codes[i]) * scale;
+}
+
+// The vector primitives of the int8 codec for an ISA's traits `Ops`; this
+// plain version (one element at a time) serves the scalar kernels, and
+// quant_avx2.h and quant_avx512.h specialize it. Every version does the same
+// operations on every element as QuantizeUnit and MapValue, so the same
+// bits:
+//   Bits, NoBits, MaxAbs, Reduce: a running max |x| as fp32 bits;
+//   Encoder<kSigned>(inv).Store(codes, x): the codes of x[0, kWidth) * inv
+//     by MapFor<kSigned>();
+//   Decoder<kSigned>(scale).Read(codes): kWidth values of codes[0, kWidth).
+// Build encoders and decoders once per block, outside the loop.
 template <class Ops>
 struct QuantVec {
-  static float Quantize(const QuantMap& map, const float* x, size_t n, uint8_t* codes) {
-    return QuantizeBlock(map, x, n, codes);
-  }
+  using Bits = uint32_t;
+  static Bits NoBits() { return 0; }
+  static Bits MaxAbs(Bits acc, float x) { return AbsMaxBits(&x, 1, acc); }
+  static uint32_t Reduce(Bits acc) { return acc; }
 
-  struct Decoder {
-    const QuantMap& map;
-    float scale;
-    typename Ops::F Read(const uint8_t* codes) const { return map.value[*codes] * scale; }
+  template <bool kSigned>
+  struct Encoder {
+    explicit Encoder(float inv_scale) : inv(inv_scale) {}
+    void Store(uint8_t* codes, const float* x) const {
+      codes[0] = QuantizeUnit(MapFor<kSigned>(), x[0] * inv);
+    }
+    float inv;
   };
 
-  static void Dequantize(const QuantMap& map, const uint8_t* codes, size_t n, float scale,
-                         float* x) {
-    DequantizeBlock(map, codes, n, scale, x);
+  template <bool kSigned>
+  struct Decoder {
+    explicit Decoder(float s) : scale(s) {}
+    float Read(const uint8_t* codes) const { return MapValue(MapFor<kSigned>(), codes[0]) * scale; }
+    float scale;
+  };
+};
+
+// max |x| over a block: whole vectors by MaxAbs, the rest one by one.
+template <class Ops>
+struct AbsMaxAcc {
+  typename QuantVec<Ops>::Bits vec = QuantVec<Ops>::NoBits();
+  uint32_t rest = 0;
+  float Value() const {
+    const uint32_t v = QuantVec<Ops>::Reduce(vec);
+    return BitsFloat(v > rest ? v : rest);
   }
 };
+
+// The encoding of one quantization block x[0, n) whose max |x| is absmax
+// into codes by MapFor<kSigned>(), a vector at a time (Next) or all that is
+// left (Finish): Next lets a step encode the block before the one it steps,
+// in the same loop. A scale of 0 or one whose reciprocal is not finite
+// encodes in Finish, by QuantizeScaled. Default-constructed: nothing to
+// encode.
+template <class Ops, bool kSigned>
+class BlockEncoder {
+  static constexpr size_t W = Ops::kWidth;
+  using Enc = typename QuantVec<Ops>::template Encoder<kSigned>;
+
+ public:
+  BlockEncoder() : BlockEncoder(nullptr, 0, 0.0f, nullptr) {}
+  BlockEncoder(const float* x, size_t n, float absmax, uint8_t* codes)
+      : x_(x), codes_(codes), n_(n), absmax_(absmax), inv_(1.0f / absmax), enc_(inv_) {
+    vector_ = absmax != 0 && ReciprocalIsFinite(inv_);
+    end_ = vector_ ? n / W * W : 0;
+  }
+
+  [[gnu::always_inline]] void Next() {
+    if (done_ < end_) {
+      enc_.Store(codes_ + done_, x_ + done_);
+      done_ += W;
+    }
+  }
+
+  void Finish() {
+    const QuantMap& map = MapFor<kSigned>();
+    if (!vector_) {
+      QuantizeScaled(map, x_, n_, absmax_, codes_);
+    } else {
+      for (; done_ < end_; done_ += W) enc_.Store(codes_ + done_, x_ + done_);
+      for (size_t i = end_; i < n_; ++i) codes_[i] = QuantizeUnit(map, x_[i] * inv_);
+    }
+    n_ = end_ = done_ = 0;
+    vector_ = false;
+  }
+
+ private:
+  const float* x_;
+  uint8_t* codes_;
+  size_t n_;
+  float absmax_;
+  float inv_;
+  Enc enc_;
+  bool vector_ = false;
+  size_t end_ = 0;   // the vectors' end
+  size_t done_ = 0;  // elements encoded
+};
+
+// QuantizeBlock and DequantizeBlock with the primitives of `Ops`.
+template <class Ops, bool kSigned>
+float QuantizeVecOf(const float* x, size_t n, uint8_t* codes) {
+  using Q = QuantVec<Ops>;
+  AbsMaxAcc<Ops> acc;
+  size_t i = 0;
+  for (; i + Ops::kWidth <= n; i += Ops::kWidth) acc.vec = Q::MaxAbs(acc.vec, Ops::Load(x + i));
+  acc.rest = AbsMaxBits(x + i, n - i);
+  const float absmax = acc.Value();
+  BlockEncoder<Ops, kSigned>(x, n, absmax, codes).Finish();
+  return absmax;
+}
+
+template <class Ops>
+float QuantizeVec(const QuantMap& map, const float* x, size_t n, uint8_t* codes) {
+  return map.is_signed ? QuantizeVecOf<Ops, true>(x, n, codes)
+                       : QuantizeVecOf<Ops, false>(x, n, codes);
+}
+
+template <class Ops, bool kSigned>
+void DequantizeVecOf(const uint8_t* codes, size_t n, float scale, float* x) {
+  const typename QuantVec<Ops>::template Decoder<kSigned> d(scale);
+  size_t i = 0;
+  for (; i + Ops::kWidth <= n; i += Ops::kWidth) Ops::Store(x + i, d.Read(codes + i));
+  DequantizeBlock(MapFor<kSigned>(), codes + i, n - i, scale, x + i);
+}
+
+template <class Ops>
+void DequantizeVec(const QuantMap& map, const uint8_t* codes, size_t n, float scale, float* x) {
+  return map.is_signed ? DequantizeVecOf<Ops, true>(codes, n, scale, x)
+                       : DequantizeVecOf<Ops, false>(codes, n, scale, x);
+}
 
 }  // namespace zerostate::server::kernels

@@ -188,8 +188,8 @@ struct MomentCodec {
       std::memcpy(tail, h + i, (n - i) * sizeof(uint16_t));
       if (i < n) Ops::Store(x + i, Ops::FromBf16(Ops::LoadHalf(tail)));
     } else {
-      QuantVec<Ops>::Dequantize(Map(), static_cast<const uint8_t*>(codes) + t, n,
-                                scales[t / kQuantBlock], x);
+      DequantizeVec<Ops>(Map(), static_cast<const uint8_t*>(codes) + t, n,
+                         scales[t / kQuantBlock], x);
     }
   }
 
@@ -207,7 +207,7 @@ struct MomentCodec {
       }
     } else {
       scales[t / kQuantBlock] =
-          QuantVec<Ops>::Quantize(Map(), x, n, static_cast<uint8_t*>(codes) + t);
+          QuantizeVec<Ops>(Map(), x, n, static_cast<uint8_t*>(codes) + t);
     }
   }
 
@@ -245,19 +245,40 @@ struct CompactLoop {
       if (stream) Ops::Fence();
       return;
     }
-    alignas(64) float m[kQuantBlock], v[kQuantBlock];
+    // Two pairs of tiles: block t steps into one while the block before it
+    // is encoded from the other, a vector of each moment per vector stepped
+    // (the encoding's integer work overlaps the rule's division and square
+    // root), and whatever is left once block t is stepped.
+    alignas(64) float tiles[2][2][kQuantBlock];
+    BlockEncoder<Ops, true> prev_m;
+    BlockEncoder<Ops, false> prev_v;
     size_t r = 0;
-    for (size_t t = 0; t < b.n; t += kQuantBlock) {
+    int parity = 0;
+    for (size_t t = 0; t < b.n; t += kQuantBlock, parity ^= 1) {
       const size_t n = b.n - t < kQuantBlock ? b.n - t : kQuantBlock;
+      float* m = tiles[parity][0];
+      float* v = tiles[parity][1];
+      AbsMaxAcc<Ops> am, av;
       while (r < count && runs[r].end <= t) ++r;
       for (size_t j = r; j < count && runs[j].begin < t + n; ++j) {
         const size_t lo = runs[j].begin > t ? runs[j].begin : t;
         const size_t hi = runs[j].end < t + n ? runs[j].end : t + n;
-        Int8Part(runs[j].c, b, t, lo, hi, m, v, stream);
+        Int8Part(runs[j].c, b, t, lo, hi, m, v, stream, &prev_m, &prev_v, &am, &av);
       }
-      if constexpr (kMoments >= 1) MCodec::Encode(m, t, n, b.m, b.m_scale);
-      if constexpr (kMoments >= 2) VCodec::Encode(v, t, n, b.v, b.v_scale);
+      prev_m.Finish();
+      prev_v.Finish();
+      const size_t q = t / kQuantBlock;
+      if constexpr (kMoments >= 1) {
+        b.m_scale[q] = am.Value();
+        prev_m = BlockEncoder<Ops, true>(m, n, b.m_scale[q], static_cast<uint8_t*>(b.m) + t);
+      }
+      if constexpr (kMoments >= 2) {
+        b.v_scale[q] = av.Value();
+        prev_v = BlockEncoder<Ops, false>(v, n, b.v_scale[q], static_cast<uint8_t*>(b.v) + t);
+      }
     }
+    prev_m.Finish();
+    prev_v.Finish();
     if (stream) Ops::Fence();
   }
 
@@ -322,21 +343,26 @@ struct CompactLoop {
   }
 
   // Elements [lo, hi) of the quantization block from t: each vector's
-  // moments decoded as they are loaded (no pass of its own: the decoding's
-  // permutes overlap the rule's division and square root), stepped, and
-  // stored into the block's fp32 tiles m and v for the encoding; the last
-  // partial vector through the tiles and StepPart.
+  // moments decoded as they are loaded (no pass of its own), stepped, stored
+  // into the block's fp32 tiles m and v and counted into their max |x| (am,
+  // av), and a vector of each moment of the block before encoded (prev_m,
+  // prev_v); the last partial vector through the tiles and StepPart.
   static void Int8Part(const StepConsts& c, const CompactBuffers& b, size_t t, size_t lo,
-                       size_t hi, float* m, float* v, bool stream) {
+                       size_t hi, float* m, float* v, bool stream, BlockEncoder<Ops, true>* prev_m,
+                       BlockEncoder<Ops, false>* prev_v, AbsMaxAcc<Ops>* am, AbsMaxAcc<Ops>* av) {
     using Quant = QuantVec<Ops>;
     using F = typename Ops::F;
     constexpr size_t W = Ops::kWidth;
     const size_t q = t / kQuantBlock;
     const auto* from_m = static_cast<const uint8_t*>(b.from_m);
     const auto* from_v = static_cast<const uint8_t*>(b.from_v);
-    const typename Quant::Decoder dm{SignedMap(), kMoments >= 1 ? b.from_m_scale[q] : 0.0f};
-    const typename Quant::Decoder dv{UnsignedMap(), kMoments >= 2 ? b.from_v_scale[q] : 0.0f};
+    const typename Quant::template Decoder<true> dm(kMoments >= 1 ? b.from_m_scale[q] : 0.0f);
+    const typename Quant::template Decoder<false> dv(kMoments >= 2 ? b.from_v_scale[q] : 0.0f);
     const Splat<Ops> k(c);
+    // Locals, so that they stay in registers across the vector stores.
+    BlockEncoder<Ops, true> em = *prev_m;
+    BlockEncoder<Ops, false> ev = *prev_v;
+    typename Quant::Bits mbits = am->vec, vbits = av->vec;
     size_t i = lo;
     for (; i + W <= hi; i += W) {
       if (i % Loop::kLine == 0 && i + Loop::kAhead < hi) {
@@ -352,14 +378,28 @@ struct CompactLoop {
       if constexpr (kMoments >= 2) vi = dv.Read(from_v + i);
       const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Loop::LoadGrad(b, i), &mi, &vi);
       Ops::Store(b.param + i, p);
-      if constexpr (kMoments >= 1) Ops::Store(m + (i - t), mi);
-      if constexpr (kMoments >= 2) Ops::Store(v + (i - t), vi);
+      if constexpr (kMoments >= 1) {
+        Ops::Store(m + (i - t), mi);
+        mbits = Quant::MaxAbs(mbits, mi);
+        em.Next();
+      }
+      if constexpr (kMoments >= 2) {
+        Ops::Store(v + (i - t), vi);
+        vbits = Quant::MaxAbs(vbits, vi);
+        ev.Next();
+      }
       Loop::StoreLowp(b.lowp, i, p, stream);
     }
+    *prev_m = em;
+    *prev_v = ev;
+    am->vec = mbits;
+    av->vec = vbits;
     if (i < hi) {
       if constexpr (kMoments >= 1) MCodec::Decode(b.from_m, b.from_m_scale, i, hi - i, m + (i - t));
       if constexpr (kMoments >= 2) VCodec::Decode(b.from_v, b.from_v_scale, i, hi - i, v + (i - t));
       StepPart(c, b, i, hi, m + (i - t), v + (i - t), stream);
+      if constexpr (kMoments >= 1) am->rest = AbsMaxBits(m + (i - t), hi - i, am->rest);
+      if constexpr (kMoments >= 2) av->rest = AbsMaxBits(v + (i - t), hi - i, av->rest);
     }
   }
 
@@ -441,7 +481,8 @@ constexpr KernelTable MakeKernelTable() {
            RowOf<Ops, SgdRule<Ops, false>>(), RowOf<Ops, SgdRule<Ops, true>>(),
            RowOf<Ops, LionRule<Ops>>(), RowOf<Ops, TrafficRule<Ops>>()},
           &GradStatsLoop<Ops>,
-          &QuantVec<Ops>::Quantize};
+          &QuantizeVec<Ops>,
+          &DequantizeVec<Ops>};
 }
 
 }  // namespace zerostate::server::kernels

@@ -1,8 +1,8 @@
 // Compact moments (bf16, int8) against plain references written here: the
-// quantizer against a nearest-entry scan over a map built from 8-bit
-// Adam's definition, and 100 steps of the fused kernels against an 8-bit
-// AdamW that decodes, steps and encodes element by element, bit-exact on
-// every ISA this machine has.
+// quantizer against a nearest-entry scan over the 8-bit float maps built
+// from their definition (values, not bits), and 100 steps of the fused
+// kernels against an 8-bit AdamW that decodes, steps and encodes element
+// by element, bit-exact on every ISA this machine has.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,32 +26,46 @@ namespace {
 
 using kernels::QuantMap;
 
-// 8-bit Adam's dynamic map (bitsandbytes create_dynamic_map, 7 exponent
-// bits), written out again: for exponent i the midpoints of 2^i (signed)
-// or 2^(i+1) (unsigned) equal steps of [0.1, 1], times 10^(i-6); 0; 1.
-std::vector<float> ReferenceMap(bool is_signed) {
-  std::vector<double> d = {0.0, 1.0};
-  for (int i = 0; i <= 6; ++i) {
-    const int steps = is_signed ? 1 << i : 2 << i;
-    for (int k = 0; k < steps; ++k) {
-      const double a = 0.1 + 0.9 * k / steps, b = 0.1 + 0.9 * (k + 1) / steps;
-      const double x = std::pow(10.0, i - 6) * (a + b) / 2;
-      d.push_back(x);
-      if (is_signed) d.push_back(-x);
-    }
+// The smallest binade of each map: 2^-16 (first moment: sign, 4 exponent
+// bits, 3 mantissa bits) or 2^-32 (second: 5 exponent bits, 3 mantissa).
+int LowestExponent(bool is_signed) { return is_signed ? -16 : -32; }
+int Magnitudes(bool is_signed) { return is_signed ? 127 : 255; }
+
+// The map's nonzero magnitudes, in order: entry k (1 <= k <= 127 or 255)
+// is 2^(e0 + (k + 1) / 8) * (1 + ((k + 1) % 8) / 8): 8 steps a binade,
+// from 1.25 * 2^e0 up to 1.
+std::vector<float> ReferenceMagnitudes(bool is_signed) {
+  std::vector<float> d(Magnitudes(is_signed) + 1, 0.0f);
+  for (int k = 1; k < static_cast<int>(d.size()); ++k) {
+    d[k] = static_cast<float>(std::ldexp(1.0 + ((k + 1) % 8) / 8.0,
+                                         LowestExponent(is_signed) + (k + 1) / 8));
   }
-  std::sort(d.begin(), d.end());
-  return std::vector<float>(d.begin(), d.end());
+  return d;
 }
 
-// The nearest entry by exact distance (double), ties to the lower entry:
-// of the first entry not below x and the one before it.
-uint8_t ReferenceCode(const std::vector<float>& map, float x) {
-  const auto hi = std::lower_bound(map.begin(), map.end(), x) - map.begin();
-  if (hi == 0) return 0;
-  if (hi == 256) return 255;
-  const bool upper = std::abs(double{map[hi]} - x) < std::abs(double{x} - map[hi - 1]);
-  return static_cast<uint8_t>(upper ? hi : hi - 1);
+// The code of x by its magnitude's nearest nonzero entry (exact distance in
+// double, ties to the larger), 0 only for +-0, NaN the largest; the signed
+// map adds x's sign as bit 7.
+uint8_t ReferenceCode(const std::vector<float>& mags, bool is_signed, float x) {
+  const float a = std::abs(x);
+  size_t k = 0;
+  if (std::isnan(a)) {
+    k = mags.size() - 1;
+  } else if (a != 0) {
+    k = std::lower_bound(mags.begin() + 1, mags.end(), a) - mags.begin();
+    if (k == mags.size()) {
+      k = mags.size() - 1;
+    } else if (k > 1 && std::abs(double{a} - mags[k - 1]) < std::abs(double{mags[k]} - a)) {
+      --k;
+    }
+  }
+  const bool negative = is_signed && std::signbit(x);
+  return static_cast<uint8_t>((negative ? 0x80 : 0) | k);
+}
+
+float ReferenceValue(const std::vector<float>& mags, bool is_signed, uint8_t code) {
+  const float a = mags[is_signed ? code & 0x7f : code];
+  return is_signed && (code & 0x80) != 0 ? -a : a;
 }
 
 // x in units of its block's scale, by moment_codec.h's rule: times the
@@ -69,41 +83,57 @@ float ReferenceScale(const float* x, size_t n) {
   return absmax;
 }
 
-TEST(QuantMapTest, MapsAreEightBitAdams) {
+const QuantMap& MapOf(bool is_signed) {
+  return is_signed ? kernels::SignedMap() : kernels::UnsignedMap();
+}
+
+TEST(QuantMapTest, MapsAreEightBitFloats) {
   for (bool is_signed : {true, false}) {
-    const QuantMap& map = is_signed ? kernels::SignedMap() : kernels::UnsignedMap();
-    const std::vector<float> want = ReferenceMap(is_signed);
-    ASSERT_EQ(want.size(), 256u);
-    for (int j = 0; j < 256; ++j) ASSERT_EQ(map.value[j], want[j]) << is_signed << " [" << j << "]";
+    const std::vector<float> mags = ReferenceMagnitudes(is_signed);
+    for (int c = 0; c < 256; ++c) {
+      const auto code = static_cast<uint8_t>(c);
+      const float want = ReferenceValue(mags, is_signed, code);
+      const float got = kernels::MapValue(MapOf(is_signed), code);
+      ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << is_signed << " [" << c << "] " << got;
+    }
+    EXPECT_EQ(mags.back(), 1.0f);
   }
 }
 
+// Values at, just above and just below every midpoint (the ties), the
+// entries, zeros, denormals, values below the smallest entry, NaN.
+std::vector<float> Probes(bool is_signed, int random, uint32_t seed) {
+  const std::vector<float> mags = ReferenceMagnitudes(is_signed);
+  std::vector<float> xs = {0.0f, 1.0f, 1e-40f, std::numeric_limits<float>::denorm_min(), 1e-7f,
+                           5e-7f, 1e-12f, mags[1] / 2, mags[1] * 0.9f};
+  for (size_t j = 1; j + 1 < mags.size(); ++j) {
+    const float mid = static_cast<float>((double{mags[j]} + mags[j + 1]) / 2);
+    for (float x : {mid, std::nextafter(mid, 2.0f), std::nextafter(mid, 0.0f), mags[j]}) {
+      xs.push_back(x);
+    }
+  }
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  for (int i = 0; i < random; ++i) xs.push_back(unit(rng) * std::pow(10.0f, -(i % 12)));
+  if (is_signed) {
+    const size_t n = xs.size();
+    for (size_t i = 0; i < n; ++i) xs.push_back(-xs[i]);
+  }
+  return xs;
+}
+
 TEST(QuantMapTest, NearestEntryAsTheReference) {
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   for (bool is_signed : {true, false}) {
-    const QuantMap& map = is_signed ? kernels::SignedMap() : kernels::UnsignedMap();
-    const std::vector<float> ref = ReferenceMap(is_signed);
-    std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 1e-40f, -1e-40f,
-                             std::numeric_limits<float>::denorm_min(), 1e-7f, 5e-7f};
-    for (int j = 0; j < 255; ++j) {  // every midpoint and its neighbours: the ties
-      const float mid = static_cast<float>((double{ref[j]} + ref[j + 1]) / 2);
-      xs.push_back(mid);
-      xs.push_back(std::nextafter(mid, 2.0f));
-      xs.push_back(std::nextafter(mid, -2.0f));
-    }
-    for (int i = 0; i < 20000; ++i) {
-      const float x = unit(rng);
-      xs.push_back(is_signed ? x : std::abs(x));
-      xs.push_back(x * std::pow(10.0f, -static_cast<float>(i % 8)));
-    }
+    const std::vector<float> mags = ReferenceMagnitudes(is_signed);
+    std::vector<float> xs = Probes(is_signed, 20000, 3);
+    xs.push_back(std::numeric_limits<float>::quiet_NaN());
     int bad = 0;
     for (float x : xs) {
-      if (!is_signed && x < 0) continue;
-      const uint8_t got = kernels::QuantizeUnit(map, x), want = ReferenceCode(ref, x);
+      const uint8_t got = kernels::QuantizeUnit(MapOf(is_signed), x);
+      const uint8_t want = ReferenceCode(mags, is_signed, x);
       if (got != want && ++bad <= 5) {
         ADD_FAILURE() << (is_signed ? "signed" : "unsigned") << " x=" << x << " code " << +got
-                      << " (" << ref[got] << "), want " << +want << " (" << ref[want] << ")";
+                      << ", want " << +want;
       }
     }
     EXPECT_EQ(bad, 0);
@@ -111,24 +141,12 @@ TEST(QuantMapTest, NearestEntryAsTheReference) {
 }
 
 // Every ISA's vector quantizer gives QuantizeUnit's code, ties included:
-// each block holds 1 (its scale, so x * (1 / scale) is x itself) and values
-// at and around every midpoint.
+// each block holds 1 (its scale, so x * (1 / scale) is x itself) and the
+// probes; and its decoder gives MapValue(code) * scale for every code.
 TEST(QuantMapTest, EveryIsaQuantizesAsQuantizeUnit) {
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   for (bool is_signed : {true, false}) {
-    const QuantMap& map = is_signed ? kernels::SignedMap() : kernels::UnsignedMap();
-    const std::vector<float> ref = ReferenceMap(is_signed);
-    std::vector<float> xs;
-    for (int j = 0; j < 255; ++j) {
-      const float mid = map.mid[j];
-      for (float x : {mid, std::nextafter(mid, 2.0f), std::nextafter(mid, -2.0f), ref[j]}) {
-        if (is_signed || x >= 0) xs.push_back(x);
-      }
-    }
-    for (int i = 0; i < 4000; ++i) xs.push_back(is_signed ? unit(rng) : std::abs(unit(rng)));
-    xs.push_back(0.0f);
-    xs.push_back(-0.0f);
+    const QuantMap& map = MapOf(is_signed);
+    const std::vector<float> xs = Probes(is_signed, 4000, 5);
     for (Isa isa : SupportedIsas()) {
       int bad = 0;
       for (size_t t = 0; t < xs.size(); t += kQuantBlock - 1) {
@@ -150,29 +168,51 @@ TEST(QuantMapTest, EveryIsaQuantizesAsQuantizeUnit) {
   }
 }
 
-// Decoding a block's codes gives each value within half the gap between
-// the map entries around it, times the scale; the worst case is half the
-// widest gap (near 1: 0.9/64/2 signed, 0.9/128/2 unsigned; the signed map
-// has no -1, whose nearest entry is as far).
-TEST(QuantMapTest, BlockRoundTripWithinHalfAGap) {
+// Decoding a block's codes gives each value within half a step of its
+// binade (1/16 of the value: 3 mantissa bits), or, below the smallest
+// entry, within that entry, times the scale.
+TEST(QuantMapTest, BlockRoundTripWithinHalfAStep) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (bool is_signed : {true, false}) {
-    const QuantMap& map = is_signed ? kernels::SignedMap() : kernels::UnsignedMap();
-    const double worst = (is_signed ? 0.9 / 64 : 0.9 / 128) / 2;
+    const QuantMap& map = MapOf(is_signed);
+    const float smallest = ReferenceMagnitudes(is_signed)[1];
     for (size_t n : {size_t{1}, size_t{7}, size_t{kQuantBlock}}) {
       for (float magnitude : {1e-30f, 1e-3f, 1.0f, 1e30f}) {
         std::vector<float> x(n), back(n);
-        for (float& e : x) e = magnitude * (is_signed ? normal(rng) : std::abs(normal(rng)));
+        for (size_t i = 0; i < n; ++i) {
+          // Squares reach far below the block's largest value.
+          const float e = normal(rng);
+          x[i] = magnitude * (is_signed ? e * std::abs(e) * e : e * e * e * e);
+        }
         std::vector<uint8_t> codes(n);
         const float scale = kernels::QuantizeBlock(map, x.data(), n, codes.data());
         ASSERT_EQ(scale, ReferenceScale(x.data(), n));
         kernels::DequantizeBlock(map, codes.data(), n, scale, back.data());
         for (size_t i = 0; i < n; ++i) {
-          // Plus the rounding of map[code] * scale: an ulp of the value.
-          ASSERT_LE(std::abs(double{back[i]} - x[i]), worst * scale + std::ldexp(scale, -23))
+          // Plus the roundings of x / scale and map[code] * scale.
+          const double bound = std::max(std::abs(double{x[i]}) / 16, double{smallest} * scale) +
+                               std::ldexp(scale, -22);
+          ASSERT_LE(std::abs(double{back[i]} - x[i]), bound)
               << "n=" << n << " magnitude " << magnitude << " [" << i << "] " << x[i];
+          ASSERT_EQ(back[i] == 0, x[i] == 0) << "[" << i << "] " << x[i];
         }
+      }
+    }
+  }
+}
+
+TEST(QuantMapTest, EveryIsaDequantizesAsMapValue) {
+  std::vector<uint8_t> codes(256 + 9);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<uint8_t>(i * 7);
+  for (bool is_signed : {true, false}) {
+    const QuantMap& map = MapOf(is_signed);
+    for (Isa isa : SupportedIsas()) {
+      std::vector<float> back(codes.size());
+      kernels::KernelsFor(isa).dequantize(map, codes.data(), codes.size(), 3.0f, back.data());
+      for (size_t i = 0; i < codes.size(); ++i) {
+        const float want = kernels::MapValue(map, codes[i]) * 3.0f;
+        ASSERT_EQ(std::memcmp(&back[i], &want, 4), 0) << IsaName(isa) << " code " << +codes[i];
       }
     }
   }
@@ -192,7 +232,8 @@ TEST(QuantMapTest, ZerosAndDenormals) {
   EXPECT_EQ(scale, 3 * d);
   kernels::DequantizeBlock(map, codes.data(), 3, scale, back.data());
   EXPECT_EQ(back[0], 3 * d);
-  EXPECT_LT(back[1], 0.0f);
+  EXPECT_EQ(back[1], -3 * d);
+  EXPECT_GT(back[2], 0.0f);
 }
 
 // --- 100 steps against a reference 8-bit AdamW ---
@@ -202,18 +243,18 @@ struct Codes {
   std::vector<float> m_scale, v_scale;
 };
 
-// The reference: per quantization block, decode with the map, AdamW in the
-// kernels' fp32 operation order (rules.h), encode by the nearest scan.
+// The reference: per quantization block, decode by the maps' values, AdamW
+// in the kernels' fp32 operation order (rules.h), encode by the nearest scan.
 void ReferenceAdamW8bit(const std::vector<std::pair<size_t, StepParams>>& runs, size_t n,
                         std::vector<float>* p, const std::vector<float>& g, Codes* c,
                         std::vector<uint16_t>* lowp) {
-  const std::vector<float> smap = ReferenceMap(true), umap = ReferenceMap(false);
+  const std::vector<float> smap = ReferenceMagnitudes(true), umap = ReferenceMagnitudes(false);
   for (size_t t = 0; t < n; t += kQuantBlock) {
     const size_t len = std::min<size_t>(kQuantBlock, n - t), q = t / kQuantBlock;
     std::vector<float> m(len), v(len);
     for (size_t i = 0; i < len; ++i) {
-      m[i] = smap[c->m[t + i]] * c->m_scale[q];
-      v[i] = umap[c->v[t + i]] * c->v_scale[q];
+      m[i] = ReferenceValue(smap, true, c->m[t + i]) * c->m_scale[q];
+      v[i] = ReferenceValue(umap, false, c->v[t + i]) * c->v_scale[q];
     }
     for (size_t i = 0; i < len; ++i) {
       size_t r = 0;
@@ -237,8 +278,8 @@ void ReferenceAdamW8bit(const std::vector<std::pair<size_t, StepParams>>& runs, 
     c->m_scale[q] = ReferenceScale(m.data(), len);
     c->v_scale[q] = ReferenceScale(v.data(), len);
     for (size_t i = 0; i < len; ++i) {
-      c->m[t + i] = ReferenceCode(smap, ReferenceUnit(m[i], c->m_scale[q]));
-      c->v[t + i] = ReferenceCode(umap, ReferenceUnit(v[i], c->v_scale[q]));
+      c->m[t + i] = ReferenceCode(smap, true, ReferenceUnit(m[i], c->m_scale[q]));
+      c->v[t + i] = ReferenceCode(umap, false, ReferenceUnit(v[i], c->v_scale[q]));
     }
   }
 }
@@ -433,6 +474,47 @@ TEST(SingleGradientPassTest, Bf16GradientStepsAsItsFp32Widening) {
         EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << what;
         EXPECT_EQ(std::memcmp(lowp_a.data(), lowp_b.data(), n * sizeof(uint16_t)), 0) << what;
       }
+    }
+  }
+}
+
+// Every optimizer's int8 step (one moment or two, the first moment's map
+// alone for SGD and Lion) gives the scalar kernel's bytes on every ISA,
+// over blocks of whole, partial and single quantization blocks and a
+// group boundary inside one.
+TEST(CompactMomentsTest, Int8StepOfEveryOptimizerIsTheSameOnEveryIsa) {
+  const size_t n = 3 * kQuantBlock + 45;
+  for (v1::OptimizerKind kind : {v1::OPTIMIZER_ADAMW, v1::OPTIMIZER_ADAM,
+                                 v1::OPTIMIZER_SGD_MOMENTUM, v1::OPTIMIZER_LION}) {
+    const StateLayout layout{static_cast<uint32_t>((n + 63) / 64 * 64), MomentCount(kind),
+                             MomentFormat::kInt8};
+    std::vector<StepParams> groups = {AdamW(1e-2f, 0.1f, 0.9f), AdamW(3e-3f, 0.0f, 0.8f)};
+    for (StepParams& sp : groups) sp.config.set_kind(kind);
+    const auto n32 = static_cast<uint32_t>(n), cut = static_cast<uint32_t>(kQuantBlock + 100);
+    const std::vector<GroupRun> runs = {{0, cut, 0}, {cut, n32, 1}};
+    std::vector<float> want;
+    for (Isa isa : SupportedIsas()) {
+      std::mt19937 rng(31);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      AlignedBuffer<float> state(layout.total_floats()), grad(layout.block_elems);
+      std::memset(state.data(), 0, state.size() * sizeof(float));
+      for (size_t i = 0; i < n; ++i) state.data()[i] = normal(rng);
+      BlockRefs refs = StateRefs(layout, state.data());
+      refs.n = n;
+      refs.grad = grad.data();
+      for (uint64_t t = 1; t <= 5; ++t) {
+        for (size_t i = 0; i < n; ++i) grad.data()[i] = i % 7 == 3 ? 0.0f : normal(rng);
+        std::vector<StepParams> by_group = groups;
+        for (StepParams& sp : by_group) sp.t = t;
+        StepBlockRuns(isa, runs, by_group, refs);
+      }
+      const std::vector<float> got(state.data(), state.data() + state.size());
+      if (want.empty()) {
+        want = got;  // the first ISA: scalar
+        continue;
+      }
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+          << IsaName(isa) << " kind " << kind;
     }
   }
 }
