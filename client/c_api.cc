@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/c_api_handles.h"
 #include "client/client.h"
 #include "client/shared_buffer.h"
 #include "client/ticket_state.h"
@@ -20,17 +21,6 @@
 namespace zc = ::zerostate::client;
 namespace v1 = ::zerostate::v1;
 
-struct zs_client {
-  std::unique_ptr<zc::Client> client;
-  std::shared_ptr<prometheus::Registry> metrics;  // its byte counters (zs_client_bytes)
-};
-struct zs_job {
-  std::unique_ptr<zc::JobClient> job;
-};
-struct zs_ticket {
-  zc::Ticket ticket;
-};
-
 namespace {
 
 char* CopyString(const std::string& s) {
@@ -39,15 +29,29 @@ char* CopyString(const std::string& s) {
   return out;
 }
 
-int Report(const absl::Status& status, char** error) {
+int Report(const absl::Status& status, char** error) { return zc::ReportStatus(status, error); }
+
+absl::Status CheckBuffer(const char* arg, uint64_t begin, uint64_t end, int dtype, size_t bytes) {
+  return zc::CheckBufferBytes(arg, begin, end, dtype, bytes);
+}
+
+zs_ticket* NewTicket(zc::Ticket t) { return new zs_ticket{std::move(t)}; }
+
+}  // namespace
+
+namespace zerostate::client {
+
+char* CopyCString(const std::string& s) { return CopyString(s); }
+
+int ReportStatus(const absl::Status& status, char** error) {
   if (error != nullptr) {
     *error = status.ok() ? nullptr : CopyString(std::string(status.message()));
   }
   return static_cast<int>(status.code());
 }
 
-// INVALID_ARGUMENT when [begin, end) of `dtype` needs more than `bytes`.
-absl::Status CheckBuffer(const char* arg, uint64_t begin, uint64_t end, int dtype, size_t bytes) {
+absl::Status CheckBufferBytes(const char* arg, uint64_t begin, uint64_t end, int dtype,
+                              size_t bytes) {
   if (end < begin) return absl::OkStatus();  // the library names the bad range
   uint64_t need = (end - begin) * zerostate::DTypeSize(static_cast<v1::DType>(dtype));
   if (need <= bytes) return absl::OkStatus();
@@ -56,9 +60,7 @@ absl::Status CheckBuffer(const char* arg, uint64_t begin, uint64_t end, int dtyp
                                                  " bytes the range needs"));
 }
 
-zs_ticket* NewTicket(zc::Ticket t) { return new zs_ticket{std::move(t)}; }
-
-}  // namespace
+}  // namespace zerostate::client
 
 extern "C" {
 

@@ -18,8 +18,14 @@
 #                      lanes to the backups), which link no client library;
 #   server/membership/ nothing of server/ outside it, nothing of client/; its
 #                      own etcd stubs are its only generated gRPC header;
-#   trainer/           (the step policy, below worker/ and beside client/) no
-#                      gRPC header, nothing of server/, client/ or worker/.
+#   trainer/           (the step policy and the bucket plan, below worker/
+#                      and beside client/; not trainer/engine/) no gRPC
+#                      header, nothing of server/, client/ or worker/;
+#   trainer/engine/    (the trainer engine's pipeline over the client
+#                      library, below worker/) no gRPC header, nothing of
+#                      server/ or worker/, of client/ only its public API
+#                      (client.h, zerostate_c.h) and the C API's handles
+#                      (c_api_handles.h).
 #
 # Run as: cmake -DROOT=<tree> -P check_layers.cmake. Fails naming each file,
 # line and include that crosses a layer.
@@ -37,6 +43,7 @@ set(forbidden_replication
   "server/dataplane/|server/cli/|server/state_server\\.h|server/membership/|client/")
 set(forbidden_membership "server/|client/|zerostate/")
 set(forbidden_trainer "${grpc_headers}|server/|client/|worker/")
+set(forbidden_engine "${grpc_headers}|server/|client/|worker/")
 # What a layer may include although a rule above (or the one on generated
 # gRPC stubs: the gRPC edge's only) would refuse it.
 set(membership_interface "server/membership/membership\\.h$")
@@ -47,14 +54,21 @@ set(allowed_replication
 set(allowed_membership "server/membership/")
 set(allowed_dataplane "^$")
 set(allowed_trainer "^$")
+set(allowed_engine "client/client\\.h$|client/zerostate_c\\.h$|client/c_api_handles\\.h$")
 
 set(violations "")
-foreach(layer core rpc dataplane replication membership trainer)
+foreach(layer core rpc dataplane replication membership trainer engine)
   set(dir "server/${layer}")
   if(layer STREQUAL "trainer")
     set(dir "trainer")
+  elseif(layer STREQUAL "engine")
+    set(dir "trainer/engine")
   endif()
-  file(GLOB_RECURSE files "${ROOT}/${dir}/*.h" "${ROOT}/${dir}/*.cc")
+  if(layer STREQUAL "trainer")  # its own folder; trainer/engine/ is a layer of its own
+    file(GLOB files "${ROOT}/${dir}/*.h" "${ROOT}/${dir}/*.cc")
+  else()
+    file(GLOB_RECURSE files "${ROOT}/${dir}/*.h" "${ROOT}/${dir}/*.cc")
+  endif()
   foreach(f ${files})
     file(STRINGS "${f}" lines REGEX "^[ \t]*#[ \t]*include[ \t]*[<\"]")
     foreach(line ${lines})

@@ -7,12 +7,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
+#include "trainer/c_policy_handle.h"
 #include "trainer/policy.h"
 #include "trainer/zerostate_trainer_c.h"
-
-struct zs_policy {
-  zerostate::trainer::Policy policy;
-};
 
 namespace {
 
@@ -72,6 +69,11 @@ extern "C" int zs_policy_skipped(const zs_policy* policy) {
 
 extern "C" float zs_policy_learning_rate(const zs_policy* policy, uint64_t step) {
   return policy->policy.LearningRate(step);
+}
+
+extern "C" int zs_policy_ends_delayed(const zs_policy* policy, uint64_t step,
+                                      int next_is_sync_point) {
+  return policy->policy.EndsDelayed(step, next_is_sync_point != 0) ? 1 : 0;
 }
 
 extern "C" int zs_policy_unclipped_grad_scale(const zs_policy* policy, double average_over,

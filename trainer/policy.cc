@@ -1,5 +1,7 @@
 #include "trainer/policy.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +22,7 @@ absl::Status CheckAverageOver(double average_over) {
 
 Policy::Policy(const v1::TrainConfig& train)
     : schedule_(train.lr()),
+      delayed_(train.delayed_update()),
       max_norm_(train.gradient_clipping()),
       scaler_(train.loss_scaling(), train.precision() == v1::PRECISION_FP16) {}
 
@@ -29,6 +32,13 @@ absl::StatusOr<Policy> Policy::Create(v1::TrainConfig train) {
 }
 
 float Policy::LearningRate(uint64_t step) const { return trainer::LearningRate(schedule_, step); }
+
+bool Policy::EndsDelayed(uint64_t step, bool next_is_sync_point) const {
+  if (!delayed_.enabled() || step + 1 < std::max<uint64_t>(delayed_.warmup_steps(), 1)) {
+    return false;
+  }
+  return !next_is_sync_point;
+}
 
 absl::StatusOr<float> Policy::UnclippedGradScale(double average_over) const {
   if (auto s = CheckAverageOver(average_over); !s.ok()) return s;

@@ -37,6 +37,13 @@ class Policy {
   // The learning rate of 0-based optimizer step `step` (the schedule).
   float LearningRate(uint64_t step) const;
 
+  // Step `step` ends with its update in flight (the delayed parameter
+  // update, train.delayed_update): it is on, step + 1 >= max(warmup_steps,
+  // 1), and version step + 1 is no sync point (`next_is_sync_point`: a
+  // checkpoint of that version, the run's last one), which ends
+  // synchronously.
+  bool EndsDelayed(uint64_t step, bool next_is_sync_point) const;
+
   // The grad_scale Decide gives when nothing is clipped and the gradients
   // are finite, at the current loss scale: what a speculative step sends
   // ahead. Errors: INVALID_ARGUMENT (average_over not finite and >= 1).
@@ -62,6 +69,7 @@ class Policy {
 
  private:
   v1::LrSchedule schedule_;
+  v1::DelayedUpdate delayed_;
   float max_norm_;
   LossScaler scaler_;
   bool skipped_ = false;

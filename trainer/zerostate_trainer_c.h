@@ -62,6 +62,12 @@ float zs_policy_learning_rate(const zs_policy* policy, uint64_t step);
 int zs_policy_unclipped_grad_scale(const zs_policy* policy, double average_over, float* out,
                                    char** error);
 
+/* Whether step `step` ends with its update in flight (the delayed
+ * update; trainer::Policy::EndsDelayed): 1 or 0. next_is_sync_point != 0:
+ * version step + 1 is a checkpoint or the run's last, which ends
+ * synchronously. */
+int zs_policy_ends_delayed(const zs_policy* policy, uint64_t step, int next_is_sync_point);
+
 /* The trainer_state blob of the policy now (what zs_step_with_state
  * carries; empty unless fp16): malloc'd into *blob (NUL-terminated text),
  * *len bytes; release with zs_free_string. Errors: INVALID_ARGUMENT (null

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "worker/buckets.h"
+#include "trainer/bucket_plan.h"
 
 namespace zerostate::worker {
 
@@ -32,7 +32,7 @@ absl::Status CpuBackend::StartReduceScatter(Range bucket, void* host) {
   // nobody writes them again before the next step's ZeroGrads, which comes
   // after the AllGather barriers of this step.
   if (auto s = group_->Barrier(rank_); !s.ok()) return s;
-  const Range share = LocalShare(bucket, group_->size(), rank_);
+  const Range share = trainer::LocalShare(bucket, group_->size(), rank_);
   const size_t n = share.size();
   std::memcpy(host_out, group_->grads(0) + share.begin, n * sizeof(float));
   for (uint32_t r = 1; r < group_->size(); ++r) {
@@ -44,12 +44,12 @@ absl::Status CpuBackend::StartReduceScatter(Range bucket, void* host) {
 
 absl::Status CpuBackend::AllGather(Range bucket, const void* host) {
   const float* host_in = static_cast<const float*>(host);  // weight_staging(): FP32
-  const Range mine = LocalShare(bucket, group_->size(), rank_);
+  const Range mine = trainer::LocalShare(bucket, group_->size(), rank_);
   std::memcpy(group_->params(rank_) + mine.begin, host_in, mine.size() * sizeof(float));
   if (auto s = group_->Barrier(rank_); !s.ok()) return s;
   for (uint32_t r = 0; r < group_->size(); ++r) {
     if (r == rank_) continue;
-    const Range share = LocalShare(bucket, group_->size(), r);
+    const Range share = trainer::LocalShare(bucket, group_->size(), r);
     std::memcpy(group_->params(rank_) + share.begin, group_->params(r) + share.begin,
                 share.size() * sizeof(float));
   }

@@ -8,7 +8,7 @@
 #include "client/shared_buffer.h"
 #include "common/job_spec.h"
 #include "common/timeline.h"
-#include "worker/buckets.h"
+#include "trainer/bucket_plan.h"
 
 namespace zerostate::worker {
 namespace {
@@ -42,15 +42,11 @@ Engine::Engine(client::JobClient* job, Backend* backend, const v1::TrainConfig& 
       train_(train),
       topo_(topo),
       policy_(train) {
-  uint64_t staging = 0;
-  for (Range elems : BackwardBuckets(job->layout(), std::move(ready_points),
-                                        train.bucket_elems() != 0 ? train.bucket_elems()
-                                                                  : kMaxBucketElems)) {
-    Range share = LocalShare(elems, topo.local_size, topo.local_rank);
-    buckets_.push_back(Bucket{elems, share, staging});
-    staging += share.size();
-  }
-  staging_elems_ = staging;
+  buckets_ = trainer::PlanBuckets(
+      job->layout(), std::move(ready_points),
+      train.bucket_elems() != 0 ? train.bucket_elems() : trainer::kMaxBucketElems,
+      topo.local_size, topo.local_rank);
+  if (!buckets_.empty()) staging_elems_ = buckets_.back().staging + buckets_.back().share.size();
   if (topo.local_size == 1) {
     grads_in_place_ = backend_->GradsInPlace();
     if (!train.delayed_update().enabled()) params_in_place_ = backend_->ParamsInPlace();
@@ -109,8 +105,20 @@ void Engine::PushBucket(uint64_t step, size_t index) {
   const Bucket& b = buckets_[index];
   if (b.share.empty()) return;
   Timeline::Record("push_bucket", static_cast<int64_t>(index), static_cast<int64_t>(step));
-  push_tickets_.push_back(
-      job_->PushAsync(step, topo_.node, b.share, PushStaging(b), backend_->grad_staging()));
+  trainer::PushOrder order;
+  order.what = trainer::PushName(step, b.share);
+  // Delayed update: the servers take step `step`'s pushes once the
+  // bucket's blocks are at version `step`, which its gather (of the same
+  // share) shows: the push waits for it on the push thread, as
+  // zerostate.torch's does, while the servers still step later blocks.
+  if (!pending_gather_.empty() && !pending_gather_[index].Done()) {
+    order.waits.push_back([gather = pending_gather_[index]] { return gather.Wait(); });
+  }
+  order.issue = [job = job_, node = topo_.node, step, share = b.share, data = PushStaging(b),
+                 dtype = backend_->grad_staging()] {
+    return job->PushAsync(step, node, share, data, dtype);
+  };
+  pusher_.Submit(std::move(order));
 }
 
 void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
@@ -139,13 +147,7 @@ void Engine::OnReady(uint64_t step, uint64_t ready_begin) {
     exchange_seconds_ += Since(t0);
     if (push_error_.ok()) push_error_ = s;
     if (!push_error_.ok()) continue;
-    // Delayed update: the servers take step `step`'s pushes once the
-    // bucket's blocks are at version `step`, which its gather shows.
-    if (!pending_gather_.empty() && !pending_gather_[index].Done()) {
-      deferred_[index] = true;
-    } else {
-      PushBucket(step, index);
-    }
+    PushBucket(step, index);
   }
 }
 
@@ -157,23 +159,14 @@ void Engine::SendAhead(uint64_t step) {
   // (LandPending), with nothing sent ahead.
   JoinStep();
   if (!joined_.ok()) return;
-  auto grad_scale = policy_.UnclippedGradScale(AverageOver());
-  ahead_ = grad_scale.ok() ? job_->StepAhead(step, policy_.LearningRate(step), *grad_scale)
-                           : grad_scale.status();
+  ahead_ = trainer::SendAhead(job_, policy_, step, AverageOver(), std::nullopt);
 }
 
-absl::Status Engine::PushRemaining(uint64_t step, bool push_deferred) {
+absl::Status Engine::PushRemaining(uint64_t step) {
   OnReady(step, 0);  // buckets the model did not report (none for the MLP)
   absl::Status status = push_error_;
-  for (size_t index = 0; index < deferred_.size(); ++index) {
-    if (status.ok() && push_deferred && deferred_[index]) PushBucket(step, index);
-  }
-  deferred_.assign(buckets_.size(), false);
-  for (const client::Ticket& t : push_tickets_) {
-    absl::Status s = t.Wait();
-    if (status.ok() && !s.ok()) status = s;
-  }
-  return status;
+  absl::Status pushed = pusher_.Drain();
+  return status.ok() ? pushed : status;
 }
 
 std::vector<client::Ticket> Engine::StartGather(uint64_t version) {
@@ -211,27 +204,7 @@ double Engine::AverageOver() const {
 }
 
 Engine::Coordinated Engine::Coordinate(uint64_t step, trainer::Policy* next) {
-  Coordinated out;
-  Timeline::Record("coordinate_begin", static_cast<int64_t>(step));
-  auto stats = job_->GradStats(step);
-  if (!stats.ok()) {
-    out.status = stats.status();
-    return out;
-  }
-  auto decision = next->Decide(step, stats->sum_squares, stats->nonfinite_count, AverageOver());
-  if (!decision.ok()) {
-    out.status = decision.status();
-    return out;
-  }
-  out.decision = *decision;
-  // The servers keep the coordinator's decision (fp16); the other ranks
-  // read it after their gathers, and a resuming run at its start
-  // (ResumeScaler).
-  Timeline::Record("step_sent", static_cast<int64_t>(step));
-  out.status = job_->Step(step, out.decision.lr, out.decision.grad_scale, out.decision.skip,
-                          next->TrainerState());
-  Timeline::Record("step_answered", static_cast<int64_t>(step));
-  return out;
+  return trainer::CoordinateStep(job_, next, step, AverageOver(), trainer::CoordinateOptions{});
 }
 
 void Engine::Failed(const absl::Status& status) {
@@ -275,24 +248,18 @@ void Engine::LandBelow(uint64_t end) {
   land_seconds_ += Since(t0);
 }
 
-absl::Status Engine::LandPending(PhaseTimes* times, double* grad_norm,
-                                 std::optional<uint64_t> push_step) {
+absl::Status Engine::LandPending(PhaseTimes* times, double* grad_norm) {
   times->gather += land_seconds_;
   land_seconds_ = 0;
   if (!pending_gather_.empty()) {
     // The Step in flight is joined after the landings, not before them:
-    // LandBucket watches it meanwhile, and each deferred bucket leaves as
-    // soon as its own blocks are at the new version, while the servers
-    // still step later blocks (delayed update: step t+1's pushes overlap
-    // step t's pass instead of waiting for all of it).
+    // LandBucket watches it meanwhile (and the push thread sends each
+    // bucket of step t+1 as soon as its own blocks are at the new version:
+    // the pushes overlap step t's pass instead of waiting for all of it).
     const auto t0 = Clock::now();
     for (size_t i = buckets_.size(); i-- > 0;) {  // first layer first
       absl::Status s = LandBucket(i);
       if (land_error_.ok() && !s.ok()) land_error_ = s;
-      if (push_step.has_value() && land_error_.ok() && deferred_[i]) {
-        deferred_[i] = false;
-        PushBucket(*push_step, i);
-      }
     }
     times->gather += Since(t0);
     pending_gather_.clear();
@@ -313,6 +280,8 @@ void Engine::Abandon(const absl::Status& why) {
   if (!why.ok() && topo_.rank() == 0 && in_flight()) Failed(why);
   if (pending_step_.valid()) pending_step_.get();
   for (const client::Ticket& t : pending_gather_) t.Wait().IgnoreError();
+  // No push outlives the step that made it (nor the job handle it uses).
+  pusher_.Drain().IgnoreError();
   pending_gather_.clear();
   landed_.clear();
   land_early_ = false;
@@ -329,9 +298,7 @@ absl::Status Engine::Drain() {
 }
 
 bool Engine::NextRunsStale(uint64_t step) const {
-  const auto& delayed = train_.delayed_update();
-  if (!delayed.enabled() || step + 1 < std::max<uint64_t>(delayed.warmup_steps(), 1)) return false;
-  return !(sync_point_ && sync_point_(step + 1));
+  return policy_.EndsDelayed(step, sync_point_ && sync_point_(step + 1));
 }
 
 absl::Status Engine::LoadWeights(uint64_t version) {
@@ -378,8 +345,7 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   pushing_ = false;
   ahead_ = absl::OkStatus();
   next_bucket_ = 0;
-  push_tickets_.clear();
-  deferred_.assign(buckets_.size(), false);
+  pusher_.Drain().IgnoreError();  // a failed step's pushes (it reported its error)
   push_error_ = absl::OkStatus();
   exchange_seconds_ = 0;
   land_seconds_ = 0;
@@ -400,14 +366,14 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   // From here on a failure is kept in `status` and the rank still goes
   // through the step's rendezvous and all-gathers (see engine.h).
   // Delayed update: version `step` lands now, after the backward that ran
-  // on the version before it; each push it held back goes out as soon as
-  // its bucket has landed.
+  // on the version before it; each push waiting on the push thread goes
+  // out as soon as its bucket's gather is in.
   // Layer by layer: the forward landed it; what is left (the Step's
   // outcome, buckets no layer asked for) comes now.
-  absl::Status status = LandPending(&report.times, &report.grad_norm, step);
+  absl::Status status = LandPending(&report.times, &report.grad_norm);
   report.times.exchange += exchange_seconds_;
   auto t0 = Clock::now();
-  absl::Status pushed = PushRemaining(step, status.ok());  // waits for every push
+  absl::Status pushed = PushRemaining(step);  // waits for every push
   Timeline::Record("pushes_acked", static_cast<int64_t>(step));
   if (status.ok()) status = pushed;
   if (status.ok()) status = ahead_;

@@ -2,7 +2,7 @@
 // service.
 //
 //   compute   forward/backward of every micro-batch (gradient accumulation);
-//             during the last one, each bucket (worker/buckets.h) is handed
+//             during the last one, each bucket (trainer/bucket_plan.h) is handed
 //             on as soon as backward has finished it:
 //   exchange  reduce-scatter inside the node: this rank gets its share of
 //             the node's summed gradient (every bucket a layer completes
@@ -37,8 +37,9 @@
 // of version t+1 stay out. Step t+1 then runs forward and backward on the
 // weights it has (version t), and lands version t+1 after its backward; a
 // bucket is pushed as soon as backward finished it and its blocks reached
-// version t+1 (the gather of its share is done), else right after its
-// own bucket's landing, while the servers still step later blocks. A step ends synchronously (its version reached and loaded)
+// version t+1 (the gather of its share is done: its push waits for it on
+// the push thread, trainer/engine/pusher.h), while the servers still step
+// later blocks. A step ends synchronously (its version reached and loaded)
 // when delayed update is off, when the next step is below
 // max(warmup_steps, 1), or when the next version is a sync point
 // (SetSyncPoints: checkpoints, the last step). A failure of a delayed
@@ -84,6 +85,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
+#include "trainer/bucket_plan.h"
+#include "trainer/engine/coordinator.h"
+#include "trainer/engine/pusher.h"
 #include "trainer/policy.h"
 #include "worker/backend.h"
 #include "zerostate/v1/config.pb.h"
@@ -223,26 +227,18 @@ class Engine {
   float loss_scale() const { return policy_.loss_scale(); }
 
  private:
-  struct Bucket {
-    Range elems;
-    Range share;         // this rank's part
-    uint64_t staging;    // offset of the share in the staging buffers
-  };
-  // The coordinator's part of a step: GradStats, the decision, Step.
-  struct Coordinated {
-    absl::Status status;
-    trainer::StepDecision decision;
-  };
+  using Bucket = trainer::PlannedBucket;
+  // The coordinator's part of a step: GradStats, the decision, Step
+  // (trainer/engine/coordinator.h, as zerostate.torch runs it).
+  using Coordinated = trainer::Coordinated;
   // Decides with `next` (moving it on) and orders the Step.
   Coordinated Coordinate(uint64_t step, trainer::Policy* next);
   // The (rank, micro-batch) terms the summed gradient averages over.
   double AverageOver() const;
-  // The pending gathers not landed yet, landed (first layer first), each
-  // bucket deferred for step `push_step` (if set) pushed right after its
-  // landing; then the coordinator's Step in flight, if any (its failure
-  // goes to the failure hook).
-  [[nodiscard]] absl::Status LandPending(PhaseTimes* times, double* grad_norm,
-                                         std::optional<uint64_t> push_step = std::nullopt);
+  // The pending gathers not landed yet, landed (first layer first); then
+  // the coordinator's Step in flight, if any (its failure goes to the
+  // failure hook).
+  [[nodiscard]] absl::Status LandPending(PhaseTimes* times, double* grad_norm);
   // The failure hook, one call at a time.
   void Failed(const absl::Status& status);
   // Waits for the coordinator's Step in flight, if any: its outcome in
@@ -258,10 +254,11 @@ class Engine {
   // coordinator (`why` not OK) first calls the failure hook.
   void Abandon(const absl::Status& why);
   void OnReady(uint64_t step, uint64_t ready_begin);
+  // Queues bucket `index`'s push of step `step` on the push thread; under
+  // a delayed update it waits there for the bucket's pending gather.
   void PushBucket(uint64_t step, size_t index);
-  // Pushes the rest (the deferred buckets only if `push_deferred`), then
-  // waits for every push of the step.
-  [[nodiscard]] absl::Status PushRemaining(uint64_t step, bool push_deferred);
+  // Pushes the rest, then waits for every push of the step.
+  [[nodiscard]] absl::Status PushRemaining(uint64_t step);
   // One ticket per bucket (completed for an empty share), first layer first.
   std::vector<client::Ticket> StartGather(uint64_t version);
   [[nodiscard]] absl::Status FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times);
@@ -300,6 +297,9 @@ class Engine {
   [[nodiscard]] absl::Status AllGather(const Bucket& b);
   void* GatherStaging(const Bucket& b) const;
   trainer::Policy policy_;  // the coordinator's decisions, every rank's loss scale
+  // Starts each bucket's push (trainer/engine/pusher.h, as zerostate.torch
+  // does); PushRemaining drains it.
+  trainer::Pusher pusher_;
 
   PhaseHook hook_;
   absl::Mutex failure_mu_;  // serializes failure_hook_ (a Step's thread calls it too)
@@ -321,8 +321,6 @@ class Engine {
   bool pushing_ = false;  // the push phase began (hook_ called)
   absl::Status ahead_;    // the speculative step's StepAhead (SendAhead)
   size_t next_bucket_ = 0;
-  std::vector<client::Ticket> push_tickets_;
-  std::vector<bool> deferred_;  // by bucket index: reduced, waiting for their blocks' version
   absl::Status push_error_;
   absl::Status land_error_;
   double exchange_seconds_ = 0;

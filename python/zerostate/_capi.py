@@ -1,5 +1,6 @@
-"""The C API of client/zerostate_c.h and trainer/zerostate_trainer_c.h
-(the step policy) through ctypes.
+"""The C API of client/zerostate_c.h, trainer/zerostate_trainer_c.h (the
+step policy) and trainer/engine/zerostate_engine_c.h (the bucket plan, the
+push thread) through ctypes.
 
 The library is found in this order: $ZEROSTATE_CLIENT_LIB (a path), a
 libzerostate_client.so next to this package, the build tree of a source
@@ -46,6 +47,20 @@ class StepDecision(ctypes.Structure):
                 ("next_loss_scale", ctypes.c_float)]
 
 
+class Bucket(ctypes.Structure):
+    """zs_bucket (trainer/engine/zerostate_engine_c.h)."""
+    _fields_ = [("begin", _u64), ("end", _u64), ("share_begin", _u64), ("share_end", _u64),
+                ("staging", _u64), ("chunk", _u64)]
+
+
+WAIT_FN = ctypes.CFUNCTYPE(_int, _p)  # zs_wait_fn
+
+
+class Wait(ctypes.Structure):
+    """zs_wait (trainer/engine/zerostate_engine_c.h)."""
+    _fields_ = [("fn", WAIT_FN), ("arg", _p)]
+
+
 _SIGNATURES = {
     "zs_client_options_init": (None, [ctypes.POINTER(ClientOptions)]),
     "zs_connect": (_int, [ctypes.POINTER(ClientOptions), ctypes.POINTER(_p), _err]),
@@ -85,10 +100,22 @@ _SIGNATURES = {
     "zs_policy_loss_scale": (ctypes.c_float, [_p]),
     "zs_policy_skipped": (_int, [_p]),
     "zs_policy_learning_rate": (ctypes.c_float, [_p, _u64]),
+    "zs_policy_ends_delayed": (_int, [_p, _u64, _int]),
     "zs_policy_unclipped_grad_scale": (_int, [_p, ctypes.c_double,
                                               ctypes.POINTER(ctypes.c_float), _err]),
     "zs_policy_state": (_int, [_p, ctypes.POINTER(_p), ctypes.POINTER(_sz), _err]),
     "zs_policy_restore": (_int, [_p, _p, _sz, _err]),
+    "zs_job_bucket_plan": (_int, [_p, ctypes.POINTER(_u64), _sz, _u64, _u32, _u32,
+                                  ctypes.POINTER(Bucket), _sz, ctypes.POINTER(_sz), _err]),
+    "zs_pusher_create": (_int, [ctypes.POINTER(_p), _err]),
+    "zs_pusher_free": (None, [_p]),
+    "zs_pusher_push": (_int, [_p, _p, _u64, _u32, _u64, _u64, _p, _sz, _int,
+                              ctypes.POINTER(Wait), _sz, _err]),
+    "zs_pusher_drain": (_int, [_p, ctypes.POINTER(_p), _err]),
+    "zs_coordinate": (_int, [_p, _p, _u64, ctypes.c_double, ctypes.c_float, _int, _int,
+                             ctypes.POINTER(Wait), ctypes.POINTER(StepDecision),
+                             ctypes.POINTER(_int), ctypes.POINTER(_p), _err]),
+    "zs_send_ahead": (_int, [_p, _p, _u64, ctypes.c_double, ctypes.c_float, _int, _err]),
     "zs_job_token": (_p, [_p]),
     "zs_free_string": (None, [_p]),
 }

@@ -42,6 +42,12 @@ class Policy:
         """The schedule's learning rate of step `step` (from 0)."""
         return lib.zs_policy_learning_rate(self._h, step)
 
+    def ends_delayed(self, step, next_is_sync_point):
+        """Whether step `step` ends with its update in flight (the delayed
+        update, after its warm-up), unless version step + 1 is a sync
+        point (a checkpoint)."""
+        return bool(lib.zs_policy_ends_delayed(self._h, step, int(next_is_sync_point)))
+
     def unclipped_grad_scale(self, average_over):
         """decide()'s grad_scale when nothing is clipped or skipped."""
         out = ctypes.c_float()

@@ -643,6 +643,47 @@ class EngineTest(zs_servers.ServersTestCase):
             parse_ds_config('{"optimizer": {"type": "Adagrad"}}')
         client.close()
 
+    def test_engine_pipeline_bad_inputs(self):
+        """The trainer engine's C API (zerostate.pipeline): the bucket plan
+        covers the job's space, last layer first; each bad input is refused
+        naming it, nothing queued; a wait that raises skips its push and
+        drain() raises it, once."""
+        from zerostate import _capi
+        from zerostate.pipeline import Pusher, bucket_plan
+        engine = train(self.engine(Net(), "pipeline"), 0, 1)
+        job = engine.job
+        plan = bucket_plan(job, [0, 300], 256)
+        self.assertEqual(plan[-1].begin, 0)
+        for later, earlier in zip(plan, plan[1:]):
+            self.assertEqual(earlier.end, later.begin)
+            self.assertEqual(later.begin % 256, 0)
+        for args, message in [((job, [0], 0, 0, 0), "local_size: must be >= 1"),
+                              ((job, [0], 0, 2, 2), "local_rank: 2 is not below local_size 2"),
+                              ((job, [10 ** 9], 0), r"ready_points\[0\]: 1000000000 is past "
+                               r"the job's \d+ elements")]:
+            with self.assertRaisesRegex(zs.ZerostateError, "bucket plan: INVALID_ARGUMENT: " +
+                                        message):
+                bucket_plan(*args)
+        pusher = Pusher()
+        grad = torch.zeros(64)
+        fp32 = _capi.DTYPE_FP32
+        with self.assertRaisesRegex(zs.ZerostateError, "INVALID_ARGUMENT: data: null"):
+            pusher.push(job, 1, 0, 0, 64, 0, 256, fp32)
+        with self.assertRaisesRegex(zs.ZerostateError, "INVALID_ARGUMENT: data: buffer of 16 "
+                                    "bytes is smaller than the 256 bytes the range needs"):
+            pusher.push(job, 1, 0, 0, 64, grad.data_ptr(), 16, fp32)
+        pusher.drain()  # nothing was queued
+
+        def wait():
+            raise zs.ZerostateError("not pushed: the test's wait failed", "ABORTED")
+        pusher.push(job, 1, 0, 0, 64, grad.data_ptr(), 256, fp32, keep=grad, waits=[wait])
+        with self.assertRaisesRegex(zs.ZerostateError, "not pushed: the test's wait failed"):
+            pusher.drain()
+        pusher.drain()  # reported once
+        pusher.close()
+        self.assertEqual(job.version(), 1)
+        train(engine, 1, 2)  # nothing reached the servers: the job goes on
+
     def test_bad_config_key(self):
         with self.assertRaisesRegex(zs.ZerostateError, "fp16.foo: unsupported ds_config key"):
             self.engine(Net(), "badconfig", config={"fp16": {"foo": 1}})

@@ -91,6 +91,15 @@ class PolicyTest(unittest.TestCase):
             self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
             self.assertIn(field, str(e.exception))
 
+    def test_ends_delayed_as_the_worker(self):
+        """The delayed update's steps (trainer::Policy::EndsDelayed, the
+        cases of PolicyTest.EndsDelayedAfterTheWarmupButNotBeforeASyncPoint)."""
+        self.assertFalse(Policy({}).ends_delayed(5, False))
+        on = Policy({"delayed_update": {"enabled": True, "warmup_steps": 3}})
+        self.assertEqual([on.ends_delayed(s, False) for s in range(4)], [False, False, True, True])
+        self.assertFalse(on.ends_delayed(2, True))  # version 3 is a checkpoint
+        self.assertTrue(Policy({"delayed_update": {"enabled": True}}).ends_delayed(0, False))
+
     def test_without_fp16_the_scale_stays_one(self):
         policy = Policy({"precision": "PRECISION_BF16"})
         d = policy.decide(0, 1.0, 2, 2)

@@ -174,5 +174,23 @@ TEST(PolicyTest, WithoutFp16TheScaleStaysOneAndNothingIsCarried) {
   EXPECT_EQ(*policy->UnclippedGradScale(2), 0.5f);
 }
 
+TEST(PolicyTest, EndsDelayedAfterTheWarmupButNotBeforeASyncPoint) {
+  v1::TrainConfig train;
+  auto off = Policy::Create(train);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->EndsDelayed(5, false));
+  train.mutable_delayed_update()->set_enabled(true);
+  train.mutable_delayed_update()->set_warmup_steps(3);
+  auto on = Policy::Create(train);
+  ASSERT_TRUE(on.ok()) << on.status();
+  for (uint64_t step : {0, 1}) EXPECT_FALSE(on->EndsDelayed(step, false)) << step;
+  EXPECT_TRUE(on->EndsDelayed(2, false));  // step 3 runs on version 2's weights
+  EXPECT_FALSE(on->EndsDelayed(2, true));  // version 3 is a checkpoint
+  train.mutable_delayed_update()->set_warmup_steps(0);  // the first step is synchronous
+  auto no_warmup = Policy::Create(train);
+  ASSERT_TRUE(no_warmup.ok()) << no_warmup.status();
+  EXPECT_TRUE(no_warmup->EndsDelayed(0, false));
+}
+
 }  // namespace
 }  // namespace zerostate::trainer

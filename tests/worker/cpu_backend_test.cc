@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "worker/buckets.h"
+#include "trainer/bucket_plan.h"
 
 namespace zerostate::worker {
 namespace {
@@ -23,7 +23,7 @@ float Grad(uint32_t r, uint64_t i) { return (r == 0 ? 1e8f : 1.0f) * static_cast
 std::vector<float> RunRank(LocalGroup* group, uint32_t r) {
   CpuBackend backend(group, r, nullptr);
   for (uint64_t i = 0; i < kElems; ++i) group->grads(r)[i] = Grad(r, i);
-  Range share = LocalShare(kBucket, group->size(), r);
+  Range share = trainer::LocalShare(kBucket, group->size(), r);
   std::vector<float> out(share.size());
   EXPECT_TRUE(backend.ReduceScatter(kBucket, out.data()).ok());
   std::vector<float> weights(share.size());
@@ -37,7 +37,7 @@ std::vector<float> RunRank(LocalGroup* group, uint32_t r) {
 }
 
 void ExpectRankOrderSum(uint32_t ranks, uint32_t r, const std::vector<float>& out) {
-  Range share = LocalShare(kBucket, ranks, r);
+  Range share = trainer::LocalShare(kBucket, ranks, r);
   for (uint64_t i = 0; i < share.size(); ++i) {
     float expect = Grad(0, share.begin + i);
     for (uint32_t q = 1; q < ranks; ++q) expect += Grad(q, share.begin + i);
@@ -65,7 +65,7 @@ TEST(CpuBackendTest, SharedMemoryGroupAcrossProcesses) {
     if (!g.ok()) _exit(2);
     auto out = RunRank(g->get(), 1);
     bool ok = !::testing::Test::HasFailure();
-    Range share = LocalShare(kBucket, 2, 1);
+    Range share = trainer::LocalShare(kBucket, 2, 1);
     for (uint64_t i = 0; i < share.size(); ++i) ok = ok && out[i] == Grad(0, share.begin + i) + Grad(1, share.begin + i);
     _exit(ok ? 0 : 1);
   }

@@ -29,7 +29,7 @@
 #include "google/protobuf/text_format.h"
 
 #include "tests/testing/server_process.h"
-#include "worker/buckets.h"
+#include "trainer/bucket_plan.h"
 #include "worker/config.h"
 #include "worker/cpu_backend.h"
 #include "worker/engine.h"
@@ -111,14 +111,14 @@ class Bf16StagingBackend : public RecordingBackend {
   v1::DType grad_staging() const override { return v1::DTYPE_BF16; }
   v1::DType weight_staging() const override { return v1::DTYPE_BF16; }
   absl::Status StartReduceScatter(Range bucket, void* host_out) override {
-    std::vector<float> sum(LocalShare(bucket, local_size(), local_rank()).size());
+    std::vector<float> sum(trainer::LocalShare(bucket, local_size(), local_rank()).size());
     absl::Status s = RecordingBackend::StartReduceScatter(bucket, sum.data());
     auto* out = static_cast<uint16_t*>(host_out);
     for (size_t i = 0; i < sum.size(); ++i) out[i] = FloatToBf16(sum[i]);
     return s;
   }
   absl::Status AllGather(Range bucket, const void* host_in) override {
-    std::vector<float> weights(LocalShare(bucket, local_size(), local_rank()).size());
+    std::vector<float> weights(trainer::LocalShare(bucket, local_size(), local_rank()).size());
     const auto* in = static_cast<const uint16_t*>(host_in);
     for (size_t i = 0; i < weights.size(); ++i) weights[i] = Bf16ToFloat(in[i]);
     return RecordingBackend::AllGather(bucket, weights.data());
@@ -216,7 +216,7 @@ TEST_F(EngineScheduleTest, BucketsStartTogetherAndWeightsLandLayerByLayer) {
   ASSERT_NE(rank.cpu, nullptr);
   client::JobClient* job = rank.opened.job.get();
   const std::vector<uint64_t>& ready = rank.ready;
-  const std::vector<Range> buckets = BackwardBuckets(job->layout(), ready, 1);
+  const std::vector<Range> buckets = trainer::BackwardBuckets(job->layout(), ready, 1);
   // Not vacuous: some layer has several buckets.
   ASSERT_GT(buckets.size(), ready.size());
   RecordingBackend backend(rank.cpu.get());

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "common/timeline.h"
-#include "worker/buckets.h"
+#include "trainer/bucket_plan.h"
 #include "worker/cuda/cuda_status.h"
 #include "worker/cuda/mlp_kernels.h"
 
@@ -295,9 +295,9 @@ bool CudaBackend::SetWeightsNeeded(WeightsNeededFn need) {
 }
 
 absl::Status CudaBackend::StartReduceScatter(Range bucket, void* host_out) {
-  const uint64_t chunk = LocalChunk(bucket, opts_.local_size);
+  const uint64_t chunk = trainer::LocalChunk(bucket, opts_.local_size);
   const uint64_t padded = chunk * opts_.local_size;
-  const Range share = LocalShare(bucket, opts_.local_size, opts_.local_rank);
+  const Range share = trainer::LocalShare(bucket, opts_.local_size, opts_.local_rank);
   ZS_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(comm_, pending_, 0));
   // The share's fp32 sum on the device. One rank: its share is the bucket
   // and the node's sum its own gradient, read in place (NCCL would copy
@@ -347,8 +347,8 @@ absl::Status CudaBackend::FinishReduceScatter() {
 }
 
 absl::Status CudaBackend::AllGather(Range bucket, const void* host_in) {
-  const uint64_t chunk = LocalChunk(bucket, opts_.local_size);
-  const Range share = LocalShare(bucket, opts_.local_size, opts_.local_rank);
+  const uint64_t chunk = trainer::LocalChunk(bucket, opts_.local_size);
+  const Range share = trainer::LocalShare(bucket, opts_.local_size, opts_.local_rank);
   // host_in is the engine's pinned staging; the engine writes it again
   // only after AllGathersRead.
   // The share's fp32 weights go to `mine`: one rank's share is the bucket,

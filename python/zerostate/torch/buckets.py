@@ -1,22 +1,29 @@
-"""Gradient buckets: runs of parameters contiguous in the job's flat space.
-Each bucket's flat buffer, in the reduce dtype (fp32 unless the config's
-data_types.grad_accum_dtype names another), is where the step's gradients
-accumulate: after each backward, each parameter's gradient (in the training
-dtype) is added into it and dropped (take()), so the micro-batches of a step
-sum in the reduce dtype, not in the parameters' dtype. At the accumulation
-boundary a bucket is pushed as one range once every gradient in it is in
-(during backward): inside a node it is summed over the local ranks first
-(reduce-scatter on NCCL, all-reduce on gloo, in the reduce dtype), and each
-local rank pushes its slice, converted once to the wire dtype (the job's
-grad_dtype), from a push buffer in the client's shared memory, which a
-server on this host reads in place (streams.Staging). On a GPU the slice
-goes there on the side stream and is pushed by the push thread once there
-(streams.py): the backward never waits for it."""
+"""Gradient buckets. Which buckets there are, and each local rank's share
+of each, is the trainer engine's bucket plan (zerostate.pipeline, the C++
+of trainer/bucket_plan.h that zerostate-worker runs): block-aligned
+ranges of the job's flat space, cut at the block boundary at or after each
+parameter's begin and capped at bucket_elems, so a parameter may lie in two
+buckets. Each bucket's flat buffer, in the reduce dtype (fp32 unless the
+config's data_types.grad_accum_dtype names another), is where the step's
+gradients accumulate: after each backward, each parameter's gradient (in
+the training dtype) is added into the buckets it lies in and dropped
+(take()), so the micro-batches of a step sum in the reduce dtype, not in
+the parameters' dtype. At the accumulation boundary a bucket is pushed as
+one range once every gradient in it is in (during backward): inside a node
+it is summed over the local ranks first (reduce-scatter on NCCL,
+all-reduce on gloo, in the reduce dtype), and each local rank pushes its
+share, converted once to the wire dtype (the job's grad_dtype), through
+the engine's push thread (zerostate.pipeline.Pusher, C++), from a push
+buffer in the client's shared memory, which a server on this host reads in
+place (streams.Staging). On a GPU the share goes there on the side stream
+and the push thread waits for that copy before it pushes (streams.py): the
+backward never waits for it."""
 
 import torch
 import torch.distributed as dist
 
 from zerostate import _capi
+from zerostate.pipeline import bucket_plan
 from zerostate.torch import streams
 
 
@@ -26,17 +33,21 @@ def wire_dtype(torch_dtype):
 
 
 class Bucket:
-    def __init__(self, entries, reduce_dtype, wire_dtype, device, local_world, staging=None):
-        self.entries = entries  # [(param, begin, end)] in flat order
-        self.begin, self.end = entries[0][1], entries[-1][2]
-        n = self.end - self.begin
-        self.chunk = -(-n // local_world)
+    def __init__(self, plan, entries, reduce_dtype, wire_dtype, device, local_world,
+                 staging=None):
+        self.begin, self.end = plan.begin, plan.end
+        self.lo, self.hi = plan.share_begin, plan.share_end  # this rank's share
+        self.chunk = plan.chunk
+        self.entries = entries  # [(param, begin, end)] overlapping [begin, end), flat order
         self.buffer = torch.zeros(self.chunk * local_world, dtype=reduce_dtype, device=device)
-        self._slices = {id(p): self.buffer[b - self.begin:e - self.begin]
-                        for p, b, e in entries}
+        # id(param) -> (its part of the buffer, that part's [from, to) in the parameter)
+        self._parts = {}
+        for p, b, e in entries:
+            lo, hi = max(b, self.begin), min(e, self.end)
+            self._parts[id(p)] = (self.buffer[lo - self.begin:hi - self.begin], lo - b, hi - b)
         self.wire_dtype = wire_dtype
         self.gpu = device.type != "cpu"
-        # The push buffer: the slice in the wire dtype, in the client's
+        # The push buffer: the share in the wire dtype, in the client's
         # shared buffers (streams.Staging), so a server on this host reads
         # it in place; on a GPU it gets there on the side stream.
         self.host = staging.empty(self.chunk, wire_dtype) if staging is not None else \
@@ -49,39 +60,37 @@ class Bucket:
                 self.mine = torch.empty(self.chunk, dtype=reduce_dtype, device=device)
         self.copied = None  # the event of the last device-to-host copy
         self.ready = 0
-        self.pushed = False  # this step (a rank may have an empty slice: no ticket)
-        self.ticket = None
+        self.pushed = False  # this step
 
     def reset(self):
         """A new push (the accumulated gradients stay)."""
         self.ready = 0
         self.pushed = False
-        self.ticket = None
 
     def zero(self):
         """Drops the accumulated gradients (after the copy that reads them)."""
         streams.compute_waits(self.copied)
         self.buffer.zero_()
 
-    def take(self, p):
-        """Adds p.grad (p one of this bucket's parameters) into the
-        accumulation, in the reduce dtype, and drops it."""
-        if p.grad is not None:
-            with torch.no_grad():
-                self._slices[id(p)].add_(p.grad.reshape(-1))
-            p.grad = None
+    def take(self, p, grad):
+        """Adds `grad` (p's gradient, p one of this bucket's parameters)
+        over this bucket's part of p into the accumulation, in the reduce
+        dtype."""
+        part, lo, hi = self._parts[id(p)]
+        with torch.no_grad():
+            part.add_(grad.reshape(-1)[lo:hi])
 
     def push(self, job, step, topo, side, pusher, after=None):
-        """Reduces the accumulated gradients inside the node and pushes this
-        rank's slice in the wire dtype (a parameter that got no gradient
-        counts as zero). On a GPU the slice goes to pinned memory on the
-        side stream and `pusher` pushes it once there; nothing waits on the
-        host. `after`: a call the push waits for, on `pusher`'s thread.
+        """Reduces the accumulated gradients inside the node and queues the
+        push of this rank's share in the wire dtype on `pusher` (a
+        parameter that got no gradient counts as zero). On a GPU the share
+        goes to pinned memory on the side stream and the push waits for
+        the copy on the push thread; nothing waits on the host here.
+        `after`: a call the push waits for too, on the push thread.
         The buffer holds the node's sum afterwards, until zero()."""
         self.pushed = True
         with torch.no_grad():
             mine = self.buffer
-            lo, hi = self.begin, self.end
             if topo.local_group is not None:
                 r = topo.local_rank
                 if dist.get_backend(topo.local_group) == "nccl":
@@ -91,25 +100,21 @@ class Bucket:
                 else:
                     dist.all_reduce(self.buffer, group=topo.local_group)
                     mine = self.buffer[r * self.chunk:(r + 1) * self.chunk]
-                lo = self.begin + r * self.chunk
-                hi = min(lo + self.chunk, self.end)
-            if hi <= lo:
+            n = self.hi - self.lo
+            if n <= 0:
                 return
-            src = mine[:hi - lo]
+            waits = []
             if not self.gpu:  # the CPU: the one conversion to the wire dtype
-                host = self.host[:hi - lo]
-                host.copy_(src)
-                if after is None:
-                    self.ticket = self._push(job, step, topo, lo, hi, host)
-                    return
+                src = self.host[:n]
+                src.copy_(mine[:n])
             else:
-                host = self._to_host(src, hi - lo, side)
-
-            def push():
-                if after is not None:
-                    after()
-                self.ticket = self._push(job, step, topo, lo, hi, host)
-            pusher.submit(self.copied, push)
+                src = self._to_host(mine[:n], n, side)
+                waits.append(streams.host_wait(self.copied))
+            if after is not None:
+                waits.append(after)
+            pusher.push(job, step, topo.node, self.lo, self.hi, src.data_ptr(),
+                        src.numel() * src.element_size(), wire_dtype(src.dtype), keep=src,
+                        waits=waits)
 
     def _to_host(self, src, n, side):
         """src (on the device, n elements) into the pinned buffer, on the
@@ -123,23 +128,20 @@ class Bucket:
         self.copied = side.done()
         return self.host[:n]
 
-    def _push(self, job, step, topo, lo, hi, src):
-        return job.push_async(step, topo.node, lo, hi, src.data_ptr(),
-                              src.numel() * src.element_size(), wire_dtype(src.dtype), keep=src)
 
-
-def make_buckets(entries, bucket_elems, reduce_dtype, wire_dtype, device, local_world,
+def make_buckets(job, entries, bucket_elems, reduce_dtype, wire_dtype, device, topo,
                  staging=None):
-    """Splits [(param, begin, end)] (flat order) into buckets of about
-    bucket_elems elements each, accumulating in reduce_dtype and pushing
-    in wire_dtype; each pushes from a host buffer of `staging`
-    (streams.Staging; None: plain memory, pinned on a GPU)."""
-    runs, run = [], []
-    for ent in entries:
-        if run and ent[2] - run[0][1] > bucket_elems:
-            runs.append(run)
-            run = []
-        run.append(ent)
-    if run:
-        runs.append(run)
-    return [Bucket(r, reduce_dtype, wire_dtype, device, local_world, staging) for r in runs]
+    """The buckets of `entries` ([(param, begin, end)] in flat order, every
+    tensor of `job`): the engine's bucket plan with ready points at each
+    parameter's begin, at most bucket_elems elements each (rounded up to
+    whole blocks), accumulating in reduce_dtype and pushing in wire_dtype,
+    each from a host buffer of `staging` (streams.Staging; None: plain
+    memory, pinned on a GPU)."""
+    local = topo.local_world if topo.local_group is not None else 1
+    rank = topo.local_rank if local > 1 else 0
+    plans = bucket_plan(job, [b for _, b, _ in entries], bucket_elems, local, rank)
+    out = []
+    for plan in plans:
+        mine = [ent for ent in entries if ent[1] < plan.end and plan.begin < ent[2]]
+        out.append(Bucket(plan, mine, reduce_dtype, wire_dtype, device, local, staging))
+    return out

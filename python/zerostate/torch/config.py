@@ -72,10 +72,10 @@ class EngineConfig:
         self.gradient_wire = train.get("gradient_wire", "WIRE_PLAIN")
         self.weight_wire = train.get("weight_wire", "WIRE_PLAIN")
         # zero_optimization.delayed_update (train.delayed_update): ZeRO-Offload's
-        # delayed parameter update after `warmup_steps` synchronous steps.
+        # delayed parameter update after `warmup_steps` synchronous steps
+        # (which steps: the step policy's, zerostate.policy.Policy.ends_delayed).
         delayed = train.get("delayed_update", {})
         self.delayed = bool(delayed.get("enabled", False))
-        self.delayed_warmup = int(delayed.get("warmup_steps", 0))
         if self.delayed and self.precision == "PRECISION_FP16":
             raise ValueError("ds_config zero_optimization.delayed_update.enabled: not with fp16 "
                              "(the loss scale of step t depends on step t-1's overflow check, "

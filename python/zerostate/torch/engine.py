@@ -14,13 +14,16 @@ state servers.
 - Gradients leave during backward: a hook on each parameter after its
   gradient is accumulated (register_post_accumulate_grad_hook, or a hook on
   its AccumulateGrad node before torch 2.1) adds it into its bucket's
-  buffer and drops p.grad (as DeepSpeed's ZeRO-2 does: after backward the
+  buffers and drops p.grad (as DeepSpeed's ZeRO-2 does: after backward the
   gradients live in the engine); at the accumulation boundary a full bucket
-  is reduced inside the node and pushed (buckets.py). On a GPU nothing on
-  the compute stream waits for the host: a bucket goes device-to-host on a
-  side stream into pinned memory, ordered by events, and a push thread
-  pushes it once there; gathered weights go host-to-device on the side
-  stream and the compute stream waits for them by an event (streams.py).
+  is reduced inside the node and pushed (buckets.py) by the trainer
+  engine's push thread. The buckets and the push thread are the C++ that
+  zerostate-worker runs (zerostate.pipeline: trainer/bucket_plan.h,
+  trainer/engine/pusher.h). On a GPU nothing on the compute stream waits
+  for the host: a bucket goes device-to-host on a side stream into pinned
+  memory, ordered by events, and the push thread pushes it once there;
+  gathered weights go host-to-device on the side stream and the compute
+  stream waits for them by an event (streams.py).
 - Shares inside the node: each local rank gathers its share of each
   module's weights and the node all-gathers them (NCCL on GPUs, gloo on
   the CPU), so a node pulls one copy of the weights (weights.py).
@@ -49,10 +52,12 @@ state servers.
 
 The pieces: topology.py (ranks and nodes), config.py (ds_config), optimizer.py
 (param_groups, the job's spec), buckets.py (gradients out), weights.py
-(weights back), zerostate.policy (clip, fp16 loss scale, LR schedule: the
-C++ step policy the worker runs too), checkpoint.py (save, load, roll back),
-surface.py (the rest of DeepSpeed's engine: module methods, batch sizes, the
-last step's lr and gradient norm, no_sync).
+(weights back), checkpoint.py (save, load, roll back), surface.py (the rest
+of DeepSpeed's engine: module methods, batch sizes, the last step's lr and
+gradient norm, no_sync). The C++ trainer engine zerostate-worker runs too,
+through its C API: zerostate.policy (clip, fp16 loss scale, LR schedule,
+trainer_state) and zerostate.pipeline (the bucket plan, the push thread,
+the coordinator's statistics, decision and Step).
 """
 
 import os
@@ -63,6 +68,7 @@ import warnings
 import torch
 
 from zerostate.client import Client, ZerostateError
+from zerostate.pipeline import Pusher, coordinate, send_ahead
 from zerostate.policy import Policy
 from zerostate.torch import buckets as bk
 from zerostate.torch import checkpoint as ckpt
@@ -162,24 +168,24 @@ class Engine(ModuleSurface):
     def _install(self, bucket_elems, lazy_weights):
         """Buckets and gradient hooks; gather buffers and (lazy) forward
         pre-hooks; on a GPU the side stream of the host copies and the push
-        thread (streams.py)."""
+        thread (zerostate.pipeline)."""
         self._side = streams.Side(self.device)
         self._step_mark = None  # Side.mark() at the last step
         self._staging = streams.Staging(self.client, self.device)
-        self._pusher = streams.Pusher()
+        self._pusher = Pusher()
         # Under a delayed update, a bucket is pushed as soon as backward
         # finished it and the gathers of the modules it overlaps are in (its
         # blocks reached the version its gradients are for); with several
         # local ranks, whose shares of weights and gradients differ, after
         # the landing.
         self._early_push = self.topo.local_group is None
-        self._buckets = bk.make_buckets(self._entries, bucket_elems, self.reduce_dtype,
-                                        self.grad_dtype, self.device, self.topo.local_world,
-                                        self._staging)
-        self._bucket_of = {}
+        self._buckets = bk.make_buckets(self.job, self._entries, bucket_elems,
+                                        self.reduce_dtype, self.grad_dtype, self.device,
+                                        self.topo, self._staging)
+        self._buckets_of = {}  # id(param) -> the buckets it lies in
         for bucket in self._buckets:
             for p, _, _ in bucket.entries:
-                self._bucket_of[id(p)] = bucket
+                self._buckets_of.setdefault(id(p), []).append(bucket)
         self._hooks = []
         self._grad_nodes = []
         for _, p in self._params:
@@ -266,10 +272,8 @@ class Engine(ModuleSurface):
             self.job.init_weights(b, e, w.data_ptr(), w.numel() * 4)
 
     def _hook(self, p):
-        bucket = self._bucket_of[id(p)]
-
         def ready(*_):
-            self._grad_ready(bucket, p)
+            self._grad_ready(p)
 
         if hasattr(p, "register_post_accumulate_grad_hook"):
             self._hooks.append(p.register_post_accumulate_grad_hook(ready))
@@ -328,18 +332,27 @@ class Engine(ModuleSurface):
         the servers step each block as soon as it is complete. A failure is
         taken up by the step (_service_step), where every rank hears of it."""
         try:
-            self.job.step_ahead(self.global_steps, self.optimizer.param_groups[0]["lr"],
-                                self.policy.unclipped_grad_scale(self._average_over()))
+            send_ahead(self.job, self.policy, self.global_steps, self._average_over(),
+                       lr=self.optimizer.param_groups[0]["lr"])
         except ZerostateError as e:
             self._ahead_error = e
 
-    def _grad_ready(self, bucket, p):
-        bucket.take(p)
+    def _grad_ready(self, p):
+        """p's gradient into the buckets it lies in, then dropped; at the
+        boundary each bucket it completes is pushed."""
+        buckets = self._buckets_of[id(p)]
+        if p.grad is not None:
+            for bucket in buckets:
+                bucket.take(p, p.grad)
+            p.grad = None
         if not self._boundary:
             return
-        bucket.ready += 1
-        if bucket.ready != len(bucket.entries):
-            return
+        for bucket in buckets:
+            bucket.ready += 1
+            if bucket.ready == len(bucket.entries):
+                self._push(bucket)
+
+    def _push(self, bucket):
         if self._pending is None:
             bucket.push(self.job, self.global_steps, self.topo, self._side, self._pusher)
         elif self._early_push:
@@ -380,10 +393,8 @@ class Engine(ModuleSurface):
 
     def _ends_delayed(self, step):
         """Step `step` returns with its update in flight (delayed update)."""
-        c = self.config
-        if not c.delayed or step + 1 < max(c.delayed_warmup, 1):
-            return False
-        return not (self.checkpoint_every and (step + 1) % self.checkpoint_every == 0)
+        checkpoint = bool(self.checkpoint_every and (step + 1) % self.checkpoint_every == 0)
+        return self.policy.ends_delayed(step, checkpoint)
 
     def _service_step(self):
         # The compute stream's end at the step: the backward has read every
@@ -398,11 +409,7 @@ class Engine(ModuleSurface):
                 if not b.pushed:
                     b.push(self.job, step, self.topo, self._side, self._pusher)
             t0 = time.perf_counter()
-            if self._pusher is not None:
-                self._pusher.drain()
-            for b in self._buckets:
-                if b.ticket is not None:
-                    b.ticket.wait()
+            self._pusher.drain()
             t1 = time.perf_counter()
             self.timers["push_wait"] += t1 - t0
             if self._ahead_error is not None:
@@ -510,30 +517,29 @@ class Engine(ModuleSurface):
         self._land()
 
     def _decide(self, step, lr, scales, pending=None):
-        """The coordinator's step: statistics, clipping, loss scale, Step.
+        """The coordinator's step: statistics, clipping, loss scale, Step
+        (zerostate.pipeline.coordinate, the C++ zerostate-worker runs).
         `lr` and `scales`: param_groups' as the step began. `pending`: the
         delayed update this is, which takes the gathers' tickets."""
-        ss, nonfinite = self.job.grad_stats(step)
-        fp16 = self.dtype == torch.float16
-        if nonfinite and not fp16:
-            return ("error", f"step {step}: the summed gradient holds {nonfinite} non-finite "
-                    "(NaN or Inf) values; the step was not applied and the weights are "
-                    "unchanged on the servers", "INVALID_ARGUMENT")
         for i, (now, was) in enumerate(zip(scales, self._lr_scales)):
             if abs(now - was) > 1e-6 * max(abs(was), 1e-30) and lr != 0:
                 return ("error", f"step {step}: param_groups[{i}]['lr'] / param_groups[0]['lr'] "
                         f"is {now:g}, registered as {was:g}: a job's groups keep their lr "
                         "ratios (the LR scheduler must scale every group alike)",
                         "INVALID_ARGUMENT")
-        d = self.policy.decide(step, ss, nonfinite, self._average_over())
-        state = self.policy.state()
-        # The gathers go out first: blocks stream back as the servers step them.
-        self._fetch(step + 1)
-        if pending is not None:
-            pending["tickets"] = self._tickets()
-            pending["fetched"].set()
-        self.job.step(step, lr, d.grad_scale, skip=d.skip, state=state)
-        return ("ok", state, d.skip, d.grad_norm)
+
+        def before_step():
+            # The gathers go out first: blocks stream back as the servers step them.
+            self._fetch(step + 1)
+            if pending is not None:
+                pending["tickets"] = self._tickets()
+                pending["fetched"].set()
+        d, refused = coordinate(self.job, self.policy, step, self._average_over(), lr=lr,
+                                refuse_nonfinite=self.dtype != torch.float16,
+                                before_step=before_step)
+        if refused is not None:
+            return ("error", refused, "INVALID_ARGUMENT")
+        return ("ok", self.policy.state(), d.skip, d.grad_norm)
 
     def _average_over(self):
         """The (rank, micro-batch) terms the summed gradient averages over."""
@@ -571,8 +577,7 @@ class Engine(ModuleSurface):
         flight is waited for, not landed (sync_weights() lands it)."""
         self._join_pending()
         self._drop_pushes()
-        if self._pusher is not None:
-            self._pusher.close()
+        self._pusher.close()
         for h in self._hooks:
             h.remove()
         self._hooks, self._grad_nodes = [], []
@@ -592,12 +597,11 @@ class Engine(ModuleSurface):
             pending["thread"].join()
 
     def _drop_pushes(self):
-        """Waits for the push thread's calls, their errors dropped."""
-        if self._pusher is not None:
-            try:
-                self._pusher.drain()
-            except Exception:  # noqa: BLE001 - the step that made them failed already
-                pass
+        """Waits for the push thread's pushes, their errors dropped."""
+        try:
+            self._pusher.drain()
+        except Exception:  # noqa: BLE001 - the step that made them failed already
+            pass
 
     def _check_alive(self):
         if self._failed is not None:

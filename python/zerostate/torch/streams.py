@@ -2,16 +2,15 @@
 device-to-host and weights host-to-device on a side stream, each copy
 ordered after the compute stream's work by an event, and the compute
 stream waits (an event, not the host) only where it reads what a copy
-wrote; a bucket's push, which needs its copy done, is made by a thread of
-its own (Pusher), so the autograd hook never waits. On the CPU there is no
+wrote; a bucket's push, which needs its copy done, is made by the trainer
+engine's push thread (zerostate.pipeline.Pusher, C++), which waits for the
+copy (host_wait), so the autograd hook never waits. On the CPU there is no
 stream: the copies are plain copies, in the same order, with the same
 results. The host side of each copy lies in the client's shared buffers
 (Staging), so a server on this host reads the pushes from it and writes
 the gathers into it in place."""
 
 import ctypes
-import queue
-import threading
 import warnings
 
 import torch
@@ -152,41 +151,6 @@ def host_waits(event):
         event.synchronize()
 
 
-class Pusher:
-    """Runs each submitted call once its event is done, in order, on a
-    thread of its own (the C calls release the GIL). drain() waits for
-    every call submitted and raises the first error."""
-
-    def __init__(self):
-        self._queue = queue.Queue()
-        self._error = None
-        self._thread = threading.Thread(target=self._run, name="zerostate-push", daemon=True)
-        self._thread.start()
-
-    def submit(self, event, call):
-        self._queue.put((event, call))
-
-    def _run(self):
-        while True:
-            item = self._queue.get()
-            try:
-                if item is None:
-                    return
-                event, call = item
-                host_waits(event)
-                call()
-            except BaseException as e:  # noqa: BLE001 - raised by drain()
-                if self._error is None:
-                    self._error = e
-            finally:
-                self._queue.task_done()
-
-    def drain(self):
-        self._queue.join()
-        if self._error is not None:
-            e, self._error = self._error, None
-            raise e
-
-    def close(self):
-        self._queue.put(None)
-        self._thread.join()
+def host_wait(event):
+    """A call that makes the host wait for `event` (a push thread's wait)."""
+    return lambda: host_waits(event)

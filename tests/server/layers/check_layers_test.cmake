@@ -2,10 +2,12 @@
 # tree whose core includes gRPC and an edge, whose data plane includes the
 # gRPC edge, whose replication includes the client library, the data
 # plane's server side, etcd's membership or another service's stubs, whose
-# membership includes the core, and whose trainer includes the client and
-# the worker, naming each include; the gRPC edge's includes, replication's
-# data-plane connections and stubs, the membership's interface and etcd
-# stubs are allowed.
+# membership includes the core, whose trainer includes the client and
+# the worker, and whose trainer engine includes the client's internals, the
+# server and the worker, naming each include; the gRPC edge's includes,
+# replication's data-plane connections and stubs, the membership's
+# interface and etcd stubs, and the client's public API in the trainer
+# engine are allowed.
 # Run as: cmake -DSOURCE=<tree> -DFIXTURE=<bad tree> -P check_layers_test.cmake
 set(check ${SOURCE}/cmake/check_layers.cmake)
 
@@ -31,7 +33,10 @@ foreach(expected
     "server/replication/uses_client.cc: #include zerostate/v1/state_service.grpc.pb.h"
     "server/membership/uses_core.h: #include server/core/primaries.h"
     "trainer/uses_client.h: #include client/client.h"
-    "trainer/uses_client.h: #include worker/engine.h")
+    "trainer/uses_client.h: #include worker/engine.h"
+    "trainer/engine/uses_internals.cc: #include client/client_impl.h"
+    "trainer/engine/uses_internals.cc: #include server/core/primaries.h"
+    "trainer/engine/uses_internals.cc: #include worker/engine.h")
   string(FIND "${err}" "${expected}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "check_layers.cmake did not name '${expected}':\n${err}")
@@ -39,7 +44,9 @@ foreach(expected
 endforeach()
 foreach(allowed "server/core/job.h (" "data_session.h" "server/rpc/fine.cc" "trainer/step_policy.h"
     "include server/membership/membership.h" "include client/data_conn.h"
-    "include zerostate/v1/replica.grpc.pb.h" "include server/membership/etcd_rpc.grpc.pb.h")
+    "include zerostate/v1/replica.grpc.pb.h" "include server/membership/etcd_rpc.grpc.pb.h"
+    "include client/client.h (trainer/engine" "include client/c_api_handles.h"
+    "include trainer/policy.h")
   string(FIND "${err}" "${allowed}" at)
   if(NOT at EQUAL -1)
     message(FATAL_ERROR "check_layers.cmake refused an allowed include '${allowed}':\n${err}")

@@ -17,7 +17,7 @@
 
 #include "common/convert.h"
 #include "common/init.h"
-#include "worker/buckets.h"
+#include "trainer/bucket_plan.h"
 #include "worker/mlp.h"
 #include "worker/teacher_data.h"
 
@@ -152,7 +152,8 @@ TEST(CudaBackendTest, LayerLandingAndStartedReduceScattersMatchTheWholeSchedule)
   Model m;
   Mlp cpu(m.config);
   cpu.Bind(m.layout);
-  const std::vector<Range> buckets = BackwardBuckets(m.layout, cpu.ReadyPoints(), 1);  // one block each
+  // One block each.
+  const std::vector<Range> buckets = trainer::BackwardBuckets(m.layout, cpu.ReadyPoints(), 1);
   ASSERT_GT(buckets.size(), 2u);
   std::vector<float> x(kBatch * m.config.input_dim()), y(kBatch * m.config.output_dim());
   TeacherData(m.config).Fill(0, kBatch, x.data(), y.data());

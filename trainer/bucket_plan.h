@@ -1,4 +1,6 @@
-// How the flat gradient space is cut for overlap and split inside a node.
+// How the flat gradient space is cut for overlap and split inside a node:
+// the bucket plan both drivers (zerostate-worker, zerostate.torch through
+// trainer/engine/zerostate_engine_c.h) push and gather by.
 //
 // Buckets are block-aligned ranges of the flat space in the order backward
 // finishes them (last layer first): bucket k becomes final when backward
@@ -14,7 +16,7 @@
 #include "common/job_spec.h"
 #include "common/shard_map.h"
 
-namespace zerostate::worker {
+namespace zerostate::trainer {
 
 // The engine's cap on a bucket (BackwardBuckets' max_elems) unless
 // TrainConfig.bucket_elems sets one: 16 MiB of
@@ -46,4 +48,21 @@ Range LocalShare(Range bucket, uint32_t ranks, uint32_t rank);
 // kTensorAlignElems.
 uint64_t LocalChunk(Range bucket, uint32_t ranks);
 
-}  // namespace zerostate::worker
+// One bucket of a rank's plan: its range of the flat space, the rank's
+// share of it (LocalShare), and where that share lies in the rank's
+// staging (the sum of the shares of the buckets before it).
+struct PlannedBucket {
+  Range elems;
+  Range share;
+  uint64_t staging = 0;
+  bool operator==(const PlannedBucket&) const = default;
+};
+
+// BackwardBuckets(layout, ready_points, max_elems), each bucket with local
+// rank `rank`'s share among `ranks` and its staging offset; the staging a
+// rank needs is the last bucket's staging plus its share's size.
+// REQUIRES: ranks >= 1, rank < ranks.
+std::vector<PlannedBucket> PlanBuckets(const Layout& layout, std::vector<uint64_t> ready_points,
+                                       uint64_t max_elems, uint32_t ranks, uint32_t rank);
+
+}  // namespace zerostate::trainer

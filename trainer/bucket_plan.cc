@@ -1,8 +1,8 @@
-#include "worker/buckets.h"
+#include "trainer/bucket_plan.h"
 
 #include <algorithm>
 
-namespace zerostate::worker {
+namespace zerostate::trainer {
 
 std::vector<Range> BackwardBuckets(const Layout& layout, std::vector<uint64_t> ready_points,
                                    uint64_t max_elems) {
@@ -38,4 +38,16 @@ Range LocalShare(Range bucket, uint32_t ranks, uint32_t rank) {
                std::min(bucket.begin + chunk * (rank + 1), bucket.end)};
 }
 
-}  // namespace zerostate::worker
+std::vector<PlannedBucket> PlanBuckets(const Layout& layout, std::vector<uint64_t> ready_points,
+                                       uint64_t max_elems, uint32_t ranks, uint32_t rank) {
+  std::vector<PlannedBucket> plan;
+  uint64_t staging = 0;
+  for (Range elems : BackwardBuckets(layout, std::move(ready_points), max_elems)) {
+    const Range share = LocalShare(elems, ranks, rank);
+    plan.push_back(PlannedBucket{elems, share, staging});
+    staging += share.size();
+  }
+  return plan;
+}
+
+}  // namespace zerostate::trainer

@@ -1,8 +1,8 @@
-#include "worker/buckets.h"
+#include "trainer/bucket_plan.h"
 
 #include <gtest/gtest.h>
 
-namespace zerostate::worker {
+namespace zerostate::trainer {
 namespace {
 
 Layout MakeLayout(uint64_t used, uint32_t block) {
@@ -13,7 +13,7 @@ Layout MakeLayout(uint64_t used, uint32_t block) {
   return l;
 }
 
-TEST(BucketsTest, BlockAlignedDescendingAndCovering) {
+TEST(BucketPlanTest, BlockAlignedDescendingAndCovering) {
   Layout l = MakeLayout(1000, 128);
   auto b = BackwardBuckets(l, {0, 300, 640, 700});
   ASSERT_EQ(b.size(), 4u);
@@ -23,7 +23,7 @@ TEST(BucketsTest, BlockAlignedDescendingAndCovering) {
   EXPECT_EQ(b[3], (Range{0, 384}));
 }
 
-TEST(BucketsTest, PointsInsideOneBlockGiveOneBucket) {
+TEST(BucketPlanTest, PointsInsideOneBlockGiveOneBucket) {
   Layout l = MakeLayout(100, 128);
   auto b = BackwardBuckets(l, {0, 10, 50});
   ASSERT_EQ(b.size(), 1u);
@@ -32,7 +32,7 @@ TEST(BucketsTest, PointsInsideOneBlockGiveOneBucket) {
 
 // A cap cuts each layer's bucket into whole-block pieces from the layer's
 // begin, the last (highest) piece shorter; buckets under it stay whole.
-TEST(BucketsTest, CapCutsLongBucketsInWholeBlocksFromTheirBegin) {
+TEST(BucketPlanTest, CapCutsLongBucketsInWholeBlocksFromTheirBegin) {
   Layout l = MakeLayout(1000, 128);
   auto b = BackwardBuckets(l, {0, 300, 640, 700}, 200);  // cap 256: two blocks
   EXPECT_EQ(b, (std::vector<Range>{{768, 1000}, {640, 768}, {384, 640}, {256, 384}, {0, 256}}));
@@ -46,7 +46,7 @@ TEST(BucketsTest, CapCutsLongBucketsInWholeBlocksFromTheirBegin) {
   EXPECT_EQ(BackwardBuckets(l, {0, 300}, 1000), BackwardBuckets(l, {0, 300}));
 }
 
-TEST(BucketsTest, LocalSharesPartitionTheBucketInAlignedUnits) {
+TEST(BucketPlanTest, LocalSharesPartitionTheBucketInAlignedUnits) {
   for (uint32_t ranks : {1u, 2u, 3u, 4u, 7u}) {
     Range bucket{256, 256 + 64 * 10 + 5};
     uint64_t pos = bucket.begin;
@@ -60,12 +60,30 @@ TEST(BucketsTest, LocalSharesPartitionTheBucketInAlignedUnits) {
   }
 }
 
-TEST(BucketsTest, MoreRanksThanUnitsLeavesSomeEmpty) {
+TEST(BucketPlanTest, MoreRanksThanUnitsLeavesSomeEmpty) {
   Range bucket{0, 64};
   EXPECT_EQ(LocalShare(bucket, 3, 0), (Range{0, 64}));
   EXPECT_TRUE(LocalShare(bucket, 3, 1).empty());
   EXPECT_TRUE(LocalShare(bucket, 3, 2).empty());
 }
 
+TEST(BucketPlanTest, PlanGivesEachBucketTheRanksShareAndItsStagingOffset) {
+  Layout l = MakeLayout(1000, 128);
+  for (uint32_t ranks : {1u, 2u, 3u}) {
+    for (uint32_t r = 0; r < ranks; ++r) {
+      const auto buckets = BackwardBuckets(l, {0, 300, 640, 700}, 200);
+      const auto plan = PlanBuckets(l, {0, 300, 640, 700}, 200, ranks, r);
+      ASSERT_EQ(plan.size(), buckets.size());
+      uint64_t staging = 0;
+      for (size_t i = 0; i < plan.size(); ++i) {
+        EXPECT_EQ(plan[i].elems, buckets[i]) << i;
+        EXPECT_EQ(plan[i].share, LocalShare(buckets[i], ranks, r)) << i;
+        EXPECT_EQ(plan[i].staging, staging) << i;
+        staging += plan[i].share.size();
+      }
+    }
+  }
+}
+
 }  // namespace
-}  // namespace zerostate::worker
+}  // namespace zerostate::trainer

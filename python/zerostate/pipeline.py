@@ -1,0 +1,140 @@
+"""The trainer engine's pipeline (trainer/engine/zerostate_engine_c.h),
+the C++ that zerostate-worker runs too: the bucket plan of a job's flat
+space, the push thread, and the coordinator's step. Methods raise
+ZerostateError."""
+
+import ctypes
+import threading
+
+from zerostate import _capi
+from zerostate._capi import lib
+from zerostate.client import _call, _check
+from zerostate.policy import Decision
+
+_ABORTED = 10
+
+
+def bucket_plan(job, ready_points, max_elems, local_size=1, local_rank=0):
+    """[zs_bucket] of `job` in the order backward finishes them: cut at
+    the block boundary at or after each flat offset of `ready_points`,
+    pieces of at most `max_elems` (rounded up to blocks; 0: no cap), each
+    with local rank `local_rank`'s share among `local_size`
+    (trainer/bucket_plan.h)."""
+    points = (ctypes.c_uint64 * len(ready_points))(*ready_points)
+    count = ctypes.c_size_t()
+    what = f"job {job.job_id}: bucket plan"
+    args = (job._h, points, len(ready_points), max_elems, local_size, local_rank)
+    _call(what, lib.zs_job_bucket_plan, *args, None, 0, ctypes.byref(count))
+    out = (_capi.Bucket * count.value)()
+    _call(what, lib.zs_job_bucket_plan, *args, out, count.value, ctypes.byref(count))
+    return list(out)
+
+
+class _Waits:
+    """Python callables as zs_wait_fn: an exception is kept (the first)
+    and the C++ side sees ABORTED; raise_first() raises it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._error = None
+
+    def wrap(self, call):
+        def run(_arg):
+            try:
+                call()
+                return 0
+            except BaseException as e:  # noqa: BLE001 - raised by raise_first()
+                with self._lock:
+                    if self._error is None:
+                        self._error = e
+                return _ABORTED
+        return _capi.WAIT_FN(run)
+
+    def raise_first(self, err):
+        """Raises the first exception kept, if any (freeing the C error
+        message `err`, a c_void_p, then)."""
+        with self._lock:
+            raised, self._error = self._error, None
+        if raised is not None:
+            _capi.take_string(err.value)
+            raise raised
+
+
+def coordinate(job, policy, step, average_over, lr=None, refuse_nonfinite=False,
+               before_step=None):
+    """The coordinator's part of step `step` (trainer::CoordinateStep, as
+    zerostate-worker runs it): the summed gradient's statistics, `policy`'s
+    decision (moving it on), then `before_step()` (if given: e.g. the
+    gathers of the new version put out) and the Step carrying the policy's
+    trainer_state, with `lr` (None: the policy's schedule). Returns
+    (Decision, refused): `refused` is the message when refuse_nonfinite
+    and the gradient held non-finite values (nothing sent, the policy
+    unchanged), else None. Raises ZerostateError naming the call that
+    failed, or before_step's own exception."""
+    waits = _Waits()
+    wait = _capi.Wait(waits.wrap(before_step), None) if before_step is not None else None
+    d, refused = _capi.StepDecision(), ctypes.c_int()
+    stage, err = ctypes.c_void_p(), ctypes.c_void_p()
+    rc = lib.zs_coordinate(job._h, policy._h, step, float(average_over),
+                           float(lr if lr is not None else 0), int(lr is not None),
+                           int(refuse_nonfinite), ctypes.byref(wait) if wait else None,
+                           ctypes.byref(d), ctypes.byref(refused), ctypes.byref(stage),
+                           ctypes.byref(err))
+    stage = _capi.take_string(stage.value)
+    waits.raise_first(err)
+    if refused.value:
+        return None, _capi.take_string(err.value)
+    _check(rc, err, f"job {job.job_id}: {stage}")
+    return Decision(bool(d.skip), d.grad_scale, d.grad_norm, d.clip_factor, d.lr,
+                    d.next_loss_scale), None
+
+
+def send_ahead(job, policy, step, average_over, lr=None):
+    """The speculative step's parameters for step `step`, sent ahead of its
+    gradients (trainer::SendAhead): the grad_scale coordinate() will carry
+    if nothing is clipped or skipped, and `lr` (None: the policy's
+    schedule). Raises ZerostateError."""
+    _call(f"job {job.job_id}: step {step} sent ahead", lib.zs_send_ahead, job._h, policy._h,
+          step, float(average_over), float(lr if lr is not None else 0), int(lr is not None))
+
+
+class Pusher:
+    """A push thread (trainer::Pusher): push() queues a push behind the
+    earlier ones and returns; on the thread its waits (Python callables,
+    e.g. a CUDA event's synchronize) run in order, then the push starts.
+    drain() waits for every push and raises the first error (a wait's own
+    exception if a wait raised). Buffers and waits are kept alive until
+    then."""
+
+    def __init__(self):
+        h = ctypes.c_void_p()
+        _call("push thread", lib.zs_pusher_create, ctypes.byref(h))
+        self._h = h
+        self._keep = []
+        self._waits = _Waits()
+
+    def push(self, job, step, node, begin, end, ptr, nbytes, dtype, keep=None, waits=()):
+        fns = [self._waits.wrap(w) for w in waits]
+        array = (_capi.Wait * len(fns))(*[_capi.Wait(f, None) for f in fns])
+        _call(f"job {job.job_id}: push of step {step} [{begin}, {end})", lib.zs_pusher_push,
+              self._h, job._h, step, node, begin, end, ptr, nbytes, dtype, array, len(fns))
+        self._keep.append((keep, fns, array, job))
+
+    def drain(self):
+        what, err = ctypes.c_void_p(), ctypes.c_void_p()
+        rc = lib.zs_pusher_drain(self._h, ctypes.byref(what), ctypes.byref(err))
+        what = _capi.take_string(what.value)
+        jobs, self._keep = {k[3].job_id for k in self._keep}, []
+        self._waits.raise_first(err)
+        # As a push's ticket names it: "job <id>: push of step <s> [<b>, <e>)".
+        _check(rc, err, f"job {', '.join(sorted(jobs))}: {what}")
+
+    def close(self):
+        """Waits for every push (errors dropped) and ends the thread."""
+        if self._h:
+            lib.zs_pusher_free(self._h)
+            self._h = ctypes.c_void_p()
+            self._keep = []
+
+    def __del__(self):
+        self.close()
