@@ -84,7 +84,8 @@ absl::StatusOr<PushOutcome> JobPushes::Push(const ChunkView& c, absl::Time deadl
       }
       // The previous version's sum still travels to the backups straight
       // from the accumulator (Block::PinSum): written only once it went.
-      if (b.sum_pinned()) {
+      // (A complete block takes no more writes: a retry is a duplicate.)
+      if (b.sum_pinned() && !b.acc.complete()) {
         std::function<bool()> unpinned = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
           return shard_.shutting_down() || b.SumUnpinned();
         };
