@@ -273,7 +273,11 @@ void ShardReplicator::SendLane(uint64_t step, uint64_t transfer,
   auto send = [&](uint64_t block, std::string_view bytes) {
     sum.set_block(block);
     for (auto& st : calls) {
-      if (st->status.ok()) st->status = owner_.SendSum(*st->conn, token_, sum, bytes);
+      if (st->status.ok()) st->status = owner_.SendSumFrame(*st->conn, token_, sum, bytes);
+    }
+    // Every copy's frame before the first answer: the copies receive at once.
+    for (auto& st : calls) {
+      if (st->status.ok()) st->status = owner_.RecvSumAck(*st->conn);
     }
   };
   std::string scratch;  // a sum widened from single-gradient mode
