@@ -18,6 +18,7 @@ struct ShardReplicator::Stream {
   std::string address;
   std::unique_ptr<client::DataConn> conn;  // null: could not be had
   absl::Status status;  // the first failure on this lane (then no more sums on it)
+  bool owed = false;    // the last frame's answer is still to read
 };
 ShardReplicator::ShardReplicator(Replicator& owner, Job& job,
                                  std::vector<std::pair<uint32_t, std::string>> copies,
@@ -270,15 +271,22 @@ void ShardReplicator::SendLane(uint64_t step, uint64_t transfer,
   sum.set_shard(shard_);
   sum.set_transfer(transfer);
   owner_.StampTerm(job_id_, shard_, sum.mutable_term());
+  // The answer to a frame is read once the next frame went (or the lane
+  // ends): no round trip between two sums. Every copy's frame goes before
+  // any answer is read, so the copies receive at once.
+  auto answers = [&] {
+    for (auto& st : calls) {
+      if (st->status.ok() && st->owed) st->status = owner_.RecvSumAck(*st->conn);
+      st->owed = false;
+    }
+  };
   auto send = [&](uint64_t block, std::string_view bytes) {
     sum.set_block(block);
     for (auto& st : calls) {
       if (st->status.ok()) st->status = owner_.SendSumFrame(*st->conn, token_, sum, bytes);
     }
-    // Every copy's frame before the first answer: the copies receive at once.
-    for (auto& st : calls) {
-      if (st->status.ok()) st->status = owner_.RecvSumAck(*st->conn);
-    }
+    answers();
+    for (auto& st : calls) st->owed = st->status.ok();
   };
   std::string scratch;  // a sum widened from single-gradient mode
   absl::MutexLock lock(&mu_);
@@ -323,6 +331,9 @@ void ShardReplicator::SendLane(uint64_t step, uint64_t transfer,
          copied ? std::string_view(payload->grads[local].second) : Pinned(local, &scratch));
     mu_.Lock();
   }
+  mu_.Unlock();
+  answers();  // the last frames'
+  mu_.Lock();
 }
 
 std::function<std::vector<ShardReplicator::Result>()> ShardReplicator::SendWhole(
