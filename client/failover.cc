@@ -102,6 +102,11 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
   std::vector<uint32_t> copies = ReplicaServers(servers, shard, spec_.replicas());
   std::stable_partition(copies.begin(), copies.end(),
                         [from](uint32_t s) { return static_cast<int>(s) != from; });
+  // A shard of no block (more servers than blocks) holds no state a copy
+  // could be behind on: every copy that answers for it may take it, at
+  // version 0, and nothing is pushed to it again.
+  const bool empty =
+      ShardBlocks(layout_.num_blocks(), static_cast<uint32_t>(servers), shard).empty();
   // The first copy that answers for the shard takes it; none: nullopt.
   auto take_over = [&]() -> std::optional<absl::Status> {
     for (uint32_t to : copies) {
@@ -118,12 +123,12 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
       // at the step in progress, never at 0 (a copy registered again and
       // not caught up). Its calls then carry its new incarnation.
       const bool restarted = resp.incarnation() != job_.incarnations->Of(static_cast<int>(to));
-      if (restarted && (version == 0 || version < step)) {
+      if (!empty && restarted && (version == 0 || version < step)) {
         answers[to] = std::string(
             CheckIncarnation(job_, static_cast<int>(to), resp.incarnation()).message());
         continue;
       }
-      if (!pushes.empty() && version < step) {
+      if (!empty && !pushes.empty() && version < step) {
         return absl::AbortedError(absl::StrCat(
             "shard ", shard, " of job ", spec_.job_id(), ": its server ",
             client_->server(from).address(), " is gone and its backup ",
@@ -139,7 +144,7 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
                                 resp.incarnation(), client_->server(static_cast<int>(to)).cutter()));
       }
       job_.routes->Move(shard, from, static_cast<int>(to));
-      if (pushes.empty() || version > step) return absl::OkStatus();  // applied there
+      if (empty || pushes.empty() || version > step) return absl::OkStatus();  // applied there
       return PushAgain(shard, pushes);
     }
     return std::nullopt;

@@ -46,15 +46,14 @@ inline constexpr FloorStage kFloorStages[] = {
     {"gather", 8, 8, false},
     // Each node reads them (2) and writes them as fp32 (4).
     {"unpack", 12, 12, false},
-    // The primary copies each block's fp32 sum for the lanes (CopySum, or
-    // OnPass once the Step is decided): read 4, write 4.
-    {"sum_copy", 0, 8, false},
-    // The primary's send(): the kernel copies the frame into socket
-    // buffers, read 4, write 4.
+    // The primary's send(), straight from the block's accumulator (no copy
+    // of the sum first): the kernel copies the frame into socket buffers,
+    // read 4, write 4.
     {"send", 0, 8, false, true},
-    // The backup zero-fills the frame's string (4), then recv() copies the
-    // socket buffers into it (read 4, write 4).
-    {"receive", 0, 12, true, true},
+    // The backup's recv() copies the socket buffers into a buffer recycled
+    // from an applied step (KeptSums::Buffer: not zero-filled), read 4,
+    // write 4.
+    {"receive", 0, 8, true, true},
     // The backup's ApplyReplicatedStep copies each sum into its
     // accumulator (GradientAccumulator::SetSum): read 4, write 4.
     {"backup_fold", 0, 8, true, true},

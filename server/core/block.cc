@@ -89,4 +89,28 @@ absl::Status Block::Restore(uint64_t to) {
   return absl::OkStatus();
 }
 
+absl::Status Block::PinSum() {
+  if (!acc.complete()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "PinSum: block ", index, " at version ", version, " has no complete sum to pin"));
+  }
+  ++sum_pins_;
+  return absl::OkStatus();
+}
+
+absl::Status Block::UnpinSum() {
+  if (sum_pins_ == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("UnpinSum: block ", index, " at version ", version, "'s sum is not pinned"));
+  }
+  --sum_pins_;
+  return absl::OkStatus();
+}
+
+std::string_view Block::PinnedSum() const {
+  const float* sum = acc.sum();
+  if (sum == nullptr) return {};
+  return std::string_view(reinterpret_cast<const char*>(sum), size_t{required} * sizeof(float));
+}
+
 }  // namespace zerostate::server

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -133,6 +134,29 @@ class Block {
   // catch-up).
   [[nodiscard]] absl::Status Restore(uint64_t to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
+  // The summed gradient read without `mu` by a primary's replicator
+  // (server/replication/shard_replicator.h), which sends it to the
+  // backups straight from the accumulator while the pass reads it too.
+  // While the sum is pinned nothing writes it: every writer (a push of
+  // the next version, a replicated step's SetSum, a restore) calls
+  // AwaitSumUnpinned first. A commit does not wait: Reset keeps the sum's
+  // memory and values, and the pass only reads it.
+  // Complete -> one more pin. Refused (FAILED_PRECONDITION naming the
+  // block) while the accumulator is not complete: there is no sum yet.
+  [[nodiscard]] absl::Status PinSum() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Pinned -> one pin fewer. Refused when not pinned.
+  [[nodiscard]] absl::Status UnpinSum() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  bool sum_pinned() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return sum_pins_ > 0; }
+  void AwaitSumUnpinned() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    mu.Await(absl::Condition(this, &Block::SumUnpinned));
+  }
+  bool SumUnpinned() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return sum_pins_ == 0; }
+  // The pinned sum's first `required` fp32 elements as bytes, readable
+  // without `mu` until the pin that covers it goes; empty in single-
+  // gradient mode (no fp32 sum: GradientAccumulator::CopySum widens it).
+  // REQUIRES: sum_pinned().
+  std::string_view PinnedSum() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
   // A speculative job's next state, computed aside; a confirmed one is
   // exchanged with the tier's (StateTier::Exchange), and this then holds
   // the memory for the next speculation.
@@ -172,6 +196,7 @@ class Block {
   absl::Status Refused(const char* transition) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   bool stepping_ ABSL_GUARDED_BY(mu) = false;
+  uint32_t sum_pins_ ABSL_GUARDED_BY(mu) = 0;
   Speculation speculation_ ABSL_GUARDED_BY(mu) = Speculation::kNone;
   StepParams spec_params_ ABSL_GUARDED_BY(mu);
 };

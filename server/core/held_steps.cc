@@ -7,7 +7,8 @@
 namespace zerostate::server {
 
 absl::StatusOr<bool> HeldSteps::Hold(const v1::StepRequest& req, JobPushes::ReplicatedGrads grads,
-                                     ThreadPool& pool, size_t max_held) {
+                                     ThreadPool& pool, size_t max_held,
+                                     SumBuffers* recycle) {
   // The bound on the lag: the oldest steps apply here, on the primary's call.
   while (true) {
     {
@@ -19,7 +20,7 @@ absl::StatusOr<bool> HeldSteps::Hold(const v1::StepRequest& req, JobPushes::Repl
   absl::MutexLock lock(&mu_);
   auto hold = CheckLocked(req, grads);
   if (!hold.ok() || !*hold) return hold;
-  held_.push_back(Held{req, std::move(grads), &pool});
+  held_.push_back(Held{req, std::move(grads), &pool, recycle});
   count_.store(held_.size(), std::memory_order_release);
   return true;
 }
@@ -60,12 +61,18 @@ absl::Status HeldSteps::ApplyOne() {
     oldest = &held_.front();  // stays put: only apply_mu_'s holder removes steps
   }
   auto out = pushes_.ApplyReplicatedStep(oldest->req, oldest->grads, *oldest->pool);
-  absl::MutexLock lock(&mu_);
   if (out.ok()) {
-    held_.pop_front();
-    count_.store(held_.size(), std::memory_order_release);
+    Held applied;
+    {
+      absl::MutexLock lock(&mu_);
+      applied = std::move(held_.front());
+      held_.pop_front();
+      count_.store(held_.size(), std::memory_order_release);
+    }
+    if (applied.recycle != nullptr) applied.recycle->Recycle(std::move(applied.grads));
     return absl::OkStatus();
   }
+  absl::MutexLock lock(&mu_);
   failed_ = absl::FailedPreconditionError(
       absl::StrCat("it acknowledged step ", oldest->req.step(),
                    " but could not apply it: ", out.status().message()));

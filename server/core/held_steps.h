@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/job_pushes.h"
+#include "server/core/replica_sums.h"
 #include "server/core/job_step.h"
 #include "server/core/thread_pool.h"
 #include "zerostate/v1/state_service.pb.h"
@@ -51,7 +52,8 @@ class HeldSteps {
   HeldSteps& operator=(const HeldSteps&) = delete;
 
   // Holds step req.step() with `grads` (every block's summed gradient),
-  // to apply on `pool` (which outlives the job) later. First, while
+  // to apply on `pool` (which outlives the job) later; once applied, the
+  // sums go back to `recycle` (null: freed; it outlives the job). First, while
   // `max_held` (>= 1) steps are held, applies the oldest. Returns true when
   // held, false when the copy holds or applied the step already (a
   // primary's retry: acknowledged again). Checked first, nothing changes
@@ -61,7 +63,8 @@ class HeldSteps {
   // apply).
   [[nodiscard]] absl::StatusOr<bool> Hold(const v1::StepRequest& req,
                                           JobPushes::ReplicatedGrads grads, ThreadPool& pool,
-                                          size_t max_held) ABSL_LOCKS_EXCLUDED(apply_mu_, mu_);
+                                          size_t max_held, SumBuffers* recycle = nullptr)
+      ABSL_LOCKS_EXCLUDED(apply_mu_, mu_);
 
   // Applies the oldest held step, if any (a pool task queued per held
   // step, or Hold's bound). Errors: the apply's (the copy is deposed).
@@ -81,6 +84,7 @@ class HeldSteps {
     v1::StepRequest req;
     JobPushes::ReplicatedGrads grads;
     ThreadPool* pool = nullptr;
+    SumBuffers* recycle = nullptr;
   };
   // The checks of Hold under mu_: true to hold, false when held or
   // applied already.

@@ -82,6 +82,21 @@ absl::StatusOr<PushOutcome> JobPushes::Push(const ChunkView& c, absl::Time deadl
         if (shard_.shutting_down()) return absl::UnavailableError("server is shutting down");
         if (f.step != b.version) continue;  // the step moved on meanwhile: judged afresh
       }
+      // The previous version's sum still travels to the backups straight
+      // from the accumulator (Block::PinSum): written only once it went.
+      // (A complete block takes no more writes: a retry is a duplicate.)
+      if (b.sum_pinned() && !b.acc.complete()) {
+        std::function<bool()> unpinned = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
+          return shard_.shutting_down() || b.SumUnpinned();
+        };
+        if (!b.mu.AwaitWithDeadline(absl::Condition(&unpinned), deadline)) {
+          return absl::UnavailableError(absl::StrCat(
+              "step ", f.step, ": block ", b.index,
+              "'s previous sum was still being sent to its backups; push again"));
+        }
+        if (shard_.shutting_down()) return absl::UnavailableError("server is shutting down");
+        continue;  // judged afresh
+      }
       // Read before trying, under the mutex: a change after it is seen.
       if (staging != nullptr) seen = staging->generation();
       Timeline::Record("fold_begin", static_cast<int64_t>(b.index), static_cast<int64_t>(f.node));
@@ -146,7 +161,7 @@ PushClaim JobPushes::ClaimPush(const ChunkFields& f, size_t data_bytes) {
   if (!ref.ok()) return claim;
   Block& b = *ref->block;
   absl::MutexLock lock(&b.mu);
-  if (f.step != b.version) return claim;
+  if (f.step != b.version || b.sum_pinned()) return claim;  // Push waits for the pin
   float* into = b.acc.Claim(f.node, ref->offset, ref->count, f.dtype);
   if (into == nullptr) return claim;
   claim.step_ = &step_;
@@ -279,6 +294,7 @@ absl::StatusOr<StepOutcome> JobPushes::ApplyReplicatedStep(const v1::StepRequest
     absl::MutexLock lock(&b.mu);
     if (b.version != step) return;
     b.AwaitSpeculation();  // it reads the sum this replaces
+    b.AwaitSumUnpinned();
     b.acc.SetSum(reinterpret_cast<const float*>(by_local[b.local]->data()));
     step_.OnComplete(b);
   });

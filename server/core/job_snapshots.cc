@@ -77,6 +77,7 @@ absl::Status JobSnapshots::RestoreBlock(uint64_t local, const float* state, uint
   Block& b = shard_.local_block(local);
   absl::MutexLock lock(&b.mu);
   b.AwaitSpeculation();  // it reads the state and the sum this replaces
+  b.AwaitSumUnpinned();  // a replicator sends the sum
   if (auto s = shard_.tier().Store(local, state); !s.ok()) return s;
   if (!b.lowp.empty()) EncodeFloats(state, b.required, shard_.spec().weight_dtype(), b.lowp.data());
   return b.Restore(version);  // not stepping (one writer), not kRunning: awaited above

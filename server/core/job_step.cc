@@ -380,7 +380,7 @@ bool JobStep::CopyOnWrite(Block& b, const float* state) {
 }
 
 absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPool& pool,
-                              StepReplicator* replicator, uint64_t* stepped, StepOutcome* out) {
+                              uint64_t* stepped, StepOutcome* out) {
   std::vector<uint64_t> todo;
   for (const auto& bp : blocks()) {
     absl::MutexLock lock(&bp->mu);
@@ -395,7 +395,6 @@ absl::Status JobStep::RunPass(uint64_t step, const StepParams& params, ThreadPoo
     absl::MutexLock lock(&b.mu);
     b.AwaitSpeculation();  // its result, in a moment
     if (b.version != step) return false;
-    if (replicator != nullptr) replicator->OnPass(b);  // before the commit resets the sum
     const auto start = Clock::now();
     if (CopyOnWrite(b, state)) {
       cow_time.Add(start);
@@ -552,10 +551,7 @@ absl::Status JobStep::Decided(const v1::StepRequest& req, absl::Time deadline,
     stepped = *skipped;
     if (stepped > 0) applied_steps_.RecordSkip(step);
   } else {
-    if (auto s = RunPass(step, ParamsOf(req), pool, *acked ? replicator : nullptr, &stepped, out);
-        !s.ok()) {
-      return s;
-    }
+    if (auto s = RunPass(step, ParamsOf(req), pool, &stepped, out); !s.ok()) return s;
   }
   out->version = step + 1;
   out->already_applied = stepped == 0;

@@ -97,20 +97,18 @@ class StepReplicator {
   virtual void OnBlockComplete(const Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) = 0;
   // Step `req` is decided (called under the pass mutex, before the pass
   // moves any block): sends it, with every block's summed gradient not sent
-  // ahead, to the backups, and `*sent` gets the whole payload (a retry's
-  // Resend; whole once the returned function has run). A sum may be left
-  // to the pass to copy (OnPass). The returned function, called after the
-  // pass (or instead of it), copies any sum still left and waits for the
-  // backups' answers (each holds the step: it applies it later); it must
-  // be called once, without the pass mutex (the next Decide waits until
-  // it returned). Errors (of the wait): UNAVAILABLE naming the backup
-  // that did not acknowledge (the primary's Step fails; its retry resends).
+  // ahead, to the backups, and `*sent` gets the payload (a retry's Resend;
+  // its sums are filled in where the backups did not all acknowledge it).
+  // The sums may go straight from the blocks' accumulators while the pass
+  // reads them too (pinned: Block::PinSum; a commit does not wait, the
+  // next version's pushes do). The returned function, called after the
+  // pass (or instead of it), waits for the backups' answers (each holds
+  // the step: it applies it later) and lets the sums go; it must be called
+  // once, without the pass mutex (the next Decide waits until it
+  // returned). Errors (of the wait): UNAVAILABLE naming the backup that
+  // did not acknowledge (the primary's Step fails; its retry resends).
   virtual std::function<absl::Status()> Decide(const v1::StepRequest& req,
                                                std::shared_ptr<const Payload>* sent) = 0;
-  // Called by the decided step's pass for each block it steps, under b.mu,
-  // before the pass moves it (on the pool's threads, blocks in any order):
-  // a sum Decide left to the pass is copied then. Must not block.
-  virtual void OnPass(const Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) = 0;
   // Sends `payload` whole again (a retried Step the backups did not all
   // acknowledge). Errors as Decide's.
   virtual std::function<absl::Status()> Resend(std::shared_ptr<const Payload> payload) = 0;
@@ -267,12 +265,9 @@ class JobStep {
   // it still may.
   void Speculate(uint64_t local);
 
-  // The optimizer pass of the Step over the blocks still at `step`; each
-  // block is shown to `replicator` (StepReplicator::OnPass) first, unless
-  // it is null.
+  // The optimizer pass of the Step over the blocks still at `step`.
   [[nodiscard]] absl::Status RunPass(uint64_t step, const StepParams& params, ThreadPool& pool,
-                                     StepReplicator* replicator, uint64_t* stepped,
-                                     StepOutcome* out);
+                                     uint64_t* stepped, StepOutcome* out);
   // The Step's skip: the version moves on, the state stays (a speculation
   // is dropped, counted in out->blocks_redone).
   // Returns the elements skipped. Under a running checkpoint the blocks'

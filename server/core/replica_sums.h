@@ -9,11 +9,28 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "zerostate/v1/data_plane.pb.h"
 
 namespace zerostate::server {
+
+// The memory of the sums a backup receives, reused from step to step
+// (server/replication/kept_sums.h implements it), so that each step's
+// sums do not map and fault in fresh pages. Thread-safe.
+class SumBuffers {
+ public:
+  virtual ~SumBuffers() = default;
+  // Memory for a sum of `bytes` about to be received: `bytes` long, its
+  // contents arbitrary (the receive overwrites them), a recycled sum's
+  // where one fits.
+  virtual std::string Buffer(uint64_t bytes) = 0;
+  // Takes back the sums of a step the copy applied, up to a bound; the
+  // rest are freed.
+  virtual void Recycle(std::vector<std::pair<uint64_t, std::string>> sums) = 0;
+};
 
 class ReplicaSums {
  public:
@@ -34,6 +51,8 @@ class ReplicaSums {
   // INVALID_ARGUMENT when the transfer already holds the block's sum
   // (nothing changes).
   [[nodiscard]] virtual absl::Status Keep(const v1::ReplicaSum& sum, std::string bytes) = 0;
+  // Where a checked sum's payload is received (SumBuffers::Buffer).
+  virtual SumBuffers& buffers() = 0;
 };
 
 }  // namespace zerostate::server

@@ -460,7 +460,7 @@ class Session final : public GatherSink {
       return Refuse(f, checked, start, kReplicaSumMethod, FrameType::kReplicaSumAck);
     }
     authorized_ = true;
-    std::string sum(bytes, '\0');
+    std::string sum = ctx_.replica_sums->buffers().Buffer(bytes);
     stream_.SetRecvDeadline(absl::Now() + ctx_.frame_timeout);
     absl::Status read = RecvExact(stream_, sum.data(), bytes);
     if (absl::IsDataLoss(read)) {

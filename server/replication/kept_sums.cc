@@ -49,6 +49,37 @@ void KeptSums::Forget(const std::string& job) {
   PublishLocked();
 }
 
+std::string KeptSums::Buffer(uint64_t bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t i = free_.size(); i-- > 0;) {
+      if (free_[i].size() != bytes) continue;
+      std::string reused = std::move(free_[i]);
+      free_[i] = std::move(free_.back());
+      free_.pop_back();
+      free_bytes_ -= bytes;
+      return reused;
+    }
+  }
+  std::string fresh;
+  fresh.resize(bytes);
+  return fresh;
+}
+
+void KeptSums::Recycle(Sums sums) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [block, sum] : sums) {
+    if (sum.empty() || free_bytes_ + sum.size() > max_free_bytes_) continue;  // freed below
+    free_bytes_ += sum.size();
+    free_.push_back(std::move(sum));
+  }
+}
+
+uint64_t KeptSums::free_bytes() const {
+  absl::MutexLock lock(&mu_);
+  return free_bytes_;
+}
+
 uint64_t KeptSums::bytes() const {
   absl::MutexLock lock(&mu_);
   return bytes_;

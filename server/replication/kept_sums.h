@@ -17,15 +17,19 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "server/core/metrics.h"
+#include "server/core/replica_sums.h"
 
 namespace zerostate::server {
 
-class KeptSums {
+class KeptSums final : public SumBuffers {
  public:
   using Sums = std::vector<std::pair<uint64_t, std::string>>;  // global block, sum
 
-  // `metrics` (may be null) must outlive this object.
-  explicit KeptSums(ServerMetrics* metrics = nullptr) : metrics_(metrics) {}
+  // `metrics` (may be null) must outlive this object. At most
+  // `max_free_bytes` of applied sums wait for reuse (Buffer).
+  explicit KeptSums(ServerMetrics* metrics = nullptr,
+                    uint64_t max_free_bytes = uint64_t{256} << 20)
+      : metrics_(metrics), max_free_bytes_(max_free_bytes) {}
 
   // Adds block `block`'s sum to those kept for (job, shard) under
   // `transfer`; those of another transfer are dropped first. Errors:
@@ -41,6 +45,15 @@ class KeptSums {
   // The bytes of the sums kept.
   uint64_t bytes() const;
 
+  // A buffer of `bytes` for a sum to receive: a recycled one of that size
+  // where there is one, else new. Its contents are arbitrary.
+  std::string Buffer(uint64_t bytes) override;
+  // Keeps `sums`' memory for Buffer while the free ones stay within
+  // max_free_bytes; frees the rest.
+  void Recycle(Sums sums) override;
+  // The bytes of recycled sums waiting for reuse.
+  uint64_t free_bytes() const;
+
  private:
   struct Kept {
     uint64_t transfer = 0;
@@ -55,6 +68,9 @@ class KeptSums {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::pair<std::string, uint32_t>, Kept> kept_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  const uint64_t max_free_bytes_;
+  std::vector<std::string> free_ ABSL_GUARDED_BY(mu_);  // recycled, for Buffer
+  uint64_t free_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace zerostate::server

@@ -131,7 +131,7 @@ grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
   }
   // Acknowledged once held; applied behind the primary (HeldSteps).
   std::shared_ptr<Job> copy = *std::move(job);
-  auto held = copy->held().Hold(*req, std::move(grads), pool_, held_.max_held);
+  auto held = copy->held().Hold(*req, std::move(grads), pool_, held_.max_held, &kept_);
   if (!held.ok()) return ToGrpcStatus(held.status());
   if (*held && !held_.lazy_apply) {
     pool_.Schedule([copy] { (void)copy->held().ApplyOne(); });  // an error deposes the copy

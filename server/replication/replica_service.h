@@ -73,6 +73,7 @@ class ReplicaServiceImpl final : public v1::ReplicaService::Service, public Repl
   [[nodiscard]] absl::Status Check(const std::string& token, const v1::ReplicaSum& sum,
                                    uint64_t bytes) const override;
   [[nodiscard]] absl::Status Keep(const v1::ReplicaSum& sum, std::string bytes) override;
+  SumBuffers& buffers() override { return kept_; }
 
  private:
   // ABORTED when this server serves (job, shard) as primary: its copy

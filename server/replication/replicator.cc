@@ -127,14 +127,20 @@ void Replicator::Release(const std::string& address, std::unique_ptr<client::Dat
 
 absl::Status Replicator::SendSum(client::DataConn& lane, const std::string& token,
                                  const v1::ReplicaSum& sum, std::string_view bytes) const {
+  if (auto s = SendSumFrame(lane, token, sum, bytes); !s.ok()) return s;
+  return RecvSumAck(lane);
+}
+
+absl::Status Replicator::SendSumFrame(client::DataConn& lane, const std::string& token,
+                                      const v1::ReplicaSum& sum, std::string_view bytes) const {
   v1::DataFrameMeta meta;
   meta.set_token(token);
   *meta.mutable_replica_sum() = sum;
   lane.stream().SetDeadline(absl::Now() + options_.timeout);
-  if (auto s = SendFrame(lane.stream(), FrameType::kReplicaSum, meta, bytes.data(), bytes.size());
-      !s.ok()) {
-    return s;
-  }
+  return SendFrame(lane.stream(), FrameType::kReplicaSum, meta, bytes.data(), bytes.size());
+}
+
+absl::Status Replicator::RecvSumAck(client::DataConn& lane) const {
   auto answer = RecvFrameStart(lane.stream());
   if (!answer.ok()) return answer.status();
   if (!answer->has_value()) return absl::UnavailableError("the backup closed the connection");

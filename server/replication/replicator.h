@@ -183,6 +183,12 @@ class Replicator {
   // the connection (the lane is then not to be released).
   [[nodiscard]] absl::Status SendSum(client::DataConn& lane, const std::string& token,
                                      const v1::ReplicaSum& sum, std::string_view bytes) const;
+  // SendSum in two halves, so that one lane's sum travels to several
+  // backups at once: the frame, then (after the frames to the others) its
+  // answer. Errors as SendSum's.
+  [[nodiscard]] absl::Status SendSumFrame(client::DataConn& lane, const std::string& token,
+                                          const v1::ReplicaSum& sum, std::string_view bytes) const;
+  [[nodiscard]] absl::Status RecvSumAck(client::DataConn& lane) const;
   // A call's deadline (Options::timeout) and job token.
   void PrepareCall(grpc::ClientContext& ctx, const std::string& token) const;
   // Whether `address` accepts a connection now, on a new channel (within

@@ -18,6 +18,7 @@ struct ShardReplicator::Stream {
   std::string address;
   std::unique_ptr<client::DataConn> conn;  // null: could not be had
   absl::Status status;  // the first failure on this lane (then no more sums on it)
+  bool owed = false;    // the last frame's answer is still to read
 };
 ShardReplicator::ShardReplicator(Replicator& owner, Job& job,
                                  std::vector<std::pair<uint32_t, std::string>> copies,
@@ -90,7 +91,6 @@ void ShardReplicator::ResetLocked() {
   queue_.clear();
   taken_.assign(blocks_, false);
   sent_.assign(blocks_, false);
-  sums_.assign(blocks_, std::string());
   in_flight_ = 0;
   remaining_.clear();
   next_remaining_ = 0;
@@ -98,9 +98,8 @@ void ShardReplicator::ResetLocked() {
   deciding_ = false;
   streamed_to_.clear();
   decided_.reset();
-  filling_.reset();
-  pending_.assign(blocks_, false);
-  unfilled_ = 0;
+  whole_ = false;
+  pinned_.clear();
   abandon_ = false;
   stream_done_ = false;
   stream_results_.clear();
@@ -130,12 +129,51 @@ void ShardReplicator::Arm(uint64_t step) {
   }
 }
 
-bool ShardReplicator::CopySum(uint64_t local, uint64_t step, std::string* out) const {
+std::string_view ShardReplicator::SumOf(const Block& b, std::string* scratch) {
+  std::string_view bytes = b.PinnedSum();
+  if (b.acc.sum() == nullptr) {  // single-gradient mode: widened into `scratch`
+    b.acc.CopySum(scratch);
+    bytes = *scratch;
+  }
+  return bytes;
+}
+
+std::optional<std::string_view> ShardReplicator::PinFor(uint64_t local, uint64_t step,
+                                                         std::string* scratch) const {
   Block& b = *job_.shard().all_blocks()[local];
   absl::MutexLock lock(&b.mu);
-  if (b.version != step || !b.acc.complete()) return false;
-  b.acc.CopySum(out);
-  return true;
+  if (b.version != step || !b.PinSum().ok()) return std::nullopt;
+  return SumOf(b, scratch);
+}
+
+std::string_view ShardReplicator::Pinned(uint64_t local, std::string* scratch) const {
+  Block& b = *job_.shard().all_blocks()[local];
+  absl::MutexLock lock(&b.mu);
+  return SumOf(b, scratch);
+}
+
+void ShardReplicator::Unpin(uint64_t local) const {
+  Block& b = *job_.shard().all_blocks()[local];
+  absl::MutexLock lock(&b.mu);
+  (void)b.UnpinSum();  // pinned by this object: never refused
+}
+
+void ShardReplicator::FillWhole(Payload& payload) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (whole_) return;
+    whole_ = true;
+  }
+  // The blocks of the step are pinned (Decide), so their sums are the
+  // step's; a block not at the step is skipped by the backup, whatever
+  // it gets.
+  OnLanes(std::max(1, owner_.lanes()), [&](size_t lane) {
+    for (size_t local = lane; local < blocks_; local += std::max(1, owner_.lanes())) {
+      Block& b = *job_.shard().all_blocks()[local];
+      absl::MutexLock lock(&b.mu);
+      b.acc.CopySum(&payload.grads[local].second);
+    }
+  });
 }
 
 void ShardReplicator::StreamLoop() {
@@ -197,9 +235,14 @@ void ShardReplicator::StreamStep(uint64_t step) {
   mu_.Lock();
   lane_fds_.clear();
   const bool give_up = stop_ || abandon_;
-  const std::shared_ptr<const Payload> payload = decided_;
+  const std::shared_ptr<Payload> payload = decided_;
   mu_.Unlock();
   std::vector<Result> results;
+  bool failed = false;  // a lane of some copy
+  for (auto& calls : by_lane) {
+    for (auto& st : calls) failed = failed || !st->status.ok();
+  }
+  if (failed && !give_up) FillWhole(*payload);  // the sums are still pinned
   for (size_t c = 0; c < by_lane[0].size() && !give_up; ++c) {
     const Stream& main = *by_lane[0][c];
     bool whole = true;
@@ -228,15 +271,27 @@ void ShardReplicator::SendLane(uint64_t step, uint64_t transfer,
   sum.set_shard(shard_);
   sum.set_transfer(transfer);
   owner_.StampTerm(job_id_, shard_, sum.mutable_term());
+  // The answer to a frame is read once the next frame went (or the lane
+  // ends): no round trip between two sums. Every copy's frame goes before
+  // any answer is read, so the copies receive at once.
+  auto answers = [&] {
+    for (auto& st : calls) {
+      if (st->status.ok() && st->owed) st->status = owner_.RecvSumAck(*st->conn);
+      st->owed = false;
+    }
+  };
   auto send = [&](uint64_t block, std::string_view bytes) {
     sum.set_block(block);
     for (auto& st : calls) {
-      if (st->status.ok()) st->status = owner_.SendSum(*st->conn, token_, sum, bytes);
+      if (st->status.ok()) st->status = owner_.SendSumFrame(*st->conn, token_, sum, bytes);
     }
+    answers();
+    for (auto& st : calls) st->owed = st->status.ok();
   };
-  std::string bytes;
+  std::string scratch;  // a sum widened from single-gradient mode
   absl::MutexLock lock(&mu_);
-  // Before the step is decided: each block's sum as its push completes it.
+  // Before the step is decided: each block's sum as its push completes it,
+  // pinned in its accumulator while it travels.
   std::function<bool()> next = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stop_ || abandon_ || deciding_ || !queue_.empty();
   };
@@ -249,74 +304,36 @@ void ShardReplicator::SendLane(uint64_t step, uint64_t transfer,
     taken_[local] = true;
     ++in_flight_;
     mu_.Unlock();
-    const bool copied = CopySum(local, step, &bytes);
+    const std::optional<std::string_view> bytes = PinFor(local, step, &scratch);
     mu_.Lock();
     --in_flight_;
-    if (!copied) continue;
+    if (!bytes.has_value()) continue;
     sent_[local] = true;
-    sums_[local] = std::move(bytes);
-    // Sent off the lock, so that Decide does not wait for the network. The
-    // bytes stay where they are until the stream is done: Decide moves the
-    // string (its heap buffer) into the payload, which decided_ keeps.
-    const std::string_view held = sums_[local];
+    // Sent off the lock, so that Decide does not wait for the network.
     mu_.Unlock();
-    send(job_.blocks().begin + local, held);
+    send(job_.blocks().begin + local, *bytes);
+    Unpin(local);
     mu_.Lock();
   }
-  // Decided: a share of the blocks not sent yet.
+  // Decided: a share of the blocks not sent yet, straight from their
+  // accumulators (Decide pinned them) while the pass reads them too, or
+  // from the payload where Decide copied them.
   std::function<bool()> decided = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return stop_ || abandon_ || decided_ != nullptr;
   };
   mu_.Await(absl::Condition(&decided));
-  if (stop_ || abandon_) return;
   const std::shared_ptr<const Payload> payload = decided_;
-  std::function<bool()> ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return stop_ || abandon_ || next_remaining_ < remaining_.size() || unfilled_ == 0;
-  };
-  while (true) {
-    mu_.Await(absl::Condition(&ready));  // the pass copies them (OnPass)
-    if (stop_ || abandon_ || next_remaining_ >= remaining_.size()) return;
-    const auto& [index, grad] = payload->grads[remaining_[next_remaining_++]];
+  while (!stop_ && !abandon_ && next_remaining_ < remaining_.size()) {
+    const uint64_t local = remaining_[next_remaining_++];
+    const bool copied = whole_;
     mu_.Unlock();
-    send(index, grad);
+    send(job_.blocks().begin + local,
+         copied ? std::string_view(payload->grads[local].second) : Pinned(local, &scratch));
     mu_.Lock();
   }
-}
-
-void ShardReplicator::OnPass(const Block& b) {
-  std::shared_ptr<Payload> payload;
-  {
-    absl::MutexLock lock(&mu_);
-    if (filling_ == nullptr || !pending_[b.local]) return;
-    pending_[b.local] = false;
-    payload = filling_;
-  }
-  b.acc.CopySum(&payload->grads[b.local].second);
-  absl::MutexLock lock(&mu_);
-  remaining_.push_back(b.local);
-  --unfilled_;
-}
-
-void ShardReplicator::FillRest() {
-  std::shared_ptr<Payload> payload;
-  std::vector<uint64_t> left;
-  {
-    absl::MutexLock lock(&mu_);
-    payload = filling_;
-    for (uint64_t local = 0; local < blocks_; ++local) {
-      if (pending_[local]) left.push_back(local);
-      pending_[local] = false;
-    }
-  }
-  if (payload == nullptr) return;
-  for (uint64_t local : left) {
-    Block& b = *job_.shard().all_blocks()[local];
-    absl::MutexLock lock(&b.mu);
-    b.acc.CopySum(&payload->grads[local].second);
-  }
-  absl::MutexLock lock(&mu_);
-  for (uint64_t local : left) remaining_.push_back(local);
-  unfilled_ -= left.size();
+  mu_.Unlock();
+  answers();  // the last frames'
+  mu_.Lock();
 }
 
 std::function<std::vector<ShardReplicator::Result>()> ShardReplicator::SendWhole(
@@ -460,7 +477,7 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
                                                       std::shared_ptr<const Payload>* sent) {
   const uint64_t step = req.step();
   const Range range = job_.blocks();
-  std::vector<bool> mine(blocks_, true);  // the blocks Decide copies
+  std::vector<bool> ahead(blocks_, false);  // sent by a lane already
   std::vector<uint32_t> whole;            // the copies that get the step whole
   bool streamed = false;
   {
@@ -475,7 +492,7 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
     deciding_ = true;              // the stream takes no more blocks
     mu_.Await(absl::Condition(
         +[](int* in_flight) { return *in_flight == 0; }, &in_flight_));
-    for (uint64_t local = 0; local < blocks_; ++local) mine[local] = !sent_[local];
+    if (streamed) ahead = sent_;
     for (const auto& [server, address] : copies_) {
       if (!streamed || std::find(streamed_to_.begin(), streamed_to_.end(), server) ==
                            streamed_to_.end()) {
@@ -486,64 +503,74 @@ std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req
   auto payload = std::make_shared<Payload>();
   payload->request = req;
   payload->grads.resize(blocks_);
-  // Where every copy streams, the pass copies the sums not sent (OnPass).
-  const bool by_pass = streamed && whole.empty() && !req.skip();
-  std::vector<uint64_t> to_copy;
   for (uint64_t local = 0; local < blocks_; ++local) {
     payload->grads[local].first = range.begin + local;
-    if (mine[local] && !by_pass) to_copy.push_back(local);
   }
-  // As a backup needs it: a block not at `step` (stepped already) is
-  // skipped there, whatever it gets. Many blocks (nothing was armed, a
-  // copy gets the step whole) are copied by a thread per lane, the pass
-  // waiting.
-  auto copy = [&](size_t first_index, size_t stride) {
-    for (size_t i = first_index; i < to_copy.size(); i += stride) {
-      Block& b = *job_.shard().all_blocks()[to_copy[i]];
-      absl::MutexLock lock(&b.mu);
-      b.acc.CopySum(&payload->grads[to_copy[i]].second);
+  // Where every copy streams, nothing is copied: each block's sum stays
+  // pinned in its accumulator until the backups hold the step (the pass
+  // reads it meanwhile; the next version's pushes wait), and the lanes
+  // send the rest from there.
+  bool copy = !streamed || !whole.empty();
+  std::vector<uint64_t> pinned;
+  for (uint64_t local = 0; local < blocks_ && !copy; ++local) {
+    Block& b = *job_.shard().all_blocks()[local];
+    absl::MutexLock lock(&b.mu);
+    if (b.version == step && b.PinSum().ok()) {
+      pinned.push_back(local);
+    } else {
+      copy = true;  // a block stepped already (a retry after a failed pass)
     }
-  };
-  const size_t threads =
-      std::min<size_t>(std::max(1, owner_.lanes()), std::max<size_t>(1, to_copy.size() / 8));
-  OnLanes(threads, [&](size_t t) { copy(t, threads); });
+  }
   {
     absl::MutexLock lock(&mu_);
     for (uint64_t local = 0; local < blocks_; ++local) {
-      if (!mine[local]) payload->grads[local].second = std::move(sums_[local]);
-      if (mine[local] && !by_pass) remaining_.push_back(local);
-      if (mine[local] && by_pass) {
-        pending_[local] = true;
-        ++unfilled_;
-      }
+      if (!ahead[local]) remaining_.push_back(local);
     }
-    if (by_pass) filling_ = payload;
+    pinned_ = std::move(pinned);
+  }
+  // Else (nothing was armed, a copy gets the step whole, a retry) every
+  // sum is copied into the payload first, by a thread per lane, the pass
+  // waiting. As a backup needs it: a block not at `step` (stepped
+  // already) is skipped there, whatever it gets.
+  if (copy) FillWhole(*payload);
+  {
+    absl::MutexLock lock(&mu_);
     if (streamed) decided_ = payload;
   }
   *sent = payload;
   auto others = SendWhole(payload, whole);
-  return [this, others, streamed, step]() {
-    FillRest();  // the sums of blocks the pass did not step
+  return [this, others, streamed, step, payload]() {
     std::vector<Result> results = others();
+    if (streamed) {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(&stream_done_));
+      for (Result& r : stream_results_) results.push_back(std::move(r));
+    }
+    absl::Status s = Judge(step, results);
+    if (!s.ok()) FillWhole(*payload);  // a retry sends it whole (Resend)
+    std::vector<uint64_t> pinned;
     {
       absl::MutexLock lock(&mu_);
-      if (streamed) {
-        mu_.Await(absl::Condition(&stream_done_));
-        for (Result& r : stream_results_) results.push_back(std::move(r));
-      }
+      pinned.swap(pinned_);
       ResetLocked();
     }
-    return Conclude(step, results);
+    for (uint64_t local : pinned) Unpin(local);
+    Rearm(step);
+    return s;
   };
 }
 
-absl::Status ShardReplicator::Conclude(uint64_t step, const std::vector<Result>& results) {
-  absl::Status s = Judge(step, results);
+void ShardReplicator::Rearm(uint64_t step) {
   if (job_.step().deposed()) {
     DropCatchUps();  // a deposed copy sends no more steps
   } else {
     Arm(step + 1);
   }
+}
+
+absl::Status ShardReplicator::Conclude(uint64_t step, const std::vector<Result>& results) {
+  absl::Status s = Judge(step, results);
+  Rearm(step);
   return s;
 }
 

@@ -13,12 +13,15 @@
 // (every node's gradient folded in) tells this object (OnBlockComplete),
 // by the first free lane (a thread each), while the other blocks still
 // fold (on a fixed set of threads made with this object, no thread per
-// step). Once the Step is decided, the sums the lanes have not taken yet
-// are copied by the Step's pass, each block's just before the pass steps
-// it (OnPass, on the pool's threads, beside the pass's own reads), where
-// every copy streams; the lanes share them out as they come, and the
-// request goes last, on ApplyStep. (A copy that gets the step whole, or a
-// skip, has them copied by Decide, before the pass.) The backup answers
+// step). No sum is copied on the way: a lane sends it straight from the
+// block's accumulator, pinned there while it travels (Block::PinSum).
+// Once the Step is decided, every block of the step is pinned until the
+// backups hold it, and the lanes share out the sums not sent yet, from
+// the accumulators, while the pass reads them too (a commit does not
+// wait for them; a push of the next version does); the request goes
+// last, on ApplyStep. (Where a copy gets the step whole, a lane failed,
+// or the backups did not acknowledge it and a retry resends it, the sums
+// are copied into the payload, from the pinned accumulators.) The backup answers
 // ApplyStep once it holds the step (HeldSteps, server/core/held_steps.h)
 // and applies it behind the primary, so the Step waits, after its pass
 // and without the pass mutex, only for the last blocks' transfer. A step that was not armed (the first
@@ -44,7 +47,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -73,7 +78,6 @@ class ShardReplicator final : public StepReplicator {
   void OnBlockComplete(const Block& b) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   std::function<absl::Status()> Decide(const v1::StepRequest& req,
                                        std::shared_ptr<const Payload>* sent) override;
-  void OnPass(const Block& b) override ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   std::function<absl::Status()> Resend(std::shared_ptr<const Payload> payload) override;
 
  private:
@@ -128,8 +132,11 @@ class ShardReplicator final : public StepReplicator {
   // shard (Replicator::Depose), and the answer is UNAVAILABLE "not
   // primary" naming the shard and every copy that refused, with its reason.
   [[nodiscard]] absl::Status Judge(uint64_t step, const std::vector<Result>& results);
-  // Judge, then arms the next step unless the copy was deposed.
+  // Judge, then Rearm.
   [[nodiscard]] absl::Status Conclude(uint64_t step, const std::vector<Result>& results);
+  // After step `step`: arms the next step, unless the copy was deposed
+  // (then ends its catch-ups).
+  void Rearm(uint64_t step);
   // Arms `step`: the blocks already complete at that version are queued
   // (the others as their pushes complete them).
   void Arm(uint64_t step) ABSL_LOCKS_EXCLUDED(mu_);
@@ -151,11 +158,22 @@ class ShardReplicator final : public StepReplicator {
   // Runs fn(0) .. fn(n - 1) on this object's lanes' threads (lane_pool_)
   // and the caller's, and returns when all have run.
   void OnLanes(size_t n, const std::function<void(size_t)>& fn);
-  // Copies block `local`'s sum into `out` if it is complete at `step`.
-  bool CopySum(uint64_t local, uint64_t step, std::string* out) const;
-  // After the pass: copies the sums it left (blocks it did not step) into
-  // the payload, for the lanes.
-  void FillRest() ABSL_LOCKS_EXCLUDED(mu_);
+  // Block b's sum as a backup takes it (fp32 bytes), pinned: the
+  // accumulator's own memory, or, in single-gradient mode, widened into
+  // `scratch`.
+  static std::string_view SumOf(const Block& b, std::string* scratch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+  // Pins block `local`'s sum if it is complete at `step`, and gives it
+  // (SumOf); nullopt when it is not. The caller unpins it (Unpin).
+  std::optional<std::string_view> PinFor(uint64_t local, uint64_t step,
+                                         std::string* scratch) const;
+  // Block `local`'s sum, which Decide pinned (SumOf).
+  std::string_view Pinned(uint64_t local, std::string* scratch) const;
+  void Unpin(uint64_t local) const;
+  // Copies every block's sum into `payload` (the decided step's, its
+  // blocks pinned), once per step: for a copy that gets it whole or a
+  // retry's Resend. Not while lanes send from it.
+  void FillWhole(Payload& payload) ABSL_LOCKS_EXCLUDED(mu_);
 
   Replicator& owner_;
   Job& job_;
@@ -171,20 +189,16 @@ class ShardReplicator final : public StepReplicator {
   std::vector<uint64_t> queue_ ABSL_GUARDED_BY(mu_);  // complete blocks (local) of armed_
   std::vector<bool> taken_ ABSL_GUARDED_BY(mu_);      // by local: the stream took it
   std::vector<bool> sent_ ABSL_GUARDED_BY(mu_);       // by local: the stream sent it
-  std::vector<std::string> sums_ ABSL_GUARDED_BY(mu_);  // by local: what it sent
-  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;              // blocks the lanes copy
+  int in_flight_ ABSL_GUARDED_BY(mu_) = 0;  // blocks taken by lanes, not yet pinned
   std::vector<size_t> remaining_ ABSL_GUARDED_BY(mu_);  // once decided: the blocks not sent
   size_t next_remaining_ ABSL_GUARDED_BY(mu_) = 0;      // the next of them a lane takes
   bool streaming_ ABSL_GUARDED_BY(mu_) = false;  // a stream of armed_ is open
   bool deciding_ ABSL_GUARDED_BY(mu_) = false;   // Decide runs: the stream takes no more blocks
   std::vector<uint32_t> streamed_to_ ABSL_GUARDED_BY(mu_);  // copies it is open to
   std::vector<int> lane_fds_ ABSL_GUARDED_BY(mu_);          // its lanes' sockets, to cancel it
-  std::shared_ptr<const Payload> decided_ ABSL_GUARDED_BY(mu_);  // the step, once decided
-  // A decided step whose sums not sent ahead the pass copies (OnPass):
-  // the payload they go into, the blocks left (by local) and their count.
-  std::shared_ptr<Payload> filling_ ABSL_GUARDED_BY(mu_);
-  std::vector<bool> pending_ ABSL_GUARDED_BY(mu_);
-  size_t unfilled_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<Payload> decided_ ABSL_GUARDED_BY(mu_);  // the streamed step, once decided
+  bool whole_ ABSL_GUARDED_BY(mu_) = false;  // the decided step's payload holds its sums
+  std::vector<uint64_t> pinned_ ABSL_GUARDED_BY(mu_);  // blocks (local) Decide pinned
   bool abandon_ ABSL_GUARDED_BY(mu_) = false;  // end the stream without the step
   bool stream_done_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Result> stream_results_ ABSL_GUARDED_BY(mu_);

@@ -101,6 +101,39 @@ TEST(Int8WireFailoverTest, TheRunEndsBitIdenticalToOneWithoutTheFault) {
   ExpectBitIdentical(killed_run.data(), plain_run.data(), plain_run.size(), "master");
 }
 
+// More servers than blocks: one shard holds no block. Its server
+// SIGKILLed after node 0's pushes, the calls that reach every shard
+// (GradStats, Step) move the shard to its backup, which reports version 0
+// (it has no block to count steps on) and takes it: the run goes on and
+// ends as one without the fault.
+TEST(EmptyShardFailoverTest, AShardOfNoBlockFailsOverAndTheRunEndsBitIdentical) {
+  auto cluster = ServerCluster::Start(3, TestServerOptions());
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  v1::JobSpec spec = ReplicatedSpec("empty-shard", 1);
+  spec.set_block_elems(2048);  // 2 blocks over 3 servers
+  auto run = StartNodes(spec, (*cluster)->addresses());
+  ASSERT_TRUE(run.ok()) << run.status();
+  auto& nodes = run->nodes;
+  int empty = -1;
+  for (uint32_t shard = 0; shard < 3; ++shard) {
+    if (ShardBlocks(nodes[0]->layout().num_blocks(), 3, shard).empty()) empty = shard;
+  }
+  ASSERT_GE(empty, 0) << nodes[0]->layout().num_blocks() << " blocks leave no shard empty";
+  ReferenceModel ref(nodes[0]->spec());
+  std::vector<std::vector<float>> grads(kReplicaNodes);
+  for (uint64_t step = 0; step < kSteps; ++step) {
+    std::function<void()> after_push;
+    if (step == kKillStep) {
+      after_push = [&] { ASSERT_TRUE((*cluster)->server(empty).Kill().ok()); };
+    }
+    absl::Status s = TrainerStep(nodes, step, grads, after_push);
+    ASSERT_TRUE(s.ok()) << "step " << step << ": " << s;
+    ref.Step(step, grads, StepLr(step), kStepScale);
+  }
+  EXPECT_FALSE((*cluster)->server(empty).running()) << "the server was not killed";
+  ExpectReferenceRun(nodes, ref, kSteps);
+}
+
 INSTANTIATE_TEST_SUITE_P(Kills, FailoverTest,
                          ::testing::Values(Param{0, Phase::kBeforeStats},
                                            Param{1, Phase::kBeforeStats},

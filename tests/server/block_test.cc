@@ -4,10 +4,12 @@
 // block left as it was.
 #include "server/core/block.h"
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -125,6 +127,50 @@ TEST(BlockTest, LegalTransitionsMoveTheBlockAsTheirContractsSay) {
     ASSERT_TRUE(b->Restore(5).ok());
   }
   EXPECT_EQ(Of(*b), (Snapshot{5, false, Block::Speculation::kNone}));
+}
+
+// The sum a replicator sends straight from the accumulator: pinned only
+// once complete, read through PinnedSum, kept (values too) through a
+// commit, and a writer's AwaitSumUnpinned returns once the last pin goes.
+TEST(BlockTest, APinnedSumIsReadableUntilUnpinnedAndWritersWaitForIt) {
+  auto b = BlockIn(State::kIdle);
+  std::vector<float> grad(16);
+  for (int i = 0; i < 16; ++i) grad[i] = 0.5f * static_cast<float>(i + 1);
+  {
+    absl::MutexLock lock(&b->mu);
+    absl::Status early = b->PinSum();
+    EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition) << early;
+    EXPECT_EQ(early.message().rfind("PinSum: block 3 ", 0), 0u) << early.message();
+    EXPECT_FALSE(b->sum_pinned());
+    absl::Status unpinned = b->UnpinSum();
+    EXPECT_EQ(unpinned.code(), absl::StatusCode::kFailedPrecondition) << unpinned;
+    EXPECT_EQ(unpinned.message().rfind("UnpinSum: block 3 ", 0), 0u) << unpinned.message();
+    auto added = b->acc.Add(0, 0, 16, grad.data(), v1::DTYPE_FP32);
+    ASSERT_TRUE(added.ok()) << added.status();
+    ASSERT_TRUE(b->acc.complete());
+    ASSERT_TRUE(b->PinSum().ok());
+    ASSERT_TRUE(b->PinSum().ok());  // two readers
+    ASSERT_TRUE(b->Commit().ok());  // the pass commits while a lane still sends
+    EXPECT_EQ(b->version, 1u);
+    EXPECT_TRUE(b->sum_pinned());
+    const std::string_view bytes = b->PinnedSum();
+    ASSERT_EQ(bytes.size(), 16 * sizeof(float));
+    EXPECT_EQ(std::memcmp(bytes.data(), grad.data(), bytes.size()), 0);
+    ASSERT_TRUE(b->UnpinSum().ok());
+    EXPECT_TRUE(b->sum_pinned());
+  }
+  bool waited = false;
+  std::thread writer([&] {
+    absl::MutexLock lock(&b->mu);
+    b->AwaitSumUnpinned();
+    waited = !b->sum_pinned();
+  });
+  {
+    absl::MutexLock lock(&b->mu);
+    ASSERT_TRUE(b->UnpinSum().ok());
+  }
+  writer.join();
+  EXPECT_TRUE(waited);
 }
 
 }  // namespace
