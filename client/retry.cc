@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/timeline.h"
 
 namespace zerostate::client {
 
@@ -48,11 +49,16 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
     ++attempts;
     if (!absl::IsUnavailable(status)) server.MarkAnswered();
     if (status.ok() || !IsRetryable(status)) break;
+    // A server found silent has been unreachable since before the cut:
+    // the window counts from then, and past it no attempt goes to it (one
+    // would wait out its deadline: its host drops the packets).
+    const std::optional<absl::Time> silent = server.SilentSince();
     const bool server_may_return =
         absl::IsUnavailable(status) &&
-        absl::Now() - start < wait;
-    if (attempts >= options_.max_attempts && !server_may_return) break;
+        absl::Now() - (silent.has_value() ? std::min(start, *silent) : start) < wait;
+    if ((attempts >= options_.max_attempts || silent.has_value()) && !server_may_return) break;
     metrics_->AddRetry(method);
+    Timeline::Record("rpc_retry", attempts, static_cast<int64_t>(status.code()));
     if (shutdown_->WaitForNotificationWithTimeout(Backoff(attempts - 1))) {
       status = absl::CancelledError(absl::StrCat("client shut down; last error: ",
                                                  status.message()));

@@ -2,7 +2,10 @@
 // fresh context with deadline now + rpc_timeout; UNAVAILABLE and
 // DEADLINE_EXCEEDED are retried with exponential backoff and jitter up to
 // max_attempts, UNAVAILABLE also until unavailable_wait after the call
-// began (a server restarting; safe: every RPC of the service is idempotent). The final
+// began (a server restarting; safe: every RPC of the service is idempotent)
+// or, for a server found silent (ServerConn::SilentSince), after it went
+// silent if that was earlier; past that window a silent server gets no
+// further attempt. The final
 // error keeps the gRPC code and names the method and the server.
 // Thread-safe.
 #pragma once

@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import time
 
@@ -90,6 +91,8 @@ def config(job, args, extra="", block_elems=262144):
 def start_worker(cluster, args, servers, job, text, steps, flags=()):
     """Starts the trainer node on job `job` (config `text`); its Proc."""
     path = os.path.join(cluster.dir, job + ".textproto")
+    if args.timeline:
+        flags = [*flags, f"--timeline={os.path.join(args.timeline, job + '.jsonl')}"]
     with open(path, "w") as f:
         f.write(text)
     return cluster.start_worker(0, args.worker, [
@@ -134,7 +137,7 @@ def step_case(cluster, args, servers, gbit, mode, wire, membw, params):
     memory_floor = MEMORY_BYTES[wire] * params / membw
     # Where the timed steps' time went, by the worker's own progress lines.
     phases = {}
-    for _, m in proc.matches(r"^step (\d+) loss .*\| (.*)$"):
+    for _, m in proc.matches(r"^step (\d+) loss [^|]*\| ([^|]*)"):
         if 2 <= int(m.group(1)) <= len(samples) - 2:
             for phase, ms in re.findall(r"(\w+) ([\d.]+)ms", m.group(2)):
                 phases.setdefault(f"{phase}_s", []).append(float(ms) / 1000)
@@ -186,6 +189,9 @@ def main():
                    help="the hosts the primary is cut off from (etcd, t0: the trainer)")
     p.add_argument("--timeout", type=float, default=900, help="per run, against hangs")
     p.add_argument("--logs", default="", help="keep the processes' logs in this folder")
+    p.add_argument("--timeline", default="",
+                   help="the worker's and servers' --timeline files into this folder "
+                   "(bench/step/timeline.py merges them)")
     args = p.parse_args()
     args.server = netns_cluster.binary("ZEROSTATE_SERVER", "server/zerostate-server")
     args.worker = netns_cluster.binary("ZEROSTATE_WORKER", "worker/zerostate-worker")
@@ -200,7 +206,12 @@ def main():
     cluster = netns_cluster.NetnsCluster(state_hosts=3, trainer_nodes=1, gbit=10)
     try:
         cluster.start_etcd()
-        servers = cluster.start_servers(args.server, ["--metrics_listen="], ttl_seconds=TTL)
+        if args.timeline:
+            os.makedirs(args.timeline, exist_ok=True)
+        servers = cluster.start_servers(
+            args.server, ["--metrics_listen="], ttl_seconds=TTL,
+            per_server_args={i: [f"--timeline={os.path.join(args.timeline, f'server{i}.jsonl')}"]
+                             for i in range(3) if args.timeline})
         for gbit in (float(g) for g in args.gbit.split(",") if g):
             for mode in args.modes.split(","):
                 for wire in args.wire.split(","):
@@ -208,6 +219,8 @@ def main():
         if args.failover:
             failover_case(cluster, args, servers)
     finally:
+        for proc in cluster.servers if args.timeline else []:
+            proc.kill(signal.SIGTERM)  # a server writes its timeline as it stops
         if args.logs:
             os.makedirs(args.logs, exist_ok=True)
             for proc in cluster.procs:
