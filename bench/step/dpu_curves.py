@@ -63,9 +63,9 @@ def run_mlp(build, server, steps, warmup, job, extra=()):
             "loss": [losses[s] for s in steps_seen]}
 
 
-def run_gpt(build, server, steps, warmup, job, log, extra=()):
+def run_gpt(build, server, steps, warmup, job, log, extra=(), timeout=900):
     """Rank 0's loss per step of examples/gpt on the CPU; `extra`: more
-    arguments for train.py."""
+    arguments for train.py; `timeout`: seconds the run may take."""
     argv = [sys.executable, os.path.join(ROOT, "examples", "gpt", "train.py"),
             f"--servers={server.address}", "--plaintext", f"--steps={steps}", f"--job={job}",
             f"--loss_log={log}", "--json", *extra]
@@ -74,7 +74,7 @@ def run_gpt(build, server, steps, warmup, job, log, extra=()):
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
     env.setdefault("ZEROSTATE_CLIENT_LIB", os.path.join(build, "client", "libzerostate_client.so"))
     t0 = time.time()
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=900, env=env)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {out.returncode}: {out.stderr[-2000:]}")
     with open(log) as f:

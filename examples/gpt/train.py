@@ -64,6 +64,10 @@ def main():
     ap.add_argument("--delayed_warmup", type=int, default=-1,
                     help="delayed parameter update after this many synchronous steps "
                          "(zero_optimization.delayed_update; -1: the config's)")
+    ap.add_argument("--no_data_plane", action="store_true",
+                    help="pushes and gathers over gRPC, not the servers' TCP or same-host "
+                         "plane (a compressed wire on one host: the same-host plane moves "
+                         "plain dtypes)")
     ap.add_argument("--loss_log", default="", help="rank 0 writes its loss per step here (JSON)")
     ap.add_argument("--save_weights", default="", help="rank 0 saves the final weights here")
     ap.add_argument("--reference", type=int, default=0, metavar="RANKS",
@@ -90,7 +94,8 @@ def main():
     wd = config.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
     engine, _, _, _ = zs.initialize(model=model, config=config, servers=args.servers,
                                     job=args.job, model_parameters=param_groups(model, wd),
-                                    plaintext=args.plaintext)
+                                    plaintext=args.plaintext,
+                                    data_plane=not args.no_data_plane)
     rank = int(os.environ.get("RANK", "0"))
     losses = []
     t0 = time.time()
