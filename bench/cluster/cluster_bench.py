@@ -21,6 +21,7 @@ the wire's time cannot show a wire-bound step.
 
     /usr/bin/python3 bench/cluster/cluster_bench.py --json [--gbit 1,10,25]
         [--modes sync,delayed] [--wire bf16,int8] [--steps 8] [--failover]
+        [--logs DIR] [--timeline DIR]
 
 --wire int8 passes the worker --gradient_wire=int8 --weight_wire=int8; a
 worker without them prints the row as unavailable with the worker's error.
