@@ -63,9 +63,9 @@ def run_mlp(build, server, steps, warmup, job, extra=()):
             "loss": [losses[s] for s in steps_seen]}
 
 
-def run_gpt(build, server, steps, warmup, job, log, extra=(), timeout=900):
+def run_gpt(build, server, steps, warmup, job, log, extra=(), timeout_s=900):
     """Rank 0's loss per step of examples/gpt on the CPU; `extra`: more
-    arguments for train.py; `timeout`: seconds the run may take."""
+    arguments for train.py; `timeout_s`: the run's limit."""
     argv = [sys.executable, os.path.join(ROOT, "examples", "gpt", "train.py"),
             f"--servers={server.address}", "--plaintext", f"--steps={steps}", f"--job={job}",
             f"--loss_log={log}", "--json", *extra]
@@ -74,7 +74,7 @@ def run_gpt(build, server, steps, warmup, job, log, extra=(), timeout=900):
     env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "2"))
     env.setdefault("ZEROSTATE_CLIENT_LIB", os.path.join(build, "client", "libzerostate_client.so"))
     t0 = time.time()
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} exited {out.returncode}: {out.stderr[-2000:]}")
     with open(log) as f:
@@ -85,6 +85,21 @@ def run_gpt(build, server, steps, warmup, job, log, extra=(), timeout=900):
     if lines:  # train.py's summary: the training loop's own tokens/s
         curve["summary"] = json.loads(lines[-1])
     return curve
+
+
+def gpt_ds_config(directory, name, steps, sections):
+    """examples/gpt's ds_config.json with `sections` (top-level keys) set
+    and its schedule over max(steps, its own) steps, written to
+    directory/ds_config_<name>.json; its path."""
+    with open(os.path.join(ROOT, "examples", "gpt", "ds_config.json")) as f:
+        config = json.load(f)
+    config.update(sections)
+    params = config["scheduler"]["params"]
+    params["total_num_steps"] = max(steps, params["total_num_steps"])
+    path = os.path.join(directory, f"ds_config_{name}.json")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return path
 
 
 # ----- SVG -----

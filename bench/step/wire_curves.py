@@ -30,7 +30,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from dpu_curves import ROOT, run_gpt, run_mlp, svg_plot, tail_mean, zs_servers  # noqa: E402
+from dpu_curves import (ROOT, gpt_ds_config, run_gpt, run_mlp, svg_plot, tail_mean,  # noqa: E402
+                        zs_servers)
 
 WIRES = {"mlp": [("plain", "plain wire (fp32)", "#1f5fbf", []),
                  ("int8", "int8 wire, error feedback", "#d9480f",
@@ -43,19 +44,10 @@ TITLES = {"mlp": "MLP (configs/mlp.textproto), {steps} steps, rank 0's loss",
 
 
 def gpt_config(name, wire, directory, steps):
-    """examples/gpt's ds_config.json in bf16 with zerostate.wire `wire` and
-    the schedule over max(steps, its own) steps, as wire `name`'s; its path."""
-    with open(os.path.join(ROOT, "examples", "gpt", "ds_config.json")) as f:
-        config = json.load(f)
-    config["bf16"] = {"enabled": True}
-    if wire:
-        config["zerostate"] = {"wire": wire}
-    params = config["scheduler"]["params"]
-    params["total_num_steps"] = max(steps, params["total_num_steps"])
-    path = os.path.join(directory, f"ds_config_{name}.json")
-    with open(path, "w") as f:
-        json.dump(config, f)
-    return path
+    """examples/gpt's ds_config.json in bf16 with zerostate.wire `wire`, as
+    wire `name`'s; its path."""
+    sections = {"bf16": {"enabled": True}, **({"zerostate": {"wire": wire}} if wire else {})}
+    return gpt_ds_config(directory, name, steps, sections)
 
 
 def run(args, server, name, wire, tmp):
@@ -66,7 +58,7 @@ def run(args, server, name, wire, tmp):
     curve = run_gpt(args.build, server, args.steps, -1, f"wire-gpt-{name}",
                     os.path.join(tmp, f"log-{name}.json"),
                     [f"--config={gpt_config(name, wire, tmp, args.steps)}", "--no_data_plane"],
-                    timeout=args.timeout)
+                    timeout_s=args.timeout)
     curve["command"] = curve["command"].replace(tmp + os.sep, "")
     return curve
 
