@@ -57,7 +57,8 @@ def run(args, server, name, wire, tmp):
                        ["--data_shm=false", *wire])
     curve = run_gpt(args.build, server, args.steps, -1, f"wire-gpt-{name}",
                     os.path.join(tmp, f"log-{name}.json"),
-                    [f"--config={gpt_config(name, wire, tmp, args.steps)}", "--no_data_plane"],
+                    [f"--config={gpt_config(name, wire, tmp, args.steps)}", "--no_data_plane",
+                     f"--seed={args.seed}"],
                     timeout_s=args.timeout)
     curve["command"] = curve["command"].replace(tmp + os.sep, "")
     return curve
@@ -74,6 +75,7 @@ def main():
                     help="both wires at once, each with a server of its own (one machine "
                          "load for both)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds a run may take")
+    ap.add_argument("--seed", type=int, default=0, help="gpt: the initial weights' seed")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.logs, exist_ok=True)

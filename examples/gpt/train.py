@@ -64,6 +64,7 @@ def main():
     ap.add_argument("--delayed_warmup", type=int, default=-1,
                     help="delayed parameter update after this many synchronous steps "
                          "(zero_optimization.delayed_update; -1: the config's)")
+    ap.add_argument("--seed", type=int, default=0, help="the initial weights' seed")
     ap.add_argument("--no_data_plane", action="store_true",
                     help="pushes and gathers over gRPC, not the servers' TCP or same-host "
                          "plane (a compressed wire on one host: the same-host plane moves "
@@ -84,7 +85,7 @@ def main():
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         device = torch.device("cuda", torch.cuda.current_device())
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     model = build_model(args).to(device)
     with open(args.config) as f:
         config = json.load(f)
@@ -160,7 +161,7 @@ def train_reference(args):
     if opt_cfg["type"] != "AdamW":
         raise ValueError(f"--reference: optimizer.type {opt_cfg['type']!r} is not AdamW")
     p = opt_cfg["params"]
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     model = build_model(args)
     opt = torch.optim.AdamW(param_groups(model, p.get("weight_decay", 0.0)), lr=p["lr"],
                             betas=tuple(p.get("betas", (0.9, 0.999))), eps=p.get("eps", 1e-8))
