@@ -41,7 +41,19 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
   absl::Status status;
   int attempts = 0;
   const std::string token = token_->Get();
+  // A server found silent has been unreachable since before the cut:
+  // the window counts from then, and past it no attempt goes to it (one
+  // would wait out its deadline, or a connection attempt: its host drops
+  // the packets), not even a first one.
+  auto past_window = [&](std::optional<absl::Time> silent) {
+    return absl::Now() - (silent.has_value() ? std::min(start, *silent) : start) >= wait;
+  };
   while (true) {
+    if (std::optional<absl::Time> silent = server.SilentSince();
+        silent.has_value() && past_window(silent)) {
+      if (attempts == 0) status = server.cutter()->Check();
+      if (!status.ok()) break;  // else restored meanwhile: try it
+    }
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
     if (!token.empty()) ctx.AddMetadata(kJobTokenMetadata, token);
@@ -49,13 +61,8 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
     ++attempts;
     if (!absl::IsUnavailable(status)) server.MarkAnswered();
     if (status.ok() || !IsRetryable(status)) break;
-    // A server found silent has been unreachable since before the cut:
-    // the window counts from then, and past it no attempt goes to it (one
-    // would wait out its deadline: its host drops the packets).
     const std::optional<absl::Time> silent = server.SilentSince();
-    const bool server_may_return =
-        absl::IsUnavailable(status) &&
-        absl::Now() - (silent.has_value() ? std::min(start, *silent) : start) < wait;
+    const bool server_may_return = absl::IsUnavailable(status) && !past_window(silent);
     if ((attempts >= options_.max_attempts || silent.has_value()) && !server_may_return) break;
     metrics_->AddRetry(method);
     Timeline::Record("rpc_retry", attempts, static_cast<int64_t>(status.code()));

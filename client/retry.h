@@ -5,7 +5,8 @@
 // began (a server restarting; safe: every RPC of the service is idempotent)
 // or, for a server found silent (ServerConn::SilentSince), after it went
 // silent if that was earlier; past that window a silent server gets no
-// further attempt. The final
+// attempt, not even a first one (the call fails UNAVAILABLE naming the
+// cut, and a replicated job fails over at once). The final
 // error keeps the gRPC code and names the method and the server.
 // Thread-safe.
 #pragma once
