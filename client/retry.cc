@@ -41,15 +41,20 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
   absl::Status status;
   int attempts = 0;
   const std::string token = token_->Get();
-  // A server found silent has been unreachable since before the cut:
-  // the window counts from then, and past it no attempt goes to it (one
-  // would wait out its deadline, or a connection attempt: its host drops
-  // the packets), not even a first one.
+  // A call with a failover window (a replicated job's): a server found
+  // silent has been unreachable since before the cut, the window counts
+  // from then, and past it no attempt goes to it (one would wait out its
+  // deadline, or a connection attempt: its host drops the packets), not
+  // even a first one; the caller fails over. Other calls keep their
+  // attempts (a channel that only blinked is back within them).
+  auto silent_since = [&]() -> std::optional<absl::Time> {
+    return unavailable_wait.has_value() ? server.SilentSince() : std::nullopt;
+  };
   auto past_window = [&](std::optional<absl::Time> silent) {
     return absl::Now() - (silent.has_value() ? std::min(start, *silent) : start) >= wait;
   };
   while (true) {
-    if (std::optional<absl::Time> silent = server.SilentSince();
+    if (std::optional<absl::Time> silent = silent_since();
         silent.has_value() && past_window(silent)) {
       if (attempts == 0) status = server.cutter()->Check();
       if (!status.ok()) break;  // else restored meanwhile: try it
@@ -61,7 +66,7 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
     ++attempts;
     if (!absl::IsUnavailable(status)) server.MarkAnswered();
     if (status.ok() || !IsRetryable(status)) break;
-    const std::optional<absl::Time> silent = server.SilentSince();
+    const std::optional<absl::Time> silent = silent_since();
     const bool server_may_return = absl::IsUnavailable(status) && !past_window(silent);
     if ((attempts >= options_.max_attempts || silent.has_value()) && !server_may_return) break;
     metrics_->AddRetry(method);

@@ -86,9 +86,10 @@ TEST(ConnCutterTest, ASilentServerIsSilentFromKeepaliveTimeoutBeforeItsCut) {
   EXPECT_FALSE(server.SilentSince().has_value());
 }
 
-// Attempts `Retrier::Run` makes of an RPC that answers UNAVAILABLE.
+// Attempts `Retrier::Run` makes of an RPC that answers UNAVAILABLE, with
+// the failover window `unavailable_wait` (none: the options' window).
 int AttemptsAgainstUnavailable(const ServerConn& server, const ClientOptions& options,
-                               absl::Duration unavailable_wait) {
+                               std::optional<absl::Duration> unavailable_wait) {
   ClientMetrics metrics(nullptr, options.servers);
   absl::Notification shutdown;
   JobToken token("");
@@ -122,6 +123,9 @@ TEST(ConnCutterTest, ASilentServerGetsNoAttemptPastTheWindowCountedFromItsSilenc
   server.cutter()->Cut("no keepalive answer");
   EXPECT_EQ(AttemptsAgainstUnavailable(server, options, absl::Seconds(1)), 0);
   EXPECT_EQ(AttemptsAgainstUnavailable(server, options, absl::ZeroDuration()), 0);
+  // A call without a failover window (a job without backups) keeps its
+  // attempts: there is nowhere else to go, and a channel may only blink.
+  EXPECT_EQ(AttemptsAgainstUnavailable(server, options, std::nullopt), options.max_attempts);
   // A window longer than the silence so far (a restart may take minutes)
   // is still waited out: attempts go on until it ends.
   const absl::Time start = absl::Now();
