@@ -8,8 +8,14 @@
 // the server answers.
 //
 // gRPC offers no state-change wait that can be cancelled at once, so the
-// watch reads the channels' states every `period` on its own thread.
-// Thread-safe; the destructor stops the thread at once.
+// watch reads the channels' states every `period` on its own thread. It
+// waits for each period in a state-change watch of every channel, which
+// makes its thread poll the channels' connections meanwhile: a channel
+// with no call open is otherwise polled only by gRPC's backup poller
+// (every 5 s), so a keepalive ping's answer would go unread and the
+// keepalive would end the connection of a server that answered (a trainer
+// waiting on one server's data plane would see every idle server "lost").
+// Thread-safe; the destructor stops the thread within a period.
 #pragma once
 
 #include <memory>
@@ -19,6 +25,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "client/server_conn.h"
+#include "grpcpp/completion_queue.h"
 
 namespace zerostate::client {
 
@@ -32,12 +39,16 @@ class ChannelWatch {
 
  private:
   void Run();
+  // Waits about `period_` for the channels' states to change, polling their
+  // connections meanwhile.
+  void Poll();
   // One look at `server`'s channels; `ready[c]`: channel c was READY.
   void Look(ServerConn& server, std::vector<bool>& ready);
 
   const std::vector<std::unique_ptr<ServerConn>>& servers_;
   const absl::Duration period_;
   absl::Notification stop_;
+  grpc::CompletionQueue cq_;
   std::thread thread_;
 };
 

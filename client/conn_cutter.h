@@ -10,12 +10,14 @@
 // Thread-safe.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace zerostate::client {
 
@@ -28,6 +30,8 @@ class ConnCutter {
   void Restore();
   // OK, or UNAVAILABLE with Cut's `why` while cut.
   [[nodiscard]] absl::Status Check() const;
+  // When the cut in force began; nullopt while not cut.
+  std::optional<absl::Time> CutSince() const;
 
   // `fd` is a connection's open socket until Untrack (called before it is
   // closed, so that Cut never shuts down a descriptor reused since).
@@ -38,6 +42,7 @@ class ConnCutter {
  private:
   mutable absl::Mutex mu_;
   std::string cut_ ABSL_GUARDED_BY(mu_);  // "" while not cut
+  absl::Time cut_at_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<int> fds_ ABSL_GUARDED_BY(mu_);
 };
 

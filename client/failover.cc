@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "client/job_client_impl.h"
 #include "common/shard_map.h"
+#include "common/timeline.h"
 
 namespace zerostate::client {
 namespace {
@@ -73,11 +74,15 @@ absl::Status QuickStatus(Client::Impl& client, const JobContext& job, int server
 absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& cause) {
   absl::MutexLock lock(&failover_mu_);
   if (ServerOf(job_, shard) != from) return absl::OkStatus();  // another call moved it
+  Timeline::Record("failover_begin", shard, from);
   const auto& hook = client_->options().before_failover_probe;
   if (hook) hook(shard, from);
   const absl::Duration wait = absl::FromChrono(client_->options().failover_wait);
+  // A silent server (its keepalive unanswered: a host cut off, a hung
+  // process) is not asked: the probe would only wait out its deadline.
   v1::JobStatusResponse probe;
-  if (QuickStatus(*client_, job_, from, shard, wait, &probe).ok()) {
+  if (!client_->server(from).SilentSince().has_value() &&
+      QuickStatus(*client_, job_, from, shard, wait, &probe).ok()) {
     // Still there, and the shard's primary now (the probe claims it: a
     // JobStatus for the shard is served as any call). UNAVAILABLE was its
     // "not now" (fenced until it joined etcd again on a new lease, after
@@ -85,6 +90,7 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
     // other answer stands.
     return absl::IsUnavailable(cause) ? absl::OkStatus() : cause;
   }
+  Timeline::Record("failover_probed", shard, from);
   std::vector<PushCall> pushes;
   uint64_t step = 0;
   {
@@ -111,8 +117,12 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
   auto take_over = [&]() -> std::optional<absl::Status> {
     for (uint32_t to : copies) {
       v1::JobStatusResponse resp;
-      absl::Status st = QuickStatus(*client_, job_, to, shard, wait, &resp,
-                                    /*check_incarnation=*/false);
+      // Nor is a silent copy, until its channel answers again.
+      absl::Status st = client_->server(static_cast<int>(to)).cutter()->Check();
+      if (st.ok()) {
+        st = QuickStatus(*client_, job_, static_cast<int>(to), shard, wait, &resp,
+                         /*check_incarnation=*/false);
+      }
       if (!st.ok()) {
         answers[to] = std::string(st.message());
         continue;
@@ -144,6 +154,7 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
                                 resp.incarnation(), client_->server(static_cast<int>(to)).cutter()));
       }
       job_.routes->Move(shard, from, static_cast<int>(to));
+      Timeline::Record("failover_moved", shard, to);
       if (empty || pushes.empty() || version > step) return absl::OkStatus();  // applied there
       return PushAgain(shard, pushes);
     }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/timeline.h"
 
 namespace zerostate::client {
 
@@ -40,7 +41,24 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
   absl::Status status;
   int attempts = 0;
   const std::string token = token_->Get();
+  // A call with a failover window (a replicated job's): a server found
+  // silent has been unreachable since before the cut, the window counts
+  // from then, and past it no attempt goes to it (one would wait out its
+  // deadline, or a connection attempt: its host drops the packets), not
+  // even a first one; the caller fails over. Other calls keep their
+  // attempts (a channel that only blinked is back within them).
+  auto silent_since = [&]() -> std::optional<absl::Time> {
+    return unavailable_wait.has_value() ? server.SilentSince() : std::nullopt;
+  };
+  auto past_window = [&](std::optional<absl::Time> silent) {
+    return absl::Now() - (silent.has_value() ? std::min(start, *silent) : start) >= wait;
+  };
   while (true) {
+    if (std::optional<absl::Time> silent = silent_since();
+        silent.has_value() && past_window(silent)) {
+      if (attempts == 0) status = server.cutter()->Check();
+      if (!status.ok()) break;  // else restored meanwhile: try it
+    }
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
     if (!token.empty()) ctx.AddMetadata(kJobTokenMetadata, token);
@@ -48,11 +66,11 @@ absl::Status Retrier::Run(Method method, const ServerConn& server,
     ++attempts;
     if (!absl::IsUnavailable(status)) server.MarkAnswered();
     if (status.ok() || !IsRetryable(status)) break;
-    const bool server_may_return =
-        absl::IsUnavailable(status) &&
-        absl::Now() - start < wait;
-    if (attempts >= options_.max_attempts && !server_may_return) break;
+    const std::optional<absl::Time> silent = silent_since();
+    const bool server_may_return = absl::IsUnavailable(status) && !past_window(silent);
+    if ((attempts >= options_.max_attempts || silent.has_value()) && !server_may_return) break;
     metrics_->AddRetry(method);
+    Timeline::Record("rpc_retry", attempts, static_cast<int64_t>(status.code()));
     if (shutdown_->WaitForNotificationWithTimeout(Backoff(attempts - 1))) {
       status = absl::CancelledError(absl::StrCat("client shut down; last error: ",
                                                  status.message()));

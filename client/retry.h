@@ -2,7 +2,12 @@
 // fresh context with deadline now + rpc_timeout; UNAVAILABLE and
 // DEADLINE_EXCEEDED are retried with exponential backoff and jitter up to
 // max_attempts, UNAVAILABLE also until unavailable_wait after the call
-// began (a server restarting; safe: every RPC of the service is idempotent). The final
+// began (a server restarting; safe: every RPC of the service is idempotent).
+// A call with a failover window (Run's `unavailable_wait`: a replicated
+// job's failover_wait) to a server found silent (ServerConn::SilentSince)
+// counts its window from the silence if that was earlier, and past it
+// makes no attempt, not even a first one: it fails UNAVAILABLE naming the
+// cut, and the job fails over at once. The final
 // error keeps the gRPC code and names the method and the server.
 // Thread-safe.
 #pragma once

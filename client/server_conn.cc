@@ -58,12 +58,20 @@ grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options, int se
 
 ServerConn::ServerConn(const ClientOptions& options, int index,
                        const std::shared_ptr<grpc::ChannelCredentials>& credentials)
-    : address_(options.servers[index]), index_(index) {
+    : address_(options.servers[index]),
+      index_(index),
+      keepalive_timeout_(absl::FromChrono(options.keepalive_timeout)) {
   for (int c = 0; c < options.channels_per_server; ++c) {
     channels_.push_back(grpc::CreateCustomChannel(address_, credentials,
                                                   MakeChannelArguments(options, index, c)));
     stubs_.push_back(v1::StateService::NewStub(channels_.back()));
   }
+}
+
+std::optional<absl::Time> ServerConn::SilentSince() const {
+  std::optional<absl::Time> cut = cutter_->CutSince();
+  if (!cut.has_value()) return std::nullopt;
+  return *cut - keepalive_timeout_;
 }
 
 grpc::Channel* ServerConn::NextChannel() {

@@ -6,10 +6,12 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "client/client.h"
+#include "absl/time/time.h"
 #include "client/conn_cutter.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/security/credentials.h"
@@ -51,9 +53,18 @@ class ServerConn {
   const std::vector<std::shared_ptr<grpc::Channel>>& channels() const { return channels_; }
   const std::shared_ptr<ConnCutter>& cutter() const { return cutter_; }
 
+  // Since when the server is known silent: its channels went unanswered
+  // for keepalive_timeout before the ChannelWatch cut it (a host cut off,
+  // a hung process), so from keepalive_timeout before the cut; nullopt
+  // while not cut. A call to it meanwhile only waits out its deadline
+  // (its host drops the packets), so the retries and the failover go by
+  // this (client/retry.h, client/failover.cc).
+  std::optional<absl::Time> SilentSince() const;
+
  private:
   const std::string address_;
   const int index_;
+  const absl::Duration keepalive_timeout_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::vector<std::unique_ptr<v1::StateService::Stub>> stubs_;
   const std::shared_ptr<ConnCutter> cutter_ = std::make_shared<ConnCutter>();

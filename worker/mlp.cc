@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -10,24 +11,123 @@ namespace {
 
 constexpr int kLanes = 16;
 
-// A dot product with a fixed summation order: kLanes running sums folded
-// pairwise, so the compiler can vectorise it without reassociating.
-float Dot(const float* __restrict a, const float* __restrict b, uint32_t n) {
-  float acc[kLanes] = {};
-  uint32_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+// kLanes floats as one vector of GCC/clang's vector extension (as many
+// instructions as the ISA needs), loaded and stored unaligned.
+typedef float Lanes __attribute__((vector_size(kLanes * sizeof(float)), aligned(4), may_alias));
+
+// The kernels of a layer work on up to kRows rows of the batch at once, so
+// that a weight row is read once for them rather than once per sample.
+// Each keeps the summation order of the one-row loops (a dot product:
+// kLanes running sums folded pairwise; a sum into one row: the rows in
+// order), so the results are the same bits as one row at a time, and as on
+// any ISA (-ffp-contract=off: no fused multiply-adds).
+constexpr uint32_t kRows = 8;
+
+// out[r] = the dot product of w and x + r * stride, n elements, r < rows.
+[[gnu::always_inline]] inline void DotRowsBody(const float* __restrict w,
+                                               const float* __restrict x, size_t stride,
+                                               uint32_t rows, uint32_t n, float* __restrict out) {
+  for (uint32_t r0 = 0; r0 < rows; r0 += kRows) {
+    const uint32_t m = std::min(kRows, rows - r0);
+    Lanes acc[kRows] = {};
+    uint32_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      const Lanes wv = *reinterpret_cast<const Lanes*>(w + i);
+      for (uint32_t r = 0; r < m; ++r) {
+        acc[r] += wv * *reinterpret_cast<const Lanes*>(x + (r0 + r) * stride + i);
+      }
+    }
+    for (uint32_t r = 0; r < m; ++r) {
+      float a[kLanes];
+      std::memcpy(a, &acc[r], sizeof a);
+      const float* xr = x + (r0 + r) * stride;
+      for (uint32_t j = i, l = 0; j < n; ++j, ++l) a[l] += w[j] * xr[j];
+      for (int h = kLanes / 2; h >= 1; h /= 2) {
+        for (int l = 0; l < h; ++l) a[l] += a[l + h];
+      }
+      out[r0 + r] = a[0];
+    }
   }
-  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
-  for (int w = kLanes / 2; w >= 1; w /= 2) {
-    for (int l = 0; l < w; ++l) acc[l] += acc[l + w];
-  }
-  return acc[0];
 }
 
-// y[i] += alpha * x[i].
-void Axpy(float* __restrict y, float alpha, const float* __restrict x, uint32_t n) {
-  for (uint32_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+// y[i] += c[r * c_stride] * (x + r * x_stride)[i] for r = 0, 1, ... rows - 1
+// in turn, i < n.
+[[gnu::always_inline]] inline void AxpyIntoBody(float* __restrict y, const float* __restrict c,
+                                                size_t c_stride, const float* __restrict x,
+                                                size_t x_stride, uint32_t rows, uint32_t n) {
+  for (uint32_t r0 = 0; r0 < rows; r0 += kRows) {
+    const uint32_t m = std::min(kRows, rows - r0);
+    uint32_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      Lanes v = *reinterpret_cast<const Lanes*>(y + i);
+      for (uint32_t r = 0; r < m; ++r) {
+        v += c[(r0 + r) * c_stride] * *reinterpret_cast<const Lanes*>(x + (r0 + r) * x_stride + i);
+      }
+      *reinterpret_cast<Lanes*>(y + i) = v;
+    }
+    for (; i < n; ++i) {
+      for (uint32_t r = 0; r < m; ++r) y[i] += c[(r0 + r) * c_stride] * x[(r0 + r) * x_stride + i];
+    }
+  }
+}
+
+// (y + r * y_stride)[i] += c[r * c_stride] * x[i] for r < rows, i < n.
+[[gnu::always_inline]] inline void AxpyFromBody(float* __restrict y, size_t y_stride,
+                                                const float* __restrict c, size_t c_stride,
+                                                const float* __restrict x, uint32_t rows,
+                                                uint32_t n) {
+  for (uint32_t r0 = 0; r0 < rows; r0 += kRows) {
+    const uint32_t m = std::min(kRows, rows - r0);
+    uint32_t i = 0;
+    for (; i + kLanes <= n; i += kLanes) {
+      const Lanes xv = *reinterpret_cast<const Lanes*>(x + i);
+      for (uint32_t r = 0; r < m; ++r) {
+        Lanes* yr = reinterpret_cast<Lanes*>(y + (r0 + r) * y_stride + i);
+        *yr += c[(r0 + r) * c_stride] * xv;
+      }
+    }
+    for (; i < n; ++i) {
+      for (uint32_t r = 0; r < m; ++r) y[(r0 + r) * y_stride + i] += c[(r0 + r) * c_stride] * x[i];
+    }
+  }
+}
+
+// Each kernel built for AVX-512, AVX2 and the baseline, chosen once by
+// the CPU (same bits on all: see above).
+struct LayerKernels {
+  void (*dot_rows)(const float*, const float*, size_t, uint32_t, uint32_t, float*);
+  void (*axpy_into)(float*, const float*, size_t, const float*, size_t, uint32_t, uint32_t);
+  void (*axpy_from)(float*, size_t, const float*, size_t, const float*, uint32_t, uint32_t);
+};
+
+#define ZS_MLP_KERNELS(NAME, TARGET)                                                           \
+  TARGET void DotRows##NAME(const float* w, const float* x, size_t stride, uint32_t rows,      \
+                            uint32_t n, float* out) {                                          \
+    DotRowsBody(w, x, stride, rows, n, out);                                                   \
+  }                                                                                            \
+  TARGET void AxpyInto##NAME(float* y, const float* c, size_t cs, const float* x, size_t xs,   \
+                             uint32_t rows, uint32_t n) {                                      \
+    AxpyIntoBody(y, c, cs, x, xs, rows, n);                                                    \
+  }                                                                                            \
+  TARGET void AxpyFrom##NAME(float* y, size_t ys, const float* c, size_t cs, const float* x,   \
+                             uint32_t rows, uint32_t n) {                                      \
+    AxpyFromBody(y, ys, c, cs, x, rows, n);                                                    \
+  }
+ZS_MLP_KERNELS(Avx512, [[gnu::target("avx512f")]])
+ZS_MLP_KERNELS(Avx2, [[gnu::target("avx2")]])
+ZS_MLP_KERNELS(Base, )
+#undef ZS_MLP_KERNELS
+
+const LayerKernels& Kernels() {
+  static const LayerKernels kernels = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) {
+      return LayerKernels{DotRowsAvx512, AxpyIntoAvx512, AxpyFromAvx512};
+    }
+    if (__builtin_cpu_supports("avx2")) return LayerKernels{DotRowsAvx2, AxpyIntoAvx2, AxpyFromAvx2};
+    return LayerKernels{DotRowsBase, AxpyIntoBase, AxpyFromBase};
+  }();
+  return kernels;
 }
 
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -93,9 +193,12 @@ void Mlp::Forward(const float* params, const float* x, uint32_t batch, const Wei
     const float* bias = params + bias_offset_[l];
     auto& z = z_[l + 1];
     z.resize(size_t{batch} * out);
+    float dots[kRows];
     for (uint32_t o = 0; o < out; ++o) {
-      for (uint32_t b = 0; b < batch; ++b) {
-        z[size_t{b} * out + o] = bias[o] + Dot(w + size_t{o} * in, a_[l].data() + size_t{b} * in, in);
+      for (uint32_t b0 = 0; b0 < batch; b0 += kRows) {
+        const uint32_t m = std::min(kRows, batch - b0);
+        Kernels().dot_rows(w + size_t{o} * in, a_[l].data() + size_t{b0} * in, in, m, in, dots);
+        for (uint32_t b = 0; b < m; ++b) z[size_t{b0 + b} * out + o] = bias[o] + dots[b];
       }
     }
     auto& a = a_[l + 1];
@@ -127,19 +230,15 @@ void Mlp::BackwardLayer(int l, const float* params, uint32_t batch, float* grads
   const float* w = params + weight_offset_[l];
   float* gw = grads + weight_offset_[l];
   float* gb = grads + bias_offset_[l];
+  const LayerKernels& k = Kernels();
   for (uint32_t o = 0; o < out; ++o) {
-    for (uint32_t b = 0; b < batch; ++b) {
-      float d = d_[size_t{b} * out + o];
-      Axpy(gw + size_t{o} * in, d, a_[l].data() + size_t{b} * in, in);
-      gb[o] += d;
-    }
+    k.axpy_into(gw + size_t{o} * in, d_.data() + o, out, a_[l].data(), in, batch, in);
+    for (uint32_t b = 0; b < batch; ++b) gb[o] += d_[size_t{b} * out + o];
   }
   if (l == 0) return;
   d_next_.assign(size_t{batch} * in, 0.0f);
   for (uint32_t o = 0; o < out; ++o) {
-    for (uint32_t b = 0; b < batch; ++b) {
-      Axpy(d_next_.data() + size_t{b} * in, d_[size_t{b} * out + o], w + size_t{o} * in, in);
-    }
+    k.axpy_from(d_next_.data(), in, d_.data() + o, out, w + size_t{o} * in, batch, in);
   }
   const auto& z = z_[l];
   for (size_t i = 0; i < d_next_.size(); ++i) {

@@ -87,6 +87,21 @@ def run_gpt(build, server, steps, warmup, job, log, extra=(), timeout_s=900):
     return curve
 
 
+def gpt_ds_config(directory, name, steps, sections):
+    """examples/gpt's ds_config.json with `sections` (top-level keys) set
+    and its schedule over max(steps, its own) steps, written to
+    directory/ds_config_<name>.json; its path."""
+    with open(os.path.join(ROOT, "examples", "gpt", "ds_config.json")) as f:
+        config = json.load(f)
+    config.update(sections)
+    params = config["scheduler"]["params"]
+    params["total_num_steps"] = max(steps, params["total_num_steps"])
+    path = os.path.join(directory, f"ds_config_{name}.json")
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return path
+
+
 # ----- SVG -----
 
 def nice_ticks(lo, hi, n=5):

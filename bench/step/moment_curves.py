@@ -30,7 +30,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from dpu_curves import ROOT, run_gpt, svg_plot, tail_mean, zs_servers  # noqa: E402
+from dpu_curves import ROOT, gpt_ds_config, run_gpt, svg_plot, tail_mean, zs_servers  # noqa: E402
 
 FORMATS = [("MOMENTS_FP32", "fp32 moments", "#1f5fbf"),
            ("MOMENTS_BF16", "bf16 moments", "#2b8a3e"),
@@ -40,15 +40,8 @@ FORMATS = [("MOMENTS_FP32", "fp32 moments", "#1f5fbf"),
 def config_with(format_name, directory, steps):
     """examples/gpt's ds_config.json with the moment format set and the
     schedule over max(steps, its own) steps."""
-    with open(os.path.join(ROOT, "examples", "gpt", "ds_config.json")) as f:
-        config = json.load(f)
-    config["zerostate"] = {"train": {"moment_format": format_name}}
-    params = config["scheduler"]["params"]
-    params["total_num_steps"] = max(steps, params["total_num_steps"])
-    path = os.path.join(directory, f"ds_config_{format_name}.json")
-    with open(path, "w") as f:
-        json.dump(config, f)
-    return path
+    return gpt_ds_config(directory, format_name, steps,
+                         {"zerostate": {"train": {"moment_format": format_name}}})
 
 
 def main():

@@ -64,6 +64,11 @@ def main():
     ap.add_argument("--delayed_warmup", type=int, default=-1,
                     help="delayed parameter update after this many synchronous steps "
                          "(zero_optimization.delayed_update; -1: the config's)")
+    ap.add_argument("--seed", type=int, default=0, help="the initial weights' seed")
+    ap.add_argument("--no_data_plane", action="store_true",
+                    help="pushes and gathers over gRPC, not the servers' TCP or same-host "
+                         "plane (a compressed wire on one host: the same-host plane moves "
+                         "plain dtypes)")
     ap.add_argument("--loss_log", default="", help="rank 0 writes its loss per step here (JSON)")
     ap.add_argument("--save_weights", default="", help="rank 0 saves the final weights here")
     ap.add_argument("--reference", type=int, default=0, metavar="RANKS",
@@ -80,7 +85,7 @@ def main():
     if device.type == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         device = torch.device("cuda", torch.cuda.current_device())
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     model = build_model(args).to(device)
     with open(args.config) as f:
         config = json.load(f)
@@ -90,7 +95,8 @@ def main():
     wd = config.get("optimizer", {}).get("params", {}).get("weight_decay", 0.0)
     engine, _, _, _ = zs.initialize(model=model, config=config, servers=args.servers,
                                     job=args.job, model_parameters=param_groups(model, wd),
-                                    plaintext=args.plaintext)
+                                    plaintext=args.plaintext,
+                                    data_plane=not args.no_data_plane)
     rank = int(os.environ.get("RANK", "0"))
     losses = []
     t0 = time.time()
@@ -155,7 +161,7 @@ def train_reference(args):
     if opt_cfg["type"] != "AdamW":
         raise ValueError(f"--reference: optimizer.type {opt_cfg['type']!r} is not AdamW")
     p = opt_cfg["params"]
-    torch.manual_seed(0)
+    torch.manual_seed(args.seed)
     model = build_model(args)
     opt = torch.optim.AdamW(param_groups(model, p.get("weight_decay", 0.0)), lr=p["lr"],
                             betas=tuple(p.get("betas", (0.9, 0.999))), eps=p.get("eps", 1e-8))

@@ -32,7 +32,7 @@ from netns_hosts import NetnsHosts  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SERVER_PORT = 7000  # every server has a host of its own, so one port serves
 ETCD_PORT = 2379
-ETCD_BINARY = "/usr/bin/etcd"
+ETCD_BINARY = os.environ.get("ZEROSTATE_ETCD", "/usr/bin/etcd")
 
 
 def binary(env_name, build_path):
