@@ -226,9 +226,18 @@ TEST(OperationsTest, WaitingCallsGetTheGracePeriodOnSigterm) {
   req.set_job_id("none");
   v1::JobStatusResponse resp;
   (void)stub->JobStatus(&probe, req, &resp);
+  const auto signalled = std::chrono::steady_clock::now();
   ASSERT_EQ(kill((*server)->pid(), SIGTERM), 0);
   grpc::Status s = waiting.get();
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << s.error_message();
+  // The server answers DEADLINE_EXCEEDED half a second before the call's
+  // deadline; on a loaded machine that answer can cross the deadline on its
+  // way, and gRPC then reports CANCELLED. Either way the call ran to its
+  // own deadline, not to the signal.
+  EXPECT_TRUE(s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+              s.error_code() == grpc::StatusCode::CANCELLED)
+      << s.error_code() << " " << s.error_message();
+  EXPECT_GE(std::chrono::steady_clock::now() - signalled, std::chrono::seconds(3))
+      << "the waiting call ended at the signal, not by its deadline";
   EXPECT_TRUE((*server)->Stop().ok()) << "the server exits cleanly after its last call";
 }
 
