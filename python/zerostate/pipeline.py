@@ -17,7 +17,8 @@ _ABORTED = 10
 def bucket_plan(job, ready_points, max_elems, local_size=1, local_rank=0):
     """[zs_bucket] of `job` in the order backward finishes them: cut at
     the block boundary at or after each flat offset of `ready_points`,
-    pieces of at most `max_elems` (rounded up to blocks; 0: no cap), each
+    consecutive pieces joined while within `max_elems` and longer ones
+    cut to it (rounded up to blocks; 0: no cap, no joining), each
     with local rank `local_rank`'s share among `local_size`
     (trainer/bucket_plan.h)."""
     points = (ctypes.c_uint64 * len(ready_points))(*ready_points)
