@@ -117,7 +117,8 @@ class Pusher:
     def push(self, job, step, node, begin, end, ptr, nbytes, dtype, keep=None, waits=()):
         fns = [self._waits.wrap(w) for w in waits]
         array = (_capi.Wait * len(fns))(*[_capi.Wait(f, None) for f in fns])
-        _call(f"job {job.job_id}: push of step {step} [{begin}, {end})", lib.zs_pusher_push,
+        # With the GIL held (_capi.held): it only queues.
+        _call(f"job {job.job_id}: push of step {step} [{begin}, {end})", _capi.held.zs_pusher_push,
               self._h, job._h, step, node, begin, end, ptr, nbytes, dtype, array, len(fns))
         self._keep.append((keep, fns, array, job))
 
