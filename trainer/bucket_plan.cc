@@ -13,17 +13,33 @@ std::vector<Range> BackwardBuckets(const Layout& layout, std::vector<uint64_t> r
   cuts.push_back(0);
   std::sort(cuts.begin(), cuts.end(), std::greater<>());
   std::vector<Range> buckets;
+  // The bucket being grown is [begin, end): it takes in the pieces under
+  // it while it stays within the cap.
   uint64_t end = layout.used_elems;
+  uint64_t begin = end;
   for (uint64_t cut : cuts) {
-    if (cut >= end) continue;
-    // [cut, end) in pieces of `cap` from `cut` on, the highest first.
-    uint64_t pieces = cap == 0 ? 1 : (end - cut + cap - 1) / cap;
-    while (pieces-- > 0) {
-      const uint64_t begin = cap == 0 ? cut : cut + pieces * cap;
-      buckets.push_back(Range{begin, end});
-      end = begin;
+    if (cut >= begin) continue;
+    if (cap != 0 && end - cut <= cap) {
+      begin = cut;
+      continue;
     }
+    if (begin < end) buckets.push_back(Range{begin, end});
+    end = begin;
+    // [cut, end) in pieces of `cap` from `cut` on, the highest first; one
+    // within the cap grows on.
+    uint64_t pieces = cap == 0 ? 1 : (end - cut + cap - 1) / cap;
+    if (pieces == 1 && cap != 0) {
+      begin = cut;
+      continue;
+    }
+    while (pieces-- > 0) {
+      const uint64_t low = cap == 0 ? cut : cut + pieces * cap;
+      buckets.push_back(Range{low, end});
+      end = low;
+    }
+    begin = end;
   }
+  if (begin < end) buckets.push_back(Range{begin, end});
   return buckets;
 }
 

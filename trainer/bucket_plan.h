@@ -26,11 +26,16 @@ namespace zerostate::trainer {
 inline constexpr uint64_t kMaxBucketElems = uint64_t{1} << 22;
 
 // Cuts [0, layout.used_elems) at the block boundaries at or after each of
-// `ready_points` (the flat offsets backward reports, any order), then cuts
-// each piece longer than `max_elems` (rounded up to whole blocks; 0: no
-// cap) into pieces of that length from its begin, the last one shorter,
+// `ready_points` (the flat offsets backward reports, any order) into
+// pieces, then, from the top down, joins consecutive pieces into one
+// bucket while it stays within `max_elems` (rounded up to whole blocks),
+// so that small parameters share a bucket: each bucket costs an event, a
+// device-to-host copy and a push per step, and each parameter cut by a
+// bucket's edge an extra add per micro-batch. A piece longer than the cap
+// is cut into pieces of that length from its begin, the last one shorter,
 // so that a large layer's gradient leaves in parts while the rest of it
-// is still copied off the device, and its weights land in parts. Returns
+// is still copied off the device, and its weights land in parts.
+// max_elems 0: no cap and no joining (a bucket per piece). Returns
 // non-empty ranges in descending order of offset, covering the used space
 // (the padding after the last tensor is never pushed nor gathered: it is
 // zero on both sides).

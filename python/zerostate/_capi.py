@@ -155,6 +155,24 @@ def _load():
 lib = _load()
 
 
+def _held(names):
+    """The functions `names` of `lib` called with the GIL held (ctypes.PyDLL):
+    those that never block and call no Python. A call that lets the GIL go
+    hands it to whichever thread waits for it (the push thread's waits are
+    Python), and the caller, e.g. a backward hook queueing a bucket's push,
+    then waits to take it back."""
+    held = ctypes.PyDLL(lib._name, handle=lib._handle)
+    for name in names:
+        fn = getattr(held, name)
+        fn.restype, fn.argtypes = _SIGNATURES[name]
+    return held
+
+
+# zs_pusher_push only queues (trainer::Pusher::Submit): a mutex held for a
+# queue's push_back, never while a wait runs.
+held = _held(["zs_pusher_push"])
+
+
 def take_string(ptr):
     """The malloc'd C string at `ptr` as str; frees it."""
     if not ptr:

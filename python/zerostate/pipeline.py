@@ -17,7 +17,8 @@ _ABORTED = 10
 def bucket_plan(job, ready_points, max_elems, local_size=1, local_rank=0):
     """[zs_bucket] of `job` in the order backward finishes them: cut at
     the block boundary at or after each flat offset of `ready_points`,
-    pieces of at most `max_elems` (rounded up to blocks; 0: no cap), each
+    consecutive pieces joined while within `max_elems` and longer ones
+    cut to it (rounded up to blocks; 0: no cap, no joining), each
     with local rank `local_rank`'s share among `local_size`
     (trainer/bucket_plan.h)."""
     points = (ctypes.c_uint64 * len(ready_points))(*ready_points)
@@ -116,7 +117,8 @@ class Pusher:
     def push(self, job, step, node, begin, end, ptr, nbytes, dtype, keep=None, waits=()):
         fns = [self._waits.wrap(w) for w in waits]
         array = (_capi.Wait * len(fns))(*[_capi.Wait(f, None) for f in fns])
-        _call(f"job {job.job_id}: push of step {step} [{begin}, {end})", lib.zs_pusher_push,
+        # With the GIL held (_capi.held): it only queues.
+        _call(f"job {job.job_id}: push of step {step} [{begin}, {end})", _capi.held.zs_pusher_push,
               self._h, job._h, step, node, begin, end, ptr, nbytes, dtype, array, len(fns))
         self._keep.append((keep, fns, array, job))
 

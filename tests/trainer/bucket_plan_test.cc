@@ -43,7 +43,18 @@ TEST(BucketPlanTest, CapCutsLongBucketsInWholeBlocksFromTheirBegin) {
   EXPECT_EQ(b.back(), (Range{0, 128}));
   for (size_t i = 1; i < b.size(); ++i) EXPECT_EQ(b[i].end, b[i - 1].begin);
   EXPECT_EQ(BackwardBuckets(l, {0, 300}, 0), BackwardBuckets(l, {0, 300}));
-  EXPECT_EQ(BackwardBuckets(l, {0, 300}, 1000), BackwardBuckets(l, {0, 300}));
+}
+
+// Under a cap, consecutive pieces join from the top down while the bucket
+// stays within it: few buckets, each cut at a ready point's block.
+TEST(BucketPlanTest, CapJoinsPiecesFromTheTopWhileWithinIt) {
+  Layout l = MakeLayout(1000, 128);
+  EXPECT_EQ(BackwardBuckets(l, {0, 300, 640, 700}, 512),
+            (std::vector<Range>{{640, 1000}, {384, 640}, {0, 384}}));
+  EXPECT_EQ(BackwardBuckets(l, {0, 300, 640, 700}, 1000), (std::vector<Range>{{0, 1000}}));
+  // A piece over the cap is cut; the piece under it starts a new bucket.
+  EXPECT_EQ(BackwardBuckets(l, {0, 100, 130}, 256),
+            (std::vector<Range>{{768, 1000}, {512, 768}, {256, 512}, {0, 256}}));
 }
 
 TEST(BucketPlanTest, LocalSharesPartitionTheBucketInAlignedUnits) {

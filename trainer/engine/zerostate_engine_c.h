@@ -39,8 +39,9 @@ typedef struct zs_bucket {
 /* The buckets of `job`'s flat space, in the order backward finishes
  * them (trainer::PlanBuckets): cut at the block boundary at or after each
  * of the `num_points` flat offsets `ready_points` (where backward reports
- * a layer or a parameter ready), pieces longer than `max_elems` cut (0:
- * no cap), each with local rank `local_rank`'s share among `local_size`.
+ * a layer or a parameter ready), consecutive pieces joined while within
+ * `max_elems` and longer ones cut (0: no cap, no joining), each with
+ * local rank `local_rank`'s share among `local_size`.
  * *count receives the number of buckets; they are written to `out` when
  * `capacity` >= *count (else nothing is: call again with that capacity).
  * Errors: INVALID_ARGUMENT naming the argument (job or count null,

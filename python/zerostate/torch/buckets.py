@@ -1,9 +1,9 @@
 """Gradient buckets. Which buckets there are, and each local rank's share
 of each, is the trainer engine's bucket plan (zerostate.pipeline, the C++
 of trainer/bucket_plan.h that zerostate-worker runs): block-aligned
-ranges of the job's flat space, cut at the block boundary at or after each
-parameter's begin and capped at bucket_elems, so a parameter may lie in two
-buckets. Each bucket's flat buffer, in the reduce dtype (fp32 unless the
+ranges of the job's flat space, cut at the block boundary at or after a
+parameter's begin, parameters joined up to bucket_elems, so that only a
+parameter at a bucket's edge lies in two buckets. Each bucket's flat buffer, in the reduce dtype (fp32 unless the
 config's data_types.grad_accum_dtype names another), is where the step's
 gradients accumulate: after each backward, each parameter's gradient (in
 the training dtype) is added into the buckets it lies in and dropped
@@ -133,8 +133,8 @@ def make_buckets(job, entries, bucket_elems, reduce_dtype, wire_dtype, device, t
                  staging=None):
     """The buckets of `entries` ([(param, begin, end)] in flat order, every
     tensor of `job`): the engine's bucket plan with ready points at each
-    parameter's begin, at most bucket_elems elements each (rounded up to
-    whole blocks), accumulating in reduce_dtype and pushing in wire_dtype,
+    parameter's begin, parameters joined up to bucket_elems elements
+    (rounded up to whole blocks) and longer ones cut to it, accumulating in reduce_dtype and pushing in wire_dtype,
     each from a host buffer of `staging` (streams.Staging; None: plain
     memory, pinned on a GPU)."""
     local = topo.local_world if topo.local_group is not None else 1
