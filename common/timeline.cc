@@ -64,13 +64,16 @@ bool Timeline::on() { return state().on.load(std::memory_order_relaxed); }
 void Timeline::Record(const char* what, int64_t a, int64_t b) {
   State& s = state();
   if (!s.on.load(std::memory_order_relaxed)) return;
-  const Event e{MonotonicNs(), ThreadId(), what, a, b};
+  const int64_t tid = ThreadId();
   absl::MutexLock lock(&s.mu);
   if (s.events.size() >= kMaxEvents) {
     ++s.dropped;
     return;
   }
-  s.events.push_back(e);
+  // The clock is read under the lock, so the events lie in time order: read
+  // before it, a thread preempted between the clock and the lock would append
+  // an event older than one another thread appended meanwhile.
+  s.events.push_back(Event{MonotonicNs(), tid, what, a, b});
 }
 
 absl::Status Timeline::Flush() {
