@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/crypto.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
@@ -21,6 +22,15 @@
 
 namespace zerostate {
 namespace {
+
+// OpenSSL frees its global state at exit unless told not to. gRPC's executor
+// threads outlive main() and may still be making a TLS channel then (a
+// reconnect, a watched channel's state change): they read freed providers
+// (ASan, heap-use-after-free in OSSL_DECODER_CTX_new_for_pkey, in a fault
+// test's exit). The process's memory goes with it anyway, so the exit-time
+// cleanup is turned off before anything starts OpenSSL.
+[[maybe_unused]] const bool kNoExitCleanup =
+    OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
 
 // OpenSSL's receive buffer: two full TLS 1.3 records and their headers,
 // tags and inner types.
