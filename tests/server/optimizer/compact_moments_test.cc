@@ -218,6 +218,34 @@ TEST(QuantMapTest, EveryIsaDequantizesAsMapValue) {
   }
 }
 
+// A block that holds a NaN (whatever its sign and payload) or an infinity
+// (its reciprocal 0: the vector path, where inf * 0 is a NaN) stores the
+// same scale and codes on every ISA as QuantizeBlock, the plain one.
+TEST(QuantMapTest, NonFiniteBlocksQuantizeAlikeOnEveryIsa) {
+  const float nans[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                        kernels::BitsFloat(0x7f800001u), kernels::BitsFloat(0xffffffffu)};
+  for (bool is_signed : {true, false}) {
+    const QuantMap& map = MapOf(is_signed);
+    for (float odd : {nans[0], nans[1], nans[2], nans[3], std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+      for (size_t at : {size_t{0}, size_t{5}, size_t{37}, size_t{kQuantBlock - 1}}) {
+        std::vector<float> x(kQuantBlock);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = (is_signed && i % 3 == 0 ? -1.0f : 1.0f) * (i % 17) * 1e-3f;
+        x[at] = odd;
+        std::vector<uint8_t> want(x.size());
+        const float want_scale = kernels::QuantizeBlock(map, x.data(), x.size(), want.data());
+        for (Isa isa : SupportedIsas()) {
+          std::vector<uint8_t> codes(x.size());
+          const float scale = kernels::KernelsFor(isa).quantize(map, x.data(), x.size(), codes.data());
+          ASSERT_EQ(kernels::FloatBits(scale), kernels::FloatBits(want_scale))
+              << IsaName(isa) << " at " << at << " " << odd;
+          ASSERT_EQ(codes, want) << IsaName(isa) << " at " << at << " " << odd;
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantMapTest, ZerosAndDenormals) {
   const QuantMap& map = kernels::SignedMap();
   std::vector<float> zeros = {0.0f, -0.0f, 0.0f}, back(3);
