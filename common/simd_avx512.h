@@ -70,10 +70,11 @@ struct Avx512Ops {
     const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
     const __m512i bias = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb);
     const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(b, bias), 16);
-    const __m512i quiet = _mm512_or_si512(hi, _mm512_set1_epi32(0x40));
-    const __m512i abs = _mm512_and_si512(b, _mm512_set1_epi32(0x7fffffff));
-    const __mmask16 nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7f800000));
-    return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
+    // A NaN keeps its top half, made quiet (one compare finds it: no
+    // magnitude mask, no blend).
+    const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    return _mm512_cvtepi32_epi16(
+        _mm512_mask_or_epi32(rounded, nan, hi, _mm512_set1_epi32(0x40)));
   }
 
   // 16 double lanes of sums of squares; lane k takes element k of each chunk.

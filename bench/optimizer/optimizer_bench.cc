@@ -30,7 +30,8 @@
 //       and at 1 thread the step on parameters that stay in cache
 //       (adamw_step_in_cache.moments=<format>, timed by the thread's CPU
 //       clock), its arithmetic's own rate,
-//       against the memory limit,
+//       against the memory limit; each (e) figure names the kernel table
+//       ("kernels": the ISA, "+avx512_bf16" where that converts the copy),
 // (a) to (d) each with 1..nproc threads (--threads), which take blocks of 262144
 // parameters from a shared counter as the server's pool does. The passes of
 // (a) and (b) take turns; a figure is the best of --reps timed passes after
@@ -54,6 +55,7 @@
 #include "absl/flags/parse.h"
 #include "bench/optimizer/step_state.h"
 #include "common/convert.h"
+#include "server/core/optimizer/dispatch.h"
 #include "server/core/optimizer/optimizer.h"
 #include "server/core/optimizer/param_groups.h"
 
@@ -253,6 +255,13 @@ void MeasureThreads(const Options& o, int threads, const StepState& state) {
   }
 }
 
+// The kernel table the step runs (KernelsFor): the ISA, and for AVX-512
+// whether AVX512_BF16 converts the bf16 copy.
+std::string KernelsName(Isa isa) {
+  const bool bf16 = isa == Isa::kAvx512 && kernels::HasAvx512Bf16();
+  return std::string(IsaName(isa)) + (bf16 ? "+avx512_bf16" : "");
+}
+
 const char* FormatName(MomentFormat f) {
   return f == MomentFormat::kFp32 ? "fp32" : f == MomentFormat::kBf16 ? "bf16" : "int8";
 }
@@ -318,8 +327,10 @@ double MeasureFormat(const Options& o, int threads, const StepState& fp32,
                                ".threads=" + std::to_string(threads);
     if (o.json) {
       std::printf("{\"figure\":\"%s\",\"value\":%.6g,\"unit\":\"params/s\",\"limit\":%.6g,"
-                  "\"ratio\":%.4f,\"bytes_per_param\":%.4f,\"limit_bytes_per_s\":%.6g}\n",
-                  figure.c_str(), pps, limit_pps, pps / limit_pps, bytes, bandwidth);
+                  "\"ratio\":%.4f,\"bytes_per_param\":%.4f,\"limit_bytes_per_s\":%.6g,"
+                  "\"kernels\":\"%s\"}\n",
+                  figure.c_str(), pps, limit_pps, pps / limit_pps, bytes, bandwidth,
+                  KernelsName(isa).c_str());
     } else {
       std::printf("%-52s %8.3f Gparam/s %6.2f B/param %8.2f GB/s  ratio %.3f\n", figure.c_str(),
                   pps / 1e9, bytes, pps * bytes / 1e9, pps / limit_pps);
@@ -385,8 +396,10 @@ int Main(int argc, char** argv) {
   }
   state.Fill(o.max_threads);
   if (!o.json) {
-    std::printf("optimizer_bench: %zu params in %zu blocks of %zu, %.0f bytes/param, best of %d\n",
-                o.params, state.num_blocks(), kBenchBlockElems, kStepBytesPerParam, o.reps);
+    std::printf("optimizer_bench: %zu params in %zu blocks of %zu, %.0f bytes/param, best of %d, "
+                "kernels %s\n",
+                o.params, state.num_blocks(), kBenchBlockElems, kStepBytesPerParam, o.reps,
+                KernelsName(SupportedIsas().back()).c_str());
   }
   if (!absl::GetFlag(FLAGS_formats_only)) {
     for (int t = 1; t <= o.max_threads; ++t) MeasureThreads(o, t, state);

@@ -6,7 +6,13 @@
 
 namespace zerostate::server::kernels {
 
-// REQUIRES (to call what it returns): the CPU supports `isa`.
+// Whether the CPU has AVX512_BF16 (CPUID leaf 7, subleaf 1, EAX bit 5);
+// the AVX-512 register state is HasAvx512's (common/cpu_features.cc).
+bool HasAvx512Bf16();
+
+// REQUIRES (to call what it returns): the CPU supports `isa`. For
+// Isa::kAvx512, Avx512Bf16Kernels where the CPU has AVX512_BF16 (the same
+// bits, fewer instructions).
 const KernelTable& KernelsFor(Isa isa);
 
 }  // namespace zerostate::server::kernels

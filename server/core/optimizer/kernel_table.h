@@ -1,5 +1,5 @@
 // Internal to server/core/optimizer/: what optimizer.cc hands the per-ISA kernel
-// files (kernels_scalar.cc, kernels_avx2.cc, kernels_avx512.cc) and what
+// files (kernels_scalar.cc, kernels_avx2.cc, kernels_avx512*.cc) and what
 // they give back. Plain types only: the ISA files are compiled with ISA
 // flags and must not include protobuf or standard-library headers that
 // define inline functions (see common/simd_avx2.h).
@@ -118,5 +118,8 @@ struct KernelTable {
 const KernelTable& ScalarKernels();
 const KernelTable& Avx2Kernels();
 const KernelTable& Avx512Kernels();
+// Avx512Kernels with AVX512_BF16's conversion of the bf16 copy
+// (simd_avx512_bf16.h): the same bits. REQUIRES also AVX512_BF16.
+const KernelTable& Avx512Bf16Kernels();
 
 }  // namespace zerostate::server::kernels

@@ -24,8 +24,7 @@ struct QuantVec<simd::Avx512Ops> {
   struct Encoder {
     explicit Encoder(float inv_scale)
         : inv(_mm512_set1_ps(inv_scale)),
-          offset(_mm512_set1_epi32(static_cast<int>(kHalfStep - MapFor<kSigned>().base))),
-          max(_mm512_set1_epi32(MapFor<kSigned>().max)) {}
+          offset(_mm512_set1_epi32(static_cast<int>(kHalfStep - MapFor<kSigned>().base))) {}
     [[gnu::always_inline]] void Store(uint8_t* codes, const float* x) const {
       const __m512i bits = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(x), inv));
       const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
@@ -35,17 +34,17 @@ struct QuantVec<simd::Avx512Ops> {
       idx = _mm512_maskz_max_epi32(nonzero, idx, _mm512_set1_epi32(1));
       __m128i out;
       if constexpr (kSigned) {
-        // min(idx, 127) | (bits >> 24 & 0x80)
-        idx = _mm512_ternarylogic_epi32(_mm512_min_epi32(idx, max), _mm512_srli_epi32(bits, 24),
-                                        _mm512_set1_epi32(0x80), 0xf8);
-        out = _mm512_cvtepi32_epi8(idx);
+        // idx >= 0: the signed saturation is min(idx, 127); then bit 7
+        // set where x is negative (an add: bit 7 is clear).
+        out = _mm512_cvtsepi32_epi8(idx);
+        out = _mm_mask_add_epi8(out, _mm512_movepi32_mask(bits), out, _mm_set1_epi8(-128));
       } else {
         out = _mm512_cvtusepi32_epi8(idx);  // idx >= 0: saturating is min(idx, 255)
       }
       _mm_storeu_si128(reinterpret_cast<__m128i*>(codes), out);
     }
     __m512 inv;
-    __m512i offset, max;
+    __m512i offset;
   };
 
   // bits = (idx << 20) + base where idx != 0, with the sign (signed: the
@@ -59,10 +58,13 @@ struct QuantVec<simd::Avx512Ops> {
       const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes));
       const __m512i c = kSigned ? _mm512_cvtepi8_epi32(bytes) : _mm512_cvtepu8_epi32(bytes);
       __m512i t = _mm512_slli_epi32(c, kMantissaShift);
-      if constexpr (kSigned) t = _mm512_and_si512(t, _mm512_set1_epi32(static_cast<int>(0x87f00000u)));
-      const __mmask16 nonzero =
-          _mm512_test_epi32_mask(c, _mm512_set1_epi32(kSigned ? 0x7f : 0xff));
-      t = _mm512_mask_add_epi32(t, nonzero, t, base);
+      if constexpr (kSigned) {
+        t = _mm512_and_si512(t, _mm512_set1_epi32(static_cast<int>(0x87f00000u)));
+        // Index 0 keeps its sign: -0 for code 0x80.
+        t = _mm512_mask_add_epi32(t, _mm512_test_epi32_mask(c, _mm512_set1_epi32(0x7f)), t, base);
+      } else {
+        t = _mm512_maskz_add_epi32(_mm512_test_epi32_mask(c, c), t, base);  // code 0: +0
+      }
       return _mm512_mul_ps(_mm512_castsi512_ps(t), s);
     }
     __m512i base;

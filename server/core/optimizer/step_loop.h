@@ -365,7 +365,9 @@ struct CompactLoop {
     typename Quant::Bits mbits = am->vec, vbits = av->vec;
     size_t i = lo;
     for (; i + W <= hi; i += W) {
-      if (i % Loop::kLine == 0 && i + Loop::kAhead < hi) {
+      // Ahead into the next quantization block too (b.n, not hi): a block
+      // whose first lines were not fetched ahead starts with misses.
+      if (i % Loop::kLine == 0 && i + Loop::kAhead < b.n) {
         __builtin_prefetch(b.from_param + i + Loop::kAhead);
         __builtin_prefetch(Loop::GradAt(b, i + Loop::kAhead));
         if (i % 64 == 0) {

@@ -218,6 +218,34 @@ TEST(QuantMapTest, EveryIsaDequantizesAsMapValue) {
   }
 }
 
+// A block that holds a NaN (whatever its sign and payload) or an infinity
+// (its reciprocal 0: the vector path, where inf * 0 is a NaN) stores the
+// same scale and codes on every ISA as QuantizeBlock, the plain one.
+TEST(QuantMapTest, NonFiniteBlocksQuantizeAlikeOnEveryIsa) {
+  const float nans[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+                        kernels::BitsFloat(0x7f800001u), kernels::BitsFloat(0xffffffffu)};
+  for (bool is_signed : {true, false}) {
+    const QuantMap& map = MapOf(is_signed);
+    for (float odd : {nans[0], nans[1], nans[2], nans[3], std::numeric_limits<float>::infinity(),
+                      -std::numeric_limits<float>::infinity()}) {
+      for (size_t at : {size_t{0}, size_t{5}, size_t{37}, size_t{kQuantBlock - 1}}) {
+        std::vector<float> x(kQuantBlock);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = (is_signed && i % 3 == 0 ? -1.0f : 1.0f) * (i % 17) * 1e-3f;
+        x[at] = odd;
+        std::vector<uint8_t> want(x.size());
+        const float want_scale = kernels::QuantizeBlock(map, x.data(), x.size(), want.data());
+        for (Isa isa : SupportedIsas()) {
+          std::vector<uint8_t> codes(x.size());
+          const float scale = kernels::KernelsFor(isa).quantize(map, x.data(), x.size(), codes.data());
+          ASSERT_EQ(kernels::FloatBits(scale), kernels::FloatBits(want_scale))
+              << IsaName(isa) << " at " << at << " " << odd;
+          ASSERT_EQ(codes, want) << IsaName(isa) << " at " << at << " " << odd;
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantMapTest, ZerosAndDenormals) {
   const QuantMap& map = kernels::SignedMap();
   std::vector<float> zeros = {0.0f, -0.0f, 0.0f}, back(3);
@@ -547,6 +575,125 @@ TEST(StateConvertTest, RoundTrips) {
   for (size_t i = 0; i < f.block_elems; ++i) {
     ASSERT_EQ(back.data()[i], wide.data()[i]) << "master [" << i << "]";
     ASSERT_EQ(back.data()[f.m_offset() + i], Bf16ToFloat(FloatToBf16(wide.data()[f.m_offset() + i])));
+  }
+}
+
+// --- the AVX512_BF16 variant of the AVX-512 kernels ---
+
+// Where the CPU has AVX512_BF16, KernelsFor(kAvx512) is Avx512Bf16Kernels,
+// which the tests above hold to the scalar bits; this holds the plain
+// AVX-512 table (used where the CPU lacks it) to the same bits, and both to
+// the scalar bf16 copy over a sweep of bit patterns (denormals, which
+// vcvtneps2bf16 would flush, NaNs, ties).
+class Avx512Bf16KernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::vector<Isa> isas = SupportedIsas();
+    if (std::find(isas.begin(), isas.end(), Isa::kAvx512) == isas.end() ||
+        !kernels::HasAvx512Bf16()) {
+      GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+    }
+  }
+  static const kernels::KernelTable* Tables(int i) {
+    const kernels::KernelTable* t[] = {&kernels::ScalarKernels(), &kernels::Avx512Kernels(),
+                                       &kernels::Avx512Bf16Kernels()};
+    return t[i];
+  }
+};
+
+TEST_F(Avx512Bf16KernelsTest, BfloatCopyOfEveryBitPatternSweptIsTheScalars) {
+  std::vector<uint32_t> bits = {0x00000000, 0x80000000, 0x00000001, 0x80000001, 0x007fffff,
+                                0x807fffff, 0x00400000, 0x00008000, 0x00018000, 0x00800000,
+                                0x7f7fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0xffc00000,
+                                0x7f800001, 0xff800001, 0x7fffffff, 0x3f808000, 0x3f818000,
+                                0x3f807fff, 0x3f808001, 0x7f7f8000};
+  for (uint64_t x = 0; x < (1ull << 32); x += 4099) bits.push_back(static_cast<uint32_t>(x));
+  bits.resize((bits.size() + 15) / 16 * 16, 0x3f800000u);
+  const size_t n = bits.size();
+  std::vector<std::vector<uint16_t>> lowp;
+  for (int k = 0; k < 3; ++k) {
+    AlignedBuffer<float> p(n), g(n), m(n), v(n);
+    AlignedBuffer<uint16_t> h(n);
+    std::memcpy(p.data(), bits.data(), n * 4);
+    std::memset(g.data(), 0, n * 4);  // p + 0: the copy of p itself
+    kernels::StepBuffers b;
+    b.param = p.data();
+    b.m = m.data();
+    b.v = v.data();
+    b.grad = g.data();
+    b.lowp = h.data();
+    b.n = n;
+    Tables(k)->step[static_cast<int>(kernels::Rule::kTraffic)]
+        .grad[0]
+        .by_lowp[static_cast<int>(kernels::Lowp::kBf16)](kernels::StepConsts{}, b);
+    lowp.emplace_back(h.data(), h.data() + n);
+  }
+  for (int k = 1; k < 3; ++k) {
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(lowp[k][i], lowp[0][i]) << "table " << k << " bits 0x" << std::hex << bits[i];
+    }
+  }
+}
+
+// Five AdamW steps with each moment format and a bf16 copy, some of the
+// master weights denormal: every byte of the state and the copy alike.
+TEST_F(Avx512Bf16KernelsTest, AdamWStepsAreThePlainAvx512s) {
+  const size_t n = 2 * kQuantBlock + 80;
+  for (MomentFormat format : {MomentFormat::kFp32, MomentFormat::kBf16, MomentFormat::kInt8}) {
+    const StateLayout layout{static_cast<uint32_t>((n + 63) / 64 * 64), 2, format};
+    std::vector<std::vector<uint8_t>> out;
+    for (int k = 1; k < 3; ++k) {
+      std::mt19937 rng(7);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      AlignedBuffer<float> state(layout.total_floats()), grad(layout.block_elems);
+      AlignedBuffer<uint16_t> lowp(layout.block_elems);
+      std::memset(state.data(), 0, state.size() * sizeof(float));
+      for (size_t i = 0; i < n; ++i) state.data()[i] = normal(rng) * (i % 5 == 0 ? 1e-39f : 1.0f);
+      BlockRefs refs = StateRefs(layout, state.data());
+      kernels::StepConsts c;
+      c.lr = 1e-3f;
+      c.decay = 1 - 1e-5f;
+      c.beta1 = 0.9f;
+      c.one_minus_beta1 = 0.1f;
+      c.beta2 = 0.999f;
+      c.one_minus_beta2 = 1e-3f;
+      c.eps = 1e-8f;
+      c.step_size = 1e-2f;
+      c.inv_bc2_sqrt = 30.0f;
+      const auto& row = Tables(k)->step[static_cast<int>(kernels::Rule::kAdamW)].grad[0];
+      const int bf16 = static_cast<int>(kernels::Lowp::kBf16);
+      for (int t = 0; t < 5; ++t) {
+        for (size_t i = 0; i < n; ++i) grad.data()[i] = normal(rng) * 1e-3f;
+        if (format == MomentFormat::kFp32) {
+          kernels::StepBuffers b;
+          b.param = refs.param;
+          b.m = refs.m;
+          b.v = refs.v;
+          b.grad = grad.data();
+          b.lowp = lowp.data();
+          b.n = n;
+          row.by_lowp[bf16](c, b);
+        } else {
+          kernels::CompactBuffers b;
+          b.param = refs.param;
+          b.m = refs.m;
+          b.v = refs.v;
+          b.m_scale = refs.m_scale;
+          b.v_scale = refs.v_scale;
+          b.grad = grad.data();
+          b.lowp = lowp.data();
+          b.n = n;
+          const kernels::StepRun run{0, n, c};
+          row.compact[static_cast<int>(format) - 1][bf16](&run, 1, b);
+        }
+      }
+      std::vector<uint8_t> bytes(reinterpret_cast<const uint8_t*>(state.data()),
+                                 reinterpret_cast<const uint8_t*>(state.data() + state.size()));
+      bytes.insert(bytes.end(), reinterpret_cast<const uint8_t*>(lowp.data()),
+                   reinterpret_cast<const uint8_t*>(lowp.data() + n));
+      out.push_back(std::move(bytes));
+    }
+    EXPECT_EQ(out[0], out[1]) << "format " << static_cast<int>(format);
   }
 }
 
