@@ -1,5 +1,6 @@
-// The C API of trainer/engine/zerostate_engine_c.h over the bucket plan and
-// trainer::Pusher. Built into libzerostate_client.so (client/CMakeLists.txt).
+// The C API of trainer/engine/zerostate_engine_c.h over the bucket plan,
+// trainer::Pusher and the coordinator's step (the step in flight:
+// c_api_in_flight.cc). Built into libzerostate_client.so (client/CMakeLists.txt).
 #include <optional>
 #include <string>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "client/c_api_handles.h"
 #include "trainer/bucket_plan.h"
 #include "trainer/c_policy_handle.h"
+#include "trainer/engine/c_api_args.h"
 #include "trainer/engine/coordinator.h"
 #include "trainer/engine/pusher.h"
 #include "trainer/engine/zerostate_engine_c.h"
@@ -21,10 +23,8 @@ namespace {
 namespace zc = ::zerostate::client;
 namespace zt = ::zerostate::trainer;
 using zerostate::Range;
-
-absl::Status Null(const char* what) {
-  return absl::InvalidArgumentError(absl::StrCat(what, ": null"));
-}
+using zt::capi::Null;
+using zt::capi::RunWait;
 
 absl::Status CheckPlanArgs(const zs_job* job, const uint64_t* ready_points, size_t num_points,
                            uint32_t local_size, uint32_t local_rank, const size_t* count) {
@@ -44,13 +44,6 @@ absl::Status CheckPlanArgs(const zs_job* job, const uint64_t* ready_points, size
     }
   }
   return absl::OkStatus();
-}
-
-// The wait `w` as a status: its code, named.
-absl::Status RunWait(zs_wait w) {
-  const int code = w.fn(w.arg);
-  if (code == 0) return absl::OkStatus();
-  return absl::AbortedError(absl::StrCat("the wait before it returned ", code));
 }
 
 absl::Status CheckPushArgs(const zs_pusher* pusher, const zs_job* job, uint64_t begin, uint64_t end,
@@ -130,22 +123,17 @@ extern "C" int zs_coordinate(zs_job* job, zs_policy* policy, uint64_t step, doub
                              float lr, int use_lr, int refuse_nonfinite, const zs_wait* before_step,
                              zs_step_decision* out, int* refused, char** stage, char** error) {
   if (stage != nullptr) *stage = nullptr;
-  absl::Status s = job == nullptr                                         ? Null("job")
-                   : policy == nullptr                                    ? Null("policy")
-                   : out == nullptr                                       ? Null("out")
-                   : refused == nullptr                                   ? Null("refused")
-                   : before_step != nullptr && before_step->fn == nullptr ? Null("before_step->fn")
-                                                                          : absl::OkStatus();
+  absl::Status s = job == nullptr       ? Null("job")
+                   : policy == nullptr  ? Null("policy")
+                   : out == nullptr     ? Null("out")
+                   : refused == nullptr ? Null("refused")
+                                        : zt::capi::CheckBeforeStep(before_step);
   if (!s.ok()) return zc::ReportStatus(s, error);
-  zt::CoordinateOptions options;
-  if (use_lr != 0) options.lr = lr;
-  options.refuse_nonfinite = refuse_nonfinite != 0;
-  if (before_step != nullptr) options.before_step = [w = *before_step] { return RunWait(w); };
+  const zt::CoordinateOptions options =
+      zt::capi::OptionsOf(lr, use_lr, refuse_nonfinite, before_step);
   zt::Coordinated done =
       zt::CoordinateStep(job->job.get(), &policy->policy, step, average_over, options);
-  const zt::StepDecision& d = done.decision;
-  *out = zs_step_decision{d.skip ? 1 : 0, d.grad_scale, d.grad_norm,
-                          d.clip_factor,  d.lr,         d.next_loss_scale};
+  *out = zt::DecisionOf(done.decision);
   *refused = done.refused ? 1 : 0;
   if (!done.status.ok() && stage != nullptr) *stage = zc::CopyCString(done.stage);
   return zc::ReportStatus(done.status, error);

@@ -57,18 +57,18 @@ of DeepSpeed's engine: module methods, batch sizes, the last step's lr and
 gradient norm, no_sync). The C++ trainer engine zerostate-worker runs too,
 through its C API: zerostate.policy (clip, fp16 loss scale, LR schedule,
 trainer_state) and zerostate.pipeline (the bucket plan, the push thread,
-the coordinator's statistics, decision and Step).
+the coordinator's statistics, decision and Step, the delayed update's step
+in flight and its verdict).
 """
 
 import os
-import threading
 import time
 import warnings
 
 import torch
 
 from zerostate.client import Client, ZerostateError
-from zerostate.pipeline import Pusher, coordinate, send_ahead
+from zerostate.pipeline import InFlight, Pusher, coordinate, send_ahead
 from zerostate.policy import Policy
 from zerostate.torch import buckets as bk
 from zerostate.torch import checkpoint as ckpt
@@ -118,7 +118,11 @@ class Engine(ModuleSurface):
         self._failed = None
         self._boundary = False
         self._ahead_error = None  # a failed Step sent ahead (speculative_step)
-        self._pending = None  # a delayed update in flight (the coordinator's Step, gathers)
+        # The delayed update's step in flight and its verdict (the C++ the
+        # worker holds); the gathers it put out: {"tickets": {id(w): ticket}}
+        # once out (before_step).
+        self._in_flight = InFlight()
+        self._gathers = {}
         self._no_sync = False  # inside no_sync()
         self._grad_norm = self._step_applied = None  # the last step's (surface.py)
         self.policy = Policy(self.config.train)
@@ -205,7 +209,7 @@ class Engine(ModuleSurface):
 
     def _land_lazy(self, ws):
         # Not while a delayed update is in flight: the module runs on the weights it has.
-        if self._pending is None:
+        if not self._in_flight.active():
             for w in ws:
                 w.land(self._step_mark)
 
@@ -353,24 +357,23 @@ class Engine(ModuleSurface):
                 self._push(bucket)
 
     def _push(self, bucket):
-        if self._pending is None:
+        if not self._in_flight.active():
             bucket.push(self.job, self.global_steps, self.topo, self._side, self._pusher)
         elif self._early_push:
             # A delayed update in flight: the servers take these gradients
             # once its blocks are at this step's version.
             bucket.push(self.job, self.global_steps, self.topo, self._side, self._pusher,
-                        after=self._versioned(bucket, self._pending))
+                        after=self._versioned(bucket, self.global_steps - 1, self._gathers))
 
-    def _versioned(self, bucket, pending):
-        """A call that returns once every gather of the delayed update
-        `pending` overlapping `bucket` is in (on the push thread)."""
+    def _versioned(self, bucket, step, gathers):
+        """A call that returns once every gather of the delayed update of
+        step `step` (`gathers`, its tickets once out) overlapping `bucket`
+        is in (on the push thread)."""
         overlap = [w for w in self._weights if w.begin < bucket.end and bucket.begin < w.end]
 
         def wait():
-            fetched = pending.get("fetched")
-            if fetched is not None:
-                fetched.wait()
-            tickets = pending.get("tickets")
+            self._in_flight.wait_gathers_out(step)
+            tickets = gathers.get("tickets")
             if tickets is None:
                 raise ZerostateError("not pushed: the update before this step failed",
                                      "ABORTED")
@@ -400,7 +403,7 @@ class Engine(ModuleSurface):
         # The compute stream's end at the step: the backward has read every
         # parameter; a lazy landing's copy waits for it alone (weights.py).
         self._step_mark = self._side.mark()
-        if self._pending is not None:
+        if self._in_flight.active():
             self._finish_delayed()  # this step's version, after the backward on the one before
         step = self.global_steps
         delayed = self._ends_delayed(step)
@@ -419,15 +422,15 @@ class Engine(ModuleSurface):
             lr, scales = groups[0]["lr"], zopt.lr_scales(groups)
             verdict = None
             if delayed:
-                self._pending = self._start_delayed(step, lr, scales)
+                self._start_delayed(step, lr, scales)
             elif self.topo.coordinator:
                 verdict = self._decide(step, lr, scales)
         except ZerostateError as e:
-            # A server call failed: roll back to the last checkpoint if any.
-            verdict = self._failure(step, e)
             t1 = time.perf_counter()
             if delayed:  # every rank meets at the next step's verdict (rank 0's counts)
-                self._pending = {"thread": None, "verdict": verdict}
+                self._in_flight.fail(step, e)
+            else:  # a server call failed: roll back to the last checkpoint if any
+                verdict = self._failure(step, e)
         if not delayed:
             verdict = self.topo.broadcast(verdict)
             self.timers["server_step"] += time.perf_counter() - t1
@@ -477,37 +480,34 @@ class Engine(ModuleSurface):
         self._step_applied, self._grad_norm = not verdict[2], verdict[3]
 
     def _start_delayed(self, step, lr, scales):
-        """Step `step`'s update, left in flight: every rank's gathers of the
-        next version go out; the coordinator's statistics and Step run on a
-        thread (the C calls release the GIL)."""
+        """Step `step`'s update, left in flight (self._in_flight): every
+        rank's gathers of the next version go out; the coordinator's
+        statistics and Step run on a thread of the C++ engine."""
+        self._gathers = gathers = {}
         if not self.topo.coordinator:
             self._fetch(step + 1)
-            return {"thread": None, "verdict": None, "tickets": self._tickets()}
-        pending = {"verdict": None, "fetched": threading.Event()}
+            gathers["tickets"] = self._tickets()
+            self._in_flight.follow(step)
+            return
+        ratio = self._ratio_error(step, lr, scales)
+        if ratio is not None:
+            self._in_flight.fail(step, ZerostateError(ratio, "INVALID_ARGUMENT"), refused=True)
+            return
 
-        def run():
-            try:
-                pending["verdict"] = self._decide(step, lr, scales, pending)
-            except ZerostateError as e:
-                pending["verdict"] = self._failure(step, e)
-            finally:
-                pending["fetched"].set()
-
-        pending["thread"] = threading.Thread(target=run, name=f"zerostate-step-{step}",
-                                             daemon=True)
-        pending["thread"].start()
-        return pending
+        def before_step():  # on the Step's thread: blocks stream back as the servers step them
+            self._fetch(step + 1)
+            gathers["tickets"] = self._tickets()
+        self._in_flight.start(self.job, self.policy, step, self._average_over(), lr=lr,
+                              refuse_nonfinite=self.dtype != torch.float16,
+                              before_step=before_step)
 
     def _finish_delayed(self):
         """The delayed update in flight: the coordinator's verdict to every
         rank, then its weights into the parameters. Collective."""
-        pending, self._pending = self._pending, None
         t0 = time.perf_counter()
-        verdict = None
-        if self.topo.coordinator:
-            if pending["thread"] is not None:
-                pending["thread"].join()
-            verdict = pending["verdict"]
+        taken = self._in_flight.take(self.policy)
+        self._gathers = {}  # a push waiting on them holds its own
+        verdict = self._verdict(*taken) if self.topo.coordinator else None
         verdict = self.topo.broadcast(verdict)
         self.timers["server_step"] += time.perf_counter() - t0
         if verdict[0] != "ok":
@@ -516,30 +516,40 @@ class Engine(ModuleSurface):
         self._apply_verdict(verdict)
         self._land()
 
-    def _decide(self, step, lr, scales, pending=None):
-        """The coordinator's step: statistics, clipping, loss scale, Step
-        (zerostate.pipeline.coordinate, the C++ zerostate-worker runs).
-        `lr` and `scales`: param_groups' as the step began. `pending`: the
-        delayed update this is, which takes the gathers' tickets."""
+    def _verdict(self, step, decision, error, refused):
+        """The coordinator's verdict on step `step` for every rank: ("ok",
+        the policy's trainer_state, skipped, grad_norm); ("error", message,
+        code) for a refused step; else as _failure."""
+        if error is None:
+            return ("ok", self.policy.state(), decision.skip, decision.grad_norm)
+        if refused:
+            return ("error", str(error), error.code)
+        return self._failure(step, error)
+
+    def _ratio_error(self, step, lr, scales):
+        """Why param_groups' lr ratios (`scales` at `lr`) are not the job's,
+        or None."""
         for i, (now, was) in enumerate(zip(scales, self._lr_scales)):
             if abs(now - was) > 1e-6 * max(abs(was), 1e-30) and lr != 0:
-                return ("error", f"step {step}: param_groups[{i}]['lr'] / param_groups[0]['lr'] "
-                        f"is {now:g}, registered as {was:g}: a job's groups keep their lr "
-                        "ratios (the LR scheduler must scale every group alike)",
-                        "INVALID_ARGUMENT")
+                return (f"step {step}: param_groups[{i}]['lr'] / param_groups[0]['lr'] is "
+                        f"{now:g}, registered as {was:g}: a job's groups keep their lr ratios "
+                        "(the LR scheduler must scale every group alike)")
+        return None
 
-        def before_step():
-            # The gathers go out first: blocks stream back as the servers step them.
-            self._fetch(step + 1)
-            if pending is not None:
-                pending["tickets"] = self._tickets()
-                pending["fetched"].set()
+    def _decide(self, step, lr, scales):
+        """The coordinator's synchronous step: statistics, clipping, loss
+        scale, Step (zerostate.pipeline.coordinate, the C++ zerostate-worker
+        runs). `lr` and `scales`: param_groups' as the step began."""
+        ratio = self._ratio_error(step, lr, scales)
+        if ratio is not None:
+            return ("error", ratio, "INVALID_ARGUMENT")
+        # The gathers go out first: blocks stream back as the servers step them.
         d, refused = coordinate(self.job, self.policy, step, self._average_over(), lr=lr,
                                 refuse_nonfinite=self.dtype != torch.float16,
-                                before_step=before_step)
+                                before_step=lambda: self._fetch(step + 1))
         if refused is not None:
             return ("error", refused, "INVALID_ARGUMENT")
-        return ("ok", self.policy.state(), d.skip, d.grad_norm)
+        return self._verdict(step, d, None, False)
 
     def _average_over(self):
         """The (rank, micro-batch) terms the summed gradient averages over."""
@@ -556,7 +566,7 @@ class Engine(ModuleSurface):
     def sync_weights(self):
         """Lands every gather still in flight into the parameters; a delayed
         update in flight is finished first (collective then)."""
-        if self._pending is not None:
+        if self._in_flight.active():
             self._finish_delayed()
         self._land()
 
@@ -578,6 +588,7 @@ class Engine(ModuleSurface):
         self._join_pending()
         self._drop_pushes()
         self._pusher.close()
+        self._in_flight.close()
         for h in self._hooks:
             h.remove()
         self._hooks, self._grad_nodes = [], []
@@ -592,9 +603,8 @@ class Engine(ModuleSurface):
 
     def _join_pending(self):
         """Drops a delayed update in flight, after the coordinator's Step ends."""
-        pending, self._pending = self._pending, None
-        if pending is not None and pending["thread"] is not None:
-            pending["thread"].join()
+        self._in_flight.take()
+        self._gathers = {}
 
     def _drop_pushes(self):
         """Waits for the push thread's pushes, their errors dropped."""
