@@ -67,32 +67,27 @@ class _Waits:
             raise raised
 
 
-def coordinate(job, policy, step, average_over, lr=None, refuse_nonfinite=False,
-               before_step=None):
+def coordinate(job, policy, step, average_over, lr=None, before_step=None):
     """The coordinator's part of step `step` (trainer::CoordinateStep, as
     zerostate-worker runs it): the summed gradient's statistics, `policy`'s
     decision (moving it on), then `before_step()` (if given: e.g. the
     gathers of the new version put out) and the Step carrying the policy's
-    trainer_state, with `lr` (None: the policy's schedule). Returns
-    (Decision, refused): `refused` is the message when refuse_nonfinite
-    and the gradient held non-finite values (nothing sent, the policy
-    unchanged), else None. Raises ZerostateError naming the call that
-    failed, or before_step's own exception."""
+    trainer_state, with `lr` (None: the policy's schedule). A gradient
+    holding non-finite values is skipped, in every precision. Returns the
+    Decision. Raises ZerostateError naming the call that failed, or
+    before_step's own exception."""
     waits = _Waits()
     wait = _capi.Wait(waits.wrap(before_step), None) if before_step is not None else None
-    d, refused = _capi.StepDecision(), ctypes.c_int()
+    d = _capi.StepDecision()
     stage, err = ctypes.c_void_p(), ctypes.c_void_p()
     rc = lib.zs_coordinate(job._h, policy._h, step, float(average_over),
                            float(lr if lr is not None else 0), int(lr is not None),
-                           int(refuse_nonfinite), ctypes.byref(wait) if wait else None,
-                           ctypes.byref(d), ctypes.byref(refused), ctypes.byref(stage),
-                           ctypes.byref(err))
+                           ctypes.byref(wait) if wait else None, ctypes.byref(d),
+                           ctypes.byref(stage), ctypes.byref(err))
     stage = _capi.take_string(stage.value)
     waits.raise_first(err)
-    if refused.value:
-        return None, _capi.take_string(err.value)
     _check(rc, err, f"job {job.job_id}: {stage}")
-    return _decision(d), None
+    return _decision(d)
 
 
 def _decision(d):
@@ -167,8 +162,7 @@ class InFlight:
         self._keep = None
         self._waits = _Waits()
 
-    def start(self, job, policy, step, average_over, lr=None, refuse_nonfinite=False,
-              before_step=None):
+    def start(self, job, policy, step, average_over, lr=None, before_step=None):
         """Step `step`'s coordination, left running: the statistics, the
         decision, `before_step()` (which puts the gathers out: once it
         returned, wait_gathers_out(step) does) and the Step."""
@@ -176,7 +170,7 @@ class InFlight:
         wait = _capi.Wait(fn, None) if fn is not None else None
         _call(f"job {job.job_id}: step {step} in flight", lib.zs_in_flight_start, self._h,
               job._h, policy._h, step, float(average_over),
-              float(lr if lr is not None else 0), int(lr is not None), int(refuse_nonfinite),
+              float(lr if lr is not None else 0), int(lr is not None),
               ctypes.byref(wait) if wait else None)
         self._job, self._keep = job, (fn, wait)
 

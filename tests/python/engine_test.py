@@ -596,20 +596,34 @@ class EngineTest(zs_servers.ServersTestCase):
         train(engine, 2, 3)  # the job goes on
 
     def test_nan_gradient(self):
-        torch.manual_seed(0)
-        engine = train(self.engine(Net(), "nan"), 0, 2)
-        before = [p.detach().clone() for p in engine.module.parameters()]
-        engine.backward(loss_of(engine, 2) * float("nan"))
-        with self.assertRaisesRegex(zs.ZerostateError, "step 2: the summed gradient holds "
-                                    r"\d+ non-finite .* weights are unchanged"):
-            engine.step()
-        self.assertEqual(engine.job.version(), 2)
-        for (p, b, e), q in zip(engine._entries, before):
-            master = torch.empty(e - b)
-            engine.job.gather_master(2, b, e, master.data_ptr(), master.numel() * 4)
-            self.assertTrue(torch.equal(master.view(q.shape), q))
-        with self.assertRaisesRegex(zs.ZerostateError, "stopped at an earlier error"):
-            engine.backward(loss_of(engine, 3))
+        """Non-finite gradients without fp16 skip the step, as the worker
+        does (the trainer engine's one rule) and DeepSpeed's
+        check_grad_overflow: the version moves on, the weights do not,
+        was_step_applied() is False, a warning names the step, and the
+        run goes on. With a delayed update in flight too."""
+        for delayed in (False, True):
+            torch.manual_seed(0)
+            config = dict(CONFIG, zero_optimization={"delayed_update": {
+                "enabled": delayed, "warmup_steps": 1}})
+            engine = train(self.engine(Net(), f"nan-{delayed}", config=config), 0, 2)
+            engine.sync_weights()
+            before = [p.detach().clone() for p in engine.module.parameters()]
+            engine.backward(loss_of(engine, 2) * float("nan"))
+            with self.assertWarnsRegex(UserWarning, "step 2: the summed gradient holds "
+                                       "non-finite .* skipped, the weights are unchanged"):
+                engine.step()
+                engine.sync_weights()
+            self.assertFalse(engine.was_step_applied())
+            self.assertEqual(engine.job.version(), 3)
+            for (p, b, e), q in zip(engine._entries, before):
+                master = torch.empty(e - b)
+                engine.job.gather_master(3, b, e, master.data_ptr(), master.numel() * 4)
+                self.assertTrue(torch.equal(master.view(q.shape), q), f"delayed {delayed}")
+                self.assertTrue(torch.equal(p.detach(), q), f"delayed {delayed}")
+            train(engine, 3, 4)
+            engine.sync_weights()  # a delayed step 3's verdict
+            self.assertTrue(engine.was_step_applied())
+            self.assertEqual(engine.job.version(), 4)
 
     def test_scheduler_changing_group_ratio(self):
         torch.manual_seed(0)

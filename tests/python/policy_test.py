@@ -155,9 +155,9 @@ class InFlightTest(unittest.TestCase):
         verdict = _capi.Verdict()
         cases = [
             ((lib.zs_in_flight_create, None), "INVALID_ARGUMENT", "out: null"),
-            ((lib.zs_in_flight_start, None, 1, policy._h, 4, 1.0, 0.0, 0, 0, None),
+            ((lib.zs_in_flight_start, None, 1, policy._h, 4, 1.0, 0.0, 0, None),
              "INVALID_ARGUMENT", "in_flight: null"),
-            ((lib.zs_in_flight_start, h, None, policy._h, 4, 1.0, 0.0, 0, 0, None),
+            ((lib.zs_in_flight_start, h, None, policy._h, 4, 1.0, 0.0, 0, None),
              "INVALID_ARGUMENT", "job: null"),
             ((lib.zs_in_flight_follow, None, 4), "INVALID_ARGUMENT", "in_flight: null"),
             ((lib.zs_in_flight_follow, h, 4), "FAILED_PRECONDITION", "step 3 is in flight"),
@@ -178,13 +178,14 @@ class InFlightTest(unittest.TestCase):
             self.assertIn(message, got[1], args[0].__name__)
             self.assertTrue(flight.active(), args[0].__name__)  # step 3 still in flight
         # before_step without a fn: refused before the job is looked at.
-        got = self.call(lib.zs_in_flight_start, h, 1, policy._h, 4, 1.0, 0.0, 0, 0,
+        got = self.call(lib.zs_in_flight_start, h, 1, policy._h, 4, 1.0, 0.0, 0,
                         ctypes.byref(wait))
         self.assertEqual(got, ("INVALID_ARGUMENT", "before_step->fn: null"))
         self.assertEqual(lib.zs_in_flight_active(None, None), 0)
         self.assertEqual(lib.zs_in_flight_wait_gathers_out(None, 3), 0)
         self.assertEqual(flight.take()[0], 3)
         flight.close()
+
 
 
 if __name__ == "__main__":

@@ -120,21 +120,19 @@ extern "C" int zs_pusher_drain(zs_pusher* pusher, char** what, char** error) {
 }
 
 extern "C" int zs_coordinate(zs_job* job, zs_policy* policy, uint64_t step, double average_over,
-                             float lr, int use_lr, int refuse_nonfinite, const zs_wait* before_step,
-                             zs_step_decision* out, int* refused, char** stage, char** error) {
+                             float lr, int use_lr, const zs_wait* before_step,
+                             zs_step_decision* out, char** stage, char** error) {
   if (stage != nullptr) *stage = nullptr;
-  absl::Status s = job == nullptr       ? Null("job")
-                   : policy == nullptr  ? Null("policy")
-                   : out == nullptr     ? Null("out")
-                   : refused == nullptr ? Null("refused")
-                                        : zt::capi::CheckBeforeStep(before_step);
+  absl::Status s = job == nullptr      ? Null("job")
+                   : policy == nullptr ? Null("policy")
+                   : out == nullptr    ? Null("out")
+                                       : zt::capi::CheckBeforeStep(before_step);
   if (!s.ok()) return zc::ReportStatus(s, error);
   const zt::CoordinateOptions options =
-      zt::capi::OptionsOf(lr, use_lr, refuse_nonfinite, before_step);
+      zt::capi::OptionsOf(lr, use_lr, before_step);
   zt::Coordinated done =
       zt::CoordinateStep(job->job.get(), &policy->policy, step, average_over, options);
   *out = zt::DecisionOf(done.decision);
-  *refused = done.refused ? 1 : 0;
   if (!done.status.ok() && stage != nullptr) *stage = zc::CopyCString(done.stage);
   return zc::ReportStatus(done.status, error);
 }

@@ -19,10 +19,9 @@ absl::Status CheckBeforeStep(const zs_wait* before_step) {
   return absl::OkStatus();
 }
 
-CoordinateOptions OptionsOf(float lr, int use_lr, int refuse_nonfinite, const zs_wait* before_step) {
+CoordinateOptions OptionsOf(float lr, int use_lr, const zs_wait* before_step) {
   CoordinateOptions options;
   if (use_lr != 0) options.lr = lr;
-  options.refuse_nonfinite = refuse_nonfinite != 0;
   if (before_step != nullptr) options.before_step = [w = *before_step] { return RunWait(w); };
   return options;
 }

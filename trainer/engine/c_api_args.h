@@ -18,8 +18,8 @@ absl::Status RunWait(zs_wait w);
 // INVALID_ARGUMENT when before_step is non-null without a fn.
 absl::Status CheckBeforeStep(const zs_wait* before_step);
 
-// zs_coordinate's lr, use_lr, refuse_nonfinite and before_step.
+// zs_coordinate's lr, use_lr and before_step.
 // REQUIRES: CheckBeforeStep(before_step) is OK.
-CoordinateOptions OptionsOf(float lr, int use_lr, int refuse_nonfinite, const zs_wait* before_step);
+CoordinateOptions OptionsOf(float lr, int use_lr, const zs_wait* before_step);
 
 }  // namespace zerostate::trainer::capi

@@ -40,13 +40,13 @@ extern "C" void zs_in_flight_free(zs_in_flight* in_flight) { delete in_flight; }
 
 extern "C" int zs_in_flight_start(zs_in_flight* in_flight, zs_job* job, const zs_policy* policy,
                                   uint64_t step, double average_over, float lr, int use_lr,
-                                  int refuse_nonfinite, const zs_wait* before_step, char** error) {
+                                  const zs_wait* before_step, char** error) {
   absl::Status s = in_flight == nullptr ? Null("in_flight")
                    : job == nullptr     ? Null("job")
                    : policy == nullptr  ? Null("policy")
                                         : zt::capi::CheckBeforeStep(before_step);
   if (!s.ok()) return zc::ReportStatus(s, error);
-  zt::CoordinateOptions options = zt::capi::OptionsOf(lr, use_lr, refuse_nonfinite, before_step);
+  zt::CoordinateOptions options = zt::capi::OptionsOf(lr, use_lr, before_step);
   zt::InFlightStep* flight = &in_flight->step;
   // The gathers are out once before_step (which puts them out) returned.
   options.before_step = [flight, step, put_out = std::move(options.before_step)] {

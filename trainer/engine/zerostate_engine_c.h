@@ -90,18 +90,17 @@ int zs_pusher_drain(zs_pusher* pusher, char** what, char** error);
  * summed gradient's statistics, `policy`'s decision (moving it on), then
  * `before_step` (if non-null; e.g. the gathers of the new version put
  * out) and the Step carrying the policy's trainer_state. The Step's lr is
- * `lr` when use_lr != 0, else the policy's schedule. refuse_nonfinite !=
- * 0: a gradient holding non-finite values ends the step unapplied, the
- * policy unchanged, *refused = 1 and INVALID_ARGUMENT saying so.
+ * `lr` when use_lr != 0, else the policy's schedule. A gradient holding
+ * non-finite values is skipped, in every precision (out->skip).
  * *out receives the decision the Step carried. On an error, *stage (if
  * non-null; malloc'd, release with zs_free_string) names where: "gradient
  * statistics of step 3", "decision of step 3", "step 3" (before_step or
  * the Step). Errors: INVALID_ARGUMENT naming a null argument (job,
- * policy, out, refused) or average_over; the servers' errors; ABORTED
+ * policy, out) or average_over; the servers' errors; ABORTED
  * when before_step returned non-zero. */
 int zs_coordinate(zs_job* job, zs_policy* policy, uint64_t step, double average_over, float lr,
-                  int use_lr, int refuse_nonfinite, const zs_wait* before_step,
-                  zs_step_decision* out, int* refused, char** stage, char** error);
+                  int use_lr, const zs_wait* before_step, zs_step_decision* out, char** stage,
+                  char** error);
 
 /* The speculative step's parameters for step `step`, sent ahead of its
  * gradients (trainer::SendAhead): the grad_scale zs_coordinate will carry
@@ -133,7 +132,7 @@ void zs_in_flight_free(zs_in_flight* in_flight);
  * in flight still. */
 int zs_in_flight_start(zs_in_flight* in_flight, zs_job* job, const zs_policy* policy,
                        uint64_t step, double average_over, float lr, int use_lr,
-                       int refuse_nonfinite, const zs_wait* before_step, char** error);
+                       const zs_wait* before_step, char** error);
 /* Step `step` in flight, its Step another rank's (no verdict here).
  * Errors: INVALID_ARGUMENT (in_flight null); FAILED_PRECONDITION as above. */
 int zs_in_flight_follow(zs_in_flight* in_flight, uint64_t step, char** error);
@@ -153,7 +152,7 @@ typedef struct zs_verdict {
   int active;       /* 0: nothing was in flight; the rest is unset */
   uint64_t step;
   int coordinated;  /* this rank ran its Step (zs_in_flight_start) */
-  int refused;      /* refused (refuse_nonfinite, zs_in_flight_fail's) */
+  int refused;      /* refused as bad input (zs_in_flight_fail's) */
   int code;         /* its status: 0 or a gRPC code (*message says why) */
   zs_step_decision decision;  /* what the Step carried (coordinated) */
 } zs_verdict;

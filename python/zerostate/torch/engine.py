@@ -28,8 +28,11 @@ state servers.
   module's weights and the node all-gathers them (NCCL on GPUs, gloo on
   the CPU), so a node pulls one copy of the weights (weights.py).
 - engine.step(): the coordinator (global rank 0) reads the summed gradient's
-  statistics, clips, checks for non-finite values (fp16: skip and back off
-  the loss scale), and orders the Step with the lr of param_groups[0]; its
+  statistics, clips, checks for non-finite values (a gradient holding any
+  skips the step in every precision, the weights unchanged and
+  was_step_applied() False, as DeepSpeed's check_grad_overflow and torch's
+  GradScaler do; fp16 also backs off the loss scale; without fp16 a
+  warning says so), and orders the Step with the lr of param_groups[0]; its
   verdict goes to every rank; then every rank gathers the new version, per
   module, into the parameters in the training dtype: at once (default), or
   just before each module's forward (lazy_weights=True, forward pre-hooks;
@@ -434,7 +437,7 @@ class Engine(ModuleSurface):
         if not delayed:
             verdict = self.topo.broadcast(verdict)
             self.timers["server_step"] += time.perf_counter() - t1
-            self._apply_verdict(verdict)
+            self._apply_verdict(verdict, step)
         self.global_steps = step + 1
         self.micro_steps += 1
         self._boundary = False
@@ -470,7 +473,8 @@ class Engine(ModuleSurface):
                 message += f"; asking the servers whether they hold the job: {asked}"
         return ("error", message, e.code)
 
-    def _apply_verdict(self, verdict):
+    def _apply_verdict(self, verdict, step):
+        """Every rank takes the coordinator's verdict on step `step`."""
         if verdict[0] == "rollback":
             ckpt.roll_back(self, verdict[1], verdict[2])
         if verdict[0] == "error":
@@ -478,6 +482,9 @@ class Engine(ModuleSurface):
             raise self._failed
         self.policy.restore(verdict[1])  # the coordinator's trainer_state
         self._step_applied, self._grad_norm = not verdict[2], verdict[3]
+        if verdict[2] and self.dtype != torch.float16 and self.topo.coordinator:
+            warnings.warn(f"step {step}: the summed gradient holds non-finite (NaN "
+                          "or Inf) values; the step was skipped, the weights are unchanged")
 
     def _start_delayed(self, step, lr, scales):
         """Step `step`'s update, left in flight (self._in_flight): every
@@ -498,7 +505,6 @@ class Engine(ModuleSurface):
             self._fetch(step + 1)
             gathers["tickets"] = self._tickets()
         self._in_flight.start(self.job, self.policy, step, self._average_over(), lr=lr,
-                              refuse_nonfinite=self.dtype != torch.float16,
                               before_step=before_step)
 
     def _finish_delayed(self):
@@ -513,7 +519,7 @@ class Engine(ModuleSurface):
         if verdict[0] != "ok":
             for w in self._weights:
                 w.drop()
-        self._apply_verdict(verdict)
+        self._apply_verdict(verdict, self.global_steps - 1)
         self._land()
 
     def _verdict(self, step, decision, error, refused):
@@ -544,11 +550,8 @@ class Engine(ModuleSurface):
         if ratio is not None:
             return ("error", ratio, "INVALID_ARGUMENT")
         # The gathers go out first: blocks stream back as the servers step them.
-        d, refused = coordinate(self.job, self.policy, step, self._average_over(), lr=lr,
-                                refuse_nonfinite=self.dtype != torch.float16,
-                                before_step=lambda: self._fetch(step + 1))
-        if refused is not None:
-            return ("error", refused, "INVALID_ARGUMENT")
+        d = coordinate(self.job, self.policy, step, self._average_over(), lr=lr,
+                       before_step=lambda: self._fetch(step + 1))
         return self._verdict(step, d, None, False)
 
     def _average_over(self):
