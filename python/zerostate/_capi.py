@@ -113,6 +113,8 @@ _SIGNATURES = {
     "zs_policy_restore": (_int, [_p, _p, _sz, _err]),
     "zs_job_bucket_plan": (_int, [_p, ctypes.POINTER(_u64), _sz, _u64, _u32, _u32,
                                   ctypes.POINTER(Bucket), _sz, ctypes.POINTER(_sz), _err]),
+    "zs_local_share": (_int, [_u64, _u64, _u32, _u32, ctypes.POINTER(_u64),
+                              ctypes.POINTER(_u64), ctypes.POINTER(_u64), _err]),
     "zs_pusher_create": (_int, [ctypes.POINTER(_p), _err]),
     "zs_pusher_free": (None, [_p]),
     "zs_pusher_push": (_int, [_p, _p, _u64, _u32, _u64, _u64, _p, _sz, _int,

@@ -32,6 +32,19 @@ def bucket_plan(job, ready_points, max_elems, local_size=1, local_rank=0):
     return list(out)
 
 
+def local_share(begin, end, local_size, local_rank):
+    """(lo, hi, chunk): local rank `local_rank`'s share [lo, hi) of the flat
+    elements [begin, end) among `local_size` ranks, and the length `chunk`
+    of every share but the last ones (the node's all-gather runs on chunk
+    * local_size elements): trainer::LocalShare, the bucket plan's and
+    zerostate-worker's split."""
+    lo, hi, chunk = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+    _call(f"share of [{begin}, {end}) for local rank {local_rank} of {local_size}",
+          lib.zs_local_share, begin, end, local_size, local_rank, ctypes.byref(lo),
+          ctypes.byref(hi), ctypes.byref(chunk))
+    return lo.value, hi.value, chunk.value
+
+
 class _Waits:
     """Python callables as zs_wait_fn: an exception is kept (the first)
     and the C++ side sees ABORTED; raise_first() raises it."""

@@ -4,7 +4,8 @@ gives the decisions written there, as it does through the C++ policy
 (tests/trainer/policy_test.cc, which checks them against DeepSpeed's rule)
 and the worker's path (tests/worker/policy_path_test.cc); the state goes
 on exactly through the trainer_state blob; bad input is refused by name.
-And the delayed update's step in flight (zerostate.pipeline.InFlight,
+The share of a range inside a node (zerostate.pipeline.local_share) is
+the C++ engine's. And the delayed update's step in flight (zerostate.pipeline.InFlight,
 trainer/engine/in_flight.h) through its C API: its transitions and each
 bad input refused by name, nothing changed.
 
@@ -24,7 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 from zerostate.client import ZerostateError, parse_ds_config  # noqa: E402
 from zerostate.policy import Policy  # noqa: E402
 from zerostate import _capi  # noqa: E402
-from zerostate.pipeline import InFlight  # noqa: E402
+from zerostate.pipeline import InFlight, local_share  # noqa: E402
 
 with open(os.path.join(ROOT, "tests", "trainer", "testdata", "fp16_hysteresis2.json")) as f:
     FIXTURE = json.load(f)
@@ -186,6 +187,33 @@ class InFlightTest(unittest.TestCase):
         self.assertEqual(flight.take()[0], 3)
         flight.close()
 
+
+
+class LocalShareTest(unittest.TestCase):
+    def test_shares_are_the_engines(self):
+        """Chunks of whole 64-element units (trainer::LocalChunk), in rank
+        order, the last ones shorter or empty; they cover the range."""
+        self.assertEqual(local_share(0, 816, 2, 0), (0, 448, 448))
+        self.assertEqual(local_share(0, 816, 2, 1), (448, 816, 448))
+        self.assertEqual(local_share(100, 130, 4, 1), (130, 130, 64))  # empty
+        self.assertEqual(local_share(100, 130, 1, 0), (100, 130, 64))
+        for n, ranks in ((1, 3), (64, 2), (1000, 8), (12345, 3)):
+            shares = [local_share(7, 7 + n, ranks, r) for r in range(ranks)]
+            self.assertEqual(shares[0][0], 7)
+            self.assertEqual(shares[-1][1], 7 + n)
+            for (_, hi, _), (lo, _, _) in zip(shares, shares[1:]):
+                self.assertEqual(hi, lo)
+
+    def test_bad_input_is_refused_by_name(self):
+        for args, message in (((0, 10, 0, 0), "local_size: must be >= 1"),
+                              ((0, 10, 2, 2), "local_rank: 2 is not below local_size 2"),
+                              ((11, 10, 1, 0), "begin: 11 is past end 10")):
+            with self.assertRaisesRegex(ZerostateError, "INVALID_ARGUMENT: " + message):
+                local_share(*args)
+        err = ctypes.c_void_p()
+        rc = _capi.lib.zs_local_share(0, 10, 1, 0, None, None, None, ctypes.byref(err))
+        self.assertEqual((_capi.CODE_NAMES[rc], _capi.take_string(err.value)),
+                         ("INVALID_ARGUMENT", "share_begin: null"))
 
 
 if __name__ == "__main__":

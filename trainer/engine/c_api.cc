@@ -26,16 +26,21 @@ using zerostate::Range;
 using zt::capi::Null;
 using zt::capi::RunWait;
 
-absl::Status CheckPlanArgs(const zs_job* job, const uint64_t* ready_points, size_t num_points,
-                           uint32_t local_size, uint32_t local_rank, const size_t* count) {
-  if (job == nullptr) return Null("job");
-  if (count == nullptr) return Null("count");
-  if (ready_points == nullptr && num_points > 0) return Null("ready_points");
+absl::Status CheckLocal(uint32_t local_size, uint32_t local_rank) {
   if (local_size == 0) return absl::InvalidArgumentError("local_size: must be >= 1");
   if (local_rank >= local_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("local_rank: ", local_rank, " is not below local_size ", local_size));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPlanArgs(const zs_job* job, const uint64_t* ready_points, size_t num_points,
+                           uint32_t local_size, uint32_t local_rank, const size_t* count) {
+  if (job == nullptr) return Null("job");
+  if (count == nullptr) return Null("count");
+  if (ready_points == nullptr && num_points > 0) return Null("ready_points");
+  if (absl::Status s = CheckLocal(local_size, local_rank); !s.ok()) return s;
   const uint64_t used = job->job->layout().used_elems;
   for (size_t i = 0; i < num_points; ++i) {
     if (ready_points[i] > used) {
@@ -78,6 +83,24 @@ extern "C" int zs_job_bucket_plan(const zs_job* job, const uint64_t* ready_point
                          b.share.end,   b.staging,   zt::LocalChunk(b.elems, local_size)};
     }
   }
+  return zc::ReportStatus(absl::OkStatus(), error);
+}
+
+extern "C" int zs_local_share(uint64_t begin, uint64_t end, uint32_t local_size,
+                              uint32_t local_rank, uint64_t* share_begin, uint64_t* share_end,
+                              uint64_t* chunk, char** error) {
+  absl::Status s = share_begin == nullptr ? Null("share_begin")
+                   : share_end == nullptr ? Null("share_end")
+                   : chunk == nullptr     ? Null("chunk")
+                   : begin > end
+                       ? absl::InvalidArgumentError(
+                             absl::StrCat("begin: ", begin, " is past end ", end))
+                       : CheckLocal(local_size, local_rank);
+  if (!s.ok()) return zc::ReportStatus(s, error);
+  const Range share = zt::LocalShare(Range{begin, end}, local_size, local_rank);
+  *share_begin = share.begin;
+  *share_end = share.end;
+  *chunk = zt::LocalChunk(Range{begin, end}, local_size);
   return zc::ReportStatus(absl::OkStatus(), error);
 }
 

@@ -52,6 +52,17 @@ int zs_job_bucket_plan(const zs_job* job, const uint64_t* ready_points, size_t n
                        uint64_t max_elems, uint32_t local_size, uint32_t local_rank, zs_bucket* out,
                        size_t capacity, size_t* count, char** error);
 
+/* Local rank `local_rank`'s share of the flat elements [begin, end)
+ * among `local_size` ranks (trainer::LocalShare, as the bucket plan and
+ * zerostate-worker split every range inside a node):
+ * [*share_begin, *share_end), and *chunk, the length of every share but
+ * the last ones (the node's all-gather runs on chunk * local_size
+ * elements). Errors: INVALID_ARGUMENT naming the argument (share_begin,
+ * share_end or chunk null, begin > end, local_size 0, local_rank >=
+ * local_size); nothing is written then. */
+int zs_local_share(uint64_t begin, uint64_t end, uint32_t local_size, uint32_t local_rank,
+                   uint64_t* share_begin, uint64_t* share_end, uint64_t* chunk, char** error);
+
 /* A wait run on the push thread before a push: returns 0 once what it
  * waits for is done, else an error code (the push is then not made).
  * cudaEventSynchronize has this shape (arg: the cudaEvent_t). */
