@@ -45,6 +45,23 @@ def local_share(begin, end, local_size, local_rank):
     return lo.value, hi.value, chunk.value
 
 
+def recovery_verdict(job, wait, last_checkpoint, off, enable):
+    """After a step failed on the servers, the coordinator's verdict
+    (trainer::DecideRecovery, zerostate-worker's rule): asks the servers
+    whether they hold the job (waiting `wait` seconds for a silent one; a
+    job that lost a server is deleted on those that answer). Returns
+    (roll_back, lost, why): roll back to `last_checkpoint` (None: none),
+    or not and why; `lost`: the job is gone on some server, `why` naming
+    it and what to do, in words naming the setting `off` and `enable`.
+    Raises ZerostateError when the servers cannot be asked."""
+    roll_back, lost, why = ctypes.c_int(), ctypes.c_int(), ctypes.c_void_p()
+    _call(f"job {job.job_id}: asking the servers whether they hold the job",
+          lib.zs_recovery_verdict, job._h, int(wait * 1000),
+          (last_checkpoint or "").encode(), off.encode(), enable.encode(),
+          ctypes.byref(roll_back), ctypes.byref(lost), ctypes.byref(why))
+    return bool(roll_back.value), bool(lost.value), _capi.take_string(why.value)
+
+
 class _Waits:
     """Python callables as zs_wait_fn: an exception is kept (the first)
     and the C++ side sees ABORTED; raise_first() raises it."""

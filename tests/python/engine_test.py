@@ -4,6 +4,7 @@ Run with Debian's /usr/bin/python3 (torch 1.13, CPU): engine_test.py
 [TestCase ...]. Exit 77 (skipped) without torch or a server binary."""
 
 import copy
+import ctypes
 import json
 import signal
 import struct
@@ -661,9 +662,11 @@ class EngineTest(zs_servers.ServersTestCase):
         """The trainer engine's C API (zerostate.pipeline): the bucket plan
         covers the job's space, last layer first; each bad input is refused
         naming it, nothing queued; a wait that raises skips its push and
-        drain() raises it, once."""
+        drain() raises it, once; the verdict after a failed step refuses
+        each bad argument by name, and rolls back nothing while every
+        server holds the job."""
         from zerostate import _capi
-        from zerostate.pipeline import Pusher, bucket_plan
+        from zerostate.pipeline import Pusher, bucket_plan, recovery_verdict
         engine = train(self.engine(Net(), "pipeline"), 0, 1)
         job = engine.job
         plan = bucket_plan(job, [0, 300], 256)
@@ -695,6 +698,23 @@ class EngineTest(zs_servers.ServersTestCase):
             pusher.drain()
         pusher.drain()  # reported once
         pusher.close()
+        # The verdict after a failed step: each bad argument named, nothing
+        # asked; then every server holds the job: no rollback.
+        lib, err = _capi.lib, ctypes.c_void_p()
+        out = [ctypes.byref(ctypes.c_int()), ctypes.byref(ctypes.c_int()),
+               ctypes.byref(ctypes.c_void_p())]
+        for i, name in enumerate(("roll_back", "lost", "why")):
+            outs = [None if j == i else o for j, o in enumerate(out)]
+            rc = lib.zs_recovery_verdict(job._h, 0, None, b"off", b"on", *outs, ctypes.byref(err))
+            self.assertEqual((rc, _capi.take_string(err.value)), (3, f"{name}: null"))
+        for args, message in (((None, 0, None, b"off", b"on"), "job: null"),
+                              ((job._h, 0, None, None, b"on"), "off: null"),
+                              ((job._h, 0, None, b"off", None), "enable: null"),
+                              ((job._h, -1, None, b"off", b"on"), "wait_ms: -1 is negative")):
+            rc = lib.zs_recovery_verdict(*args, *out, ctypes.byref(err))
+            self.assertEqual((rc, _capi.take_string(err.value)), (3, message))
+        self.assertEqual(recovery_verdict(job, 0, "/some/checkpoint", "off", "on"),
+                         (False, False, "every server still holds the job"))
         self.assertEqual(job.version(), 1)
         train(engine, 1, 2)  # nothing reached the servers: the job goes on
 

@@ -3,7 +3,8 @@
  * (trainer/bucket_plan.h), the push thread (trainer/engine/pusher.h),
  * the coordinator's step and the speculative step's parameters sent ahead
  * (trainer/engine/coordinator.h), the step in flight
- * (trainer/engine/in_flight.h) that
+ * (trainer/engine/in_flight.h), the verdict after a failed step
+ * (trainer/engine/recovery_verdict.h) that
  * zerostate-worker runs too. In libzerostate_client.so, beside the
  * client's (client/zerostate_c.h) and the step policy's
  * (trainer/zerostate_trainer_c.h) C APIs, with their error convention: a
@@ -181,6 +182,23 @@ int zs_in_flight_take(zs_in_flight* in_flight, zs_policy* policy, zs_verdict* ou
 /* Returns once step `step`'s gathers are out (1), or its Step ended
  * without them, or it is not the step in flight (0). 0 for a null in_flight. */
 int zs_in_flight_wait_gathers_out(zs_in_flight* in_flight, uint64_t step);
+
+/* The coordinator's verdict after a step failed on the servers
+ * (trainer::DecideRecovery, as zerostate-worker's): asks the servers
+ * whether they hold the job, waiting up to wait_ms for a silent one
+ * (JobClient::EndIfLost, which deletes a job that lost a server on the
+ * servers that answer, so no rank waits there), then *roll_back = 1 to
+ * roll back to `last_checkpoint` (NULL or "": none), else 0 with *why
+ * (malloc'd; release with zs_free_string) saying why not, and *lost = 1
+ * when the job is gone on some server (*why then names it and says what
+ * to do). `off` and `enable` name the driver's checkpoint setting in that
+ * advice ("checkpoint_every=0", "checkpoint_every=N"). Errors:
+ * INVALID_ARGUMENT naming a null argument (job, off, enable, roll_back,
+ * lost, why) or a negative wait_ms, nothing asked; the servers' when
+ * they cannot be asked. */
+int zs_recovery_verdict(zs_job* job, int64_t wait_ms, const char* last_checkpoint,
+                        const char* off, const char* enable, int* roll_back, int* lost,
+                        char** why, char** error);
 
 #ifdef __cplusplus
 }

@@ -71,7 +71,7 @@ import warnings
 import torch
 
 from zerostate.client import Client, ZerostateError
-from zerostate.pipeline import InFlight, Pusher, coordinate, send_ahead
+from zerostate.pipeline import InFlight, Pusher, coordinate, recovery_verdict, send_ahead
 from zerostate.policy import Policy
 from zerostate.torch import buckets as bk
 from zerostate.torch import checkpoint as ckpt
@@ -456,21 +456,27 @@ class Engine(ModuleSurface):
             self.last_checkpoint = os.path.join(os.path.abspath(self.checkpoint_dir), tag)
 
     def _failure(self, step, e):
-        """The verdict on server call `e` that failed in step `step`: roll back
-        to the last checkpoint (load() deletes the job everywhere first), else
-        the run ends. Then the coordinator ends a job that lost a server on
-        the servers that answer (JobClient::EndIfLost), so no rank's gather
-        waits there for a version that will never come."""
-        if self.last_checkpoint:
-            return ("rollback", f"step {step}: {e}", e.code)
+        """The verdict on server call `e` that failed in step `step`: the
+        coordinator asks the servers whether they hold the job, ending it on
+        those that answer if a server lost it, so no rank's gather waits
+        there for a version that will never come; then, by the trainer
+        engine's rule (zerostate-worker's): a lost shard and a checkpoint
+        roll back to it (load() deletes the job everywhere first), else the
+        run ends saying why. Only the coordinator's verdict counts (every
+        rank takes it by broadcast)."""
         message = f"step {step}: {e}"
-        if self.topo.coordinator:
-            try:
-                lost = self.job.end_if_lost(self._unavailable_wait)
-                if lost:
-                    message += f"; {lost}; job {self.job_id} was deleted on the servers that answer"
-            except ZerostateError as asked:
-                message += f"; asking the servers whether they hold the job: {asked}"
+        if not self.topo.coordinator:
+            return ("error", message, e.code)
+        try:
+            roll_back, lost, why = recovery_verdict(
+                self.job, self._unavailable_wait, self.last_checkpoint, "checkpoint_every=0",
+                "initialize's checkpoint_every=N and checkpoint_dir")
+        except ZerostateError as asked:
+            return ("error", f"{message}; {asked}", e.code)
+        if roll_back:
+            return ("rollback", message, e.code)
+        if lost or self.last_checkpoint:
+            message += f"; {why}" if lost else f"; no rollback: {why}"
         return ("error", message, e.code)
 
     def _apply_verdict(self, verdict, step):
