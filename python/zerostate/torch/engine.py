@@ -55,13 +55,15 @@ state servers.
 
 The pieces: topology.py (ranks and nodes), config.py (ds_config), optimizer.py
 (param_groups, the job's spec), buckets.py (gradients out), weights.py
-(weights back), checkpoint.py (save, load, roll back), surface.py (the rest
-of DeepSpeed's engine: module methods, batch sizes, the last step's lr and
-gradient norm, no_sync). The C++ trainer engine zerostate-worker runs too,
-through its C API: zerostate.policy (clip, fp16 loss scale, LR schedule,
-trainer_state) and zerostate.pipeline (the bucket plan, the push thread,
-the coordinator's statistics, decision and Step, the delayed update's step
-in flight and its verdict).
+(weights back), verdict.py (the coordinator's verdict on a step, the
+delayed update's start and finish, every rank taking it), checkpoint.py
+(save, load, roll back), surface.py (the rest of DeepSpeed's engine: module
+methods, batch sizes, the last step's lr and gradient norm, no_sync). The
+C++ trainer engine zerostate-worker runs too, through its C API:
+zerostate.policy (clip, fp16 loss scale, LR schedule, trainer_state) and
+zerostate.pipeline (the bucket plan, the shares inside a node, the push
+thread, the coordinator's statistics, decision and Step, the delayed
+update's step in flight and its verdict, the rule after a failed step).
 """
 
 import os
@@ -71,12 +73,13 @@ import warnings
 import torch
 
 from zerostate.client import Client, ZerostateError
-from zerostate.pipeline import InFlight, Pusher, coordinate, recovery_verdict, send_ahead
+from zerostate.pipeline import InFlight, Pusher, send_ahead
 from zerostate.policy import Policy
 from zerostate.torch import buckets as bk
 from zerostate.torch import checkpoint as ckpt
 from zerostate.torch import optimizer as zopt
 from zerostate.torch import streams
+from zerostate.torch import verdict as verdicts
 from zerostate.torch.config import EngineConfig
 from zerostate.torch.surface import ModuleSurface, data_loader
 from zerostate.torch.topology import Topology
@@ -335,7 +338,7 @@ class Engine(ModuleSurface):
 
     def _send_ahead(self):
         """The coordinator's Step parameters before the gradients leave, as
-        _decide will send them if nothing is clipped (the policy's grad_scale):
+        verdict.decide will send them if nothing is clipped (the policy's grad_scale):
         the servers step each block as soon as it is complete. A failure is
         taken up by the step (_service_step), where every rank hears of it."""
         try:
@@ -407,7 +410,7 @@ class Engine(ModuleSurface):
         # parameter; a lazy landing's copy waits for it alone (weights.py).
         self._step_mark = self._side.mark()
         if self._in_flight.active():
-            self._finish_delayed()  # this step's version, after the backward on the one before
+            verdicts.finish_delayed(self)  # this version, after the backward on the one before
         step = self.global_steps
         delayed = self._ends_delayed(step)
         try:
@@ -425,19 +428,19 @@ class Engine(ModuleSurface):
             lr, scales = groups[0]["lr"], zopt.lr_scales(groups)
             verdict = None
             if delayed:
-                self._start_delayed(step, lr, scales)
+                verdicts.start_delayed(self, step, lr, scales)
             elif self.topo.coordinator:
-                verdict = self._decide(step, lr, scales)
+                verdict = verdicts.decide(self, step, lr, scales)
         except ZerostateError as e:
             t1 = time.perf_counter()
             if delayed:  # every rank meets at the next step's verdict (rank 0's counts)
                 self._in_flight.fail(step, e)
             else:  # a server call failed: roll back to the last checkpoint if any
-                verdict = self._failure(step, e)
+                verdict = verdicts.failure(self, step, e)
         if not delayed:
             verdict = self.topo.broadcast(verdict)
             self.timers["server_step"] += time.perf_counter() - t1
-            self._apply_verdict(verdict, step)
+            verdicts.apply(self, verdict, step)
         self.global_steps = step + 1
         self.micro_steps += 1
         self._boundary = False
@@ -455,111 +458,6 @@ class Engine(ModuleSurface):
             self.save_checkpoint(self.checkpoint_dir, tag)
             self.last_checkpoint = os.path.join(os.path.abspath(self.checkpoint_dir), tag)
 
-    def _failure(self, step, e):
-        """The verdict on server call `e` that failed in step `step`: the
-        coordinator asks the servers whether they hold the job, ending it on
-        those that answer if a server lost it, so no rank's gather waits
-        there for a version that will never come; then, by the trainer
-        engine's rule (zerostate-worker's): a lost shard and a checkpoint
-        roll back to it (load() deletes the job everywhere first), else the
-        run ends saying why. Only the coordinator's verdict counts (every
-        rank takes it by broadcast)."""
-        message = f"step {step}: {e}"
-        if not self.topo.coordinator:
-            return ("error", message, e.code)
-        try:
-            roll_back, lost, why = recovery_verdict(
-                self.job, self._unavailable_wait, self.last_checkpoint, "checkpoint_every=0",
-                "initialize's checkpoint_every=N and checkpoint_dir")
-        except ZerostateError as asked:
-            return ("error", f"{message}; {asked}", e.code)
-        if roll_back:
-            return ("rollback", message, e.code)
-        if lost or self.last_checkpoint:
-            message += f"; {why}" if lost else f"; no rollback: {why}"
-        return ("error", message, e.code)
-
-    def _apply_verdict(self, verdict, step):
-        """Every rank takes the coordinator's verdict on step `step`."""
-        if verdict[0] == "rollback":
-            ckpt.roll_back(self, verdict[1], verdict[2])
-        if verdict[0] == "error":
-            self._failed = ZerostateError(verdict[1], verdict[2])
-            raise self._failed
-        self.policy.restore(verdict[1])  # the coordinator's trainer_state
-        self._step_applied, self._grad_norm = not verdict[2], verdict[3]
-        if verdict[2] and self.dtype != torch.float16 and self.topo.coordinator:
-            warnings.warn(f"step {step}: the summed gradient holds non-finite (NaN "
-                          "or Inf) values; the step was skipped, the weights are unchanged")
-
-    def _start_delayed(self, step, lr, scales):
-        """Step `step`'s update, left in flight (self._in_flight): every
-        rank's gathers of the next version go out; the coordinator's
-        statistics and Step run on a thread of the C++ engine."""
-        self._gathers = gathers = {}
-        if not self.topo.coordinator:
-            self._fetch(step + 1)
-            gathers["tickets"] = self._tickets()
-            self._in_flight.follow(step)
-            return
-        ratio = self._ratio_error(step, lr, scales)
-        if ratio is not None:
-            self._in_flight.fail(step, ZerostateError(ratio, "INVALID_ARGUMENT"), refused=True)
-            return
-
-        def before_step():  # on the Step's thread: blocks stream back as the servers step them
-            self._fetch(step + 1)
-            gathers["tickets"] = self._tickets()
-        self._in_flight.start(self.job, self.policy, step, self._average_over(), lr=lr,
-                              before_step=before_step)
-
-    def _finish_delayed(self):
-        """The delayed update in flight: the coordinator's verdict to every
-        rank, then its weights into the parameters. Collective."""
-        t0 = time.perf_counter()
-        taken = self._in_flight.take(self.policy)
-        self._gathers = {}  # a push waiting on them holds its own
-        verdict = self._verdict(*taken) if self.topo.coordinator else None
-        verdict = self.topo.broadcast(verdict)
-        self.timers["server_step"] += time.perf_counter() - t0
-        if verdict[0] != "ok":
-            for w in self._weights:
-                w.drop()
-        self._apply_verdict(verdict, self.global_steps - 1)
-        self._land()
-
-    def _verdict(self, step, decision, error, refused):
-        """The coordinator's verdict on step `step` for every rank: ("ok",
-        the policy's trainer_state, skipped, grad_norm); ("error", message,
-        code) for a refused step; else as _failure."""
-        if error is None:
-            return ("ok", self.policy.state(), decision.skip, decision.grad_norm)
-        if refused:
-            return ("error", str(error), error.code)
-        return self._failure(step, error)
-
-    def _ratio_error(self, step, lr, scales):
-        """Why param_groups' lr ratios (`scales` at `lr`) are not the job's,
-        or None."""
-        for i, (now, was) in enumerate(zip(scales, self._lr_scales)):
-            if abs(now - was) > 1e-6 * max(abs(was), 1e-30) and lr != 0:
-                return (f"step {step}: param_groups[{i}]['lr'] / param_groups[0]['lr'] is "
-                        f"{now:g}, registered as {was:g}: a job's groups keep their lr ratios "
-                        "(the LR scheduler must scale every group alike)")
-        return None
-
-    def _decide(self, step, lr, scales):
-        """The coordinator's synchronous step: statistics, clipping, loss
-        scale, Step (zerostate.pipeline.coordinate, the C++ zerostate-worker
-        runs). `lr` and `scales`: param_groups' as the step began."""
-        ratio = self._ratio_error(step, lr, scales)
-        if ratio is not None:
-            return ("error", ratio, "INVALID_ARGUMENT")
-        # The gathers go out first: blocks stream back as the servers step them.
-        d = coordinate(self.job, self.policy, step, self._average_over(), lr=lr,
-                       before_step=lambda: self._fetch(step + 1))
-        return self._verdict(step, d, None, False)
-
     def _average_over(self):
         """The (rank, micro-batch) terms the summed gradient averages over."""
         return self.topo.world * self.config.grad_accum
@@ -576,7 +474,7 @@ class Engine(ModuleSurface):
         """Lands every gather still in flight into the parameters; a delayed
         update in flight is finished first (collective then)."""
         if self._in_flight.active():
-            self._finish_delayed()
+            verdicts.finish_delayed(self)
         self._land()
 
     def _land(self):
