@@ -267,10 +267,10 @@ absl::Status Engine::LandPending(PhaseTimes* times, double* grad_norm) {
 void Engine::Abandon(const absl::Status& why) {
   // A failing coordinator first makes the waits on the next version end.
   if (!why.ok() && topo_.rank() == 0 && in_flight()) Failed(why);
-  in_flight_.Drop();
+  // No call of the step outlives it (nor the job handle it uses): the
+  // Step and the pushes as zerostate.torch drops them, then the gathers.
+  trainer::AbandonInFlight(&in_flight_, &pusher_);
   for (const client::Ticket& t : pending_gather_) t.Wait().IgnoreError();
-  // No push outlives the step that made it (nor the job handle it uses).
-  pusher_.Drain().IgnoreError();
   pending_gather_.clear();
   landed_.clear();
   land_early_ = false;

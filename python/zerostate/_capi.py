@@ -134,6 +134,7 @@ _SIGNATURES = {
     "zs_in_flight_take": (_int, [_p, _p, ctypes.POINTER(Verdict), ctypes.POINTER(_p),
                                  ctypes.POINTER(_p), _err]),
     "zs_in_flight_wait_gathers_out": (_int, [_p, _u64]),
+    "zs_abandon": (None, [_p, _p]),
     "zs_recovery_verdict": (_int, [_p, ctypes.c_int64, _cp, _cp, _cp, ctypes.POINTER(_int),
                                    ctypes.POINTER(_int), ctypes.POINTER(_p), _err]),
     "zs_job_token": (_p, [_p]),

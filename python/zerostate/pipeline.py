@@ -166,6 +166,11 @@ class Pusher:
         # As a push's ticket names it: "job <id>: push of step <s> [<b>, <e>)".
         _check(rc, err, f"job {', '.join(sorted(jobs))}: {what}")
 
+    def _forget(self):
+        """After zs_abandon drained the pushes: their buffers and errors go."""
+        self._keep = []
+        self._waits.take_first()
+
     def close(self):
         """Waits for every push (errors dropped) and ends the thread."""
         if self._h:
@@ -250,6 +255,15 @@ class InFlight:
             error = ZerostateError(text, name)
         decision = _decision(v.decision) if v.code == 0 and v.coordinated else None
         return v.step, decision, error, bool(v.refused)
+
+    def abandon(self, pusher):
+        """Drops what a failed or reset step left in flight (as the worker
+        does: zs_abandon): waits for the Step and forgets its verdict, then
+        waits for every push of `pusher` (a Pusher), their errors dropped."""
+        lib.zs_abandon(self._h, pusher._h)
+        self._job = self._keep = None
+        self._waits.take_first()
+        pusher._forget()
 
     def close(self):
         """Waits for a Step still running (its verdict dropped) and frees."""

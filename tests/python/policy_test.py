@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 from zerostate.client import ZerostateError, parse_ds_config  # noqa: E402
 from zerostate.policy import Policy  # noqa: E402
 from zerostate import _capi  # noqa: E402
-from zerostate.pipeline import InFlight, local_share  # noqa: E402
+from zerostate.pipeline import InFlight, Pusher, local_share  # noqa: E402
 
 with open(os.path.join(ROOT, "tests", "trainer", "testdata", "fp16_hysteresis2.json")) as f:
     FIXTURE = json.load(f)
@@ -144,6 +144,13 @@ class InFlightTest(unittest.TestCase):
         self.assertEqual((str(error), error.code), ("step 5: push failed", "UNAVAILABLE"))
         flight.fail(6, ZerostateError("lr ratio", "INVALID_ARGUMENT"), refused=True)
         self.assertTrue(flight.take()[3])
+        flight.follow(7)
+        pusher = Pusher()
+        flight.abandon(pusher)  # what a failed step left: dropped
+        self.assertFalse(flight.active())
+        pusher.drain()
+        _capi.lib.zs_abandon(None, None)  # nothing to drop
+        pusher.close()
         flight.close()
 
     def test_bad_input_is_refused_by_name_and_changes_nothing(self):

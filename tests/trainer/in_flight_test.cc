@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
+#include "client/ticket_state.h"
 #include "trainer/policy.h"
 #include "zerostate/v1/config.pb.h"
 
@@ -171,6 +172,38 @@ TEST(InFlightStepTest, WaitGathersOutReturnsOnceTheyAreOutOrTheStepEnded) {
                     }).ok());
   EXPECT_FALSE(flight.WaitGathersOut(7));
   EXPECT_FALSE(flight.WaitGathersOut(7));
+}
+
+// What a failed step leaves is dropped in order: the Step waited for and
+// forgotten, then the pushes, their errors dropped.
+TEST(InFlightStepTest, AbandonWaitsForTheStepThenDrainsThePushesDroppingTheirErrors) {
+  absl::Notification release;
+  std::atomic<bool> step_done{false};
+  InFlightStep flight;
+  ASSERT_TRUE(flight
+                  .Start(8, Fp16Policy(),
+                         [&](Policy* p) {
+                           Coordinated out = Decides(8, &release)(p);
+                           step_done = true;
+                           return out;
+                         })
+                  .ok());
+  Pusher pusher;
+  PushOrder order;
+  order.what = "push of step 9";
+  order.waits.push_back([&] {  // as a push waiting on the Step's gathers
+    flight.WaitGathersOut(8);
+    return absl::OkStatus();
+  });
+  order.issue = [] { return client::CompletedTicket(absl::UnavailableError("server gone")); };
+  pusher.Submit(std::move(order));
+  std::thread releaser([&] { release.Notify(); });
+  AbandonInFlight(&flight, &pusher);
+  releaser.join();
+  EXPECT_TRUE(step_done);
+  EXPECT_FALSE(flight.active());
+  EXPECT_TRUE(pusher.Drain().ok());  // the failed push's error was dropped
+  AbandonInFlight(nullptr, nullptr);  // nothing to drop
 }
 
 }  // namespace

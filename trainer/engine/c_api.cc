@@ -10,13 +10,10 @@
 #include "trainer/bucket_plan.h"
 #include "trainer/c_policy_handle.h"
 #include "trainer/engine/c_api_args.h"
+#include "trainer/engine/c_handles.h"
 #include "trainer/engine/coordinator.h"
 #include "trainer/engine/pusher.h"
 #include "trainer/engine/zerostate_engine_c.h"
-
-struct zs_pusher {
-  zerostate::trainer::Pusher pusher;
-};
 
 namespace {
 

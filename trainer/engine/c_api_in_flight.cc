@@ -8,13 +8,10 @@
 #include "client/c_api_handles.h"
 #include "trainer/c_policy_handle.h"
 #include "trainer/engine/c_api_args.h"
+#include "trainer/engine/c_handles.h"
 #include "trainer/engine/coordinator.h"
 #include "trainer/engine/in_flight.h"
 #include "trainer/engine/zerostate_engine_c.h"
-
-struct zs_in_flight {
-  zerostate::trainer::InFlightStep step;
-};
 
 namespace {
 
@@ -114,6 +111,11 @@ extern "C" int zs_in_flight_take(zs_in_flight* in_flight, zs_policy* policy, zs_
     policy->policy = *v->policy;
   }
   return zc::ReportStatus(absl::OkStatus(), error);
+}
+
+extern "C" void zs_abandon(zs_in_flight* in_flight, zs_pusher* pusher) {
+  zt::AbandonInFlight(in_flight != nullptr ? &in_flight->step : nullptr,
+                      pusher != nullptr ? &pusher->pusher : nullptr);
 }
 
 extern "C" int zs_in_flight_wait_gathers_out(zs_in_flight* in_flight, uint64_t step) {

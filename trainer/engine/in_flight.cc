@@ -124,4 +124,9 @@ bool InFlightStep::WaitGathersOut(uint64_t step) {
   return state_ != State::kIdle && verdict_.step == step && gathers_out_;
 }
 
+void AbandonInFlight(InFlightStep* step, Pusher* pusher) {
+  if (step != nullptr) step->Drop();
+  if (pusher != nullptr) pusher->Drain().IgnoreError();  // the failed step reported its error
+}
+
 }  // namespace zerostate::trainer

@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "trainer/engine/coordinator.h"
+#include "trainer/engine/pusher.h"
 #include "trainer/policy.h"
 
 namespace zerostate::trainer {
@@ -111,5 +112,13 @@ class InFlightStep {
   // The Step's thread; only the driver's thread starts and joins it.
   std::thread thread_;
 };
+
+// What a failed (or reset) step leaves in flight, dropped in the one order
+// both drivers use: the Step in flight is waited for and its verdict
+// forgotten (no call of it outlives the step), then every push queued is
+// waited for, its error dropped (a push may wait on a gather of that
+// Step's version, which the Step's end brought or failed). Either may be
+// null. The driver's own gathers are its to wait for or forget.
+void AbandonInFlight(InFlightStep* step, Pusher* pusher);
 
 }  // namespace zerostate::trainer

@@ -183,6 +183,12 @@ int zs_in_flight_take(zs_in_flight* in_flight, zs_policy* policy, zs_verdict* ou
  * without them, or it is not the step in flight (0). 0 for a null in_flight. */
 int zs_in_flight_wait_gathers_out(zs_in_flight* in_flight, uint64_t step);
 
+/* Drops what a failed (or reset) step left in flight
+ * (trainer::AbandonInFlight): waits for the Step in flight and forgets
+ * its verdict, then waits for every push queued, their errors dropped.
+ * Either may be null. */
+void zs_abandon(zs_in_flight* in_flight, zs_pusher* pusher);
+
 /* The coordinator's verdict after a step failed on the servers
  * (trainer::DecideRecovery, as zerostate-worker's): asks the servers
  * whether they hold the job, waiting up to wait_ms for a silent one

@@ -492,8 +492,7 @@ class Engine(ModuleSurface):
         """Removes the hooks and closes the connections (the job stays on
         the servers). The engine is unusable afterwards. A delayed update in
         flight is waited for, not landed (sync_weights() lands it)."""
-        self._join_pending()
-        self._drop_pushes()
+        self._abandon()
         self._pusher.close()
         self._in_flight.close()
         for h in self._hooks:
@@ -508,17 +507,12 @@ class Engine(ModuleSurface):
         self.client.close()
         self._failed = ZerostateError("the engine was closed", "FAILED_PRECONDITION")
 
-    def _join_pending(self):
-        """Drops a delayed update in flight, after the coordinator's Step ends."""
-        self._in_flight.take()
+    def _abandon(self):
+        """Drops a delayed update in flight (after the coordinator's Step
+        ends) and the push thread's pushes (their errors dropped): the C++
+        engine's order, as zerostate-worker's."""
+        self._in_flight.abandon(self._pusher)
         self._gathers = {}
-
-    def _drop_pushes(self):
-        """Waits for the push thread's pushes, their errors dropped."""
-        try:
-            self._pusher.drain()
-        except Exception:  # noqa: BLE001 - the step that made them failed already
-            pass
 
     def _check_alive(self):
         if self._failed is not None:
@@ -544,8 +538,7 @@ class Engine(ModuleSurface):
 
     def _reset(self, version, micro_steps):
         """After a restore: nothing in flight, no gradient, at `version`."""
-        self._join_pending()
-        self._drop_pushes()
+        self._abandon()
         self._failed = None
         for w in self._weights:
             w.drop()
