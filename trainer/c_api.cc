@@ -54,8 +54,7 @@ extern "C" int zs_policy_decide(zs_policy* policy, uint64_t step, double sum_squ
   if (out == nullptr) return Fail(Null("out"), error);
   auto d = policy->policy.Decide(step, sum_squares, nonfinite, average_over);
   if (!d.ok()) return Fail(d.status(), error);
-  *out = zs_step_decision{d->skip ? 1 : 0, d->grad_scale,  d->grad_norm,
-                          d->clip_factor,  d->lr,          d->next_loss_scale};
+  *out = zerostate::trainer::DecisionOf(*d);
   return Fail(absl::OkStatus(), error);
 }
 

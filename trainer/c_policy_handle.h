@@ -5,7 +5,18 @@
 #pragma once
 
 #include "trainer/policy.h"
+#include "trainer/zerostate_trainer_c.h"
 
 struct zs_policy {
   zerostate::trainer::Policy policy;
 };
+
+namespace zerostate::trainer {
+
+// `d` as the C API's struct.
+inline zs_step_decision DecisionOf(const StepDecision& d) {
+  return zs_step_decision{d.skip ? 1 : 0, d.grad_scale, d.grad_norm,
+                          d.clip_factor,  d.lr,         d.next_loss_scale};
+}
+
+}  // namespace zerostate::trainer

@@ -157,8 +157,7 @@ void Engine::SendAhead(uint64_t step) {
   // its version: the Step before it (in flight while this forward landed
   // its layers) has returned first. Its failure fails this step there
   // (LandPending), with nothing sent ahead.
-  JoinStep();
-  if (!joined_.ok()) return;
+  if (!in_flight_.Join().ok()) return;
   ahead_ = trainer::SendAhead(job_, policy_, step, AverageOver(), std::nullopt);
 }
 
@@ -212,14 +211,6 @@ void Engine::Failed(const absl::Status& status) {
   if (failure_hook_) failure_hook_(status);
 }
 
-void Engine::JoinStep() {
-  if (!pending_step_.valid()) return;
-  Coordinated done = pending_step_.get();
-  joined_ = done.status;
-  joined_norm_ = done.decision.grad_norm;
-  joined_any_ = true;  // a failure went to the failure hook on the Step's thread
-}
-
 absl::Status Engine::LandBucket(size_t index) {
   if (landed_[index]) return absl::OkStatus();
   landed_[index] = true;
@@ -228,9 +219,7 @@ absl::Status Engine::LandBucket(size_t index) {
   // The coordinator watches its own Step meanwhile (every 200 us): if it
   // fails, no version comes unless the failure hook ends the wait. The
   // bucket lands as soon as its gather is done.
-  while (pending_step_.valid() && !t.WaitFor(absl::Microseconds(200))) {
-    if (pending_step_.wait_for(std::chrono::seconds(0)) == std::future_status::ready) JoinStep();
-  }
+  while (in_flight_.running() && !t.WaitFor(absl::Microseconds(200))) in_flight_.Poll();
   absl::Status status = t.Wait();
   Timeline::Record("land_gathered", static_cast<int64_t>(index));
   // Every rank takes part in the all-gather even after an error.
@@ -267,10 +256,10 @@ absl::Status Engine::LandPending(PhaseTimes* times, double* grad_norm) {
     land_early_ = false;
   }
   const auto t0 = Clock::now();
-  JoinStep();
+  std::optional<trainer::Verdict> verdict = in_flight_.Take();
   times->step += Since(t0);
-  absl::Status status = std::exchange(joined_, absl::OkStatus());
-  if (std::exchange(joined_any_, false)) *grad_norm = joined_norm_;
+  absl::Status status = verdict.has_value() ? verdict->outcome.status : absl::OkStatus();
+  if (verdict.has_value()) *grad_norm = verdict->outcome.decision.grad_norm;
   absl::Status landed = std::exchange(land_error_, absl::OkStatus());
   return status.ok() ? landed : status;
 }
@@ -278,15 +267,13 @@ absl::Status Engine::LandPending(PhaseTimes* times, double* grad_norm) {
 void Engine::Abandon(const absl::Status& why) {
   // A failing coordinator first makes the waits on the next version end.
   if (!why.ok() && topo_.rank() == 0 && in_flight()) Failed(why);
-  if (pending_step_.valid()) pending_step_.get();
+  // No call of the step outlives it (nor the job handle it uses): the
+  // Step and the pushes as zerostate.torch drops them, then the gathers.
+  trainer::AbandonInFlight(&in_flight_, &pusher_);
   for (const client::Ticket& t : pending_gather_) t.Wait().IgnoreError();
-  // No push outlives the step that made it (nor the job handle it uses).
-  pusher_.Drain().IgnoreError();
   pending_gather_.clear();
   landed_.clear();
   land_early_ = false;
-  joined_ = absl::OkStatus();
-  joined_any_ = false;
   land_error_ = absl::OkStatus();
   land_seconds_ = 0;
 }
@@ -407,20 +394,18 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
       report.grad_norm = decision.grad_norm;
     } else {
       // Not fp16 (NormalizeConfig, layer_landing_): the scaler does not move.
-      pending_step_ = std::async(std::launch::async, [this, step, next]() mutable {
-        Coordinated done = Coordinate(step, &next);
-        // No Step brings the version every rank's gathers wait for: end
-        // their waits now, wherever this rank's own thread waits meanwhile
-        // (a local peer's collective, say).
-        if (!done.status.ok()) Failed(done.status);
-        return done;
-      });
+      // No Step brings the version every rank's gathers wait for when it
+      // fails: its thread ends their waits at once (Failed), wherever this
+      // rank's own thread waits meanwhile (a local peer's collective, say).
+      status = in_flight_.Start(
+          step, next, [this, step](trainer::Policy* p) { return Coordinate(step, p); },
+          [this](const absl::Status& failed) { Failed(failed); });
     }
   }
   // The gathers are out and, on the coordinator, the Step is done (or under
   // way; a phase hook's gather phase comes after it, as in a whole step).
   if (hook_) {
-    JoinStep();
+    in_flight_.Join().IgnoreError();  // its verdict is reported by the next step
     hook_(Phase::kGather, step);
   }
   // No Step brings step+1 now: the coordinator makes the waits on it end

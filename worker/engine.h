@@ -77,7 +77,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <future>
 #include <map>
 #include <optional>
 #include <vector>
@@ -87,6 +86,7 @@
 #include "client/client.h"
 #include "trainer/bucket_plan.h"
 #include "trainer/engine/coordinator.h"
+#include "trainer/engine/in_flight.h"
 #include "trainer/engine/pusher.h"
 #include "trainer/policy.h"
 #include "worker/backend.h"
@@ -176,7 +176,7 @@ class Engine {
   // the gathers'.
   [[nodiscard]] absl::Status Drain();
   // True while a delayed update is in flight.
-  bool in_flight() const { return !pending_gather_.empty() || pending_step_.valid(); }
+  bool in_flight() const { return !pending_gather_.empty() || in_flight_.running(); }
 
   // Takes the push and gather staging from `client`'s shared buffers
   // (Client::AllocateShared, registered with the backend: AdoptHost), so
@@ -241,9 +241,6 @@ class Engine {
   [[nodiscard]] absl::Status LandPending(PhaseTimes* times, double* grad_norm);
   // The failure hook, one call at a time.
   void Failed(const absl::Status& status);
-  // Waits for the coordinator's Step in flight, if any: its outcome in
-  // joined_ (its thread gave a failure to the failure hook).
-  void JoinStep();
   // Bucket `index`'s pending gather, then its all-gather (collective), once.
   [[nodiscard]] absl::Status LandBucket(size_t index);
   // Layer by layer: lands every bucket below `end` (WeightsNeededFn).
@@ -311,10 +308,9 @@ class Engine {
   std::vector<client::Ticket> pending_gather_;
   std::vector<bool> landed_;  // by bucket index
   bool land_early_ = false;   // land in the next forward, layer by layer
-  std::future<Coordinated> pending_step_;
-  absl::Status joined_;       // the joined Step's outcome, until reported
-  double joined_norm_ = 0;
-  bool joined_any_ = false;   // a Step was joined since the last report
+  // The coordinator's Step in flight, and its verdict until reported
+  // (its thread gives a failure to the failure hook at once).
+  trainer::InFlightStep in_flight_;
   bool layer_landing_ = false;  // the backend reports each layer's forward
 
   // Per-step state, reset by Step().

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "trainer/engine/recovery_verdict.h"
 #include "worker/checkpoint_pruner.h"
 
 namespace zerostate::worker {
@@ -98,28 +99,12 @@ std::string Recovery::Decide(client::JobClient* job) {
   // which wakes every rank still waiting on it there (see recovery.h).
   auto loss = job->EndIfLost(options_.server_wait);
   if (!loss.ok()) return absl::StrCat(kFailed, "the servers cannot be asked: ", loss.status().ToString());
-  const std::string& id = job->spec().job_id();
-  switch (loss->cause) {
-    case client::JobLoss::Cause::kNone:
-      return absl::StrCat(kFailed, "every server still holds the job");
-    case client::JobLoss::Cause::kServerSilent:
-      return absl::StrCat(kLost, loss->account, "; job ", id,
-                          " was deleted on the servers that answer, so no rank waits on them: "
-                          "bring the server back and restore the job from ",
-                          last_checkpoint_.empty() ? "a checkpoint of yours"
-                                                   : absl::StrCat("the checkpoint ", last_checkpoint_),
-                          " (RestoreJob), or start the run again");
-    case client::JobLoss::Cause::kShardLost:
-      break;
-  }
-  if (last_checkpoint_.empty()) {
-    return absl::StrCat(kLost, loss->account, "; there is no checkpoint to roll back to (--checkpoint_every=",
-                        options_.checkpoint_every, "), so job ", id,
-                        " was deleted on every server: restore it from a checkpoint of yours "
-                        "(RestoreJob) or start the run again, with --checkpoint_every=N to roll "
-                        "back by itself next time");
-  }
-  return "";
+  // The rule is the trainer engine's, as zerostate.torch's.
+  const trainer::RecoveryVerdict v = trainer::DecideRecovery(
+      *loss, job->spec().job_id(), last_checkpoint_,
+      {absl::StrCat("--checkpoint_every=", options_.checkpoint_every), "--checkpoint_every=N"});
+  if (v.roll_back) return "";
+  return absl::StrCat(v.lost ? kLost : kFailed, v.why);
 }
 
 void Recovery::Prepare(client::JobClient* job) {

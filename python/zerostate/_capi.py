@@ -1,6 +1,6 @@
 """The C API of client/zerostate_c.h, trainer/zerostate_trainer_c.h (the
 step policy) and trainer/engine/zerostate_engine_c.h (the bucket plan, the
-push thread) through ctypes.
+push thread, the coordinator's step, the step in flight) through ctypes.
 
 The library is found in this order: $ZEROSTATE_CLIENT_LIB (a path), a
 libzerostate_client.so next to this package, the build tree of a source
@@ -51,6 +51,12 @@ class Bucket(ctypes.Structure):
     """zs_bucket (trainer/engine/zerostate_engine_c.h)."""
     _fields_ = [("begin", _u64), ("end", _u64), ("share_begin", _u64), ("share_end", _u64),
                 ("staging", _u64), ("chunk", _u64)]
+
+
+class Verdict(ctypes.Structure):
+    """zs_verdict (trainer/engine/zerostate_engine_c.h)."""
+    _fields_ = [("active", _int), ("step", _u64), ("coordinated", _int), ("refused", _int),
+                ("code", _int), ("decision", StepDecision)]
 
 
 WAIT_FN = ctypes.CFUNCTYPE(_int, _p)  # zs_wait_fn
@@ -107,15 +113,30 @@ _SIGNATURES = {
     "zs_policy_restore": (_int, [_p, _p, _sz, _err]),
     "zs_job_bucket_plan": (_int, [_p, ctypes.POINTER(_u64), _sz, _u64, _u32, _u32,
                                   ctypes.POINTER(Bucket), _sz, ctypes.POINTER(_sz), _err]),
+    "zs_local_share": (_int, [_u64, _u64, _u32, _u32, ctypes.POINTER(_u64),
+                              ctypes.POINTER(_u64), ctypes.POINTER(_u64), _err]),
     "zs_pusher_create": (_int, [ctypes.POINTER(_p), _err]),
     "zs_pusher_free": (None, [_p]),
     "zs_pusher_push": (_int, [_p, _p, _u64, _u32, _u64, _u64, _p, _sz, _int,
                               ctypes.POINTER(Wait), _sz, _err]),
     "zs_pusher_drain": (_int, [_p, ctypes.POINTER(_p), _err]),
-    "zs_coordinate": (_int, [_p, _p, _u64, ctypes.c_double, ctypes.c_float, _int, _int,
+    "zs_coordinate": (_int, [_p, _p, _u64, ctypes.c_double, ctypes.c_float, _int,
                              ctypes.POINTER(Wait), ctypes.POINTER(StepDecision),
-                             ctypes.POINTER(_int), ctypes.POINTER(_p), _err]),
+                             ctypes.POINTER(_p), _err]),
     "zs_send_ahead": (_int, [_p, _p, _u64, ctypes.c_double, ctypes.c_float, _int, _err]),
+    "zs_in_flight_create": (_int, [ctypes.POINTER(_p), _err]),
+    "zs_in_flight_free": (None, [_p]),
+    "zs_in_flight_start": (_int, [_p, _p, _p, _u64, ctypes.c_double, ctypes.c_float, _int,
+                                  ctypes.POINTER(Wait), _err]),
+    "zs_in_flight_follow": (_int, [_p, _u64, _err]),
+    "zs_in_flight_fail": (_int, [_p, _u64, _int, _cp, _int, _err]),
+    "zs_in_flight_active": (_int, [_p, ctypes.POINTER(_u64)]),
+    "zs_in_flight_take": (_int, [_p, _p, ctypes.POINTER(Verdict), ctypes.POINTER(_p),
+                                 ctypes.POINTER(_p), _err]),
+    "zs_in_flight_wait_gathers_out": (_int, [_p, _u64]),
+    "zs_abandon": (None, [_p, _p]),
+    "zs_recovery_verdict": (_int, [_p, ctypes.c_int64, _cp, _cp, _cp, ctypes.POINTER(_int),
+                                   ctypes.POINTER(_int), ctypes.POINTER(_p), _err]),
     "zs_job_token": (_p, [_p]),
     "zs_free_string": (None, [_p]),
 }
@@ -170,7 +191,8 @@ def _held(names):
 
 # zs_pusher_push only queues (trainer::Pusher::Submit): a mutex held for a
 # queue's push_back, never while a wait runs.
-held = _held(["zs_pusher_push"])
+# zs_in_flight_active reads a state under a mutex never held while waiting.
+held = _held(["zs_pusher_push", "zs_in_flight_active"])
 
 
 def take_string(ptr):

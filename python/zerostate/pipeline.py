@@ -1,17 +1,18 @@
 """The trainer engine's pipeline (trainer/engine/zerostate_engine_c.h),
 the C++ that zerostate-worker runs too: the bucket plan of a job's flat
-space, the push thread, and the coordinator's step. Methods raise
-ZerostateError."""
+space, the push thread, the coordinator's step, and the step whose update
+is in flight (the delayed update). Methods raise ZerostateError."""
 
 import ctypes
 import threading
 
 from zerostate import _capi
 from zerostate._capi import lib
-from zerostate.client import _call, _check
+from zerostate.client import ZerostateError, _call, _check
 from zerostate.policy import Decision
 
 _ABORTED = 10
+_CODES = {name: number for number, name in _capi.CODE_NAMES.items()}
 
 
 def bucket_plan(job, ready_points, max_elems, local_size=1, local_rank=0):
@@ -29,6 +30,36 @@ def bucket_plan(job, ready_points, max_elems, local_size=1, local_rank=0):
     out = (_capi.Bucket * count.value)()
     _call(what, lib.zs_job_bucket_plan, *args, out, count.value, ctypes.byref(count))
     return list(out)
+
+
+def local_share(begin, end, local_size, local_rank):
+    """(lo, hi, chunk): local rank `local_rank`'s share [lo, hi) of the flat
+    elements [begin, end) among `local_size` ranks, and the length `chunk`
+    of every share but the last ones (the node's all-gather runs on chunk
+    * local_size elements): trainer::LocalShare, the bucket plan's and
+    zerostate-worker's split."""
+    lo, hi, chunk = ctypes.c_uint64(), ctypes.c_uint64(), ctypes.c_uint64()
+    _call(f"share of [{begin}, {end}) for local rank {local_rank} of {local_size}",
+          lib.zs_local_share, begin, end, local_size, local_rank, ctypes.byref(lo),
+          ctypes.byref(hi), ctypes.byref(chunk))
+    return lo.value, hi.value, chunk.value
+
+
+def recovery_verdict(job, wait, last_checkpoint, off, enable):
+    """After a step failed on the servers, the coordinator's verdict
+    (trainer::DecideRecovery, zerostate-worker's rule): asks the servers
+    whether they hold the job (waiting `wait` seconds for a silent one; a
+    job that lost a server is deleted on those that answer). Returns
+    (roll_back, lost, why): roll back to `last_checkpoint` (None: none),
+    or not and why; `lost`: the job is gone on some server, `why` naming
+    it and what to do, in words naming the setting `off` and `enable`.
+    Raises ZerostateError when the servers cannot be asked."""
+    roll_back, lost, why = ctypes.c_int(), ctypes.c_int(), ctypes.c_void_p()
+    _call(f"job {job.job_id}: asking the servers whether they hold the job",
+          lib.zs_recovery_verdict, job._h, int(wait * 1000),
+          (last_checkpoint or "").encode(), off.encode(), enable.encode(),
+          ctypes.byref(roll_back), ctypes.byref(lost), ctypes.byref(why))
+    return bool(roll_back.value), bool(lost.value), _capi.take_string(why.value)
 
 
 class _Waits:
@@ -51,43 +82,47 @@ class _Waits:
                 return _ABORTED
         return _capi.WAIT_FN(run)
 
+    def take_first(self):
+        """The first exception kept (None if none), forgotten."""
+        with self._lock:
+            raised, self._error = self._error, None
+        return raised
+
     def raise_first(self, err):
         """Raises the first exception kept, if any (freeing the C error
         message `err`, a c_void_p, then)."""
-        with self._lock:
-            raised, self._error = self._error, None
+        raised = self.take_first()
         if raised is not None:
             _capi.take_string(err.value)
             raise raised
 
 
-def coordinate(job, policy, step, average_over, lr=None, refuse_nonfinite=False,
-               before_step=None):
+def coordinate(job, policy, step, average_over, lr=None, before_step=None):
     """The coordinator's part of step `step` (trainer::CoordinateStep, as
     zerostate-worker runs it): the summed gradient's statistics, `policy`'s
     decision (moving it on), then `before_step()` (if given: e.g. the
     gathers of the new version put out) and the Step carrying the policy's
-    trainer_state, with `lr` (None: the policy's schedule). Returns
-    (Decision, refused): `refused` is the message when refuse_nonfinite
-    and the gradient held non-finite values (nothing sent, the policy
-    unchanged), else None. Raises ZerostateError naming the call that
-    failed, or before_step's own exception."""
+    trainer_state, with `lr` (None: the policy's schedule). A gradient
+    holding non-finite values is skipped, in every precision. Returns the
+    Decision. Raises ZerostateError naming the call that failed, or
+    before_step's own exception."""
     waits = _Waits()
     wait = _capi.Wait(waits.wrap(before_step), None) if before_step is not None else None
-    d, refused = _capi.StepDecision(), ctypes.c_int()
+    d = _capi.StepDecision()
     stage, err = ctypes.c_void_p(), ctypes.c_void_p()
     rc = lib.zs_coordinate(job._h, policy._h, step, float(average_over),
                            float(lr if lr is not None else 0), int(lr is not None),
-                           int(refuse_nonfinite), ctypes.byref(wait) if wait else None,
-                           ctypes.byref(d), ctypes.byref(refused), ctypes.byref(stage),
-                           ctypes.byref(err))
+                           ctypes.byref(wait) if wait else None, ctypes.byref(d),
+                           ctypes.byref(stage), ctypes.byref(err))
     stage = _capi.take_string(stage.value)
     waits.raise_first(err)
-    if refused.value:
-        return None, _capi.take_string(err.value)
     _check(rc, err, f"job {job.job_id}: {stage}")
+    return _decision(d)
+
+
+def _decision(d):
     return Decision(bool(d.skip), d.grad_scale, d.grad_norm, d.clip_factor, d.lr,
-                    d.next_loss_scale), None
+                    d.next_loss_scale)
 
 
 def send_ahead(job, policy, step, average_over, lr=None):
@@ -131,12 +166,111 @@ class Pusher:
         # As a push's ticket names it: "job <id>: push of step <s> [<b>, <e>)".
         _check(rc, err, f"job {', '.join(sorted(jobs))}: {what}")
 
+    def _forget(self):
+        """After zs_abandon drained the pushes: their buffers and errors go."""
+        self._keep = []
+        self._waits.take_first()
+
     def close(self):
         """Waits for every push (errors dropped) and ends the thread."""
         if self._h:
             lib.zs_pusher_free(self._h)
             self._h = ctypes.c_void_p()
             self._keep = []
+
+    def __del__(self):
+        self.close()
+
+
+class InFlight:
+    """The step whose update is in flight (trainer::InFlightStep, as
+    zerostate-worker holds it): start() runs the coordinator's step (as
+    coordinate()) on a thread of its own, on a copy of the policy;
+    follow() marks a step whose Step another rank runs; fail() one that
+    failed before its Step. take() hands its verdict over, once."""
+
+    def __init__(self):
+        h = ctypes.c_void_p()
+        _call("step in flight", lib.zs_in_flight_create, ctypes.byref(h))
+        self._h = h
+        self._job = None  # the running Step's job and before_step, kept alive
+        self._keep = None
+        self._waits = _Waits()
+
+    def start(self, job, policy, step, average_over, lr=None, before_step=None):
+        """Step `step`'s coordination, left running: the statistics, the
+        decision, `before_step()` (which puts the gathers out: once it
+        returned, wait_gathers_out(step) does) and the Step."""
+        fn = self._waits.wrap(before_step) if before_step is not None else None
+        wait = _capi.Wait(fn, None) if fn is not None else None
+        _call(f"job {job.job_id}: step {step} in flight", lib.zs_in_flight_start, self._h,
+              job._h, policy._h, step, float(average_over),
+              float(lr if lr is not None else 0), int(lr is not None),
+              ctypes.byref(wait) if wait else None)
+        self._job, self._keep = job, (fn, wait)
+
+    def follow(self, step):
+        """Step `step` in flight, its Step the coordinator's."""
+        _call(f"step {step} in flight", lib.zs_in_flight_follow, self._h, step)
+
+    def fail(self, step, error, refused=False):
+        """Step `step` in flight, failed already with ZerostateError `error`
+        (refused: bad input, nothing to roll back)."""
+        _call(f"step {step} in flight", lib.zs_in_flight_fail, self._h, step,
+              _CODES.get(error.code, 2), str(error).encode(), int(refused))
+
+    def active(self):
+        """True while a step is in flight (until take())."""
+        return bool(_capi.held.zs_in_flight_active(self._h, None))
+
+    def wait_gathers_out(self, step):
+        """Returns once step `step`'s gathers are out (True), or its Step
+        ended without them or it is no longer in flight (False)."""
+        return bool(lib.zs_in_flight_wait_gathers_out(self._h, step))
+
+    def take(self, policy=None):
+        """Waits for the Step in flight and hands its verdict over: None when
+        nothing was in flight, else (step, decision, error, refused): the
+        Decision its Step carried (None unless coordinated and OK),
+        `error` a ZerostateError (before_step's own if it raised one; any
+        other exception of before_step is raised) or None. `policy`
+        (given, the Step coordinated and OK) takes the policy after it."""
+        v = _capi.Verdict()
+        stage, message, err = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+        rc = lib.zs_in_flight_take(self._h, policy._h if policy is not None else None,
+                                   ctypes.byref(v), ctypes.byref(stage), ctypes.byref(message),
+                                   ctypes.byref(err))
+        job, self._job, self._keep = self._job, None, None
+        stage, message = _capi.take_string(stage.value), _capi.take_string(message.value)
+        _check(rc, err, "step in flight")
+        if not v.active:
+            return None
+        error = self._waits.take_first()  # before_step's own exception, if it raised
+        if error is not None and not isinstance(error, ZerostateError):
+            raise error
+        if error is None and v.code != 0:
+            name = _capi.CODE_NAMES.get(v.code, str(v.code))
+            text = message if not v.coordinated or v.refused else \
+                f"job {job.job_id}: {stage}: {name}: {message}"
+            error = ZerostateError(text, name)
+        decision = _decision(v.decision) if v.code == 0 and v.coordinated else None
+        return v.step, decision, error, bool(v.refused)
+
+    def abandon(self, pusher):
+        """Drops what a failed or reset step left in flight (as the worker
+        does: zs_abandon): waits for the Step and forgets its verdict, then
+        waits for every push of `pusher` (a Pusher), their errors dropped."""
+        lib.zs_abandon(self._h, pusher._h)
+        self._job = self._keep = None
+        self._waits.take_first()
+        pusher._forget()
+
+    def close(self):
+        """Waits for a Step still running (its verdict dropped) and frees."""
+        if self._h:
+            lib.zs_in_flight_free(self._h)
+            self._h = ctypes.c_void_p()
+            self._job = self._keep = None
 
     def __del__(self):
         self.close()

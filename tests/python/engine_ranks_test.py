@@ -104,17 +104,16 @@ def gone_rank(rank, world, init_file, addresses, out_dir, fetched, kill, killed)
     engine, *_ = zs.initialize(model=Net(), config=config, servers=addresses, job="gone",
                                plaintext=True, bucket_elems=1 << 20, unavailable_wait=1,
                                token="ranks-test-token".ljust(40, "x"))
-    if rank == 0:  # the coordinator's step (statistics, decision, Step) in the C++ engine
-        import zerostate.torch.engine as engine_module
-        coordinate = engine_module.coordinate
+    if rank == 0:  # the delayed step in flight (statistics, decision, Step) in the C++ engine
+        start = engine._in_flight.start
 
         def kill_first(job, policy, step, *args, **kwargs):
             if step == 3:
                 fetched.wait()
                 kill.set()
                 killed.wait()
-            return coordinate(job, policy, step, *args, **kwargs)
-        engine_module.coordinate = kill_first
+            return start(job, policy, step, *args, **kwargs)
+        engine._in_flight.start = kill_first
     else:
         fetch = engine._fetch
 

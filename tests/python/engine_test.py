@@ -4,6 +4,7 @@ Run with Debian's /usr/bin/python3 (torch 1.13, CPU): engine_test.py
 [TestCase ...]. Exit 77 (skipped) without torch or a server binary."""
 
 import copy
+import ctypes
 import json
 import signal
 import struct
@@ -250,9 +251,9 @@ class EngineTest(zs_servers.ServersTestCase):
                 sync.step()
             engine.backward(loss)
             engine.step()
-            self.assertEqual(engine._pending is not None, s + 1 >= warmup, f"step {s}")
+            self.assertEqual(engine._in_flight.active(), s + 1 >= warmup, f"step {s}")
         engine.sync_weights()
-        self.assertIsNone(engine._pending)
+        self.assertFalse(engine._in_flight.active())
         self.assertEqual(engine.global_steps, STEPS)
         self.assertEqual(engine.job.version(), STEPS)
         err = max_relative(engine.module, late)
@@ -596,20 +597,34 @@ class EngineTest(zs_servers.ServersTestCase):
         train(engine, 2, 3)  # the job goes on
 
     def test_nan_gradient(self):
-        torch.manual_seed(0)
-        engine = train(self.engine(Net(), "nan"), 0, 2)
-        before = [p.detach().clone() for p in engine.module.parameters()]
-        engine.backward(loss_of(engine, 2) * float("nan"))
-        with self.assertRaisesRegex(zs.ZerostateError, "step 2: the summed gradient holds "
-                                    r"\d+ non-finite .* weights are unchanged"):
-            engine.step()
-        self.assertEqual(engine.job.version(), 2)
-        for (p, b, e), q in zip(engine._entries, before):
-            master = torch.empty(e - b)
-            engine.job.gather_master(2, b, e, master.data_ptr(), master.numel() * 4)
-            self.assertTrue(torch.equal(master.view(q.shape), q))
-        with self.assertRaisesRegex(zs.ZerostateError, "stopped at an earlier error"):
-            engine.backward(loss_of(engine, 3))
+        """Non-finite gradients without fp16 skip the step, as the worker
+        does (the trainer engine's one rule) and DeepSpeed's
+        check_grad_overflow: the version moves on, the weights do not,
+        was_step_applied() is False, a warning names the step, and the
+        run goes on. With a delayed update in flight too."""
+        for delayed in (False, True):
+            torch.manual_seed(0)
+            config = dict(CONFIG, zero_optimization={"delayed_update": {
+                "enabled": delayed, "warmup_steps": 1}})
+            engine = train(self.engine(Net(), f"nan-{delayed}", config=config), 0, 2)
+            engine.sync_weights()
+            before = [p.detach().clone() for p in engine.module.parameters()]
+            engine.backward(loss_of(engine, 2) * float("nan"))
+            with self.assertWarnsRegex(UserWarning, "step 2: the summed gradient holds "
+                                       "non-finite .* skipped, the weights are unchanged"):
+                engine.step()
+                engine.sync_weights()
+            self.assertFalse(engine.was_step_applied())
+            self.assertEqual(engine.job.version(), 3)
+            for (p, b, e), q in zip(engine._entries, before):
+                master = torch.empty(e - b)
+                engine.job.gather_master(3, b, e, master.data_ptr(), master.numel() * 4)
+                self.assertTrue(torch.equal(master.view(q.shape), q), f"delayed {delayed}")
+                self.assertTrue(torch.equal(p.detach(), q), f"delayed {delayed}")
+            train(engine, 3, 4)
+            engine.sync_weights()  # a delayed step 3's verdict
+            self.assertTrue(engine.was_step_applied())
+            self.assertEqual(engine.job.version(), 4)
 
     def test_scheduler_changing_group_ratio(self):
         torch.manual_seed(0)
@@ -647,9 +662,11 @@ class EngineTest(zs_servers.ServersTestCase):
         """The trainer engine's C API (zerostate.pipeline): the bucket plan
         covers the job's space, last layer first; each bad input is refused
         naming it, nothing queued; a wait that raises skips its push and
-        drain() raises it, once."""
+        drain() raises it, once; the verdict after a failed step refuses
+        each bad argument by name, and rolls back nothing while every
+        server holds the job."""
         from zerostate import _capi
-        from zerostate.pipeline import Pusher, bucket_plan
+        from zerostate.pipeline import Pusher, bucket_plan, recovery_verdict
         engine = train(self.engine(Net(), "pipeline"), 0, 1)
         job = engine.job
         plan = bucket_plan(job, [0, 300], 256)
@@ -681,6 +698,23 @@ class EngineTest(zs_servers.ServersTestCase):
             pusher.drain()
         pusher.drain()  # reported once
         pusher.close()
+        # The verdict after a failed step: each bad argument named, nothing
+        # asked; then every server holds the job: no rollback.
+        lib, err = _capi.lib, ctypes.c_void_p()
+        out = [ctypes.byref(ctypes.c_int()), ctypes.byref(ctypes.c_int()),
+               ctypes.byref(ctypes.c_void_p())]
+        for i, name in enumerate(("roll_back", "lost", "why")):
+            outs = [None if j == i else o for j, o in enumerate(out)]
+            rc = lib.zs_recovery_verdict(job._h, 0, None, b"off", b"on", *outs, ctypes.byref(err))
+            self.assertEqual((rc, _capi.take_string(err.value)), (3, f"{name}: null"))
+        for args, message in (((None, 0, None, b"off", b"on"), "job: null"),
+                              ((job._h, 0, None, None, b"on"), "off: null"),
+                              ((job._h, 0, None, b"off", None), "enable: null"),
+                              ((job._h, -1, None, b"off", b"on"), "wait_ms: -1 is negative")):
+            rc = lib.zs_recovery_verdict(*args, *out, ctypes.byref(err))
+            self.assertEqual((rc, _capi.take_string(err.value)), (3, message))
+        self.assertEqual(recovery_verdict(job, 0, "/some/checkpoint", "off", "on"),
+                         (False, False, "every server still holds the job"))
         self.assertEqual(job.version(), 1)
         train(engine, 1, 2)  # nothing reached the servers: the job goes on
 

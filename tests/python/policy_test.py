@@ -4,9 +4,14 @@ gives the decisions written there, as it does through the C++ policy
 (tests/trainer/policy_test.cc, which checks them against DeepSpeed's rule)
 and the worker's path (tests/worker/policy_path_test.cc); the state goes
 on exactly through the trainer_state blob; bad input is refused by name.
+The share of a range inside a node (zerostate.pipeline.local_share) is
+the C++ engine's. And the delayed update's step in flight (zerostate.pipeline.InFlight,
+trainer/engine/in_flight.h) through its C API: its transitions and each
+bad input refused by name, nothing changed.
 
 Run with /usr/bin/python3 and ZEROSTATE_CLIENT_LIB (libzerostate_client.so)."""
 
+import ctypes
 import json
 import math
 import os
@@ -19,6 +24,8 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 
 from zerostate.client import ZerostateError, parse_ds_config  # noqa: E402
 from zerostate.policy import Policy  # noqa: E402
+from zerostate import _capi  # noqa: E402
+from zerostate.pipeline import InFlight, Pusher, local_share  # noqa: E402
 
 with open(os.path.join(ROOT, "tests", "trainer", "testdata", "fp16_hysteresis2.json")) as f:
     FIXTURE = json.load(f)
@@ -108,6 +115,112 @@ class PolicyTest(unittest.TestCase):
         self.assertEqual(policy.state(), b"")
         policy.restore(b"")
         self.assertEqual(policy.unclipped_grad_scale(2), 0.5)
+
+
+
+class InFlightTest(unittest.TestCase):
+    """No servers: the steps in flight here are followed or failed ones (a
+    started one, whose Step runs on its own thread, is the C++ test's and
+    the engines')."""
+
+    def call(self, fn, *args):
+        """fn(*args, &error) -> (code name or None, message)."""
+        err = ctypes.c_void_p()
+        rc = fn(*args, ctypes.byref(err))
+        return _capi.CODE_NAMES.get(rc), _capi.take_string(err.value)
+
+    def test_follow_fail_take(self):
+        flight = InFlight()
+        self.assertFalse(flight.active())
+        self.assertIsNone(flight.take())
+        flight.follow(4)
+        self.assertTrue(flight.active())
+        self.assertFalse(flight.wait_gathers_out(4))  # never waits on a followed step
+        self.assertEqual(flight.take(), (4, None, None, False))
+        self.assertFalse(flight.active())
+        flight.fail(5, ZerostateError("step 5: push failed", "UNAVAILABLE"))
+        step, decision, error, refused = flight.take()
+        self.assertEqual((step, decision, refused), (5, None, False))
+        self.assertEqual((str(error), error.code), ("step 5: push failed", "UNAVAILABLE"))
+        flight.fail(6, ZerostateError("lr ratio", "INVALID_ARGUMENT"), refused=True)
+        self.assertTrue(flight.take()[3])
+        flight.follow(7)
+        pusher = Pusher()
+        flight.abandon(pusher)  # what a failed step left: dropped
+        self.assertFalse(flight.active())
+        pusher.drain()
+        _capi.lib.zs_abandon(None, None)  # nothing to drop
+        pusher.close()
+        flight.close()
+
+    def test_bad_input_is_refused_by_name_and_changes_nothing(self):
+        lib = _capi.lib
+        flight = InFlight()
+        flight.follow(3)
+        h = flight._h
+        policy = Policy(FIXTURE["train"])
+        wait = _capi.Wait(_capi.WAIT_FN(), None)  # no fn
+        verdict = _capi.Verdict()
+        cases = [
+            ((lib.zs_in_flight_create, None), "INVALID_ARGUMENT", "out: null"),
+            ((lib.zs_in_flight_start, None, 1, policy._h, 4, 1.0, 0.0, 0, None),
+             "INVALID_ARGUMENT", "in_flight: null"),
+            ((lib.zs_in_flight_start, h, None, policy._h, 4, 1.0, 0.0, 0, None),
+             "INVALID_ARGUMENT", "job: null"),
+            ((lib.zs_in_flight_follow, None, 4), "INVALID_ARGUMENT", "in_flight: null"),
+            ((lib.zs_in_flight_follow, h, 4), "FAILED_PRECONDITION", "step 3 is in flight"),
+            ((lib.zs_in_flight_fail, h, 4, 14, b"x", 0), "FAILED_PRECONDITION",
+             "step 3 is in flight"),
+            ((lib.zs_in_flight_fail, h, 4, 0, b"x", 0), "INVALID_ARGUMENT",
+             "code: 0 is not a failed status's"),
+            ((lib.zs_in_flight_fail, h, 4, 17, b"x", 0), "INVALID_ARGUMENT",
+             "code: 17 is not a failed status's"),
+            ((lib.zs_in_flight_fail, h, 4, 14, None, 0), "INVALID_ARGUMENT", "message: null"),
+            ((lib.zs_in_flight_take, None, None, ctypes.byref(verdict), None, None),
+             "INVALID_ARGUMENT", "in_flight: null"),
+            ((lib.zs_in_flight_take, h, None, None, None, None), "INVALID_ARGUMENT", "out: null"),
+        ]
+        for args, code, message in cases:
+            got = self.call(*args)
+            self.assertEqual(got[0], code, f"{args[0].__name__}: {got}")
+            self.assertIn(message, got[1], args[0].__name__)
+            self.assertTrue(flight.active(), args[0].__name__)  # step 3 still in flight
+        # before_step without a fn: refused before the job is looked at.
+        got = self.call(lib.zs_in_flight_start, h, 1, policy._h, 4, 1.0, 0.0, 0,
+                        ctypes.byref(wait))
+        self.assertEqual(got, ("INVALID_ARGUMENT", "before_step->fn: null"))
+        self.assertEqual(lib.zs_in_flight_active(None, None), 0)
+        self.assertEqual(lib.zs_in_flight_wait_gathers_out(None, 3), 0)
+        self.assertEqual(flight.take()[0], 3)
+        flight.close()
+
+
+
+class LocalShareTest(unittest.TestCase):
+    def test_shares_are_the_engines(self):
+        """Chunks of whole 64-element units (trainer::LocalChunk), in rank
+        order, the last ones shorter or empty; they cover the range."""
+        self.assertEqual(local_share(0, 816, 2, 0), (0, 448, 448))
+        self.assertEqual(local_share(0, 816, 2, 1), (448, 816, 448))
+        self.assertEqual(local_share(100, 130, 4, 1), (130, 130, 64))  # empty
+        self.assertEqual(local_share(100, 130, 1, 0), (100, 130, 64))
+        for n, ranks in ((1, 3), (64, 2), (1000, 8), (12345, 3)):
+            shares = [local_share(7, 7 + n, ranks, r) for r in range(ranks)]
+            self.assertEqual(shares[0][0], 7)
+            self.assertEqual(shares[-1][1], 7 + n)
+            for (_, hi, _), (lo, _, _) in zip(shares, shares[1:]):
+                self.assertEqual(hi, lo)
+
+    def test_bad_input_is_refused_by_name(self):
+        for args, message in (((0, 10, 0, 0), "local_size: must be >= 1"),
+                              ((0, 10, 2, 2), "local_rank: 2 is not below local_size 2"),
+                              ((11, 10, 1, 0), "begin: 11 is past end 10")):
+            with self.assertRaisesRegex(ZerostateError, "INVALID_ARGUMENT: " + message):
+                local_share(*args)
+        err = ctypes.c_void_p()
+        rc = _capi.lib.zs_local_share(0, 10, 1, 0, None, None, None, ctypes.byref(err))
+        self.assertEqual((_capi.CODE_NAMES[rc], _capi.take_string(err.value)),
+                         ("INVALID_ARGUMENT", "share_begin: null"))
 
 
 if __name__ == "__main__":

@@ -12,11 +12,14 @@
 //     after the step.
 //   - A rank alone on its node stages in its own memory: no reduce-scatter
 //     or all-gather, the same bits.
+//   - Non-finite gradients without fp16 skip the step (the trainer
+//     engine's one rule, as zerostate.torch's test_nan_gradient checks).
 // The weights are checked bit for bit by train_test.cc; this checks when
 // things happen.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -358,6 +361,50 @@ TEST_F(EngineScheduleTest, ARankAloneStagesInItsOwnMemoryBitIdenticalToTheStagin
     EXPECT_EQ(exchanges[1], 0u);
     EXPECT_GT(all_gathers[0], 0u);
     EXPECT_EQ(all_gathers[1], delayed ? all_gathers[0] : 0u);
+  }
+}
+
+// Non-finite gradients without fp16 skip the step, as zerostate.torch's
+// engine does (trainer/engine/coordinator.h): the version moves on, the
+// master weights do not, and the run goes on; synchronous and with the
+// delayed update's Step in flight.
+TEST_F(EngineScheduleTest, NonFiniteGradientsWithoutFp16SkipTheStep) {
+  const char* const kModes[] = {
+      "train { precision: PRECISION_BF16 weight_dtype: DTYPE_BF16 }",
+      "train { precision: PRECISION_BF16 weight_dtype: DTYPE_BF16 "
+      "delayed_update { enabled: true warmup_steps: 1 } }"};
+  for (int mode = 0; mode < 2; ++mode) {
+    SCOPED_TRACE(kModes[mode]);
+    const v1::TrainConfig train = Train(absl::StrCat("engine-nan-", mode), kModes[mode]);
+    ASSERT_EQ(train.steps(), 3u);
+    Rank rank = Open(train);
+    ASSERT_NE(rank.cpu, nullptr);
+    client::JobClient* job = rank.opened.job.get();
+    Engine engine(job, rank.cpu.get(), train, Topology{}, rank.ready);
+    ASSERT_TRUE(engine.LoadWeights(0).ok());
+    engine.SetSyncPoints([&](uint64_t version) { return version == train.steps(); });
+    TeacherData data(train.model());
+    const uint32_t n = train.micro_batch_size();
+    std::vector<float> x(size_t{n} * data.input_dim()), y(size_t{n} * data.output_dim());
+    std::vector<std::vector<float>> master;  // by version, from 1
+    for (uint64_t step = 0; step < train.steps(); ++step) {
+      MicroBatchFn micro = [&](uint32_t, float scale, const GradsReadyFn& r) {
+        data.Fill(step * n, n, x.data(), y.data());
+        if (step == 1) std::fill(x.begin(), x.end(), std::nanf(""));
+        return rank.cpu->ForwardBackward(x.data(), y.data(), n, scale, r);
+      };
+      auto report = engine.Step(step, micro);
+      ASSERT_TRUE(report.ok()) << "step " << step << ": " << report.status();
+      // The Steps of steps 0 and 1 run on into the next step (layer by
+      // layer; delayed), so the masters tell what they did.
+      master.emplace_back(job->layout().total_elems);
+      ASSERT_TRUE(job->GatherMaster(step + 1, Range{0, master.back().size()}, master.back().data())
+                      .ok());
+    }
+    ASSERT_TRUE(engine.Drain().ok());
+    EXPECT_TRUE(master[0] == master[1]) << "step 1 was applied";
+    EXPECT_FALSE(master[1] == master[2]) << "step 2 did not train";
+    for (float w : master[2]) ASSERT_TRUE(std::isfinite(w));
   }
 }
 

@@ -1,5 +1,6 @@
-// The C API of trainer/engine/zerostate_engine_c.h over the bucket plan and
-// trainer::Pusher. Built into libzerostate_client.so (client/CMakeLists.txt).
+// The C API of trainer/engine/zerostate_engine_c.h over the bucket plan,
+// trainer::Pusher and the coordinator's step (the step in flight:
+// c_api_in_flight.cc). Built into libzerostate_client.so (client/CMakeLists.txt).
 #include <optional>
 #include <string>
 #include <vector>
@@ -8,22 +9,27 @@
 #include "client/c_api_handles.h"
 #include "trainer/bucket_plan.h"
 #include "trainer/c_policy_handle.h"
+#include "trainer/engine/c_api_args.h"
+#include "trainer/engine/c_handles.h"
 #include "trainer/engine/coordinator.h"
 #include "trainer/engine/pusher.h"
 #include "trainer/engine/zerostate_engine_c.h"
-
-struct zs_pusher {
-  zerostate::trainer::Pusher pusher;
-};
 
 namespace {
 
 namespace zc = ::zerostate::client;
 namespace zt = ::zerostate::trainer;
 using zerostate::Range;
+using zt::capi::Null;
+using zt::capi::RunWait;
 
-absl::Status Null(const char* what) {
-  return absl::InvalidArgumentError(absl::StrCat(what, ": null"));
+absl::Status CheckLocal(uint32_t local_size, uint32_t local_rank) {
+  if (local_size == 0) return absl::InvalidArgumentError("local_size: must be >= 1");
+  if (local_rank >= local_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("local_rank: ", local_rank, " is not below local_size ", local_size));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckPlanArgs(const zs_job* job, const uint64_t* ready_points, size_t num_points,
@@ -31,11 +37,7 @@ absl::Status CheckPlanArgs(const zs_job* job, const uint64_t* ready_points, size
   if (job == nullptr) return Null("job");
   if (count == nullptr) return Null("count");
   if (ready_points == nullptr && num_points > 0) return Null("ready_points");
-  if (local_size == 0) return absl::InvalidArgumentError("local_size: must be >= 1");
-  if (local_rank >= local_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("local_rank: ", local_rank, " is not below local_size ", local_size));
-  }
+  if (absl::Status s = CheckLocal(local_size, local_rank); !s.ok()) return s;
   const uint64_t used = job->job->layout().used_elems;
   for (size_t i = 0; i < num_points; ++i) {
     if (ready_points[i] > used) {
@@ -44,13 +46,6 @@ absl::Status CheckPlanArgs(const zs_job* job, const uint64_t* ready_points, size
     }
   }
   return absl::OkStatus();
-}
-
-// The wait `w` as a status: its code, named.
-absl::Status RunWait(zs_wait w) {
-  const int code = w.fn(w.arg);
-  if (code == 0) return absl::OkStatus();
-  return absl::AbortedError(absl::StrCat("the wait before it returned ", code));
 }
 
 absl::Status CheckPushArgs(const zs_pusher* pusher, const zs_job* job, uint64_t begin, uint64_t end,
@@ -85,6 +80,24 @@ extern "C" int zs_job_bucket_plan(const zs_job* job, const uint64_t* ready_point
                          b.share.end,   b.staging,   zt::LocalChunk(b.elems, local_size)};
     }
   }
+  return zc::ReportStatus(absl::OkStatus(), error);
+}
+
+extern "C" int zs_local_share(uint64_t begin, uint64_t end, uint32_t local_size,
+                              uint32_t local_rank, uint64_t* share_begin, uint64_t* share_end,
+                              uint64_t* chunk, char** error) {
+  absl::Status s = share_begin == nullptr ? Null("share_begin")
+                   : share_end == nullptr ? Null("share_end")
+                   : chunk == nullptr     ? Null("chunk")
+                   : begin > end
+                       ? absl::InvalidArgumentError(
+                             absl::StrCat("begin: ", begin, " is past end ", end))
+                       : CheckLocal(local_size, local_rank);
+  if (!s.ok()) return zc::ReportStatus(s, error);
+  const Range share = zt::LocalShare(Range{begin, end}, local_size, local_rank);
+  *share_begin = share.begin;
+  *share_end = share.end;
+  *chunk = zt::LocalChunk(Range{begin, end}, local_size);
   return zc::ReportStatus(absl::OkStatus(), error);
 }
 
@@ -127,26 +140,19 @@ extern "C" int zs_pusher_drain(zs_pusher* pusher, char** what, char** error) {
 }
 
 extern "C" int zs_coordinate(zs_job* job, zs_policy* policy, uint64_t step, double average_over,
-                             float lr, int use_lr, int refuse_nonfinite, const zs_wait* before_step,
-                             zs_step_decision* out, int* refused, char** stage, char** error) {
+                             float lr, int use_lr, const zs_wait* before_step,
+                             zs_step_decision* out, char** stage, char** error) {
   if (stage != nullptr) *stage = nullptr;
-  absl::Status s = job == nullptr                                         ? Null("job")
-                   : policy == nullptr                                    ? Null("policy")
-                   : out == nullptr                                       ? Null("out")
-                   : refused == nullptr                                   ? Null("refused")
-                   : before_step != nullptr && before_step->fn == nullptr ? Null("before_step->fn")
-                                                                          : absl::OkStatus();
+  absl::Status s = job == nullptr      ? Null("job")
+                   : policy == nullptr ? Null("policy")
+                   : out == nullptr    ? Null("out")
+                                       : zt::capi::CheckBeforeStep(before_step);
   if (!s.ok()) return zc::ReportStatus(s, error);
-  zt::CoordinateOptions options;
-  if (use_lr != 0) options.lr = lr;
-  options.refuse_nonfinite = refuse_nonfinite != 0;
-  if (before_step != nullptr) options.before_step = [w = *before_step] { return RunWait(w); };
+  const zt::CoordinateOptions options =
+      zt::capi::OptionsOf(lr, use_lr, before_step);
   zt::Coordinated done =
       zt::CoordinateStep(job->job.get(), &policy->policy, step, average_over, options);
-  const zt::StepDecision& d = done.decision;
-  *out = zs_step_decision{d.skip ? 1 : 0, d.grad_scale, d.grad_norm,
-                          d.clip_factor,  d.lr,         d.next_loss_scale};
-  *refused = done.refused ? 1 : 0;
+  *out = zt::DecisionOf(done.decision);
   if (!done.status.ok() && stage != nullptr) *stage = zc::CopyCString(done.stage);
   return zc::ReportStatus(done.status, error);
 }

@@ -21,16 +21,6 @@ Coordinated CoordinateStep(client::JobClient* job, Policy* policy, uint64_t step
   auto stats = job->GradStats(step);
   if (!stats.ok())
     return Failed(stats.status(), absl::StrCat("gradient statistics of step ", step));
-  if (options.refuse_nonfinite && stats->nonfinite_count > 0) {
-    Coordinated out =
-        Failed(absl::InvalidArgumentError(absl::StrCat(
-                   "step ", step, ": the summed gradient holds ", stats->nonfinite_count,
-                   " non-finite (NaN or Inf) values; the step was not applied and the weights are "
-                   "unchanged on the servers")),
-               absl::StrCat("step ", step));
-    out.refused = true;
-    return out;
-  }
   auto decision = policy->Decide(step, stats->sum_squares, stats->nonfinite_count, average_over);
   if (!decision.ok()) return Failed(decision.status(), absl::StrCat("decision of step ", step));
   Coordinated out;

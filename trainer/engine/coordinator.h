@@ -26,9 +26,6 @@ struct CoordinateOptions {
   // The Step's learning rate; unset: the policy's schedule (Decide's lr).
   // A driver whose own LR scheduler drives the job sets it.
   std::optional<float> lr;
-  // Non-finite gradients end the step unapplied (`refused`) instead of a
-  // skipped Step; the policy is left as it was.
-  bool refuse_nonfinite = false;
   // Runs after the decision, right before the Step; its error ends the
   // step there (no Step).
   std::function<absl::Status()> before_step;
@@ -41,13 +38,19 @@ struct Coordinated {
   absl::Status status;
   std::string stage;
   StepDecision decision;  // what the Step carried (lr: the Step's)
-  // refuse_nonfinite and the gradient held non-finite values: status is
-  // INVALID_ARGUMENT, saying so; nothing was decided or sent.
+  // Never set here: a driver's own refusal of the step as bad input
+  // (nothing sent, nothing to roll back; InFlightStep::Fail), e.g. torch
+  // param_groups whose lr ratios changed.
   bool refused = false;
 };
 
 // Coordinates step `step` of `job` (the rank's micro-batches summed over
-// `average_over` terms), moving `policy` on when it decides. On a failure
+// `average_over` terms), moving `policy` on when it decides.
+// A gradient holding non-finite values is skipped in every precision (a
+// Step with skip: the version moves on, the weights do not; fp16 backs
+// the loss scale off too): DeepSpeed's rule wherever it checks (fp16, and
+// bf16 with check_grad_overflow), torch's GradScaler's, and one that
+// every rank's gathers of the next version complete with. On a failure
 // after the decision `policy` stays moved: a driver that must keep the
 // policy of a failed step copies it first (the worker does).
 Coordinated CoordinateStep(client::JobClient* job, Policy* policy, uint64_t step,

@@ -2,7 +2,9 @@
  * in other languages (zerostate.torch through ctypes): the bucket plan
  * (trainer/bucket_plan.h), the push thread (trainer/engine/pusher.h),
  * the coordinator's step and the speculative step's parameters sent ahead
- * (trainer/engine/coordinator.h) that
+ * (trainer/engine/coordinator.h), the step in flight
+ * (trainer/engine/in_flight.h), the verdict after a failed step
+ * (trainer/engine/recovery_verdict.h) that
  * zerostate-worker runs too. In libzerostate_client.so, beside the
  * client's (client/zerostate_c.h) and the step policy's
  * (trainer/zerostate_trainer_c.h) C APIs, with their error convention: a
@@ -10,7 +12,7 @@
  * with zs_free_string), NULL on 0. A call that fails changes nothing.
  *
  * Thread safety: a zs_pusher's calls may come from any thread at once,
- * but not while or after it is freed. */
+ * but not while or after it is freed; a zs_in_flight's as it says. */
 #ifndef ZEROSTATE_TRAINER_ENGINE_ZEROSTATE_ENGINE_C_H_
 #define ZEROSTATE_TRAINER_ENGINE_ZEROSTATE_ENGINE_C_H_
 
@@ -51,6 +53,17 @@ int zs_job_bucket_plan(const zs_job* job, const uint64_t* ready_points, size_t n
                        uint64_t max_elems, uint32_t local_size, uint32_t local_rank, zs_bucket* out,
                        size_t capacity, size_t* count, char** error);
 
+/* Local rank `local_rank`'s share of the flat elements [begin, end)
+ * among `local_size` ranks (trainer::LocalShare, as the bucket plan and
+ * zerostate-worker split every range inside a node):
+ * [*share_begin, *share_end), and *chunk, the length of every share but
+ * the last ones (the node's all-gather runs on chunk * local_size
+ * elements). Errors: INVALID_ARGUMENT naming the argument (share_begin,
+ * share_end or chunk null, begin > end, local_size 0, local_rank >=
+ * local_size); nothing is written then. */
+int zs_local_share(uint64_t begin, uint64_t end, uint32_t local_size, uint32_t local_rank,
+                   uint64_t* share_begin, uint64_t* share_end, uint64_t* chunk, char** error);
+
 /* A wait run on the push thread before a push: returns 0 once what it
  * waits for is done, else an error code (the push is then not made).
  * cudaEventSynchronize has this shape (arg: the cudaEvent_t). */
@@ -89,18 +102,17 @@ int zs_pusher_drain(zs_pusher* pusher, char** what, char** error);
  * summed gradient's statistics, `policy`'s decision (moving it on), then
  * `before_step` (if non-null; e.g. the gathers of the new version put
  * out) and the Step carrying the policy's trainer_state. The Step's lr is
- * `lr` when use_lr != 0, else the policy's schedule. refuse_nonfinite !=
- * 0: a gradient holding non-finite values ends the step unapplied, the
- * policy unchanged, *refused = 1 and INVALID_ARGUMENT saying so.
+ * `lr` when use_lr != 0, else the policy's schedule. A gradient holding
+ * non-finite values is skipped, in every precision (out->skip).
  * *out receives the decision the Step carried. On an error, *stage (if
  * non-null; malloc'd, release with zs_free_string) names where: "gradient
  * statistics of step 3", "decision of step 3", "step 3" (before_step or
  * the Step). Errors: INVALID_ARGUMENT naming a null argument (job,
- * policy, out, refused) or average_over; the servers' errors; ABORTED
+ * policy, out) or average_over; the servers' errors; ABORTED
  * when before_step returned non-zero. */
 int zs_coordinate(zs_job* job, zs_policy* policy, uint64_t step, double average_over, float lr,
-                  int use_lr, int refuse_nonfinite, const zs_wait* before_step,
-                  zs_step_decision* out, int* refused, char** stage, char** error);
+                  int use_lr, const zs_wait* before_step, zs_step_decision* out, char** stage,
+                  char** error);
 
 /* The speculative step's parameters for step `step`, sent ahead of its
  * gradients (trainer::SendAhead): the grad_scale zs_coordinate will carry
@@ -109,6 +121,90 @@ int zs_coordinate(zs_job* job, zs_policy* policy, uint64_t step, double average_
  * average_over; the servers'. */
 int zs_send_ahead(zs_job* job, const zs_policy* policy, uint64_t step, double average_over,
                   float lr, int use_lr, char** error);
+
+/* A step whose update is in flight (trainer::InFlightStep): the delayed
+ * parameter update's step t, the version t+1 it brings, and its verdict
+ * once known. Its calls come from one driver thread, but
+ * zs_in_flight_wait_gathers_out from any (the push thread). */
+typedef struct zs_in_flight zs_in_flight;
+
+/* Errors: INVALID_ARGUMENT (out null). */
+int zs_in_flight_create(zs_in_flight** out, char** error);
+/* Waits for a Step still running, then frees. */
+void zs_in_flight_free(zs_in_flight* in_flight);
+
+/* The coordinator's step `step` left in flight: zs_coordinate's work
+ * (statistics, decision, before_step, Step; its arguments alike) on a
+ * thread of its own, on a copy of `policy` (`policy` is not changed;
+ * zs_in_flight_take hands the moved copy over). Once before_step returned
+ * 0 the step's gathers are out (zs_in_flight_wait_gathers_out).
+ * `job` must stay valid until zs_in_flight_take or _free returns.
+ * Errors (nothing started): INVALID_ARGUMENT naming a null argument (in_flight,
+ * job, policy, before_step->fn); FAILED_PRECONDITION naming the step
+ * in flight still. */
+int zs_in_flight_start(zs_in_flight* in_flight, zs_job* job, const zs_policy* policy,
+                       uint64_t step, double average_over, float lr, int use_lr,
+                       const zs_wait* before_step, char** error);
+/* Step `step` in flight, its Step another rank's (no verdict here).
+ * Errors: INVALID_ARGUMENT (in_flight null); FAILED_PRECONDITION as above. */
+int zs_in_flight_follow(zs_in_flight* in_flight, uint64_t step, char** error);
+/* Step `step` in flight, failed already with status `code` (not 0) and
+ * `message`; `refused`: the step was refused (bad input, no rollback).
+ * Errors: INVALID_ARGUMENT naming the argument (in_flight or message
+ * null, code 0 or not a status code); FAILED_PRECONDITION as above. */
+int zs_in_flight_fail(zs_in_flight* in_flight, uint64_t step, int code, const char* message,
+                      int refused, char** error);
+/* 1 while a step is in flight (started, followed or failed, not taken),
+ * *step (if non-null) receiving it; else 0. Never blocks long: callable
+ * with Python's GIL held. 0 for a null in_flight. */
+int zs_in_flight_active(const zs_in_flight* in_flight, uint64_t* step);
+
+/* What a step in flight came to (trainer::Verdict). */
+typedef struct zs_verdict {
+  int active;       /* 0: nothing was in flight; the rest is unset */
+  uint64_t step;
+  int coordinated;  /* this rank ran its Step (zs_in_flight_start) */
+  int refused;      /* refused as bad input (zs_in_flight_fail's) */
+  int code;         /* its status: 0 or a gRPC code (*message says why) */
+  zs_step_decision decision;  /* what the Step carried (coordinated) */
+} zs_verdict;
+
+/* Waits for the Step in flight, if running, and hands its verdict over:
+ * the step is no longer in flight. When `policy` is non-null and the step
+ * was coordinated and its status is 0, the policy after the step is
+ * copied into it. *stage and *message (if non-null; malloc'd, NULL when
+ * empty, release with zs_free_string) receive where it failed ("step 3")
+ * and why. Errors: INVALID_ARGUMENT naming a null argument (in_flight,
+ * out); nothing is taken then. */
+int zs_in_flight_take(zs_in_flight* in_flight, zs_policy* policy, zs_verdict* out, char** stage,
+                      char** message, char** error);
+
+/* Returns once step `step`'s gathers are out (1), or its Step ended
+ * without them, or it is not the step in flight (0). 0 for a null in_flight. */
+int zs_in_flight_wait_gathers_out(zs_in_flight* in_flight, uint64_t step);
+
+/* Drops what a failed (or reset) step left in flight
+ * (trainer::AbandonInFlight): waits for the Step in flight and forgets
+ * its verdict, then waits for every push queued, their errors dropped.
+ * Either may be null. */
+void zs_abandon(zs_in_flight* in_flight, zs_pusher* pusher);
+
+/* The coordinator's verdict after a step failed on the servers
+ * (trainer::DecideRecovery, as zerostate-worker's): asks the servers
+ * whether they hold the job, waiting up to wait_ms for a silent one
+ * (JobClient::EndIfLost, which deletes a job that lost a server on the
+ * servers that answer, so no rank waits there), then *roll_back = 1 to
+ * roll back to `last_checkpoint` (NULL or "": none), else 0 with *why
+ * (malloc'd; release with zs_free_string) saying why not, and *lost = 1
+ * when the job is gone on some server (*why then names it and says what
+ * to do). `off` and `enable` name the driver's checkpoint setting in that
+ * advice ("checkpoint_every=0", "checkpoint_every=N"). Errors:
+ * INVALID_ARGUMENT naming a null argument (job, off, enable, roll_back,
+ * lost, why) or a negative wait_ms, nothing asked; the servers' when
+ * they cannot be asked. */
+int zs_recovery_verdict(zs_job* job, int64_t wait_ms, const char* last_checkpoint,
+                        const char* off, const char* enable, int* roll_back, int* lost,
+                        char** why, char** error);
 
 #ifdef __cplusplus
 }

@@ -28,8 +28,11 @@ state servers.
   module's weights and the node all-gathers them (NCCL on GPUs, gloo on
   the CPU), so a node pulls one copy of the weights (weights.py).
 - engine.step(): the coordinator (global rank 0) reads the summed gradient's
-  statistics, clips, checks for non-finite values (fp16: skip and back off
-  the loss scale), and orders the Step with the lr of param_groups[0]; its
+  statistics, clips, checks for non-finite values (a gradient holding any
+  skips the step in every precision, the weights unchanged and
+  was_step_applied() False, as DeepSpeed's check_grad_overflow and torch's
+  GradScaler do; fp16 also backs off the loss scale; without fp16 a
+  warning says so), and orders the Step with the lr of param_groups[0]; its
   verdict goes to every rank; then every rank gathers the new version, per
   module, into the parameters in the training dtype: at once (default), or
   just before each module's forward (lazy_weights=True, forward pre-hooks;
@@ -52,28 +55,31 @@ state servers.
 
 The pieces: topology.py (ranks and nodes), config.py (ds_config), optimizer.py
 (param_groups, the job's spec), buckets.py (gradients out), weights.py
-(weights back), checkpoint.py (save, load, roll back), surface.py (the rest
-of DeepSpeed's engine: module methods, batch sizes, the last step's lr and
-gradient norm, no_sync). The C++ trainer engine zerostate-worker runs too,
-through its C API: zerostate.policy (clip, fp16 loss scale, LR schedule,
-trainer_state) and zerostate.pipeline (the bucket plan, the push thread,
-the coordinator's statistics, decision and Step).
+(weights back), verdict.py (the coordinator's verdict on a step, the
+delayed update's start and finish, every rank taking it), checkpoint.py
+(save, load, roll back), surface.py (the rest of DeepSpeed's engine: module
+methods, batch sizes, the last step's lr and gradient norm, no_sync). The
+C++ trainer engine zerostate-worker runs too, through its C API:
+zerostate.policy (clip, fp16 loss scale, LR schedule, trainer_state) and
+zerostate.pipeline (the bucket plan, the shares inside a node, the push
+thread, the coordinator's statistics, decision and Step, the delayed
+update's step in flight and its verdict, the rule after a failed step).
 """
 
 import os
-import threading
 import time
 import warnings
 
 import torch
 
 from zerostate.client import Client, ZerostateError
-from zerostate.pipeline import Pusher, coordinate, send_ahead
+from zerostate.pipeline import InFlight, Pusher, send_ahead
 from zerostate.policy import Policy
 from zerostate.torch import buckets as bk
 from zerostate.torch import checkpoint as ckpt
 from zerostate.torch import optimizer as zopt
 from zerostate.torch import streams
+from zerostate.torch import verdict as verdicts
 from zerostate.torch.config import EngineConfig
 from zerostate.torch.surface import ModuleSurface, data_loader
 from zerostate.torch.topology import Topology
@@ -118,7 +124,11 @@ class Engine(ModuleSurface):
         self._failed = None
         self._boundary = False
         self._ahead_error = None  # a failed Step sent ahead (speculative_step)
-        self._pending = None  # a delayed update in flight (the coordinator's Step, gathers)
+        # The delayed update's step in flight and its verdict (the C++ the
+        # worker holds); the gathers it put out: {"tickets": {id(w): ticket}}
+        # once out (before_step).
+        self._in_flight = InFlight()
+        self._gathers = {}
         self._no_sync = False  # inside no_sync()
         self._grad_norm = self._step_applied = None  # the last step's (surface.py)
         self.policy = Policy(self.config.train)
@@ -205,7 +215,7 @@ class Engine(ModuleSurface):
 
     def _land_lazy(self, ws):
         # Not while a delayed update is in flight: the module runs on the weights it has.
-        if self._pending is None:
+        if not self._in_flight.active():
             for w in ws:
                 w.land(self._step_mark)
 
@@ -328,7 +338,7 @@ class Engine(ModuleSurface):
 
     def _send_ahead(self):
         """The coordinator's Step parameters before the gradients leave, as
-        _decide will send them if nothing is clipped (the policy's grad_scale):
+        verdict.decide will send them if nothing is clipped (the policy's grad_scale):
         the servers step each block as soon as it is complete. A failure is
         taken up by the step (_service_step), where every rank hears of it."""
         try:
@@ -353,24 +363,23 @@ class Engine(ModuleSurface):
                 self._push(bucket)
 
     def _push(self, bucket):
-        if self._pending is None:
+        if not self._in_flight.active():
             bucket.push(self.job, self.global_steps, self.topo, self._side, self._pusher)
         elif self._early_push:
             # A delayed update in flight: the servers take these gradients
             # once its blocks are at this step's version.
             bucket.push(self.job, self.global_steps, self.topo, self._side, self._pusher,
-                        after=self._versioned(bucket, self._pending))
+                        after=self._versioned(bucket, self.global_steps - 1, self._gathers))
 
-    def _versioned(self, bucket, pending):
-        """A call that returns once every gather of the delayed update
-        `pending` overlapping `bucket` is in (on the push thread)."""
+    def _versioned(self, bucket, step, gathers):
+        """A call that returns once every gather of the delayed update of
+        step `step` (`gathers`, its tickets once out) overlapping `bucket`
+        is in (on the push thread)."""
         overlap = [w for w in self._weights if w.begin < bucket.end and bucket.begin < w.end]
 
         def wait():
-            fetched = pending.get("fetched")
-            if fetched is not None:
-                fetched.wait()
-            tickets = pending.get("tickets")
+            self._in_flight.wait_gathers_out(step)
+            tickets = gathers.get("tickets")
             if tickets is None:
                 raise ZerostateError("not pushed: the update before this step failed",
                                      "ABORTED")
@@ -400,8 +409,8 @@ class Engine(ModuleSurface):
         # The compute stream's end at the step: the backward has read every
         # parameter; a lazy landing's copy waits for it alone (weights.py).
         self._step_mark = self._side.mark()
-        if self._pending is not None:
-            self._finish_delayed()  # this step's version, after the backward on the one before
+        if self._in_flight.active():
+            verdicts.finish_delayed(self)  # this version, after the backward on the one before
         step = self.global_steps
         delayed = self._ends_delayed(step)
         try:
@@ -419,19 +428,19 @@ class Engine(ModuleSurface):
             lr, scales = groups[0]["lr"], zopt.lr_scales(groups)
             verdict = None
             if delayed:
-                self._pending = self._start_delayed(step, lr, scales)
+                verdicts.start_delayed(self, step, lr, scales)
             elif self.topo.coordinator:
-                verdict = self._decide(step, lr, scales)
+                verdict = verdicts.decide(self, step, lr, scales)
         except ZerostateError as e:
-            # A server call failed: roll back to the last checkpoint if any.
-            verdict = self._failure(step, e)
             t1 = time.perf_counter()
             if delayed:  # every rank meets at the next step's verdict (rank 0's counts)
-                self._pending = {"thread": None, "verdict": verdict}
+                self._in_flight.fail(step, e)
+            else:  # a server call failed: roll back to the last checkpoint if any
+                verdict = verdicts.failure(self, step, e)
         if not delayed:
             verdict = self.topo.broadcast(verdict)
             self.timers["server_step"] += time.perf_counter() - t1
-            self._apply_verdict(verdict)
+            verdicts.apply(self, verdict, step)
         self.global_steps = step + 1
         self.micro_steps += 1
         self._boundary = False
@@ -449,98 +458,6 @@ class Engine(ModuleSurface):
             self.save_checkpoint(self.checkpoint_dir, tag)
             self.last_checkpoint = os.path.join(os.path.abspath(self.checkpoint_dir), tag)
 
-    def _failure(self, step, e):
-        """The verdict on server call `e` that failed in step `step`: roll back
-        to the last checkpoint (load() deletes the job everywhere first), else
-        the run ends. Then the coordinator ends a job that lost a server on
-        the servers that answer (JobClient::EndIfLost), so no rank's gather
-        waits there for a version that will never come."""
-        if self.last_checkpoint:
-            return ("rollback", f"step {step}: {e}", e.code)
-        message = f"step {step}: {e}"
-        if self.topo.coordinator:
-            try:
-                lost = self.job.end_if_lost(self._unavailable_wait)
-                if lost:
-                    message += f"; {lost}; job {self.job_id} was deleted on the servers that answer"
-            except ZerostateError as asked:
-                message += f"; asking the servers whether they hold the job: {asked}"
-        return ("error", message, e.code)
-
-    def _apply_verdict(self, verdict):
-        if verdict[0] == "rollback":
-            ckpt.roll_back(self, verdict[1], verdict[2])
-        if verdict[0] == "error":
-            self._failed = ZerostateError(verdict[1], verdict[2])
-            raise self._failed
-        self.policy.restore(verdict[1])  # the coordinator's trainer_state
-        self._step_applied, self._grad_norm = not verdict[2], verdict[3]
-
-    def _start_delayed(self, step, lr, scales):
-        """Step `step`'s update, left in flight: every rank's gathers of the
-        next version go out; the coordinator's statistics and Step run on a
-        thread (the C calls release the GIL)."""
-        if not self.topo.coordinator:
-            self._fetch(step + 1)
-            return {"thread": None, "verdict": None, "tickets": self._tickets()}
-        pending = {"verdict": None, "fetched": threading.Event()}
-
-        def run():
-            try:
-                pending["verdict"] = self._decide(step, lr, scales, pending)
-            except ZerostateError as e:
-                pending["verdict"] = self._failure(step, e)
-            finally:
-                pending["fetched"].set()
-
-        pending["thread"] = threading.Thread(target=run, name=f"zerostate-step-{step}",
-                                             daemon=True)
-        pending["thread"].start()
-        return pending
-
-    def _finish_delayed(self):
-        """The delayed update in flight: the coordinator's verdict to every
-        rank, then its weights into the parameters. Collective."""
-        pending, self._pending = self._pending, None
-        t0 = time.perf_counter()
-        verdict = None
-        if self.topo.coordinator:
-            if pending["thread"] is not None:
-                pending["thread"].join()
-            verdict = pending["verdict"]
-        verdict = self.topo.broadcast(verdict)
-        self.timers["server_step"] += time.perf_counter() - t0
-        if verdict[0] != "ok":
-            for w in self._weights:
-                w.drop()
-        self._apply_verdict(verdict)
-        self._land()
-
-    def _decide(self, step, lr, scales, pending=None):
-        """The coordinator's step: statistics, clipping, loss scale, Step
-        (zerostate.pipeline.coordinate, the C++ zerostate-worker runs).
-        `lr` and `scales`: param_groups' as the step began. `pending`: the
-        delayed update this is, which takes the gathers' tickets."""
-        for i, (now, was) in enumerate(zip(scales, self._lr_scales)):
-            if abs(now - was) > 1e-6 * max(abs(was), 1e-30) and lr != 0:
-                return ("error", f"step {step}: param_groups[{i}]['lr'] / param_groups[0]['lr'] "
-                        f"is {now:g}, registered as {was:g}: a job's groups keep their lr "
-                        "ratios (the LR scheduler must scale every group alike)",
-                        "INVALID_ARGUMENT")
-
-        def before_step():
-            # The gathers go out first: blocks stream back as the servers step them.
-            self._fetch(step + 1)
-            if pending is not None:
-                pending["tickets"] = self._tickets()
-                pending["fetched"].set()
-        d, refused = coordinate(self.job, self.policy, step, self._average_over(), lr=lr,
-                                refuse_nonfinite=self.dtype != torch.float16,
-                                before_step=before_step)
-        if refused is not None:
-            return ("error", refused, "INVALID_ARGUMENT")
-        return ("ok", self.policy.state(), d.skip, d.grad_norm)
-
     def _average_over(self):
         """The (rank, micro-batch) terms the summed gradient averages over."""
         return self.topo.world * self.config.grad_accum
@@ -556,8 +473,8 @@ class Engine(ModuleSurface):
     def sync_weights(self):
         """Lands every gather still in flight into the parameters; a delayed
         update in flight is finished first (collective then)."""
-        if self._pending is not None:
-            self._finish_delayed()
+        if self._in_flight.active():
+            verdicts.finish_delayed(self)
         self._land()
 
     def _land(self):
@@ -575,9 +492,9 @@ class Engine(ModuleSurface):
         """Removes the hooks and closes the connections (the job stays on
         the servers). The engine is unusable afterwards. A delayed update in
         flight is waited for, not landed (sync_weights() lands it)."""
-        self._join_pending()
-        self._drop_pushes()
+        self._abandon()
         self._pusher.close()
+        self._in_flight.close()
         for h in self._hooks:
             h.remove()
         self._hooks, self._grad_nodes = [], []
@@ -590,18 +507,12 @@ class Engine(ModuleSurface):
         self.client.close()
         self._failed = ZerostateError("the engine was closed", "FAILED_PRECONDITION")
 
-    def _join_pending(self):
-        """Drops a delayed update in flight, after the coordinator's Step ends."""
-        pending, self._pending = self._pending, None
-        if pending is not None and pending["thread"] is not None:
-            pending["thread"].join()
-
-    def _drop_pushes(self):
-        """Waits for the push thread's pushes, their errors dropped."""
-        try:
-            self._pusher.drain()
-        except Exception:  # noqa: BLE001 - the step that made them failed already
-            pass
+    def _abandon(self):
+        """Drops a delayed update in flight (after the coordinator's Step
+        ends) and the push thread's pushes (their errors dropped): the C++
+        engine's order, as zerostate-worker's."""
+        self._in_flight.abandon(self._pusher)
+        self._gathers = {}
 
     def _check_alive(self):
         if self._failed is not None:
@@ -627,8 +538,7 @@ class Engine(ModuleSurface):
 
     def _reset(self, version, micro_steps):
         """After a restore: nothing in flight, no gradient, at `version`."""
-        self._join_pending()
-        self._drop_pushes()
+        self._abandon()
         self._failed = None
         for w in self._weights:
             w.drop()

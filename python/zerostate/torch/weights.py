@@ -15,6 +15,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from zerostate.pipeline import local_share
 from zerostate.torch import streams
 from zerostate.torch.buckets import wire_dtype
 
@@ -27,10 +28,9 @@ class ModuleWeights:
         self.end = max(e[2] for e in entries)
         self.topo, self.side = topo, side
         local = topo.local_world if topo.local_group is not None else 1
-        self.chunk = -(-(self.end - self.begin) // local)
         r = topo.local_rank if local > 1 else 0
-        self.lo = min(self.begin + r * self.chunk, self.end)  # this rank's share [lo, hi)
-        self.hi = min(self.lo + self.chunk, self.end)
+        # This rank's share [lo, hi), as the C++ engine splits a range.
+        self.lo, self.hi, self.chunk = local_share(self.begin, self.end, local, r)
         gpu = device.type != "cpu"
         # The node's whole range (on the device), where the shares meet;
         # with one local rank on the CPU the share is the whole range.
