@@ -23,8 +23,9 @@ namespace zerostate::client {
 //   userspace_tls_streams_per_server (0: streams_per_server, as in
 //   plaintext). More streams than cores only add switches between them:
 //   on the 16-core host 8 streams per server beat 4 at 1 server, and 4 beat
-//   8 at 4 servers; on 2 cores 2 beat 4 at 1 server and 1 beat 2 and 4 at
-//   4 servers, in CPU seconds per GB (docs/performance.md, "TLS");
+//   8 at 4 servers; on 2 cores TLS cost 2-20% fewer CPU seconds per GB
+//   with 2 streams than 4 at 1 server, and with 1 than 4 at 4 servers
+//   (transport_bench --streams, interleaved; docs/performance.md, "TLS");
 // - else streams_per_server.
 int DataStreamsPerServer(const ClientOptions& o, bool userspace_tls, bool same_host, int cores);
 
