@@ -139,11 +139,10 @@ struct ClientOptions {
   bool data_ktls = true;
   // Under TLS with the data plane, where this host's kernel has no TLS
   // offload (or data_ktls is false), every record is sealed and opened on
-  // the streams' threads: streams_per_server is raised to this (0: not
-  // raised), so that the cipher runs on more cores at once, but to no more
-  // streams over all servers than the host has cores (data_streams.h; on
-  // the 16-core host 8 streams per server beat 4 at 1 server, and 4 beat 8
-  // at 4 servers; docs/performance.md). Plaintext and kTLS keep
+  // the streams' threads: streams per server are one per core over all
+  // servers (at least one), at most this (0: streams_per_server), so that
+  // the cipher runs on every core and no two streams share one
+  // (data_streams.h; docs/performance.md). Plaintext and kTLS keep
   // streams_per_server.
   int userspace_tls_streams_per_server = 8;
   // With the same-host plane (data_plane and data_shm, no data_servers),

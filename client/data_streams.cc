@@ -66,12 +66,15 @@ bool AllServersOnThisHost(const ClientOptions& o) {
 }
 
 int DataStreamsPerServer(const ClientOptions& o, bool userspace_tls, bool same_host, int cores) {
-  int wanted = 0;
-  if (userspace_tls) wanted = std::max(wanted, o.userspace_tls_streams_per_server);
-  if (same_host) wanted = std::max(wanted, o.same_host_streams_per_server);
   const int servers = std::max(1, static_cast<int>(o.servers.size()));
-  const int raised = std::min(wanted, std::max(1, cores / servers));
-  return std::max(o.streams_per_server, raised);
+  const int per_core = std::max(1, cores / servers);
+  if (same_host) {
+    return std::max(o.streams_per_server, std::min(o.same_host_streams_per_server, per_core));
+  }
+  if (userspace_tls && o.userspace_tls_streams_per_server > 0) {
+    return std::min(o.userspace_tls_streams_per_server, per_core);
+  }
+  return o.streams_per_server;
 }
 
 }  // namespace zerostate::client

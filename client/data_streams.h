@@ -8,20 +8,25 @@
 
 namespace zerostate::client {
 
-// streams_per_server, raised where more streams put more of the host's
-// cores on work the streams' threads do themselves, but to no more
-// streams over all servers than the host's `cores`, and never below
-// streams_per_server:
-// - under TLS records done in userspace (no kTLS, or data_ktls off:
-//   `userspace_tls`), where each stream's thread seals and opens its own
-//   records: to userspace_tls_streams_per_server (on the 16-core host, 8
-//   streams per server beat 4 at 1 server, and 4 beat 8 at 4 servers:
-//   docs/performance.md, "TLS");
+// The data plane's streams to each server:
 // - with the same-host plane (data_plane and data_shm, no data_servers)
 //   when every server is on this host by its address (`same_host`:
 //   AllServersOnThisHost), where each stream's thread copies its payloads
-//   into and out of its segment: to same_host_streams_per_server (8 beat 4
-//   in 13 of 16 runs on the H200 host; docs/performance.md).
+//   into and out of its segment: streams_per_server raised to
+//   same_host_streams_per_server (8 beat 4 in 13 of 16 runs on the H200
+//   host; docs/performance.md), to no more streams over all servers than
+//   the host's `cores`, never below streams_per_server;
+// - else under TLS records done in userspace (no kTLS, or data_ktls off:
+//   `userspace_tls`), where each stream's thread seals and opens its own
+//   records and the cipher is the limit: one stream per core over all
+//   servers (at least one per server), at most
+//   userspace_tls_streams_per_server (0: streams_per_server, as in
+//   plaintext). More streams than cores only add switches between them:
+//   on the 16-core host 8 streams per server beat 4 at 1 server, and 4 beat
+//   8 at 4 servers; on 2 cores TLS cost 2-20% fewer CPU seconds per GB
+//   with 2 streams than 4 at 1 server, and with 1 than 4 at 4 servers
+//   (transport_bench --streams, interleaved; docs/performance.md, "TLS");
+// - else streams_per_server.
 int DataStreamsPerServer(const ClientOptions& o, bool userspace_tls, bool same_host, int cores);
 
 // Whether `address` ("host:port", "[v6]:port") names this host without a

@@ -11,9 +11,9 @@
 //   sent in one record with the start of its payload; OpenSSL seals the
 //   batch's records into a buffer (data_tls.cc) that Flush sends in one
 //   send(2), not one write(2) per record;
-// - read-ahead (data_tls.cc): one recv(2) takes up to 256 KiB of records
-//   into the same buffer, and one RecvSome opens as many records as fit,
-//   up to kTlsRecvBatchBytes;
+// - read-ahead by the same buffer (data_tls.cc): one recv(2) takes up to
+//   256 KiB of records, OpenSSL takes them from it a record at a time, and
+//   one RecvSome opens as many records as fit, up to kTlsRecvBatchBytes;
 // - a KeyUpdate (SSL_key_update) every `records_per_key` records sent,
 //   below AES-GCM's limit per key (RFC 8446 5.5), which OpenSSL leaves to
 //   its caller.

@@ -32,8 +32,8 @@ namespace {
 [[maybe_unused]] const bool kNoExitCleanup =
     OPENSSL_init_crypto(OPENSSL_INIT_NO_ATEXIT, nullptr) == 1;
 
-// OpenSSL's receive buffer: two full TLS 1.3 records and their headers,
-// tags and inner types.
+// OpenSSL's receive buffer during the handshake: two full TLS 1.3
+// records and their headers, tags and inner types.
 constexpr size_t kTlsReadAheadBytes = 2 * (kTlsRecordPlaintext + 256);
 // The buffers under OpenSSL after the handshake (BufferRecords): a send
 // batch's sealed records with room for a frame's first record; many
@@ -70,11 +70,12 @@ std::shared_ptr<SSL_CTX> NewContext(const SSL_METHOD* method, bool kernel) {
   SSL_CTX_set_options(ctx.get(), options);
   SSL_CTX_set_num_tickets(ctx.get(), 0);
   SSL_CTX_set_max_send_fragment(ctx.get(), kTlsRecordPlaintext);
-  // One recv(2) takes up to two records (OpenSSL counts those read ahead
-  // when it hands the records to the kernel). Not more: OpenSSL moves
-  // the bytes left in its buffer to the front before each record, so a
-  // larger buffer costs more in copies than it saves in calls (stream_bench
-  // on 2 cores: 256 KiB, 0.78 CPU s/GB to receive; 32 KiB, 0.65).
+  // Until the handshake's end (and after it where the kernel takes the
+  // records, or no buffer could be made: BufferRecords), one recv(2) takes
+  // up to two records (OpenSSL counts those read ahead when it hands the
+  // records to the kernel). Not more: OpenSSL 3.0 moves the bytes left in
+  // its buffer to the front before each record (ssl3_read_n aligns the
+  // next record's payload), so every byte read ahead is copied once more.
   SSL_CTX_set_read_ahead(ctx.get(), 1);
   SSL_CTX_set_default_read_buffer_len(ctx.get(), kTlsReadAheadBytes);
   return ctx;
@@ -122,7 +123,12 @@ absl::Status UseIdentity(SSL_CTX* ctx, const std::string& cert_pem, const std::s
 // After the handshake, unless the kernel took a direction's records
 // (kTLS): a buffer between OpenSSL and the socket, so that a batch's
 // records leave in one send(2) (DataStream flushes it after each
-// SSL_write_ex) and one recv(2) takes many records.
+// SSL_write_ex) and one recv(2) takes many records. The buffer reads
+// ahead, so OpenSSL's own read-ahead goes off: OpenSSL then asks it for
+// one record's header, then its body, each copied once into OpenSSL's
+// record buffer, instead of taking the next record's bytes along and
+// moving them to its buffer's front before each record (stream_bench's
+// profile on 2 cores: that move was a third copy of every byte received).
 void BufferRecords(SSL* ssl) {
   BIO* socket = SSL_get_rbio(ssl);  // both directions' BIO
   if (BIO_get_ktls_send(socket) != 0 || BIO_get_ktls_recv(socket) != 0) return;
@@ -136,6 +142,7 @@ void BufferRecords(SSL* ssl) {
   BIO_up_ref(socket);  // the buffer's reference; SSL_set_bio lets go of the SSL's two
   BIO_push(buffer, socket);
   SSL_set_bio(ssl, buffer, buffer);  // takes the one reference for both
+  SSL_set_read_ahead(ssl, 0);
 }
 
 // Runs `step` (SSL_accept / SSL_connect) on non-blocking `fd` until done.

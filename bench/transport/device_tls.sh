@@ -4,8 +4,8 @@
 # kernel offers it, "records" in the JSON says what was used) at >= 0.6 of
 # the plaintext data plane, at 1 and 4 servers, fp32 and bf16, push and
 # gather; the client sized as a default client is (client/data_streams.h:
-# plaintext at 4 streams per server; TLS raised to 8, no more over all
-# servers than the host's cores). Runs:
+# plaintext at 4 streams per server; TLS at one stream per core over all
+# servers, at most 8 per server, at least 1). Runs:
 #   ktls        whether the kernel has the tls module (ktls.txt);
 #   aes         `openssl speed -evp aes-128-gcm` on one core (aes.txt): the
 #               cipher's raw rate, the floor of the TLS CPU s/GB;

@@ -2,9 +2,9 @@
 """The TLS target's table from one transport_bench --tls_dir --json log
 (bench/transport/device_tls.sh): the TCP data plane under TLS against
 plaintext in the same run, the client sized as a default client is
-(client/data_streams.h: under OpenSSL's userspace records 8 streams per
-server, but no more over all servers than the host's cores, never fewer
-than --streams; plaintext at --streams).
+(client/data_streams.h: under OpenSSL's userspace records one stream per
+core over all servers, at most 8 per server, at least 1; plaintext at
+--streams).
 
     bench/transport/tls_target.py TLS_TCP_LOG [AES_LOG CORES]
 

@@ -68,8 +68,8 @@ ABSL_FLAG(int, reps, 3, "timed repetitions per figure; the best counts");
 ABSL_FLAG(int, channels, 2, "ClientOptions::channels_per_server");
 ABSL_FLAG(int, streams, 4, "ClientOptions::streams_per_server");
 ABSL_FLAG(int, userspace_tls_streams, zerostate::client::ClientOptions{}.userspace_tls_streams_per_server,
-          "ClientOptions::userspace_tls_streams_per_server: under TLS without kTLS, at least "
-          "this many streams per server (0: --streams)");
+          "ClientOptions::userspace_tls_streams_per_server: under TLS without kTLS, one "
+          "stream per core over all servers, at most this many per server (0: --streams)");
 ABSL_FLAG(int, connections, 0,
           "TCP plane: connections in all, spread over the servers (--streams = connections / "
           "servers, at least 1); 0: --streams per server");

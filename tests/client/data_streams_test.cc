@@ -21,19 +21,23 @@ TEST(DataStreamsTest, PlaintextAndKernelTlsOnOtherHostsKeepStreamsPerServer) {
   EXPECT_EQ(DataStreamsPerServer(Options(4), false, false, 64), 4);
 }
 
-TEST(DataStreamsTest, UserspaceTlsRaisesUpToOneStreamPerCoreOverAllServers) {
-  EXPECT_EQ(DataStreamsPerServer(Options(1), true, false, 16), 8);
+TEST(DataStreamsTest, UserspaceTlsRunsOneStreamPerCoreOverAllServers) {
+  EXPECT_EQ(DataStreamsPerServer(Options(1), true, false, 16), 8);  // at most 8 per server
   EXPECT_EQ(DataStreamsPerServer(Options(2), true, false, 16), 8);
   EXPECT_EQ(DataStreamsPerServer(Options(3), true, false, 16), 5);
   EXPECT_EQ(DataStreamsPerServer(Options(4), true, false, 16), 4);
-  EXPECT_EQ(DataStreamsPerServer(Options(16), true, false, 16), 4);  // never below streams_per_server
-  EXPECT_EQ(DataStreamsPerServer(Options(1), true, false, 2), 4);
+  EXPECT_EQ(DataStreamsPerServer(Options(16), true, false, 16), 1);  // below streams_per_server
+  EXPECT_EQ(DataStreamsPerServer(Options(32), true, false, 16), 1);  // at least one per server
+  EXPECT_EQ(DataStreamsPerServer(Options(1), true, false, 2), 2);   // CI's two cores
+  EXPECT_EQ(DataStreamsPerServer(Options(4), true, false, 2), 1);
   ClientOptions off = Options(1);
-  off.userspace_tls_streams_per_server = 0;  // not raised
+  off.userspace_tls_streams_per_server = 0;  // not sized: streams_per_server, as in plaintext
   EXPECT_EQ(DataStreamsPerServer(off, true, false, 16), 4);
-  ClientOptions more = Options(1);
-  more.streams_per_server = 12;
-  EXPECT_EQ(DataStreamsPerServer(more, true, false, 16), 12);
+  EXPECT_EQ(DataStreamsPerServer(off, true, false, 2), 4);
+  ClientOptions twelve = Options(1);
+  twelve.userspace_tls_streams_per_server = 12;
+  EXPECT_EQ(DataStreamsPerServer(twelve, true, false, 16), 12);
+  EXPECT_EQ(DataStreamsPerServer(twelve, true, false, 8), 8);  // still no more than the cores
 }
 
 TEST(DataStreamsTest, ServersOnThisHostRaiseUpToOneStreamPerCoreOverAllServers) {
@@ -43,11 +47,13 @@ TEST(DataStreamsTest, ServersOnThisHostRaiseUpToOneStreamPerCoreOverAllServers) 
   ClientOptions off = Options(1);
   off.same_host_streams_per_server = 0;  // not raised
   EXPECT_EQ(DataStreamsPerServer(off, false, true, 16), 4);
-  EXPECT_EQ(DataStreamsPerServer(off, true, true, 16), 8);  // the TLS raise still applies
+  // The same-host plane carries the payloads, not TLS records: its sizing.
+  EXPECT_EQ(DataStreamsPerServer(off, true, true, 16), 4);
+  EXPECT_EQ(DataStreamsPerServer(Options(1), true, true, 2), 4);
   ClientOptions six = Options(1);
   six.same_host_streams_per_server = 6;
   six.userspace_tls_streams_per_server = 7;
-  EXPECT_EQ(DataStreamsPerServer(six, true, true, 16), 7);  // the larger of the two
+  EXPECT_EQ(DataStreamsPerServer(six, true, true, 16), 6);
 }
 
 TEST(DataStreamsTest, OnThisHostKnowsLoopbackLocalhostAndItsOwnNameWithoutALookup) {
