@@ -54,15 +54,33 @@ const Int8Kernels& ScalarInt8Kernels();
 const Int8Kernels& Avx2Int8Kernels();
 const Int8Kernels& Avx512Int8Kernels();
 
-inline constexpr size_t kGroup = 256;  // common/int8_wire.h, kInt8Group
+inline constexpr size_t kGroup = 64;  // common/int8_wire.h, kInt8Group
+
+// The float of bits `exponent` << 23: 2^(exponent - 127), 0 for 0.
+inline float PowerOfTwo(uint32_t exponent) {
+  const uint32_t bits = exponent << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The scale byte of a group whose largest finite magnitude is amax: the
+// exponent field of the least power of two >= amax / 127 (common/int8_wire.h).
+inline uint8_t ScaleByte(float amax) {
+  if (!(amax >= kMinAbsmax)) return 0;
+  const float t = amax / 127.0f;  // normal: amax >= 2^-100
+  uint32_t bits;
+  std::memcpy(&bits, &t, 4);
+  return static_cast<uint8_t>((bits >> 23) + ((bits & 0x7fffffu) != 0 ? 1 : 0));
+}
 
 // Quantizes one group of len <= kGroup elements: v = load(src + i) (plus
 // residual[i]) in one pass, kept in L1 with the largest finite magnitude;
 // then the codes and the new residual in a second. The tail's partial
 // vector goes through zero-padded copies, so it takes the same path.
-// Returns the scale.
+// Returns the scale byte.
 template <class Ops, class In, class LoadIn>
-float EncodeGroup(const In* src, size_t len, float* residual, int8_t* codes, LoadIn load) {
+uint8_t EncodeGroup(const In* src, size_t len, float* residual, int8_t* codes, LoadIn load) {
   constexpr size_t W = Ops::kWidth;
   using F = typename Ops::F;
   using I = typename Ops::I;
@@ -88,12 +106,9 @@ float EncodeGroup(const In* src, size_t len, float* residual, int8_t* codes, Loa
   const uint32_t bits = Ops::HMax(amax_bits);
   float amax;
   std::memcpy(&amax, &bits, 4);
-  float scale = 0.0f;
-  float inv = 0.0f;
-  if (amax >= kMinAbsmax) {
-    scale = amax / 127.0f;
-    inv = 127.0f / amax;
-  }
+  const uint8_t byte = ScaleByte(amax);
+  const float scale = PowerOfTwo(byte);
+  const float inv = byte != 0 ? PowerOfTwo(254u - byte) : 0.0f;
   const F vscale = Ops::Set1(scale);
   const F vinv = Ops::Set1(inv);
   auto second = [&](const float* x_at, int8_t* c, float* r) {
@@ -110,20 +125,19 @@ float EncodeGroup(const In* src, size_t len, float* residual, int8_t* codes, Loa
     std::memcpy(codes + full, cout, len - full);
     if (residual != nullptr) std::memcpy(residual + full, rin, (len - full) * sizeof(float));
   }
-  return scale;
+  return byte;
 }
 
-// A whole chunk: its scales, then its codes.
+// A whole chunk: its scale bytes, then its codes.
 template <class Ops, class In, class LoadIn>
 void EncodeChunk(const In* src, size_t n, float* residual, uint8_t* out, LoadIn load) {
   const size_t groups = (n + kGroup - 1) / kGroup;
-  auto* codes = reinterpret_cast<int8_t*>(out + 4 * groups);
+  auto* codes = reinterpret_cast<int8_t*>(out + groups);
   for (size_t g = 0; g < groups; ++g) {
     const size_t at = g * kGroup;
     const size_t len = n - at < kGroup ? n - at : kGroup;
     float* r = residual != nullptr ? residual + at : nullptr;
-    const float scale = EncodeGroup<Ops>(src + at, len, r, codes + at, load);
-    std::memcpy(out + 4 * g, &scale, 4);
+    out[g] = EncodeGroup<Ops>(src + at, len, r, codes + at, load);
   }
 }
 
