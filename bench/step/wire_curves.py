@@ -43,20 +43,35 @@ WIRES = {"mlp": [("plain", "plain wire (fp32)", "#1f5fbf", []),
                   ["--gradient_wire=int8", "--weight_wire=int8"])],
          "gpt": [("bf16", "bf16 wire", "#1f5fbf", {}),
                  ("int8", "int8 wire, error feedback", "#d9480f",
-                  {"gradients": "int8", "weights": "int8"})]}
-# --wires (gpt): each direction alone, to tell which one moves the loss.
-GPT_ABLATIONS = {"int8_gradients": ("int8 gradients only", "#2b8a3e", {"gradients": "int8"}),
-                 "int8_weights": ("int8 weights only", "#862e9c", {"weights": "int8"})}
+                  {"wire": {"gradients": "int8", "weights": "int8"}})]}
+# --wires (gpt), each a ds_config "zerostate" section and a factor on the
+# peak lr: each direction alone, to tell which one moves the loss; the bf16
+# wire at 1.0001x the lr, a perturbation with no bias to speak of, to tell
+# how far any perturbation moves one seed's loss at the end.
+GPT_ABLATIONS = {"int8_gradients": ("int8 gradients only", "#2b8a3e",
+                                    {"wire": {"gradients": "int8"}}),
+                 "int8_weights": ("int8 weights only", "#862e9c", {"wire": {"weights": "int8"}}),
+                 "bf16_lr_nudged": ("bf16 wire, lr x 1.0001", "#495057", {"lr_scale": 1.0001})}
 TITLES = {"mlp": "MLP (configs/mlp.textproto), {steps} steps, rank 0's loss",
           "gpt": "GPT of examples/gpt (2 layers, d=64), CPU, bf16: held-out loss, "
                  "mean of {seeds} seeds"}
 
 
-def gpt_config(name, wire, directory, steps):
-    """examples/gpt's ds_config.json in bf16 with zerostate.wire `wire`, as
-    wire `name`'s; its path."""
-    sections = {"bf16": {"enabled": True}, **({"zerostate": {"wire": wire}} if wire else {})}
-    return gpt_ds_config(directory, name, steps, sections)
+def gpt_config(name, zerostate, directory, steps):
+    """examples/gpt's ds_config.json in bf16 with the "zerostate" section
+    `zerostate`, as wire `name`'s; its path."""
+    zerostate = dict(zerostate)
+    lr_scale = zerostate.pop("lr_scale", 1.0)
+    sections = {"bf16": {"enabled": True}, **({"zerostate": zerostate} if zerostate else {})}
+    path = gpt_ds_config(directory, name, steps, sections)
+    if lr_scale != 1.0:
+        with open(path) as f:
+            config = json.load(f)
+        config["optimizer"]["params"]["lr"] *= lr_scale
+        config["scheduler"]["params"]["warmup_max_lr"] *= lr_scale
+        with open(path, "w") as f:
+            json.dump(config, f)
+    return path
 
 
 def run(args, server, name, wire, tmp, seed=0):
@@ -88,7 +103,7 @@ def main():
                     help="gpt: the initial weights' seeds, comma-separated: a pair of runs each")
     ap.add_argument("--wires", default="",
                     help="gpt: the wires to run, bf16 first (default bf16,int8; also "
-                         "int8_gradients, int8_weights)")
+                         "int8_gradients, int8_weights, bf16_lr_nudged)")
     ap.add_argument("--eval_every", type=int, default=50,
                     help="gpt: steps between held-out evaluations")
     args = ap.parse_args()
