@@ -244,16 +244,20 @@ float Mlp::OutputGrad(const float* y, uint32_t batch, float loss_scale) {
 // gradient leaves a bucket at a time while the rest is computed. Each
 // element's sum is in the same order as row by row, so the same bits.
 void Mlp::BackwardLayer(int l, const float* params, uint32_t batch, float* grads,
-                        const GradsReadyFn& ready) {
+                        const GradsReadyFn& ready, bool overwrite) {
   const uint32_t in = dims_[l], out = dims_[l + 1];
   const float* w = params + weight_offset_[l];
   float* gw = grads + weight_offset_[l];
   float* gb = grads + bias_offset_[l];
   const LayerKernels& k = Kernels();
+  // `overwrite`: each row is zeroed right before its sum, while in cache,
+  // not the whole buffer in a pass of its own (the same bits).
+  if (overwrite) std::fill_n(gb, out, 0.0f);
   for (uint32_t o = 0; o < out; ++o) {
     for (uint32_t b = 0; b < batch; ++b) gb[o] += d_[size_t{b} * out + o];
   }
   for (uint32_t o = out; o-- > 0;) {
+    if (overwrite) std::fill_n(gw + size_t{o} * in, in, 0.0f);
     k.axpy_into(gw + size_t{o} * in, d_.data() + o, out, a_[l].data(), in, batch, in);
     if (ready && o % kRowsPerReport == 0) ready(weight_offset_[l] + uint64_t{o} * in);
   }
@@ -271,11 +275,11 @@ void Mlp::BackwardLayer(int l, const float* params, uint32_t batch, float* grads
 
 float Mlp::ForwardBackward(const float* params, const float* x, const float* y, uint32_t batch,
                            float loss_scale, float* grads, const GradsReadyFn& ready,
-                           const WeightsNeededFn& need) {
+                           const WeightsNeededFn& need, bool overwrite) {
   Forward(params, x, batch, need);
   float loss = OutputGrad(y, batch, loss_scale);
   for (int l = num_layers() - 1; l >= 0; --l) {
-    BackwardLayer(l, params, batch, grads, ready);
+    BackwardLayer(l, params, batch, grads, ready, overwrite);
   }
   return loss;
 }

@@ -58,10 +58,12 @@ class Mlp {
   // called as the gradients from flat offset x up are final (every 64 rows
   // of a layer's weight, from the top down); `need(x)`, if set, before the
   // forward reads the weights below x (every 64 rows, then the bias).
-  // REQUIRES: Bind() was called.
+  // `overwrite`: the gradients are written, not added to `grads` (the
+  // first micro-batch of a step: no pass zeroing them first; the elements
+  // between tensors are not touched). REQUIRES: Bind() was called.
   float ForwardBackward(const float* params, const float* x, const float* y, uint32_t batch,
                         float loss_scale, float* grads, const GradsReadyFn& ready,
-                        const WeightsNeededFn& need = nullptr);
+                        const WeightsNeededFn& need = nullptr, bool overwrite = false);
 
   // Forward only: the mean squared error of `params` on the batch.
   float Loss(const float* params, const float* x, const float* y, uint32_t batch);
@@ -71,7 +73,7 @@ class Mlp {
                const WeightsNeededFn& need = nullptr);
   float OutputGrad(const float* y, uint32_t batch, float loss_scale);
   void BackwardLayer(int l, const float* params, uint32_t batch, float* grads,
-                     const GradsReadyFn& ready);
+                     const GradsReadyFn& ready, bool overwrite);
 
   std::vector<uint32_t> dims_;  // input, hidden..., output
   bool relu_ = false;

@@ -147,6 +147,30 @@ TEST(MlpTest, WideLayersLandAndReportInPartsWithTheSameBits) {
   EXPECT_GE(needs.size(), 6u);            // 3 parts and a bias, then 2 layers
 }
 
+// The first micro-batch of a step writes its gradients over whatever the
+// buffer held: the bits of adding them to zeros, every tensor element
+// written, the elements between tensors left alone.
+TEST(MlpTest, OverwriteWritesWhatAddingToZerosGives) {
+  Fixture f(v1::ACTIVATION_RELU, 150);
+  f.Load(7, 4);
+  auto want = f.Zeros();
+  f.model->ForwardBackward(f.params.data(), f.x.data(), f.y.data(), 4, 2.0f, want.data(), nullptr);
+  std::vector<float> got(want.size(), 7.0f);
+  f.model->ForwardBackward(f.params.data(), f.x.data(), f.y.data(), 4, 2.0f, got.data(), nullptr,
+                           nullptr, /*overwrite=*/true);
+  std::vector<bool> in_tensor(got.size(), false);
+  for (const auto& t : f.layout.tensors) {
+    for (uint64_t i = t.offset; i < t.offset + t.numel; ++i) in_tensor[i] = true;
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (in_tensor[i]) {
+      ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0) << "element " << i;
+    } else {
+      ASSERT_EQ(got[i], 7.0f) << "element " << i << " lies between tensors";
+    }
+  }
+}
+
 TEST(MlpTest, LossScaleScalesGradientsOnly) {
   Fixture f(v1::ACTIVATION_RELU);
   f.Load(0, 4);
