@@ -8,13 +8,14 @@
 #
 # On the development machine (the GPU machine has no iproute2: ip and tc
 # travel in the bundle):
-#   ../shared/tools/device-bundle .device-wire build/server/zerostate-server \
+#   ../shared/tools/device-bundle .device build/server/zerostate-server \
 #       build/client/libzerostate_client.so "$(command -v ip)" "$(command -v tc)"
-# then, there (the bundle carried):
+#   strip .device/bin/zerostate-server .device/bin/libzerostate_client.so  # 26 MB in all
+# then, there (run with carry [".device"]):
 #   bash bench/cluster/device_gpu_wire.sh "$OUT" [bench_gpt.py args, e.g. --rounds=1]
 # Here, on the CPU (the tiny GPT; build/ instead of a bundle):
 #   ZS_BUNDLE=build-as-bundle bash bench/cluster/device_gpu_wire.sh /tmp/gw --device=cpu --tiny
-# Environment: ZS_BUNDLE (default .device-wire of this tree), GBIT,
+# Environment: ZS_BUNDLE (default .device of this tree), GBIT,
 # BENCH_LIMIT_S (default 540).
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -25,7 +26,7 @@ if [[ ${ZS_BUNDLE:-} == build-as-bundle ]]; then
   server=$root/build/server/zerostate-server
   export ZEROSTATE_CLIENT_LIB=$root/build/client/libzerostate_client.so
 else
-  bundle=$(cd "${ZS_BUNDLE:-$root/.device-wire}" && pwd)
+  bundle=$(cd "${ZS_BUNDLE:-$root/.device}" && pwd)
   source "$bundle/env.sh"
   export PATH=$bundle/bin:$PATH ZEROSTATE_CLIENT_LIB=$bundle/bin/libzerostate_client.so
   server=$bundle/bin/zerostate-server
