@@ -69,19 +69,6 @@ const Int8Kernels& KernelsFor(Isa isa) {
   }
 }
 
-// Calls fn(codes, n, scale, dst) for each part of `run` under one scale.
-template <class Out, class Fn>
-void ForEachScale(const Int8Run& run, size_t n, Out* dst, Fn fn) {
-  Int8Run r = run;
-  size_t i = 0;
-  while (i < n) {
-    const size_t len = std::min<size_t>(n - i, kInt8Group - r.phase);
-    fn(r.codes, len, r.scales[0], dst + i);
-    i += len;
-    r = r.Skip(len);
-  }
-}
-
 }  // namespace
 
 void EncodeInt8(Isa isa, const void* src, v1::DType dtype, size_t n, float* residual,
@@ -102,33 +89,24 @@ void EncodeInt8(const void* src, v1::DType dtype, size_t n, float* residual, uin
 }
 
 void DecodeInt8(Isa isa, const Int8Run& run, size_t n, float* dst) {
-  ForEachScale(run, n, dst, KernelsFor(isa).decode);
+  KernelsFor(isa).decode(run.codes, n, run.scales, run.phase, dst);
 }
 void DecodeInt8Streaming(Isa isa, const Int8Run& run, size_t n, float* dst) {
-  ForEachScale(run, n, dst, KernelsFor(isa).stream);
+  KernelsFor(isa).stream(run.codes, n, run.scales, run.phase, dst);
 }
 void AccumulateInt8(Isa isa, const Int8Run& run, size_t n, float* dst) {
-  ForEachScale(run, n, dst, KernelsFor(isa).accumulate);
+  KernelsFor(isa).accumulate(run.codes, n, run.scales, run.phase, dst);
 }
 void DecodeInt8Squared(Isa isa, const Int8Run& run, size_t n, float* dst, SquareLanes* lanes) {
-  const auto kernel = KernelsFor(isa).decode_squared;
-  ForEachScale(run, n, dst, [&](const int8_t* c, size_t len, float s, float* d) {
-    kernel(c, len, s, d, lanes);
-  });
+  KernelsFor(isa).decode_squared(run.codes, n, run.scales, run.phase, dst, lanes);
 }
 void DecodeInt8StreamingSquared(Isa isa, const Int8Run& run, size_t n, float* dst,
                                 SquareLanes* lanes) {
-  const auto kernel = KernelsFor(isa).stream_squared;
-  ForEachScale(run, n, dst, [&](const int8_t* c, size_t len, float s, float* d) {
-    kernel(c, len, s, d, lanes);
-  });
+  KernelsFor(isa).stream_squared(run.codes, n, run.scales, run.phase, dst, lanes);
 }
 void AccumulateInt8Squared(Isa isa, const Int8Run& run, size_t n, float* dst,
                            SquareLanes* lanes) {
-  const auto kernel = KernelsFor(isa).accumulate_squared;
-  ForEachScale(run, n, dst, [&](const int8_t* c, size_t len, float s, float* d) {
-    kernel(c, len, s, d, lanes);
-  });
+  KernelsFor(isa).accumulate_squared(run.codes, n, run.scales, run.phase, dst, lanes);
 }
 
 absl::Status CheckInt8ChunkLength(uint32_t elems, size_t bytes) {
@@ -177,10 +155,10 @@ void DecodeInt8Chunk(const Int8Chunk& chunk, v1::DType out_dtype, void* out) {
   const Int8Kernels& k = KernelsFor(BestIsa());
   ForEachInt8Run(chunk, [&](const Int8Run& run, size_t first, size_t n) {
     if (out_dtype == v1::DTYPE_FP32) {
-      ForEachScale(run, n, static_cast<float*>(out) + first, k.decode);
+      k.decode(run.codes, n, run.scales, run.phase, static_cast<float*>(out) + first);
     } else {
-      ForEachScale(run, n, static_cast<uint16_t*>(out) + first,
-                   out_dtype == v1::DTYPE_BF16 ? k.decode_bf16 : k.decode_fp16);
+      (out_dtype == v1::DTYPE_BF16 ? k.decode_bf16 : k.decode_fp16)(
+          run.codes, n, run.scales, run.phase, static_cast<uint16_t*>(out) + first);
     }
   });
 }

@@ -30,23 +30,28 @@ inline constexpr float kMinAbsmax = 7.8886090522101181e-31f;
 
 // One ISA's loops. The encodes write a whole chunk of n elements (scales,
 // then codes; residual: error feedback, may be null); the decodes take n
-// codes of one scale.
+// codes whose first is element `phase` of the group of scales[0] (the
+// groups' loop is inside each: one call per run, one fence per streaming
+// call, however many groups of 64 it spans).
 struct Int8Kernels {
   void (*encode_fp32)(const float* src, size_t n, float* residual, uint8_t* out);
   void (*encode_bf16)(const uint16_t* src, size_t n, float* residual, uint8_t* out);
   void (*encode_fp16)(const uint16_t* src, size_t n, float* residual, uint8_t* out);
-  void (*decode)(const int8_t* codes, size_t n, float scale, float* dst);
+  void (*decode)(const int8_t* codes, size_t n, const float* scales, uint32_t phase, float* dst);
   // The decode rounded to bf16 or fp16 (the trainer's weights).
-  void (*decode_bf16)(const int8_t* codes, size_t n, float scale, uint16_t* dst);
-  void (*decode_fp16)(const int8_t* codes, size_t n, float scale, uint16_t* dst);
-  void (*stream)(const int8_t* codes, size_t n, float scale, float* dst);
-  void (*accumulate)(const int8_t* codes, size_t n, float scale, float* dst);
-  void (*decode_squared)(const int8_t* codes, size_t n, float scale, float* dst,
-                         SquareLanes* lanes);
-  void (*stream_squared)(const int8_t* codes, size_t n, float scale, float* dst,
-                         SquareLanes* lanes);
-  void (*accumulate_squared)(const int8_t* codes, size_t n, float scale, float* dst,
-                             SquareLanes* lanes);
+  void (*decode_bf16)(const int8_t* codes, size_t n, const float* scales, uint32_t phase,
+                      uint16_t* dst);
+  void (*decode_fp16)(const int8_t* codes, size_t n, const float* scales, uint32_t phase,
+                      uint16_t* dst);
+  void (*stream)(const int8_t* codes, size_t n, const float* scales, uint32_t phase, float* dst);
+  void (*accumulate)(const int8_t* codes, size_t n, const float* scales, uint32_t phase,
+                     float* dst);
+  void (*decode_squared)(const int8_t* codes, size_t n, const float* scales, uint32_t phase,
+                         float* dst, SquareLanes* lanes);
+  void (*stream_squared)(const int8_t* codes, size_t n, const float* scales, uint32_t phase,
+                         float* dst, SquareLanes* lanes);
+  void (*accumulate_squared)(const int8_t* codes, size_t n, const float* scales,
+                             uint32_t phase, float* dst, SquareLanes* lanes);
 };
 
 // Defined in int8_wire.cc, int8_wire_avx2.cc and int8_wire_avx512.cc.
@@ -141,6 +146,18 @@ void EncodeChunk(const In* src, size_t n, float* residual, uint8_t* out, LoadIn 
   }
 }
 
+// Calls part(codes + i, len, scale, i) for each part of codes[0, n) under
+// one scale: the first from `phase` of scales[0]'s group, then whole groups.
+template <class Part>
+inline void ForGroups(const int8_t* codes, size_t n, const float* scales, uint32_t phase,
+                      Part part) {
+  for (size_t i = 0; i < n; phase = 0, ++scales) {
+    const size_t len = n - i < kGroup - phase ? n - i : kGroup - phase;
+    part(codes + i, len, *scales, i);
+    i += len;
+  }
+}
+
 template <class Ops>
 constexpr Int8Kernels MakeInt8Kernels() {
   constexpr size_t W = Ops::kWidth;
@@ -157,44 +174,64 @@ constexpr Int8Kernels MakeInt8Kernels() {
       [](const uint16_t* s, size_t n, float* r, uint8_t* o) {
         EncodeChunk<Ops>(s, n, r, o, [](const uint16_t* a) { return Ops::FromFp16(Ops::LoadHalf(a)); });
       },
-      [](const int8_t* c, size_t n, float s, float* d) {
-        MapChunks<W>(c, d, n, [s](const int8_t* a, float* b) {
-          Ops::Store(b, Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s)));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, float* d) {
+        ForGroups(c, n, sc, ph, [d](const int8_t* g, size_t len, float s, size_t i) {
+          MapChunks<W>(g, d + i, len, [s](const int8_t* a, float* b) {
+            Ops::Store(b, Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s)));
+          });
         });
       },
-      [](const int8_t* c, size_t n, float s, uint16_t* d) {
-        MapChunks<W>(c, d, n, [s](const int8_t* a, uint16_t* b) {
-          Ops::StoreHalf(b, Ops::ToBf16(Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, uint16_t* d) {
+        ForGroups(c, n, sc, ph, [d](const int8_t* g, size_t len, float s, size_t i) {
+          MapChunks<W>(g, d + i, len, [s](const int8_t* a, uint16_t* b) {
+            Ops::StoreHalf(b, Ops::ToBf16(Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
+          });
         });
       },
-      [](const int8_t* c, size_t n, float s, uint16_t* d) {
-        MapChunks<W>(c, d, n, [s](const int8_t* a, uint16_t* b) {
-          Ops::StoreHalf(b, Ops::ToFp16(Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, uint16_t* d) {
+        ForGroups(c, n, sc, ph, [d](const int8_t* g, size_t len, float s, size_t i) {
+          MapChunks<W>(g, d + i, len, [s](const int8_t* a, uint16_t* b) {
+            Ops::StoreHalf(b, Ops::ToFp16(Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
+          });
         });
       },
-      [](const int8_t* c, size_t n, float s, float* d) {
-        StreamChunks<Ops>(c, d, n, [s](const int8_t* a) {
-          return Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, float* d) {
+        ForGroups(c, n, sc, ph, [d](const int8_t* g, size_t len, float s, size_t i) {
+          auto value = [s](const int8_t* a) {
+            return Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s));
+          };
+          StreamChunks<Ops, int8_t, decltype(value), false>(g, d + i, len, value);
+        });
+        Ops::Fence();
+      },
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, float* d) {
+        ForGroups(c, n, sc, ph, [d](const int8_t* g, size_t len, float s, size_t i) {
+          MapChunks<W>(g, d + i, len, [s](const int8_t* a, float* b) {
+            Ops::Store(b, Ops::Add(Ops::Load(b), Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
+          });
         });
       },
-      [](const int8_t* c, size_t n, float s, float* d) {
-        MapChunks<W>(c, d, n, [s](const int8_t* a, float* b) {
-          Ops::Store(b, Ops::Add(Ops::Load(b), Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, float* d, SquareLanes* l) {
+        ForGroups(c, n, sc, ph, [d, l](const int8_t* g, size_t len, float s, size_t i) {
+          SquaredChunks<Ops, false>(g, d + i, len, l, [s](const int8_t* a, const float*) {
+            return Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s));
+          });
         });
       },
-      [](const int8_t* c, size_t n, float s, float* d, SquareLanes* l) {
-        SquaredChunks<Ops, false>(c, d, n, l, [s](const int8_t* a, const float*) {
-          return Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, float* d, SquareLanes* l) {
+        ForGroups(c, n, sc, ph, [d, l](const int8_t* g, size_t len, float s, size_t i) {
+          auto value = [s](const int8_t* a, const float*) {
+            return Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s));
+          };
+          SquaredChunks<Ops, true, int8_t, decltype(value), false>(g, d + i, len, l, value);
         });
+        Ops::Fence();
       },
-      [](const int8_t* c, size_t n, float s, float* d, SquareLanes* l) {
-        SquaredChunks<Ops, true>(c, d, n, l, [s](const int8_t* a, const float*) {
-          return Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s));
-        });
-      },
-      [](const int8_t* c, size_t n, float s, float* d, SquareLanes* l) {
-        SquaredChunks<Ops, false>(c, d, n, l, [s](const int8_t* a, const float* b) {
-          return Ops::Add(Ops::Load(b), Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s)));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, float* d, SquareLanes* l) {
+        ForGroups(c, n, sc, ph, [d, l](const int8_t* g, size_t len, float s, size_t i) {
+          SquaredChunks<Ops, false>(g, d + i, len, l, [s](const int8_t* a, const float* b) {
+            return Ops::Add(Ops::Load(b), Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s)));
+          });
         });
       },
   };
