@@ -64,8 +64,9 @@ void MapChunks(const In* in, Out* out, size_t n, Chunk chunk) {
 // out[i] = convert(in + i) for n elements, where convert(in + i) gives the
 // vector of elements i.., writing the groups whose output is vector-aligned
 // with non-temporal stores (past the cache, no read for ownership), the rest
-// through MapChunks. Fences before it returns. REQUIRES: out is 4-byte aligned.
-template <class Ops, class In, class Convert>
+// through MapChunks. Fences before it returns (kFence; else the caller
+// fences once after its last call). REQUIRES: out is 4-byte aligned.
+template <class Ops, class In, class Convert, bool kFence = true>
 void StreamChunks(const In* in, float* out, size_t n, Convert convert) {
   constexpr size_t W = Ops::kWidth;
   constexpr size_t kAlign = sizeof(typename Ops::F);
@@ -76,7 +77,7 @@ void StreamChunks(const In* in, float* out, size_t n, Convert convert) {
   size_t i = head;
   for (; i + W <= n; i += W) Ops::Stream(out + i, convert(in + i));
   MapChunks<W>(in + i, out + i, n - i, store);
-  Ops::Fence();
+  if (kFence) Ops::Fence();
 }
 
 // Adds the squares of g[0, n) to `sums` as the elements of lanes
@@ -98,9 +99,10 @@ unsigned SquarePartialGroup(typename Ops::SquareSums* sums, const float* g, size
 // written, by Ops::AddSquares16 (from a copy in L1, not from `out`), the
 // very step of the statistics kernel; the partial groups at both ends are
 // written through the cache, then squared. kStream: writes the whole
-// groups with non-temporal stores where out is vector-aligned, and fences.
+// groups with non-temporal stores where out is vector-aligned, and fences
+// (kFence; else the caller fences once after its last call).
 // Elementwise, so out gets the bits of the plain kernels' loops.
-template <class Ops, bool kStream, class In, class Value>
+template <class Ops, bool kStream, class In, class Value, bool kFence = kStream>
 void SquaredChunks(const In* in, float* out, size_t n, SquareLanes* lanes, Value value) {
   constexpr size_t W = Ops::kWidth;
   static_assert(16 % W == 0);
@@ -131,7 +133,7 @@ void SquaredChunks(const In* in, float* out, size_t n, SquareLanes* lanes, Value
   Ops::SpillSquares(sums, lanes->lane);
   lanes->nonfinite += nonfinite;
   lanes->elems += n;
-  if (kStream) Ops::Fence();
+  if (kFence) Ops::Fence();
 }
 
 template <class Ops>

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/convert.h"
 #include "common/int8_wire_kernels.h"
+#include "common/job_spec.h"
 #include "common/simd_scalar.h"
 
 namespace zerostate {
@@ -55,6 +56,7 @@ namespace {
 
 static_assert(kInt8MinAbsmax == int8_internal::kMinAbsmax);
 static_assert(kInt8Group == int8_internal::kGroup);
+static_assert(kInt8Group == kTensorAlignElems);
 
 const Int8Kernels& KernelsFor(Isa isa) {
   switch (isa) {
@@ -64,19 +66,6 @@ const Int8Kernels& KernelsFor(Isa isa) {
       return int8_internal::Avx2Int8Kernels();
     default:
       return int8_internal::ScalarInt8Kernels();
-  }
-}
-
-// Calls fn(codes, n, scale, dst) for each part of `run` under one scale.
-template <class Out, class Fn>
-void ForEachScale(const Int8Run& run, size_t n, Out* dst, Fn fn) {
-  Int8Run r = run;
-  size_t i = 0;
-  while (i < n) {
-    const size_t len = std::min<size_t>(n - i, kInt8Group - r.phase);
-    fn(r.codes, len, r.scales[0], dst + i);
-    i += len;
-    r = r.Skip(len);
   }
 }
 
@@ -100,65 +89,55 @@ void EncodeInt8(const void* src, v1::DType dtype, size_t n, float* residual, uin
 }
 
 void DecodeInt8(Isa isa, const Int8Run& run, size_t n, float* dst) {
-  ForEachScale(run, n, dst, KernelsFor(isa).decode);
+  KernelsFor(isa).decode(run.codes, n, run.scales, run.phase, dst);
 }
 void DecodeInt8Streaming(Isa isa, const Int8Run& run, size_t n, float* dst) {
-  ForEachScale(run, n, dst, KernelsFor(isa).stream);
+  KernelsFor(isa).stream(run.codes, n, run.scales, run.phase, dst);
 }
 void AccumulateInt8(Isa isa, const Int8Run& run, size_t n, float* dst) {
-  ForEachScale(run, n, dst, KernelsFor(isa).accumulate);
+  KernelsFor(isa).accumulate(run.codes, n, run.scales, run.phase, dst);
 }
 void DecodeInt8Squared(Isa isa, const Int8Run& run, size_t n, float* dst, SquareLanes* lanes) {
-  const auto kernel = KernelsFor(isa).decode_squared;
-  ForEachScale(run, n, dst, [&](const int8_t* c, size_t len, float s, float* d) {
-    kernel(c, len, s, d, lanes);
-  });
+  KernelsFor(isa).decode_squared(run.codes, n, run.scales, run.phase, dst, lanes);
 }
 void DecodeInt8StreamingSquared(Isa isa, const Int8Run& run, size_t n, float* dst,
                                 SquareLanes* lanes) {
-  const auto kernel = KernelsFor(isa).stream_squared;
-  ForEachScale(run, n, dst, [&](const int8_t* c, size_t len, float s, float* d) {
-    kernel(c, len, s, d, lanes);
-  });
+  KernelsFor(isa).stream_squared(run.codes, n, run.scales, run.phase, dst, lanes);
 }
 void AccumulateInt8Squared(Isa isa, const Int8Run& run, size_t n, float* dst,
                            SquareLanes* lanes) {
-  const auto kernel = KernelsFor(isa).accumulate_squared;
-  ForEachScale(run, n, dst, [&](const int8_t* c, size_t len, float s, float* d) {
-    kernel(c, len, s, d, lanes);
-  });
+  KernelsFor(isa).accumulate_squared(run.codes, n, run.scales, run.phase, dst, lanes);
 }
 
 absl::Status CheckInt8ChunkLength(uint32_t elems, size_t bytes) {
   if (elems != 0 && bytes == Int8ChunkBytes(elems)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       "data: an int8 chunk of ", elems, " elements (elems) is ", Int8ChunkBytes(elems),
-      " bytes (", Int8Groups(elems), " fp32 scales, then the codes), not ", bytes));
+      " bytes (", Int8Groups(elems), " one-byte scales, then the codes), not ", bytes));
 }
 
 absl::StatusOr<Int8Chunk> ReadInt8Chunk(const ChunkView& view, uint32_t elems) {
   if (absl::Status s = CheckInt8ChunkLength(elems, view.data_bytes); !s.ok()) return s;
   Int8Chunk chunk;
   chunk.elems = elems;
-  chunk.scales.resize(Int8Groups(elems));
-  size_t scale_bytes = chunk.scales.size() * 4;
-  auto* into = reinterpret_cast<uint8_t*>(chunk.scales.data());
+  chunk.scales.reserve(Int8Groups(elems));
   for (const ChunkView::Segment& s : view.data) {
-    const size_t take = std::min(scale_bytes, s.size);
-    std::memcpy(into, s.data, take);
-    into += take;
-    scale_bytes -= take;
-    if (take < s.size) chunk.codes.push_back({s.data + take, s.size - take});
-  }
-  for (size_t g = 0; g < chunk.scales.size(); ++g) {
-    const float scale = chunk.scales[g];
-    if (!std::isfinite(scale) || scale < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "data: scale ", g, " of the int8 chunk is ", scale, "; scales are finite and >= 0"));
+    const size_t take = std::min(Int8Groups(elems) - chunk.scales.size(), s.size);
+    for (size_t i = 0; i < take; ++i) {
+      const uint8_t byte = s.data[i];
+      if (byte == 255) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "data: scale ", chunk.scales.size(), " of the int8 chunk is byte 255 (an infinite "
+            "scale); a scale byte b is 2^(b - 127), 0 for 0, and below 255"));
+      }
+      chunk.scales.push_back(Int8ScaleOf(byte));
     }
+    if (take < s.size) chunk.codes.push_back({s.data + take, s.size - take});
   }
   return chunk;
 }
+
+float Int8ScaleOf(uint8_t byte) { return int8_internal::PowerOfTwo(byte); }
 
 void ForEachInt8Run(const Int8Chunk& chunk,
                     absl::FunctionRef<void(const Int8Run& run, size_t first, size_t n)> fn) {
@@ -176,10 +155,10 @@ void DecodeInt8Chunk(const Int8Chunk& chunk, v1::DType out_dtype, void* out) {
   const Int8Kernels& k = KernelsFor(BestIsa());
   ForEachInt8Run(chunk, [&](const Int8Run& run, size_t first, size_t n) {
     if (out_dtype == v1::DTYPE_FP32) {
-      ForEachScale(run, n, static_cast<float*>(out) + first, k.decode);
+      k.decode(run.codes, n, run.scales, run.phase, static_cast<float*>(out) + first);
     } else {
-      ForEachScale(run, n, static_cast<uint16_t*>(out) + first,
-                   out_dtype == v1::DTYPE_BF16 ? k.decode_bf16 : k.decode_fp16);
+      (out_dtype == v1::DTYPE_BF16 ? k.decode_bf16 : k.decode_fp16)(
+          run.codes, n, run.scales, run.phase, static_cast<uint16_t*>(out) + first);
     }
   });
 }

@@ -1,19 +1,28 @@
 // The compressed wire's DTYPE_INT8 chunks (state_service.proto, DType):
-// n elements as ceil(n / kInt8Group) little-endian fp32 scales, then n
-// int8 codes; element i is codes[i] * scales[i / kInt8Group], groups
-// counted from the chunk's first element, and the code kInt8NonFinite
-// (-128) stands for a NaN or an infinity (decoded as NaN, so the overflow
-// check still sees it).
+// n elements as ceil(n / kInt8Group) one-byte scales, then n int8 codes;
+// element i is codes[i] * scale(bytes[i / kInt8Group]), groups counted
+// from the chunk's first element, and the code kInt8NonFinite (-128)
+// stands for a NaN or an infinity (decoded as NaN, so the overflow check
+// still sees it). A scale byte b is the power of two whose fp32 exponent
+// field is b: 2^(b - 127), and 0 for b = 0 (Int8ScaleOf: the float of bits
+// b << 23; OCP's E8M0, as in MXINT8); b = 255 (infinity) is refused.
+//
+// Groups are 64 elements, the layout's tensor alignment (job_spec.h
+// kTensorAlignElems): a chunk starting on a tensor's boundary never puts
+// two tensors under one scale, so a LayerNorm gain of 1 never sets the
+// quantum of the bias or the weights beside it. A one-byte scale per 64
+// costs what an fp32 one per 256 did (1.016 bytes per element).
 //
 // The quantization of one group of v[0, len): amax = the largest |v[i]|
-// over its finite elements. amax < kInt8MinAbsmax: scale 0, every finite
-// code 0. Else scale = amax / 127 and inv = 127 / amax (fp32, each
-// rounded once); code[i] = round-half-even(v[i] * inv), in [-127, 127]
-// (|v[i] * inv| < 127.5 by construction); a non-finite v[i] gets -128.
-// So |v[i] - code[i] * scale| <= scale / 2 plus two fp32 roundings (or
-// < kInt8MinAbsmax for a tiny group). Every ISA gives the same bits: the
-// max is an integer max over the magnitudes' bits, the rest are single
-// IEEE operations without fused multiply-add.
+// over its finite elements. amax < kInt8MinAbsmax: scale byte 0, every
+// finite code 0. Else the scale is the least power of two >= amax / 127
+// (the quotient rounded once in fp32), inv its exact inverse;
+// code[i] = round-half-even(v[i] * inv), in [-127, 127] (|v[i] * inv| <
+// 127.5: the quotient is off by half an ulp at most). So
+// |v[i] - code[i] * scale| <= scale / 2 < amax / 127 (or < kInt8MinAbsmax
+// for a tiny group), and codes times scales are exact. Every ISA gives
+// the same bits: the max is an integer max over the magnitudes' bits, the
+// rest are single IEEE operations without fused multiply-add.
 //
 // Error feedback (the trainer's gradients): EncodeInt8 with a residual
 // quantizes v = decode(src) + residual and leaves residual = v -
@@ -36,14 +45,18 @@
 
 namespace zerostate {
 
-inline constexpr uint32_t kInt8Group = 256;
+inline constexpr uint32_t kInt8Group = 64;
 inline constexpr int8_t kInt8NonFinite = -128;
 // 2^-100: a group whose largest magnitude is below it is sent as zeros.
 inline constexpr float kInt8MinAbsmax = 7.8886090522101181e-31f;
 
-// Scales of a chunk of n elements, and its bytes.
+// Scales of a chunk of n elements, and its bytes (a byte per scale).
 constexpr size_t Int8Groups(size_t n) { return (n + kInt8Group - 1) / kInt8Group; }
-constexpr size_t Int8ChunkBytes(size_t n) { return 4 * Int8Groups(n) + n; }
+constexpr size_t Int8ChunkBytes(size_t n) { return Int8Groups(n) + n; }
+
+// The scale a scale byte stands for: the float of bits byte << 23 (2^(b -
+// 127); 0 for 0; infinity for 255, which ReadInt8Chunk refuses).
+float Int8ScaleOf(uint8_t byte);
 
 // Quantizes n elements of `src` (FP32, BF16 or FP16, little-endian) into
 // the chunk `out` (Int8ChunkBytes(n) bytes), groups counted from src[0].
@@ -79,8 +92,8 @@ void DecodeInt8StreamingSquared(Isa isa, const Int8Run& run, size_t n, float* ds
 void AccumulateInt8Squared(Isa isa, const Int8Run& run, size_t n, float* dst,
                            SquareLanes* lanes);
 
-// A received DTYPE_INT8 chunk, checked: its scales copied out (a few bytes
-// per 256 elements), its codes where they lie.
+// A received DTYPE_INT8 chunk, checked: its scales read out as floats (a
+// float per 64 elements), its codes where they lie.
 struct Int8Chunk {
   std::vector<float> scales;
   std::vector<ChunkView::Segment> codes;  // n bytes together
@@ -93,7 +106,7 @@ struct Int8Chunk {
 
 // Reads the chunk `view` of `elems` elements. Errors: INVALID_ARGUMENT
 // naming `data` when its length is not Int8ChunkBytes(elems) (or elems is
-// 0), naming the first scale that is NaN, infinite or negative.
+// 0), naming the first scale byte of 255 (an infinite scale).
 [[nodiscard]] absl::StatusOr<Int8Chunk> ReadInt8Chunk(const ChunkView& view, uint32_t elems);
 
 // Calls fn(run, first, n) for consecutive runs of the chunk's codes:

@@ -30,23 +30,28 @@ inline constexpr float kMinAbsmax = 7.8886090522101181e-31f;
 
 // One ISA's loops. The encodes write a whole chunk of n elements (scales,
 // then codes; residual: error feedback, may be null); the decodes take n
-// codes of one scale.
+// codes whose first is element `phase` of the group of scales[0] (the
+// groups' loop is inside each: one call per run, one fence per streaming
+// call, however many groups of 64 it spans).
 struct Int8Kernels {
   void (*encode_fp32)(const float* src, size_t n, float* residual, uint8_t* out);
   void (*encode_bf16)(const uint16_t* src, size_t n, float* residual, uint8_t* out);
   void (*encode_fp16)(const uint16_t* src, size_t n, float* residual, uint8_t* out);
-  void (*decode)(const int8_t* codes, size_t n, float scale, float* dst);
+  void (*decode)(const int8_t* codes, size_t n, const float* scales, uint32_t phase, float* dst);
   // The decode rounded to bf16 or fp16 (the trainer's weights).
-  void (*decode_bf16)(const int8_t* codes, size_t n, float scale, uint16_t* dst);
-  void (*decode_fp16)(const int8_t* codes, size_t n, float scale, uint16_t* dst);
-  void (*stream)(const int8_t* codes, size_t n, float scale, float* dst);
-  void (*accumulate)(const int8_t* codes, size_t n, float scale, float* dst);
-  void (*decode_squared)(const int8_t* codes, size_t n, float scale, float* dst,
-                         SquareLanes* lanes);
-  void (*stream_squared)(const int8_t* codes, size_t n, float scale, float* dst,
-                         SquareLanes* lanes);
-  void (*accumulate_squared)(const int8_t* codes, size_t n, float scale, float* dst,
-                             SquareLanes* lanes);
+  void (*decode_bf16)(const int8_t* codes, size_t n, const float* scales, uint32_t phase,
+                      uint16_t* dst);
+  void (*decode_fp16)(const int8_t* codes, size_t n, const float* scales, uint32_t phase,
+                      uint16_t* dst);
+  void (*stream)(const int8_t* codes, size_t n, const float* scales, uint32_t phase, float* dst);
+  void (*accumulate)(const int8_t* codes, size_t n, const float* scales, uint32_t phase,
+                     float* dst);
+  void (*decode_squared)(const int8_t* codes, size_t n, const float* scales, uint32_t phase,
+                         float* dst, SquareLanes* lanes);
+  void (*stream_squared)(const int8_t* codes, size_t n, const float* scales, uint32_t phase,
+                         float* dst, SquareLanes* lanes);
+  void (*accumulate_squared)(const int8_t* codes, size_t n, const float* scales,
+                             uint32_t phase, float* dst, SquareLanes* lanes);
 };
 
 // Defined in int8_wire.cc, int8_wire_avx2.cc and int8_wire_avx512.cc.
@@ -54,15 +59,33 @@ const Int8Kernels& ScalarInt8Kernels();
 const Int8Kernels& Avx2Int8Kernels();
 const Int8Kernels& Avx512Int8Kernels();
 
-inline constexpr size_t kGroup = 256;  // common/int8_wire.h, kInt8Group
+inline constexpr size_t kGroup = 64;  // common/int8_wire.h, kInt8Group
+
+// The float of bits `exponent` << 23: 2^(exponent - 127), 0 for 0.
+inline float PowerOfTwo(uint32_t exponent) {
+  const uint32_t bits = exponent << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// The scale byte of a group whose largest finite magnitude is amax: the
+// exponent field of the least power of two >= amax / 127 (common/int8_wire.h).
+inline uint8_t ScaleByte(float amax) {
+  if (!(amax >= kMinAbsmax)) return 0;
+  const float t = amax / 127.0f;  // normal: amax >= 2^-100
+  uint32_t bits;
+  std::memcpy(&bits, &t, 4);
+  return static_cast<uint8_t>((bits >> 23) + ((bits & 0x7fffffu) != 0 ? 1 : 0));
+}
 
 // Quantizes one group of len <= kGroup elements: v = load(src + i) (plus
 // residual[i]) in one pass, kept in L1 with the largest finite magnitude;
 // then the codes and the new residual in a second. The tail's partial
 // vector goes through zero-padded copies, so it takes the same path.
-// Returns the scale.
+// Returns the scale byte.
 template <class Ops, class In, class LoadIn>
-float EncodeGroup(const In* src, size_t len, float* residual, int8_t* codes, LoadIn load) {
+uint8_t EncodeGroup(const In* src, size_t len, float* residual, int8_t* codes, LoadIn load) {
   constexpr size_t W = Ops::kWidth;
   using F = typename Ops::F;
   using I = typename Ops::I;
@@ -88,12 +111,9 @@ float EncodeGroup(const In* src, size_t len, float* residual, int8_t* codes, Loa
   const uint32_t bits = Ops::HMax(amax_bits);
   float amax;
   std::memcpy(&amax, &bits, 4);
-  float scale = 0.0f;
-  float inv = 0.0f;
-  if (amax >= kMinAbsmax) {
-    scale = amax / 127.0f;
-    inv = 127.0f / amax;
-  }
+  const uint8_t byte = ScaleByte(amax);
+  const float scale = PowerOfTwo(byte);
+  const float inv = byte != 0 ? PowerOfTwo(254u - byte) : 0.0f;
   const F vscale = Ops::Set1(scale);
   const F vinv = Ops::Set1(inv);
   auto second = [&](const float* x_at, int8_t* c, float* r) {
@@ -110,20 +130,31 @@ float EncodeGroup(const In* src, size_t len, float* residual, int8_t* codes, Loa
     std::memcpy(codes + full, cout, len - full);
     if (residual != nullptr) std::memcpy(residual + full, rin, (len - full) * sizeof(float));
   }
-  return scale;
+  return byte;
 }
 
-// A whole chunk: its scales, then its codes.
+// A whole chunk: its scale bytes, then its codes.
 template <class Ops, class In, class LoadIn>
 void EncodeChunk(const In* src, size_t n, float* residual, uint8_t* out, LoadIn load) {
   const size_t groups = (n + kGroup - 1) / kGroup;
-  auto* codes = reinterpret_cast<int8_t*>(out + 4 * groups);
+  auto* codes = reinterpret_cast<int8_t*>(out + groups);
   for (size_t g = 0; g < groups; ++g) {
     const size_t at = g * kGroup;
     const size_t len = n - at < kGroup ? n - at : kGroup;
     float* r = residual != nullptr ? residual + at : nullptr;
-    const float scale = EncodeGroup<Ops>(src + at, len, r, codes + at, load);
-    std::memcpy(out + 4 * g, &scale, 4);
+    out[g] = EncodeGroup<Ops>(src + at, len, r, codes + at, load);
+  }
+}
+
+// Calls part(codes + i, len, scale, i) for each part of codes[0, n) under
+// one scale: the first from `phase` of scales[0]'s group, then whole groups.
+template <class Part>
+inline void ForGroups(const int8_t* codes, size_t n, const float* scales, uint32_t phase,
+                      Part part) {
+  for (size_t i = 0; i < n; phase = 0, ++scales) {
+    const size_t len = n - i < kGroup - phase ? n - i : kGroup - phase;
+    part(codes + i, len, *scales, i);
+    i += len;
   }
 }
 
@@ -143,44 +174,64 @@ constexpr Int8Kernels MakeInt8Kernels() {
       [](const uint16_t* s, size_t n, float* r, uint8_t* o) {
         EncodeChunk<Ops>(s, n, r, o, [](const uint16_t* a) { return Ops::FromFp16(Ops::LoadHalf(a)); });
       },
-      [](const int8_t* c, size_t n, float s, float* d) {
-        MapChunks<W>(c, d, n, [s](const int8_t* a, float* b) {
-          Ops::Store(b, Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s)));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, float* d) {
+        ForGroups(c, n, sc, ph, [d](const int8_t* g, size_t len, float s, size_t i) {
+          MapChunks<W>(g, d + i, len, [s](const int8_t* a, float* b) {
+            Ops::Store(b, Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s)));
+          });
         });
       },
-      [](const int8_t* c, size_t n, float s, uint16_t* d) {
-        MapChunks<W>(c, d, n, [s](const int8_t* a, uint16_t* b) {
-          Ops::StoreHalf(b, Ops::ToBf16(Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, uint16_t* d) {
+        ForGroups(c, n, sc, ph, [d](const int8_t* g, size_t len, float s, size_t i) {
+          MapChunks<W>(g, d + i, len, [s](const int8_t* a, uint16_t* b) {
+            Ops::StoreHalf(b, Ops::ToBf16(Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
+          });
         });
       },
-      [](const int8_t* c, size_t n, float s, uint16_t* d) {
-        MapChunks<W>(c, d, n, [s](const int8_t* a, uint16_t* b) {
-          Ops::StoreHalf(b, Ops::ToFp16(Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, uint16_t* d) {
+        ForGroups(c, n, sc, ph, [d](const int8_t* g, size_t len, float s, size_t i) {
+          MapChunks<W>(g, d + i, len, [s](const int8_t* a, uint16_t* b) {
+            Ops::StoreHalf(b, Ops::ToFp16(Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
+          });
         });
       },
-      [](const int8_t* c, size_t n, float s, float* d) {
-        StreamChunks<Ops>(c, d, n, [s](const int8_t* a) {
-          return Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, float* d) {
+        ForGroups(c, n, sc, ph, [d](const int8_t* g, size_t len, float s, size_t i) {
+          auto value = [s](const int8_t* a) {
+            return Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s));
+          };
+          StreamChunks<Ops, int8_t, decltype(value), false>(g, d + i, len, value);
+        });
+        Ops::Fence();
+      },
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, float* d) {
+        ForGroups(c, n, sc, ph, [d](const int8_t* g, size_t len, float s, size_t i) {
+          MapChunks<W>(g, d + i, len, [s](const int8_t* a, float* b) {
+            Ops::Store(b, Ops::Add(Ops::Load(b), Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
+          });
         });
       },
-      [](const int8_t* c, size_t n, float s, float* d) {
-        MapChunks<W>(c, d, n, [s](const int8_t* a, float* b) {
-          Ops::Store(b, Ops::Add(Ops::Load(b), Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s))));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, float* d, SquareLanes* l) {
+        ForGroups(c, n, sc, ph, [d, l](const int8_t* g, size_t len, float s, size_t i) {
+          SquaredChunks<Ops, false>(g, d + i, len, l, [s](const int8_t* a, const float*) {
+            return Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s));
+          });
         });
       },
-      [](const int8_t* c, size_t n, float s, float* d, SquareLanes* l) {
-        SquaredChunks<Ops, false>(c, d, n, l, [s](const int8_t* a, const float*) {
-          return Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, float* d, SquareLanes* l) {
+        ForGroups(c, n, sc, ph, [d, l](const int8_t* g, size_t len, float s, size_t i) {
+          auto value = [s](const int8_t* a, const float*) {
+            return Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s));
+          };
+          SquaredChunks<Ops, true, int8_t, decltype(value), false>(g, d + i, len, l, value);
         });
+        Ops::Fence();
       },
-      [](const int8_t* c, size_t n, float s, float* d, SquareLanes* l) {
-        SquaredChunks<Ops, true>(c, d, n, l, [s](const int8_t* a, const float*) {
-          return Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s));
-        });
-      },
-      [](const int8_t* c, size_t n, float s, float* d, SquareLanes* l) {
-        SquaredChunks<Ops, false>(c, d, n, l, [s](const int8_t* a, const float* b) {
-          return Ops::Add(Ops::Load(b), Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s)));
+      [](const int8_t* c, size_t n, const float* sc, uint32_t ph, float* d, SquareLanes* l) {
+        ForGroups(c, n, sc, ph, [d, l](const int8_t* g, size_t len, float s, size_t i) {
+          SquaredChunks<Ops, false>(g, d + i, len, l, [s](const int8_t* a, const float* b) {
+            return Ops::Add(Ops::Load(b), Ops::FromCodes(Ops::LoadCodes(a), Ops::Set1(s)));
+          });
         });
       },
   };

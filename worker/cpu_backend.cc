@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "trainer/bucket_plan.h"
 
@@ -11,14 +12,15 @@ CpuBackend::CpuBackend(LocalGroup* group, uint32_t local_rank, std::unique_ptr<M
     : group_(group), rank_(local_rank), model_(std::move(model)) {}
 
 absl::Status CpuBackend::ZeroGrads() {
-  std::fill_n(group_->grads(rank_), group_->elems(), 0.0f);
+  zero_pending_ = true;  // the next backward overwrites, row by row in cache
   return absl::OkStatus();
 }
 
 absl::StatusOr<float> CpuBackend::ForwardBackward(const float* x, const float* y, uint32_t batch,
                                                   float loss_scale, const GradsReadyFn& ready) {
   return model_->ForwardBackward(group_->params(rank_), x, y, batch, loss_scale,
-                                 group_->grads(rank_), ready, need_);
+                                 group_->grads(rank_), ready, need_,
+                                 std::exchange(zero_pending_, false));
 }
 
 bool CpuBackend::SetWeightsNeeded(WeightsNeededFn need) {

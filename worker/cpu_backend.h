@@ -38,6 +38,10 @@ class CpuBackend : public Backend {
   const uint32_t rank_;
   std::unique_ptr<Mlp> model_;
   WeightsNeededFn need_;
+  // ZeroGrads was called: the next ForwardBackward writes the gradients
+  // rather than adding to them (the buffer's elements between tensors are
+  // zero from its allocation, and nothing writes them).
+  bool zero_pending_ = false;
 };
 
 }  // namespace zerostate::worker

@@ -130,6 +130,12 @@ const LayerKernels& Kernels() {
   return kernels;
 }
 
+// Rows of a layer's weight between the forward's calls of `need` and the
+// backward's of `ready` (tens of microseconds of compute each on one core
+// for an 8192-wide layer): a large layer's weights land, and its gradient
+// leaves, a bucket at a time while the rest of it is computed.
+constexpr uint32_t kRowsPerReport = 64;
+
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2 / pi)
 constexpr float kGeluA = 0.044715f;
 
@@ -188,18 +194,26 @@ void Mlp::Forward(const float* params, const float* x, uint32_t batch, const Wei
   a_[0].assign(x, x + size_t{batch} * dims_[0]);
   for (int l = 0; l < num_layers(); ++l) {
     const uint32_t in = dims_[l], out = dims_[l + 1];
-    if (need) need(bias_offset_[l] + out);
     const float* w = params + weight_offset_[l];
     const float* bias = params + bias_offset_[l];
     auto& z = z_[l + 1];
     z.resize(size_t{batch} * out);
     float dots[kRows];
+    // The weight rows as they land (the bias lies after them), the bias
+    // added last: bias[o] + dot, the same bits as at once.
     for (uint32_t o = 0; o < out; ++o) {
+      if (need && o % kRowsPerReport == 0) {
+        need(weight_offset_[l] + uint64_t{std::min(o + kRowsPerReport, out)} * in);
+      }
       for (uint32_t b0 = 0; b0 < batch; b0 += kRows) {
         const uint32_t m = std::min(kRows, batch - b0);
         Kernels().dot_rows(w + size_t{o} * in, a_[l].data() + size_t{b0} * in, in, m, in, dots);
-        for (uint32_t b = 0; b < m; ++b) z[size_t{b0 + b} * out + o] = bias[o] + dots[b];
+        for (uint32_t b = 0; b < m; ++b) z[size_t{b0 + b} * out + o] = dots[b];
       }
+    }
+    if (need) need(bias_offset_[l] + out);
+    for (uint32_t b = 0; b < batch; ++b) {
+      for (uint32_t o = 0; o < out; ++o) z[size_t{b} * out + o] = bias[o] + z[size_t{b} * out + o];
     }
     auto& a = a_[l + 1];
     a.resize(z.size());
@@ -224,16 +238,28 @@ float Mlp::OutputGrad(const float* y, uint32_t batch, float loss_scale) {
 }
 
 // d_ holds dLoss/dz of layer l's output; adds layer l's parameter gradients
-// and leaves dLoss/dz of its input in d_ (for l > 0).
-void Mlp::BackwardLayer(int l, const float* params, uint32_t batch, float* grads) {
+// and leaves dLoss/dz of its input in d_ (for l > 0). The bias first, then
+// the weight rows from the last down, `ready` (if any) told of each
+// finished part (the bias lies after the weights): a large layer's
+// gradient leaves a bucket at a time while the rest is computed. Each
+// element's sum is in the same order as row by row, so the same bits.
+void Mlp::BackwardLayer(int l, const float* params, uint32_t batch, float* grads,
+                        const GradsReadyFn& ready, bool overwrite) {
   const uint32_t in = dims_[l], out = dims_[l + 1];
   const float* w = params + weight_offset_[l];
   float* gw = grads + weight_offset_[l];
   float* gb = grads + bias_offset_[l];
   const LayerKernels& k = Kernels();
+  // `overwrite`: each row is zeroed right before its sum, while in cache,
+  // not the whole buffer in a pass of its own (the same bits).
+  if (overwrite) std::fill_n(gb, out, 0.0f);
   for (uint32_t o = 0; o < out; ++o) {
-    k.axpy_into(gw + size_t{o} * in, d_.data() + o, out, a_[l].data(), in, batch, in);
     for (uint32_t b = 0; b < batch; ++b) gb[o] += d_[size_t{b} * out + o];
+  }
+  for (uint32_t o = out; o-- > 0;) {
+    if (overwrite) std::fill_n(gw + size_t{o} * in, in, 0.0f);
+    k.axpy_into(gw + size_t{o} * in, d_.data() + o, out, a_[l].data(), in, batch, in);
+    if (ready && o % kRowsPerReport == 0) ready(weight_offset_[l] + uint64_t{o} * in);
   }
   if (l == 0) return;
   d_next_.assign(size_t{batch} * in, 0.0f);
@@ -249,12 +275,11 @@ void Mlp::BackwardLayer(int l, const float* params, uint32_t batch, float* grads
 
 float Mlp::ForwardBackward(const float* params, const float* x, const float* y, uint32_t batch,
                            float loss_scale, float* grads, const GradsReadyFn& ready,
-                           const WeightsNeededFn& need) {
+                           const WeightsNeededFn& need, bool overwrite) {
   Forward(params, x, batch, need);
   float loss = OutputGrad(y, batch, loss_scale);
   for (int l = num_layers() - 1; l >= 0; --l) {
-    BackwardLayer(l, params, batch, grads);
-    if (ready) ready(weight_offset_[l]);
+    BackwardLayer(l, params, batch, grads, ready, overwrite);
   }
   return loss;
 }

@@ -54,12 +54,16 @@ class Mlp {
   // Runs forward on `batch` samples x[batch][input_dim] against targets
   // y[batch][output_dim], then backward of loss * loss_scale, adding the
   // gradient into `grads` (zeroed by the caller when it starts a step).
-  // Returns the mean squared error (unscaled). `ready`, if set, is called
-  // after each layer's gradients are final; `need`, if set, before each
-  // layer's forward. REQUIRES: Bind() was called.
+  // Returns the mean squared error (unscaled). `ready(x)`, if set, is
+  // called as the gradients from flat offset x up are final (every 64 rows
+  // of a layer's weight, from the top down); `need(x)`, if set, before the
+  // forward reads the weights below x (every 64 rows, then the bias).
+  // `overwrite`: the gradients are written, not added to `grads` (the
+  // first micro-batch of a step: no pass zeroing them first; the elements
+  // between tensors are not touched). REQUIRES: Bind() was called.
   float ForwardBackward(const float* params, const float* x, const float* y, uint32_t batch,
                         float loss_scale, float* grads, const GradsReadyFn& ready,
-                        const WeightsNeededFn& need = nullptr);
+                        const WeightsNeededFn& need = nullptr, bool overwrite = false);
 
   // Forward only: the mean squared error of `params` on the batch.
   float Loss(const float* params, const float* x, const float* y, uint32_t batch);
@@ -68,7 +72,8 @@ class Mlp {
   void Forward(const float* params, const float* x, uint32_t batch,
                const WeightsNeededFn& need = nullptr);
   float OutputGrad(const float* y, uint32_t batch, float loss_scale);
-  void BackwardLayer(int l, const float* params, uint32_t batch, float* grads);
+  void BackwardLayer(int l, const float* params, uint32_t batch, float* grads,
+                     const GradsReadyFn& ready, bool overwrite);
 
   std::vector<uint32_t> dims_;  // input, hidden..., output
   bool relu_ = false;

@@ -69,6 +69,13 @@ MODELS = {
 }
 
 ZS_MODES = ("sync", "speculative", "delayed")
+# --wires: zerostate.wire of each (docs/wire.md); a mode on a wire other
+# than bf16 is named MODE_WIRE in the figures ("sync_int8").
+ZS_WIRES = {"bf16": None, "int8": {"gradients": "int8", "weights": "int8"}}
+
+
+def zs_name(mode, wire):
+    return mode if wire == "bf16" else f"{mode}_{wire}"
 # Each mode's job is registered once and attached to by its later runs.
 BENCH_TOKEN = "bench-gpt-job-token".ljust(40, "x")
 
@@ -218,9 +225,9 @@ class Run:
         free_cuda(self.device)
         return tps
 
-    def zerostate(self, mode, addresses, job):
-        """tokens/s and the figures of one zerostate mode. The job is kept
-        on the servers for the mode's next run (another round or
+    def zerostate(self, mode, addresses, job, wire="bf16"):
+        """tokens/s and the figures of one zerostate mode on `wire`. The job
+        is kept on the servers for the mode's next run (another round or
         accumulation), which attaches to it and starts from its weights."""
         import zerostate.torch as zs
         model = self.model()
@@ -231,6 +238,8 @@ class Run:
         if mode == "speculative":
             train["speculative_step"] = True
         config["zerostate"] = {"train": train}
+        if ZS_WIRES[wire]:
+            config["zerostate"]["wire"] = ZS_WIRES[wire]
         if mode == "delayed":
             config["zero_optimization"] = {"delayed_update": {"enabled": True,
                                                               "warmup_steps": 1}}
@@ -266,7 +275,7 @@ class Run:
         free_cuda(self.device)
         exposed = {"push": per_step["push_wait"], "step": per_step["server_step"],
                    "gather": per_step["gather_wait"]}
-        return tps, {"step_s": step_s, "exposed_s": exposed,
+        return tps, {"step_s": step_s, "exposed_s": exposed, "wire_bytes": per_step["moved"],
                      "exposed_fraction": sum(exposed.values()) / step_s,
                      "compute_s": compute_s, "params": params,
                      "in_place_fraction": per_step["in_place"] / max(per_step["moved"], 1)}
@@ -328,7 +337,9 @@ def bench(args, spec, accum, device, addresses, bandwidth, template):
     run = Run(args, spec, accum, device, template)
     systems = args.systems.split(",")
     gpu = device.type == "cuda"
-    rounds, zs_rounds, errors = {}, {m: [] for m in ZS_MODES}, {}
+    wires = args.wires.split(",")
+    rounds, errors = {}, {}
+    zs_rounds = {zs_name(m, w): [] for w in wires for m in ZS_MODES}
 
     def attempt(name, fn):
         if name in errors:
@@ -348,9 +359,10 @@ def bench(args, spec, accum, device, addresses, bandwidth, template):
         if "fsdp2" in systems and gpu:
             plan.append(("fsdp2_offload_fused", run.fsdp2))
         for mode in ZS_MODES:
-            if mode in systems:
-                plan.append((f"zerostate_{mode}",
-                             lambda m=mode: run.zerostate(m, addresses, f"bench-{m}")))
+            for wire in wires if mode in systems else []:
+                name = zs_name(mode, wire)
+                plan.append((f"zerostate_{name}", lambda m=mode, w=wire, n=name:
+                             run.zerostate(m, addresses, f"bench-{n}", w)))
         for name, fn in plan:
             out = attempt(name, fn)
             if out is None:
@@ -378,7 +390,8 @@ def summary(args, spec, run, rounds, zs_rounds, errors, bandwidth):
         if not figs:
             continue
         mean = {k: statistics.mean(f[k] for f in figs)
-                for k in ("step_s", "exposed_fraction", "compute_s", "in_place_fraction")}
+                for k in ("step_s", "exposed_fraction", "compute_s", "in_place_fraction",
+                          "wire_bytes")}
         exposed = {k: statistics.mean(f["exposed_s"][k] for f in figs)
                    for k in ("push", "step", "gather")}
         params = figs[0]["params"]
@@ -386,6 +399,20 @@ def summary(args, spec, run, rounds, zs_rounds, errors, bandwidth):
         result["zerostate"][mode] = dict(
             mean, exposed_s=exposed, params=params, floor_s=floor,
             step_over_max_compute_floor=mean["step_s"] / max(mean["compute_s"], floor))
+        if args.link_gbit:
+            # The payload bytes over the link (bench/cluster/gpu_wire.py's
+            # cap): a synchronous step pushes, then gathers (out + in); a
+            # delayed one overlaps them (half, at best).
+            wire_floor = mean["wire_bytes"] / (args.link_gbit * 1e9 / 8)
+            if mode.startswith("delayed"):
+                wire_floor /= 2
+            result["zerostate"][mode].update(
+                wire_floor_s=wire_floor, step_over_wire_floor=mean["step_s"] / wire_floor)
+    for mode in result["zerostate"]:
+        base = mode.split("_")[0]
+        if base != mode and base in result["zerostate"]:
+            result["zerostate"][mode]["bf16_step_over_this"] = (
+                result["zerostate"][base]["step_s"] / result["zerostate"][mode]["step_s"])
     return result
 
 
@@ -401,6 +428,13 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--servers", type=int, default=2)
     ap.add_argument("--server_threads", type=int, default=6)
+    ap.add_argument("--server_addresses", default="",
+                    help="servers already running (comma-separated host:port), in place of "
+                         "--servers started here")
+    ap.add_argument("--wires", default="bf16",
+                    help=f"zerostate's wires, comma-separated, interleaved: {sorted(ZS_WIRES)}")
+    ap.add_argument("--link_gbit", type=float, default=0,
+                    help="the link's rate to the servers: adds each zerostate mode's wire floor")
     ap.add_argument("--server_bin",
                     default=os.path.join(ROOT, "build", "server", "zerostate-server"))
     ap.add_argument("--bucket_elems", type=int, default=1 << 25)
@@ -409,6 +443,9 @@ def main():
     ap.add_argument("--moment_format", default="MOMENTS_FP32",
                     help="zerostate's moment storage: MOMENTS_FP32, MOMENTS_BF16 or MOMENTS_INT8")
     args = ap.parse_args()
+    unknown = [w for w in args.wires.split(",") if w not in ZS_WIRES]
+    if unknown:
+        ap.error(f"--wires: {unknown} unknown; known: {sorted(ZS_WIRES)}")
     if args.tiny:
         args.model = "tiny"
     spec = MODELS[args.model]
@@ -429,7 +466,9 @@ def main():
             torch.distributed.init_process_group(
                 backend, init_method=f"file://{os.path.join(tmp, 'pg')}", rank=0, world_size=1)
         bandwidth = memory_bandwidth() if args.rank == 0 else 1.0
-        procs, addresses = start_servers(args, tmp) if args.rank == 0 else ([], None)
+        procs, addresses = [], args.server_addresses or None
+        if args.rank == 0 and not addresses:
+            procs, addresses = start_servers(args, tmp)
         box = [addresses]
         if args.world > 1:
             torch.distributed.broadcast_object_list(box, src=0)
@@ -449,7 +488,8 @@ def main():
     result = {
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
         "world": args.world, "model": args.model, "spec": spec, "rounds": args.rounds,
-        "moment_format": args.moment_format,
+        "moment_format": args.moment_format, "wires": args.wires,
+        "link_gbit": args.link_gbit or None,
         "torch": torch.__version__, "python": sys.version.split()[0],
         "host_bandwidth_bytes_per_s": bandwidth, "floor_bytes_per_param": FLOOR_BYTES_PER_PARAM,
         "precision": {"ddp": "fp32 weights and fused AdamW on the GPU, bf16 autocast",

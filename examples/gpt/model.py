@@ -74,3 +74,13 @@ def synthetic_batch(step, batch, seq, vocab, device, rank=0):
     stride = torch.randint(1, 4, (batch, 1), generator=g)
     tokens = (start + stride * torch.arange(seq + 1)) % vocab
     return tokens[:, :-1].to(device), tokens[:, 1:].to(device)
+
+
+HELD_OUT_FIRST = 1 << 20  # held-out batches take synthetic_batch steps from here: none trains on them
+
+
+def held_out_batches(n, batch, seq, vocab, device):
+    """n fixed batches no training step draws (synthetic_batch of steps
+    HELD_OUT_FIRST...), the same for every run of the same shape: the
+    evaluation set."""
+    return [synthetic_batch(HELD_OUT_FIRST + i, batch, seq, vocab, device) for i in range(n)]

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "python"
 sys.path.insert(0, HERE)
 
 import zerostate.torch as zs  # noqa: E402
-from model import GPT, param_groups, synthetic_batch  # noqa: E402
+from model import GPT, held_out_batches, param_groups, synthetic_batch  # noqa: E402
 
 
 def build_model(args):
@@ -71,6 +71,13 @@ def main():
                          "plain dtypes)")
     ap.add_argument("--loss_log", default="", help="rank 0 writes its loss per step here (JSON)")
     ap.add_argument("--save_weights", default="", help="rank 0 saves the final weights here")
+    ap.add_argument("--eval_every", type=int, default=0, metavar="STEPS",
+                    help="rank 0's loss on the held-out batches (model.held_out_batches) "
+                         "before training, every STEPS steps and at the end, into --loss_log "
+                         "(eval_steps, eval_loss); 0: none. Lands the step's weights first "
+                         "(a delayed update ends synchronously at those steps)")
+    ap.add_argument("--eval_batches", type=int, default=16,
+                    help="how many held-out batches of --batch sequences --eval_every uses")
     ap.add_argument("--reference", type=int, default=0, metavar="RANKS",
                     help="train as RANKS ranks would, by torch.optim.AdamW on the CPU, "
                          "without servers")
@@ -98,9 +105,11 @@ def main():
                                     plaintext=args.plaintext,
                                     data_plane=not args.no_data_plane)
     rank = int(os.environ.get("RANK", "0"))
+    evals = Evaluation(args, device, rank)
     losses = []
     t0 = time.time()
     for step in range(engine.global_steps, args.steps):
+        evals.at(step, engine.module, engine.sync_weights)
         x, y = synthetic_batch(step, args.batch, args.seq, args.vocab, device, rank)
         loss = loss_of(engine, x, y, args.hf)
         engine.backward(loss)
@@ -109,23 +118,54 @@ def main():
         if rank == 0 and not args.json and step % 10 == 0:
             print(f"step {step} loss {losses[-1]:.4f}", flush=True)
     engine.sync_weights()  # a delayed update in flight lands (collective)
+    evals.at(args.steps, engine.module, final=True)
     seconds = time.time() - t0
     engine.close()
     if rank == 0:
-        report(args, engine.module, losses, seconds, int(os.environ.get("WORLD_SIZE", "1")))
+        report(args, engine.module, losses, seconds, int(os.environ.get("WORLD_SIZE", "1")),
+               evals)
 
 
-def report(args, model, losses, seconds, ranks):
+class Evaluation:
+    """--eval_every: the mean loss over the fixed held-out batches of the
+    model as it is before step s (after s steps), on rank 0."""
+
+    def __init__(self, args, device, rank):
+        self.every, self.hf, self.rank = args.eval_every, args.hf, rank
+        self.batches = (held_out_batches(args.eval_batches, args.batch, args.seq, args.vocab,
+                                         device) if self.every > 0 else [])
+        self.steps, self.loss = [], []
+
+    def at(self, step, model, land=None, final=False):
+        """Evaluates `model` if step is due (or `final`); `land()` (every
+        rank: it may be collective) brings the step's weights in first."""
+        if self.every <= 0 or not (final or step % self.every == 0):
+            return
+        if land is not None:
+            land()
+        if self.rank != 0 or (self.steps and self.steps[-1] == step):
+            return
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            total = sum(float(loss_of(model, x, y, self.hf)) for x, y in self.batches)
+        model.train(was_training)
+        self.steps.append(step)
+        self.loss.append(total / len(self.batches))
+
+
+def report(args, model, losses, seconds, ranks, evals):
     """Writes --loss_log and --save_weights; prints the JSON summary line."""
     if args.loss_log:
         with open(args.loss_log, "w") as f:
             json.dump({"steps": list(range(args.steps - len(losses), args.steps)),
-                       "loss": losses}, f)
+                       "loss": losses, "eval_steps": evals.steps, "eval_loss": evals.loss}, f)
     if args.save_weights:
         torch.save(model.state_dict(), args.save_weights)
     tokens = args.steps * args.batch * args.seq * ranks
     print(json.dumps({"first_loss": losses[0] if losses else None,
                       "last_loss": losses[-1] if losses else None, "steps": args.steps,
+                      "held_out_loss": evals.loss[-1] if evals.loss else None,
                       "tokens_per_s": tokens / seconds}))
 
 
@@ -167,9 +207,11 @@ def train_reference(args):
                             betas=tuple(p.get("betas", (0.9, 0.999))), eps=p.get("eps", 1e-8))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor(config))
     clip = config.get("gradient_clipping", 0.0)
+    evals = Evaluation(args, "cpu", 0)
     losses = []
     t0 = time.time()
     for step in range(args.steps):
+        evals.at(step, model)
         opt.zero_grad()
         for r in range(args.reference):
             x, y = synthetic_batch(step, args.batch, args.seq, args.vocab, "cpu", r)
@@ -181,7 +223,8 @@ def train_reference(args):
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
         sched.step()
-    report(args, model, losses, time.time() - t0, args.reference)
+    evals.at(args.steps, model, final=True)
+    report(args, model, losses, time.time() - t0, args.reference, evals)
 
 
 if __name__ == "__main__":

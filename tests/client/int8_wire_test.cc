@@ -90,8 +90,9 @@ TEST_P(Int8WireTest, ExactGroupsTrainBitForBitAsThePlainWire) {
   ExpectBitIdentical(a.data(), b.data(), n, "master after 3 steps");
 
   // The trainers' weights, rebuilt from int8: within half a quantum of the
-  // bf16 copy (a group's scale is at most its block's largest magnitude /
-  // 127), plus the bf16 roundings of the copy and of the result.
+  // bf16 copy (a group's scale, a power of two, is below twice its block's
+  // largest magnitude / 127), plus the bf16 roundings of the copy and of
+  // the result.
   std::vector<uint16_t> w(n);
   const client::WireStats before = int8->wire_stats();  // the fp32 master's gather counted
   ASSERT_TRUE(int8->Gather(3, Range{0, n}, w.data(), v1::DTYPE_BF16).ok());
@@ -101,7 +102,7 @@ TEST_P(Int8WireTest, ExactGroupsTrainBitForBitAsThePlainWire) {
     for (uint64_t i = at; i < at + block; ++i) amax = std::max(amax, std::fabs(a[i]));
     for (uint64_t i = at; i < at + block; ++i) {
       const float got = Bf16ToFloat(w[i]);
-      ASSERT_LE(std::fabs(got - a[i]), amax / 254 * 1.01f + std::fabs(a[i]) / 128)
+      ASSERT_LE(std::fabs(got - a[i]), amax / 127 * 1.01f + std::fabs(a[i]) / 128)
           << "element " << i << ": " << got << " vs master " << a[i];
     }
   }

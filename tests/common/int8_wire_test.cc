@@ -39,8 +39,14 @@ Reference Quantize(const std::vector<float>& v) {
     for (size_t i = at; i < end; ++i) {
       if (std::isfinite(v[i])) amax = std::max(amax, std::fabs(v[i]));
     }
-    const float scale = amax >= kInt8MinAbsmax ? amax / 127.0f : 0.0f;
-    const float inv = amax >= kInt8MinAbsmax ? 127.0f / amax : 0.0f;
+    // The least power of two >= amax / 127 (as fp32 rounds the quotient).
+    float scale = 0.0f;
+    if (amax >= kInt8MinAbsmax) {
+      int e = 0;
+      const float m = std::frexp(amax / 127.0f, &e);  // m in [0.5, 1)
+      scale = std::ldexp(1.0f, m == 0.5f ? e - 1 : e);
+    }
+    const float inv = scale != 0.0f ? 1.0f / scale : 0.0f;
     r.scales.push_back(scale);
     for (size_t i = at; i < end; ++i) {
       if (!std::isfinite(v[i])) {
@@ -63,9 +69,10 @@ std::vector<uint8_t> Encode(Isa isa, const std::vector<float>& v, float* residua
   return out;
 }
 
+// The chunk's scale bytes b as the powers of two 2^(b - 127) (0 for 0).
 std::vector<float> ScalesOf(const std::vector<uint8_t>& chunk, size_t n) {
   std::vector<float> s(Int8Groups(n));
-  std::memcpy(s.data(), chunk.data(), s.size() * 4);
+  for (size_t g = 0; g < s.size(); ++g) s[g] = chunk[g] == 0 ? 0.0f : std::ldexp(1.0f, chunk[g] - 127);
   return s;
 }
 
@@ -103,7 +110,7 @@ void ExpectMatchesReference(Isa isa, const std::vector<float>& v, const std::str
   for (size_t g = 0; g < scales.size(); ++g) {
     ASSERT_EQ(Bits(scales[g]), Bits(want.scales[g])) << "scale of group " << g;
   }
-  const auto* codes = reinterpret_cast<const int8_t*>(got.data() + 4 * scales.size());
+  const auto* codes = reinterpret_cast<const int8_t*>(got.data() + scales.size());
   int mismatches = 0;
   for (size_t i = 0; i < v.size() && mismatches < 5; ++i) {
     if (codes[i] != want.codes[i] || Bits(residual[i]) != Bits(want.err[i])) {
@@ -115,7 +122,7 @@ void ExpectMatchesReference(Isa isa, const std::vector<float>& v, const std::str
 }
 
 TEST(Int8WireTest, EveryIsaMatchesTheReferenceQuantizer) {
-  for (size_t n : {1, 15, 256, 257, 1000, 4099}) {
+  for (size_t n : {1, 15, 64, 65, 256, 257, 1000, 4099}) {
     const std::vector<float> v = Gradients(n, static_cast<uint32_t>(n));
     for (Isa isa : SupportedIsas()) ExpectMatchesReference(isa, v, "n=" + std::to_string(n));
   }
@@ -128,10 +135,18 @@ TEST(Int8WireTest, RoundTripIsWithinHalfAQuantumPerGroup) {
   const std::vector<float> back = Decode(chunk, v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     const float scale = scales[i / kInt8Group];
-    // Half a quantum, plus the roundings of v * inv and code * scale.
-    const float bound = 0.5f * scale * (1 + 1e-5f);
-    ASSERT_LE(std::fabs(back[i] - v[i]), bound) << "element " << i << " of group "
-                                                << i / kInt8Group << ", scale " << scale;
+    // Half a quantum (codes times powers of two are exact).
+    ASSERT_LE(std::fabs(back[i] - v[i]), 0.5f * scale) << "element " << i << " of group "
+                                                       << i / kInt8Group << ", scale " << scale;
+  }
+  // A power of two costs at most one bit: the scale is below 2 amax / 127.
+  for (size_t g = 0; g < scales.size(); ++g) {
+    float amax = 0;
+    for (size_t i = g * kInt8Group; i < std::min(v.size(), (g + 1) * kInt8Group); ++i) {
+      amax = std::max(amax, std::fabs(v[i]));
+    }
+    ASSERT_LT(scales[g], 2 * amax / 127.0f) << "group " << g;
+    ASSERT_GE(scales[g] * 127.5f, amax) << "group " << g;
   }
 }
 
@@ -150,7 +165,8 @@ TEST(Int8WireTest, ZeroInfAndNaNGroups) {
     const std::vector<uint8_t> chunk = Encode(isa, v, residual.data());
     const std::vector<float> scales = ScalesOf(chunk, v.size());
     EXPECT_EQ(Bits(scales[0]), 0u);
-    EXPECT_EQ(scales[1], 0.01f * 255 / 127.0f);  // the finite ones' largest
+    // The least power of two >= the finite ones' largest (0.63) / 127.
+    EXPECT_EQ(scales[1], std::ldexp(1.0f, -7));
     EXPECT_EQ(Bits(scales[2]), 0u);
     EXPECT_EQ(Bits(scales[3]), 0u);
     const std::vector<float> back = Decode(chunk, v.size());
@@ -190,7 +206,7 @@ TEST(Int8WireTest, EveryDecodeFormGivesTheSameBitsOnEveryIsa) {
   ASSERT_TRUE(c.ok()) << c.status();
   const Int8Run whole{c->scales.data(), reinterpret_cast<const int8_t*>(c->codes[0].data), 0};
   const std::vector<float> base = Gradients(n + 16, 9);
-  for (size_t skip : {0, 1, 13, 255, 256, 300}) {
+  for (size_t skip : {0, 1, 13, 63, 64, 100, 200}) {
     const Int8Run run = whole.Skip(skip);
     const size_t len = n - skip;
     std::vector<float> want(len);
@@ -259,8 +275,8 @@ TEST(Int8WireTest, ReadRefusesAWrongLengthAndBadScalesByName) {
   // Two segments split inside the scales: read as one.
   ChunkView split;
   split.data_bytes = chunk.size();
-  split.data.push_back({chunk.data(), 5});
-  split.data.push_back({chunk.data() + 5, chunk.size() - 5});
+  split.data.push_back({chunk.data(), 3});
+  split.data.push_back({chunk.data() + 3, chunk.size() - 3});
   absl::StatusOr<Int8Chunk> ok = ReadInt8Chunk(split, 300);
   ASSERT_TRUE(ok.ok()) << ok.status();
   std::vector<float> back(300);
@@ -273,14 +289,20 @@ TEST(Int8WireTest, ReadRefusesAWrongLengthAndBadScalesByName) {
     EXPECT_NE(bad.status().message().find("data: an int8 chunk of"), std::string::npos)
         << bad.status();
   }
-  for (float scale : {kNaN, kInf, -kInf, -1.0f}) {
-    std::vector<uint8_t> bad = chunk;
-    std::memcpy(bad.data() + 4, &scale, 4);
-    absl::StatusOr<Int8Chunk> got = ReadInt8Chunk(ViewOf(bad), 300);
-    ASSERT_TRUE(absl::IsInvalidArgument(got.status())) << scale << ": " << got.status();
-    EXPECT_NE(got.status().message().find("scale 1 of the int8 chunk"), std::string::npos)
-        << got.status();
-  }
+  // Byte 255 is the one scale that is not finite (an infinity's exponent).
+  std::vector<uint8_t> bad = chunk;
+  bad[1] = 255;
+  absl::StatusOr<Int8Chunk> got = ReadInt8Chunk(ViewOf(bad), 300);
+  ASSERT_TRUE(absl::IsInvalidArgument(got.status())) << got.status();
+  EXPECT_NE(got.status().message().find("scale 1 of the int8 chunk is byte 255"),
+            std::string::npos)
+      << got.status();
+  bad[1] = 254;  // 2^127: finite
+  got = ReadInt8Chunk(ViewOf(bad), 300);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->scales[1], std::ldexp(1.0f, 127));
+  EXPECT_EQ(Int8ScaleOf(0), 0.0f);
+  EXPECT_EQ(Int8ScaleOf(127), 1.0f);
 }
 
 TEST(Int8WireTest, DecodesIntoBf16AndFp16AsRoundingTheFp32Decode) {

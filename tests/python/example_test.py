@@ -38,39 +38,63 @@ def run(argv, env=None):
 class GptExampleTest(unittest.TestCase):
     def test_tiny_gpt_learns(self):
         servers = zs_servers.start(2)
-        tiny = ["examples/gpt/train.py", "--steps=30", "--batch=4", "--seq=32", "--json"]
+        tiny = ["examples/gpt/train.py", "--steps=30", "--batch=4", "--seq=32", "--json",
+                "--eval_every=10"]
         with tempfile.TemporaryDirectory() as tmp:
             try:
                 out = run([*tiny, "--servers=" + ",".join(s.address for s in servers),
-                           "--plaintext", f"--save_weights={tmp}/zs.pt"])
+                           "--plaintext", f"--save_weights={tmp}/zs.pt",
+                           f"--loss_log={tmp}/zs.json"])
             finally:
                 for s in servers:
                     s.stop()
-            ref = run([*tiny, "--reference=1", f"--save_weights={tmp}/ref.pt"])
+            ref = run([*tiny, "--reference=1", f"--save_weights={tmp}/ref.pt",
+                       f"--loss_log={tmp}/ref.json"])
             rel, largest = distance(torch.load(f"{tmp}/zs.pt"), torch.load(f"{tmp}/ref.pt"))
+            with open(f"{tmp}/zs.json") as f, open(f"{tmp}/ref.json") as g:
+                zs_log, ref_log = json.load(f), json.load(g)
         print(out, ref, f"relative distance {rel:.2e}, largest element {largest:.2e}")
         self.assertEqual(out["steps"], 30)
         # ln(256) = 5.55 at the start; about 4.3 after 30 steps.
         self.assertLess(out["last_loss"], 0.85 * out["first_loss"])
         self.assertAlmostEqual(out["first_loss"], ref["first_loss"], places=5)
         self.assertLess(rel, 1e-4)
+        # The held-out batches: before training, every 10 steps, at the end;
+        # the servers' run lands each step's weights first, so it evaluates
+        # what the reference does.
+        self.assertEqual(zs_log["eval_steps"], [0, 10, 20, 30])
+        self.assertEqual(ref_log["eval_steps"], [0, 10, 20, 30])
+        self.assertLess(zs_log["eval_loss"][-1], 0.85 * zs_log["eval_loss"][0])
+        for a, b in zip(zs_log["eval_loss"], ref_log["eval_loss"]):
+            self.assertAlmostEqual(a, b, delta=1e-3 * b)
+        self.assertEqual(out["held_out_loss"], zs_log["eval_loss"][-1])
 
 
 class BenchTinyTest(unittest.TestCase):
     def test_cpu_variant_prints_every_figure(self):
         out = run(["bench/torch/bench_gpt.py", "--device=cpu", "--model=tiny", "--json",
                    "--rounds=2", "--accum=2", "--steps=2", "--server_threads=1",
+                   "--wires=bf16,int8", "--link_gbit=25",
                    "--server_bin=" + zs_servers.server_binary()])
         print(out)
         self.assertEqual([r["accum"] for r in out["runs"]], [2])
-        systems = {"torch_adamw", "zerostate_sync", "zerostate_speculative", "zerostate_delayed"}
+        modes = {"sync", "speculative", "delayed", "sync_int8", "speculative_int8",
+                 "delayed_int8"}
+        systems = {"torch_adamw"} | {f"zerostate_{m}" for m in modes}
         for r in out["runs"]:
             self.assertEqual(r["errors"], {})
             self.assertEqual(set(r["tokens_per_s"]), systems)
             self.assertEqual({k: len(v) for k, v in r["tokens_per_s_rounds"].items()},
                              {k: 2 for k in systems})
             self.assertIn("zerostate_delayed/torch_adamw", r["ratios"])
-            self.assertEqual(set(r["zerostate"]), {"sync", "speculative", "delayed"})
+            self.assertEqual(set(r["zerostate"]), modes)
+            for m in ("sync", "speculative", "delayed"):
+                plain, int8 = r["zerostate"][m], r["zerostate"][f"{m}_int8"]
+                # (servers on this host: the same-host plane moves plain
+                # dtypes, so both wires move about the same bytes here)
+                self.assertGreater(int8["wire_bytes"], 0)
+                self.assertGreater(int8["bf16_step_over_this"], 0)
+                self.assertGreater(plain["step_over_wire_floor"], 0)
             for z in r["zerostate"].values():
                 self.assertEqual(set(z["exposed_s"]), {"push", "step", "gather"})
                 self.assertGreater(z["params"], 0)

@@ -185,12 +185,9 @@ void ExpectRefused(const absl::Status& s, const std::string& what) {
 TEST_F(Int8WireJobTest, BadInt8ChunksAreRefusedByNameAndChangeNothing) {
   const auto g = Grad(0);
   const v1::Chunk good = Int8Chunk(0, 0, 0, g.data(), kBlock);
-  for (float scale : {std::numeric_limits<float>::quiet_NaN(),
-                      std::numeric_limits<float>::infinity(), -1.0f}) {
-    v1::Chunk bad = good;
-    std::memcpy(bad.mutable_data()->data() + 4, &scale, 4);  // the second group's
-    ExpectRefused(job_->pushes().Push(bad).status(), "scale 1 of the int8 chunk");
-  }
+  v1::Chunk bad = good;
+  (*bad.mutable_data())[1] = '\xff';  // the second group's scale byte: infinite
+  ExpectRefused(job_->pushes().Push(bad).status(), "scale 1 of the int8 chunk is byte 255");
   v1::Chunk short_chunk = good;
   short_chunk.mutable_data()->pop_back();
   ExpectRefused(job_->pushes().Push(short_chunk).status(), "data: an int8 chunk of 512");

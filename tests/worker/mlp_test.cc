@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -16,9 +17,10 @@ struct Fixture {
   v1::MlpConfig config;
   Layout layout;
   std::vector<float> params;
-  explicit Fixture(v1::Activation act) {
+  // `wide`: the first hidden layer's width.
+  explicit Fixture(v1::Activation act, uint32_t wide = 7) {
     config.set_input_dim(5);
-    config.add_hidden(7);
+    config.add_hidden(wide);
     config.add_hidden(6);
     config.set_output_dim(3);
     config.set_activation(act);
@@ -104,6 +106,69 @@ TEST(MlpTest, DeterministicAndReportsLayersLastToFirst) {
   EXPECT_EQ(ready.back(), 0u);
   EXPECT_GT(ready[0], ready[1]);
   EXPECT_EQ(ready, (std::vector<uint64_t>{f.model->ReadyPoints()[2], f.model->ReadyPoints()[1], 0}));
+}
+
+// A layer wider than 64 rows lands and reports in parts: the forward reads
+// no weight before `need` covered it (the rest is NaN until then: any read
+// would show in the result), and at each `ready(r)` every gradient from r
+// up already holds its final bits. The same bits as without either.
+TEST(MlpTest, WideLayersLandAndReportInPartsWithTheSameBits) {
+  Fixture f(v1::ACTIVATION_GELU, 150);  // rows 0-63, 64-127, 128-149
+  f.Load(100, 8);
+  auto want = f.Zeros();
+  const float want_loss = f.model->ForwardBackward(f.params.data(), f.x.data(), f.y.data(), 8,
+                                                   4.0f, want.data(), nullptr);
+  std::vector<float> landed(f.params.size(), std::nanf(""));
+  uint64_t landed_to = 0;
+  std::vector<uint64_t> needs;
+  auto need = [&](uint64_t end) {
+    needs.push_back(end);
+    for (; landed_to < end; ++landed_to) landed[landed_to] = f.params[landed_to];
+  };
+  auto got = f.Zeros();
+  std::vector<uint64_t> ready;
+  const float loss = f.model->ForwardBackward(
+      landed.data(), f.x.data(), f.y.data(), 8, 4.0f, got.data(),
+      [&](uint64_t r) {
+        EXPECT_EQ(std::memcmp(got.data() + r, want.data() + r, (got.size() - r) * sizeof(float)),
+                  0)
+            << "gradients from " << r << " up are not final when reported";
+        ready.push_back(r);
+      },
+      need);
+  EXPECT_EQ(loss, want_loss);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+  const uint64_t w1 = f.model->ReadyPoints()[1], w0 = f.model->ReadyPoints()[0];
+  // Layer 0 (150 x 5) reports rows 128, 64 and 0; layer 1 (6 x 150) once.
+  EXPECT_EQ(ready, (std::vector<uint64_t>{f.model->ReadyPoints()[2], w1, w0 + 128 * 5,
+                                          w0 + 64 * 5, w0}));
+  EXPECT_TRUE(std::is_sorted(needs.begin(), needs.end()));
+  EXPECT_EQ(needs.front(), w0 + 64 * 5);  // the first 64 rows of layer 0
+  EXPECT_GE(needs.size(), 6u);            // 3 parts and a bias, then 2 layers
+}
+
+// The first micro-batch of a step writes its gradients over whatever the
+// buffer held: the bits of adding them to zeros, every tensor element
+// written, the elements between tensors left alone.
+TEST(MlpTest, OverwriteWritesWhatAddingToZerosGives) {
+  Fixture f(v1::ACTIVATION_RELU, 150);
+  f.Load(7, 4);
+  auto want = f.Zeros();
+  f.model->ForwardBackward(f.params.data(), f.x.data(), f.y.data(), 4, 2.0f, want.data(), nullptr);
+  std::vector<float> got(want.size(), 7.0f);
+  f.model->ForwardBackward(f.params.data(), f.x.data(), f.y.data(), 4, 2.0f, got.data(), nullptr,
+                           nullptr, /*overwrite=*/true);
+  std::vector<bool> in_tensor(got.size(), false);
+  for (const auto& t : f.layout.tensors) {
+    for (uint64_t i = t.offset; i < t.offset + t.numel; ++i) in_tensor[i] = true;
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (in_tensor[i]) {
+      ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0) << "element " << i;
+    } else {
+      ASSERT_EQ(got[i], 7.0f) << "element " << i << " lies between tensors";
+    }
+  }
 }
 
 TEST(MlpTest, LossScaleScalesGradientsOnly) {
