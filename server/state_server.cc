@@ -220,7 +220,11 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
           : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
   auto peer_data_tls = PeerDataTlsFor(opt.tls, opt.peer_tls_ca, opt.data_ktls);
   if (!peer_data_tls.ok()) return peer_data_tls.status();
-  s->kept_sums_ = std::make_unique<KeptSums>(s->metrics_.get());
+  // The sums a backup receives; applied ones recycled in the RAM budget's
+  // room the jobs leave, given back when a job needs it.
+  s->kept_sums_ =
+      std::make_unique<KeptSums>(s->metrics_.get(), uint64_t{256} << 20, s->jobs_.get());
+  s->jobs_->SetBorrower(s->kept_sums_.get());
   s->accepted_terms_ = std::make_unique<AcceptedTerms>();
   s->replicator_ = std::make_unique<Replicator>(Replicator::Options{
       *std::move(peer_credentials), opt.replica_timeout, absl::Seconds(1), s->metrics_.get(),

@@ -1,5 +1,6 @@
 #include "server/core/job_registry.h"
 
+#include <algorithm>
 #include <iostream>
 #include <vector>
 
@@ -177,10 +178,8 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
       return Registered{it->second, false, ""};
     }
     if (auto s = CheckQuotasLocked(id, bytes, copies.disk, false); !s.ok()) return s;
-    if (bytes > ram_budget_ - ram_used_) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("job '", id, "' needs ", bytes, " bytes on this server but only ",
-                       ram_budget_ - ram_used_, " of the RAM budget ", ram_budget_, " are free"));
+    if (!MakeRoomLocked(bytes, id)) {
+      return NoRoomLocked(absl::StrCat("job '", id, "'"), bytes, id);
     }
     // The id and the bytes are this call's until it publishes or gives up.
     reserved_.insert(id);
@@ -228,8 +227,48 @@ void JobRegistry::AwaitUnreservedLocked(const std::string& job_id) {
 }
 
 uint64_t JobRegistry::FreeFor(const std::string& job_id) const {
-  uint64_t free = ram_budget_ - ram_used_;
-  return free + BytesOfLocked(job_id);
+  return ram_budget_ - ram_used_ - lent_ + BytesOfLocked(job_id);
+}
+
+bool JobRegistry::MakeRoomLocked(uint64_t bytes, const std::string& job_id) {
+  if (bytes <= FreeFor(job_id)) return true;
+  if (bytes > FreeFor(job_id) + lent_ || borrower_ == nullptr) return false;
+  const uint64_t dropped = borrower_->DropIdle();
+  lent_ -= std::min(dropped, lent_);
+  return bytes <= FreeFor(job_id);
+}
+
+absl::Status JobRegistry::NoRoomLocked(const std::string& what, uint64_t bytes,
+                                       const std::string& job_id) const {
+  std::string lent =
+      lent_ == 0
+          ? ""
+          : absl::StrCat(" (", lent_, " more are backups' sum buffers in use, not yet idle)");
+  return absl::ResourceExhaustedError(
+      absl::StrCat(what, " needs ", bytes, " bytes of the RAM budget ", ram_budget_,
+                   " on this server but only ", FreeFor(job_id), " are free", lent));
+}
+
+bool JobRegistry::Lend(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (bytes > ram_budget_ - ram_used_ - lent_) return false;
+  lent_ += bytes;
+  return true;
+}
+
+void JobRegistry::Return(uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  lent_ -= std::min(bytes, lent_);
+}
+
+uint64_t JobRegistry::lent() const {
+  absl::MutexLock lock(&mu_);
+  return lent_;
+}
+
+void JobRegistry::SetBorrower(LentRam* borrower) {
+  absl::MutexLock lock(&mu_);
+  borrower_ = borrower;
 }
 
 uint64_t JobRegistry::BytesOfLocked(const std::string& job_id) const {
@@ -315,10 +354,8 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRe
       if (auto s = CheckSameLayout(it->second->spec(), *spec); !s.ok()) return s;
     }
     if (auto s = CheckQuotasLocked(id, bytes, disk, it != jobs_.end()); !s.ok()) return s;
-    if (bytes > FreeFor(id)) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "restoring job '", id, "' needs ", bytes, " bytes of the RAM budget ", ram_budget_,
-          " but only ", FreeFor(id), " are free"));
+    if (!MakeRoomLocked(bytes, id)) {
+      return NoRoomLocked(absl::StrCat("restoring job '", id, "'"), bytes, id);
     }
     return absl::OkStatus();
   };

@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/core/auth_token.h"
 #include "server/core/job.h"
+#include "server/core/lent_ram.h"
 #include "zerostate/v1/state_service.pb.h"
 
 namespace zerostate::server {
@@ -32,8 +33,11 @@ struct JobQuotas {
 };
 
 // Every job is registered with a token (server/core/auth_token.h); the registry
-// keeps its SHA-256 and answers who may act on which job.
-class JobRegistry {
+// keeps its SHA-256 and answers who may act on which job. Beside the jobs,
+// the budget holds memory lent to a LentRam (a backup's recycled sum
+// buffers): only room the jobs leave, taken back when a Register or
+// Restore needs it.
+class JobRegistry final : public RamLender {
  public:
   // Jobs' tiers are built with `tiers` (the server's --nvme_* flags); their
   // gradient staging comes from `staging` (--staging_budget_bytes; null:
@@ -112,8 +116,19 @@ class JobRegistry {
   [[nodiscard]] absl::StatusOr<bool> Delete(const std::string& job_id, const std::string& token);
   static constexpr size_t kMaxTombstones = 4096;
 
+  // The bytes of the jobs' copies (not what is lent).
   uint64_t ram_used() const;
   uint64_t ram_budget() const { return ram_budget_; }
+
+  // RamLender: room in the budget the jobs leave, for memory outside them.
+  [[nodiscard]] bool Lend(uint64_t bytes) override;
+  void Return(uint64_t bytes) override;
+  // The bytes lent now.
+  uint64_t lent() const;
+  // What a Register or Restore that needs the lent room asks to drop it
+  // (set once, before the first Lend; it must outlive this registry's
+  // Register and Restore calls).
+  void SetBorrower(LentRam* borrower);
   size_t size() const;
 
   // Whether `token` is the token of a job on this server.
@@ -181,8 +196,18 @@ class JobRegistry {
   absl::flat_hash_set<std::string> reserved_ ABSL_GUARDED_BY(mu_);
   absl::CondVar reserved_cv_;
   uint64_t ram_used_ ABSL_GUARDED_BY(mu_) = 0;
-  // Bytes free for a job that would replace `replacing` (may be null).
+  uint64_t lent_ ABSL_GUARDED_BY(mu_) = 0;  // ram_used_ + lent_ <= ram_budget_
+  LentRam* borrower_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Bytes free, lent ones not counted, for a job that would replace job
+  // `job_id` (its copies' bytes count as free; none: a new job).
   uint64_t FreeFor(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether a job of `bytes` that would replace job `job_id` fits: where
+  // it fits only in the lent room, the borrower drops what it holds idle
+  // first; where it does not fit even so, nothing is dropped.
+  bool MakeRoomLocked(uint64_t bytes, const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The refusal of a job of `bytes` (`what` names the call), with the figures.
+  absl::Status NoRoomLocked(const std::string& what, uint64_t bytes,
+                            const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

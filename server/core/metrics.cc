@@ -131,7 +131,8 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
                            .Register(*registry_)),
       tier_cache_misses_(BuildCounter().Name("zerostate_tier_cache_misses_total")
                              .Help("Block reads that went to disk").Register(*registry_)),
-      ram_used_(BuildGauge().Name("zerostate_ram_used_bytes").Help("RAM held by all jobs")
+      ram_used_(BuildGauge().Name("zerostate_ram_used_bytes")
+                    .Help("RAM of the budget held: all jobs, and backups' recycled sum buffers")
                     .Register(*registry_).Add({})),
       ram_budget_(BuildGauge().Name("zerostate_ram_budget_bytes").Help("The server's RAM budget")
                       .Register(*registry_).Add({})),
@@ -185,6 +186,11 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
           BuildGauge().Name("zerostate_replica_kept_sum_bytes")
               .Help("Bytes of summed gradients kept here as a backup from primaries "
                     "(REPLICA_SUM frames) until their steps take them")
+              .Register(*registry_).Add({})),
+      replica_recycled_sum_bytes_(
+          BuildGauge().Name("zerostate_replica_recycled_sum_bytes")
+              .Help("Bytes of applied summed gradients a backup keeps idle to receive the next "
+                    "step's sums into, in room of the RAM budget the jobs leave")
               .Register(*registry_).Add({})),
       disk_used_(BuildGauge().Name("zerostate_disk_used_bytes")
                      .Help("Bytes used on the filesystem of --nvme_dir").Register(*registry_)
@@ -318,8 +324,17 @@ void ServerMetrics::SetDisk(uint64_t used, uint64_t capacity) {
   disk_capacity_.Set(capacity);
 }
 
+void ServerMetrics::SetRecycledSumBytes(uint64_t bytes) {
+  absl::MutexLock lock(&ram_mu_);
+  recycled_sum_bytes_ = bytes;
+  replica_recycled_sum_bytes_.Set(static_cast<double>(bytes));
+  ram_used_.Set(static_cast<double>(jobs_ram_ + recycled_sum_bytes_));
+}
+
 void ServerMetrics::SetRam(uint64_t used, uint64_t budget, size_t jobs) {
-  ram_used_.Set(used);
+  absl::MutexLock lock(&ram_mu_);
+  jobs_ram_ = used;
+  ram_used_.Set(static_cast<double>(jobs_ram_ + recycled_sum_bytes_));
   ram_budget_.Set(budget);
   jobs_.Set(jobs);
 }

@@ -7,7 +7,9 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -52,7 +54,11 @@ class ServerMetrics {
   void SetJob(const std::string& job, uint64_t state_bytes, uint64_t version,
               const StateLayout& layout);
   void ForgetJob(const std::string& job);
+  // The RAM budget: `used` by the jobs' copies (zerostate_ram_used_bytes
+  // adds the recycled sum buffers), the budget, the jobs.
   void SetRam(uint64_t used, uint64_t budget, size_t jobs);
+  // Applied sums a backup keeps idle for reuse (KeptSums), in the budget.
+  void SetRecycledSumBytes(uint64_t bytes);
   // Gradient staging memory (server/core/staging_budget.h): bytes in use and
   // --staging_budget_bytes; and one push that began waiting for it.
   void SetStaging(uint64_t used, uint64_t budget);
@@ -129,6 +135,11 @@ class ServerMetrics {
   prometheus::Counter& catchup_bytes_;
   prometheus::Gauge& catchup_backlog_bytes_;
   prometheus::Gauge& replica_kept_sum_bytes_;
+  prometheus::Gauge& replica_recycled_sum_bytes_;
+  // What zerostate_ram_used_bytes adds up.
+  absl::Mutex ram_mu_;
+  uint64_t jobs_ram_ ABSL_GUARDED_BY(ram_mu_) = 0;
+  uint64_t recycled_sum_bytes_ ABSL_GUARDED_BY(ram_mu_) = 0;
   prometheus::Gauge& disk_used_;
   prometheus::Gauge& disk_capacity_;
 };

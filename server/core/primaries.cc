@@ -2,7 +2,9 @@
 
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
+#include "common/shard_map.h"
 
 namespace zerostate::server {
 
@@ -26,6 +28,7 @@ absl::Status Primaries::Serve(const Job& copy) {
         ") lost its membership lease and is fenced; ask the shard's backups"));
   };
   if (!membership_.LeaseValid()) return fenced();
+  if (auto s = CheckInSync(copy); !s.ok()) return s;
   auto term = membership_.Claim(job, static_cast<int>(shard));
   // FAILED_PRECONDITION: the lease lapsed since the check above.
   if (absl::IsFailedPrecondition(term.status())) return fenced();
@@ -38,6 +41,43 @@ absl::Status Primaries::Serve(const Job& copy) {
   absl::MutexLock lock(&mu_);
   held_[{job, shard}] = *term;
   return absl::OkStatus();
+}
+
+absl::Status Primaries::CheckInSync(const Job& copy) {
+  const std::string& job = copy.spec().job_id();
+  const int shard = static_cast<int>(copy.shard_index());
+  auto behind = membership_.Behind(job, shard);
+  if (!behind.ok()) return behind.status();
+  const std::string& self = membership_.self();
+  if (!absl::c_binary_search(*behind, self)) return absl::OkStatus();
+  auto members = membership_.Members();
+  if (!members.ok()) return members.status();
+  const std::vector<std::string>& servers = copy.servers();
+  for (uint32_t server : ReplicaServers(static_cast<uint32_t>(servers.size()), copy.shard_index(),
+                                        copy.spec().replicas())) {
+    const std::string& other = servers[server];
+    if (other == self || absl::c_binary_search(*behind, other) ||
+        !absl::c_binary_search(*members, other)) {
+      continue;
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "not primary: shard ", shard, " of job '", job, "': this server's copy (", self,
+        ") missed acknowledged steps (its primary recorded it behind), and the copy on ", other,
+        " is in sync and alive: that one takes the shard"));
+  }
+  return absl::OkStatus();  // no copy in sync is alive: this one is the best left
+}
+
+absl::Status Primaries::SetBehind(const std::string& job, uint32_t shard, const std::string& copy,
+                                  bool behind) {
+  std::optional<PrimaryTerm> term = Serving(job, shard);
+  if (!term.has_value()) {
+    return absl::UnavailableError(absl::StrCat("not primary: shard ", shard, " of job '", job,
+                                               "' is not served by ", membership_.self(),
+                                               " now; it records no copy behind"));
+  }
+  absl::Status s = membership_.SetBehind(job, static_cast<int>(shard), *term, copy, behind);
+  return absl::IsUnimplemented(s) ? absl::OkStatus() : s;
 }
 
 std::optional<PrimaryTerm> Primaries::Serving(const std::string& job, uint32_t shard) const {

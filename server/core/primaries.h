@@ -28,11 +28,22 @@ class Primaries {
   // OK when this server may answer for `copy` (its copy of shard
   // copy.shard_index() of a job with replicas) as primary: it holds the
   // shard's claim, or claims it now (its own shard at first use; a backed-
-  // up one when no live primary holds it: a failover). Errors:
+  // up one when no live primary holds it: a failover). A copy recorded
+  // behind (SetBehind) claims only while no copy in sync is a live member:
+  // an in-sync copy takes the shard first. Errors:
   // UNAVAILABLE "not primary" naming the job, the shard and its primary
   // (or that this server's lease lapsed, or the copy was deposed: fenced);
   // the membership's errors.
   [[nodiscard]] absl::Status Serve(const Job& copy);
+
+  // Records in the membership that the copy of (job, shard) on server
+  // `copy` (its address) is behind (it missed an acknowledged step) or in
+  // sync again (Membership::SetBehind), under this server's term. Errors:
+  // UNAVAILABLE "not primary" when this server does not serve the shard
+  // now; the membership's (FAILED_PRECONDITION: deposed). A membership
+  // that records nothing (UNIMPLEMENTED) is not an error.
+  [[nodiscard]] absl::Status SetBehind(const std::string& job, uint32_t shard,
+                                       const std::string& copy, bool behind);
 
   // This server's term of (job, shard) when it answers for it as primary
   // now (a backup copy that does must refuse its old primary's steps:
@@ -56,6 +67,11 @@ class Primaries {
   [[nodiscard]] absl::Status Release(const std::string& job);
 
  private:
+  // OK unless this server's copy is recorded behind and another copy of
+  // the shard, not behind, is a live member (UNAVAILABLE "not primary"
+  // naming it); the membership's errors.
+  [[nodiscard]] absl::Status CheckInSync(const Job& copy);
+
   Membership& membership_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::pair<std::string, uint32_t>, PrimaryTerm> held_ ABSL_GUARDED_BY(mu_);

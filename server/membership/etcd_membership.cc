@@ -97,6 +97,10 @@ std::string EtcdMembership::PrimaryKey(const std::string& job, int shard) const 
   return absl::StrCat(prefix_, "primaries/", job, "/", shard);
 }
 
+std::string EtcdMembership::BehindPrefix(const std::string& job, int shard) const {
+  return absl::StrCat(prefix_, "behind/", job, "/", shard, "/");
+}
+
 std::string EtcdMembership::MemberKey() const {
   return absl::StrCat(prefix_, "members/", options_.self);
 }
@@ -301,8 +305,57 @@ absl::Status EtcdMembership::Release(const std::string& job, int shard) {
   ours->set_result(Compare::EQUAL);
   ours->set_lease(lease);
   txn.add_success()->mutable_request_delete_range()->set_key(key);
+  // The shard's behind/ records go with the claim (its job was deleted).
+  auto* records = txn.add_success()->mutable_request_delete_range();
+  records->set_key(BehindPrefix(job, shard));
+  records->set_range_end(PrefixEnd(BehindPrefix(job, shard)));
   auto resp = etcd_->Txn(txn, key);
   return resp.ok() ? absl::OkStatus() : resp.status();
+}
+
+absl::Status EtcdMembership::SetBehind(const std::string& job, int shard, const PrimaryTerm& term,
+                                       const std::string& copy, bool behind) {
+  if (auto st = CheckShard(job, shard); !st.ok()) return st;
+  if (copy.empty() || copy.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("copy: '", copy, "' is not a server's address (empty, or has '/')"));
+  }
+  const std::string claim = PrimaryKey(job, shard);
+  const std::string record = BehindPrefix(job, shard) + copy;
+  TxnRequest txn;
+  Compare* in_force = txn.add_compare();
+  in_force->set_key(claim);
+  in_force->set_target(Compare::CREATE);
+  in_force->set_result(Compare::EQUAL);
+  in_force->set_create_revision(term.epoch);
+  if (behind) {
+    auto* put = txn.add_success()->mutable_request_put();
+    put->set_key(record);
+    put->set_value(absl::StrCat(term.epoch));
+  } else {
+    txn.add_success()->mutable_request_delete_range()->set_key(record);
+  }
+  auto resp = etcd_->Txn(txn, claim);
+  if (!resp.ok()) return resp.status();
+  if (!resp->succeeded()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "recording copy ", copy, " of job '", job, "' shard ", shard,
+        (behind ? " behind" : " in sync"), ": the claim of epoch ", term.epoch, " by ",
+        term.primary,
+        " is no longer in force in etcd; only the shard's primary records its copies"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> EtcdMembership::Behind(const std::string& job, int shard) {
+  if (auto st = CheckShard(job, shard); !st.ok()) return st;
+  const std::string prefix = BehindPrefix(job, shard);
+  auto got = etcd_->Range(prefix, PrefixEnd(prefix));
+  if (!got.ok()) return got.status();
+  std::vector<std::string> out;
+  for (const KeyValue& kv : got->kvs()) out.push_back(kv.key().substr(prefix.size()));
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 bool EtcdMembership::Holds(const std::string& job, int shard, const PrimaryTerm& term) const {

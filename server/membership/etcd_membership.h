@@ -7,6 +7,13 @@
 //                             created by a Txn that succeeds only when the
 //                             key does not exist (create_revision == 0);
 //                             its create revision is the term's epoch.
+//   behind/<job>/<shard>/<copy>  value the epoch of the primary that
+//                             recorded copy `copy` behind (SetBehind), on no
+//                             lease (it outlives the primary); written and
+//                             deleted only in a Txn that finds the writer's
+//                             claim in force (the claim key's create
+//                             revision is its epoch); deleted with the claim
+//                             when the holder releases it (its job deleted).
 // When a lease expires (its server died, or was cut off from etcd for a
 // TTL) or is revoked (the server stopped cleanly), etcd deletes its keys,
 // and every other member's watch of primaries/ sees the deletions:
@@ -100,6 +107,10 @@ class EtcdMembership final : public Membership {
   // Deletes the key only if it is on this server's current lease (a Txn
   // comparing its lease), so it never removes another server's claim.
   [[nodiscard]] absl::Status Release(const std::string& job, int shard) override;
+  [[nodiscard]] absl::Status SetBehind(const std::string& job, int shard, const PrimaryTerm& term,
+                                       const std::string& copy, bool behind) override;
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Behind(const std::string& job,
+                                                                int shard) override;
   [[nodiscard]] absl::StatusOr<std::vector<std::string>> Members() override;
   void OnPrimaryLost(std::function<void(const std::string& job, int shard)> cb) override;
 
@@ -116,6 +127,8 @@ class EtcdMembership final : public Membership {
   int64_t lease_id() const;
   // The key of (job, shard)'s primary and of this server's member entry.
   std::string PrimaryKey(const std::string& job, int shard) const;
+  // The prefix of (job, shard)'s behind/ keys (SetBehind).
+  std::string BehindPrefix(const std::string& job, int shard) const;
   std::string MemberKey() const;
 
  private:

@@ -78,6 +78,35 @@ class Membership {
     return absl::UnimplementedError("this membership cannot release a claim");
   }
 
+  // Copies that missed acknowledged steps. The primary of (job, shard)
+  // records that the shard's copy on server `copy` (its advertised
+  // address) is `behind` (lost as a backup: a step was acknowledged
+  // without it) before it acknowledges such a step, and clears it once the
+  // copy is caught up. The record outlives the primary, so that at
+  // failover a copy in sync takes the shard before one that is behind but
+  // alive (Primaries::Serve). Only the holder of `term` writes it:
+  // FAILED_PRECONDITION when `term` is not the shard's claim any more.
+  // This default records nothing (UNIMPLEMENTED): every copy counts as in
+  // sync, as where no engine shares the record.
+  [[nodiscard]] virtual absl::Status SetBehind(const std::string& job, int shard,
+                                               const PrimaryTerm& term, const std::string& copy,
+                                               bool behind) {
+    (void)job;
+    (void)shard;
+    (void)term;
+    (void)copy;
+    (void)behind;
+    return absl::UnimplementedError("this membership records no copy behind");
+  }
+  // The copies of (job, shard) recorded behind (SetBehind), sorted; this
+  // default: none.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<std::string>> Behind(const std::string& job,
+                                                                        int shard) {
+    (void)job;
+    (void)shard;
+    return std::vector<std::string>{};
+  }
+
   // The live servers' advertised addresses (this one included while its
   // lease holds), sorted.
   [[nodiscard]] virtual absl::StatusOr<std::vector<std::string>> Members() = 0;

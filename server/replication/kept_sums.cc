@@ -50,29 +50,59 @@ void KeptSums::Forget(const std::string& job) {
 }
 
 std::string KeptSums::Buffer(uint64_t bytes) {
+  std::string buffer;
   {
     absl::MutexLock lock(&mu_);
     for (size_t i = free_.size(); i-- > 0;) {
       if (free_[i].size() != bytes) continue;
-      std::string reused = std::move(free_[i]);
+      buffer = std::move(free_[i]);
       free_[i] = std::move(free_.back());
       free_.pop_back();
       free_bytes_ -= bytes;
-      return reused;
+      reserved_ -= bytes;
+      PublishLocked();
+      break;
     }
   }
-  std::string fresh;
-  fresh.resize(bytes);
-  return fresh;
+  if (buffer.empty()) {
+    buffer.resize(bytes);
+  } else if (lender_ != nullptr) {
+    lender_->Return(bytes);
+  }
+  return buffer;
+}
+
+bool KeptSums::ReserveFree(uint64_t bytes) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (reserved_ + bytes > max_free_bytes_) return false;
+    reserved_ += bytes;
+  }
+  if (lender_ == nullptr || lender_->Lend(bytes)) return true;
+  absl::MutexLock lock(&mu_);
+  reserved_ -= bytes;
+  return false;
 }
 
 void KeptSums::Recycle(Sums sums) {
-  absl::MutexLock lock(&mu_);
   for (auto& [block, sum] : sums) {
-    if (sum.empty() || free_bytes_ + sum.size() > max_free_bytes_) continue;  // freed below
+    if (sum.empty() || !ReserveFree(sum.size())) continue;  // freed with `sums`
+    absl::MutexLock lock(&mu_);
     free_bytes_ += sum.size();
     free_.push_back(std::move(sum));
+    PublishLocked();
   }
+}
+
+uint64_t KeptSums::DropIdle() {
+  std::vector<std::string> dropped;
+  absl::MutexLock lock(&mu_);
+  const uint64_t bytes = free_bytes_;
+  dropped.swap(free_);
+  reserved_ -= bytes;
+  free_bytes_ = 0;
+  PublishLocked();
+  return bytes;
 }
 
 uint64_t KeptSums::free_bytes() const {
@@ -88,7 +118,9 @@ uint64_t KeptSums::bytes() const {
 void KeptSums::DropLocked(const Kept& kept) { bytes_ -= kept.bytes; }
 
 void KeptSums::PublishLocked() {
-  if (metrics_ != nullptr) metrics_->SetReplicaKeptSumBytes(bytes_);
+  if (metrics_ == nullptr) return;
+  metrics_->SetReplicaKeptSumBytes(bytes_);
+  metrics_->SetRecycledSumBytes(free_bytes_);
 }
 
 }  // namespace zerostate::server

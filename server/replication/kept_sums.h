@@ -4,7 +4,11 @@
 // another transfer of the shard replaces them, or the job is deleted
 // (Forget: the sums of a step that never came would otherwise stay for the
 // server's life). Their bytes are the gauge zerostate_replica_kept_sum_bytes.
-// Thread-safe.
+// Applied sums are kept idle for reuse (Recycle, Buffer) up to a bound, in
+// room of the RAM budget the jobs leave (a RamLender: the JobRegistry),
+// and dropped when a job needs it (LentRam); their bytes are the gauge
+// zerostate_replica_recycled_sum_bytes, and count in
+// zerostate_ram_used_bytes. Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -16,20 +20,22 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "server/core/lent_ram.h"
 #include "server/core/metrics.h"
 #include "server/core/replica_sums.h"
 
 namespace zerostate::server {
 
-class KeptSums final : public SumBuffers {
+class KeptSums final : public SumBuffers, public LentRam {
  public:
   using Sums = std::vector<std::pair<uint64_t, std::string>>;  // global block, sum
 
-  // `metrics` (may be null) must outlive this object. At most
-  // `max_free_bytes` of applied sums wait for reuse (Buffer).
-  explicit KeptSums(ServerMetrics* metrics = nullptr,
-                    uint64_t max_free_bytes = uint64_t{256} << 20)
-      : metrics_(metrics), max_free_bytes_(max_free_bytes) {}
+  // `metrics` (may be null) must outlive this object; `lender` (null: no
+  // budget) must outlive its use here. At most `max_free_bytes` of applied
+  // sums wait for reuse (Buffer), each only once `lender` lent its bytes.
+  explicit KeptSums(ServerMetrics* metrics = nullptr, uint64_t max_free_bytes = uint64_t{256} << 20,
+                    RamLender* lender = nullptr)
+      : metrics_(metrics), max_free_bytes_(max_free_bytes), lender_(lender) {}
 
   // Adds block `block`'s sum to those kept for (job, shard) under
   // `transfer`; those of another transfer are dropped first. Errors:
@@ -49,10 +55,12 @@ class KeptSums final : public SumBuffers {
   // where there is one, else new. Its contents are arbitrary.
   std::string Buffer(uint64_t bytes) override;
   // Keeps `sums`' memory for Buffer while the free ones stay within
-  // max_free_bytes; frees the rest.
+  // max_free_bytes and the lender lends their bytes; frees the rest.
   void Recycle(Sums sums) override;
   // The bytes of recycled sums waiting for reuse.
   uint64_t free_bytes() const;
+  // LentRam: frees the recycled sums waiting for reuse.
+  uint64_t DropIdle() override;
 
  private:
   struct Kept {
@@ -63,14 +71,20 @@ class KeptSums final : public SumBuffers {
   // Drops `kept`'s bytes from the total.
   void DropLocked(const Kept& kept) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reserves `bytes` for a recycled sum within max_free_bytes_ and the
+  // lender's room (mu_ not held while the lender is asked).
+  bool ReserveFree(uint64_t bytes) ABSL_LOCKS_EXCLUDED(mu_);
 
   ServerMetrics* const metrics_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::pair<std::string, uint32_t>, Kept> kept_ ABSL_GUARDED_BY(mu_);
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   const uint64_t max_free_bytes_;
+  RamLender* const lender_;
   std::vector<std::string> free_ ABSL_GUARDED_BY(mu_);  // recycled, for Buffer
   uint64_t free_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // free_bytes_ and the bytes reserved for sums on their way into free_.
+  uint64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace zerostate::server

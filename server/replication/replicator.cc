@@ -281,7 +281,27 @@ void Replicator::MarkLost(const CopyKey& key, uint64_t blocks) {
   PublishLocked();
 }
 
-void Replicator::Revive(const CopyKey& key, uint64_t bytes) {
+absl::Status Replicator::RecordBehind(const CopyKey& key, const std::string& address) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (options_.primaries == nullptr || recorded_behind_.contains(key)) return absl::OkStatus();
+  }
+  absl::Status s = options_.primaries->SetBehind(std::get<0>(key), std::get<1>(key), address, true);
+  if (!s.ok()) return s;
+  absl::MutexLock lock(&mu_);
+  if (lost_.contains(key)) recorded_behind_.insert(key);
+  return absl::OkStatus();
+}
+
+void Replicator::Revive(const CopyKey& key, const std::string& address, uint64_t bytes) {
+  bool recorded = false;
+  {
+    absl::MutexLock lock(&mu_);
+    recorded = recorded_behind_.erase(key) > 0;
+  }
+  if (recorded) {
+    (void)options_.primaries->SetBehind(std::get<0>(key), std::get<1>(key), address, false);
+  }
   absl::MutexLock lock(&mu_);
   lost_.erase(key);
   // Not a structured binding: clang 14 cannot capture one in a lambda.
@@ -298,9 +318,11 @@ void Replicator::Revive(const CopyKey& key, uint64_t bytes) {
 void Replicator::Depose(const std::string& job, uint32_t shard) {
   if (options_.primaries != nullptr) options_.primaries->Fence(job, shard);
   absl::MutexLock lock(&mu_);
-  absl::erase_if(lost_, [&](const CopyKey& k) {
+  const auto of_shard = [&](const CopyKey& k) {
     return std::get<0>(k) == job && std::get<1>(k) == shard;
-  });
+  };
+  absl::erase_if(lost_, of_shard);
+  absl::erase_if(recorded_behind_, of_shard);
   under_.erase({job, shard});
   PublishLocked();
 }
@@ -310,7 +332,9 @@ void Replicator::Forget(const std::string& job) {
   if (options_.accepted_terms != nullptr) options_.accepted_terms->Forget(job);
   absl::MutexLock lock(&mu_);
   absl::erase_if(terms_, [&](const auto& entry) { return entry.first.first == job; });
-  absl::erase_if(lost_, [&](const CopyKey& k) { return std::get<0>(k) == job; });
+  const auto of_job = [&](const CopyKey& k) { return std::get<0>(k) == job; };
+  absl::erase_if(lost_, of_job);
+  absl::erase_if(recorded_behind_, of_job);
   absl::erase_if(under_, [&](const auto& entry) { return entry.first.first == job; });
   PublishLocked();
 }

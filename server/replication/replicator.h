@@ -212,8 +212,17 @@ class Replicator {
   using CopyKey = std::tuple<std::string, uint32_t, uint32_t>;  // job, shard, server
   bool IsLost(const CopyKey& key) const;
   void MarkLost(const CopyKey& key, uint64_t blocks);
-  // The copy caught up with `bytes` of state: live again.
-  void Revive(const CopyKey& key, uint64_t bytes);
+  // The copy (on `address`) caught up with `bytes` of state: live again,
+  // and in sync in the membership (best effort: a record left behind only
+  // lets another copy in sync claim the shard first).
+  void Revive(const CopyKey& key, const std::string& address, uint64_t bytes);
+  // Records lost copy `key` (on `address`) behind in the membership
+  // (Primaries::SetBehind), once: before a step is acknowledged without it,
+  // so that at failover a copy in sync takes the shard first. Errors:
+  // SetBehind's (then the step must not be acknowledged; the next one
+  // tries again).
+  [[nodiscard]] absl::Status RecordBehind(const CopyKey& key, const std::string& address)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // (job, shard) has a newer primary (a backup answered ABORTED): no longer
   // served here (Primaries::Fence), so its lost copies are forgotten.
   void Depose(const std::string& job, uint32_t shard);
@@ -229,6 +238,8 @@ class Replicator {
   absl::flat_hash_map<std::string, std::shared_ptr<client::DataConnPool>> lanes_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<CopyKey> lost_ ABSL_GUARDED_BY(mu_);
+  // Lost copies recorded behind in the membership (RecordBehind).
+  absl::flat_hash_set<CopyKey> recorded_behind_ ABSL_GUARDED_BY(mu_);
   // (job, shard) -> its blocks, for shards that lost a copy.
   absl::flat_hash_map<std::pair<std::string, uint32_t>, uint64_t> under_ ABSL_GUARDED_BY(mu_);
   uint64_t backlog_bytes_ ABSL_GUARDED_BY(mu_) = 0;  // every catch-up's backlog

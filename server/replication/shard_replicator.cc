@@ -452,7 +452,7 @@ absl::Status ShardReplicator::Judge(uint64_t step, const std::vector<Result>& re
   for (const Result& r : results) {
     const absl::Status& s = r.status;
     if (r.catch_up) {  // a failed catch-up leaves the copy lost, the Step unharmed
-      if (s.ok()) owner_.Revive({job_id_, shard_, r.server}, r.seed_bytes);
+      if (s.ok()) owner_.Revive({job_id_, shard_, r.server}, r.address, r.seed_bytes);
       continue;
     }
     if (s.ok()) continue;
@@ -468,6 +468,18 @@ absl::Status ShardReplicator::Judge(uint64_t step, const std::vector<Result>& re
       first = absl::UnavailableError(absl::StrCat("step ", step, " of shard ", shard_,
                                                   ": backup ", r.address,
                                                   " did not acknowledge it: ", s.message()));
+    }
+  }
+  // No step is acknowledged without a lost copy before the membership
+  // records it behind (at failover a copy in sync then claims first).
+  for (const auto& [server, address] : copies_) {
+    if (!owner_.IsLost({job_id_, shard_, server})) continue;
+    absl::Status recorded = owner_.RecordBehind({job_id_, shard_, server}, address);
+    if (!recorded.ok() && first.ok()) {
+      first = absl::UnavailableError(
+          absl::StrCat("step ", step, " of shard ", shard_, ": backup ", address,
+                       " is lost and the membership could not record it behind (",
+                       recorded.message(), "); the step is not acknowledged"));
     }
   }
   return first;

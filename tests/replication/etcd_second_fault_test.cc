@@ -11,8 +11,16 @@
 //   step within one lease: the third server takes both shards over. The
 //   time from each kill to the end of the step it interrupted is printed
 //   (not checked: tests never fail on time).
+// - k = 2: a backup hung (SIGSTOP) past the replica timeout is lost, and
+//   its primary records it behind in etcd before it acknowledges the step
+//   without it; woken, it is alive but behind. Then the primary is
+//   SIGKILLed: the hung backup, first in ring order, does not take the
+//   shard; the other backup, in sync, does.
+#include <signal.h>
+
 #include <algorithm>
 #include <iostream>
+#include <thread>
 
 #include "common/shard_map.h"
 #include "tests/replication/etcd_cluster_fixture.h"
@@ -24,8 +32,9 @@ class EtcdSecondFaultTest : public EtcdClusterFixture {
  protected:
   EtcdSecondFaultTest() : EtcdClusterFixture("second") {}
 
-  void StartJob(const std::string& id, uint32_t replicas) {
-    StartServers();
+  void StartJob(const std::string& id, uint32_t replicas,
+                const std::vector<std::string>& extra = {}) {
+    StartServers(extra);
     if (HasFatalFailure()) return;
     spec_ = testing::ReplicatedSpec(id, replicas);
     auto run = testing::StartNodes(spec_, addresses());
@@ -117,6 +126,40 @@ TEST_F(EtcdSecondFaultTest, WithTwoBackupsTwoPrimariesKilledInOneLeaseRecoverAsF
             << one << " after the kill; two primaries killed at once: " << two << std::endl;
   EXPECT_EQ(PrimaryOf(spec_.job_id(), 0), addresses()[2]);
   EXPECT_EQ(PrimaryOf(spec_.job_id(), 1), addresses()[2]);
+  Finish();
+}
+
+TEST_F(EtcdSecondFaultTest, AnInSyncBackupTakesTheShardBeforeALiveOneRecordedBehind) {
+  StartJob("behind", 2, {"--replica_timeout_seconds=1"});
+  if (HasFatalFailure() || IsSkipped()) return;
+  // Shard 0's copies are servers 0 (primary), 1 and 2, in ring order.
+  // Server 1 hung in step 2 until server 0 recorded it behind (its
+  // ApplyStep past the replica timeout), then woken.
+  const pid_t hung = server(1).pid();
+  std::vector<std::string> behind;
+  std::thread waker;
+  Train(run_, *ref_, step_, step_ + 1, [&] {
+    ASSERT_EQ(kill(hung, SIGSTOP), 0);
+    waker = std::thread([&] {
+      for (absl::Time until = absl::Now() + absl::Seconds(30); absl::Now() < until;) {
+        auto recorded = observer_->Behind(spec_.job_id(), 0);
+        if (recorded.ok() && !recorded->empty()) {
+          behind = *recorded;
+          break;
+        }
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      kill(hung, SIGCONT);
+    });
+  });
+  if (waker.joinable()) waker.join();
+  ++step_;
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(behind, std::vector<std::string>{addresses()[1]});
+  // Killed in the next step, before it could catch server 1 up.
+  KillInStep({0});
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(PrimaryOf(spec_.job_id(), 0), addresses()[2]);
   Finish();
 }
 

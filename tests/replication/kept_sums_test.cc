@@ -2,17 +2,118 @@
 // (server/replication/kept_sums.h, KeptSums as SumBuffers): a step's sums,
 // once applied and recycled, are what the next sums of their size are
 // received into (the same memory, not fresh pages), up to the bound on
-// idle bytes; a sum of another size gets a new buffer.
+// idle bytes; a sum of another size gets a new buffer. The idle ones live
+// in the RAM budget's room the jobs leave (JobRegistry lends it), and a job
+// that needs that room gets it.
 #include "server/replication/kept_sums.h"
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "common/job_spec.h"
+#include "server/core/job_registry.h"
+
 namespace zerostate::server {
 namespace {
+
+constexpr char kToken[] = "kept-sums-test-token-0123456789abcdef012345";
+
+v1::RegisterJobRequest JobOf(const std::string& id, uint64_t params) {
+  v1::RegisterJobRequest req;
+  req.mutable_spec()->set_job_id(id);
+  auto* w = req.mutable_spec()->add_tensors();
+  w->set_name("w");
+  w->add_shape(params);
+  req.mutable_spec()->mutable_optimizer()->set_kind(v1::OPTIMIZER_ADAMW);
+  req.mutable_spec()->set_num_nodes(1);
+  req.mutable_spec()->set_grad_dtype(v1::DTYPE_FP32);
+  req.mutable_spec()->set_weight_dtype(v1::DTYPE_FP32);
+  req.mutable_spec()->set_block_elems(1024);
+  req.add_servers("a:1");
+  return req;
+}
+
+uint64_t BytesOf(const v1::RegisterJobRequest& req) {
+  v1::JobSpec spec = *NormalizeJobSpec(req.spec());
+  return Job::EstimateBytes(spec, LayoutOf(spec).num_blocks());
+}
+
+// A gauge's value on `registry`'s page.
+double Gauge(prometheus::Registry& registry, const std::string& name) {
+  for (const auto& family : registry.Collect()) {
+    if (family.name == name) return family.metric.at(0).gauge.value;
+  }
+  ADD_FAILURE() << name << " is not on the metrics page";
+  return -1;
+}
+
+KeptSums::Sums SumsOf(int count, uint64_t bytes) {
+  KeptSums::Sums sums;
+  for (int i = 0; i < count; ++i) sums.emplace_back(i, std::string(bytes, 's'));
+  return sums;
+}
+
+TEST(KeptSumsTest, RecycledSumsLiveInTheRoomTheJobsLeaveAndAJobTakesItBack) {
+  constexpr uint64_t kBytes = 4096;
+  const v1::RegisterJobRequest small = JobOf("small", 4096), other = JobOf("other", 2048);
+  const uint64_t job = BytesOf(small);
+  ASSERT_GT(job, 3 * kBytes);
+  auto page = std::make_shared<prometheus::Registry>();
+  ServerMetrics metrics(page);
+  JobRegistry jobs(job + 3 * kBytes);
+  KeptSums kept(&metrics, /*max_free_bytes=*/8 * kBytes, &jobs);
+  jobs.SetBorrower(&kept);
+  auto publish = [&] { metrics.SetRam(jobs.ram_used(), jobs.ram_budget(), jobs.size()); };
+
+  // No job: the recycled sums take the room, up to their own bound.
+  kept.Recycle(SumsOf(10, kBytes));
+  EXPECT_EQ(kept.free_bytes(), 8 * kBytes);
+  EXPECT_EQ(jobs.lent(), 8 * kBytes);
+  publish();
+  EXPECT_EQ(Gauge(*page, "zerostate_replica_recycled_sum_bytes"), 8 * kBytes);
+  EXPECT_EQ(Gauge(*page, "zerostate_ram_used_bytes"), 8 * kBytes);
+
+  // A job that fits only in the lent room gets it: the idle sums are freed.
+  auto registered = jobs.Register(small, kToken);
+  ASSERT_TRUE(registered.ok()) << registered.status();
+  EXPECT_EQ(kept.free_bytes(), 0u);
+  EXPECT_EQ(jobs.lent(), 0u);
+
+  // With the job there, only the room it leaves is recycled into.
+  kept.Recycle(SumsOf(10, kBytes));
+  EXPECT_EQ(kept.free_bytes(), 3 * kBytes);
+  EXPECT_EQ(jobs.ram_used() + jobs.lent(), jobs.ram_budget());
+  publish();
+  EXPECT_EQ(Gauge(*page, "zerostate_replica_recycled_sum_bytes"), 3 * kBytes);
+  EXPECT_EQ(Gauge(*page, "zerostate_ram_used_bytes"), job + 3 * kBytes);
+
+  // A job that does not fit even in the lent room is refused, naming the
+  // figures, and nothing is dropped.
+  absl::Status refused = jobs.Register(other, kToken).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("needs " + std::to_string(BytesOf(other)) +
+                                   " bytes of the RAM budget"),
+            std::string::npos)
+      << refused;
+  EXPECT_EQ(kept.free_bytes(), 3 * kBytes);
+  EXPECT_EQ(jobs.size(), 1u);
+
+  // A sum received into a recycled buffer gives its room back.
+  std::string reused = kept.Buffer(kBytes);
+  EXPECT_EQ(reused.size(), kBytes);
+  EXPECT_EQ(jobs.lent(), 2 * kBytes);
+  EXPECT_EQ(Gauge(*page, "zerostate_replica_recycled_sum_bytes"), 2 * kBytes);
+
+  // The job deleted, its room is lent again.
+  ASSERT_TRUE(*jobs.Delete("small", kToken));
+  kept.Recycle(SumsOf(10, kBytes));
+  EXPECT_EQ(kept.free_bytes(), 8 * kBytes);
+  EXPECT_EQ(jobs.lent(), 8 * kBytes);
+}
 
 TEST(KeptSumsTest, AppliedSumsAreReceivedIntoAgainUpToTheirBound) {
   constexpr uint64_t kBytes = 4096;

@@ -123,6 +123,37 @@ TEST_F(EtcdMembershipTest, ReleaseRemovesOnlyItsOwnClaim) {
   b->OnPrimaryLost(nullptr);
 }
 
+// The behind/ records (SetBehind): only the claim in force writes them,
+// every member reads them, they outlive the primary's lease, and a release
+// of the claim (the job deleted) takes them away.
+TEST_F(EtcdMembershipTest, OnlyThePrimaryRecordsACopyBehindAndTheRecordOutlivesIt) {
+  auto a = Member("a:1");
+  ASSERT_TRUE(a);
+  auto term = a->Claim("job", 0);
+  ASSERT_TRUE(term.ok()) << term.status();
+  for (const char* copy : {"b:1", "c:1"})
+    ASSERT_TRUE(a->SetBehind("job", 0, *term, copy, true).ok());
+  ASSERT_TRUE(a->SetBehind("job", 0, *term, "c:1", false).ok());
+  auto b = Member("b:1");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(*b->Behind("job", 0), std::vector<std::string>{"b:1"});
+  EXPECT_TRUE(b->Behind("job", 1)->empty());
+  // A term not in force (another's epoch) writes nothing.
+  absl::Status stale = b->SetBehind("job", 0, PrimaryTerm{"b:1", term->epoch + 1}, "a:1", true);
+  EXPECT_TRUE(absl::IsFailedPrecondition(stale)) << stale;
+  EXPECT_NE(stale.message().find("no longer in force"), std::string::npos) << stale;
+  EXPECT_TRUE(absl::IsInvalidArgument(a->SetBehind("job", 0, *term, "x/y", true)));
+  // The primary gone (its lease revoked), the record stays; the next
+  // primary's release of its claim removes it.
+  a->Leave();
+  EXPECT_EQ(*b->Behind("job", 0), std::vector<std::string>{"b:1"});
+  auto taken = b->Claim("job", 0);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  ASSERT_EQ(taken->primary, "b:1");
+  ASSERT_TRUE(b->Release("job", 0).ok());
+  EXPECT_TRUE(b->Behind("job", 0)->empty());
+}
+
 TEST_F(EtcdMembershipTest, ConcurrentClaimsHaveOneWinnerEach) {
   std::vector<std::unique_ptr<EtcdMembership>> members;
   for (int i = 0; i < 4; ++i) members.push_back(Member("m:" + std::to_string(i)));
