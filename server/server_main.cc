@@ -120,6 +120,11 @@ ABSL_FLAG(int64_t, etcd_lease_ttl_seconds, 10,
 ABSL_FLAG(std::string, advertise_address, "",
           "host:port other servers and clients dial to reach this server's gRPC port, as "
           "named in etcd (empty: --listen, a wildcard host replaced by this host's name)");
+ABSL_FLAG(std::string, replace, "",
+          "HOST:PORT name of a dead server this process replaces from another address (needs "
+          "--etcd_endpoints): it joins etcd under that name, revokes the dead process's lease, "
+          "and publishes its own address (--advertise_address) there, where the other servers "
+          "and the clients look the name up; the dead process must be gone for good");
 
 namespace {
 
@@ -132,6 +137,7 @@ std::shared_ptr<zerostate::server::EtcdMembership> JoinMembership(
   config.cluster = absl::GetFlag(FLAGS_cluster);
   config.lease_ttl_seconds = absl::GetFlag(FLAGS_etcd_lease_ttl_seconds);
   config.advertise_address = absl::GetFlag(FLAGS_advertise_address);
+  config.replace = absl::GetFlag(FLAGS_replace);
   auto membership = zerostate::server::StartMembership(config, listen, std::move(registry));
   if (!membership.ok()) {
     std::cerr << "zerostate-server: " << membership.status() << std::endl;

@@ -229,7 +229,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   s->replicator_ = std::make_unique<Replicator>(Replicator::Options{
       *std::move(peer_credentials), opt.replica_timeout, absl::Seconds(1), s->metrics_.get(),
       lanes, s->primaries_.get(), *std::move(peer_data_tls), s->kept_sums_.get(),
-      s->accepted_terms_.get(), opt.catchup_backlog_bytes});
+      s->accepted_terms_.get(), opt.catchup_backlog_bytes, s->membership_.get()});
   // The core's push and gather paths, which both edges call.
   s->pushes_ = std::make_unique<PushHandler>(*s->jobs_, s->primaries_.get(), service.max_wait,
                                              s->metrics_.get());

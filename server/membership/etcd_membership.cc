@@ -38,6 +38,10 @@ absl::Status CheckOptions(const EtcdMembershipOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("advertised address '", o.self, "' must be non-empty, without '/'"));
   }
+  if (o.dial.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dialled address '", o.dial, "' of ", o.self, " must not have '/'"));
+  }
   if (o.lease_ttl_seconds < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("etcd_lease_ttl_seconds: ", o.lease_ttl_seconds,
@@ -58,6 +62,7 @@ EtcdMembership::EtcdMembership(EtcdMembershipOptions options, std::unique_ptr<Et
 absl::StatusOr<std::unique_ptr<EtcdMembership>> EtcdMembership::Start(
     EtcdMembershipOptions options) {
   if (auto st = CheckOptions(options); !st.ok()) return st;
+  if (options.dial.empty()) options.dial = options.self;
   if (options.call_timeout <= absl::ZeroDuration()) {
     options.call_timeout = absl::Seconds(options.lease_ttl_seconds) / 3;
   }
@@ -101,8 +106,10 @@ std::string EtcdMembership::BehindPrefix(const std::string& job, int shard) cons
   return absl::StrCat(prefix_, "behind/", job, "/", shard, "/");
 }
 
-std::string EtcdMembership::MemberKey() const {
-  return absl::StrCat(prefix_, "members/", options_.self);
+std::string EtcdMembership::MemberKey() const { return MemberKeyOf(options_.self); }
+
+std::string EtcdMembership::MemberKeyOf(const std::string& name) const {
+  return absl::StrCat(prefix_, "members/", name);
 }
 
 absl::Status EtcdMembership::ReplacePreviousIncarnation() {
@@ -138,7 +145,7 @@ absl::Status EtcdMembership::Join() {
   for (const KeyValue& kv : old->kvs()) {
     if (kv.lease() != 0 && kv.lease() != lease) previous = kv.lease();
   }
-  if (auto put = etcd_->Put(MemberKey(), options_.self, lease); !put.ok()) return put.status();
+  if (auto put = etcd_->Put(MemberKey(), options_.dial, lease); !put.ok()) return put.status();
   {
     absl::MutexLock lock(&mu_);
     lease_ = lease;
@@ -365,12 +372,23 @@ bool EtcdMembership::Holds(const std::string& job, int shard, const PrimaryTerm&
   return it != held_.end() && it->second == term.epoch;
 }
 
+absl::StatusOr<std::string> EtcdMembership::Resolve(const std::string& name) {
+  if (name.empty() || name.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("server name '", name, "' is not a server's address (empty, or has '/')"));
+  }
+  auto got = etcd_->Range(MemberKeyOf(name));
+  if (!got.ok()) return got.status();
+  if (got->kvs().empty() || got->kvs(0).value().empty()) return name;
+  return got->kvs(0).value();
+}
+
 absl::StatusOr<std::vector<std::string>> EtcdMembership::Members() {
-  const std::string prefix = absl::StrCat(prefix_, "members/");
+  const std::string prefix = MemberKeyOf("");
   auto got = etcd_->Range(prefix, PrefixEnd(prefix));
   if (!got.ok()) return got.status();
   std::vector<std::string> out;
-  for (const KeyValue& kv : got->kvs()) out.push_back(kv.value());
+  for (const KeyValue& kv : got->kvs()) out.push_back(kv.key().substr(prefix.size()));
   std::sort(out.begin(), out.end());
   return out;
 }

@@ -2,7 +2,9 @@
 // revisions; this class only keeps them.
 //
 // Keys, under /zerostate/<cluster>/:
-//   members/<self>            value self, on this server's lease
+//   members/<self>            value the address this process is dialled
+//                             at (Options::dial: self, or the new address
+//                             of a replacement), on this server's lease
 //   primaries/<job>/<shard>   value the primary's self, on its lease,
 //                             created by a Txn that succeeds only when the
 //                             key does not exist (create_revision == 0);
@@ -70,6 +72,10 @@ struct EtcdMembershipOptions {
   std::string cluster = "default";
   // This server's advertised address (Membership::self()). Required, no '/'.
   std::string self;
+  // The gRPC address this process is dialled at, published in its member
+  // key for Resolve(self); empty: self. It differs from self for a
+  // replacement of server `self` that listens elsewhere (--replace).
+  std::string dial;
   // --etcd_lease_ttl_seconds: how long etcd keeps this server's lease (and
   // so its primaries) after its last keepalive. Whole seconds, >= 2 (etcd's
   // own minimum with its default election timeout). Failover takes about
@@ -111,12 +117,17 @@ class EtcdMembership final : public Membership {
                                        const std::string& copy, bool behind) override;
   [[nodiscard]] absl::StatusOr<std::vector<std::string>> Behind(const std::string& job,
                                                                 int shard) override;
+  // The value of members/<name> (the live process's dialled address),
+  // `name` when none is live.
+  [[nodiscard]] absl::StatusOr<std::string> Resolve(const std::string& name) override;
   [[nodiscard]] absl::StatusOr<std::vector<std::string>> Members() override;
   void OnPrimaryLost(std::function<void(const std::string& job, int shard)> cb) override;
 
   // Revokes the lease of the previous process of this address, if Start
   // found one. REQUIRES: this process has bound the advertised address
-  // (proof that the other is gone). Errors: UNAVAILABLE (etcd).
+  // (proof that the other is gone), or replaces it from another address
+  // (the operator's word that it is gone: Options::dial). Errors:
+  // UNAVAILABLE (etcd).
   [[nodiscard]] absl::Status ReplacePreviousIncarnation();
 
   // Whether `term` is this server's claim under its current lease, and
@@ -130,6 +141,8 @@ class EtcdMembership final : public Membership {
   // The prefix of (job, shard)'s behind/ keys (SetBehind).
   std::string BehindPrefix(const std::string& job, int shard) const;
   std::string MemberKey() const;
+  // The member key of server `name`.
+  std::string MemberKeyOf(const std::string& name) const;
 
  private:
   using ShardKey = std::pair<std::string, int>;

@@ -107,6 +107,17 @@ class Membership {
     return std::vector<std::string>{};
   }
 
+  // The address to dial to reach the server named `name` (an address a
+  // job's servers list, as self() names this one): its process's own
+  // gRPC address where it published one (a replacement that took over the
+  // name from another address, zerostate-server --replace), else `name`
+  // itself (no live process of that name published one, or this
+  // membership keeps no addresses: this default). Errors: UNAVAILABLE
+  // (the engine).
+  [[nodiscard]] virtual absl::StatusOr<std::string> Resolve(const std::string& name) {
+    return name;
+  }
+
   // The live servers' advertised addresses (this one included while its
   // lease holds), sorted.
   [[nodiscard]] virtual absl::StatusOr<std::vector<std::string>> Members() = 0;

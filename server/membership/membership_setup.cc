@@ -33,17 +33,40 @@ absl::StatusOr<std::string> AdvertisedAddress(const std::string& listen,
   return absl::StrCat(host, ":", port);
 }
 
+absl::StatusOr<MemberAddresses> MemberAddressesFor(const MembershipConfig& config,
+                                                   const std::string& listen) {
+  auto dial = AdvertisedAddress(listen, config.advertise_address);
+  if (!dial.ok()) return dial.status();
+  if (config.replace.empty()) return MemberAddresses{*dial, *dial};
+  if (SplitEndpoints(config.etcd_endpoints).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replace: '", config.replace,
+        "' needs --etcd_endpoints: the new address of a replaced server is published there"));
+  }
+  const size_t colon = config.replace.rfind(':');
+  int port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      config.replace.find('/') != std::string::npos ||
+      !absl::SimpleAtoi(config.replace.substr(colon + 1), &port) || port <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replace: '", config.replace,
+                     "' is not the HOST:PORT name of a server (as a job's servers list it)"));
+  }
+  return MemberAddresses{config.replace, *dial};
+}
+
 absl::StatusOr<std::shared_ptr<EtcdMembership>> StartMembership(
     const MembershipConfig& config, const std::string& listen,
     std::shared_ptr<prometheus::Registry> registry) {
   std::vector<std::string> endpoints = SplitEndpoints(config.etcd_endpoints);
-  if (endpoints.empty()) return std::shared_ptr<EtcdMembership>();
-  auto self = AdvertisedAddress(listen, config.advertise_address);
-  if (!self.ok()) return self.status();
+  if (endpoints.empty() && config.replace.empty()) return std::shared_ptr<EtcdMembership>();
+  auto names = MemberAddressesFor(config, listen);  // refuses --replace without endpoints
+  if (!names.ok()) return names.status();
   EtcdMembershipOptions options;
   options.endpoints = std::move(endpoints);
   options.cluster = config.cluster;
-  options.self = *self;
+  options.self = names->self;
+  options.dial = names->dial;
   options.lease_ttl_seconds = config.lease_ttl_seconds;
   options.metrics = std::move(registry);
   auto started = EtcdMembership::Start(std::move(options));

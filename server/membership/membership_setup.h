@@ -1,5 +1,5 @@
 // The server's membership from its flags (--etcd_endpoints, --cluster,
-// --etcd_lease_ttl_seconds, --advertise_address): off without endpoints,
+// --etcd_lease_ttl_seconds, --advertise_address, --replace): off without endpoints,
 // an EtcdMembership otherwise. main() calls this; a server without
 // replicated jobs (k = 0) needs nothing of it.
 #pragma once
@@ -22,6 +22,18 @@ struct MembershipConfig {
   // What other servers and clients dial to reach this server's gRPC port;
   // empty: derived from --listen (AdvertisedAddress).
   std::string advertise_address;
+  // --replace: the name (advertised address) of a server this process
+  // takes the place of from another address: it joins under that name,
+  // revokes the old process's lease as a restart does, and publishes its
+  // own address for the name (Membership::Resolve), where peers and
+  // clients find it. Empty: this server is named by its own address.
+  std::string replace;
+};
+
+// What this server is called in the membership, and where it is dialled.
+struct MemberAddresses {
+  std::string self;  // its name: what jobs list and claims record
+  std::string dial;  // its own gRPC address
 };
 
 // `advertise` when set; else `listen` with a wildcard host (0.0.0.0, ::,
@@ -30,9 +42,18 @@ struct MembershipConfig {
 [[nodiscard]] absl::StatusOr<std::string> AdvertisedAddress(const std::string& listen,
                                                             const std::string& advertise);
 
-// Null when config.etcd_endpoints is empty; else a started EtcdMembership
-// advertising AdvertisedAddress(listen, ...), its metrics in `registry`.
-// Errors: those of AdvertisedAddress and EtcdMembership::Start.
+// The name and dialled address of a server with `config` listening on
+// `listen`: both AdvertisedAddress(listen, advertise_address), or, with
+// config.replace, named by it. INVALID_ARGUMENT, naming the flag: those of
+// AdvertisedAddress; --replace without --etcd_endpoints (nobody could
+// learn the new address); --replace that is not HOST:PORT, or has '/'.
+[[nodiscard]] absl::StatusOr<MemberAddresses> MemberAddressesFor(const MembershipConfig& config,
+                                                                const std::string& listen);
+
+// Null when config.etcd_endpoints is empty (an error with --replace);
+// else a started EtcdMembership under MemberAddressesFor(config, listen),
+// its metrics in `registry`. Errors: those of MemberAddressesFor and
+// EtcdMembership::Start.
 [[nodiscard]] absl::StatusOr<std::shared_ptr<EtcdMembership>> StartMembership(
     const MembershipConfig& config, const std::string& listen,
     std::shared_ptr<prometheus::Registry> registry);

@@ -96,14 +96,25 @@ absl::Status FromGrpc(const grpc::Status& s) {
 
 }  // namespace
 
+std::string Replicator::Dial(const std::string& name) const {
+  if (options_.names == nullptr) return name;
+  absl::StatusOr<std::string> dial = options_.names->Resolve(name);
+  return dial.ok() ? *dial : name;
+}
+
 std::shared_ptr<v1::ReplicaService::Stub> Replicator::Peer(const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  auto& stub = peers_[address];
-  if (stub == nullptr) {
-    stub = v1::ReplicaService::NewStub(
-        grpc::CreateCustomChannel(address, options_.credentials, PeerChannelArgs()));
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = peers_.find(address);
+    if (it != peers_.end()) return it->second;
   }
-  return stub;
+  const std::string dial = Dial(address);
+  auto stub = v1::ReplicaService::NewStub(
+      grpc::CreateCustomChannel(dial, options_.credentials, PeerChannelArgs()));
+  absl::MutexLock lock(&mu_);
+  auto [it, made] = peers_.try_emplace(address, std::move(stub));
+  if (made) dialled_[address] = dial;
+  return it->second;
 }
 
 absl::StatusOr<std::unique_ptr<client::DataConn>> Replicator::Lane(const std::string& address) {
@@ -157,7 +168,8 @@ bool Replicator::Reconnect(const std::string& address) {
   // Its own subchannel: not one in a reconnect backoff since the server died.
   grpc::ChannelArguments args = PeerChannelArgs();
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  auto channel = grpc::CreateCustomChannel(address, options_.credentials, args);
+  const std::string dial = Dial(address);
+  auto channel = grpc::CreateCustomChannel(dial, options_.credentials, args);
   const auto deadline = absl::ToChronoTime(absl::Now() + options_.reconnect_timeout);
   grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
   while (state != GRPC_CHANNEL_READY) {
@@ -167,6 +179,7 @@ bool Replicator::Reconnect(const std::string& address) {
   }
   absl::MutexLock lock(&mu_);
   peers_[address] = v1::ReplicaService::NewStub(channel);
+  dialled_[address] = dial;
   lanes_.erase(address);  // its data port is learned again
   return true;
 }
@@ -260,7 +273,10 @@ absl::Status Replicator::Send(const std::string& address, const std::string& tok
   if (s.ok() && resp.data_port() != 0) {
     absl::MutexLock lock(&mu_);
     std::shared_ptr<client::DataConnPool>& pool = lanes_[address];
-    const std::string data = client::DataAddress(address, static_cast<int>(resp.data_port()));
+    auto dialled = dialled_.find(address);
+    const std::string data =
+        client::DataAddress(dialled != dialled_.end() ? dialled->second : address,
+                            static_cast<int>(resp.data_port()));
     if (pool == nullptr || pool->address() != data) {
       pool = std::make_shared<client::DataConnPool>(data, std::max(1, options_.lanes),
                                                     options_.data_tls);

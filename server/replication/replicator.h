@@ -72,6 +72,7 @@
 #include "server/core/job.h"
 #include "server/core/metrics.h"
 #include "server/core/primaries.h"
+#include "server/membership/membership.h"
 #include "server/replication/accepted_terms.h"
 #include "server/replication/kept_sums.h"
 #include "server/core/tls_files.h"
@@ -139,6 +140,9 @@ class Replicator {
     // (--catchup_backlog_bytes); a step that would exceed it drops the
     // catch-up. At least one step's: a smaller bound never completes one.
     uint64_t catchup_backlog_bytes = uint64_t{4} << 30;
+    // Where a peer named in a job's servers is dialled (Membership::Resolve:
+    // a replacement's new address); null: at its name.
+    Membership* names = nullptr;
   };
   explicit Replicator(Options options) : options_(std::move(options)) {}
 
@@ -155,7 +159,8 @@ class Replicator {
   // and their terms (deleted).
   void Forget(const std::string& job);
 
-  // Stub of peer `address`, made at first use.
+  // Stub of peer `address` (a server's name, as a job lists it), made at
+  // first use on a channel to where it is dialled (Dial).
   std::shared_ptr<v1::ReplicaService::Stub> Peer(const std::string& address);
   int lanes() const { return options_.lanes; }
 
@@ -191,9 +196,15 @@ class Replicator {
   [[nodiscard]] absl::Status RecvSumAck(client::DataConn& lane) const;
   // A call's deadline (Options::timeout) and job token.
   void PrepareCall(grpc::ClientContext& ctx, const std::string& token) const;
-  // Whether `address` accepts a connection now, on a new channel (within
-  // reconnect_timeout); if so Peer(address) uses that channel from now on.
+  // Whether `address` accepts a connection now, on a new channel to where
+  // it is dialled now (Dial: a replacement's new address is found here),
+  // within reconnect_timeout; if so Peer(address) uses that channel from
+  // now on.
   bool Reconnect(const std::string& address);
+  // Where peer `name` is dialled: Options::names' Resolve, `name` itself
+  // without one or when it cannot answer (etcd out: a later Reconnect
+  // asks again). Calls etcd: never under mu_.
+  std::string Dial(const std::string& name) const ABSL_LOCKS_EXCLUDED(mu_);
   // One lost copy's Seed: `first` (job, shard, registration, version;
   // stamped here with the term), then `blocks`; `cancel` (may be null)
   // can cancel it.
@@ -234,6 +245,9 @@ class Replicator {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<v1::ReplicaService::Stub>> peers_
       ABSL_GUARDED_BY(mu_);
+  // Peer name -> the address its stub dials (Dial), whose host its data
+  // plane is on; a peer not in it is dialled at its name.
+  absl::flat_hash_map<std::string, std::string> dialled_ ABSL_GUARDED_BY(mu_);
   // Peer gRPC address -> its data plane's connections (once its port is known).
   absl::flat_hash_map<std::string, std::shared_ptr<client::DataConnPool>> lanes_
       ABSL_GUARDED_BY(mu_);

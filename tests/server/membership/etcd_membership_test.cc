@@ -386,6 +386,46 @@ TEST_F(EtcdMembershipTest, RestartRevokesThePreviousIncarnationsClaims) {
   EXPECT_TRUE(a->Holds("job", 0, *t));
 }
 
+// A replacement of server a:1 from another address: named a:1 (it takes
+// the dead process's claims away as a restart does), dialled at its own
+// address, which every member resolves the name to while it lives.
+TEST_F(EtcdMembershipTest, AReplacementIsNamedByTheOldAddressAndDialledAtItsOwn) {
+  auto raw = Client();
+  auto b = Member("b:1");
+  ASSERT_TRUE(b);
+  auto old = raw->LeaseGrant(600);  // the dead process's, would outlive the test
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_TRUE(raw->Put(b->PrimaryKey("job", 0), "a:1", old->id()).ok());
+  ASSERT_TRUE(raw->Put("/zerostate/test/members/a:1", "a:1", old->id()).ok());
+  auto same = b->Resolve("a:1");
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(*same, "a:1");
+  auto o = Options("a:1");
+  o.dial = "c:7";
+  auto started = EtcdMembership::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto a = *std::move(started);
+  ASSERT_TRUE(a->ReplacePreviousIncarnation().ok());
+  EXPECT_TRUE(absl::IsNotFound(a->Primary("job", 0).status()));
+  auto moved = b->Resolve("a:1");
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(*moved, "c:7");
+  auto members = b->Members();
+  ASSERT_TRUE(members.ok()) << members.status();
+  EXPECT_EQ(*members, (std::vector<std::string>{"a:1", "b:1"}));  // by name
+  auto t = a->Claim("job", 0);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->primary, "a:1");
+  auto unknown = b->Resolve("z:9");  // no live process: its name
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_EQ(*unknown, "z:9");
+  EXPECT_TRUE(absl::IsInvalidArgument(b->Resolve("a/1").status()));
+  a->Leave();
+  auto gone = b->Resolve("a:1");
+  ASSERT_TRUE(gone.ok()) << gone.status();
+  EXPECT_EQ(*gone, "a:1");
+}
+
 TEST_F(EtcdMembershipTest, BadInputIsRefusedNamingIt) {
   auto unreachable = EtcdMembership::Start(Options("a:1", "127.0.0.1:1"));
   ASSERT_FALSE(unreachable.ok());
@@ -410,6 +450,9 @@ TEST_F(EtcdMembershipTest, BadInputIsRefusedNamingIt) {
   bad(o, "cluster: 'a/b'");
   o = Options("a/1");
   bad(o, "advertised address 'a/1'");
+  o = Options("a:1");
+  o.dial = "c/7";
+  bad(o, "dialled address 'c/7' of a:1");
   o = Options("a:1");
   o.lease_ttl_seconds = 1;
   bad(o, "etcd_lease_ttl_seconds: 1");
