@@ -1,7 +1,7 @@
 // What a Client holds: options, connections to every server, the retry
 // policy, metrics and the client's thread pool. JobClients share it (by
 // shared_ptr), so a Client may be destroyed before its JobClients.
-// Thread-safe; constant after construction.
+// Thread-safe; constant after construction (a ServerConn may move: Repoint).
 #pragma once
 
 #include <memory>
@@ -32,6 +32,12 @@ class Client::Impl {
   const ClientOptions& options() const { return options_; }
   int num_servers() const { return static_cast<int>(servers_.size()); }
   ServerConn& server(int shard) { return *servers_[shard]; }
+  // Where each server is dialled now (ServerConn::address), in server order.
+  std::vector<std::string> addresses() const {
+    std::vector<std::string> all;
+    for (const auto& s : servers_) all.push_back(s->address());
+    return all;
+  }
   // Each server's data-plane cutter (ServerConn::cutter), in server order.
   std::vector<std::shared_ptr<ConnCutter>> cutters() const {
     std::vector<std::shared_ptr<ConnCutter>> all;

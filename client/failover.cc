@@ -4,6 +4,9 @@
 // through the servers' membership when asked for it), sends that backup
 // this client's pushes of the step in progress (the primary had them, the
 // backup only ever got whole steps), and runs the interrupted call again.
+// A copy that does not answer where this client dials it may have been
+// replaced from another address: the other servers say where it is now
+// (Relocate), and its connection moves there.
 // Versions make every repeated push and Step idempotent, so the step is
 // applied exactly once.
 #include <algorithm>
@@ -69,6 +72,30 @@ absl::Status QuickStatus(Client::Impl& client, const JobContext& job, int server
   return s.ok() && check_incarnation ? CheckIncarnation(job, server, resp->incarnation()) : s;
 }
 
+// Where server `server` of the job is dialled now, asked of the other
+// servers that are not silent (JobStatusRequest.locate: any server holding
+// the job answers, the first answer counts): when a replacement of it
+// listens elsewhere, its connection moves there (ServerConn::Repoint).
+// True when it moved.
+bool Relocate(Client::Impl& client, const JobContext& job, int server, absl::Duration wait) {
+  for (int other = 0; other < client.num_servers(); ++other) {
+    if (other == server || client.server(other).SilentSince().has_value()) continue;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + wait));
+    const std::string token = client.job_token().Get();
+    if (!token.empty()) ctx.AddMetadata(kJobTokenMetadata, token);
+    v1::JobStatusRequest req;
+    req.set_job_id(job.job_id);
+    req.set_locate(true);
+    v1::JobStatusResponse resp;
+    if (!client.server(other).NextStub()->JobStatus(&ctx, req, &resp).ok()) continue;
+    if (resp.server_addresses_size() <= server) return false;  // a server that cannot tell
+    const std::string& now = resp.server_addresses(server);
+    return !now.empty() && client.server(server).Repoint(now);
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& cause) {
@@ -118,11 +145,16 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
     for (uint32_t to : copies) {
       v1::JobStatusResponse resp;
       // Nor is a silent copy, until its channel answers again.
-      absl::Status st = client_->server(static_cast<int>(to)).cutter()->Check();
-      if (st.ok()) {
-        st = QuickStatus(*client_, job_, static_cast<int>(to), shard, wait, &resp,
-                         /*check_incarnation=*/false);
-      }
+      auto ask = [&] {
+        absl::Status st = client_->server(static_cast<int>(to)).cutter()->Check();
+        if (!st.ok()) return st;
+        return QuickStatus(*client_, job_, static_cast<int>(to), shard, wait, &resp,
+                           /*check_incarnation=*/false);
+      };
+      absl::Status st = ask();
+      // Gone from the address this client knows: a replacement of it may
+      // listen elsewhere.
+      if (MayBeGone(st) && Relocate(*client_, job_, static_cast<int>(to), wait)) st = ask();
       if (!st.ok()) {
         answers[to] = std::string(st.message());
         continue;
@@ -150,7 +182,8 @@ absl::Status JobClient::Impl::FailOver(int shard, int from, const absl::Status& 
         // Its new process listens for the data plane on another port.
         job_.incarnations->Set(static_cast<int>(to), resp.incarnation());
         job_.data->Set(static_cast<int>(to),
-                       DataPool(client_->options(), static_cast<int>(to), resp.data_port(),
+                       DataPool(client_->options(), static_cast<int>(to),
+                                client_->server(static_cast<int>(to)).address(), resp.data_port(),
                                 resp.incarnation(), client_->server(static_cast<int>(to)).cutter()));
       }
       job_.routes->Move(shard, from, static_cast<int>(to));

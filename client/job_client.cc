@@ -24,7 +24,8 @@ JobClient::Impl::Impl(std::shared_ptr<Client::Impl> client, v1::JobSpec spec,
            std::make_shared<ServerIncarnations>(incarnations),
            &budget_,
            std::make_shared<DataPlanes>(
-               DataPools(client_->options(), data_ports, incarnations, client_->cutters())),
+               DataPools(client_->options(), client_->addresses(), data_ports, incarnations,
+                         client_->cutters())),
            std::make_shared<ShardRoutes>(client_->num_servers()),
            spec_.replicas() > 0 ? std::optional<absl::Duration>(
                                       absl::FromChrono(client_->options().failover_wait))

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
@@ -56,16 +57,57 @@ grpc::ChannelArguments MakeChannelArguments(const ClientOptions& options, int se
   return args;
 }
 
+namespace {
+
+std::vector<grpc::ChannelArguments> ArgumentsOf(const ClientOptions& options, int server) {
+  std::vector<grpc::ChannelArguments> args;
+  for (int c = 0; c < options.channels_per_server; ++c) {
+    args.push_back(MakeChannelArguments(options, server, c));
+  }
+  return args;
+}
+
+}  // namespace
+
 ServerConn::ServerConn(const ClientOptions& options, int index,
                        const std::shared_ptr<grpc::ChannelCredentials>& credentials)
-    : address_(options.servers[index]),
-      index_(index),
-      keepalive_timeout_(absl::FromChrono(options.keepalive_timeout)) {
-  for (int c = 0; c < options.channels_per_server; ++c) {
-    channels_.push_back(grpc::CreateCustomChannel(address_, credentials,
-                                                  MakeChannelArguments(options, index, c)));
-    stubs_.push_back(v1::StateService::NewStub(channels_.back()));
+    : index_(index),
+      keepalive_timeout_(absl::FromChrono(options.keepalive_timeout)),
+      credentials_(credentials),
+      channel_args_(ArgumentsOf(options, index)),
+      current_(Dial(options.servers[index])) {}
+
+std::shared_ptr<ServerConn::Dialled> ServerConn::Dial(const std::string& address) const {
+  auto d = std::make_shared<Dialled>();
+  d->address = address;
+  for (const grpc::ChannelArguments& args : channel_args_) {
+    d->channels.push_back(grpc::CreateCustomChannel(address, credentials_, args));
+    d->stubs.push_back(v1::StateService::NewStub(d->channels.back()));
   }
+  return d;
+}
+
+std::shared_ptr<ServerConn::Dialled> ServerConn::Current() const {
+  absl::MutexLock lock(&mu_);
+  return current_;
+}
+
+std::string ServerConn::address() const { return Current()->address; }
+
+std::vector<std::shared_ptr<grpc::Channel>> ServerConn::channels() const {
+  return Current()->channels;
+}
+
+bool ServerConn::Repoint(const std::string& address) {
+  if (Current()->address == address) return false;
+  std::shared_ptr<Dialled> fresh = Dial(address);  // outside the lock
+  {
+    absl::MutexLock lock(&mu_);
+    if (current_->address == address) return false;  // another call moved it
+    replaced_.push_back(std::exchange(current_, std::move(fresh)));
+  }
+  cutter_->Restore();
+  return true;
 }
 
 std::optional<absl::Time> ServerConn::SilentSince() const {
@@ -75,11 +117,13 @@ std::optional<absl::Time> ServerConn::SilentSince() const {
 }
 
 grpc::Channel* ServerConn::NextChannel() {
-  return channels_[next_.fetch_add(1, std::memory_order_relaxed) % channels_.size()].get();
+  std::shared_ptr<Dialled> d = Current();
+  return d->channels[next_.fetch_add(1, std::memory_order_relaxed) % d->channels.size()].get();
 }
 
 v1::StateService::Stub* ServerConn::NextStub() {
-  return stubs_[next_.fetch_add(1, std::memory_order_relaxed) % stubs_.size()].get();
+  std::shared_ptr<Dialled> d = Current();
+  return d->stubs[next_.fetch_add(1, std::memory_order_relaxed) % d->stubs.size()].get();
 }
 
 }  // namespace zerostate::client

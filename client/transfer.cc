@@ -639,11 +639,12 @@ namespace {
 // DataPool, under `tls` (DataTlsContextFor's: null in plaintext).
 std::shared_ptr<DataConnPool> MakeDataPool(const ClientOptions& options,
                                            const std::shared_ptr<SSL_CTX>& tls, int server,
-                                           uint32_t port, uint64_t incarnation,
+                                           const std::string& grpc_address, uint32_t port,
+                                           uint64_t incarnation,
                                            std::shared_ptr<ConnCutter> cutter) {
   if (port == 0) return nullptr;
   std::string address = options.data_servers.empty()
-                            ? DataAddress(options.servers[server], static_cast<int>(port))
+                            ? DataAddress(grpc_address, static_cast<int>(port))
                             : options.data_servers[server];
   // Idle connections kept: as many as may run at once, so that none is
   // closed and opened again every step. The push pool and the gather
@@ -665,8 +666,8 @@ std::shared_ptr<DataConnPool> MakeDataPool(const ClientOptions& options,
 }  // namespace
 
 std::vector<std::shared_ptr<DataConnPool>> DataPools(
-    const ClientOptions& options, const std::vector<uint32_t>& ports,
-    const std::vector<uint64_t>& incarnations,
+    const ClientOptions& options, const std::vector<std::string>& addresses,
+    const std::vector<uint32_t>& ports, const std::vector<uint64_t>& incarnations,
     const std::vector<std::shared_ptr<ConnCutter>>& cutters) {
   std::vector<std::shared_ptr<DataConnPool>> pools(options.servers.size());
   if (!options.data_plane) return pools;
@@ -674,20 +675,21 @@ std::vector<std::shared_ptr<DataConnPool>> DataPools(
   // changed since and no longer load, push and gather use gRPC.
   absl::StatusOr<std::shared_ptr<SSL_CTX>> tls = DataTlsContextFor(options);
   if (!tls.ok()) return pools;
-  for (size_t i = 0; i < ports.size() && i < pools.size(); ++i) {
-    pools[i] = MakeDataPool(options, *tls, static_cast<int>(i), ports[i],
+  for (size_t i = 0; i < ports.size() && i < pools.size() && i < addresses.size(); ++i) {
+    pools[i] = MakeDataPool(options, *tls, static_cast<int>(i), addresses[i], ports[i],
                             i < incarnations.size() ? incarnations[i] : 0,
                             i < cutters.size() ? cutters[i] : nullptr);
   }
   return pools;
 }
 
-std::shared_ptr<DataConnPool> DataPool(const ClientOptions& options, int server, uint32_t port,
+std::shared_ptr<DataConnPool> DataPool(const ClientOptions& options, int server,
+                                       const std::string& address, uint32_t port,
                                        uint64_t incarnation, std::shared_ptr<ConnCutter> cutter) {
   if (!options.data_plane) return nullptr;
   absl::StatusOr<std::shared_ptr<SSL_CTX>> tls = DataTlsContextFor(options);
   if (!tls.ok()) return nullptr;
-  return MakeDataPool(options, *tls, server, port, incarnation, std::move(cutter));
+  return MakeDataPool(options, *tls, server, address, port, incarnation, std::move(cutter));
 }
 
 absl::Status CheckIncarnation(const JobContext& job, int shard, uint64_t incarnation) {

@@ -61,14 +61,18 @@ inline int ServerOf(const JobContext& job, int shard) {
 // tries the server's same-host plane first (client/shm_conn.h; the
 // server's incarnation from `incarnations` identifies it) when
 // options.data_shm and no options.data_servers are given. Server i's
-// connections are under `cutters[i]` (client/conn_cutter.h) where given.
+// data plane is on the host of `addresses[i]` (where its gRPC port is
+// dialled now, ServerConn::address), its connections under `cutters[i]`
+// (client/conn_cutter.h) where given.
 std::vector<std::shared_ptr<DataConnPool>> DataPools(
-    const ClientOptions& options, const std::vector<uint32_t>& ports,
-    const std::vector<uint64_t>& incarnations,
+    const ClientOptions& options, const std::vector<std::string>& addresses,
+    const std::vector<uint32_t>& ports, const std::vector<uint64_t>& incarnations,
     const std::vector<std::shared_ptr<ConnCutter>>& cutters = {});
-// The data plane of server `server` at `port` (0: none, null), its process
-// `incarnation`, under `cutter` unless null, as DataPools makes each.
-std::shared_ptr<DataConnPool> DataPool(const ClientOptions& options, int server, uint32_t port,
+// The data plane of server `server`, dialled at `address`, at `port` (0:
+// none, null), its process `incarnation`, under `cutter` unless null, as
+// DataPools makes each.
+std::shared_ptr<DataConnPool> DataPool(const ClientOptions& options, int server,
+                                       const std::string& address, uint32_t port,
                                        uint64_t incarnation,
                                        std::shared_ptr<ConnCutter> cutter = nullptr);
 

@@ -68,6 +68,18 @@ absl::Status Primaries::CheckInSync(const Job& copy) {
   return absl::OkStatus();  // no copy in sync is alive: this one is the best left
 }
 
+absl::StatusOr<std::vector<std::string>> Primaries::Locate(
+    const std::vector<std::string>& servers) const {
+  std::vector<std::string> out;
+  out.reserve(servers.size());
+  for (const std::string& name : servers) {
+    auto dial = membership_.Resolve(name);
+    if (!dial.ok()) return dial.status();
+    out.push_back(*std::move(dial));
+  }
+  return out;
+}
+
 absl::Status Primaries::SetBehind(const std::string& job, uint32_t shard, const std::string& copy,
                                   bool behind) {
   std::optional<PrimaryTerm> term = Serving(job, shard);

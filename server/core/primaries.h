@@ -36,6 +36,12 @@ class Primaries {
   // the membership's errors.
   [[nodiscard]] absl::Status Serve(const Job& copy);
 
+  // Where each of `servers` (a job's servers, by name) is dialled now
+  // (Membership::Resolve), in order. Calls the membership (etcd): not
+  // under a lock. Errors: the membership's.
+  [[nodiscard]] absl::StatusOr<std::vector<std::string>> Locate(
+      const std::vector<std::string>& servers) const;
+
   // Records in the membership that the copy of (job, shard) on server
   // `copy` (its address) is behind (it missed an acknowledged step) or in
   // sync again (Membership::SetBehind), under this server's term. Errors:

@@ -245,9 +245,27 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* StateServiceImpl::Gather(
                              *std::move(slot));
 }
 
+absl::Status StateServiceImpl::Locate(const grpc::ServerContextBase* ctx,
+                                      const v1::JobStatusRequest& req,
+                                      v1::JobStatusResponse* resp) {
+  auto token = TokenOf(*ctx);
+  if (!token.ok()) return token.status();
+  auto job = jobs_.Authorize(req.job_id(), *token);
+  if (!job.ok()) return job.status();
+  if (primaries_ == nullptr) {
+    for (const std::string& name : (*job)->servers()) resp->add_server_addresses(name);
+    return absl::OkStatus();
+  }
+  auto located = primaries_->Locate((*job)->servers());
+  if (!located.ok()) return located.status();
+  for (std::string& dial : *located) resp->add_server_addresses(std::move(dial));
+  return absl::OkStatus();
+}
+
 grpc::Status StateServiceImpl::JobStatus(grpc::ServerContext* ctx, const v1::JobStatusRequest* req,
                                          v1::JobStatusResponse* resp) {
   return Serve("JobStatus", [&](Traffic&) -> absl::Status {
+    if (req->locate()) return Locate(ctx, *req, resp);
     auto job = CopyFor(ctx, *req);
     if (!job.ok()) return job.status();
     FillJobStatus(**job, resp);

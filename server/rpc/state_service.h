@@ -104,6 +104,12 @@ class StateServiceImpl final : public StateServiceBase {
   // How long the call may wait: AnswerDeadline of its deadline (a margin
   // before it; answer_deadline.h), at most options_.max_wait.
   absl::Time DeadlineOf(const grpc::ServerContextBase* ctx) const;
+  // JobStatus with `locate`: where the job's servers are dialled now
+  // (Primaries::Locate; their names without a membership), for any server
+  // holding the job. Errors: as JobRegistry::Authorize; the membership's.
+  [[nodiscard]] absl::Status Locate(const grpc::ServerContextBase* ctx,
+                                    const v1::JobStatusRequest& req,
+                                    v1::JobStatusResponse* resp);
   // The copy of the shard a request names (its optional `shard`; unset:
   // the own shard), checked as a primary (server/core/routing.h).
   template <typename Request>

@@ -52,7 +52,21 @@ class EtcdClusterFixture : public EtcdFixture {
       ASSERT_TRUE(server.ok()) << "server " << i << ": " << server.status();
       addresses_.push_back((*server)->address());
       servers_.push_back(*std::move(server));
+      options_.push_back(std::move(o));
     }
+  }
+
+  // Starts a replacement of server i (killed) on another port, with its
+  // flags and --replace=<its address>: server(i) is the new process from
+  // then on, and addresses()[i] still its name.
+  void Replace(int i) {
+    ASSERT_FALSE(servers_[i]->running()) << "server " << i << " still runs";
+    testing::ServerProcessOptions o = options_[i];
+    o.args.push_back("--replace=" + addresses_[i]);
+    auto server = testing::ServerProcess::Start(o);
+    ASSERT_TRUE(server.ok()) << "replacement of server " << i << ": " << server.status();
+    ASSERT_NE((*server)->address(), addresses_[i]);
+    servers_[i] = *std::move(server);
   }
 
   testing::ServerProcess& server(int i) { return *servers_[i]; }
@@ -76,6 +90,7 @@ class EtcdClusterFixture : public EtcdFixture {
   std::unique_ptr<EtcdMembership> observer_;
   std::vector<std::unique_ptr<testing::ServerProcess>> servers_;
   std::vector<std::string> addresses_;
+  std::vector<testing::ServerProcessOptions> options_;  // each server's, for Replace
 };
 
 // The test-file helpers of replication_fixture.h.
