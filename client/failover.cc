@@ -58,17 +58,24 @@ namespace {
 // One JobStatus attempt for `shard` on `server`, answered within `wait`;
 // with `check_incarnation`, ABORTED when the server restarted since
 // (CheckIncarnation).
-absl::Status QuickStatus(Client::Impl& client, const JobContext& job, int server, int shard,
-                         absl::Duration wait, v1::JobStatusResponse* resp,
-                         bool check_incarnation = true) {
+// One JobStatus call of `req` to `server`, answered within `wait`, with
+// the job's token.
+absl::Status AskStatus(Client::Impl& client, int server, const v1::JobStatusRequest& req,
+                       absl::Duration wait, v1::JobStatusResponse* resp) {
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + wait));
   const std::string token = client.job_token().Get();
   if (!token.empty()) ctx.AddMetadata(kJobTokenMetadata, token);
+  return FromGrpc(client.server(server).NextStub()->JobStatus(&ctx, req, resp));
+}
+
+absl::Status QuickStatus(Client::Impl& client, const JobContext& job, int server, int shard,
+                         absl::Duration wait, v1::JobStatusResponse* resp,
+                         bool check_incarnation = true) {
   v1::JobStatusRequest req;
   req.set_job_id(job.job_id);
   req.set_shard(shard);
-  absl::Status s = FromGrpc(client.server(server).NextStub()->JobStatus(&ctx, req, resp));
+  absl::Status s = AskStatus(client, server, req, wait, resp);
   return s.ok() && check_incarnation ? CheckIncarnation(job, server, resp->incarnation()) : s;
 }
 
@@ -80,15 +87,11 @@ absl::Status QuickStatus(Client::Impl& client, const JobContext& job, int server
 bool Relocate(Client::Impl& client, const JobContext& job, int server, absl::Duration wait) {
   for (int other = 0; other < client.num_servers(); ++other) {
     if (other == server || client.server(other).SilentSince().has_value()) continue;
-    grpc::ClientContext ctx;
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + wait));
-    const std::string token = client.job_token().Get();
-    if (!token.empty()) ctx.AddMetadata(kJobTokenMetadata, token);
     v1::JobStatusRequest req;
     req.set_job_id(job.job_id);
     req.set_locate(true);
     v1::JobStatusResponse resp;
-    if (!client.server(other).NextStub()->JobStatus(&ctx, req, &resp).ok()) continue;
+    if (!AskStatus(client, other, req, wait, &resp).ok()) continue;
     if (resp.server_addresses_size() <= server) return false;  // a server that cannot tell
     const std::string& now = resp.server_addresses(server);
     return !now.empty() && client.server(server).Repoint(now);
