@@ -154,6 +154,11 @@ TEST_F(MembershipProcessTest, BadMembershipFlagsStopTheServerNamingThem) {
   EXPECT_NE(ttl.find("etcd_lease_ttl_seconds: 1"), std::string::npos) << ttl;
   std::string scheme = run({"--etcd_endpoints=https://" + etcd_->endpoint()}, port);
   EXPECT_NE(scheme.find("TLS"), std::string::npos) << scheme;
+  std::string name = run({"--replace=host-a"}, port);
+  EXPECT_NE(name.find("replace: 'host-a' is not the HOST:PORT name"), std::string::npos) << name;
+  std::string alone = run({"--etcd_endpoints=", "--replace=10.0.0.1:7070"}, port);
+  EXPECT_NE(alone.find("replace: '10.0.0.1:7070' needs --etcd_endpoints"), std::string::npos)
+      << alone;
 }
 
 }  // namespace
