@@ -313,6 +313,8 @@ class GatherSlot:
     def land(self):
         """Waits for the gather fetched (the GIL released): True, the
         driver's part follows, then landed(); False when nothing is fetched."""
+        if self.pending() is None:  # landed once already: no GIL handover (forward pre-hooks)
+            return False
         take = ctypes.c_int()
         _call(f"gather slot [{self.begin}, {self.end})", lib.zs_gather_slot_land, self._h,
               ctypes.byref(take))
