@@ -47,6 +47,7 @@ Engine::Engine(client::JobClient* job, Backend* backend, const v1::TrainConfig& 
       train.bucket_elems() != 0 ? train.bucket_elems() : trainer::kMaxBucketElems,
       topo.local_size, topo.local_rank);
   if (!buckets_.empty()) staging_elems_ = buckets_.back().staging + buckets_.back().share.size();
+  for (const Bucket& b : buckets_) slots_.push_back(std::make_unique<trainer::GatherSlot>(b.share));
   if (topo.local_size == 1) {
     grads_in_place_ = backend_->GradsInPlace();
     if (!train.delayed_update().enabled()) params_in_place_ = backend_->ParamsInPlace();
@@ -111,8 +112,8 @@ void Engine::PushBucket(uint64_t step, size_t index) {
   // bucket's blocks are at version `step`, which its gather (of the same
   // share) shows: the push waits for it on the push thread, as
   // zerostate.torch's does, while the servers still step later blocks.
-  if (!pending_gather_.empty() && !pending_gather_[index].Done()) {
-    order.waits.push_back([gather = pending_gather_[index]] { return gather.Wait(); });
+  if (slots_[index]->pending().has_value()) {
+    order.waits.push_back([slot = slots_[index].get(), step] { return slot->WaitGathered(step); });
   }
   order.issue = [job = job_, node = topo_.node, step, share = b.share, data = PushStaging(b),
                  dtype = backend_->grad_staging()] {
@@ -168,34 +169,40 @@ absl::Status Engine::PushRemaining(uint64_t step) {
   return status.ok() ? pushed : status;
 }
 
-std::vector<client::Ticket> Engine::StartGather(uint64_t version) {
-  std::vector<client::Ticket> tickets(buckets_.size());
+absl::Status Engine::StartGather(uint64_t version, bool gather) {
+  absl::Status status;
   // Buckets are in backward order: the first layer's goes out first.
   for (size_t i = buckets_.size(); i-- > 0;) {
     const Bucket& b = buckets_[i];
-    if (b.share.empty()) continue;
-    tickets[i] = job_->GatherAsync(version, b.share, GatherStaging(b), backend_->weight_staging());
+    trainer::GatherSlot::IssueFn issue;
+    if (gather && !b.share.empty()) {
+      issue = [this, version, &b] {
+        return job_->GatherAsync(version, b.share, GatherStaging(b), backend_->weight_staging());
+      };
+    }
+    absl::Status s = slots_[i]->Fetch(version, issue);
+    if (status.ok() && !s.ok()) status = s;
   }
-  return tickets;
+  return status;
 }
 
-absl::Status Engine::FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times) {
-  auto t0 = Clock::now();
+absl::Status Engine::FinishGather(PhaseTimes* times) {
   absl::Status status;
-  for (size_t i = tickets.size(); i-- > 0;) {
-    absl::Status s = tickets[i].Wait();
+  // Every rank takes part in the all-gathers even after an error, or its
+  // peers would wait forever at the barrier; the error is kept. In the
+  // buckets' order, as every rank of the node.
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    absl::Status s = LandBucket(i, times);
     if (status.ok() && !s.ok()) status = s;
   }
-  times->gather += Since(t0);
-  // Every rank must take part in the all-gathers even after an error, or
-  // its peers would wait forever at the barrier; the error is kept.
-  t0 = Clock::now();
-  for (const Bucket& b : buckets_) {
-    absl::Status s = AllGather(b);
-    if (status.ok() && !s.ok()) status = s;
-  }
-  times->exchange += Since(t0);
   return status;
+}
+
+bool Engine::in_flight() const {
+  for (const auto& slot : slots_) {
+    if (slot->pending().has_value()) return true;
+  }
+  return in_flight_.running();
 }
 
 double Engine::AverageOver() const {
@@ -211,27 +218,35 @@ void Engine::Failed(const absl::Status& status) {
   if (failure_hook_) failure_hook_(status);
 }
 
-absl::Status Engine::LandBucket(size_t index) {
-  if (landed_[index]) return absl::OkStatus();
-  landed_[index] = true;
-  const client::Ticket& t = pending_gather_[index];
+absl::Status Engine::LandBucket(size_t index, PhaseTimes* times) {
+  trainer::GatherSlot& slot = *slots_[index];
+  if (!slot.pending().has_value()) return absl::OkStatus();  // landed once already
+  auto t0 = Clock::now();
   Timeline::Record("land_begin", static_cast<int64_t>(index));
   // The coordinator watches its own Step meanwhile (every 200 us): if it
   // fails, no version comes unless the failure hook ends the wait. The
   // bucket lands as soon as its gather is done.
-  while (in_flight_.running() && !t.WaitFor(absl::Microseconds(200))) in_flight_.Poll();
-  absl::Status status = t.Wait();
+  absl::StatusOr<bool> land = slot.Land([this] {
+    in_flight_.Poll();
+    return in_flight_.running();
+  });
+  if (!land.ok() || !*land) return land.status();
   Timeline::Record("land_gathered", static_cast<int64_t>(index));
-  // Every rank takes part in the all-gather even after an error.
+  if (times != nullptr) times->gather += Since(t0);
+  t0 = Clock::now();
+  // Every rank takes part in the all-gather even after its gather failed:
+  // Landed returns that error after.
   absl::Status s = AllGather(buckets_[index]);
-  return status.ok() ? s : status;
+  if (times != nullptr) times->exchange += Since(t0);
+  absl::Status gathered = slot.Landed(nullptr);
+  return gathered.ok() ? s : gathered;
 }
 
 void Engine::LandBelow(uint64_t end) {
-  if (!land_early_ || pending_gather_.empty()) return;
+  if (!land_early_) return;
   const auto t0 = Clock::now();
   for (size_t i = buckets_.size(); i-- > 0 && buckets_[i].elems.begin < end;) {
-    absl::Status s = LandBucket(i);
+    absl::Status s = LandBucket(i, nullptr);
     if (land_error_.ok() && !s.ok()) land_error_ = s;
   }
   land_seconds_ += Since(t0);
@@ -240,19 +255,18 @@ void Engine::LandBelow(uint64_t end) {
 absl::Status Engine::LandPending(PhaseTimes* times, double* grad_norm) {
   times->gather += land_seconds_;
   land_seconds_ = 0;
-  if (!pending_gather_.empty()) {
+  {
     // The Step in flight is joined after the landings, not before them:
     // LandBucket watches it meanwhile (and the push thread sends each
     // bucket of step t+1 as soon as its own blocks are at the new version:
     // the pushes overlap step t's pass instead of waiting for all of it).
+    // A bucket the forward landed (or none fetched) lands nothing.
     const auto t0 = Clock::now();
     for (size_t i = buckets_.size(); i-- > 0;) {  // first layer first
-      absl::Status s = LandBucket(i);
+      absl::Status s = LandBucket(i, nullptr);
       if (land_error_.ok() && !s.ok()) land_error_ = s;
     }
     times->gather += Since(t0);
-    pending_gather_.clear();
-    landed_.clear();
     land_early_ = false;
   }
   const auto t0 = Clock::now();
@@ -270,9 +284,10 @@ void Engine::Abandon(const absl::Status& why) {
   // No call of the step outlives it (nor the job handle it uses): the
   // Step and the pushes as zerostate.torch drops them, then the gathers.
   trainer::AbandonInFlight(&in_flight_, &pusher_);
-  for (const client::Ticket& t : pending_gather_) t.Wait().IgnoreError();
-  pending_gather_.clear();
-  landed_.clear();
+  for (const auto& slot : slots_) {
+    absl::StatusOr<client::Ticket> dropped = slot->Drop();
+    if (dropped.ok()) dropped->Wait().IgnoreError();
+  }
   land_early_ = false;
   land_error_ = absl::OkStatus();
   land_seconds_ = 0;
@@ -292,9 +307,10 @@ absl::Status Engine::LoadWeights(uint64_t version) {
   Abandon(absl::OkStatus());
   if (auto s = EnsureStaging(); !s.ok()) return s;
   if (auto s = backend_->AllGathersRead(); !s.ok()) return s;
-  auto tickets = StartGather(version);
+  absl::Status fetched = StartGather(version, true);
   PhaseTimes ignored;
-  return FinishGather(tickets, &ignored);
+  absl::Status landed = FinishGather(&ignored);  // every slot fetched takes part
+  return fetched.ok() ? landed : fetched;
 }
 
 void Engine::SetJob(client::JobClient* job) {
@@ -382,10 +398,12 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   // the servers answer each block as soon as their pass has stepped it and
   // the gather overlaps the pass. Gathers run on the client's gather pool,
   // the Step on threads of its own: neither waits for the other.
-  std::vector<client::Ticket> gather;
   // The gathers write the staging the landing just read (delayed update).
   if (status.ok()) status = backend_->AllGathersRead();
-  if (status.ok()) gather = StartGather(step + 1);
+  // A failed rank's slots are fetched with nothing gathered: it still
+  // takes part in the node's all-gathers.
+  absl::Status fetched = StartGather(step + 1, status.ok());
+  if (status.ok()) status = fetched;
   if (coordinator && status.ok()) {
     if (synchronous) {
       Coordinated done = Coordinate(step, &next);
@@ -413,13 +431,11 @@ absl::StatusOr<StepReport> Engine::Step(uint64_t step, const MicroBatchFn& micro
   if (!status.ok() && coordinator) Failed(status);
   report.times.step += Since(t0);
   // Whole or not by the step alone, never by this rank's status: the node's
-  // ranks must run the same all-gathers (a failed rank's are empty tickets).
+  // ranks must run the same all-gathers (a failed rank's gather nothing).
   if (synchronous) {
-    absl::Status gathered = FinishGather(gather, &report.times);  // all-gathers even after an error
+    absl::Status gathered = FinishGather(&report.times);  // all-gathers even after an error
     if (status.ok()) status = gathered;
-  } else {
-    pending_gather_ = std::move(gather);
-    landed_.assign(pending_gather_.size(), false);
+  } else {  // the slots stay fetched: landed by the next step (LandPending, LandBelow)
     land_early_ = !stale;
     report.delayed = stale;
   }

@@ -78,6 +78,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -86,6 +87,7 @@
 #include "client/client.h"
 #include "trainer/bucket_plan.h"
 #include "trainer/engine/coordinator.h"
+#include "trainer/engine/gather_slot.h"
 #include "trainer/engine/in_flight.h"
 #include "trainer/engine/pusher.h"
 #include "trainer/policy.h"
@@ -176,7 +178,7 @@ class Engine {
   // the gathers'.
   [[nodiscard]] absl::Status Drain();
   // True while a delayed update is in flight.
-  bool in_flight() const { return !pending_gather_.empty() || in_flight_.running(); }
+  bool in_flight() const;
 
   // Takes the push and gather staging from `client`'s shared buffers
   // (Client::AllocateShared, registered with the backend: AdoptHost), so
@@ -241,8 +243,10 @@ class Engine {
   [[nodiscard]] absl::Status LandPending(PhaseTimes* times, double* grad_norm);
   // The failure hook, one call at a time.
   void Failed(const absl::Status& status);
-  // Bucket `index`'s pending gather, then its all-gather (collective), once.
-  [[nodiscard]] absl::Status LandBucket(size_t index);
+  // Bucket `index`'s fetched gather, then its all-gather (collective),
+  // once (its slot); `times` (may be null) takes the wait and the
+  // all-gather apart.
+  [[nodiscard]] absl::Status LandBucket(size_t index, PhaseTimes* times);
   // Layer by layer: lands every bucket below `end` (WeightsNeededFn).
   void LandBelow(uint64_t end);
   // The next step runs on this step's weights (delayed update).
@@ -256,9 +260,12 @@ class Engine {
   void PushBucket(uint64_t step, size_t index);
   // Pushes the rest, then waits for every push of the step.
   [[nodiscard]] absl::Status PushRemaining(uint64_t step);
-  // One ticket per bucket (completed for an empty share), first layer first.
-  std::vector<client::Ticket> StartGather(uint64_t version);
-  [[nodiscard]] absl::Status FinishGather(std::vector<client::Ticket>& tickets, PhaseTimes* times);
+  // Fetches every bucket's slot at `version`, first layer first: its
+  // gather, or (not `gather`, a rank that failed; an empty share) nothing,
+  // the rank still taking part in the node's all-gathers.
+  [[nodiscard]] absl::Status StartGather(uint64_t version, bool gather);
+  // Lands every slot fetched (LandBucket); the first error.
+  [[nodiscard]] absl::Status FinishGather(PhaseTimes* times);
 
   client::JobClient* job_;
   std::map<uint64_t, trainer::Policy> saved_scalers_;
@@ -303,10 +310,10 @@ class Engine {
   std::function<void(const absl::Status&)> failure_hook_ ABSL_GUARDED_BY(failure_mu_);
   std::function<bool(uint64_t)> sync_point_;
 
-  // Delayed update in flight (see the top of this file): the gathers of
-  // the next version (by bucket index) and the coordinator's Step.
-  std::vector<client::Ticket> pending_gather_;
-  std::vector<bool> landed_;  // by bucket index
+  // Each bucket's gather, landed once (trainer/engine/gather_slot.h, as
+  // zerostate.torch lands each module): under a delayed update (see the
+  // top of this file) the next version's stay fetched until they land.
+  std::vector<std::unique_ptr<trainer::GatherSlot>> slots_;  // by bucket index
   bool land_early_ = false;   // land in the next forward, layer by layer
   // The coordinator's Step in flight, and its verdict until reported
   // (its thread gives a failure to the failure hook at once).

@@ -135,6 +135,14 @@ _SIGNATURES = {
                                  ctypes.POINTER(_p), _err]),
     "zs_in_flight_wait_gathers_out": (_int, [_p, _u64]),
     "zs_abandon": (None, [_p, _p]),
+    "zs_gather_slot_create": (_int, [_u64, _u64, ctypes.POINTER(_p), _err]),
+    "zs_gather_slot_free": (None, [_p]),
+    "zs_gather_slot_fetch": (_int, [_p, _p, _u64, _p, _sz, _int, _err]),
+    "zs_gather_slot_land": (_int, [_p, ctypes.POINTER(_int), _err]),
+    "zs_gather_slot_landed": (_int, [_p, ctypes.POINTER(Wait), _err]),
+    "zs_gather_slot_drop": (_int, [_p, _err]),
+    "zs_gather_slot_wait": (_int, [_p, _u64, _err]),
+    "zs_gather_slot_pending": (_int, [_p, ctypes.POINTER(_u64)]),
     "zs_recovery_verdict": (_int, [_p, ctypes.c_int64, _cp, _cp, _cp, ctypes.POINTER(_int),
                                    ctypes.POINTER(_int), ctypes.POINTER(_p), _err]),
     "zs_job_token": (_p, [_p]),
@@ -191,8 +199,10 @@ def _held(names):
 
 # zs_pusher_push only queues (trainer::Pusher::Submit): a mutex held for a
 # queue's push_back, never while a wait runs.
-# zs_in_flight_active reads a state under a mutex never held while waiting.
-held = _held(["zs_pusher_push", "zs_in_flight_active"])
+# zs_in_flight_active reads a state under a mutex never held while waiting;
+# so do zs_gather_slot_landed, _drop and _pending.
+held = _held(["zs_pusher_push", "zs_in_flight_active", "zs_gather_slot_landed",
+              "zs_gather_slot_drop", "zs_gather_slot_pending"])
 
 
 def take_string(ptr):

@@ -1,7 +1,8 @@
 """The trainer engine's pipeline (trainer/engine/zerostate_engine_c.h),
 the C++ that zerostate-worker runs too: the bucket plan of a job's flat
-space, the push thread, the coordinator's step, and the step whose update
-is in flight (the delayed update). Methods raise ZerostateError."""
+space, the push thread, the coordinator's step, the step whose update is
+in flight (the delayed update) and the gathers landed once. Methods raise
+ZerostateError."""
 
 import ctypes
 import threading
@@ -271,6 +272,86 @@ class InFlight:
             lib.zs_in_flight_free(self._h)
             self._h = ctypes.c_void_p()
             self._job = self._keep = None
+
+    def __del__(self):
+        self.close()
+
+
+class GatherSlot:
+    """One range's gather of new weights, landed once (trainer::GatherSlot,
+    as zerostate-worker lands each bucket): fetch() puts the gather of this
+    rank's share [begin, end) in flight; land() waits for it and says
+    whether the driver's part (the node's all-gather, the copies) follows,
+    which landed() closes, raising the gather's error then (every local
+    rank takes part even after its gather failed); drop() forgets it.
+    wait(version), from any thread, returns once the share is at version
+    or later. An illegal transition raises FAILED_PRECONDITION naming it."""
+
+    def __init__(self, begin, end, reuse=None):
+        """`reuse`: a callable returning once the last landing's copy out of
+        the buffer is done (run by the next fetch, before the gather writes it)."""
+        h = ctypes.c_void_p()
+        self.begin, self.end = begin, end
+        _call(f"gather slot [{begin}, {end})", lib.zs_gather_slot_create, begin, end,
+              ctypes.byref(h))
+        self._h = h
+        self._waits = _Waits()
+        self._reuse = None
+        if reuse is not None:
+            self._reuse = _capi.Wait(self._waits.wrap(reuse), None)
+        self._keep = None  # the buffer and job of the gather in flight
+
+    def fetch(self, job, version, ptr, nbytes, dtype, keep=None):
+        err = ctypes.c_void_p()
+        rc = lib.zs_gather_slot_fetch(self._h, job._h, version, ptr, nbytes, dtype,
+                                      ctypes.byref(err))
+        self._waits.raise_first(err)
+        _check(rc, err, f"job {job.job_id}: gather of version {version} "
+                        f"[{self.begin}, {self.end})")
+        self._keep = (keep, job, version)
+
+    def land(self):
+        """Waits for the gather fetched (the GIL released): True, the
+        driver's part follows, then landed(); False when nothing is fetched."""
+        if self.pending() is None:  # landed once already: no GIL handover (forward pre-hooks)
+            return False
+        take = ctypes.c_int()
+        _call(f"gather slot [{self.begin}, {self.end})", lib.zs_gather_slot_land, self._h,
+              ctypes.byref(take))
+        return bool(take.value)
+
+    def landed(self):
+        """The driver's part is done: raises the gather's error, if any."""
+        keep, self._keep = self._keep, None
+        err = ctypes.c_void_p()
+        rc = _capi.held.zs_gather_slot_landed(
+            self._h, ctypes.byref(self._reuse) if self._reuse is not None else None,
+            ctypes.byref(err))
+        what = f"job {keep[1].job_id}: gather of version {keep[2]}" if keep is not None \
+            else "gather slot"
+        _check(rc, err, f"{what} [{self.begin}, {self.end})")
+
+    def drop(self):
+        """Forgets the gather fetched, not landed."""
+        _call(f"gather slot [{self.begin}, {self.end})", _capi.held.zs_gather_slot_drop, self._h)
+        self._keep = None
+
+    def wait(self, version):
+        """Returns once the share is at `version` or later (the push
+        thread's wait); raises ZerostateError (ABORTED: not fetched)."""
+        _call(f"gather of version {version} [{self.begin}, {self.end})",
+              lib.zs_gather_slot_wait, self._h, version)
+
+    def pending(self):
+        """The version fetched or landing, or None."""
+        v = ctypes.c_uint64()
+        return v.value if _capi.held.zs_gather_slot_pending(self._h, ctypes.byref(v)) else None
+
+    def close(self):
+        if self._h:
+            lib.zs_gather_slot_free(self._h)
+            self._h = ctypes.c_void_p()
+            self._keep = None
 
     def __del__(self):
         self.close()

@@ -39,6 +39,21 @@ class Tied(torch.nn.Module):
         return self.emb(torch.tanh(self.mid(self.head(x))))
 
 
+class Skips(torch.nn.Module):
+    """A module the forward runs only when `use` is set."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        self.inp = torch.nn.Linear(d, d)
+        self.extra = torch.nn.Linear(d, d)
+        self.out = torch.nn.Linear(d, d)
+        self.use = True
+
+    def forward(self, x):
+        h = torch.tanh(self.inp(x))
+        return self.out(self.extra(h) if self.use else h)
+
+
 class GradSums:
     """The gradient a step averages, as the engine sums it: each backward's
     gradient of each parameter (a hook sees it; p.grad is the engine's
@@ -203,6 +218,27 @@ class DeepSpeedTest(zs_servers.ServersTestCase):
             eager.step()
             lazy.backward(b)
             lazy.step()
+
+    def test_lazy_landing_of_a_module_the_forward_skips(self):
+        """lazy_weights=True and a module the forward skips on some steps:
+        its weights land at the next step before the next gather goes out
+        (each module's gather lands once), every step as the eager
+        engine's, bit for bit."""
+        torch.manual_seed(0)
+        model = Skips()
+        eager, *_ = self.initialize(copy.deepcopy(model), "skips-eager")
+        lazy, *_ = self.initialize(model, "skips-lazy", lazy_weights=True)
+        for s in range(6):
+            eager.module.use = lazy.module.use = s in (0, 3)
+            a, b = loss_of(eager, s), loss_of(lazy, s)
+            self.assertTrue(torch.equal(a, b), f"step {s}")
+            eager.backward(a)
+            eager.step()
+            lazy.backward(b)
+            lazy.step()
+        got, want = lazy.module.state_dict(), eager.module.state_dict()
+        for k, v in want.items():
+            self.assertTrue(torch.equal(got[k], v), k)
 
     def test_lazy_state_dict_after_the_last_step(self):
         """lazy_weights=True: module.state_dict() right after the last step

@@ -6,8 +6,9 @@ and the worker's path (tests/worker/policy_path_test.cc); the state goes
 on exactly through the trainer_state blob; bad input is refused by name.
 The share of a range inside a node (zerostate.pipeline.local_share) is
 the C++ engine's. And the delayed update's step in flight (zerostate.pipeline.InFlight,
-trainer/engine/in_flight.h) through its C API: its transitions and each
-bad input refused by name, nothing changed.
+trainer/engine/in_flight.h) and a gather slot (zerostate.pipeline.GatherSlot,
+trainer/engine/gather_slot.h) through their C API: their transitions without
+servers and each bad input refused by name, nothing changed.
 
 Run with /usr/bin/python3 and ZEROSTATE_CLIENT_LIB (libzerostate_client.so)."""
 
@@ -25,7 +26,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 from zerostate.client import ZerostateError, parse_ds_config  # noqa: E402
 from zerostate.policy import Policy  # noqa: E402
 from zerostate import _capi  # noqa: E402
-from zerostate.pipeline import InFlight, Pusher, local_share  # noqa: E402
+from zerostate.pipeline import GatherSlot, InFlight, Pusher, local_share  # noqa: E402
 
 with open(os.path.join(ROOT, "tests", "trainer", "testdata", "fp16_hysteresis2.json")) as f:
     FIXTURE = json.load(f)
@@ -193,6 +194,59 @@ class InFlightTest(unittest.TestCase):
         self.assertEqual(lib.zs_in_flight_wait_gathers_out(None, 3), 0)
         self.assertEqual(flight.take()[0], 3)
         flight.close()
+
+
+class GatherSlotTest(unittest.TestCase):
+    """No servers: an idle slot's transitions and the C API's bad input
+    (a fetch's, whose gather needs servers, is the engines' tests')."""
+
+    def test_idle_slot(self):
+        slot = GatherSlot(0, 8)
+        self.assertIsNone(slot.pending())
+        self.assertFalse(slot.land())  # nothing fetched: nothing to land
+        with self.assertRaises(ZerostateError) as e:
+            slot.landed()
+        self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+        self.assertIn("gather slot [0, 8): landed while idle", str(e.exception))
+        slot.drop()  # nothing to drop
+        with self.assertRaises(ZerostateError) as e:
+            slot.wait(3)
+        self.assertEqual(e.exception.code, "ABORTED")
+        self.assertIn("version 3 was not fetched", str(e.exception))
+        slot.close()
+
+    def test_bad_input_is_refused_by_name(self):
+        lib = _capi.lib
+        slot = GatherSlot(0, 8)
+        h = slot._h
+        wait = _capi.Wait(_capi.WAIT_FN(), None)  # no fn
+        take = ctypes.c_int()
+        cases = [
+            ((lib.zs_gather_slot_create, 0, 8, None), "INVALID_ARGUMENT", "out: null"),
+            ((lib.zs_gather_slot_create, 9, 8, ctypes.byref(ctypes.c_void_p())),
+             "INVALID_ARGUMENT", "begin: 9 is past end 8"),
+            ((lib.zs_gather_slot_fetch, None, None, 1, None, 0, 0), "INVALID_ARGUMENT",
+             "slot: null"),
+            ((lib.zs_gather_slot_fetch, h, None, 1, None, 0, 0), "INVALID_ARGUMENT",
+             "job: null"),
+            ((lib.zs_gather_slot_land, None, ctypes.byref(take)), "INVALID_ARGUMENT",
+             "slot: null"),
+            ((lib.zs_gather_slot_land, h, None), "INVALID_ARGUMENT", "take_part: null"),
+            ((lib.zs_gather_slot_landed, None, None), "INVALID_ARGUMENT", "slot: null"),
+            ((lib.zs_gather_slot_landed, h, ctypes.byref(wait)), "INVALID_ARGUMENT",
+             "reuse->fn: null"),
+            ((lib.zs_gather_slot_drop, None), "INVALID_ARGUMENT", "slot: null"),
+            ((lib.zs_gather_slot_wait, None, 1), "INVALID_ARGUMENT", "slot: null"),
+        ]
+        for args, code, message in cases:
+            err = ctypes.c_void_p()
+            rc = args[0](*args[1:], ctypes.byref(err))
+            got = (_capi.CODE_NAMES.get(rc), _capi.take_string(err.value))
+            self.assertEqual(got[0], code, f"{args[0].__name__}: {got}")
+            self.assertIn(message, got[1], args[0].__name__)
+            self.assertIsNone(slot.pending(), args[0].__name__)
+        self.assertEqual(lib.zs_gather_slot_pending(None, None), 0)
+        slot.close()
 
 
 

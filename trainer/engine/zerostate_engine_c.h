@@ -3,7 +3,8 @@
  * (trainer/bucket_plan.h), the push thread (trainer/engine/pusher.h),
  * the coordinator's step and the speculative step's parameters sent ahead
  * (trainer/engine/coordinator.h), the step in flight
- * (trainer/engine/in_flight.h), the verdict after a failed step
+ * (trainer/engine/in_flight.h), the gathers landed once
+ * (trainer/engine/gather_slot.h), the verdict after a failed step
  * (trainer/engine/recovery_verdict.h) that
  * zerostate-worker runs too. In libzerostate_client.so, beside the
  * client's (client/zerostate_c.h) and the step policy's
@@ -12,7 +13,8 @@
  * with zs_free_string), NULL on 0. A call that fails changes nothing.
  *
  * Thread safety: a zs_pusher's calls may come from any thread at once,
- * but not while or after it is freed; a zs_in_flight's as it says. */
+ * but not while or after it is freed; a zs_in_flight's and a
+ * zs_gather_slot's as they say. */
 #ifndef ZEROSTATE_TRAINER_ENGINE_ZEROSTATE_ENGINE_C_H_
 #define ZEROSTATE_TRAINER_ENGINE_ZEROSTATE_ENGINE_C_H_
 
@@ -188,6 +190,58 @@ int zs_in_flight_wait_gathers_out(zs_in_flight* in_flight, uint64_t step);
  * its verdict, then waits for every push queued, their errors dropped.
  * Either may be null. */
 void zs_abandon(zs_in_flight* in_flight, zs_pusher* pusher);
+
+/* One range's gather of new weights, landed once (trainer::GatherSlot,
+ * as zerostate-worker lands each bucket): which version is fetched, its
+ * ticket, whether it landed, when its buffer may be written again, and
+ * waits on a version's gather from other threads. The driver keeps the
+ * buffer, the node's all-gather and the copies into its parameters.
+ * Lifecycle: idle -fetch-> fetched -land-> landing -landed-> idle, and
+ * fetched -drop-> idle; land on an idle slot does nothing. Any other
+ * transition is refused with FAILED_PRECONDITION naming it and the
+ * slot's state, changing nothing. Its calls come from one driver thread,
+ * but zs_gather_slot_wait and _pending from any. */
+typedef struct zs_gather_slot zs_gather_slot;
+
+/* The slot of this rank's share [begin, end) (may be empty). Errors:
+ * INVALID_ARGUMENT naming the argument (out null, begin > end). */
+int zs_gather_slot_create(uint64_t begin, uint64_t end, zs_gather_slot** out, char** error);
+/* Frees; a gather in flight is forgotten, not waited for. */
+void zs_gather_slot_free(zs_gather_slot* slot);
+
+/* Runs the reuse wait the last landing left (its error returned, nothing
+ * gathered), then gathers the share at `min_version` from `job` into `out`
+ * (zs_gather_async's arguments; nothing for an empty share, `out` may then
+ * be null). `out` and `job` must stay valid until the gather is done.
+ * Errors: INVALID_ARGUMENT naming the argument (slot or job null, out null
+ * or out_bytes too small for a non-empty share); FAILED_PRECONDITION
+ * while fetched or landing; ABORTED when the reuse wait failed. */
+int zs_gather_slot_fetch(zs_gather_slot* slot, zs_job* job, uint64_t min_version, void* out,
+                         size_t out_bytes, int dtype, char** error);
+/* Fetched: waits for the gather, *take_part = 1: the driver's part (the
+ * node's all-gather, the copies) follows, then zs_gather_slot_landed,
+ * even when the gather failed (every local rank takes part). Idle:
+ * *take_part = 0. Errors: INVALID_ARGUMENT (slot or take_part null);
+ * FAILED_PRECONDITION while landing. */
+int zs_gather_slot_land(zs_gather_slot* slot, int* take_part, char** error);
+/* The driver's part is done: the version landed (unless its gather
+ * failed); `reuse` (may be null) runs at the next fetch, before the gather
+ * writes the buffer again (a copy out of it still reading). Returns the
+ * gather's status. Errors: INVALID_ARGUMENT (slot null, reuse without
+ * fn); FAILED_PRECONDITION unless landing. */
+int zs_gather_slot_landed(zs_gather_slot* slot, const zs_wait* reuse, char** error);
+/* Forgets the gather fetched, not landed, and the version landed.
+ * Errors: INVALID_ARGUMENT (slot null); FAILED_PRECONDITION while landing. */
+int zs_gather_slot_drop(zs_gather_slot* slot, char** error);
+/* From any thread: returns once the share's blocks are at `version` or
+ * later as this slot knows it: the gather in flight of that version or
+ * later done (its status), or that version or later landed (0). ABORTED
+ * when none was fetched (dropped: the update that brings it failed).
+ * Errors: INVALID_ARGUMENT (slot null). */
+int zs_gather_slot_wait(const zs_gather_slot* slot, uint64_t version, char** error);
+/* 1 while fetched or landing, *version (if non-null) receiving it; else 0.
+ * Never blocks long. 0 for a null slot. */
+int zs_gather_slot_pending(const zs_gather_slot* slot, uint64_t* version);
 
 /* The coordinator's verdict after a step failed on the servers
  * (trainer::DecideRecovery, as zerostate-worker's): asks the servers

@@ -125,10 +125,8 @@ class Engine(ModuleSurface):
         self._boundary = False
         self._ahead_error = None  # a failed Step sent ahead (speculative_step)
         # The delayed update's step in flight and its verdict (the C++ the
-        # worker holds); the gathers it put out: {"tickets": {id(w): ticket}}
-        # once out (before_step).
+        # worker holds); the gathers it put out are the modules' slots'.
         self._in_flight = InFlight()
-        self._gathers = {}
         self._no_sync = False  # inside no_sync()
         self._grad_norm = self._step_applied = None  # the last step's (surface.py)
         self.policy = Policy(self.config.train)
@@ -369,23 +367,19 @@ class Engine(ModuleSurface):
             # A delayed update in flight: the servers take these gradients
             # once its blocks are at this step's version.
             bucket.push(self.job, self.global_steps, self.topo, self._side, self._pusher,
-                        after=self._versioned(bucket, self.global_steps - 1, self._gathers))
+                        after=self._versioned(bucket, self.global_steps - 1))
 
-    def _versioned(self, bucket, step, gathers):
+    def _versioned(self, bucket, step):
         """A call that returns once every gather of the delayed update of
-        step `step` (`gathers`, its tickets once out) overlapping `bucket`
-        is in (on the push thread)."""
-        overlap = [w for w in self._weights if w.begin < bucket.end and bucket.begin < w.end]
+        step `step` overlapping `bucket` is in (on the push thread): the
+        gather slots' waits on version step + 1, ABORTED when the update
+        failed before its gathers went out."""
+        overlap = [w.slot for w in self._weights if w.begin < bucket.end and bucket.begin < w.end]
 
         def wait():
             self._in_flight.wait_gathers_out(step)
-            tickets = gathers.get("tickets")
-            if tickets is None:
-                raise ZerostateError("not pushed: the update before this step failed",
-                                     "ABORTED")
-            for w in overlap:
-                if tickets.get(id(w)) is not None:
-                    tickets[id(w)].wait()
+            for slot in overlap:
+                slot.wait(step + 1)
         return wait
 
     def step(self):
@@ -411,6 +405,8 @@ class Engine(ModuleSurface):
         self._step_mark = self._side.mark()
         if self._in_flight.active():
             verdicts.finish_delayed(self)  # this version, after the backward on the one before
+        elif self.lazy_weights:
+            self._land()  # what the forward did not land (a module it skipped)
         step = self.global_steps
         delayed = self._ends_delayed(step)
         try:
@@ -466,10 +462,6 @@ class Engine(ModuleSurface):
         for w in self._weights:
             w.fetch(self.job, version)
 
-    def _tickets(self):
-        """{id(weights): the gather in flight} of every module."""
-        return {id(w): w.ticket for w in self._weights}
-
     def sync_weights(self):
         """Lands every gather still in flight into the parameters; a delayed
         update in flight is finished first (collective then)."""
@@ -512,7 +504,6 @@ class Engine(ModuleSurface):
         ends) and the push thread's pushes (their errors dropped): the C++
         engine's order, as zerostate-worker's."""
         self._in_flight.abandon(self._pusher)
-        self._gathers = {}
 
     def _check_alive(self):
         if self._failed is not None:

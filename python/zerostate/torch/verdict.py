@@ -46,11 +46,9 @@ def start_delayed(engine, step, lr, scales):
     """Step `step`'s update, left in flight (engine._in_flight): every
     rank's gathers of the next version go out; the coordinator's
     statistics and Step run on a thread of the C++ engine."""
-    engine._gathers = gathers = {}
     flight = engine._in_flight
     if not engine.topo.coordinator:
         engine._fetch(step + 1)
-        gathers["tickets"] = engine._tickets()
         flight.follow(step)
         return
     ratio = ratio_error(engine, step, lr, scales)
@@ -60,7 +58,6 @@ def start_delayed(engine, step, lr, scales):
 
     def before_step():  # on the Step's thread: blocks stream back as the servers step them
         engine._fetch(step + 1)
-        gathers["tickets"] = engine._tickets()
     flight.start(engine.job, engine.policy, step, engine._average_over(), lr=lr,
                  before_step=before_step)
 
@@ -70,7 +67,6 @@ def finish_delayed(engine):
     rank, then its weights into the parameters. Collective."""
     t0 = time.perf_counter()
     taken = engine._in_flight.take(engine.policy)
-    engine._gathers = {}  # a push waiting on them holds its own
     verdict = of(engine, *taken) if engine.topo.coordinator else None
     verdict = engine.topo.broadcast(verdict)
     engine.timers["server_step"] += time.perf_counter() - t0

@@ -3,7 +3,9 @@ module: each module owning trainable parameters covers its parameters'
 flat range, split into one share per local rank of the node. fetch() puts
 this rank's gather of its share in flight (into a pinned buffer when the
 parameters are on a GPU), so a node pulls one copy of the weights, not one
-per rank; land() waits for it, all-gathers the shares inside the node
+per rank; the C++ engine's GatherSlot (zerostate.pipeline) keeps which
+version is in flight, its ticket, whether it landed and when the buffer
+may be written again. land() waits for it, all-gathers the shares inside the node
 (NCCL on GPUs, gloo on the CPU) and copies into the parameters in the
 training dtype on the side stream (streams.py), the compute stream waiting
 for the copy by an event. The engine calls it at the step, or in the
@@ -15,7 +17,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from zerostate.pipeline import local_share
+from zerostate.pipeline import GatherSlot, local_share
 from zerostate.torch import streams
 from zerostate.torch.buckets import wire_dtype
 
@@ -43,21 +45,18 @@ class ModuleWeights:
         else:  # gloo: the gather writes straight into the rank's part
             self.buffer = self.full[r * self.chunk:(r + 1) * self.chunk]
         self.copied = None  # the event of the last host-to-device copy out of buffer
-        self.ticket = None
-        self.pending = False  # fetched, not landed
+        # The landing-once bookkeeping (trainer::GatherSlot): which version
+        # is fetched, its ticket, the buffer's reuse after this copy.
+        self.slot = GatherSlot(self.lo, self.hi, reuse=lambda: streams.host_waits(self.copied))
 
     def fetch(self, job, version):
-        self.pending = True
-        if self.hi <= self.lo:
-            return
-        streams.host_waits(self.copied)  # the last landing read the buffer
-        self.ticket = job.gather_async(version, self.lo, self.hi, self.buffer.data_ptr(),
-                                       (self.hi - self.lo) * self.buffer.element_size(),
-                                       wire_dtype(self.buffer.dtype), keep=self.buffer)
+        self.slot.fetch(job, version, self.buffer.data_ptr(),
+                        (self.hi - self.lo) * self.buffer.element_size(),
+                        wire_dtype(self.buffer.dtype), keep=self.buffer)
 
     def drop(self):
         """Forgets the gather in flight (every local rank alike)."""
-        self.ticket, self.pending = None, False
+        self.slot.drop()
 
     def land(self, free=None):
         """Waits for this rank's share, then (several local ranks) the
@@ -69,18 +68,22 @@ class ModuleWeights:
         the step before a lazy landing), for what it had been given then:
         so a lazy landing overlaps the forward of the modules before.
         Collective among the local ranks: each takes part even after its
-        gather failed, then raises."""
-        if not self.pending:
+        gather failed (the slot says so), then raises."""
+        t0 = time.perf_counter()
+        if not self.slot.land():
             return
-        ticket, self.ticket, self.pending = self.ticket, None, False
-        error = None
-        if ticket is not None:
-            t0 = time.perf_counter()
+        self.timers["gather_wait"] += time.perf_counter() - t0
+        try:
+            self._copy_in(free)
+        except BaseException:
             try:
-                ticket.wait()
-            except Exception as e:  # noqa: BLE001 - raised after the all-gather
-                error = e
-            self.timers["gather_wait"] += time.perf_counter() - t0
+                self.slot.landed()
+            except Exception:  # noqa: BLE001 - the copy's error is raised
+                pass
+            raise
+        self.slot.landed()
+
+    def _copy_in(self, free):
         n = self.hi - self.lo
         with torch.no_grad(), self.side.after_compute(free):
             src = self.buffer
@@ -96,8 +99,6 @@ class ModuleWeights:
                 p.data.copy_(part, non_blocking=True)
         self.copied = self.side.done()
         streams.compute_waits(self.copied)
-        if error is not None:
-            raise error
 
     def _all_gather(self, mine):
         group = self.topo.local_group
