@@ -38,9 +38,10 @@
 // claim made under the old one is void (Holds() says false), since etcd
 // deleted those keys and another server may hold them now.
 //
-// A member key of this same address on another lease, found at start, is
-// this server's previous process (killed): ReplacePreviousIncarnation(),
-// called once this process holds the address (its port bound), revokes
+// A member key of this name dialled at this same address on another
+// lease, found at start, is this server's previous process (killed):
+// ReplacePreviousIncarnation(), called once this process holds the address
+// (its port bound), revokes
 // that lease, so its claims go at once rather than a TTL later, and their
 // backups hear of it.
 //
@@ -149,11 +150,11 @@ class EtcdMembership final : public Membership {
   [[nodiscard]] absl::StatusOr<std::vector<std::string>> Members() override;
   void OnPrimaryLost(std::function<void(const std::string& job, int shard)> cb) override;
 
-  // Revokes the lease of the previous process of this address, if Start
-  // found one. REQUIRES: this process has bound the advertised address
-  // (proof that the other is gone), or replaces it from another address
-  // (the operator's word that it is gone: Options::dial). Errors:
-  // UNAVAILABLE (etcd).
+  // Revokes the lease of the previous process of this name and address,
+  // if Start found one. REQUIRES: this process has bound its dialled
+  // address (proof that the other is gone). A process of this name at
+  // another address is never revoked: Start waited for its lease to lapse.
+  // Errors: UNAVAILABLE (etcd).
   [[nodiscard]] absl::Status ReplacePreviousIncarnation();
 
   // Whether `term` is this server's claim under its current lease, and

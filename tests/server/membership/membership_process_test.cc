@@ -40,20 +40,6 @@ std::string ReadLog(const std::string& path) {
   return ss.str();
 }
 
-// Waits up to kBound for process `pid` to exit, without reaping it (its
-// ServerProcess does); false if it still runs.
-bool AwaitExit(pid_t pid) {
-  const absl::Time deadline = absl::Now() + kBound;
-  while (absl::Now() < deadline) {
-    siginfo_t info{};
-    if (waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) {
-      return true;
-    }
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return false;
-}
-
 class MembershipProcessTest : public EtcdFixture {
  protected:
   MembershipProcessTest() : EtcdFixture("proc") {}
@@ -245,9 +231,9 @@ TEST_F(MembershipProcessTest, AReplacementWaitsOutALiveServerAndTheWokenOldOneFe
   EXPECT_EQ(Dialled(name), moved);
 
   ASSERT_EQ(kill((*old)->pid(), SIGCONT), 0);
-  ASSERT_TRUE(AwaitExit((*old)->pid())) << "the woken old server kept running";
-  absl::Status stopped = (*old)->Stop();
-  EXPECT_NE(stopped.message().find("exit status 3"), std::string::npos) << stopped;
+  auto exited = (*old)->WaitExit(kBound);
+  ASSERT_TRUE(exited.ok()) << "the woken old server kept running: " << exited.status();
+  EXPECT_TRUE(WIFEXITED(*exited) && WEXITSTATUS(*exited) == 3) << "wait status " << *exited;
   const std::string fenced = ReadLog(old_log);
   EXPECT_NE(fenced.find(absl::StrCat("this server's name ", name, " is held by the process at ",
                                      moved, " (lease ", taken, ")")),
