@@ -205,8 +205,11 @@ absl::Status EtcdMembership::Join(bool first) {
     const auto& kvs = put->responses(0).response_range().kvs();
     if (!first && !kvs.empty()) return Fence(kvs[0]);
     return absl::FailedPreconditionError(absl::StrCat(
-        "joining as ", options_.self, ": another process put its member key meanwhile (",
-        kvs.empty() ? "since gone" : kvs[0].value(), "); start again once it is gone"));
+        "joining as ", options_.self, ": its member key changed since it was read (",
+        kvs.empty() ? "now gone"
+                    : absl::StrCat("now dialled at ", kvs[0].value(), ", lease ", kvs[0].lease()),
+        "): another process joined under this name meanwhile, or etcd had not yet dropped a "
+        "lapsed lease; start again"));
   }
   {
     absl::MutexLock lock(&mu_);
