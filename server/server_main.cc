@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -121,12 +122,22 @@ ABSL_FLAG(std::string, advertise_address, "",
           "host:port other servers and clients dial to reach this server's gRPC port, as "
           "named in etcd (empty: --listen, a wildcard host replaced by this host's name)");
 ABSL_FLAG(std::string, replace, "",
-          "HOST:PORT name of a dead server this process replaces from another address (needs "
-          "--etcd_endpoints): it joins etcd under that name, revokes the dead process's lease, "
-          "and publishes its own address (--advertise_address) there, where the other servers "
-          "and the clients look the name up; the dead process must be gone for good");
+          "HOST:PORT name of a dead or hung server this process replaces from another address "
+          "(needs --etcd_endpoints): once the old process's lease has lapsed in etcd it joins "
+          "under that name and publishes its own address (--advertise_address) there, where "
+          "the other servers and the clients look the name up; refused while the old process "
+          "keeps its lease alive, and the old process, should it come back, fences itself");
+ABSL_FLAG(int64_t, replace_wait_seconds, -1,
+          "seconds a server whose name another process holds in etcd (--replace) waits for "
+          "that process's lease to lapse before it refuses to start; -1: twice "
+          "--etcd_lease_ttl_seconds");
 
 namespace {
+
+// Set when the membership found this server's name taken by another
+// process: main() then exits with kFencedExit.
+std::atomic<bool> fenced_for_good{false};
+constexpr int kFencedExit = 3;
 
 // The server's membership in etcd (server/membership/membership_setup.h);
 // null without --etcd_endpoints. Exits on an error.
@@ -138,7 +149,12 @@ std::shared_ptr<zerostate::server::EtcdMembership> JoinMembership(
   config.lease_ttl_seconds = absl::GetFlag(FLAGS_etcd_lease_ttl_seconds);
   config.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   config.replace = absl::GetFlag(FLAGS_replace);
-  auto membership = zerostate::server::StartMembership(config, listen, std::move(registry));
+  config.replace_wait_seconds = absl::GetFlag(FLAGS_replace_wait_seconds);
+  config.on_fenced = [](const std::string& why) {
+    std::cerr << "zerostate-server: " << why << "; stopping" << std::endl;
+    fenced_for_good = true;
+    kill(getpid(), SIGTERM);  // the signal thread shuts down, as on SIGTERM
+  };  auto membership = zerostate::server::StartMembership(config, listen, std::move(registry));
   if (!membership.ok()) {
     std::cerr << "zerostate-server: " << membership.status() << std::endl;
     std::exit(1);
@@ -321,5 +337,5 @@ int main(int argc, char** argv) {
     std::cerr << "zerostate-server: " << s.message() << std::endl;
   }
   std::cout << "zerostate-server: stopped" << std::endl;
-  return 0;
+  return fenced_for_good ? kFencedExit : 0;
 }

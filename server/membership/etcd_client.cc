@@ -230,6 +230,17 @@ absl::StatusOr<int64_t> EtcdClient::KeepAliveOnce(int64_t id, absl::Duration tim
   return resp.ttl();
 }
 
+absl::StatusOr<int64_t> EtcdClient::LeaseTimeToLive(int64_t id) {
+  etcdserverpb::LeaseTimeToLiveRequest req;
+  req.set_id(id);
+  auto resp = Ask<etcdserverpb::LeaseTimeToLiveResponse>(
+      "LeaseTimeToLive", absl::StrCat("lease ", id),
+      [&](Endpoint& ep, auto* ctx, auto* r) { return ep.lease->LeaseTimeToLive(ctx, req, r); });
+  if (absl::IsNotFound(resp.status())) return -1;
+  if (!resp.ok()) return resp.status();
+  return resp->ttl() < 0 ? -1 : resp->ttl();
+}
+
 absl::StatusOr<std::unique_ptr<EtcdWatch>> EtcdClient::Watch(const std::string& prefix,
                                                              int64_t start_revision) {
   Endpoint* ep;

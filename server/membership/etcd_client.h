@@ -77,6 +77,9 @@ class EtcdClient {
   // One keepalive of lease `id` on a stream of its own, within `timeout`:
   // the TTL etcd renewed it to; 0 when etcd no longer has the lease.
   [[nodiscard]] absl::StatusOr<int64_t> KeepAliveOnce(int64_t id, absl::Duration timeout);
+  // Whole seconds lease `id` has left (rounded down: 0 is under a
+  // second); -1 when etcd no longer has it (expired or revoked).
+  [[nodiscard]] absl::StatusOr<int64_t> LeaseTimeToLive(int64_t id);
 
   // Opens a watch of every key that starts with `prefix`, from
   // `start_revision` (inclusive), its events carrying the previous value;

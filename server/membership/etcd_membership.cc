@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/job_spec.h"
+#include "server/membership/lease_lapse.h"
 
 namespace zerostate::server {
 namespace {
@@ -42,6 +43,11 @@ absl::Status CheckOptions(const EtcdMembershipOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("dialled address '", o.dial, "' of ", o.self, " must not have '/'"));
   }
+  if (o.replace_wait_seconds < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("replace_wait_seconds: ", o.replace_wait_seconds,
+                     " is below 0 (-1: twice the lease TTL)"));
+  }
   if (o.lease_ttl_seconds < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat("etcd_lease_ttl_seconds: ", o.lease_ttl_seconds,
@@ -69,7 +75,7 @@ absl::StatusOr<std::unique_ptr<EtcdMembership>> EtcdMembership::Start(
   auto etcd = EtcdClient::Create({options.endpoints, options.call_timeout});
   if (!etcd.ok()) return etcd.status();
   std::unique_ptr<EtcdMembership> m(new EtcdMembership(std::move(options), *std::move(etcd)));
-  if (auto st = m->Join(); !st.ok()) return st;
+  if (auto st = m->Join(/*first=*/true); !st.ok()) return st;
   m->keepalive_ = std::thread([p = m.get()] { p->KeepAliveLoop(); });
   m->watcher_ = std::thread([p = m.get()] { p->WatchLoop(); });
   return m;
@@ -108,6 +114,10 @@ std::string EtcdMembership::BehindPrefix(const std::string& job, int shard) cons
 
 std::string EtcdMembership::MemberKey() const { return MemberKeyOf(options_.self); }
 
+std::string EtcdMembership::NameKey() const {
+  return absl::StrCat(prefix_, "names/", options_.self);
+}
+
 std::string EtcdMembership::MemberKeyOf(const std::string& name) const {
   return absl::StrCat(prefix_, "members/", name);
 }
@@ -134,18 +144,73 @@ int64_t EtcdMembership::lease_id() const {
   return lease_;
 }
 
-absl::Status EtcdMembership::Join() {
+std::string EtcdMembership::fenced() const {
+  absl::MutexLock lock(&mu_);
+  return fenced_;
+}
+
+absl::Status EtcdMembership::Join(bool first) {
+  if (joining_lease_ != 0) {  // its member key, if put, goes with it
+    auto st = etcd_->LeaseRevoke(std::exchange(joining_lease_, 0));
+    if (!st.ok() && !absl::IsNotFound(st)) return st;
+  }
+  auto held = etcd_->Range(MemberKey());
+  if (!held.ok()) return held.status();
+  int64_t previous = 0;  // this address's previous process's lease
+  int64_t expected_mod = 0;  // the member key as read (0: absent)
+  if (!held->kvs().empty()) {
+    const KeyValue& holder = held->kvs(0);
+    if (!first) return Fence(holder);
+    if (holder.value() == options_.dial) {
+      previous = holder.lease();
+      expected_mod = holder.mod_revision();
+    } else if (auto st = AwaitLapse(holder); !st.ok()) {
+      return st;
+    }
+  } else if (first && options_.dial != options_.self) {
+    auto record = etcd_->Range(NameKey());
+    if (!record.ok()) return record.status();
+    if (record->kvs().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "replace: '", options_.self, "' was never a member of cluster '", options_.cluster,
+          "' (etcd has no ", NameKey(), "): nothing to replace; check the name, or start the "
+          "server without --replace"));
+    }
+  }
   const int64_t sent_ns = SteadyNowNs();
   auto grant = etcd_->LeaseGrant(options_.lease_ttl_seconds);
   if (!grant.ok()) return grant.status();
   const int64_t lease = grant->id();
-  auto old = etcd_->Range(MemberKey());
-  if (!old.ok()) return old.status();
-  int64_t previous = 0;
-  for (const KeyValue& kv : old->kvs()) {
-    if (kv.lease() != 0 && kv.lease() != lease) previous = kv.lease();
+  TxnRequest txn;
+  Compare* as_read = txn.add_compare();
+  as_read->set_key(MemberKey());
+  as_read->set_target(Compare::MOD);
+  as_read->set_result(Compare::EQUAL);
+  as_read->set_mod_revision(expected_mod);
+  auto* member = txn.add_success()->mutable_request_put();
+  member->set_key(MemberKey());
+  member->set_value(options_.dial);
+  member->set_lease(lease);
+  auto* name = txn.add_success()->mutable_request_put();
+  name->set_key(NameKey());
+  name->set_value(options_.dial);
+  txn.add_failure()->mutable_request_range()->set_key(MemberKey());
+  auto put = etcd_->Txn(txn, MemberKey());
+  if (!put.ok()) {
+    joining_lease_ = lease;
+    return put.status();
   }
-  if (auto put = etcd_->Put(MemberKey(), options_.dial, lease); !put.ok()) return put.status();
+  if (!put->succeeded()) {
+    if (auto st = etcd_->LeaseRevoke(lease); !st.ok()) joining_lease_ = lease;
+    const auto& kvs = put->responses(0).response_range().kvs();
+    if (!first && !kvs.empty()) return Fence(kvs[0]);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "joining as ", options_.self, ": its member key changed since it was read (",
+        kvs.empty() ? "now gone"
+                    : absl::StrCat("now dialled at ", kvs[0].value(), ", lease ", kvs[0].lease()),
+        "): another process joined under this name meanwhile, or etcd had not yet dropped a "
+        "lapsed lease; start again"));
+  }
   {
     absl::MutexLock lock(&mu_);
     lease_ = lease;
@@ -155,6 +220,45 @@ absl::Status EtcdMembership::Join() {
   }
   Confirm(sent_ns, grant->ttl());
   return absl::OkStatus();
+}
+
+absl::Status EtcdMembership::AwaitLapse(const KeyValue& holder) {
+  const int64_t wait_s = options_.replace_wait_seconds >= 0 ? options_.replace_wait_seconds
+                                                             : 2 * options_.lease_ttl_seconds;
+  LeaseLapse lapse(absl::Seconds(wait_s));
+  Log(absl::StrCat("held by the process at ", holder.value(), " (lease ", holder.lease(),
+                   "): waiting up to ", wait_s, " s for its lease to lapse"));
+  const absl::Time start = absl::Now();
+  while (true) {
+    auto left = etcd_->LeaseTimeToLive(holder.lease());
+    if (!left.ok()) return left.status();
+    switch (lapse.Observe(*left, absl::Now() - start)) {
+      case LeaseLapse::Verdict::kLapsed:
+        Log(absl::StrCat("lease ", holder.lease(), " lapsed; taking the name"));
+        return absl::OkStatus();
+      case LeaseLapse::Verdict::kWait:
+        absl::SleepFor(absl::Milliseconds(200));
+        break;
+      default:
+        return absl::FailedPreconditionError(
+            absl::StrCat(options_.dial != options_.self ? "replace: " : "",
+                         lapse.Refusal(options_.self, holder.value(), holder.lease())));
+    }
+  }
+}
+
+absl::Status EtcdMembership::Fence(const KeyValue& holder) {
+  const std::string why = absl::StrCat(
+      "this server's name ", options_.self, " is held by the process at ", holder.value(),
+      " (lease ", holder.lease(), ") since this one's lease was lost: fenced for good");
+  valid_until_ns_ = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    held_.clear();
+    fenced_ = why;
+  }
+  metrics_->SetLeaseValid(false);
+  return absl::FailedPreconditionError(why);
 }
 
 void EtcdMembership::Confirm(int64_t sent_ns, int64_t ttl) {
@@ -210,8 +314,16 @@ void EtcdMembership::KeepAliveLoop() {
         absl::MutexLock lock(&mu_);
         held_.clear();
       }
-      auto st = Join();
+      auto st = Join(/*first=*/false);
       failing = !st.ok();
+      if (std::string why = fenced(); !why.empty()) {
+        if (options_.on_fenced) {
+          options_.on_fenced(why);
+        } else {
+          Log(why);
+        }
+        return;  // never joins again: another process has the name
+      }
       if (!st.ok()) Log(st.ToString());
     } else {
       if (!failing) Log(renewed.status().ToString());
@@ -247,6 +359,10 @@ absl::StatusOr<PrimaryTerm> EtcdMembership::Claim(const std::string& job, int sh
   const std::string key = PrimaryKey(job, shard);
   if (!LeaseValid()) {
     metrics_->RecordClaim(MembershipMetrics::Claim::kFailed);
+    if (std::string why = fenced(); !why.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("claim of job '", job, "' shard ", shard, ": ", why));
+    }
     return absl::FailedPreconditionError(absl::StrCat("claim of job '", job, "' shard ", shard,
                                                       ": this server's etcd lease is not confirmed "
                                                       "(etcd at ",

@@ -9,6 +9,10 @@
 //                             created by a Txn that succeeds only when the
 //                             key does not exist (create_revision == 0);
 //                             its create revision is the term's epoch.
+//   names/<self>              value the address it was last dialled at, on
+//                             no lease: the record that <self> was ever a
+//                             member, which a replacement (--replace)
+//                             needs to find
 //   behind/<job>/<shard>/<copy>  value the epoch of the primary that
 //                             recorded copy `copy` behind (SetBehind), on no
 //                             lease (it outlives the primary); written and
@@ -34,11 +38,22 @@
 // claim made under the old one is void (Holds() says false), since etcd
 // deleted those keys and another server may hold them now.
 //
-// A member key of this same address on another lease, found at start, is
-// this server's previous process (killed): ReplacePreviousIncarnation(),
-// called once this process holds the address (its port bound), revokes
+// A member key of this name dialled at this same address on another
+// lease, found at start, is this server's previous process (killed):
+// ReplacePreviousIncarnation(), called once this process holds the address
+// (its port bound), revokes
 // that lease, so its claims go at once rather than a TTL later, and their
 // backups hear of it.
+//
+// One process per name: the member key is put only by a Txn that finds it
+// as read (absent, or this address's previous process's). A member key
+// that names another address (a replacement's, or the process a
+// replacement replaces) is never revoked: Start waits, up to
+// replace_wait_seconds, for its lease to lapse in etcd (lease_lapse.h), and
+// refuses to start, naming the live process, if it is renewed or outlasts
+// the wait. A member whose lease was lost (hung, partitioned) and that finds
+// its name held by another process when it joins again is fenced for good:
+// LeaseValid() stays false, it claims nothing, and on_fenced says why.
 //
 // Thread safety: every method may be called from any thread at once.
 #pragma once
@@ -83,6 +98,14 @@ struct EtcdMembershipOptions {
   int64_t lease_ttl_seconds = 10;
   // Deadline of each call to etcd; 0: a third of the TTL.
   absl::Duration call_timeout = absl::ZeroDuration();
+  // --replace_wait_seconds: how long Start waits for the lease of another
+  // process that holds `self` (member key dialled elsewhere) to lapse
+  // before it refuses; -1: twice lease_ttl_seconds.
+  int64_t replace_wait_seconds = -1;
+  // Called once, from a membership thread, when this member finds its name
+  // held by another process as it joins again after losing its lease: it
+  // is fenced for good (`why` names the holder). Empty: only logged.
+  std::function<void(const std::string& why)> on_fenced;
   // Where the zerostate_membership_* metrics go; null: nowhere.
   std::shared_ptr<prometheus::Registry> metrics;
 };
@@ -92,7 +115,11 @@ class EtcdMembership final : public Membership {
   // Checks the options (INVALID_ARGUMENT naming the field), grants a lease
   // and puts the member key (UNAVAILABLE naming the endpoint when etcd does
   // not answer within the call timeout, on every endpoint), then starts
-  // the keepalive and watch threads.
+  // the keepalive and watch threads. A replacement (dial != self) of a
+  // name etcd never had a member of: INVALID_ARGUMENT. A name held by
+  // another address's process whose lease does not lapse within
+  // replace_wait_seconds: FAILED_PRECONDITION naming it. Either leaves
+  // etcd as it was.
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<EtcdMembership>> Start(
       EtcdMembershipOptions options);
 
@@ -123,11 +150,11 @@ class EtcdMembership final : public Membership {
   [[nodiscard]] absl::StatusOr<std::vector<std::string>> Members() override;
   void OnPrimaryLost(std::function<void(const std::string& job, int shard)> cb) override;
 
-  // Revokes the lease of the previous process of this address, if Start
-  // found one. REQUIRES: this process has bound the advertised address
-  // (proof that the other is gone), or replaces it from another address
-  // (the operator's word that it is gone: Options::dial). Errors:
-  // UNAVAILABLE (etcd).
+  // Revokes the lease of the previous process of this name and address,
+  // if Start found one. REQUIRES: this process has bound its dialled
+  // address (proof that the other is gone). A process of this name at
+  // another address is never revoked: Start waited for its lease to lapse.
+  // Errors: UNAVAILABLE (etcd).
   [[nodiscard]] absl::Status ReplacePreviousIncarnation();
 
   // Whether `term` is this server's claim under its current lease, and
@@ -136,11 +163,16 @@ class EtcdMembership final : public Membership {
 
   // The lease this server holds now (it changes when one is lost).
   int64_t lease_id() const;
+  // Why this member is fenced for good (its name taken while its lease
+  // was lost); empty while it is not.
+  std::string fenced() const;
   // The key of (job, shard)'s primary and of this server's member entry.
   std::string PrimaryKey(const std::string& job, int shard) const;
   // The prefix of (job, shard)'s behind/ keys (SetBehind).
   std::string BehindPrefix(const std::string& job, int shard) const;
   std::string MemberKey() const;
+  // The key recording that `self` was ever a member (no lease).
+  std::string NameKey() const;
   // The member key of server `name`.
   std::string MemberKeyOf(const std::string& name) const;
 
@@ -148,8 +180,17 @@ class EtcdMembership final : public Membership {
   using ShardKey = std::pair<std::string, int>;
   explicit EtcdMembership(EtcdMembershipOptions options, std::unique_ptr<EtcdClient> etcd);
   // Grants a lease and puts the member key on it (noting a previous
-  // incarnation's lease); then LeaseValid() holds.
-  [[nodiscard]] absl::Status Join();
+  // incarnation's lease); then LeaseValid() holds. `first`: at Start (a
+  // name held elsewhere is waited for); else after a lost lease (a name
+  // held elsewhere fences this member for good).
+  [[nodiscard]] absl::Status Join(bool first);
+  // Waits for the lease of `holder` (the member key of self, dialled
+  // elsewhere) to lapse; FAILED_PRECONDITION (LeaseLapse::Refusal) if it
+  // does not.
+  [[nodiscard]] absl::Status AwaitLapse(const etcdserverpb::KeyValue& holder);
+  // Fences this member for good: `holder` (the member key of self) is
+  // another process's. Returns the FAILED_PRECONDITION that says so.
+  absl::Status Fence(const etcdserverpb::KeyValue& holder);
   // Records a keepalive sent at `sent_ns` (steady clock) that etcd
   // answered with `ttl` seconds.
   void Confirm(int64_t sent_ns, int64_t ttl);
@@ -181,6 +222,11 @@ class EtcdMembership final : public Membership {
   int64_t lease_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t ttl_seconds_ ABSL_GUARDED_BY(mu_) = 0;  // as granted
   int64_t previous_lease_ ABSL_GUARDED_BY(mu_) = 0;  // ReplacePreviousIncarnation's
+  std::string fenced_ ABSL_GUARDED_BY(mu_);           // fenced(); empty: not
+  // A lease granted by a Join whose Txn's outcome is unknown (etcd did not
+  // answer): revoked by the next Join, which may find its member key.
+  // Start's and the keepalive thread's only, one after the other.
+  int64_t joining_lease_ = 0;
   // This server's claims under lease_: (job, shard) -> epoch.
   absl::flat_hash_map<ShardKey, int64_t> held_ ABSL_GUARDED_BY(mu_);
   std::function<void(const std::string&, int)> on_lost_ ABSL_GUARDED_BY(mu_);

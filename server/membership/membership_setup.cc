@@ -52,6 +52,11 @@ absl::StatusOr<MemberAddresses> MemberAddressesFor(const MembershipConfig& confi
         absl::StrCat("replace: '", config.replace,
                      "' is not the HOST:PORT name of a server (as a job's servers list it)"));
   }
+  if (config.replace == *dial) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "replace: '", config.replace,
+        "' is this server's own address; a server restarted on its address needs no --replace"));
+  }
   return MemberAddresses{config.replace, *dial};
 }
 
@@ -68,6 +73,8 @@ absl::StatusOr<std::shared_ptr<EtcdMembership>> StartMembership(
   options.self = names->self;
   options.dial = names->dial;
   options.lease_ttl_seconds = config.lease_ttl_seconds;
+  options.replace_wait_seconds = config.replace_wait_seconds;
+  options.on_fenced = config.on_fenced;
   options.metrics = std::move(registry);
   auto started = EtcdMembership::Start(std::move(options));
   if (!started.ok()) return started.status();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -23,11 +24,16 @@ struct MembershipConfig {
   // empty: derived from --listen (AdvertisedAddress).
   std::string advertise_address;
   // --replace: the name (advertised address) of a server this process
-  // takes the place of from another address: it joins under that name,
-  // revokes the old process's lease as a restart does, and publishes its
-  // own address for the name (Membership::Resolve), where peers and
-  // clients find it. Empty: this server is named by its own address.
+  // takes the place of from another address: once the old process's lease
+  // has lapsed (it is dead or hung; never by revoking it) it joins under
+  // that name and publishes its own address for the name
+  // (Membership::Resolve), where peers and clients find it. Empty: this
+  // server is named by its own address.
   std::string replace;
+  // --replace_wait_seconds: EtcdMembershipOptions::replace_wait_seconds.
+  int64_t replace_wait_seconds = -1;
+  // EtcdMembershipOptions::on_fenced.
+  std::function<void(const std::string& why)> on_fenced;
 };
 
 // What this server is called in the membership, and where it is dialled.
@@ -46,7 +52,8 @@ struct MemberAddresses {
 // `listen`: both AdvertisedAddress(listen, advertise_address), or, with
 // config.replace, named by it. INVALID_ARGUMENT, naming the flag: those of
 // AdvertisedAddress; --replace without --etcd_endpoints (nobody could
-// learn the new address); --replace that is not HOST:PORT, or has '/'.
+// learn the new address); --replace that is not HOST:PORT, or has '/', or
+// is this server's own address (a restart there needs no --replace).
 [[nodiscard]] absl::StatusOr<MemberAddresses> MemberAddressesFor(const MembershipConfig& config,
                                                                 const std::string& listen);
 

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -56,17 +57,19 @@ class EtcdClusterFixture : public EtcdFixture {
     }
   }
 
-  // Starts a replacement of server i (killed) on another port, with its
-  // flags and --replace=<its address>: server(i) is the new process from
-  // then on, and addresses()[i] still its name.
-  void Replace(int i) {
-    ASSERT_FALSE(servers_[i]->running()) << "server " << i << " still runs";
+  // Starts a replacement of server i (killed, or hung) on another port,
+  // with its flags and --replace=<its address>; it starts once the old
+  // process's lease lapsed. server(i) is the new process from then on, and
+  // addresses()[i] still its name; the old process goes to `old` (null:
+  // dropped, killed if it still runs).
+  void Replace(int i, std::unique_ptr<testing::ServerProcess>* old = nullptr) {
     testing::ServerProcessOptions o = options_[i];
     o.args.push_back("--replace=" + addresses_[i]);
     auto server = testing::ServerProcess::Start(o);
     ASSERT_TRUE(server.ok()) << "replacement of server " << i << ": " << server.status();
     ASSERT_NE((*server)->address(), addresses_[i]);
-    servers_[i] = *std::move(server);
+    std::unique_ptr<testing::ServerProcess> previous = std::exchange(servers_[i], *std::move(server));
+    if (old != nullptr) *old = std::move(previous);
   }
 
   testing::ServerProcess& server(int i) { return *servers_[i]; }

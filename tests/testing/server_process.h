@@ -98,13 +98,14 @@ class ServerProcess {
   // REQUIRES: not running. Errors as Start.
   absl::Status Restart();
 
+  // Waits up to `timeout` for the process to exit by itself and reaps it.
+  // Returns the raw wait status, or DEADLINE_EXCEEDED (still running).
+  absl::StatusOr<int> WaitExit(absl::Duration timeout);
+
  private:
   explicit ServerProcess(ServerProcessOptions options);
   absl::Status Spawn(int port);
   absl::Status AwaitListening();
-  // Waits up to `timeout` for the process to exit and reaps it. Returns the
-  // raw wait status, or DEADLINE_EXCEEDED.
-  absl::StatusOr<int> WaitExit(absl::Duration timeout);
   void StartForwarding();
   void JoinForwarding();
 

@@ -386,25 +386,48 @@ TEST_F(EtcdMembershipTest, RestartRevokesThePreviousIncarnationsClaims) {
   EXPECT_TRUE(a->Holds("job", 0, *t));
 }
 
-// A replacement of server a:1 from another address: named a:1 (it takes
-// the dead process's claims away as a restart does), dialled at its own
-// address, which every member resolves the name to while it lives.
-TEST_F(EtcdMembershipTest, AReplacementIsNamedByTheOldAddressAndDialledAtItsOwn) {
+// A replacement of server a:1 from another address: refused while a:1's
+// process keeps its lease alive (its member key as it was); once the lease
+// of a process nobody renews (dead, or hung) lapses, named a:1 (the old
+// claims went with the lease), dialled at its own address, which every
+// member resolves the name to while it lives.
+TEST_F(EtcdMembershipTest, AReplacementWaitsForTheOldLeaseToLapseAndIsDialledAtItsOwn) {
   auto raw = Client();
   auto b = Member("b:1");
   ASSERT_TRUE(b);
-  auto old = raw->LeaseGrant(600);  // the dead process's, would outlive the test
+  auto replacement = Options("a:1");
+  replacement.dial = "c:7";
+  {
+    auto live = Member("a:1");
+    ASSERT_TRUE(live);
+    const int64_t lease = live->lease_id();
+    auto refused = EtcdMembership::Start(replacement);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+    EXPECT_NE(refused.status().message().find(absl::StrCat(
+                  "replace: a:1 is alive: its lease ", lease, " is kept alive by the process at "
+                                                              "a:1; stop it first")),
+              std::string::npos)
+        << refused.status();
+    auto member = raw->Range(live->MemberKey());
+    ASSERT_TRUE(member.ok() && member->kvs_size() == 1) << member.status();
+    EXPECT_EQ(member->kvs(0).value(), "a:1");
+    EXPECT_EQ(member->kvs(0).lease(), lease);
+    EXPECT_TRUE(live->LeaseValid());
+  }  // left: the name is free again
+  auto old = raw->LeaseGrant(2);  // a dead process's: nobody renews it
   ASSERT_TRUE(old.ok()) << old.status();
   ASSERT_TRUE(raw->Put(b->PrimaryKey("job", 0), "a:1", old->id()).ok());
   ASSERT_TRUE(raw->Put("/zerostate/test/members/a:1", "a:1", old->id()).ok());
   auto same = b->Resolve("a:1");
   ASSERT_TRUE(same.ok()) << same.status();
   EXPECT_EQ(*same, "a:1");
-  auto o = Options("a:1");
-  o.dial = "c:7";
-  auto started = EtcdMembership::Start(o);
+  auto started = EtcdMembership::Start(replacement);
   ASSERT_TRUE(started.ok()) << started.status();
   auto a = *std::move(started);
+  auto left = raw->LeaseTimeToLive(old->id());
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_EQ(*left, -1) << "joined before the old lease lapsed";
   ASSERT_TRUE(a->ReplacePreviousIncarnation().ok());
   EXPECT_TRUE(absl::IsNotFound(a->Primary("job", 0).status()));
   auto moved = b->Resolve("a:1");
@@ -426,11 +449,60 @@ TEST_F(EtcdMembershipTest, AReplacementIsNamedByTheOldAddressAndDialledAtItsOwn)
   EXPECT_EQ(*gone, "a:1");
 }
 
+// A member whose lease was lost (hung, or cut off from etcd) finds, when it
+// joins again, its name held by another process (a replacement at c:7): it
+// is fenced for good, says so once, claims nothing, and leaves the
+// replacement's member key alone.
+TEST_F(EtcdMembershipTest, AMemberWhoseNameWasTakenWhileItsLeaseWasLostIsFencedForGood) {
+  auto raw = Client();
+  absl::Mutex mu;  // what a's callback writes outlives a
+  std::vector<std::string> fenced;
+  auto o = Options("a:1");
+  o.on_fenced = [&](const std::string& why) {
+    absl::MutexLock lock(&mu);
+    fenced.push_back(why);
+  };
+  auto started = EtcdMembership::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  auto a = *std::move(started);
+  auto term = a->Claim("job", 0);
+  ASSERT_TRUE(term.ok()) << term.status();
+  const int64_t old_lease = a->lease_id();
+  ASSERT_TRUE(raw->LeaseRevoke(old_lease).ok());  // lapsed while a was away
+  auto taker = raw->LeaseGrant(600);
+  ASSERT_TRUE(taker.ok()) << taker.status();
+  ASSERT_TRUE(raw->Put(a->MemberKey(), "c:7", taker->id()).ok());
+  ASSERT_TRUE(WaitUntil([&] {
+    absl::MutexLock lock(&mu);
+    return !fenced.empty();
+  })) << "a never noticed its name was taken";
+  const std::string why = a->fenced();
+  EXPECT_NE(why.find("this server's name a:1 is held by the process at c:7 (lease " +
+                     std::to_string(taker->id()) + ")"),
+            std::string::npos)
+      << why;
+  EXPECT_FALSE(a->LeaseValid());
+  EXPECT_FALSE(a->Holds("job", 0, *term));
+  auto refused = a->Claim("job", 0);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("held by the process at c:7"), std::string::npos)
+      << refused.status();
+  EXPECT_EQ(a->lease_id(), old_lease);  // it never joins again
+  a->Leave();
+  auto member = raw->Range(a->MemberKey());
+  ASSERT_TRUE(member.ok() && member->kvs_size() == 1) << member.status();
+  EXPECT_EQ(member->kvs(0).value(), "c:7");
+  EXPECT_EQ(member->kvs(0).lease(), taker->id());
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(fenced.size(), 1u);
+  ASSERT_TRUE(raw->LeaseRevoke(taker->id()).ok());
+}
+
 TEST_F(EtcdMembershipTest, BadInputIsRefusedNamingIt) {
   auto unreachable = EtcdMembership::Start(Options("a:1", "127.0.0.1:1"));
   ASSERT_FALSE(unreachable.ok());
   EXPECT_TRUE(absl::IsUnavailable(unreachable.status())) << unreachable.status();
-  EXPECT_NE(unreachable.status().message().find("etcd at 127.0.0.1:1: LeaseGrant"),
+  EXPECT_NE(unreachable.status().message().find("etcd at 127.0.0.1:1: Range"),
             std::string::npos)
       << unreachable.status();
   auto bad = [&](EtcdMembershipOptions o, const std::string& names) {
@@ -456,6 +528,20 @@ TEST_F(EtcdMembershipTest, BadInputIsRefusedNamingIt) {
   o = Options("a:1");
   o.lease_ttl_seconds = 1;
   bad(o, "etcd_lease_ttl_seconds: 1");
+  o = Options("a:1");
+  o.replace_wait_seconds = -2;
+  bad(o, "replace_wait_seconds: -2");
+  // A replacement of a name etcd never had a member of: refused, and etcd
+  // as it was.
+  o = Options("never:1");
+  o.dial = "c:7";
+  bad(o, "replace: 'never:1' was never a member of cluster 'test'");
+  auto raw = Client();
+  for (const char* key : {"/zerostate/test/members/never:1", "/zerostate/test/names/never:1"}) {
+    auto got = raw->Range(key);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->kvs_size(), 0) << key;
+  }
 
   // A dead endpoint before a live one: the live one serves.
   auto two = EtcdMembership::Start([&] {
@@ -468,7 +554,6 @@ TEST_F(EtcdMembershipTest, BadInputIsRefusedNamingIt) {
   EXPECT_TRUE(absl::IsInvalidArgument(m->Claim("bad job/", 0).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(m->Claim("job", -1).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(m->Primary("", 0).status()));
-  auto raw = Client();
   auto keys = raw->Range("/zerostate/test/primaries/", PrefixEnd("/zerostate/test/primaries/"));
   ASSERT_TRUE(keys.ok()) << keys.status();
   EXPECT_EQ(keys->kvs_size(), 0) << "a refused claim left a key";

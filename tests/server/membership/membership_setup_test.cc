@@ -57,6 +57,10 @@ TEST(MembershipSetupTest, BadFlagsAreRefusedNamingThem) {
   refused(Config("", ":7070"), "10.0.0.9:7171", "replace: ':7070'");
   refused(Config("", "a/b:7070"), "10.0.0.9:7171", "replace: 'a/b:7070'");
   refused(Config("", "10.0.0.1:7070"), "10.0.0.9:0", "advertise_address: none given");
+  refused(Config("", "10.0.0.9:7171"), "10.0.0.9:7171",
+          "replace: '10.0.0.9:7171' is this server's own address");
+  refused(Config("host-c:7171", "host-c:7171"), "0.0.0.0:7171",
+          "replace: 'host-c:7171' is this server's own address");
   // Without --replace or etcd nothing is refused: no membership at all.
   MembershipConfig plain;
   auto none = StartMembership(plain, "127.0.0.1:0", nullptr);
