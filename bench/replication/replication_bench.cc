@@ -65,7 +65,7 @@
 //                            backlog_bytes summed over the servers, read
 //                            after each step)
 // A model of --params fp32 parameters (one tensor per 4 Mi).
-//   replication_bench [--json] [--params=16777216] [--steps=16] [--replica_lanes=0]
+//   replication_bench [--json] [--params=16777216] [--steps=8] [--replica_lanes=0]
 //                     [--settings=path,inside] [--server=PATH]
 #include <algorithm>
 #include <cstdio>
@@ -92,7 +92,7 @@
 
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 ABSL_FLAG(int64_t, params, 16 << 20, "model parameters");
-ABSL_FLAG(int, steps, 16, "timed rounds per setting (medians are printed)");
+ABSL_FLAG(int, steps, 8, "timed rounds per setting (medians are printed)");
 ABSL_FLAG(int, replica_lanes, 0,
           "the servers' --replica_lanes (connections per backup for a step's sums; 0: theirs)");
 ABSL_FLAG(std::string, settings, "path,inside",
