@@ -20,8 +20,10 @@
 # "0": the servers' own choice) other settings. BASE=another
 # zerostate-server (a baseline's, bundled under another name) runs the
 # same bench after each run of the bundle's, RUNS times (default 1): then
-# the files end in _run<R>.json and _base_run<R>.json. About 90 s per
-# setting and server on the H100 host.
+# the files end in _run<R>.json and _base_run<R>.json. SETTINGS (default
+# "path,inside") is the bench's --settings: "path" alone skips the inside
+# setting, the failover and the catch-up. About 90 s per run of both
+# settings on the H100 host.
 set -euo pipefail
 out=${1:?usage: bench/replication/device_replication.sh OUT}
 mkdir -p "$out"
@@ -42,7 +44,7 @@ grep -E "tcp_available_ulp|^Model name|^CPU\(s\)" "$out/machine.txt"
 # One bench run against server binary $1 into $out/$2.json (and .err).
 bench() {
   "$bin/replication_bench" --json --params=$((size << 20)) --steps=8 --replica_lanes="$lanes" \
-      --server="$1" >"$out/$2.json" 2>"$out/$2.err"
+      --settings="${SETTINGS:-path,inside}" --server="$1" >"$out/$2.json" 2>"$out/$2.err"
   echo "$2"
   grep -v '"replication.floor\.' "$out/$2.json"
 }
