@@ -54,3 +54,21 @@ for group, figs in sorted(groups.items()):
         v = sorted(f["replication.path.k%d_ratio" % k] for f in figs)
         cells.append("k%d path ratio median %.2f (%.2f-%.2f)" % (k, v[len(v) // 2], v[0], v[-1]))
     print("- %s, %d runs: %s" % (group, len(figs), "; ".join(cells)))
+
+# The alternated pairs path-main-N, path-new-N: in how many the new
+# server's path ratio is the lower, and the pairs' median page faults.
+def Figures(name):
+    fig = {}
+    with open(os.path.join(folder, name + ".json")) as f:
+        for line in f:
+            if line.startswith("{"):
+                d = json.loads(line)
+                fig[d["figure"]] = d["value"]
+    return fig
+
+pairs = sorted(int(p.rsplit("-", 1)[1][:-5]) for p in glob.glob(os.path.join(folder, "path-new-*.json"))
+               if os.path.exists(p.replace("path-new-", "path-main-")))
+for k in (1, 2):
+    fig = "replication.path.k%d_ratio" % k
+    lower = [n for n in pairs if Figures("path-new-%d" % n)[fig] < Figures("path-main-%d" % n)[fig]]
+    print("- k%d path ratio: the new server's lower in %d of %d pairs" % (k, len(lower), len(pairs)))
