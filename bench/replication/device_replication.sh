@@ -17,8 +17,13 @@
 #   kTLS before and after `modprobe tls`).
 # ZS_BIN=a folder with both binaries runs it without the bundle; SIZES
 # (Mi parameters, default "16") and LANES (connections per backup, default
-# "0": the servers' own choice) other settings. About 90 s per setting on
-# the H100 host.
+# "0": the servers' own choice) other settings. BASE=another
+# zerostate-server (a baseline's, bundled under another name) runs the
+# same bench after each run of the bundle's, RUNS times (default 1): then
+# the files end in _run<R>.json and _base_run<R>.json. SETTINGS (default
+# "path,inside") is the bench's --settings: "path" alone skips the inside
+# setting, the failover and the catch-up. About 90 s per run of both
+# settings on the H100 host.
 set -euo pipefail
 out=${1:?usage: bench/replication/device_replication.sh OUT}
 mkdir -p "$out"
@@ -36,12 +41,23 @@ fi
   echo "tcp_available_ulp after modprobe tls: $(cat /proc/sys/net/ipv4/tcp_available_ulp 2>&1)"
 } >"$out/machine.txt" 2>&1
 grep -E "tcp_available_ulp|^Model name|^CPU\(s\)" "$out/machine.txt"
+# One bench run against server binary $1 into $out/$2.json (and .err).
+bench() {
+  "$bin/replication_bench" --json --params=$((size << 20)) --steps=8 --replica_lanes="$lanes" \
+      --settings="${SETTINGS:-path,inside}" --server="$1" >"$out/$2.json" 2>"$out/$2.err"
+  echo "$2"
+  grep -v '"replication.floor\.' "$out/$2.json"
+}
 for size in ${SIZES:-16}; do  # Mi parameters
   for lanes in ${LANES:-0}; do  # connections per backup for a step's sums
     name=replication_bench_${size}m_lanes${lanes}
-    "$bin/replication_bench" --json --params=$((size << 20)) --steps=8 --replica_lanes="$lanes" \
-        --server="$bin/zerostate-server" >"$out/$name.json" 2>"$out/$name.err"
-    echo "$name"
-    grep -v '"replication.floor\.' "$out/$name.json"
+    if [[ -z ${BASE:-} ]]; then
+      bench "$bin/zerostate-server" "$name"
+      continue
+    fi
+    for run in $(seq 1 "${RUNS:-1}"); do
+      bench "$bin/zerostate-server" "${name}_run$run"
+      bench "$BASE" "${name}_base_run$run"
+    done
   done
 done

@@ -32,10 +32,12 @@
 //                            backup copy, which applies them first, less a
 //                            second read): for `path` every timed step's
 //                            passes (their catch-up), for `inside` the lag
-//   replication.path.k1_ratio, k2_ratio  step_k<K> / step_k0 (limits: 1.15
-//                            and 1.3 on a host of 16 cores or more, else
-//                            1.4 for k = 1)
-//   replication.inside.k<K>_ratio  step_k<K> / step_k0
+//   replication.<setting>.k<K>_ratio  the median over the rounds (each
+//                            steps the three jobs back to back, in turns
+//                            first) of the round's step with K backups
+//                            over its step with none, and _p25, _p75 its
+//                            quartiles; path's limits: 1.15 and 1.3 on a
+//                            host of 16 cores or more, else 1.4 for k = 1
 //   replication.inside.k<K>_bound_ratio  bound_k<K> / bound_k0
 //   replication.inside.k<K>_ratio_vs_bound  the two over each other (limit
 //                            1.1)
@@ -64,11 +66,12 @@
 //                            after each step)
 // A model of --params fp32 parameters (one tensor per 4 Mi).
 //   replication_bench [--json] [--params=16777216] [--steps=8] [--replica_lanes=0]
-//                     [--server=PATH]
+//                     [--settings=path,inside] [--server=PATH]
 #include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,6 +80,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "bench/optimizer/step_state.h"
 #include "bench/replication/replication_floor.h"
@@ -88,9 +92,12 @@
 
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 ABSL_FLAG(int64_t, params, 16 << 20, "model parameters");
-ABSL_FLAG(int, steps, 8, "timed steps per setting (the median is printed)");
+ABSL_FLAG(int, steps, 8, "timed rounds per setting (medians are printed)");
 ABSL_FLAG(int, replica_lanes, 0,
           "the servers' --replica_lanes (connections per backup for a step's sums; 0: theirs)");
+ABSL_FLAG(std::string, settings, "path,inside",
+          "which settings to run: path, inside or both (the failover and catch-up figures run "
+          "with inside)");
 ABSL_FLAG(std::string, server, ZEROSTATE_SERVER_PATH,
           "the zerostate-server binary the bench starts (default: this build's)");
 
@@ -120,10 +127,14 @@ void Print(const std::string& figure, double value, const std::string& unit, dou
   std::exit(1);
 }
 
-double Median(std::vector<double> v) {
+// The value below which `q` of `v` lies (nearest rank; 0 when empty).
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
+
+double Median(std::vector<double> v) { return Quantile(std::move(v), 0.5); }
 
 v1::JobSpec Spec(const std::string& id, uint32_t replicas) {
   v1::JobSpec spec;
@@ -290,10 +301,25 @@ double MemoryBandwidth() {
   return server::MemoryLimitParamsPerSecond(state, threads, 3) * server::kStepBytesPerParam;
 }
 
-// One setting's medians: the step with k = 0, 1, 2 backups per shard.
+// One setting's medians: the step with k = 0, 1, 2 backups per shard, and
+// of each round's step with k backups over its step with none (the three
+// are stepped back to back in a round, so a load that comes and goes on
+// the host moves both), with that ratio's quartiles.
 struct Medians {
   double k[3] = {0, 0, 0};
+  double ratio[3] = {1, 0, 0}, ratio_p25[3] = {1, 0, 0}, ratio_p75[3] = {1, 0, 0};
 };
+
+// Prints the ratios of `m` as replication.<setting>.k<K>_ratio (limit
+// limit[K]: 0 for none) with _p25 and _p75.
+void PrintRatios(const std::string& setting, const Medians& m, const double (&limit)[3]) {
+  for (int k = 1; k <= 2; ++k) {
+    const std::string name = absl::StrCat("replication.", setting, ".k", k, "_ratio");
+    Print(name, m.ratio[k], "x", limit[k]);
+    Print(name + "_p25", m.ratio_p25[k], "x", 0);
+    Print(name + "_p75", m.ratio_p75[k], "x", 0);
+  }
+}
 
 // ReadShard of `shard` of `job` from `server`, every block read and
 // dropped: first the copy applies the steps it holds (HeldSteps).
@@ -354,7 +380,8 @@ Medians Measure(const std::string& setting, std::vector<std::string> server_args
   std::vector<double> times[3];
   Phases before[3];
   for (int s = 0; s <= steps; ++s) {  // step 0 warms every job up
-    for (int k = 0; k <= 2; ++k) {
+    for (int i = 0; i <= 2; ++i) {
+      const int k = (s + i) % 3;  // each job first in a round as often as the others
       const absl::Time start = absl::Now();
       Step(runs[k], s);
       if (s > 0) times[k].push_back(Seconds(start));
@@ -365,6 +392,11 @@ Medians Measure(const std::string& setting, std::vector<std::string> server_args
   for (int k = 0; k <= 2; ++k) {
     m.k[k] = Median(times[k]);
     Print(absl::StrCat("replication.", setting, ".step_k", k, "_ms"), m.k[k] * 1e3, "ms", 0);
+    std::vector<double> ratios;
+    for (int s = 0; s < steps; ++s) ratios.push_back(times[k][s] / times[0][s]);
+    m.ratio[k] = Median(ratios);
+    m.ratio_p25[k] = Quantile(ratios, 0.25);
+    m.ratio_p75[k] = Quantile(ratios, 0.75);
   }
   for (int k = 0; k <= 2; ++k) {
     PrintPhases(absl::StrCat(setting, ".k", k), before[k], ReadPhases(**cluster, ids[k]));
@@ -405,27 +437,39 @@ void PrintFloor(double bandwidth) {
   }
 }
 
-void Main() {
-  // Before the servers start, so that nothing of the bench competes.
-  const double bandwidth = MemoryBandwidth();
-  PrintFloor(bandwidth);
+// The settings --settings names (path, inside), failing on any other.
+std::set<std::string> Settings() {
+  std::set<std::string> settings;
+  for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_settings), ',')) {
+    if (name != "path" && name != "inside") {
+      Fail(absl::StrCat("--settings: unknown setting \"", name, "\" (path, inside)"));
+    }
+    settings.emplace(name);
+  }
+  return settings;
+}
+
+// The step's path: the backups hold each step and apply it only once the
+// trainer is done (--replica_lazy_apply), so their passes stay out of the
+// timed steps; what they still had to do is timed after them.
+void MeasurePath() {
   const bool big = std::thread::hardware_concurrency() >= 16;
-  // The step's path: the backups hold each step and apply it only once the
-  // trainer is done (--replica_lazy_apply), so their passes stay out of
-  // the timed steps; what they still had to do is timed after them.
   const std::string held = absl::StrCat("--replica_held_steps=", absl::GetFlag(FLAGS_steps) + 2);
   const Medians path = Measure("path", {"--replica_lazy_apply", held}, nullptr, nullptr);
-  Print("replication.path.k1_ratio", path.k[1] / path.k[0], "x", big ? 1.15 : 1.4);
-  Print("replication.path.k2_ratio", path.k[2] / path.k[0], "x", big ? 1.3 : 0);
-  // Every pass inside the timed steps (the backups apply as steps come,
-  // at most --replica_held_steps behind), against the one-host bound.
+  PrintRatios("path", path, {0, big ? 1.15 : 1.4, big ? 1.3 : 0});
+}
+
+// Every pass inside the timed steps (the backups apply as steps come, at
+// most --replica_held_steps behind), against the one-host bound; then the
+// failover and the catch-up on the same servers.
+void MeasureInside(double bandwidth) {
   std::unique_ptr<testing::ServerCluster> cluster;
   Run k1;
   const Medians inside = Measure("inside", {}, &cluster, &k1);
+  PrintRatios("inside", inside, {0, 0, 0});
   for (int k = 1; k <= 2; ++k) {
-    const double ratio = inside.k[k] / inside.k[0];
+    const double ratio = inside.ratio[k];
     const double bound_ratio = BoundSeconds(k, bandwidth) / BoundSeconds(0, bandwidth);
-    Print(absl::StrCat("replication.inside.k", k, "_ratio"), ratio, "x", 0);
     Print(absl::StrCat("replication.inside.k", k, "_bound_ratio"), bound_ratio, "x", 0);
     Print(absl::StrCat("replication.inside.k", k, "_ratio_vs_bound"), ratio / bound_ratio, "x",
           1.1);
@@ -443,6 +487,15 @@ void Main() {
   });
   Print("replication.failover_s", Seconds(killed), "s", 2.0);
   CatchUp(*cluster, k1, steps + 2, inside.k[1]);
+}
+
+void Main() {
+  const std::set<std::string> settings = Settings();
+  // Before the servers start, so that nothing of the bench competes.
+  const double bandwidth = MemoryBandwidth();
+  PrintFloor(bandwidth);
+  if (settings.count("path") > 0) MeasurePath();
+  if (settings.count("inside") > 0) MeasureInside(bandwidth);
 }
 
 }  // namespace

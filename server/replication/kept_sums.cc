@@ -1,6 +1,7 @@
 #include "server/replication/kept_sums.h"
 
 #include "absl/strings/str_cat.h"
+#include "server/core/populate.h"
 
 namespace zerostate::server {
 
@@ -65,7 +66,7 @@ std::string KeptSums::Buffer(uint64_t bytes) {
     }
   }
   if (buffer.empty()) {
-    buffer.resize(bytes);
+    buffer = PopulatedString(bytes);
   } else if (lender_ != nullptr) {
     lender_->Return(bytes);
   }

@@ -52,7 +52,8 @@ class KeptSums final : public SumBuffers, public LentRam {
   uint64_t bytes() const;
 
   // A buffer of `bytes` for a sum to receive: a recycled one of that size
-  // where there is one, else new. Its contents are arbitrary.
+  // where there is one, else new, its pages faulted in at once
+  // (PopulatedString). Its contents are arbitrary.
   std::string Buffer(uint64_t bytes) override;
   // Keeps `sums`' memory for Buffer while the free ones stay within
   // max_free_bytes and the lender lends their bytes; frees the rest.
