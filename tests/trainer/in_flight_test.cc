@@ -198,12 +198,12 @@ TEST(InFlightStepTest, AbandonWaitsForTheStepThenDrainsThePushesDroppingTheirErr
   order.issue = [] { return client::CompletedTicket(absl::UnavailableError("server gone")); };
   pusher.Submit(std::move(order));
   std::thread releaser([&] { release.Notify(); });
-  AbandonInFlight(&flight, &pusher);
+  AbandonInFlight(&flight, &pusher, {});
   releaser.join();
   EXPECT_TRUE(step_done);
   EXPECT_FALSE(flight.active());
   EXPECT_TRUE(pusher.Drain().ok());  // the failed push's error was dropped
-  AbandonInFlight(nullptr, nullptr);  // nothing to drop
+  AbandonInFlight(nullptr, nullptr, {});  // nothing to drop
 }
 
 }  // namespace
