@@ -603,6 +603,15 @@ absl::Status GatherPart(const JobContext& job, const GatherCall& call, const Str
   }
 }
 
+// Gives gather connection `conn` back to `pool` for another stream, unless
+// `cancel` shut it down (it then closes); `interrupt` (conn's, with
+// `cancel`) is reset first, so no later cancel reaches it.
+void Keep(DataConnPool& pool, std::unique_ptr<DataConn> conn, CallCancel::Registration& interrupt,
+          const CallCancel& cancel) {
+  interrupt.Reset();
+  if (cancel.Check().ok()) pool.Release(std::move(conn));
+}
+
 // A gather over the data plane: one GATHER frame on TCP; on the same-host
 // plane one per segmentful of the range, one after another.
 absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& plain,
@@ -629,13 +638,11 @@ absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& plain,
     absl::Status s =
         GatherPart(job, call, plan, pool, *conn, *shared, part, ctx, &answered, received);
     if (!s.ok()) {
-      interrupt.Reset();  // before another stream may take the connection
-      if (answered) pool.Release(std::move(conn));
+      if (answered) Keep(pool, std::move(conn), interrupt, cancel);
       return s;
     }
   }
-  interrupt.Reset();
-  pool.Release(std::move(conn));
+  Keep(pool, std::move(conn), interrupt, cancel);
   return absl::OkStatus();
 }
 
