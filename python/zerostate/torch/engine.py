@@ -483,7 +483,10 @@ class Engine(ModuleSurface):
     def close(self):
         """Removes the hooks and closes the connections (the job stays on
         the servers). The engine is unusable afterwards. A delayed update in
-        flight is waited for, not landed (sync_weights() lands it)."""
+        flight is waited for, not landed (sync_weights() lands it); gathers
+        not landed are cancelled, so after a failed step (whose version no
+        Step brings) close() returns at once, the job on the servers as the
+        failure left it."""
         self._abandon()
         self._pusher.close()
         self._in_flight.close()
