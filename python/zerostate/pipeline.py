@@ -289,7 +289,8 @@ class GatherSlot:
     rank's share [begin, end) in flight; land() waits for it and says
     whether the driver's part (the node's all-gather, the copies) follows,
     which landed() closes, raising the gather's error then (every local
-    rank takes part even after its gather failed); drop() forgets it.
+    rank takes part even after its gather failed); drop() forgets it,
+    cancelling it.
     wait(version), from any thread, returns once the share is at version
     or later. An illegal transition raises FAILED_PRECONDITION naming it."""
 
