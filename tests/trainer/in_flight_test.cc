@@ -213,7 +213,8 @@ TEST(AbandonInFlightTest, EndsAPushWaitingOnAGatherNoStepWillAnswer) {
   // Abandoning cancels the gather: the push's wait ends, nothing is
   // pushed, and the dropped gather is done when it returns.
   InFlightStep flight;
-  ASSERT_TRUE(flight.Fail(8, Coordinated{absl::InvalidArgumentError("lr: -1"), "step 8"}).ok());
+  ASSERT_TRUE(
+      flight.Fail(8, Coordinated{absl::InvalidArgumentError("lr: -1"), "step 8", {}, false}).ok());
   GatherSlot slot(Range{0, 8});
   BlockedGather g;
   ASSERT_TRUE(slot.Fetch(9, g.issue()).ok());

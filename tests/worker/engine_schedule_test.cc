@@ -183,8 +183,8 @@ class EngineScheduleTest : public ::testing::Test {
   Rank Open(const v1::TrainConfig& train, client::Client* client = nullptr) {
     Rank r;
     auto model = std::make_unique<Mlp>(train.model());
-    auto opened = OpenJob(client != nullptr ? client : client_.get(), BuildJobSpec(train, *model, 1),
-                          Topology{}, train.job_id());
+    client::Client* to = client != nullptr ? client : client_.get();
+    auto opened = OpenJob(to, BuildJobSpec(train, *model, 1), Topology{}, train.job_id());
     EXPECT_TRUE(opened.ok()) << opened.status();
     if (!opened.ok()) return r;
     r.opened = *std::move(opened);
