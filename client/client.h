@@ -29,6 +29,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/job_spec.h"
 #include "common/shard_map.h"
@@ -176,6 +177,15 @@ class Ticket {
   // Blocks until it is done or `timeout` passed, whichever comes first;
   // returns Done() (the status is Wait()'s).
   bool WaitFor(absl::Duration timeout) const;
+  // A gather's ticket: the gather stops waiting for its version (a driver
+  // whose Step failed, so that version will not come, or that no longer
+  // wants it): its streams end at once, the ticket completing CANCELLED
+  // with `why` (once the server's data written into the buffer so far is
+  // done: the buffer is the caller's again when Wait returns). Other calls
+  // (pushes: a step's gradients reach the servers whole or are pushed
+  // again; the rest wait on nothing) and a completed ticket ignore it.
+  // Thread-safe, from any thread, any number of times.
+  void Cancel(absl::string_view why) const;
 
  private:
   std::shared_ptr<State> state_;

@@ -74,8 +74,9 @@ Ticket JobClient::Impl::StartPush(const PushCall& call) {
 
 Ticket JobClient::Impl::StartGather(const GatherCall& call) {
   return StartStreams(client_->gather_pool(), call.elems, call.wire,
-                      [this, call](const StreamPlan& plan, const auto&) {
-    return OnShard(plan.shard, [&](int) { return RunGatherStream(job_, call, plan); });
+                      [this, call](const StreamPlan& plan, const auto& ticket) {
+    return OnShard(plan.shard,
+                   [&](int) { return RunGatherStream(job_, call, plan, ticket->cancel()); });
   });
 }
 

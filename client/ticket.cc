@@ -45,6 +45,10 @@ absl::Status Ticket::Wait() const { return state_ ? state_->Wait() : absl::OkSta
 
 bool Ticket::Done() const { return !state_ || state_->IsDone(); }
 
+void Ticket::Cancel(absl::string_view why) const {
+  if (state_) state_->cancel().Cancel(why);
+}
+
 bool Ticket::WaitFor(absl::Duration timeout) const { return !state_ || state_->WaitFor(timeout); }
 
 }  // namespace zerostate::client

@@ -11,6 +11,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "client/call_cancel.h"
 #include "client/client.h"
 
 namespace zerostate::client {
@@ -36,12 +37,15 @@ class Ticket::State {
   bool IsDone();
   // Waits until every part is done or `timeout` passed; returns IsDone().
   bool WaitFor(absl::Duration timeout);
+  // What Ticket::Cancel cancels: the call's attempts register with it.
+  CallCancel& cancel() { return cancel_; }
 
  private:
   absl::Mutex mu_;
   int pending_ ABSL_GUARDED_BY(mu_);
   absl::Status status_ ABSL_GUARDED_BY(mu_);
   absl::AnyInvocable<void() &&> on_done_;  // taken by the last Done
+  CallCancel cancel_;
 };
 
 // A ticket that is already complete with `status`.

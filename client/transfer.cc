@@ -1,6 +1,7 @@
 #include "client/transfer.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstring>
@@ -602,12 +603,25 @@ absl::Status GatherPart(const JobContext& job, const GatherCall& call, const Str
   }
 }
 
+// Gives gather connection `conn` back to `pool` for another stream, unless
+// `cancel` shut it down (it then closes); `interrupt` (conn's, with
+// `cancel`) is reset first, so no later cancel reaches it.
+void Keep(DataConnPool& pool, std::unique_ptr<DataConn> conn, CallCancel::Registration& interrupt,
+          const CallCancel& cancel) {
+  interrupt.Reset();
+  if (cancel.Check().ok()) pool.Release(std::move(conn));
+}
+
 // A gather over the data plane: one GATHER frame on TCP; on the same-host
 // plane one per segmentful of the range, one after another.
 absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& plain,
                               const StreamPlan& plan, DataConnPool& pool,
                               std::unique_ptr<DataConn> conn, grpc::ClientContext& ctx,
-                              uint64_t* received) {
+                              CallCancel& cancel, uint64_t* received) {
+  // A cancel shuts the socket down: a read waiting for the version fails
+  // at once, and the connection is dropped (not answered).
+  CallCancel::Registration interrupt =
+      cancel.OnCancel([fd = conn->fd()] { shutdown(fd, SHUT_RDWR); });
   const GatherCall call = AttemptCall(plain, conn->shm() != nullptr);
   *received = 0;
   absl::StatusOr<const SharedBuffer*> shared =
@@ -624,11 +638,11 @@ absl::Status GatherAttemptTcp(const JobContext& job, const GatherCall& plain,
     absl::Status s =
         GatherPart(job, call, plan, pool, *conn, *shared, part, ctx, &answered, received);
     if (!s.ok()) {
-      if (answered) pool.Release(std::move(conn));
+      if (answered) Keep(pool, std::move(conn), interrupt, cancel);
       return s;
     }
   }
-  pool.Release(std::move(conn));
+  Keep(pool, std::move(conn), interrupt, cancel);
   return absl::OkStatus();
 }
 
@@ -724,18 +738,24 @@ absl::Status RunPushStream(const JobContext& job, const PushCall& call, const St
 }
 
 absl::Status RunGatherStream(const JobContext& job, const GatherCall& call,
-                             const StreamPlan& shard_plan) {
+                             const StreamPlan& shard_plan, CallCancel& cancel) {
   const StreamPlan plan{static_cast<uint32_t>(ServerOf(job, shard_plan.shard)), shard_plan.elems};
   ServerConn& server = job.client->server(plan.shard);
   uint64_t received = 0;  // by the last attempt
-  absl::Status s = job.client->retrier().Run(Method::kGather, server, [&](grpc::ClientContext& ctx) {
+  auto attempt = [&](grpc::ClientContext& ctx) {
+    if (absl::Status s = cancel.Check(); !s.ok()) return s;
     std::shared_ptr<DataConnPool> pool;
     std::unique_ptr<DataConn> conn = AcquireConn(job, plan.shard, ctx, &pool);
     if (conn) {
-      absl::Status s = GatherAttemptTcp(job, call, plan, *pool, std::move(conn), ctx, &received);
+      absl::Status s =
+          GatherAttemptTcp(job, call, plan, *pool, std::move(conn), ctx, cancel, &received);
       if (!RefusedAtCap(s)) return s;
     }
+    CallCancel::Registration interrupt = cancel.OnCancel([&ctx] { ctx.TryCancel(); });
     return GatherAttempt(job, call, plan, ctx, &received);
+  };
+  absl::Status s = job.client->retrier().Run(Method::kGather, server, [&](grpc::ClientContext& ctx) {
+    return cancel.Explain(attempt(ctx));
   }, job.unavailable_wait);
   if (s.ok()) {
     job.client->metrics().AddBytesReceived(plan.shard, received);

@@ -112,10 +112,12 @@ struct GatherCall {
 };
 
 // Reads plan.elems of `call` from server plan.shard into the caller's
-// buffer. Errors: DATA_LOSS naming the server when a chunk lies outside
-// the asked range, has the wrong dtype, length, scales (int8) or version,
-// or data is missing.
+// buffer; `cancel` (the call's ticket's) ends a wait for the version at
+// once, interrupting the attempt in progress. Errors: DATA_LOSS naming the
+// server when a chunk lies outside the asked range, has the wrong dtype,
+// length, scales (int8) or version, or data is missing; CANCELLED with
+// the cancel's reason.
 [[nodiscard]] absl::Status RunGatherStream(const JobContext& job, const GatherCall& call,
-                                           const StreamPlan& plan);
+                                           const StreamPlan& plan, CallCancel& cancel);
 
 }  // namespace zerostate::client

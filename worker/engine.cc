@@ -214,6 +214,11 @@ Engine::Coordinated Engine::Coordinate(uint64_t step, trainer::Policy* next) {
 }
 
 void Engine::Failed(const absl::Status& status) {
+  // This rank's own gathers of the version no Step brings end at once (on
+  // servers that are alive they would wait out their deadline and
+  // retries); the slots keep them, so the node's all-gathers still run.
+  const std::string why = absl::StrCat("no Step brings the version gathered: ", status.ToString());
+  for (const auto& slot : slots_) slot->Cancel(why);
   absl::MutexLock lock(&failure_mu_);  // the rank's thread or a Step's
   if (failure_hook_) failure_hook_(status);
 }
@@ -282,12 +287,10 @@ void Engine::Abandon(const absl::Status& why) {
   // A failing coordinator first makes the waits on the next version end.
   if (!why.ok() && topo_.rank() == 0 && in_flight()) Failed(why);
   // No call of the step outlives it (nor the job handle it uses): the
-  // Step and the pushes as zerostate.torch drops them, then the gathers.
-  trainer::AbandonInFlight(&in_flight_, &pusher_);
-  for (const auto& slot : slots_) {
-    absl::StatusOr<client::Ticket> dropped = slot->Drop();
-    if (dropped.ok()) dropped->Wait().IgnoreError();
-  }
+  // Step, the gathers and the pushes, as zerostate.torch drops them.
+  std::vector<trainer::GatherSlot*> slots;
+  for (const auto& slot : slots_) slots.push_back(slot.get());
+  trainer::AbandonInFlight(&in_flight_, &pusher_, slots);
   land_early_ = false;
   land_error_ = absl::OkStatus();
   land_seconds_ = 0;

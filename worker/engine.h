@@ -241,7 +241,9 @@ class Engine {
   // the coordinator's Step in flight, if any (its failure goes to the
   // failure hook).
   [[nodiscard]] absl::Status LandPending(PhaseTimes* times, double* grad_norm);
-  // The failure hook, one call at a time.
+  // A coordinator's step failed (`status`): no Step brings the version its
+  // slots gathered; their gathers are cancelled (the slots keep them) and
+  // the failure hook runs, one call at a time.
   void Failed(const absl::Status& status);
   // Bucket `index`'s fetched gather, then its all-gather (collective),
   // once (its slot); `times` (may be null) takes the wait and the

@@ -134,7 +134,7 @@ _SIGNATURES = {
     "zs_in_flight_take": (_int, [_p, _p, ctypes.POINTER(Verdict), ctypes.POINTER(_p),
                                  ctypes.POINTER(_p), _err]),
     "zs_in_flight_wait_gathers_out": (_int, [_p, _u64]),
-    "zs_abandon": (None, [_p, _p]),
+    "zs_abandon": (None, [_p, _p, ctypes.POINTER(_p), _sz]),
     "zs_gather_slot_create": (_int, [_u64, _u64, ctypes.POINTER(_p), _err]),
     "zs_gather_slot_free": (None, [_p]),
     "zs_gather_slot_fetch": (_int, [_p, _p, _u64, _p, _sz, _int, _err]),
@@ -200,9 +200,10 @@ def _held(names):
 # zs_pusher_push only queues (trainer::Pusher::Submit): a mutex held for a
 # queue's push_back, never while a wait runs.
 # zs_in_flight_active reads a state under a mutex never held while waiting;
-# so do zs_gather_slot_landed, _drop and _pending.
+# so do zs_gather_slot_landed and _pending (not _drop: it waits for the
+# gather it cancels).
 held = _held(["zs_pusher_push", "zs_in_flight_active", "zs_gather_slot_landed",
-              "zs_gather_slot_drop", "zs_gather_slot_pending"])
+              "zs_gather_slot_pending"])
 
 
 def take_string(ptr):

@@ -257,14 +257,20 @@ class InFlight:
         decision = _decision(v.decision) if v.code == 0 and v.coordinated else None
         return v.step, decision, error, bool(v.refused)
 
-    def abandon(self, pusher):
-        """Drops what a failed or reset step left in flight (as the worker
-        does: zs_abandon): waits for the Step and forgets its verdict, then
-        waits for every push of `pusher` (a Pusher), their errors dropped."""
-        lib.zs_abandon(self._h, pusher._h)
+    def abandon(self, pusher, slots=()):
+        """Drops what a failed, reset or closing step left in flight (as the
+        worker does: zs_abandon): waits for the Step and forgets its
+        verdict; drops the gathers of `slots` (GatherSlots), cancelling
+        them, so none waits on for a version no Step brings; waits for
+        every push of `pusher` (a Pusher), their errors dropped; then for
+        the dropped gathers (their buffers are free again)."""
+        handles = (ctypes.c_void_p * len(slots))(*[s._h for s in slots])
+        lib.zs_abandon(self._h, pusher._h, handles, len(slots))
         self._job = self._keep = None
         self._waits.take_first()
         pusher._forget()
+        for slot in slots:
+            slot._keep = None
 
     def close(self):
         """Waits for a Step still running (its verdict dropped) and frees."""
@@ -283,7 +289,8 @@ class GatherSlot:
     rank's share [begin, end) in flight; land() waits for it and says
     whether the driver's part (the node's all-gather, the copies) follows,
     which landed() closes, raising the gather's error then (every local
-    rank takes part even after its gather failed); drop() forgets it.
+    rank takes part even after its gather failed); drop() forgets it,
+    cancelling it.
     wait(version), from any thread, returns once the share is at version
     or later. An illegal transition raises FAILED_PRECONDITION naming it."""
 
@@ -332,8 +339,9 @@ class GatherSlot:
         _check(rc, err, f"{what} [{self.begin}, {self.end})")
 
     def drop(self):
-        """Forgets the gather fetched, not landed."""
-        _call(f"gather slot [{self.begin}, {self.end})", _capi.held.zs_gather_slot_drop, self._h)
+        """Forgets the gather fetched, not landed: cancelled, and waited for
+        (at once), so its buffer is free again."""
+        _call(f"gather slot [{self.begin}, {self.end})", lib.zs_gather_slot_drop, self._h)
         self._keep = None
 
     def wait(self, version):

@@ -12,6 +12,7 @@ import subprocess
 import os
 import sys
 import tempfile
+import time
 import unittest
 
 import zs_servers
@@ -625,6 +626,76 @@ class EngineTest(zs_servers.ServersTestCase):
             engine.sync_weights()  # a delayed step 3's verdict
             self.assertTrue(engine.was_step_applied())
             self.assertEqual(engine.job.version(), 4)
+
+    def test_refused_step_with_gathers_out_then_close(self):
+        """A Step the servers refuse (lr -1, set after the speculative
+        step's parameters went ahead) once the step's gathers of the next
+        version are out, the servers alive: the error names the step, the
+        Step and why; close() returns at once (the gathers are cancelled:
+        they used to wait out their deadline, here 20 s, in the job's
+        close, or in the push thread's wait on them under a delayed
+        update); the job on the servers is as the failure left it (its
+        version and every master weight), and an engine attached again
+        trains it on as if nothing had happened (against AdamW)."""
+        spec = copy.deepcopy(CONFIG)
+        spec["zerostate"]["train"]["speculative_step"] = True
+        delayed = dict(CONFIG, zero_optimization={"delayed_update": {"enabled": True,
+                                                                     "warmup_steps": 1}})
+        # (name, config, engine options, how the failure is met before close)
+        cases = [("sync", CONFIG, {}, "step"), ("grpc", CONFIG, {"data_plane": False}, "step"),
+                 ("lazy", CONFIG, {"lazy_weights": True}, "step"), ("spec", spec, {}, "step"),
+                 ("delayed", delayed, {}, "next step"),
+                 ("delayed-close", delayed, {}, "close with the next pushes waiting")]
+        torch.manual_seed(0)
+        ref = reference(Net(), 4)
+        for name, config, options, met in cases:
+            with self.subTest(name):
+                job, token = f"refused-{name}", "r" * 40
+                options = dict(options, rpc_timeout_ms=20000, max_attempts=1, token=token)
+                torch.manual_seed(0)
+                engine = train(self.engine(Net(), job, config=config, **options), 0, 2)
+                engine.sync_weights()
+                before = self.masters(job, token, 2)
+                engine.backward(loss_of(engine, 2))
+                for g in engine.optimizer.param_groups:
+                    g["lr"] = -1.0
+                refused = (r"step 2: job refused-.*: step 2: INVALID_ARGUMENT: Step to "
+                           r"127\.0\.0\.1:\d+: lr: -1 must be finite and >= 0")
+                if met == "step":
+                    with self.assertRaisesRegex(zs.ZerostateError, refused):
+                        engine.step()
+                else:  # the update is in flight: the next step's pushes wait on its gathers
+                    engine.step()
+                    engine.backward(loss_of(engine, 3))
+                    if met == "next step":
+                        with self.assertRaisesRegex(zs.ZerostateError, refused):
+                            engine.step()
+                t0 = time.monotonic()
+                engine.close()
+                self.engines.remove(engine)
+                self.assertLess(time.monotonic() - t0, 10.0, "close() waited on the gathers")
+                self.assertEqual(self.masters(job, token, 2), before)
+                torch.manual_seed(0)
+                again = train(self.engine(Net(), job, config=config, **options), 2, 4)
+                again.sync_weights()
+                self.assertEqual(again.job.version(), 4)
+                if config is not delayed:
+                    self.assertLess(max_relative(again.module, ref), 1e-6)
+
+    def masters(self, job, token, version):
+        """(version, the job's fp32 master weights at `version`) as a new
+        client attached to `job` reads them from the servers."""
+        from zerostate.client import Client
+        client = Client(self.addresses, plaintext=True, job_token=token)
+        try:
+            j = client.attach_job(job)
+            w = torch.empty(j.total_elems)
+            j.gather_master(version, 0, w.numel(), w.data_ptr(), w.numel() * 4)
+            out = (j.version(), w.tolist())
+            j.close()
+            return out
+        finally:
+            client.close()
 
     def test_scheduler_changing_group_ratio(self):
         torch.manual_seed(0)

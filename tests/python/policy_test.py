@@ -150,7 +150,7 @@ class InFlightTest(unittest.TestCase):
         flight.abandon(pusher)  # what a failed step left: dropped
         self.assertFalse(flight.active())
         pusher.drain()
-        _capi.lib.zs_abandon(None, None)  # nothing to drop
+        _capi.lib.zs_abandon(None, None, None, 0)  # nothing to drop
         pusher.close()
         flight.close()
 

@@ -1,5 +1,6 @@
 // trainer::GatherSlot in process, without a network: the gathers are
-// tickets the test makes (completed, or left pending and completed by it).
+// tickets the test makes (completed, or left pending and completed by it,
+// or blocked on a socket until cancelled: blocked_gather.h).
 #include "trainer/engine/gather_slot.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
 #include "client/ticket_state.h"
+#include "tests/trainer/blocked_gather.h"
 
 namespace zerostate::trainer {
 namespace {
@@ -217,6 +219,44 @@ TEST(GatherSlotTest, WaitGatheredAfterLandingAndAfterDrop) {
   EXPECT_EQ(s.message(),
             "gather slot [0, 8): version 5 was not fetched (the update that brings it failed)");
   EXPECT_EQ(slot.WaitGathered(4).code(), absl::StatusCode::kAborted);  // forgotten too
+}
+
+TEST(GatherSlotTest, DropCancelsAGatherNoStepWillAnswer) {
+  // The Step that was to bring version 3 failed on servers that are
+  // alive: only a cancel ends the gather (else its deadline, minutes).
+  GatherSlot slot(Range{0, 8});
+  BlockedGather g;
+  ASSERT_TRUE(slot.Fetch(3, g.issue()).ok());
+  auto dropped = slot.Drop();
+  ASSERT_TRUE(dropped.ok());
+  ASSERT_TRUE(dropped->WaitFor(absl::Seconds(30))) << "the dropped gather still waits";
+  absl::Status s = dropped->Wait();
+  EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+  EXPECT_EQ(s.message(), "gather slot [0, 8): version 3 was dropped");
+  EXPECT_FALSE(slot.pending().has_value());
+}
+
+TEST(GatherSlotTest, CancelEndsTheGatherAndItsWaitsWhileTheSlotKeepsIt) {
+  GatherSlot slot(Range{0, 8});
+  slot.Cancel("nothing fetched");  // idle: nothing to end
+  BlockedGather g;
+  ASSERT_TRUE(slot.Fetch(4, g.issue()).ok());
+  absl::Status waited;
+  std::thread pusher([&] { waited = slot.WaitGathered(4); });
+  std::thread coordinator([&] { slot.Cancel("step 3 failed: INVALID_ARGUMENT: lr: -1"); });
+  auto land = slot.Land();  // every local rank still lands: the all-gather follows
+  coordinator.join();
+  pusher.join();
+  ASSERT_TRUE(land.ok());
+  EXPECT_TRUE(*land);
+  EXPECT_EQ(waited.code(), absl::StatusCode::kCancelled) << waited;
+  absl::Status landed = slot.Landed(nullptr);
+  EXPECT_EQ(landed.code(), absl::StatusCode::kCancelled) << landed;
+  EXPECT_EQ(landed.message(), "step 3 failed: INVALID_ARGUMENT: lr: -1");
+  EXPECT_FALSE(slot.landed().has_value());
+  ASSERT_TRUE(slot.Fetch(4, Done()).ok());  // the next fetch goes out as usual
+  ASSERT_TRUE(*slot.Land());
+  EXPECT_TRUE(slot.Landed(nullptr).ok());
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "absl/synchronization/notification.h"
 #include "client/ticket_state.h"
+#include "tests/trainer/blocked_gather.h"
 #include "trainer/policy.h"
 #include "zerostate/v1/config.pb.h"
 
@@ -198,12 +199,43 @@ TEST(InFlightStepTest, AbandonWaitsForTheStepThenDrainsThePushesDroppingTheirErr
   order.issue = [] { return client::CompletedTicket(absl::UnavailableError("server gone")); };
   pusher.Submit(std::move(order));
   std::thread releaser([&] { release.Notify(); });
-  AbandonInFlight(&flight, &pusher);
+  AbandonInFlight(&flight, &pusher, {});
   releaser.join();
   EXPECT_TRUE(step_done);
   EXPECT_FALSE(flight.active());
   EXPECT_TRUE(pusher.Drain().ok());  // the failed push's error was dropped
-  AbandonInFlight(nullptr, nullptr);  // nothing to drop
+  AbandonInFlight(nullptr, nullptr, {});  // nothing to drop
+}
+
+TEST(AbandonInFlightTest, EndsAPushWaitingOnAGatherNoStepWillAnswer) {
+  // Step 8 failed after its gathers of version 9 went out, the servers
+  // alive; step 9's push waits on the push thread for the bucket's gather.
+  // Abandoning cancels the gather: the push's wait ends, nothing is
+  // pushed, and the dropped gather is done when it returns.
+  InFlightStep flight;
+  ASSERT_TRUE(
+      flight.Fail(8, Coordinated{absl::InvalidArgumentError("lr: -1"), "step 8", {}, false}).ok());
+  GatherSlot slot(Range{0, 8});
+  BlockedGather g;
+  ASSERT_TRUE(slot.Fetch(9, g.issue()).ok());
+  Pusher pusher;
+  std::atomic<bool> pushed{false};
+  PushOrder order;
+  order.what = "push of step 9";
+  order.waits.push_back([&] { return slot.WaitGathered(9); });
+  order.issue = [&] {
+    pushed = true;
+    return client::Ticket();
+  };
+  pusher.Submit(std::move(order));
+  GatherSlot* slots[] = {&slot};
+  AbandonInFlight(&flight, &pusher, slots);
+  EXPECT_FALSE(pushed);
+  EXPECT_FALSE(flight.active());
+  EXPECT_FALSE(slot.pending().has_value());
+  EXPECT_TRUE(g.ticket().Done());
+  EXPECT_EQ(g.ticket().Wait().code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(pusher.Drain().ok());  // the skipped push's error was dropped
 }
 
 }  // namespace

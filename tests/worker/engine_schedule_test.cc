@@ -14,6 +14,9 @@
 //     or all-gather, the same bits.
 //   - Non-finite gradients without fp16 skip the step (the trainer
 //     engine's one rule, as zerostate.torch's test_nan_gradient checks).
+//   - A Step the servers refuse once the gathers of its version are out
+//     (the servers alive) ends the step at once, whole, layer by layer
+//     or delayed: the gathers are cancelled, not waited out.
 // The weights are checked bit for bit by train_test.cc; this checks when
 // things happen.
 #include <gtest/gtest.h>
@@ -27,6 +30,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/convert.h"
 #include "common/init.h"
 #include "google/protobuf/text_format.h"
@@ -175,10 +180,11 @@ class EngineScheduleTest : public ::testing::Test {
     std::unique_ptr<LocalGroup> group;
     std::unique_ptr<CpuBackend> cpu;
   };
-  Rank Open(const v1::TrainConfig& train) {
+  Rank Open(const v1::TrainConfig& train, client::Client* client = nullptr) {
     Rank r;
     auto model = std::make_unique<Mlp>(train.model());
-    auto opened = OpenJob(client_.get(), BuildJobSpec(train, *model, 1), Topology{}, train.job_id());
+    client::Client* to = client != nullptr ? client : client_.get();
+    auto opened = OpenJob(to, BuildJobSpec(train, *model, 1), Topology{}, train.job_id());
     EXPECT_TRUE(opened.ok()) << opened.status();
     if (!opened.ok()) return r;
     r.opened = *std::move(opened);
@@ -408,6 +414,67 @@ TEST_F(EngineScheduleTest, NonFiniteGradientsWithoutFp16SkipTheStep) {
     EXPECT_TRUE(master[0] == master[1]) << "step 1 was applied";
     EXPECT_FALSE(master[1] == master[2]) << "step 2 did not train";
     for (float w : master[2]) ASSERT_TRUE(std::isfinite(w));
+  }
+}
+
+// Step 1's Step is refused by a server that is alive after the step's
+// gathers of version 2 went out: another run replaced the job (deleted
+// and registered again, at version 0) in the step's phase hook, so the
+// coordinator's gradient statistics of step 1 are "too far ahead" and no
+// Step brings version 2. The engine cancels its gathers (Engine::Failed):
+// the step, or the Step in flight's verdict, fails at once with the
+// servers' error, not after the gathers' deadline (20 s here), and the
+// replacing job stays at version 0.
+TEST_F(EngineScheduleTest, ARefusedStepEndsAtOnceWithItsGathersOut) {
+  const char* const kModes[] = {"train { whole_landing: true }", "",
+                                "train { delayed_update { enabled: true warmup_steps: 1 } }"};
+  for (int mode = 0; mode < 3; ++mode) {
+    SCOPED_TRACE(kModes[mode]);
+    client::ClientOptions options;
+    options.servers = {server_->address()};
+    options.plaintext = true;
+    options.job_token = "engine-schedule-test-token-0123456789abcdef";
+    options.rpc_timeout = std::chrono::milliseconds(20000);
+    options.max_attempts = 1;
+    auto client = client::Client::Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    const v1::TrainConfig train = Train(absl::StrCat("engine-refused-", mode), kModes[mode]);
+    Rank rank = Open(train, client->get());
+    ASSERT_NE(rank.cpu, nullptr);
+    Engine engine(rank.opened.job.get(), rank.cpu.get(), train, Topology{}, rank.ready);
+    ASSERT_TRUE(engine.LoadWeights(0).ok());
+    engine.SetSyncPoints([&](uint64_t version) { return version == train.steps(); });
+    std::unique_ptr<client::JobClient> replaced;
+    engine.SetPhaseHook([&](Phase phase, uint64_t step) {
+      if (phase != Phase::kStep || step != 1) return;
+      ASSERT_TRUE(rank.opened.job->Delete().ok());
+      auto again = (*client)->RegisterJob(rank.opened.job->spec());
+      ASSERT_TRUE(again.ok()) << again.status();
+      replaced = *std::move(again);
+    });
+    TeacherData data(train.model());
+    const uint32_t n = train.micro_batch_size();
+    std::vector<float> x(size_t{n} * data.input_dim()), y(size_t{n} * data.output_dim());
+    absl::Time start;
+    absl::Status failed;
+    for (uint64_t step = 0; step < 2 && failed.ok(); ++step) {
+      MicroBatchFn micro = [&](uint32_t, float scale, const GradsReadyFn& r) {
+        data.Fill(step * n, n, x.data(), y.data());
+        return rank.cpu->ForwardBackward(x.data(), y.data(), n, scale, r);
+      };
+      start = absl::Now();
+      failed = engine.Step(step, micro).status();
+    }
+    if (failed.ok()) failed = engine.Drain();  // the Step in flight's verdict
+    const absl::Duration took = absl::Now() - start;
+    EXPECT_EQ(failed.code(), absl::StatusCode::kFailedPrecondition) << failed;
+    EXPECT_NE(failed.message().find("step: 1 is too far ahead"), std::string::npos) << failed;
+    EXPECT_LT(took, absl::Seconds(10)) << "the step waited on its gathers";
+    EXPECT_FALSE(engine.in_flight());
+    ASSERT_NE(replaced, nullptr);
+    auto version = replaced->Version();
+    ASSERT_TRUE(version.ok()) << version.status();
+    EXPECT_EQ(*version, 0u);
   }
 }
 

@@ -32,7 +32,12 @@ extern "C" int zs_gather_slot_create(uint64_t begin, uint64_t end, zs_gather_slo
   return zc::ReportStatus(absl::OkStatus(), error);
 }
 
-extern "C" void zs_gather_slot_free(zs_gather_slot* slot) { delete slot; }
+extern "C" void zs_gather_slot_free(zs_gather_slot* slot) {
+  if (slot == nullptr) return;
+  absl::StatusOr<zc::Ticket> dropped = slot->slot.Drop();
+  if (dropped.ok()) dropped->Wait().IgnoreError();
+  delete slot;
+}
 
 extern "C" int zs_gather_slot_fetch(zs_gather_slot* slot, zs_job* job, uint64_t min_version,
                                     void* out, size_t out_bytes, int dtype, char** error) {
@@ -70,7 +75,9 @@ extern "C" int zs_gather_slot_landed(zs_gather_slot* slot, const zs_wait* reuse,
 
 extern "C" int zs_gather_slot_drop(zs_gather_slot* slot, char** error) {
   if (slot == nullptr) return zc::ReportStatus(Null("slot"), error);
-  return zc::ReportStatus(slot->slot.Drop().status(), error);
+  absl::StatusOr<zc::Ticket> dropped = slot->slot.Drop();
+  if (dropped.ok()) dropped->Wait().IgnoreError();  // cancelled: at once
+  return zc::ReportStatus(dropped.status(), error);
 }
 
 extern "C" int zs_gather_slot_wait(const zs_gather_slot* slot, uint64_t version, char** error) {

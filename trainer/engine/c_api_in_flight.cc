@@ -3,6 +3,7 @@
 // (client/CMakeLists.txt).
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "client/c_api_handles.h"
@@ -113,9 +114,14 @@ extern "C" int zs_in_flight_take(zs_in_flight* in_flight, zs_policy* policy, zs_
   return zc::ReportStatus(absl::OkStatus(), error);
 }
 
-extern "C" void zs_abandon(zs_in_flight* in_flight, zs_pusher* pusher) {
+extern "C" void zs_abandon(zs_in_flight* in_flight, zs_pusher* pusher,
+                           zs_gather_slot* const* slots, size_t num_slots) {
+  std::vector<zt::GatherSlot*> of;
+  for (size_t i = 0; slots != nullptr && i < num_slots; ++i) {
+    if (slots[i] != nullptr) of.push_back(&slots[i]->slot);
+  }
   zt::AbandonInFlight(in_flight != nullptr ? &in_flight->step : nullptr,
-                      pusher != nullptr ? &pusher->pusher : nullptr);
+                      pusher != nullptr ? &pusher->pusher : nullptr, of);
 }
 
 extern "C" int zs_in_flight_wait_gathers_out(zs_in_flight* in_flight, uint64_t step) {

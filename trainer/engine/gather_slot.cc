@@ -70,11 +70,29 @@ absl::Status GatherSlot::Landed(ReuseFn reuse) {
 }
 
 absl::StatusOr<client::Ticket> GatherSlot::Drop() {
-  absl::MutexLock lock(&mu_);
-  if (state_ == State::kLanding) return Refuse("drop");
-  state_ = State::kIdle;
-  landed_.reset();
-  return std::exchange(ticket_, client::Ticket());
+  client::Ticket ticket;
+  uint64_t version = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == State::kLanding) return Refuse("drop");
+    version = version_;
+    state_ = State::kIdle;
+    landed_.reset();
+    ticket = std::exchange(ticket_, client::Ticket());
+  }
+  ticket.Cancel(absl::StrCat("gather slot [", range_.begin, ", ", range_.end, "): version ",
+                             version, " was dropped"));
+  return ticket;
+}
+
+void GatherSlot::Cancel(absl::string_view why) const {
+  client::Ticket ticket;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ == State::kIdle) return;
+    ticket = ticket_;
+  }
+  ticket.Cancel(why);  // outside the lock: it interrupts the gather's streams
 }
 
 absl::Status GatherSlot::WaitGathered(uint64_t version) const {

@@ -22,6 +22,15 @@
 // driver's copy out of the buffer is done (a CUDA event's synchronize);
 // the next Fetch runs it before the gather writes the buffer again.
 //
+// A gather waits on the servers until its version is there; when the Step
+// that was to bring it failed (the servers are alive and stay at the
+// version before), nothing else ends it but its deadline and retries
+// (minutes). So Drop() cancels the gather it forgets (Ticket::Cancel) and
+// the driver's wait for the dropped ticket ends at once, and Cancel(why),
+// from any thread, ends the gather fetched or landing while the slot keeps
+// it (a coordinator whose Step failed: every local rank still lands and
+// all-gathers, the gather's error CANCELLED).
+//
 // Version-tagged waits: WaitGathered(v), from any thread (the push thread:
 // under the delayed update a push of a range waits until its blocks are at
 // the version its gradients are for), waits for the gather in flight when
@@ -31,7 +40,8 @@
 // goes on meanwhile.
 //
 // Thread safety: one driver thread makes the transitions (Fetch, Land,
-// Landed, Drop); WaitGathered and the accessors from any thread at once.
+// Landed, Drop); Cancel, WaitGathered and the accessors from any thread
+// at once.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +51,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "client/client.h"
 
@@ -75,10 +86,16 @@ class GatherSlot {
   // failed), `reuse` (may be null) guards the buffer until the next Fetch.
   // Returns the gather's status.
   [[nodiscard]] absl::Status Landed(ReuseFn reuse) ABSL_LOCKS_EXCLUDED(mu_);
-  // Forgets the fetched gather (not landed) and which version landed last.
-  // Returns its ticket (a completed one when idle), for a driver that waits
-  // for it.
+  // Forgets the fetched gather (not landed), cancelling it, and which
+  // version landed last. Returns its ticket (a completed one when idle),
+  // for a driver that waits for it: at once, as cancelled, and then its
+  // buffer is the driver's again.
   [[nodiscard]] absl::StatusOr<client::Ticket> Drop() ABSL_LOCKS_EXCLUDED(mu_);
+  // No Step brings the version fetched (or landing): its gather ends now,
+  // CANCELLED with `why` (Ticket::Cancel), and so do the waits on it; the
+  // slot keeps it (Land returns true, Landed the CANCELLED status). Idle:
+  // nothing.
+  void Cancel(absl::string_view why) const ABSL_LOCKS_EXCLUDED(mu_);
 
   // See the top of this file.
   [[nodiscard]] absl::Status WaitGathered(uint64_t version) const ABSL_LOCKS_EXCLUDED(mu_);

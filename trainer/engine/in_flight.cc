@@ -1,6 +1,7 @@
 #include "trainer/engine/in_flight.h"
 
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -124,9 +125,15 @@ bool InFlightStep::WaitGathersOut(uint64_t step) {
   return state_ != State::kIdle && verdict_.step == step && gathers_out_;
 }
 
-void AbandonInFlight(InFlightStep* step, Pusher* pusher) {
+void AbandonInFlight(InFlightStep* step, Pusher* pusher, absl::Span<GatherSlot* const> slots) {
   if (step != nullptr) step->Drop();
+  std::vector<client::Ticket> dropped;
+  for (GatherSlot* slot : slots) {
+    absl::StatusOr<client::Ticket> ticket = slot->Drop();
+    if (ticket.ok()) dropped.push_back(*std::move(ticket));
+  }
   if (pusher != nullptr) pusher->Drain().IgnoreError();  // the failed step reported its error
+  for (const client::Ticket& ticket : dropped) ticket.Wait().IgnoreError();
 }
 
 }  // namespace zerostate::trainer

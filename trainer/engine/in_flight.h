@@ -25,7 +25,9 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "trainer/engine/coordinator.h"
+#include "trainer/engine/gather_slot.h"
 #include "trainer/engine/pusher.h"
 #include "trainer/policy.h"
 
@@ -113,12 +115,17 @@ class InFlightStep {
   std::thread thread_;
 };
 
-// What a failed (or reset) step leaves in flight, dropped in the one order
-// both drivers use: the Step in flight is waited for and its verdict
-// forgotten (no call of it outlives the step), then every push queued is
-// waited for, its error dropped (a push may wait on a gather of that
-// Step's version, which the Step's end brought or failed). Either may be
-// null. The driver's own gathers are its to wait for or forget.
-void AbandonInFlight(InFlightStep* step, Pusher* pusher);
+// What a failed (or reset, or closing) step leaves in flight, dropped in
+// the one order both drivers use, so that nothing waits on a version no
+// Step will bring: the Step in flight is waited for and its verdict
+// forgotten (no call of it outlives the step); every gather of `slots` is
+// dropped, which cancels it (a gather of a version whose Step failed on
+// servers that are alive would wait out its deadline and retries); every
+// push queued is waited for, its error dropped (a push waiting on one of
+// those gathers ends with it); then the dropped gathers are waited for,
+// so their buffers are the driver's again. `step` and `pusher` may be
+// null, `slots` empty. A slot landing (the driver's own thread is in it:
+// never, from the driver) is left as it is.
+void AbandonInFlight(InFlightStep* step, Pusher* pusher, absl::Span<GatherSlot* const> slots);
 
 }  // namespace zerostate::trainer

@@ -185,11 +185,17 @@ int zs_in_flight_take(zs_in_flight* in_flight, zs_policy* policy, zs_verdict* ou
  * without them, or it is not the step in flight (0). 0 for a null in_flight. */
 int zs_in_flight_wait_gathers_out(zs_in_flight* in_flight, uint64_t step);
 
-/* Drops what a failed (or reset) step left in flight
+/* Drops what a failed (or reset, or closing) step left in flight
  * (trainer::AbandonInFlight): waits for the Step in flight and forgets
- * its verdict, then waits for every push queued, their errors dropped.
- * Either may be null. */
-void zs_abandon(zs_in_flight* in_flight, zs_pusher* pusher);
+ * its verdict; drops the gathers of `slots[0..num_slots)`, cancelling
+ * them (a gather of a version whose Step failed would otherwise wait out
+ * its deadline and retries); waits for every push queued, their errors
+ * dropped; then for the dropped gathers, whose buffers are the caller's
+ * again on return. in_flight and pusher may be null, slots null when
+ * num_slots is 0; a null slot is skipped. */
+typedef struct zs_gather_slot zs_gather_slot;
+void zs_abandon(zs_in_flight* in_flight, zs_pusher* pusher, zs_gather_slot* const* slots,
+                size_t num_slots);
 
 /* One range's gather of new weights, landed once (trainer::GatherSlot,
  * as zerostate-worker lands each bucket): which version is fetched, its
@@ -201,12 +207,12 @@ void zs_abandon(zs_in_flight* in_flight, zs_pusher* pusher);
  * transition is refused with FAILED_PRECONDITION naming it and the
  * slot's state, changing nothing. Its calls come from one driver thread,
  * but zs_gather_slot_wait and _pending from any. */
-typedef struct zs_gather_slot zs_gather_slot;
 
 /* The slot of this rank's share [begin, end) (may be empty). Errors:
  * INVALID_ARGUMENT naming the argument (out null, begin > end). */
 int zs_gather_slot_create(uint64_t begin, uint64_t end, zs_gather_slot** out, char** error);
-/* Frees; a gather in flight is forgotten, not waited for. */
+/* Frees; a gather in flight is cancelled and waited for (at once), so its
+ * buffer is the caller's again. */
 void zs_gather_slot_free(zs_gather_slot* slot);
 
 /* Runs the reuse wait the last landing left (its error returned, nothing
@@ -230,8 +236,10 @@ int zs_gather_slot_land(zs_gather_slot* slot, int* take_part, char** error);
  * gather's status. Errors: INVALID_ARGUMENT (slot null, reuse without
  * fn); FAILED_PRECONDITION unless landing. */
 int zs_gather_slot_landed(zs_gather_slot* slot, const zs_wait* reuse, char** error);
-/* Forgets the gather fetched, not landed, and the version landed.
- * Errors: INVALID_ARGUMENT (slot null); FAILED_PRECONDITION while landing. */
+/* Forgets the gather fetched, not landed, and the version landed: the
+ * gather is cancelled and waited for (at once), so its buffer is the
+ * caller's again. Errors: INVALID_ARGUMENT (slot null);
+ * FAILED_PRECONDITION while landing. */
 int zs_gather_slot_drop(zs_gather_slot* slot, char** error);
 /* From any thread: returns once the share's blocks are at `version` or
  * later as this slot knows it: the gather in flight of that version or

@@ -483,15 +483,16 @@ class Engine(ModuleSurface):
     def close(self):
         """Removes the hooks and closes the connections (the job stays on
         the servers). The engine is unusable afterwards. A delayed update in
-        flight is waited for, not landed (sync_weights() lands it)."""
+        flight is waited for, not landed (sync_weights() lands it); gathers
+        not landed are cancelled, so after a failed step (whose version no
+        Step brings) close() returns at once, the job on the servers as the
+        failure left it."""
         self._abandon()
         self._pusher.close()
         self._in_flight.close()
         for h in self._hooks:
             h.remove()
         self._hooks, self._grad_nodes = [], []
-        for w in self._weights:
-            w.drop()
         for b in self._buckets:
             b.reset()
         self._staging.close()
@@ -500,10 +501,12 @@ class Engine(ModuleSurface):
         self._failed = ZerostateError("the engine was closed", "FAILED_PRECONDITION")
 
     def _abandon(self):
-        """Drops a delayed update in flight (after the coordinator's Step
-        ends) and the push thread's pushes (their errors dropped): the C++
-        engine's order, as zerostate-worker's."""
-        self._in_flight.abandon(self._pusher)
+        """Drops what a step left in flight: a delayed update (after the
+        coordinator's Step ends), the modules' gathers (cancelled: after a
+        failed Step the servers, alive, would keep them waiting for a
+        version that does not come) and the push thread's pushes (their
+        errors dropped): the C++ engine's order, as zerostate-worker's."""
+        self._in_flight.abandon(self._pusher, [w.slot for w in self._weights])
 
     def _check_alive(self):
         if self._failed is not None:
@@ -531,8 +534,6 @@ class Engine(ModuleSurface):
         """After a restore: nothing in flight, no gradient, at `version`."""
         self._abandon()
         self._failed = None
-        for w in self._weights:
-            w.drop()
         for b in self._buckets:
             b.reset()
         self.zero_grad()

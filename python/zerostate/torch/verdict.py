@@ -70,9 +70,6 @@ def finish_delayed(engine):
     verdict = of(engine, *taken) if engine.topo.coordinator else None
     verdict = engine.topo.broadcast(verdict)
     engine.timers["server_step"] += time.perf_counter() - t0
-    if verdict[0] != "ok":
-        for w in engine._weights:
-            w.drop()
     apply(engine, verdict, engine.global_steps - 1)
     engine._land()
 
@@ -116,7 +113,11 @@ def apply(engine, verdict, step):
     """Every rank takes the coordinator's verdict on step `step`: rolls
     back (raising RolledBack), stops (raising the error), or takes the
     coordinator's trainer_state; a step without fp16 skipped for
-    non-finite gradients is warned of on the coordinator."""
+    non-finite gradients is warned of on the coordinator. A failed step
+    first drops what it left in flight (engine._abandon): no Step brings
+    the version its gathers wait for."""
+    if verdict[0] != "ok":
+        engine._abandon()
     if verdict[0] == "rollback":
         ckpt.roll_back(engine, verdict[1], verdict[2])
     if verdict[0] == "error":

@@ -54,10 +54,6 @@ class ModuleWeights:
                         (self.hi - self.lo) * self.buffer.element_size(),
                         wire_dtype(self.buffer.dtype), keep=self.buffer)
 
-    def drop(self):
-        """Forgets the gather in flight (every local rank alike)."""
-        self.slot.drop()
-
     def land(self, free=None):
         """Waits for this rank's share, then (several local ranks) the
         node's all-gather, and copies into the parameters on the side
