@@ -154,6 +154,7 @@ class Pusher:
         _call("push thread", lib.zs_pusher_create, ctypes.byref(h))
         self._h = h
         self._keep = collections.deque()  # (mark, buffer, fns, array, job, waits)
+        self._step = None  # the InFlight whose step owns pushes of this one
 
     def push(self, job, step, node, begin, end, ptr, nbytes, dtype, keep=None, waits=()):
         caught = _Waits()  # this push's, so its error goes with its mark
@@ -206,7 +207,12 @@ class Pusher:
         self._keep.clear()
 
     def close(self):
-        """Waits for every push (errors dropped) and ends the thread."""
+        """Waits for every push (errors dropped) and ends the thread. A step
+        in flight that owns pushes of it is closed first (its Step's thread
+        drains them)."""
+        step, self._step = self._step, None
+        if step is not None:
+            step.close()
         if self._h:
             lib.zs_pusher_free(self._h)
             self._h = ctypes.c_void_p()
@@ -237,11 +243,17 @@ class InFlight:
 
     def _own(self, pusher, verdict):
         """The C call's (pusher handle, mark) for a transition giving the
-        step `pusher`'s pushes queued so far, and what self._pushes keeps
-        of them once it was made (`verdict`: their errors are the
-        verdict's)."""
+        step `pusher`'s pushes queued so far, and what _owned() keeps of
+        them once it was made (`verdict`: their errors are the verdict's)."""
         mark = pusher.mark() if pusher is not None else 0
         return (pusher._h if pusher is not None else None, mark), (pusher, mark, verdict)
+
+    def _owned(self, pushes):
+        """The step made owns `pushes` (_own's); their pusher closes this
+        step before it frees itself."""
+        self._pushes = pushes
+        if pushes[0] is not None:
+            pushes[0]._step = self
 
     def start(self, job, policy, step, average_over, lr=None, before_step=None, pusher=None):
         """Step `step`'s coordination, left running: `pusher`'s pushes
@@ -255,13 +267,14 @@ class InFlight:
               job._h, policy._h, step, float(average_over),
               float(lr if lr is not None else 0), int(lr is not None),
               ctypes.byref(wait) if wait else None, *pushes)
-        self._job, self._keep, self._pushes = job, (fn, wait), owned
+        self._job, self._keep = job, (fn, wait)
+        self._owned(owned)
 
     def follow(self, step, pusher=None):
         """Step `step` in flight, its Step the coordinator's."""
         pushes, owned = self._own(pusher, True)
         _call(f"step {step} in flight", lib.zs_in_flight_follow, self._h, step, *pushes)
-        self._pushes = owned
+        self._owned(owned)
 
     def fail(self, step, error, refused=False, pusher=None):
         """Step `step` in flight, failed already with ZerostateError `error`
@@ -270,7 +283,7 @@ class InFlight:
         pushes, owned = self._own(pusher, False)
         _call(f"step {step} in flight", lib.zs_in_flight_fail, self._h, step,
               _CODES.get(error.code, 2), str(error).encode(), int(refused), *pushes)
-        self._pushes = owned
+        self._owned(owned)
 
     def active(self):
         """True while a step is in flight (until take())."""
@@ -317,18 +330,26 @@ class InFlight:
         """The step's pushes, drained by the C++ step: (their jobs' ids,
         the first exception their waits raised, whether their errors are
         the verdict's)."""
-        pushes, self._pushes = self._pushes, None
+        pushes = self._disown()
         if pushes is None or pushes[0] is None:
             return set(), None, pushes is not None and pushes[2]
         jobs, raised = pushes[0].release(pushes[1])
         return jobs, raised, pushes[2]
+
+    def _disown(self):
+        """Forgets the step's pushes (drained, or dropped); returns them."""
+        pushes, self._pushes = self._pushes, None
+        if pushes is not None and pushes[0] is not None and pushes[0]._step is self:
+            pushes[0]._step = None
+        return pushes
 
     def abandon(self, pusher):
         """Drops what a failed or reset step left in flight (as the worker
         does: zs_abandon): waits for the Step and forgets its verdict, then
         waits for every push of `pusher` (a Pusher), their errors dropped."""
         lib.zs_abandon(self._h, pusher._h)
-        self._job = self._keep = self._pushes = None
+        self._disown()
+        self._job = self._keep = None
         self._waits.take_first()
         pusher._forget()
 
@@ -337,7 +358,8 @@ class InFlight:
         if self._h:
             lib.zs_in_flight_free(self._h)
             self._h = ctypes.c_void_p()
-            self._job = self._keep = self._pushes = None
+            self._disown()
+            self._job = self._keep = None
 
     def __del__(self):
         self.close()

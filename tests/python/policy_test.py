@@ -151,7 +151,11 @@ class InFlightTest(unittest.TestCase):
         self.assertFalse(flight.active())
         pusher.drain()
         _capi.lib.zs_abandon(None, None)  # nothing to drop
-        pusher.close()
+        flight.follow(8, pusher=pusher)  # owns the pusher's pushes (none)
+        self.assertEqual(flight.take(), (8, None, None, False))
+        flight.follow(9, pusher=pusher)
+        pusher.close()  # closes the step owning its pushes first
+        self.assertFalse(flight._h)
         flight.close()
 
     def test_bad_input_is_refused_by_name_and_changes_nothing(self):
