@@ -169,8 +169,8 @@ TEST(PusherTest, APartialDrainLeavesLaterOrdersAndTheirErrors) {
   s = pusher.Drain();
   EXPECT_EQ(s.message(), "c: later") << "the later order's error is its own drain's";
   EXPECT_TRUE(pusher.Drain().ok());
-  EXPECT_EQ(log.events(), (std::vector<std::string>{"a wait", "a push", "b wait", "b push",
-                                                    "c wait", "c push"}));
+  EXPECT_EQ(log.events(),
+            (std::vector<std::string>{"a wait", "a push", "b wait", "b push", "c wait", "c push"}));
 }
 
 TEST(PusherTest, ErrorsAreAttributedByMark) {

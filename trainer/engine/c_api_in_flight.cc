@@ -69,9 +69,9 @@ extern "C" int zs_in_flight_start(zs_in_flight* in_flight, zs_job* job, const zs
   auto coordinate = [client, step, average_over, options](zt::Policy* p) {
     return zt::CoordinateStep(client, p, step, average_over, options);
   };
-  return zc::ReportStatus(flight->Start(step, policy->policy, std::move(coordinate), nullptr,
-                                        PushesOf(pusher, mark)),
-                          error);
+  return zc::ReportStatus(
+      flight->Start(step, policy->policy, std::move(coordinate), nullptr, PushesOf(pusher, mark)),
+      error);
 }
 
 extern "C" int zs_in_flight_follow(zs_in_flight* in_flight, uint64_t step, zs_pusher* pusher,
@@ -82,8 +82,8 @@ extern "C" int zs_in_flight_follow(zs_in_flight* in_flight, uint64_t step, zs_pu
 }
 
 extern "C" int zs_in_flight_fail(zs_in_flight* in_flight, uint64_t step, int code,
-                                 const char* message, int refused, zs_pusher* pusher,
-                                 uint64_t mark, char** error) {
+                                 const char* message, int refused, zs_pusher* pusher, uint64_t mark,
+                                 char** error) {
   absl::Status s = in_flight == nullptr ? Null("in_flight")
                    : message == nullptr ? Null("message")
                    : code <= 0 || code > kMaxCode

@@ -80,8 +80,7 @@ class InFlightStep {
   // not coordinated; `pushes` are drained by Join or Take (on the
   // driver's thread), a failed one the verdict's error. Errors: as
   // Start's.
-  [[nodiscard]] absl::Status Follow(uint64_t step, StepPushes pushes = {})
-      ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status Follow(uint64_t step, StepPushes pushes = {}) ABSL_LOCKS_EXCLUDED(mu_);
   // Step `step` is in flight and already failed (`outcome`, whose status
   // must not be OK): joined at once; `pushes` are drained by Join or Take,
   // their errors dropped. Errors: as Start's; INVALID_ARGUMENT for an OK

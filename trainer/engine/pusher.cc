@@ -78,9 +78,8 @@ absl::Status Pusher::Settle(uint64_t mark, bool claim, std::vector<Ran>* ran, ui
     return absl::InvalidArgumentError(
         absl::StrCat("mark: ", mark, " is past the ", submitted_, " pushes queued"));
   }
-  auto ran_through = [this, mark]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return ran_count_ >= mark;
-  };
+  auto ran_through = [this, mark]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return ran_count_ >= mark; };
   mu_.Await(absl::Condition(&ran_through));
   *first = first_ran_;
   for (uint64_t i = first_ran_; i < mark; ++i) {

@@ -111,7 +111,7 @@ class Pusher {
   std::deque<Ran> ran_ ABSL_GUARDED_BY(mu_);
   uint64_t first_ran_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t claimed_ ABSL_GUARDED_BY(mu_) = 0;  // orders before it are a Drain's to report
-  std::thread thread_;  // last: starts once the rest is built
+  std::thread thread_;                         // last: starts once the rest is built
 };
 
 }  // namespace zerostate::trainer
