@@ -9,7 +9,9 @@ which does not shrink with the model. Prints the buckets, the adds
 of a gradient into a bucket (Bucket.take) per micro-batch, the pushes
 (Bucket.push) per step, and per micro-batch the milliseconds in the hooks
 (engine._grad_ready: the adds, and at the boundary the pushes) and in
-forward + backward, medians over --rounds runs of --steps timed steps.
+forward + backward, medians over --rounds runs of --steps timed steps;
+per step the milliseconds of the whole step and of the engine's push wait
+(engine.timers: the waits for pushes on the training thread).
 
   python3 bench/torch/bench_hooks.py --json   (from a build tree's root)"""
 
@@ -32,8 +34,8 @@ from bench_gpt import ROOT, start_servers  # noqa: E402
 import zerostate.torch as zs  # noqa: E402
 from zerostate.torch import buckets as bk  # noqa: E402
 
-LAYERS, ACCUM = 22, 4
-D = KV = FFN = VOCAB = 0  # set by --scale
+LAYERS = 22
+D = KV = FFN = VOCAB = ACCUM = 0  # set by --scale and --accum
 
 
 def rms(x):
@@ -118,6 +120,7 @@ def run(args, addresses, job, counted):
         if s == args.warmup:
             counted.reset()
             by_micro, fwd_bwd = [0.0] * ACCUM, 0.0
+            pushed, start = engine.timers["push_wait"], time.perf_counter()
         for m in range(ACCUM):
             h0, t0 = hooks[0], time.perf_counter()
             engine.backward(engine(x).float().logsumexp(-1).mean())
@@ -129,7 +132,9 @@ def run(args, addresses, job, counted):
            "takes_per_micro_batch": counted.calls.get("take", 0) / (n * ACCUM),
            "pushes_per_step": counted.calls.get("push", 0) / n,
            "hooks_ms_by_micro_batch": [1e3 * v / n for v in by_micro],
-           "fwd_bwd_ms_per_micro_batch": 1e3 * fwd_bwd / (n * ACCUM)}
+           "fwd_bwd_ms_per_micro_batch": 1e3 * fwd_bwd / (n * ACCUM),
+           "step_ms": 1e3 * (time.perf_counter() - start) / n,
+           "push_wait_ms_per_step": 1e3 * (engine.timers["push_wait"] - pushed) / n}
     engine.sync_weights()
     engine.close()
     return out
@@ -144,10 +149,12 @@ def main():
     ap.add_argument("--server_threads", type=int, default=2)
     ap.add_argument("--server_bin",
                     default=os.path.join(ROOT, "build", "server", "zerostate-server"))
+    ap.add_argument("--accum", type=int, default=4, help="gradient accumulation steps")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     args.servers = 1
-    global D, KV, FFN, VOCAB
+    global D, KV, FFN, VOCAB, ACCUM
+    ACCUM = args.accum
     D, KV, FFN, VOCAB = 2048 // args.scale, 256 // args.scale, 5632 // args.scale, \
         32000 // args.scale
     torch.set_num_threads(1)
@@ -167,8 +174,8 @@ def main():
     result["hooks_ms_by_micro_batch"] = [
         statistics.median(r["hooks_ms_by_micro_batch"][m] for r in runs) for m in range(ACCUM)]
     result["hooks_ms_per_step"] = sum(result["hooks_ms_by_micro_batch"])
-    result["fwd_bwd_ms_per_micro_batch"] = statistics.median(
-        r["fwd_bwd_ms_per_micro_batch"] for r in runs)
+    for k in ("fwd_bwd_ms_per_micro_batch", "step_ms", "push_wait_ms_per_step"):
+        result[k] = statistics.median(r[k] for r in runs)
     if args.json:
         print(json.dumps(result))
     else:

@@ -119,7 +119,10 @@ _SIGNATURES = {
     "zs_pusher_free": (None, [_p]),
     "zs_pusher_push": (_int, [_p, _p, _u64, _u32, _u64, _u64, _p, _sz, _int,
                               ctypes.POINTER(Wait), _sz, _err]),
-    "zs_pusher_drain": (_int, [_p, ctypes.POINTER(_p), _err]),
+    "zs_pusher_mark": (_u64, [_p]),
+    "zs_pusher_drain": (_int, [_p, _u64, ctypes.POINTER(_p), _err]),
+    "zs_pusher_wait_through": (_int, [_p, _u64, _err]),
+    "zs_pusher_done_through": (_int, [_p, _u64]),
     "zs_coordinate": (_int, [_p, _p, _u64, ctypes.c_double, ctypes.c_float, _int,
                              ctypes.POINTER(Wait), ctypes.POINTER(StepDecision),
                              ctypes.POINTER(_p), _err]),
@@ -127,9 +130,9 @@ _SIGNATURES = {
     "zs_in_flight_create": (_int, [ctypes.POINTER(_p), _err]),
     "zs_in_flight_free": (None, [_p]),
     "zs_in_flight_start": (_int, [_p, _p, _p, _u64, ctypes.c_double, ctypes.c_float, _int,
-                                  ctypes.POINTER(Wait), _err]),
-    "zs_in_flight_follow": (_int, [_p, _u64, _err]),
-    "zs_in_flight_fail": (_int, [_p, _u64, _int, _cp, _int, _err]),
+                                  ctypes.POINTER(Wait), _p, _u64, _err]),
+    "zs_in_flight_follow": (_int, [_p, _u64, _p, _u64, _err]),
+    "zs_in_flight_fail": (_int, [_p, _u64, _int, _cp, _int, _p, _u64, _err]),
     "zs_in_flight_active": (_int, [_p, ctypes.POINTER(_u64)]),
     "zs_in_flight_take": (_int, [_p, _p, ctypes.POINTER(Verdict), ctypes.POINTER(_p),
                                  ctypes.POINTER(_p), _err]),
@@ -198,11 +201,13 @@ def _held(names):
 
 
 # zs_pusher_push only queues (trainer::Pusher::Submit): a mutex held for a
-# queue's push_back, never while a wait runs.
+# queue's push_back, never while a wait runs; zs_pusher_mark and
+# _done_through read counts under it (and tickets' states).
 # zs_in_flight_active reads a state under a mutex never held while waiting;
 # so do zs_gather_slot_landed and _pending (not _drop: it waits for the
 # gather it cancels).
-held = _held(["zs_pusher_push", "zs_in_flight_active", "zs_gather_slot_landed",
+held = _held(["zs_pusher_push", "zs_pusher_mark", "zs_pusher_done_through",
+              "zs_in_flight_active", "zs_gather_slot_landed",
               "zs_gather_slot_pending"])
 
 

@@ -4,6 +4,7 @@ space, the push thread, the coordinator's step, the step whose update is
 in flight (the delayed update) and the gathers landed once. Methods raise
 ZerostateError."""
 
+import collections
 import ctypes
 import threading
 
@@ -137,47 +138,85 @@ def send_ahead(job, policy, step, average_over, lr=None):
 
 class Pusher:
     """A push thread (trainer::Pusher): push() queues a push behind the
-    earlier ones and returns; on the thread its waits (Python callables,
-    e.g. a CUDA event's synchronize) run in order, then the push starts.
-    drain() waits for every push and raises the first error (a wait's own
-    exception if a wait raised). Buffers and waits are kept alive until
-    then."""
+    earlier ones and returns its mark (the number of pushes queued through
+    it); on the thread its waits (Python callables, e.g. a CUDA event's
+    synchronize) run in order, then the push starts. drain(mark) waits for
+    the pushes before `mark` (default: every one queued) and raises the
+    first error of those not drained before (a wait's own exception if a
+    wait raised); later pushes go on. wait_through(mark) waits without
+    taking errors (before a buffer a push reads is written again). Each
+    push's buffer and waits are kept alive until a drain through it: this
+    one's, or one elsewhere (the step in flight's) that release() then
+    records."""
 
     def __init__(self):
         h = ctypes.c_void_p()
         _call("push thread", lib.zs_pusher_create, ctypes.byref(h))
         self._h = h
-        self._keep = []
-        self._waits = _Waits()
+        self._keep = collections.deque()  # (mark, buffer, fns, array, job, waits)
+        self._step = None  # the InFlight whose step owns pushes of this one
 
     def push(self, job, step, node, begin, end, ptr, nbytes, dtype, keep=None, waits=()):
-        fns = [self._waits.wrap(w) for w in waits]
+        caught = _Waits()  # this push's, so its error goes with its mark
+        fns = [caught.wrap(w) for w in waits]
         array = (_capi.Wait * len(fns))(*[_capi.Wait(f, None) for f in fns])
-        # With the GIL held (_capi.held): it only queues.
+        # With the GIL held (_capi.held): it only queues, and no other
+        # Python thread queues between it and the mark.
         _call(f"job {job.job_id}: push of step {step} [{begin}, {end})", _capi.held.zs_pusher_push,
               self._h, job._h, step, node, begin, end, ptr, nbytes, dtype, array, len(fns))
-        self._keep.append((keep, fns, array, job))
+        mark = self.mark()
+        self._keep.append((mark, keep, fns, array, job, caught))
+        return mark
 
-    def drain(self):
+    def mark(self):
+        """The number of pushes queued so far."""
+        return _capi.held.zs_pusher_mark(self._h)
+
+    def drain(self, mark=None):
+        mark = self.mark() if mark is None else mark
         what, err = ctypes.c_void_p(), ctypes.c_void_p()
-        rc = lib.zs_pusher_drain(self._h, ctypes.byref(what), ctypes.byref(err))
+        rc = lib.zs_pusher_drain(self._h, mark, ctypes.byref(what), ctypes.byref(err))
         what = _capi.take_string(what.value)
-        jobs, self._keep = {k[3].job_id for k in self._keep}, []
-        self._waits.raise_first(err)
+        jobs, raised = self.release(mark)
+        if raised is not None:
+            _capi.take_string(err.value)
+            raise raised
         # As a push's ticket names it: "job <id>: push of step <s> [<b>, <e>)".
-        _check(rc, err, f"job {', '.join(sorted(jobs))}: {what}")
+        _check(rc, err, f"job {', '.join(sorted(jobs))}: {what}" if what else "push thread")
+
+    def wait_through(self, mark):
+        """Returns once every push before `mark` ran and is done (at once,
+        the GIL kept, when they are); takes no error."""
+        if not _capi.held.zs_pusher_done_through(self._h, mark):
+            _call("push thread", lib.zs_pusher_wait_through, self._h, mark)
+
+    def release(self, mark):
+        """The pushes before `mark` were drained (here or by the step in
+        flight): their buffers and waits go. Returns (the ids of their
+        jobs, the first exception their waits raised or None)."""
+        jobs, raised = set(), None
+        while self._keep and self._keep[0][0] <= mark:
+            _, _, _, _, job, caught = self._keep.popleft()
+            jobs.add(job.job_id)
+            first = caught.take_first()
+            raised = raised if raised is not None else first
+        return jobs, raised
 
     def _forget(self):
         """After zs_abandon drained the pushes: their buffers and errors go."""
-        self._keep = []
-        self._waits.take_first()
+        self._keep.clear()
 
     def close(self):
-        """Waits for every push (errors dropped) and ends the thread."""
+        """Waits for every push (errors dropped) and ends the thread. A step
+        in flight that owns pushes of it is closed first (its Step's thread
+        drains them)."""
+        step, self._step = self._step, None
+        if step is not None:
+            step.close()
         if self._h:
             lib.zs_pusher_free(self._h)
             self._h = ctypes.c_void_p()
-            self._keep = []
+            self._keep.clear()
 
     def __del__(self):
         self.close()
@@ -188,7 +227,10 @@ class InFlight:
     zerostate-worker holds it): start() runs the coordinator's step (as
     coordinate()) on a thread of its own, on a copy of the policy;
     follow() marks a step whose Step another rank runs; fail() one that
-    failed before its Step. take() hands its verdict over, once."""
+    failed before its Step. Each takes `pusher` (a Pusher, or None): the
+    step owns the pushes queued on it so far, drained before its Step
+    (start) or by take() (follow, fail); a failed one fails the step as
+    its Step would. take() hands its verdict over, once."""
 
     def __init__(self):
         h = ctypes.c_void_p()
@@ -196,29 +238,52 @@ class InFlight:
         self._h = h
         self._job = None  # the running Step's job and before_step, kept alive
         self._keep = None
+        self._pushes = None  # (pusher, mark, whether their errors are the verdict's)
         self._waits = _Waits()
 
-    def start(self, job, policy, step, average_over, lr=None, before_step=None):
-        """Step `step`'s coordination, left running: the statistics, the
-        decision, `before_step()` (which puts the gathers out: once it
-        returned, wait_gathers_out(step) does) and the Step."""
+    def _own(self, pusher, verdict):
+        """The C call's (pusher handle, mark) for a transition giving the
+        step `pusher`'s pushes queued so far, and what _owned() keeps of
+        them once it was made (`verdict`: their errors are the verdict's)."""
+        mark = pusher.mark() if pusher is not None else 0
+        return (pusher._h if pusher is not None else None, mark), (pusher, mark, verdict)
+
+    def _owned(self, pushes):
+        """The step made owns `pushes` (_own's); their pusher closes this
+        step before it frees itself."""
+        self._pushes = pushes
+        if pushes[0] is not None:
+            pushes[0]._step = self
+
+    def start(self, job, policy, step, average_over, lr=None, before_step=None, pusher=None):
+        """Step `step`'s coordination, left running: `pusher`'s pushes
+        drained, then the statistics, the decision, `before_step()` (which
+        puts the gathers out: once it returned, wait_gathers_out(step)
+        does) and the Step."""
         fn = self._waits.wrap(before_step) if before_step is not None else None
         wait = _capi.Wait(fn, None) if fn is not None else None
+        pushes, owned = self._own(pusher, True)
         _call(f"job {job.job_id}: step {step} in flight", lib.zs_in_flight_start, self._h,
               job._h, policy._h, step, float(average_over),
               float(lr if lr is not None else 0), int(lr is not None),
-              ctypes.byref(wait) if wait else None)
+              ctypes.byref(wait) if wait else None, *pushes)
         self._job, self._keep = job, (fn, wait)
+        self._owned(owned)
 
-    def follow(self, step):
+    def follow(self, step, pusher=None):
         """Step `step` in flight, its Step the coordinator's."""
-        _call(f"step {step} in flight", lib.zs_in_flight_follow, self._h, step)
+        pushes, owned = self._own(pusher, True)
+        _call(f"step {step} in flight", lib.zs_in_flight_follow, self._h, step, *pushes)
+        self._owned(owned)
 
-    def fail(self, step, error, refused=False):
+    def fail(self, step, error, refused=False, pusher=None):
         """Step `step` in flight, failed already with ZerostateError `error`
-        (refused: bad input, nothing to roll back)."""
+        (refused: bad input, nothing to roll back); its pushes' errors are
+        dropped."""
+        pushes, owned = self._own(pusher, False)
         _call(f"step {step} in flight", lib.zs_in_flight_fail, self._h, step,
-              _CODES.get(error.code, 2), str(error).encode(), int(refused))
+              _CODES.get(error.code, 2), str(error).encode(), int(refused), *pushes)
+        self._owned(owned)
 
     def active(self):
         """True while a step is in flight (until take())."""
@@ -230,11 +295,12 @@ class InFlight:
         return bool(lib.zs_in_flight_wait_gathers_out(self._h, step))
 
     def take(self, policy=None):
-        """Waits for the Step in flight and hands its verdict over: None when
-        nothing was in flight, else (step, decision, error, refused): the
-        Decision its Step carried (None unless coordinated and OK),
-        `error` a ZerostateError (before_step's own if it raised one; any
-        other exception of before_step is raised) or None. `policy`
+        """Waits for the Step in flight (or the pushes of a followed or
+        failed step) and hands its verdict over: None when nothing was in
+        flight, else (step, decision, error, refused): the Decision its
+        Step carried (None unless coordinated and OK), `error` a
+        ZerostateError (before_step's or a push wait's own if it raised
+        one; any other exception of theirs is raised) or None. `policy`
         (given, the Step coordinated and OK) takes the policy after it."""
         v = _capi.Verdict()
         stage, message, err = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
@@ -244,28 +310,49 @@ class InFlight:
         job, self._job, self._keep = self._job, None, None
         stage, message = _capi.take_string(stage.value), _capi.take_string(message.value)
         _check(rc, err, "step in flight")
+        jobs, raised, own = self._release()
         if not v.active:
             return None
         error = self._waits.take_first()  # before_step's own exception, if it raised
+        if error is None and own:
+            error = raised  # a push wait's: the pushes failed the step
         if error is not None and not isinstance(error, ZerostateError):
             raise error
         if error is None and v.code != 0:
             name = _capi.CODE_NAMES.get(v.code, str(v.code))
-            text = message if not v.coordinated or v.refused else \
-                f"job {job.job_id}: {stage}: {name}: {message}"
+            who = job.job_id if job is not None else ", ".join(sorted(jobs))
+            text = message if not own or v.refused else f"job {who}: {stage}: {name}: {message}"
             error = ZerostateError(text, name)
         decision = _decision(v.decision) if v.code == 0 and v.coordinated else None
         return v.step, decision, error, bool(v.refused)
 
+    def _release(self):
+        """The step's pushes, drained by the C++ step: (their jobs' ids,
+        the first exception their waits raised, whether their errors are
+        the verdict's)."""
+        pushes = self._disown()
+        if pushes is None or pushes[0] is None:
+            return set(), None, pushes is not None and pushes[2]
+        jobs, raised = pushes[0].release(pushes[1])
+        return jobs, raised, pushes[2]
+
+    def _disown(self):
+        """Forgets the step's pushes (drained, or dropped); returns them."""
+        pushes, self._pushes = self._pushes, None
+        if pushes is not None and pushes[0] is not None and pushes[0]._step is self:
+            pushes[0]._step = None
+        return pushes
+
     def abandon(self, pusher, slots=()):
         """Drops what a failed, reset or closing step left in flight (as the
-        worker does: zs_abandon): waits for the Step and forgets its
-        verdict; drops the gathers of `slots` (GatherSlots), cancelling
+        worker does: zs_abandon): waits for the Step (its pushes
+        drained) and forgets its verdict; drops the gathers of `slots` (GatherSlots), cancelling
         them, so none waits on for a version no Step brings; waits for
         every push of `pusher` (a Pusher), their errors dropped; then for
         the dropped gathers (their buffers are free again)."""
         handles = (ctypes.c_void_p * len(slots))(*[s._h for s in slots])
         lib.zs_abandon(self._h, pusher._h, handles, len(slots))
+        self._disown()
         self._job = self._keep = None
         self._waits.take_first()
         pusher._forget()
@@ -277,6 +364,7 @@ class InFlight:
         if self._h:
             lib.zs_in_flight_free(self._h)
             self._h = ctypes.c_void_p()
+            self._disown()
             self._job = self._keep = None
 
     def __del__(self):

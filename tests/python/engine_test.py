@@ -12,6 +12,7 @@ import subprocess
 import os
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -263,6 +264,43 @@ class EngineTest(zs_servers.ServersTestCase):
               f"one-step-late reference, {off:.2e} to the synchronous one")
         self.assertLess(err, 1e-6)
         self.assertGreater(off, 1e-3)
+
+    def test_delayed_push_refused_fails_the_step_at_the_next_verdict(self):
+        """The delayed update: step t's pushes finish behind the next forward,
+        on the push thread, and its Step waits for them on its own thread, so
+        engine.step() returns before they are done. One the servers refuse
+        (here sent as step t+1, ahead of the blocks' version) fails step t
+        as a failed Step does: the next engine.step() raises it, naming the
+        push; nothing is stepped, and the engine stops."""
+        bad = 4
+        config = dict(CONFIG, zero_optimization={"delayed_update": {"enabled": True,
+                                                                    "warmup_steps": 2}})
+        engine = train(self.engine(Net(), "delayed-push-refused", config=config), 0, bad)
+        push, gate, opened = engine._push_bucket, threading.Event(), []
+
+        def held(after):  # on the push thread: the push waits for the test
+            def wait():
+                opened.append(gate.wait(60))
+                if after is not None:
+                    after()
+            return wait
+        engine._push_bucket = lambda bucket, step, after=None: push(bucket, step + 1, held(after))
+        engine.backward(loss_of(engine, bad))
+        engine.step()  # returns while the pushes wait: they are the step in flight's
+        gate.set()
+        del engine._push_bucket
+        self.assertTrue(engine._in_flight.active())
+        engine.backward(loss_of(engine, bad + 1))
+        with self.assertRaises(ZerostateError) as e:
+            engine.step()
+        self.assertEqual(e.exception.code, "FAILED_PRECONDITION")
+        self.assertRegex(str(e.exception),
+                         rf"^step {bad}: job delayed-push-refused: push of step {bad + 1} "
+                         rf"\[\d+, \d+\): FAILED_PRECONDITION: .*step: {bad + 1} is too far ahead")
+        self.assertTrue(opened and all(opened), "the pushes went on after engine.step()")
+        self.assertEqual(engine.job.version(), bad)
+        with self.assertRaisesRegex(ZerostateError, "stopped at an earlier error"):
+            engine.step()
 
     def test_delayed_update_refuses_fp16(self):
         with self.assertRaisesRegex(ValueError, "delayed_update.enabled: not with fp16"):

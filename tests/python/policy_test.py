@@ -151,7 +151,11 @@ class InFlightTest(unittest.TestCase):
         self.assertFalse(flight.active())
         pusher.drain()
         _capi.lib.zs_abandon(None, None, None, 0)  # nothing to drop
-        pusher.close()
+        flight.follow(8, pusher=pusher)  # owns the pusher's pushes (none)
+        self.assertEqual(flight.take(), (8, None, None, False))
+        flight.follow(9, pusher=pusher)
+        pusher.close()  # closes the step owning its pushes first
+        self.assertFalse(flight._h)
         flight.close()
 
     def test_bad_input_is_refused_by_name_and_changes_nothing(self):
@@ -160,23 +164,37 @@ class InFlightTest(unittest.TestCase):
         flight.follow(3)
         h = flight._h
         policy = Policy(FIXTURE["train"])
+        pusher = Pusher()
         wait = _capi.Wait(_capi.WAIT_FN(), None)  # no fn
         verdict = _capi.Verdict()
         cases = [
             ((lib.zs_in_flight_create, None), "INVALID_ARGUMENT", "out: null"),
-            ((lib.zs_in_flight_start, None, 1, policy._h, 4, 1.0, 0.0, 0, None),
+            ((lib.zs_in_flight_start, None, 1, policy._h, 4, 1.0, 0.0, 0, None, None, 0),
              "INVALID_ARGUMENT", "in_flight: null"),
-            ((lib.zs_in_flight_start, h, None, policy._h, 4, 1.0, 0.0, 0, None),
+            ((lib.zs_in_flight_start, h, None, policy._h, 4, 1.0, 0.0, 0, None, None, 0),
              "INVALID_ARGUMENT", "job: null"),
-            ((lib.zs_in_flight_follow, None, 4), "INVALID_ARGUMENT", "in_flight: null"),
-            ((lib.zs_in_flight_follow, h, 4), "FAILED_PRECONDITION", "step 3 is in flight"),
-            ((lib.zs_in_flight_fail, h, 4, 14, b"x", 0), "FAILED_PRECONDITION",
+            ((lib.zs_in_flight_follow, None, 4, None, 0), "INVALID_ARGUMENT", "in_flight: null"),
+            ((lib.zs_in_flight_follow, h, 4, None, 0), "FAILED_PRECONDITION",
              "step 3 is in flight"),
-            ((lib.zs_in_flight_fail, h, 4, 0, b"x", 0), "INVALID_ARGUMENT",
+            ((lib.zs_in_flight_fail, h, 4, 14, b"x", 0, None, 0), "FAILED_PRECONDITION",
+             "step 3 is in flight"),
+            ((lib.zs_in_flight_fail, h, 4, 0, b"x", 0, None, 0), "INVALID_ARGUMENT",
              "code: 0 is not a failed status's"),
-            ((lib.zs_in_flight_fail, h, 4, 17, b"x", 0), "INVALID_ARGUMENT",
+            ((lib.zs_in_flight_fail, h, 4, 17, b"x", 0, None, 0), "INVALID_ARGUMENT",
              "code: 17 is not a failed status's"),
-            ((lib.zs_in_flight_fail, h, 4, 14, None, 0), "INVALID_ARGUMENT", "message: null"),
+            ((lib.zs_in_flight_fail, h, 4, 14, None, 0, None, 0), "INVALID_ARGUMENT",
+             "message: null"),
+            # A mark past the pushes queued (none): refused before the state is looked at.
+            ((lib.zs_in_flight_follow, h, 4, pusher._h, 1), "INVALID_ARGUMENT",
+             "mark: 1 is past the 0 pushes queued"),
+            ((lib.zs_in_flight_fail, h, 4, 14, b"x", 0, pusher._h, 2), "INVALID_ARGUMENT",
+             "mark: 2 is past the 0 pushes queued"),
+            ((lib.zs_pusher_drain, None, 0, None), "INVALID_ARGUMENT", "pusher: null"),
+            ((lib.zs_pusher_drain, pusher._h, 1, None), "INVALID_ARGUMENT",
+             "mark: 1 is past the 0 pushes queued"),
+            ((lib.zs_pusher_wait_through, None, 0), "INVALID_ARGUMENT", "pusher: null"),
+            ((lib.zs_pusher_wait_through, pusher._h, 3), "INVALID_ARGUMENT",
+             "mark: 3 is past the 0 pushes queued"),
             ((lib.zs_in_flight_take, None, None, ctypes.byref(verdict), None, None),
              "INVALID_ARGUMENT", "in_flight: null"),
             ((lib.zs_in_flight_take, h, None, None, None, None), "INVALID_ARGUMENT", "out: null"),
@@ -188,8 +206,15 @@ class InFlightTest(unittest.TestCase):
             self.assertTrue(flight.active(), args[0].__name__)  # step 3 still in flight
         # before_step without a fn: refused before the job is looked at.
         got = self.call(lib.zs_in_flight_start, h, 1, policy._h, 4, 1.0, 0.0, 0,
-                        ctypes.byref(wait))
+                        ctypes.byref(wait), None, 0)
         self.assertEqual(got, ("INVALID_ARGUMENT", "before_step->fn: null"))
+        got = self.call(lib.zs_in_flight_start, h, 1, policy._h, 4, 1.0, 0.0, 0, None,
+                        pusher._h, 1)
+        self.assertEqual(got, ("INVALID_ARGUMENT", "mark: 1 is past the 0 pushes queued"))
+        self.assertEqual((lib.zs_pusher_mark(None), lib.zs_pusher_done_through(None, 0)), (0, 0))
+        self.assertEqual(lib.zs_pusher_done_through(pusher._h, 1), 0)  # past: not done
+        self.assertEqual(lib.zs_pusher_done_through(pusher._h, 0), 1)
+        pusher.close()
         self.assertEqual(lib.zs_in_flight_active(None, None), 0)
         self.assertEqual(lib.zs_in_flight_wait_gathers_out(None, 3), 0)
         self.assertEqual(flight.take()[0], 3)

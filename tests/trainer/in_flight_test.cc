@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "client/ticket_state.h"
 #include "tests/trainer/blocked_gather.h"
+#include "trainer/engine/pusher.h"
 #include "trainer/policy.h"
 #include "zerostate/v1/config.pb.h"
 
@@ -236,6 +237,105 @@ TEST(AbandonInFlightTest, EndsAPushWaitingOnAGatherNoStepWillAnswer) {
   EXPECT_TRUE(g.ticket().Done());
   EXPECT_EQ(g.ticket().Wait().code(), absl::StatusCode::kCancelled);
   EXPECT_TRUE(pusher.Drain().ok());  // the skipped push's error was dropped
+}
+
+// A push of the step, its ticket completed with `status` once `gate` (if
+// given) is open.
+PushOrder StepPush(const std::string& name, absl::Status status,
+                   absl::Notification* gate = nullptr) {
+  PushOrder order;
+  order.what = name;
+  if (gate != nullptr) {
+    order.waits.push_back([gate] {
+      gate->WaitForNotification();
+      return absl::OkStatus();
+    });
+  }
+  order.issue = [status] { return client::CompletedTicket(status); };
+  return order;
+}
+
+// The delayed update: step t's Step drains t's pushes on its own thread
+// first, while the driver queues step t+1's behind them.
+TEST(InFlightStepTest, StartDrainsTheStepsPushesOnItsThreadBeforeTheStep) {
+  Pusher pusher;
+  absl::Notification pushed;
+  const uint64_t mark = pusher.Submit(StepPush("push of step 4 [0, 8)", absl::OkStatus(), &pushed));
+  std::atomic<bool> stepped{false};
+  InFlightStep flight;
+  ASSERT_TRUE(flight
+                  .Start(
+                      4, Fp16Policy(),
+                      [&](Policy* p) {
+                        stepped = true;
+                        return Decides(4)(p);
+                      },
+                      nullptr, StepPushes{&pusher, mark})
+                  .ok());  // returns while the push waits
+  absl::Notification later;  // step 5's, left alone
+  pusher.Submit(StepPush("push of step 5 [0, 8)", absl::UnavailableError("later"), &later));
+  EXPECT_FALSE(flight.Poll());
+  EXPECT_FALSE(stepped);
+  pushed.Notify();
+  ASSERT_TRUE(flight.Join().ok());  // while step 5's push still waits
+  EXPECT_TRUE(stepped);
+  EXPECT_TRUE(flight.Take()->outcome.decision.skip);
+  later.Notify();
+  EXPECT_EQ(pusher.Drain().message(), "push of step 5 [0, 8): later");
+}
+
+TEST(InFlightStepTest, AFailedPushFailsTheStepAsItsStepWouldNamingThePush) {
+  Pusher pusher;
+  pusher.Submit(StepPush("push of step 6 [0, 8)", absl::OkStatus()));
+  const uint64_t mark =
+      pusher.Submit(StepPush("push of step 6 [8, 16)", absl::UnavailableError("server 1 is gone")));
+  std::atomic<bool> stepped{false};
+  absl::Status hooked;
+  InFlightStep flight;
+  ASSERT_TRUE(flight
+                  .Start(
+                      6, Fp16Policy(),
+                      [&](Policy* p) {
+                        stepped = true;
+                        return Decides(6)(p);
+                      },
+                      [&](const absl::Status& s) { hooked = s; }, StepPushes{&pusher, mark})
+                  .ok());
+  std::optional<Verdict> v = flight.Take();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(stepped) << "no Step after a failed push";
+  EXPECT_TRUE(v->coordinated);
+  EXPECT_TRUE(absl::IsUnavailable(v->outcome.status));
+  EXPECT_EQ(v->outcome.status.message(), "server 1 is gone");
+  EXPECT_EQ(v->outcome.stage, "push of step 6 [8, 16)");
+  EXPECT_TRUE(absl::IsUnavailable(hooked)) << "the failure hook ran, as for a Step";
+  EXPECT_TRUE(pusher.Drain().ok()) << "the step reported its push's error";
+}
+
+TEST(InFlightStepTest, AFollowedStepsPushesAreDrainedByTakeTheirErrorItsVerdict) {
+  Pusher pusher;
+  const uint64_t mark = pusher.Submit(StepPush("push of step 2 [0, 8)", absl::DataLossError("x")));
+  InFlightStep flight;
+  ASSERT_TRUE(flight.Follow(2, StepPushes{&pusher, mark}).ok());
+  EXPECT_TRUE(flight.Poll());  // joined at once; Poll drains nothing
+  std::optional<Verdict> v = flight.Take();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(v->coordinated);
+  EXPECT_TRUE(absl::IsDataLoss(v->outcome.status));
+  EXPECT_EQ(v->outcome.stage, "push of step 2 [0, 8)");
+  EXPECT_TRUE(pusher.Drain().ok());
+
+  // A failed step keeps its own error; its pushes are drained, theirs dropped.
+  const uint64_t next = pusher.Submit(StepPush("push of step 3 [0, 8)", absl::DataLossError("y")));
+  ASSERT_TRUE(flight
+                  .Fail(3, Coordinated{absl::InvalidArgumentError("lr ratio"), "step 3", {}, true},
+                        StepPushes{&pusher, next})
+                  .ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(flight.Join()));
+  v = flight.Take();
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->outcome.stage, "step 3");
+  EXPECT_TRUE(pusher.Drain().ok());
 }
 
 }  // namespace

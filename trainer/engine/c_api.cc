@@ -129,14 +129,27 @@ extern "C" int zs_pusher_push(zs_pusher* pusher, zs_job* job, uint64_t step, uin
   return zc::ReportStatus(absl::OkStatus(), error);
 }
 
-extern "C" int zs_pusher_drain(zs_pusher* pusher, char** what, char** error) {
+extern "C" uint64_t zs_pusher_mark(const zs_pusher* pusher) {
+  return pusher != nullptr ? pusher->pusher.Mark() : 0;
+}
+
+extern "C" int zs_pusher_drain(zs_pusher* pusher, uint64_t mark, char** what, char** error) {
   if (what != nullptr) *what = nullptr;
   if (pusher == nullptr) return zc::ReportStatus(Null("pusher"), error);
-  if (what == nullptr) return zc::ReportStatus(pusher->pusher.Drain(), error);
+  if (what == nullptr) return zc::ReportStatus(pusher->pusher.Drain(mark), error);
   std::string name;
-  absl::Status s = pusher->pusher.Drain(&name);
-  if (!s.ok()) *what = zc::CopyCString(name);
+  absl::Status s = pusher->pusher.Drain(mark, &name);
+  if (!s.ok() && !name.empty()) *what = zc::CopyCString(name);
   return zc::ReportStatus(s, error);
+}
+
+extern "C" int zs_pusher_wait_through(zs_pusher* pusher, uint64_t mark, char** error) {
+  if (pusher == nullptr) return zc::ReportStatus(Null("pusher"), error);
+  return zc::ReportStatus(pusher->pusher.WaitThrough(mark), error);
+}
+
+extern "C" int zs_pusher_done_through(zs_pusher* pusher, uint64_t mark) {
+  return pusher != nullptr && pusher->pusher.DoneThrough(mark) ? 1 : 0;
 }
 
 extern "C" int zs_coordinate(zs_job* job, zs_policy* policy, uint64_t step, double average_over,

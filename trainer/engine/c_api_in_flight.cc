@@ -26,6 +26,18 @@ void SetString(char** out, const std::string& s) {
   if (out != nullptr) *out = s.empty() ? nullptr : zc::CopyCString(s);
 }
 
+zt::StepPushes PushesOf(zs_pusher* pusher, uint64_t mark) {
+  return zt::StepPushes{pusher != nullptr ? &pusher->pusher : nullptr, mark};
+}
+
+// A mark past the orders `pusher` has: named, as Drain would refuse it.
+absl::Status CheckMark(const zs_pusher* pusher, uint64_t mark) {
+  const uint64_t queued = pusher != nullptr ? pusher->pusher.Mark() : 0;
+  if (pusher == nullptr || mark <= queued) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("mark: ", mark, " is past the ", queued, " pushes queued"));
+}
+
 }  // namespace
 
 extern "C" int zs_in_flight_create(zs_in_flight** out, char** error) {
@@ -38,11 +50,13 @@ extern "C" void zs_in_flight_free(zs_in_flight* in_flight) { delete in_flight; }
 
 extern "C" int zs_in_flight_start(zs_in_flight* in_flight, zs_job* job, const zs_policy* policy,
                                   uint64_t step, double average_over, float lr, int use_lr,
-                                  const zs_wait* before_step, char** error) {
+                                  const zs_wait* before_step, zs_pusher* pusher, uint64_t mark,
+                                  char** error) {
   absl::Status s = in_flight == nullptr ? Null("in_flight")
                    : job == nullptr     ? Null("job")
                    : policy == nullptr  ? Null("policy")
                                         : zt::capi::CheckBeforeStep(before_step);
+  if (s.ok()) s = CheckMark(pusher, mark);
   if (!s.ok()) return zc::ReportStatus(s, error);
   zt::CoordinateOptions options = zt::capi::OptionsOf(lr, use_lr, before_step);
   zt::InFlightStep* flight = &in_flight->step;
@@ -56,28 +70,35 @@ extern "C" int zs_in_flight_start(zs_in_flight* in_flight, zs_job* job, const zs
   auto coordinate = [client, step, average_over, options](zt::Policy* p) {
     return zt::CoordinateStep(client, p, step, average_over, options);
   };
-  return zc::ReportStatus(flight->Start(step, policy->policy, std::move(coordinate)), error);
+  return zc::ReportStatus(
+      flight->Start(step, policy->policy, std::move(coordinate), nullptr, PushesOf(pusher, mark)),
+      error);
 }
 
-extern "C" int zs_in_flight_follow(zs_in_flight* in_flight, uint64_t step, char** error) {
-  if (in_flight == nullptr) return zc::ReportStatus(Null("in_flight"), error);
-  return zc::ReportStatus(in_flight->step.Follow(step), error);
+extern "C" int zs_in_flight_follow(zs_in_flight* in_flight, uint64_t step, zs_pusher* pusher,
+                                   uint64_t mark, char** error) {
+  absl::Status s = in_flight == nullptr ? Null("in_flight") : CheckMark(pusher, mark);
+  if (!s.ok()) return zc::ReportStatus(s, error);
+  return zc::ReportStatus(in_flight->step.Follow(step, PushesOf(pusher, mark)), error);
 }
 
 extern "C" int zs_in_flight_fail(zs_in_flight* in_flight, uint64_t step, int code,
-                                 const char* message, int refused, char** error) {
+                                 const char* message, int refused, zs_pusher* pusher, uint64_t mark,
+                                 char** error) {
   absl::Status s = in_flight == nullptr ? Null("in_flight")
                    : message == nullptr ? Null("message")
                    : code <= 0 || code > kMaxCode
                        ? absl::InvalidArgumentError(absl::StrCat(
                              "code: ", code, " is not a failed status's (1 to ", kMaxCode, ")"))
                        : absl::OkStatus();
+  if (s.ok()) s = CheckMark(pusher, mark);
   if (!s.ok()) return zc::ReportStatus(s, error);
   zt::Coordinated outcome;
   outcome.status = absl::Status(static_cast<absl::StatusCode>(code), message);
   outcome.stage = absl::StrCat("step ", step);
   outcome.refused = refused != 0;
-  return zc::ReportStatus(in_flight->step.Fail(step, std::move(outcome)), error);
+  return zc::ReportStatus(in_flight->step.Fail(step, std::move(outcome), PushesOf(pusher, mark)),
+                          error);
 }
 
 extern "C" int zs_in_flight_active(const zs_in_flight* in_flight, uint64_t* step) {

@@ -15,24 +15,32 @@ absl::Status InFlightStep::CheckIdle() const {
       absl::StrCat("step ", verdict_.step, " is in flight still (take its verdict first)"));
 }
 
+void InFlightStep::Begin(State state, uint64_t step, StepPushes pushes) {
+  state_ = state;
+  ended_ = gathers_out_ = false;
+  verdict_ = Verdict{};
+  verdict_.step = step;
+  pushes_ = pushes;
+}
+
 absl::Status InFlightStep::Start(uint64_t step, const Policy& policy, CoordinateFn coordinate,
-                                 FailureFn on_failure) {
+                                 FailureFn on_failure, StepPushes pushes) {
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckIdle(); !s.ok()) return s;
-    state_ = State::kRunning;
-    ended_ = gathers_out_ = false;
-    verdict_ = Verdict{};
-    verdict_.step = step;
+    Begin(State::kRunning, step, StepPushes{});  // its thread drains them
     verdict_.coordinated = true;
   }
   thread_ = std::thread([this, policy, coordinate = std::move(coordinate),
-                         on_failure = std::move(on_failure)] { Run(policy, coordinate, on_failure); });
+                         on_failure = std::move(on_failure),
+                         pushes] { Run(policy, coordinate, on_failure, pushes); });
   return absl::OkStatus();
 }
 
-void InFlightStep::Run(Policy policy, const CoordinateFn& coordinate, const FailureFn& on_failure) {
-  Coordinated done = coordinate(&policy);
+void InFlightStep::Run(Policy policy, const CoordinateFn& coordinate, const FailureFn& on_failure,
+                       StepPushes pushes) {
+  Coordinated done = DrainPushes(pushes);
+  if (done.status.ok()) done = coordinate(&policy);
   if (!done.status.ok() && on_failure) on_failure(done.status);
   absl::MutexLock lock(&mu_);
   verdict_.outcome = std::move(done);
@@ -40,26 +48,20 @@ void InFlightStep::Run(Policy policy, const CoordinateFn& coordinate, const Fail
   ended_ = true;
 }
 
-absl::Status InFlightStep::Follow(uint64_t step) {
+absl::Status InFlightStep::Follow(uint64_t step, StepPushes pushes) {
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckIdle(); !s.ok()) return s;
-  state_ = State::kJoined;
-  gathers_out_ = false;
-  verdict_ = Verdict{};
-  verdict_.step = step;
+  Begin(State::kJoined, step, pushes);
   return absl::OkStatus();
 }
 
-absl::Status InFlightStep::Fail(uint64_t step, Coordinated outcome) {
+absl::Status InFlightStep::Fail(uint64_t step, Coordinated outcome, StepPushes pushes) {
   if (outcome.status.ok()) {
     return absl::InvalidArgumentError("outcome: a failed step's status must not be OK");
   }
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckIdle(); !s.ok()) return s;
-  state_ = State::kJoined;
-  gathers_out_ = false;
-  verdict_ = Verdict{};
-  verdict_.step = step;
+  Begin(State::kJoined, step, pushes);
   verdict_.outcome = std::move(outcome);
   return absl::OkStatus();
 }
@@ -90,8 +92,22 @@ void InFlightStep::JoinThread(bool wait) {
   state_ = State::kJoined;
 }
 
+void InFlightStep::DrainJoined() {
+  StepPushes pushes;
+  {
+    absl::MutexLock lock(&mu_);
+    if (state_ != State::kJoined) return;
+    pushes = std::exchange(pushes_, StepPushes{});
+  }
+  if (pushes.pusher == nullptr) return;
+  Coordinated drained = DrainPushes(pushes);  // outside the lock: it waits for pushes
+  absl::MutexLock lock(&mu_);
+  if (verdict_.outcome.status.ok() && !drained.status.ok()) verdict_.outcome = std::move(drained);
+}
+
 absl::Status InFlightStep::Join() {
   JoinThread(/*wait=*/true);
+  DrainJoined();
   absl::MutexLock lock(&mu_);
   return state_ == State::kIdle ? absl::OkStatus() : verdict_.outcome.status;
 }
@@ -103,6 +119,7 @@ bool InFlightStep::Poll() {
 
 std::optional<Verdict> InFlightStep::Take() {
   JoinThread(/*wait=*/true);
+  DrainJoined();
   absl::MutexLock lock(&mu_);
   if (state_ == State::kIdle) return std::nullopt;
   state_ = State::kIdle;
@@ -123,6 +140,12 @@ bool InFlightStep::WaitGathersOut(uint64_t step) {
   };
   mu_.Await(absl::Condition(&settled));
   return state_ != State::kIdle && verdict_.step == step && gathers_out_;
+}
+
+Coordinated DrainPushes(StepPushes pushes) {
+  Coordinated out;
+  if (pushes.pusher != nullptr) out.status = pushes.pusher->Drain(pushes.mark, &out.stage);
+  return out;
 }
 
 void AbandonInFlight(InFlightStep* step, Pusher* pusher, absl::Span<GatherSlot* const> slots) {

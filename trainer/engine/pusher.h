@@ -1,15 +1,24 @@
 // Pushes in order on a thread of their own. Each order first runs its
 // waits (the device-to-host copy of its buffer, the gathers of the version
 // its blocks must reach first), then issues its push without waiting for
-// it (JobClient::PushAsync: the client's streams carry it); Drain() waits
-// for every order and every push. A driver's backward hands a bucket on
+// it (JobClient::PushAsync: the client's streams carry it); Drain waits
+// for the orders and their pushes. A driver's backward hands a bucket on
 // and goes on computing: the waits happen here, not on its thread (and,
 // for zerostate.torch, not under Python's GIL).
 //
-// Errors: an order whose wait fails is not pushed; Drain() returns the
-// first error of the orders since the last Drain, naming its order.
+// Marks: the orders are numbered as submitted; a mark is the number of
+// orders submitted at some point (Submit returns the one through its
+// order, Mark() the current one). Drain(mark) waits only for the orders
+// before it and consumes only their errors, so a step's pushes can be
+// drained (by the delayed update's Step thread) while the next step's are
+// queued behind them; WaitThrough(mark) waits without consuming (before a
+// buffer an order reads is written again).
 //
-// Thread safety: Submit and Drain from any thread at once.
+// Errors: an order whose wait fails is not pushed; Drain returns the first
+// error, in submission order, of the orders before its mark not drained
+// before, naming its order. Each error is returned once.
+//
+// Thread safety: every method from any thread at once.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +26,6 @@
 #include <functional>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -47,32 +55,63 @@ class Pusher {
   Pusher(const Pusher&) = delete;
   Pusher& operator=(const Pusher&) = delete;
 
-  // Queues `order` behind those submitted before it.
+  // Queues `order` behind those submitted before it. Returns the mark
+  // through it (Mark() right after).
   // REQUIRES: order.issue is set.
-  void Submit(PushOrder order) ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t Submit(PushOrder order) ABSL_LOCKS_EXCLUDED(mu_);
+  // The number of orders submitted so far.
+  uint64_t Mark() const ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Waits until every order submitted so far has run and each push it
-  // issued is done. Returns the first error since the last Drain, its
-  // message prefixed with its order's `what`; OK otherwise.
-  [[nodiscard]] absl::Status Drain() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until each order before `mark` has run and each push it issued
+  // is done (orders after it are left running, their errors kept).
+  // Returns the first error of those orders not drained before, its
+  // message prefixed with its order's `what`; OK otherwise. Errors:
+  // INVALID_ARGUMENT when `mark` is past Mark() (nothing waited for).
+  [[nodiscard]] absl::Status Drain(uint64_t mark) ABSL_LOCKS_EXCLUDED(mu_);
   // The same, the failed order's `what` in *what (unchanged when OK) and
   // the error's message as its push or wait gave it.
-  [[nodiscard]] absl::Status Drain(std::string* what) ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] absl::Status Drain(uint64_t mark, std::string* what) ABSL_LOCKS_EXCLUDED(mu_);
+  // Drain(Mark()): every order submitted so far.
+  [[nodiscard]] absl::Status Drain() ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Waits as Drain(mark) does, consuming no error. Errors: as Drain's.
+  [[nodiscard]] absl::Status WaitThrough(uint64_t mark) ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether WaitThrough(mark) would return at once (never blocks on a
+  // push). False for a mark past Mark().
+  bool DoneThrough(uint64_t mark) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Run() ABSL_LOCKS_EXCLUDED(mu_);
-  // An order's waits and push; records its ticket or error.
-  void Execute(PushOrder& order) ABSL_LOCKS_EXCLUDED(mu_);
-  void Record(std::string what, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // An order that ran: its push's ticket, or its wait's error.
+  struct Ran {
+    std::string what;
+    client::Ticket ticket;
+    absl::Status error;  // the failed wait's (then no push)
+    bool done = false;   // the Drain that claimed it waited for it: it may go
+  };
 
-  absl::Mutex mu_;
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
+  // An order's waits and push; records what it did.
+  void Execute(PushOrder& order) ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until the orders before `mark` ran; copies into *ran those of
+  // them still recorded (from order *first on; the ones gone were waited
+  // for). With `claim`, the unclaimed ones among them, [*claimed, mark),
+  // become the caller's to report and to Release. Errors: as Drain's.
+  absl::Status Settle(uint64_t mark, bool claim, std::vector<Ran>* ran, uint64_t* first,
+                      uint64_t* claimed) ABSL_LOCKS_EXCLUDED(mu_);
+  // Orders [begin, end), claimed and waited for, are done; the done ones
+  // at the front go.
+  void Release(uint64_t begin, uint64_t end) ABSL_LOCKS_EXCLUDED(mu_);
+
+  mutable absl::Mutex mu_;
   std::deque<PushOrder> queue_ ABSL_GUARDED_BY(mu_);
-  bool running_ ABSL_GUARDED_BY(mu_) = false;  // an order is out of the queue, not done
+  uint64_t submitted_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t ran_count_ ABSL_GUARDED_BY(mu_) = 0;  // orders that ran (in order)
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<std::pair<std::string, client::Ticket>> pushes_ ABSL_GUARDED_BY(mu_);
-  absl::Status error_ ABSL_GUARDED_BY(mu_);  // the first failed wait's
-  std::string error_what_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;  // last: starts once the rest is built
+  // The orders that ran and are not gone yet: ran_[i] is order first_ran_ + i.
+  std::deque<Ran> ran_ ABSL_GUARDED_BY(mu_);
+  uint64_t first_ran_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t claimed_ ABSL_GUARDED_BY(mu_) = 0;  // orders before it are a Drain's to report
+  std::thread thread_;                         // last: starts once the rest is built
 };
 
 }  // namespace zerostate::trainer

@@ -85,20 +85,36 @@ void zs_pusher_free(zs_pusher* pusher);
 /* Queues a push of node `node`'s gradient of `step` for flat elements
  * [begin, end) of `job` (zs_push_async's arguments): on the push thread,
  * behind the pushes queued before it, the `num_waits` waits run in order
- * and then the push starts. `data` and `job` must stay valid until
- * zs_pusher_drain returns. Errors (nothing queued): INVALID_ARGUMENT
+ * and then the push starts. `data` and `job` must stay valid until a
+ * drain through it (a mark at or after zs_pusher_mark's right after this
+ * call) returns. Errors (nothing queued): INVALID_ARGUMENT
  * naming the argument (pusher, job or data null, data_bytes too small,
  * waits null with num_waits > 0, a wait without fn). */
 int zs_pusher_push(zs_pusher* pusher, zs_job* job, uint64_t step, uint32_t node, uint64_t begin,
                    uint64_t end, const void* data, size_t data_bytes, int dtype,
                    const zs_wait* waits, size_t num_waits, char** error);
 
-/* Waits until every push queued so far ran and is done. Returns the first
- * error since the last drain: *error its message (a failed wait's: "the
- * wait before it returned 4"), and when `what` is non-null *what the push
- * it failed ("push of step 3 [0, 1024)"; malloc'd, NULL on 0; release
- * with zs_free_string); with `what` null, *error begins with it. */
-int zs_pusher_drain(zs_pusher* pusher, char** what, char** error);
+/* The number of pushes queued so far: the mark through the last one
+ * (trainer::Pusher::Mark). Never blocks long. 0 for a null pusher. */
+uint64_t zs_pusher_mark(const zs_pusher* pusher);
+
+/* Waits until every push queued before `mark` ran and is done (the later
+ * ones go on). Returns the first error of those pushes not drained
+ * before: *error its message (a failed wait's: "the wait before it
+ * returned 4"), and when `what` is non-null *what the push it failed
+ * ("push of step 3 [0, 1024)"; malloc'd, NULL on 0; release with
+ * zs_free_string); with `what` null, *error begins with it. Each error is
+ * returned once. Errors: INVALID_ARGUMENT (pusher null; mark past
+ * zs_pusher_mark's, nothing waited for). */
+int zs_pusher_drain(zs_pusher* pusher, uint64_t mark, char** what, char** error);
+
+/* Waits as zs_pusher_drain does, taking no error (e.g. before a buffer a
+ * push before `mark` reads is written again). Errors: as zs_pusher_drain's. */
+int zs_pusher_wait_through(zs_pusher* pusher, uint64_t mark, char** error);
+
+/* 1 when zs_pusher_wait_through would return at once, else 0 (also for
+ * a null pusher or a mark past zs_pusher_mark's). Never blocks long. */
+int zs_pusher_done_through(zs_pusher* pusher, uint64_t mark);
 
 /* The coordinator's part of step `step` (trainer::CoordinateStep): the
  * summed gradient's statistics, `policy`'s decision (moving it on), then
@@ -135,27 +151,41 @@ int zs_in_flight_create(zs_in_flight** out, char** error);
 /* Waits for a Step still running, then frees. */
 void zs_in_flight_free(zs_in_flight* in_flight);
 
-/* The coordinator's step `step` left in flight: zs_coordinate's work
- * (statistics, decision, before_step, Step; its arguments alike) on a
- * thread of its own, on a copy of `policy` (`policy` is not changed;
- * zs_in_flight_take hands the moved copy over). Once before_step returned
- * 0 the step's gathers are out (zs_in_flight_wait_gathers_out).
- * `job` must stay valid until zs_in_flight_take or _free returns.
- * Errors (nothing started): INVALID_ARGUMENT naming a null argument (in_flight,
- * job, policy, before_step->fn); FAILED_PRECONDITION naming the step
- * in flight still. */
+/* The step's pushes: each transition below takes `pusher` (may be null:
+ * none) and `mark`, and the step in flight owns the pushes of `pusher`
+ * before `mark` (zs_pusher_mark's once the step's pushes were all
+ * queued): they are drained before its Step (start) or by
+ * zs_in_flight_take (follow, fail), and `pusher` must stay valid until
+ * then. A failed one fails the step as its Step would: its error, stage
+ * the push ("push of step 3 [0, 1024)"); after fail, its errors are
+ * dropped. */
+
+/* The coordinator's step `step` left in flight: on a thread of its own,
+ * its pushes drained, then zs_coordinate's work (statistics, decision,
+ * before_step, Step; its arguments alike) on a copy of `policy`
+ * (`policy` is not changed; zs_in_flight_take hands the moved copy
+ * over). Once before_step returned 0 the step's gathers are out
+ * (zs_in_flight_wait_gathers_out). `job` must stay valid until
+ * zs_in_flight_take or _free returns. Errors (nothing started):
+ * INVALID_ARGUMENT naming the argument (a null in_flight, job, policy or
+ * before_step->fn; a mark past zs_pusher_mark's); FAILED_PRECONDITION
+ * naming the step in flight still. */
 int zs_in_flight_start(zs_in_flight* in_flight, zs_job* job, const zs_policy* policy,
                        uint64_t step, double average_over, float lr, int use_lr,
-                       const zs_wait* before_step, char** error);
-/* Step `step` in flight, its Step another rank's (no verdict here).
- * Errors: INVALID_ARGUMENT (in_flight null); FAILED_PRECONDITION as above. */
-int zs_in_flight_follow(zs_in_flight* in_flight, uint64_t step, char** error);
+                       const zs_wait* before_step, zs_pusher* pusher, uint64_t mark,
+                       char** error);
+/* Step `step` in flight, its Step another rank's (no verdict here but its
+ * pushes'). Errors: INVALID_ARGUMENT (in_flight null, mark as above);
+ * FAILED_PRECONDITION as above. */
+int zs_in_flight_follow(zs_in_flight* in_flight, uint64_t step, zs_pusher* pusher,
+                        uint64_t mark, char** error);
 /* Step `step` in flight, failed already with status `code` (not 0) and
  * `message`; `refused`: the step was refused (bad input, no rollback).
  * Errors: INVALID_ARGUMENT naming the argument (in_flight or message
- * null, code 0 or not a status code); FAILED_PRECONDITION as above. */
+ * null, code 0 or not a status code, mark as above); FAILED_PRECONDITION
+ * as above. */
 int zs_in_flight_fail(zs_in_flight* in_flight, uint64_t step, int code, const char* message,
-                      int refused, char** error);
+                      int refused, zs_pusher* pusher, uint64_t mark, char** error);
 /* 1 while a step is in flight (started, followed or failed, not taken),
  * *step (if non-null) receiving it; else 0. Never blocks long: callable
  * with Python's GIL held. 0 for a null in_flight. */
@@ -171,7 +201,8 @@ typedef struct zs_verdict {
   zs_step_decision decision;  /* what the Step carried (coordinated) */
 } zs_verdict;
 
-/* Waits for the Step in flight, if running, and hands its verdict over:
+/* Waits for the Step in flight, if running (or drains the pushes of a
+ * followed or failed step), and hands its verdict over:
  * the step is no longer in flight. When `policy` is non-null and the step
  * was coordinated and its status is 0, the policy after the step is
  * copied into it. *stage and *message (if non-null; malloc'd, NULL when
@@ -186,8 +217,8 @@ int zs_in_flight_take(zs_in_flight* in_flight, zs_policy* policy, zs_verdict* ou
 int zs_in_flight_wait_gathers_out(zs_in_flight* in_flight, uint64_t step);
 
 /* Drops what a failed (or reset, or closing) step left in flight
- * (trainer::AbandonInFlight): waits for the Step in flight and forgets
- * its verdict; drops the gathers of `slots[0..num_slots)`, cancelling
+ * (trainer::AbandonInFlight): waits for the Step in flight (its pushes
+ * drained) and forgets its verdict; drops the gathers of `slots[0..num_slots)`, cancelling
  * them (a gather of a version whose Step failed would otherwise wait out
  * its deadline and retries); waits for every push queued, their errors
  * dropped; then for the dropped gathers, whose buffers are the caller's

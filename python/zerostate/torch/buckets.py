@@ -19,6 +19,8 @@ place (streams.Staging). On a GPU the share goes there on the side stream
 and the push thread waits for that copy before it pushes (streams.py): the
 backward never waits for it."""
 
+import time
+
 import torch
 import torch.distributed as dist
 
@@ -59,6 +61,7 @@ class Bucket:
             if local_world > 1:
                 self.mine = torch.empty(self.chunk, dtype=reduce_dtype, device=device)
         self.copied = None  # the event of the last device-to-host copy
+        self.mark = 0  # the push thread's mark through this bucket's last push
         self.ready = 0
         self.pushed = False  # this step
 
@@ -87,7 +90,10 @@ class Bucket:
         goes to pinned memory on the side stream and the push waits for
         the copy on the push thread; nothing waits on the host here.
         `after`: a call the push waits for too, on the push thread.
-        The buffer holds the node's sum afterwards, until zero()."""
+        The buffer holds the node's sum afterwards, until zero(). Before
+        the push buffer is written, the last push from it must be done
+        (the step in flight may still be pushing it): waited for here, on
+        the host. Returns the seconds that wait took."""
         self.pushed = True
         with torch.no_grad():
             mine = self.buffer
@@ -102,7 +108,10 @@ class Bucket:
                     mine = self.buffer[r * self.chunk:(r + 1) * self.chunk]
             n = self.hi - self.lo
             if n <= 0:
-                return
+                return 0.0
+            t0 = time.perf_counter()
+            pusher.wait_through(self.mark)
+            waited = time.perf_counter() - t0
             waits = []
             if not self.gpu:  # the CPU: the one conversion to the wire dtype
                 src = self.host[:n]
@@ -112,9 +121,10 @@ class Bucket:
                 waits.append(streams.host_wait(self.copied))
             if after is not None:
                 waits.append(after)
-            pusher.push(job, step, topo.node, self.lo, self.hi, src.data_ptr(),
-                        src.numel() * src.element_size(), wire_dtype(src.dtype), keep=src,
-                        waits=waits)
+            self.mark = pusher.push(job, step, topo.node, self.lo, self.hi, src.data_ptr(),
+                                    src.numel() * src.element_size(), wire_dtype(src.dtype),
+                                    keep=src, waits=waits)
+        return waited
 
     def _to_host(self, src, n, side):
         """src (on the device, n elements) into the pinned buffer, on the

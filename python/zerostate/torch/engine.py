@@ -47,11 +47,14 @@ state servers.
   backward. The servers take step t's gradients once at version t: with
   one local rank, a bucket leaves as soon as backward finished it and the
   gathers of the modules it overlaps are in (on the push thread); with
-  several, after the landing. One step of staleness: W(t+1) =
-  AdamW(W(t), gradient at W(t-1)). A step that a checkpoint follows
-  (checkpoint_every) ends synchronously, as does sync_weights() or
-  save_checkpoint(). A failure of the delayed Step is raised by the next
-  engine.step().
+  several, after the landing. Step t's pushes finish behind the next
+  forward: the delayed Step's thread waits for them before the statistics
+  (a failed push fails step t as a failed Step does), and a bucket's push
+  buffer is written again only once its last push is done. One step of
+  staleness: W(t+1) = AdamW(W(t), gradient at W(t-1)). A step that a
+  checkpoint follows (checkpoint_every) ends synchronously, as does
+  sync_weights() or save_checkpoint(). A failure of the delayed Step is
+  raised by the next engine.step().
 
 The pieces: topology.py (ranks and nodes), config.py (ds_config), optimizer.py
 (param_groups, the job's spec), buckets.py (gradients out), weights.py
@@ -362,12 +365,19 @@ class Engine(ModuleSurface):
 
     def _push(self, bucket):
         if not self._in_flight.active():
-            bucket.push(self.job, self.global_steps, self.topo, self._side, self._pusher)
+            self._push_bucket(bucket, self.global_steps)
         elif self._early_push:
             # A delayed update in flight: the servers take these gradients
             # once its blocks are at this step's version.
-            bucket.push(self.job, self.global_steps, self.topo, self._side, self._pusher,
-                        after=self._versioned(bucket, self.global_steps - 1))
+            self._push_bucket(bucket, self.global_steps,
+                              after=self._versioned(bucket, self.global_steps - 1))
+
+    def _push_bucket(self, bucket, step, after=None):
+        """bucket.push; the wait for its last push to be done before its
+        buffer is written again (a delayed step's pushes finish behind the
+        next forward) counts as push_wait."""
+        self.timers["push_wait"] += bucket.push(self.job, step, self.topo, self._side,
+                                                self._pusher, after=after)
 
     def _versioned(self, bucket, step):
         """A call that returns once every gather of the delayed update of
@@ -412,9 +422,10 @@ class Engine(ModuleSurface):
         try:
             for b in self._buckets:  # a bucket whose parameters got no gradient (or held back)
                 if not b.pushed:
-                    b.push(self.job, step, self.topo, self._side, self._pusher)
+                    self._push_bucket(b, step)
             t0 = time.perf_counter()
-            self._pusher.drain()
+            if not delayed:  # else the step in flight waits for them, not this thread
+                self._pusher.drain()
             t1 = time.perf_counter()
             self.timers["push_wait"] += t1 - t0
             if self._ahead_error is not None:
@@ -430,7 +441,7 @@ class Engine(ModuleSurface):
         except ZerostateError as e:
             t1 = time.perf_counter()
             if delayed:  # every rank meets at the next step's verdict (rank 0's counts)
-                self._in_flight.fail(step, e)
+                self._in_flight.fail(step, e, pusher=self._pusher)
             else:  # a server call failed: roll back to the last checkpoint if any
                 verdict = verdicts.failure(self, step, e)
         if not delayed:

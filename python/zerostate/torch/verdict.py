@@ -43,23 +43,26 @@ def decide(engine, step, lr, scales):
 
 
 def start_delayed(engine, step, lr, scales):
-    """Step `step`'s update, left in flight (engine._in_flight): every
-    rank's gathers of the next version go out; the coordinator's
-    statistics and Step run on a thread of the C++ engine."""
-    flight = engine._in_flight
+    """Step `step`'s update, left in flight (engine._in_flight) with the
+    step's pushes (engine._pusher's so far): every rank's gathers of the
+    next version go out; on the coordinator, a thread of the C++ engine
+    waits for the pushes, then runs the statistics and Step (a failed push
+    fails the step there, as a failed Step). The pushes finish behind the
+    next forward."""
+    flight, pusher = engine._in_flight, engine._pusher
     if not engine.topo.coordinator:
         engine._fetch(step + 1)
-        flight.follow(step)
+        flight.follow(step, pusher=pusher)
         return
     ratio = ratio_error(engine, step, lr, scales)
     if ratio is not None:
-        flight.fail(step, ZerostateError(ratio, "INVALID_ARGUMENT"), refused=True)
+        flight.fail(step, ZerostateError(ratio, "INVALID_ARGUMENT"), refused=True, pusher=pusher)
         return
 
     def before_step():  # on the Step's thread: blocks stream back as the servers step them
         engine._fetch(step + 1)
     flight.start(engine.job, engine.policy, step, engine._average_over(), lr=lr,
-                 before_step=before_step)
+                 before_step=before_step, pusher=pusher)
 
 
 def finish_delayed(engine):
