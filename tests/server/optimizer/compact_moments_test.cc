@@ -580,7 +580,7 @@ TEST(StateConvertTest, RoundTrips) {
 
 // --- the AVX512_BF16 variant of the AVX-512 kernels ---
 
-// Where the CPU has AVX512_BF16, KernelsFor(kAvx512) is Avx512Bf16Kernels,
+// Where the CPU has AVX512_BF16 and VBMI, KernelsFor(kAvx512) is Avx512Bf16Kernels,
 // which the tests above hold to the scalar bits; this holds the plain
 // AVX-512 table (used where the CPU lacks it) to the same bits, and both to
 // the scalar bf16 copy over a sweep of bit patterns (denormals, which
@@ -591,7 +591,7 @@ class Avx512Bf16KernelsTest : public ::testing::Test {
     const std::vector<Isa> isas = SupportedIsas();
     if (std::find(isas.begin(), isas.end(), Isa::kAvx512) == isas.end() ||
         !kernels::HasAvx512Bf16()) {
-      GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+      GTEST_SKIP() << "no AVX512_BF16 and AVX512_VBMI on this CPU";
     }
   }
   static const kernels::KernelTable* Tables(int i) {
