@@ -46,7 +46,8 @@ def loops(insns):
 
 def per_vector(obj, fmt):
     key, funcs = KEYS[fmt]
-    syms = subprocess.run(["nm", obj], capture_output=True, text=True, check=True).stdout.split("\n")
+    syms = subprocess.run(["nm", obj], capture_output=True, text=True,
+                          check=True).stdout.split("\n")
     names = [l.split()[-1] for l in syms if "AdamRule" in l and key in l and
              any(f in l for f in funcs) and "lambda" not in l]
     best = None
@@ -70,5 +71,5 @@ if __name__ == "__main__":
     fmt = "bf16" if "--bf16" in sys.argv else "int8"
     for path in [a for a in sys.argv[1:] if a != "--bf16"]:
         total, vector, divs = per_vector(path, fmt)
-        print(f"{path} ({fmt} moments): {total:.1f} instructions, {vector:.1f} vector or mask per 16 elements "
-              f"(a loop of {divs} vectors)")
+        print(f"{path} ({fmt} moments): {total:.1f} instructions, {vector:.1f} vector or mask "
+              f"per 16 elements (a loop of {divs} vectors)")

@@ -69,12 +69,14 @@ struct QuantVec<Avx512Bf16Ops> : QuantVec<simd::Avx512Ops> {
             int8_t b[4][64];
           } t{};
           for (int j = 0; j < 4; ++j) {
-            for (int i = 0; i < 32; ++i) t.b[j][i] = static_cast<int8_t>((i < 16 ? 0 : 64) + 4 * (i % 16) + j);
+            for (int i = 0; i < 32; ++i) {
+              t.b[j][i] = static_cast<int8_t>((i < 16 ? 0 : 64) + 4 * (i % 16) + j);
+            }
           }
           return t;
         }();
-        return _mm512_castsi512_si256(_mm512_permutex2var_epi8(
-            a, _mm512_load_si512(kPick.b[k]), b));
+        return _mm512_castsi512_si256(
+            _mm512_permutex2var_epi8(a, _mm512_load_si512(kPick.b[k]), b));
       };
       __m256i out = bytes(this->Index(lo), this->Index(hi), 0);
       if constexpr (kSigned) {

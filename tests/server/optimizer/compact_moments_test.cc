@@ -670,10 +670,9 @@ TEST_F(Avx512Bf16KernelsTest, BfloatPairsOfEveryBitPatternSweptAreTheScalars) {
       b.lowp = h.data();
       b.n = n;
       const kernels::StepRun run{lo, n, kernels::StepConsts{}};
-      Tables(k)->step[static_cast<int>(kernels::Rule::kTraffic)]
-          .grad[0]
-          .compact[static_cast<int>(MomentFormat::kBf16) - 1][static_cast<int>(kernels::Lowp::kBf16)](
-              &run, 1, b);
+      const int bf16 = static_cast<int>(kernels::Lowp::kBf16);
+      const auto& row = Tables(k)->step[static_cast<int>(kernels::Rule::kTraffic)].grad[0];
+      row.compact[static_cast<int>(MomentFormat::kBf16) - 1][bf16](&run, 1, b);
       std::vector<uint16_t> all(h.data(), h.data() + n);
       all.insert(all.end(), m.data(), m.data() + n);
       all.insert(all.end(), v.data(), v.data() + n);
