@@ -7,6 +7,9 @@ namespace zerostate::server::kernels {
 bool HasAvx512Bf16() {
   static const bool has = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || (ecx & (1u << 1)) == 0) {
+      return false;  // no AVX512_VBMI
+    }
     return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
   }();
   return has;

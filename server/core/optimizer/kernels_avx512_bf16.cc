@@ -1,6 +1,6 @@
 // The AVX-512 optimizer kernels with AVX512_BF16's conversion of the
 // low-precision copy (simd_avx512_bf16.h); compiled with
-// ZEROSTATE_AVX512_FLAGS and -mavx512bf16.
+// ZEROSTATE_AVX512_FLAGS, -mavx512bf16 and -mavx512vbmi.
 #include "server/core/optimizer/kernel_table.h"
 #include "server/core/optimizer/simd_avx512_bf16.h"
 #include "server/core/optimizer/step_loop.h"

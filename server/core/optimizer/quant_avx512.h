@@ -25,13 +25,22 @@ struct QuantVec<simd::Avx512Ops> {
     explicit Encoder(float inv_scale)
         : inv(_mm512_set1_ps(inv_scale)),
           offset(_mm512_set1_epi32(static_cast<int>(kHalfStep - MapFor<kSigned>().base))) {}
-    [[gnu::always_inline]] void Store(uint8_t* codes, const float* x) const {
-      const __m512i bits = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(x), inv));
+    // The bits of x[0, 16) * inv.
+    [[gnu::always_inline]] __m512i Scaled(const float* x) const {
+      return _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(x), inv));
+    }
+    // The magnitude index of each lane of `bits`, clamped from below only:
+    // 0 for +-0, else at least 1.
+    [[gnu::always_inline]] __m512i Index(__m512i bits) const {
       const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
       const __m512i u = _mm512_and_si512(bits, magnitude);
       const __mmask16 nonzero = _mm512_test_epi32_mask(bits, magnitude);
-      __m512i idx = _mm512_srai_epi32(_mm512_add_epi32(u, offset), kMantissaShift);
-      idx = _mm512_maskz_max_epi32(nonzero, idx, _mm512_set1_epi32(1));
+      const __m512i idx = _mm512_srai_epi32(_mm512_add_epi32(u, offset), kMantissaShift);
+      return _mm512_maskz_max_epi32(nonzero, idx, _mm512_set1_epi32(1));
+    }
+    [[gnu::always_inline]] void Store(uint8_t* codes, const float* x) const {
+      const __m512i bits = Scaled(x);
+      const __m512i idx = Index(bits);
       __m128i out;
       if constexpr (kSigned) {
         // idx >= 0: the signed saturation is min(idx, 127); then bit 7
@@ -61,7 +70,7 @@ struct QuantVec<simd::Avx512Ops> {
       if constexpr (kSigned) {
         t = _mm512_and_si512(t, _mm512_set1_epi32(static_cast<int>(0x87f00000u)));
         // Index 0 keeps its sign: -0 for code 0x80.
-        t = _mm512_mask_add_epi32(t, _mm512_test_epi32_mask(c, _mm512_set1_epi32(0x7f)), t, base);
+        t = _mm512_mask_add_epi32(t, _mm512_test_epi32_mask(c, _mm512_set1_epi32(0x7f)), base, t);
       } else {
         t = _mm512_maskz_add_epi32(_mm512_test_epi32_mask(c, c), t, base);  // code 0: +0
       }

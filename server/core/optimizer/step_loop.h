@@ -282,33 +282,104 @@ struct CompactLoop {
     if (stream) Ops::Fence();
   }
 
+  // Whether the traits round two vectors to bf16 at once (ToBf16Pair,
+  // StoreBf16Pair: simd_avx512_bf16.h).
+  static constexpr bool kHasPair = requires(typename Ops::F x) { Ops::ToBf16Pair(x, x); };
+  static constexpr bool kPairedCopy = kLowp == Lowp::kBf16 && kHasPair;
+
+  // Whether the copy streams for a part from lo: where pairs of vectors of
+  // it are stored at once (64 bytes), only from a 64-byte boundary.
+  static bool StreamFrom(const CompactBuffers& b, size_t lo, bool stream) {
+    return stream && (!kPairedCopy || reinterpret_cast<uintptr_t>(b.lowp + lo) % 64 == 0);
+  }
+
   // bf16 moments need no tile: each vector of them is widened as it is
   // loaded and rounded as it is stored (the same conversions as Decode and
-  // Encode), in one pass over elements [lo, hi).
+  // Encode), in one pass over elements [lo, hi); two vectors at a time
+  // where the traits round pairs.
   static void Bf16Part(const StepConsts& c, const CompactBuffers& b, size_t lo, size_t hi,
                        bool stream) {
+    if (StreamFrom(b, lo, stream)) {
+      Bf16Loop<true>(c, b, lo, hi);
+    } else {
+      Bf16Loop<false>(c, b, lo, hi);
+    }
+  }
+
+  template <bool kStream>
+  static void Bf16Loop(const StepConsts& c, const CompactBuffers& b, size_t lo, size_t hi) {
+    constexpr size_t W = Ops::kWidth;
     const Splat<Ops> k(c);
     size_t i = lo;
+    if constexpr (kHasPair) {
+      for (; i + 2 * W <= hi; i += 2 * W) {
+        if (i + W + Loop::kAhead < hi) {
+          Bf16Prefetch(b, i + Loop::kAhead);
+          __builtin_prefetch(b.from_param + i + W + Loop::kAhead);
+          __builtin_prefetch(Loop::GradAt(b, i + W + Loop::kAhead));
+        }
+        Bf16Chunk2<kStream>(k, b, i);
+      }
+    }
     for (; i + Loop::kLine <= hi; i += Loop::kLine) {
       if (i + Loop::kAhead < hi) Bf16Prefetch(b, i + Loop::kAhead);
-      for (size_t j = 0; j < Loop::kLine; j += Ops::kWidth) Bf16Chunk(k, b, i + j, stream);
+      for (size_t j = 0; j < Loop::kLine; j += W) Bf16Chunk(k, b, i + j, kStream);
     }
-    for (; i + Ops::kWidth <= hi; i += Ops::kWidth) Bf16Chunk(k, b, i, stream);
+    for (; i + W <= hi; i += W) Bf16Chunk(k, b, i, kStream);
     if (i < hi) Bf16Tail(k, b, i, hi - i);
   }
 
-  static void Bf16Chunk(const Splat<Ops>& k, const CompactBuffers& b, size_t i, bool stream) {
-    using F = typename Ops::F;
+  // Elements [i, i + W): the moments widened, stepped into *m and *v, the
+  // master stored; returns it.
+  [[gnu::always_inline]] static typename Ops::F Bf16Step(const Splat<Ops>& k,
+                                                         const CompactBuffers& b, size_t i,
+                                                         typename Ops::F* m, typename Ops::F* v) {
     const auto* from_m = static_cast<const uint16_t*>(b.from_m);
     const auto* from_v = static_cast<const uint16_t*>(b.from_v);
-    F m = Ops::Set1(0), v = Ops::Set1(0);
-    if constexpr (kMoments >= 1) m = Ops::FromBf16(Ops::LoadHalf(from_m + i));
-    if constexpr (kMoments >= 2) v = Ops::FromBf16(Ops::LoadHalf(from_v + i));
-    const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Loop::LoadGrad(b, i), &m, &v);
+    *m = *v = Ops::Set1(0);
+    if constexpr (kMoments >= 1) *m = Ops::FromBf16(Ops::LoadHalf(from_m + i));
+    if constexpr (kMoments >= 2) *v = Ops::FromBf16(Ops::LoadHalf(from_v + i));
+    const auto p = RuleT::Apply(k, Ops::Load(b.from_param + i), Loop::LoadGrad(b, i), m, v);
     Ops::Store(b.param + i, p);
+    return p;
+  }
+
+  static void Bf16Chunk(const Splat<Ops>& k, const CompactBuffers& b, size_t i, bool stream) {
+    typename Ops::F m, v;
+    const auto p = Bf16Step(k, b, i, &m, &v);
     if constexpr (kMoments >= 1) Ops::StoreHalf(static_cast<uint16_t*>(b.m) + i, Ops::ToBf16(m));
     if constexpr (kMoments >= 2) Ops::StoreHalf(static_cast<uint16_t*>(b.v) + i, Ops::ToBf16(v));
     Loop::StoreLowp(b.lowp, i, p, stream);
+  }
+
+  // Elements [i, i + 2 W), each stream of bf16 rounded and stored a pair of
+  // vectors at once.
+  template <bool kStream>
+  [[gnu::always_inline]] static void Bf16Chunk2(const Splat<Ops>& k, const CompactBuffers& b,
+                                                size_t i) {
+    constexpr size_t W = Ops::kWidth;
+    typename Ops::F m0, v0, m1, v1;
+    const auto p0 = Bf16Step(k, b, i, &m0, &v0);
+    const auto p1 = Bf16Step(k, b, i + W, &m1, &v1);
+    if constexpr (kMoments >= 1) {
+      Ops::template StoreBf16Pair<false>(static_cast<uint16_t*>(b.m) + i, m0, m1);
+    }
+    if constexpr (kMoments >= 2) {
+      Ops::template StoreBf16Pair<false>(static_cast<uint16_t*>(b.v) + i, v0, v1);
+    }
+    StoreLowp2<kStream>(b.lowp, i, p0, p1);
+  }
+
+  // The copy of two vectors of the master at lowp + i.
+  template <bool kStream>
+  [[gnu::always_inline]] static void StoreLowp2(uint16_t* lowp, size_t i, typename Ops::F p0,
+                                                typename Ops::F p1) {
+    if constexpr (kPairedCopy) {
+      Ops::template StoreBf16Pair<kStream>(lowp + i, p0, p1);
+    } else {
+      Loop::StoreLowp(lowp, i, p0, kStream);
+      Loop::StoreLowp(lowp, i + Ops::kWidth, p1, kStream);
+    }
   }
 
   [[gnu::always_inline]] static void Bf16Prefetch(const CompactBuffers& b, size_t i) {
@@ -346,56 +417,16 @@ struct CompactLoop {
   // moments decoded as they are loaded (no pass of its own), stepped, stored
   // into the block's fp32 tiles m and v and counted into their max |x| (am,
   // av), and a vector of each moment of the block before encoded (prev_m,
-  // prev_v); the last partial vector through the tiles and StepPart.
+  // prev_v); two vectors at a time (Int8Loop), the last partial vector
+  // through the tiles and StepPart. Where the traits convert two vectors of
+  // the copy at once (ToBf16Pair: one 64-byte store), the copy streams only
+  // from a 64-byte boundary.
   static void Int8Part(const StepConsts& c, const CompactBuffers& b, size_t t, size_t lo,
                        size_t hi, float* m, float* v, bool stream, BlockEncoder<Ops, true>* prev_m,
                        BlockEncoder<Ops, false>* prev_v, AbsMaxAcc<Ops>* am, AbsMaxAcc<Ops>* av) {
-    using Quant = QuantVec<Ops>;
-    using F = typename Ops::F;
-    constexpr size_t W = Ops::kWidth;
-    const size_t q = t / kQuantBlock;
-    const auto* from_m = static_cast<const uint8_t*>(b.from_m);
-    const auto* from_v = static_cast<const uint8_t*>(b.from_v);
-    const typename Quant::template Decoder<true> dm(kMoments >= 1 ? b.from_m_scale[q] : 0.0f);
-    const typename Quant::template Decoder<false> dv(kMoments >= 2 ? b.from_v_scale[q] : 0.0f);
-    const Splat<Ops> k(c);
-    // Locals, so that they stay in registers across the vector stores.
-    BlockEncoder<Ops, true> em = *prev_m;
-    BlockEncoder<Ops, false> ev = *prev_v;
-    typename Quant::Bits mbits = am->vec, vbits = av->vec;
-    size_t i = lo;
-    for (; i + W <= hi; i += W) {
-      // Ahead into the next quantization block too (b.n, not hi): a block
-      // whose first lines were not fetched ahead starts with misses.
-      if (i % Loop::kLine == 0 && i + Loop::kAhead < b.n) {
-        __builtin_prefetch(b.from_param + i + Loop::kAhead);
-        __builtin_prefetch(Loop::GradAt(b, i + Loop::kAhead));
-        if (i % 64 == 0) {
-          if constexpr (kMoments >= 1) __builtin_prefetch(from_m + i + Loop::kAhead);
-          if constexpr (kMoments >= 2) __builtin_prefetch(from_v + i + Loop::kAhead);
-        }
-      }
-      F mi = Ops::Set1(0), vi = Ops::Set1(0);
-      if constexpr (kMoments >= 1) mi = dm.Read(from_m + i);
-      if constexpr (kMoments >= 2) vi = dv.Read(from_v + i);
-      const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Loop::LoadGrad(b, i), &mi, &vi);
-      Ops::Store(b.param + i, p);
-      if constexpr (kMoments >= 1) {
-        Ops::Store(m + (i - t), mi);
-        mbits = Quant::MaxAbs(mbits, mi);
-        em.Next();
-      }
-      if constexpr (kMoments >= 2) {
-        Ops::Store(v + (i - t), vi);
-        vbits = Quant::MaxAbs(vbits, vi);
-        ev.Next();
-      }
-      Loop::StoreLowp(b.lowp, i, p, stream);
-    }
-    *prev_m = em;
-    *prev_v = ev;
-    am->vec = mbits;
-    av->vec = vbits;
+    stream = StreamFrom(b, lo, stream);
+    const size_t i = stream ? Int8Loop<true>(c, b, t, lo, hi, m, v, prev_m, prev_v, am, av)
+                            : Int8Loop<false>(c, b, t, lo, hi, m, v, prev_m, prev_v, am, av);
     if (i < hi) {
       if constexpr (kMoments >= 1) MCodec::Decode(b.from_m, b.from_m_scale, i, hi - i, m + (i - t));
       if constexpr (kMoments >= 2) VCodec::Decode(b.from_v, b.from_v_scale, i, hi - i, v + (i - t));
@@ -403,6 +434,77 @@ struct CompactLoop {
       if constexpr (kMoments >= 1) am->rest = AbsMaxBits(m + (i - t), hi - i, am->rest);
       if constexpr (kMoments >= 2) av->rest = AbsMaxBits(v + (i - t), hi - i, av->rest);
     }
+  }
+
+  // The whole vectors of Int8Part; returns where they end. kStream: the
+  // copy's stores are non-temporal (decided once per part, not per vector).
+  template <bool kStream>
+  static size_t Int8Loop(const StepConsts& c, const CompactBuffers& b, size_t t, size_t lo,
+                         size_t hi, float* m, float* v, BlockEncoder<Ops, true>* prev_m,
+                         BlockEncoder<Ops, false>* prev_v, AbsMaxAcc<Ops>* am,
+                         AbsMaxAcc<Ops>* av) {
+    using Quant = QuantVec<Ops>;
+    using F = typename Ops::F;
+    constexpr size_t W = Ops::kWidth;
+    const size_t q = t / kQuantBlock;
+    const typename Quant::template Decoder<true> dm(kMoments >= 1 ? b.from_m_scale[q] : 0.0f);
+    const typename Quant::template Decoder<false> dv(kMoments >= 2 ? b.from_v_scale[q] : 0.0f);
+    const Splat<Ops> k(c);
+    // Locals, so that they stay in registers across the vector stores.
+    BlockEncoder<Ops, true> em = *prev_m;
+    BlockEncoder<Ops, false> ev = *prev_v;
+    typename Quant::Bits mbits = am->vec, vbits = av->vec;
+    // Elements [i, i + W): decoded, stepped, the master stored, the moments
+    // into the tiles and their max |x|; returns the new master.
+    const auto step = [&](size_t i) __attribute__((always_inline)) {
+      // Ahead into the next quantization block too (b.n, not hi): a block
+      // whose first lines were not fetched ahead starts with misses.
+      if (i % Loop::kLine == 0 && i + Loop::kAhead < b.n) {
+        __builtin_prefetch(b.from_param + i + Loop::kAhead);
+        __builtin_prefetch(Loop::GradAt(b, i + Loop::kAhead));
+        if (i % 64 == 0) {
+          if constexpr (kMoments >= 1) {
+            __builtin_prefetch(static_cast<const uint8_t*>(b.from_m) + i + Loop::kAhead);
+          }
+          if constexpr (kMoments >= 2) {
+            __builtin_prefetch(static_cast<const uint8_t*>(b.from_v) + i + Loop::kAhead);
+          }
+        }
+      }
+      F mi = Ops::Set1(0), vi = Ops::Set1(0);
+      if constexpr (kMoments >= 1) mi = dm.Read(static_cast<const uint8_t*>(b.from_m) + i);
+      if constexpr (kMoments >= 2) vi = dv.Read(static_cast<const uint8_t*>(b.from_v) + i);
+      const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Loop::LoadGrad(b, i), &mi, &vi);
+      Ops::Store(b.param + i, p);
+      if constexpr (kMoments >= 1) {
+        Ops::Store(m + (i - t), mi);
+        mbits = Quant::MaxAbs(mbits, mi);
+      }
+      if constexpr (kMoments >= 2) {
+        Ops::Store(v + (i - t), vi);
+        vbits = Quant::MaxAbs(vbits, vi);
+      }
+      return p;
+    };
+    size_t i = lo;
+    for (; i + 2 * W <= hi; i += 2 * W) {
+      const F p0 = step(i);
+      const F p1 = step(i + W);
+      if constexpr (kMoments >= 1) em.Next2();
+      if constexpr (kMoments >= 2) ev.Next2();
+      StoreLowp2<kStream>(b.lowp, i, p0, p1);
+    }
+    for (; i + W <= hi; i += W) {
+      const F p = step(i);
+      if constexpr (kMoments >= 1) em.Next();
+      if constexpr (kMoments >= 2) ev.Next();
+      Loop::StoreLowp(b.lowp, i, p, kStream);
+    }
+    *prev_m = em;
+    *prev_v = ev;
+    am->vec = mbits;
+    av->vec = vbits;
+    return i;
   }
 
   // Elements [lo, hi) with their moments in the tiles at m and v.

@@ -580,7 +580,7 @@ TEST(StateConvertTest, RoundTrips) {
 
 // --- the AVX512_BF16 variant of the AVX-512 kernels ---
 
-// Where the CPU has AVX512_BF16, KernelsFor(kAvx512) is Avx512Bf16Kernels,
+// Where the CPU has AVX512_BF16 and VBMI, KernelsFor(kAvx512) is Avx512Bf16Kernels,
 // which the tests above hold to the scalar bits; this holds the plain
 // AVX-512 table (used where the CPU lacks it) to the same bits, and both to
 // the scalar bf16 copy over a sweep of bit patterns (denormals, which
@@ -591,7 +591,7 @@ class Avx512Bf16KernelsTest : public ::testing::Test {
     const std::vector<Isa> isas = SupportedIsas();
     if (std::find(isas.begin(), isas.end(), Isa::kAvx512) == isas.end() ||
         !kernels::HasAvx512Bf16()) {
-      GTEST_SKIP() << "no AVX512_BF16 on this CPU";
+      GTEST_SKIP() << "no AVX512_BF16 and AVX512_VBMI on this CPU";
     }
   }
   static const kernels::KernelTable* Tables(int i) {
@@ -631,6 +631,59 @@ TEST_F(Avx512Bf16KernelsTest, BfloatCopyOfEveryBitPatternSweptIsTheScalars) {
   for (int k = 1; k < 3; ++k) {
     for (size_t i = 0; i < n; ++i) {
       ASSERT_EQ(lowp[k][i], lowp[0][i]) << "table " << k << " bits 0x" << std::hex << bits[i];
+    }
+  }
+}
+
+// The step with bf16 moments, whose AVX512_BF16 table rounds two vectors
+// at once (vcvtne2ps2bf16, a denormal in either taking the integer
+// rounding), over the same sweep: the copy of each master (p + 0) and the
+// moments (m and v of each pattern's top half, written back through the
+// rounding) byte for byte the scalar's, from a 64-byte boundary (the
+// streamed copy) and from 16 elements past it (the copy stored, not
+// streamed, by the pairs).
+TEST_F(Avx512Bf16KernelsTest, BfloatPairsOfEveryBitPatternSweptAreTheScalars) {
+  std::vector<uint32_t> bits;
+  for (uint64_t x = 0; x < (1ull << 32); x += 4099) bits.push_back(static_cast<uint32_t>(x));
+  for (uint32_t b : {0x00000001u, 0x80000001u, 0x007fffffu, 0x00018000u, 0x7f800001u, 0xffc00000u,
+                     0x3f808000u, 0x3f818000u, 0x3f807fffu}) {
+    bits.push_back(b);
+  }
+  const size_t n = bits.size();
+  for (size_t lo : {size_t{0}, size_t{16}}) {
+    std::vector<std::vector<uint16_t>> out;
+    for (int k = 0; k < 3; ++k) {
+      AlignedBuffer<float> p(n), g(n);
+      AlignedBuffer<uint16_t> m(n), v(n), h(n);
+      std::memcpy(p.data(), bits.data(), n * 4);
+      std::memset(g.data(), 0, n * 4);
+      std::memset(h.data(), 0, n * 2);
+      for (size_t i = 0; i < n; ++i) {
+        m.data()[i] = static_cast<uint16_t>(bits[i] >> 16);
+        v.data()[i] = static_cast<uint16_t>(bits[(i + 7) % n] >> 16);
+      }
+      kernels::CompactBuffers b;
+      b.param = p.data();
+      b.m = m.data();
+      b.v = v.data();
+      b.grad = g.data();
+      b.lowp = h.data();
+      b.n = n;
+      const kernels::StepRun run{lo, n, kernels::StepConsts{}};
+      const int bf16 = static_cast<int>(kernels::Lowp::kBf16);
+      const auto& row = Tables(k)->step[static_cast<int>(kernels::Rule::kTraffic)].grad[0];
+      row.compact[static_cast<int>(MomentFormat::kBf16) - 1][bf16](&run, 1, b);
+      std::vector<uint16_t> all(h.data(), h.data() + n);
+      all.insert(all.end(), m.data(), m.data() + n);
+      all.insert(all.end(), v.data(), v.data() + n);
+      out.push_back(std::move(all));
+    }
+    for (int k = 1; k < 3; ++k) {
+      for (size_t i = 0; i < out[0].size(); ++i) {
+        ASSERT_EQ(out[k][i], out[0][i]) << "table " << k << " from " << lo << " element " << i % n
+                                        << " of buffer " << i / n << " bits 0x" << std::hex
+                                        << bits[i % n];
+      }
     }
   }
 }
