@@ -27,8 +27,10 @@ absl::StatusOr<GatherHandler::Gather> GatherHandler::Begin(const v1::GatherReque
 
 absl::Status GatherHandler::Serve(const Gather& gather, GatherSink& sink) const {
   const v1::GatherRequest& req = gather.request;
+  if (metrics_ != nullptr) metrics_->AddGathersInProgress(1);
   absl::Status s = gather.job->gathers().Gather(gather.range, req.min_version(), req.dtype(),
                                                 piece_elems_, gather.deadline, sink);
+  if (metrics_ != nullptr) metrics_->AddGathersInProgress(-1);
   if (s.ok() && metrics_ != nullptr) {
     metrics_->RecordWire(req.job_id(), /*push=*/false, req.dtype(), gather.bytes,
                          gather.range.size());

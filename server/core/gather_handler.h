@@ -54,7 +54,9 @@ class GatherHandler {
                                              absl::Time caller_deadline) const;
 
   // Serves `gather` into `sink` (JobGathers::Gather), each piece once its block
-  // reaches the requested version. Errors: those of JobGathers::Gather.
+  // reaches the requested version, counted in zerostate_gathers_in_progress
+  // meanwhile. Errors: those of JobGathers::Gather (CANCELLED once
+  // sink.Cancelled() says the caller went away during a wait).
   [[nodiscard]] absl::Status Serve(const Gather& gather, GatherSink& sink) const;
 
  private:

@@ -62,6 +62,7 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
   // version 0 is loaded for every piece. The buffer for a Load is made
   // only when a block is not resident: a RAM tier's gather never pays for
   // allocating and zeroing a block's whole state.
+  const std::function<bool()> cancelled = [&sink] { return sink.Cancelled(); };
   AlignedBuffer<float> state;
   const Block* loaded = nullptr;
   uint64_t loaded_version = 0;
@@ -71,7 +72,7 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
     Block& b = shard_.block(p.block);
     {
       absl::MutexLock lock(&b.mu);
-      if (auto st = shard_.AwaitReadable(b, min_version, deadline, visible); !st.ok()) {
+      if (auto st = shard_.AwaitReadable(b, min_version, deadline, visible, cancelled); !st.ok()) {
         return st;
       }
       if (auto st = step_.CheckNotDeposed(); !st.ok()) return st;

@@ -35,6 +35,11 @@ class GatherSink {
   // host reads it soon (a same-host client's shared buffer, which its
   // device copies out of): then it is filled with non-temporal stores.
   virtual bool BufferReadElsewhere() const { return false; }
+  // Whether the caller went away (its connection hung up, its call was
+  // cancelled): asked every kCancelPoll (block_wait.h), no lock held, while
+  // the gather waits for a version, which then ends CANCELLED. Never true
+  // for a caller that is merely slow or sent more.
+  virtual bool Cancelled() { return false; }
 };
 
 // The payload bytes of a gather of `range` in `dtype` served in pieces of
@@ -58,8 +63,10 @@ class JobGathers {
   // per piece. DTYPE_INT8 (JobSpec.weight_wire WIRE_INT8): each piece is
   // quantized (common/int8_wire.h, groups from its first element) from
   // what a weight_dtype gather serves: the low-precision copy, or the
-  // master when weight_dtype is fp32; the master itself stays exact. Errors: DEADLINE_EXCEEDED, UNAVAILABLE, NOT_FOUND (the job
-  // was deleted), the tier's I/O errors, CANCELLED when the sink stopped it.
+  // master when weight_dtype is fp32; the master itself stays exact.
+  // Errors: DEADLINE_EXCEEDED, UNAVAILABLE, NOT_FOUND (the job was
+  // deleted), the tier's I/O errors, CANCELLED when the sink stopped it or
+  // said the caller went away during a wait (naming the block and version).
   [[nodiscard]] absl::Status Gather(Range range, uint64_t min_version, v1::DType dtype,
                                     uint32_t max_piece, absl::Time deadline, GatherSink& sink);
   // The same, each piece as a Chunk message (tests, tools).

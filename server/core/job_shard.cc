@@ -113,7 +113,8 @@ absl::Status JobShard::AwaitVersion(Block& b, uint64_t version, absl::Time deadl
 }
 
 absl::Status JobShard::AwaitReadable(Block& b, uint64_t version, absl::Time deadline,
-                                     const std::function<bool(uint64_t)>& visible) const {
+                                     const std::function<bool(uint64_t)>& visible,
+                                     const std::function<bool()>& cancelled) const {
   return AwaitBlock(
       b, deadline,
       [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
@@ -123,7 +124,8 @@ absl::Status JobShard::AwaitReadable(Block& b, uint64_t version, absl::Time dead
         return absl::StrCat("block ", b.index, " is at version ", b.version,
                             b.stepping() ? " (a step in progress)" : "",
                             " and did not reach version ", version, " in time");
-      });
+      },
+      cancelled);
 }
 
 ShardProgress JobShard::Progress() const {

@@ -120,10 +120,13 @@ class JobShard {
   // Under b.mu: until the block reaches `version` and no step is between
   // computing and committing it (Block::stepping), so what is read is the
   // state its version says; with `visible` (null: always), also until
-  // visible(version) holds (JobStep::visible_through: the backups hold it).
-  [[nodiscard]] absl::Status AwaitReadable(Block& b, uint64_t version, absl::Time deadline,
-                                           const std::function<bool(uint64_t)>& visible =
-                                               nullptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+  // visible(version) holds (JobStep::visible_through: the backups hold it);
+  // with `cancelled` (null: never), CANCELLED naming the block and the
+  // version once it says the caller went away (AwaitBlock).
+  [[nodiscard]] absl::Status AwaitReadable(
+      Block& b, uint64_t version, absl::Time deadline,
+      const std::function<bool(uint64_t)>& visible = nullptr,
+      const std::function<bool()>& cancelled = nullptr) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
 
   // The blocks' versions and progress, each block read under its mutex.
   ShardProgress Progress() const;

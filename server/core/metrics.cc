@@ -154,6 +154,9 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
           BuildCounter().Name("zerostate_data_connections_refused_total")
               .Help("TCP data plane connections refused at the cap (--max_data_connections)")
               .Register(*registry_).Add({})),
+      gathers_in_progress_(BuildGauge().Name("zerostate_gathers_in_progress")
+                               .Help("Gathers being served, waiting for their version or sending")
+                               .Register(*registry_).Add({})),
       grpc_streams_(BuildGauge().Name("zerostate_grpc_streams")
                         .Help("gRPC chunk streams (InitWeights, PushGradients, Gather) open")
                         .Register(*registry_).Add({})),
@@ -290,6 +293,8 @@ void ServerMetrics::RecordStagingWait() { staging_waits_.Increment(); }
 void ServerMetrics::SetDataConnections(int open) { data_connections_.Set(open); }
 
 void ServerMetrics::RecordDataConnectionRefused() { data_connections_refused_.Increment(); }
+
+void ServerMetrics::AddGathersInProgress(int delta) { gathers_in_progress_.Increment(delta); }
 
 void ServerMetrics::SetGrpcStreams(int open) { grpc_streams_.Set(open); }
 

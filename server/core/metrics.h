@@ -67,6 +67,9 @@ class ServerMetrics {
   // (--max_data_connections).
   void SetDataConnections(int open);
   void RecordDataConnectionRefused();
+  // Gathers being served on either edge, a wait for their version
+  // included: +1 as one begins, -1 as it ends (zerostate_gathers_in_progress).
+  void AddGathersInProgress(int delta);
   // The gRPC chunk streams: open, and one refused at the cap
   // (--max_grpc_streams).
   void SetGrpcStreams(int open);
@@ -127,6 +130,7 @@ class ServerMetrics {
   prometheus::Counter& staging_waits_;
   prometheus::Gauge& data_connections_;
   prometheus::Counter& data_connections_refused_;
+  prometheus::Gauge& gathers_in_progress_;
   prometheus::Gauge& grpc_streams_;
   prometheus::Counter& grpc_streams_refused_;
   prometheus::Family<prometheus::Gauge>& rendezvous_keys_;

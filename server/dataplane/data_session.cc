@@ -189,6 +189,14 @@ class Session final : public GatherSink {
   bool BufferReadElsewhere() const override {
     return shm_ != nullptr && region_buffer_ != 0 && !region_overflow_;
   }
+  // The client hung up (Ticket::Cancel shuts its socket down, or it
+  // closed or broke the connection): the raw socket, TLS or not, reports
+  // the peer's shutdown or an error. Bytes waiting to be read (a next
+  // frame the client pipelined) never count.
+  bool Cancelled() override {
+    pollfd p{stream_.fd(), POLLRDHUP, 0};
+    return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+  }
   bool Emit(const ChunkFields& piece) override {
     v1::DataFrameMeta meta;
     v1::Chunk* c = meta.mutable_chunk();

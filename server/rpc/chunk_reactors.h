@@ -15,6 +15,7 @@
 // still runs for it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -88,7 +89,12 @@ class GatherWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pu
   // GatherSink, on the producing thread.
   void* Buffer(size_t bytes) override;
   bool Emit(const ChunkFields& piece) override;
+  // Once gRPC saw the call cancelled (the client cancelled its context or
+  // its connection went; or its deadline passed, which the wait's own
+  // deadline comes a margin before): a wait for a version ends.
+  bool Cancelled() override { return cancelled_.load(); }
 
+  void OnCancel() override { cancelled_.store(true); }
   void OnWriteDone(bool ok) override;
   void OnDone() override;
 
@@ -102,6 +108,7 @@ class GatherWriter final : public grpc::ServerWriteReactor<grpc::ByteBuffer>, pu
   const StreamCap::Slot slot_;
   grpc::Slice next_;  // the payload Buffer() handed out last
   uint64_t bytes_ = 0;
+  std::atomic<bool> cancelled_{false};
   absl::Mutex mu_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool failed_ ABSL_GUARDED_BY(mu_) = false;
