@@ -211,7 +211,9 @@ class EngineTest(zs_servers.ServersTestCase):
                 ("in-place-fp32", {}, False),
                 ("in-place-bf16", {"bf16": {"enabled": True}}, True),
                 ("in-place-delayed", {"zero_optimization": {"delayed_update": {
-                    "enabled": True, "warmup_steps": 1}}}, False)]:
+                    "enabled": True, "warmup_steps": 1}}}, False),
+                ("in-place-delayed-lazy", {"zero_optimization": {"delayed_update": {
+                    "enabled": True, "warmup_steps": 1}}}, True)]:
             torch.manual_seed(0)
             engine = self.engine(Net(), job, config=dict(CONFIG, **changes), lazy_weights=lazy)
             dtype = next(engine.module.parameters()).dtype

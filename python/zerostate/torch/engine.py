@@ -215,6 +215,8 @@ class Engine(ModuleSurface):
                 lambda m, sd, prefix, meta, ws=ws: self._land_lazy(ws)))
 
     def _land_lazy(self, ws):
+        for w in ws:
+            w.ready()  # a delayed update's copy, started at the step
         # Not while a delayed update is in flight: the module runs on the weights it has.
         if not self._in_flight.active():
             for w in ws:
@@ -328,6 +330,7 @@ class Engine(ModuleSurface):
         """loss.backward() (times the fp16 loss scale); at the accumulation
         boundary the gradients leave for the servers during it."""
         self._check_alive()
+        self._ready()  # before the backward reads a parameter its module's forward skipped
         self._boundary = not self._no_sync and self.is_gradient_accumulation_boundary()
         if self._boundary:
             for b in self._buckets:
@@ -414,7 +417,9 @@ class Engine(ModuleSurface):
         # parameter; a lazy landing's copy waits for it alone (weights.py).
         self._step_mark = self._side.mark()
         if self._in_flight.active():
-            verdicts.finish_delayed(self)  # this version, after the backward on the one before
+            # This version, after the backward on the one before; with lazy
+            # landing each module's forward waits for its own copy alone.
+            verdicts.finish_delayed(self, defer=self.lazy_weights)
         elif self.lazy_weights:
             self._land()  # what the forward did not land (a module it skipped)
         step = self.global_steps
@@ -479,10 +484,20 @@ class Engine(ModuleSurface):
         if self._in_flight.active():
             verdicts.finish_delayed(self)
         self._land()
+        self._ready()
 
-    def _land(self):
+    def _land(self, defer=False):
+        """Every module's weights into its parameters; `defer`: the copies
+        start after the step's mark (the backward's end), and the compute
+        stream waits for each at its module's forward (ModuleWeights.ready)."""
         for w in self._weights:
-            w.land()
+            w.land(self._step_mark if defer else None, defer=defer)
+
+    def _ready(self):
+        """The compute stream waits for every deferred copy still pending
+        (a module the forward skipped)."""
+        for w in self._weights:
+            w.ready()
 
     def zero_grad(self):
         """Drops the gradients accumulated since the last step."""

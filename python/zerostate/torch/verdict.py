@@ -65,16 +65,17 @@ def start_delayed(engine, step, lr, scales):
                  before_step=before_step, pusher=pusher)
 
 
-def finish_delayed(engine):
+def finish_delayed(engine, defer=False):
     """The delayed update in flight: the coordinator's verdict to every
-    rank, then its weights into the parameters. Collective."""
+    rank, then its weights into the parameters (`defer`: engine._land's).
+    Collective."""
     t0 = time.perf_counter()
     taken = engine._in_flight.take(engine.policy)
     verdict = of(engine, *taken) if engine.topo.coordinator else None
     verdict = engine.topo.broadcast(verdict)
     engine.timers["server_step"] += time.perf_counter() - t0
     apply(engine, verdict, engine.global_steps - 1)
-    engine._land()
+    engine._land(defer)
 
 
 def of(engine, step, decision, error, refused):

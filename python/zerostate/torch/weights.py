@@ -45,6 +45,9 @@ class ModuleWeights:
         else:  # gloo: the gather writes straight into the rank's part
             self.buffer = self.full[r * self.chunk:(r + 1) * self.chunk]
         self.copied = None  # the event of the last host-to-device copy out of buffer
+        # A landing's copy the compute stream has not been made to wait for
+        # yet (land(defer=True)): ready() does, before the module's forward.
+        self.pending = None
         # The landing-once bookkeeping (trainer::GatherSlot): which version
         # is fetched, its ticket, the buffer's reuse after this copy.
         self.slot = GatherSlot(self.lo, self.hi, reuse=lambda: streams.host_waits(self.copied))
@@ -54,7 +57,7 @@ class ModuleWeights:
                         (self.hi - self.lo) * self.buffer.element_size(),
                         wire_dtype(self.buffer.dtype), keep=self.buffer)
 
-    def land(self, free=None):
+    def land(self, free=None, defer=False):
         """Waits for this rank's share, then (several local ranks) the
         node's all-gather, and copies into the parameters on the side
         stream; the compute stream waits for the copy, the host does not.
@@ -63,6 +66,10 @@ class ModuleWeights:
         stream reads none of these parameters before this landing, as at
         the step before a lazy landing), for what it had been given then:
         so a lazy landing overlaps the forward of the modules before.
+        `defer`: the compute stream is not made to wait here but at ready()
+        (a delayed update's landing at the step: every copy starts once the
+        backward is done, and each module's forward waits for its own copy
+        alone, not for all of them).
         Collective among the local ranks: each takes part even after its
         gather failed (the slot says so), then raises."""
         t0 = time.perf_counter()
@@ -70,7 +77,7 @@ class ModuleWeights:
             return
         self.timers["gather_wait"] += time.perf_counter() - t0
         try:
-            self._copy_in(free)
+            self._copy_in(free, defer)
         except BaseException:
             try:
                 self.slot.landed()
@@ -79,7 +86,14 @@ class ModuleWeights:
             raise
         self.slot.landed()
 
-    def _copy_in(self, free):
+    def ready(self):
+        """The compute stream waits for this module's deferred copy (on
+        the GPU, not the host), once."""
+        if self.pending is not None:
+            streams.compute_waits(self.pending)
+            self.pending = None
+
+    def _copy_in(self, free, defer):
         n = self.hi - self.lo
         with torch.no_grad(), self.side.after_compute(free):
             src = self.buffer
@@ -94,7 +108,10 @@ class ModuleWeights:
                 part = src[b - self.begin:e - self.begin].view(p.shape)
                 p.data.copy_(part, non_blocking=True)
         self.copied = self.side.done()
-        streams.compute_waits(self.copied)
+        # A later copy on the same side stream covers an earlier one.
+        self.pending = self.copied if defer else None
+        if not defer:
+            streams.compute_waits(self.copied)
 
     def _all_gather(self, mine):
         group = self.topo.local_group
