@@ -39,8 +39,7 @@ short WantedEvents(int error) {
 
 }  // namespace
 
-DataStream::DataStream(int fd)
-    : fd_(fd), ssl_(nullptr), records_per_key_(0), mask_sigpipe_(false) {
+DataStream::DataStream(int fd) : fd_(fd), ssl_(nullptr), records_per_key_(0), mask_sigpipe_(false) {
   MakeNonBlocking(fd_);
 }
 

@@ -100,9 +100,11 @@ TEST(DataStreamsTest, UsableCoresFollowsTheAffinity) {
   CPU_ZERO(&one);
   CPU_SET(first, &one);
   int in_thread = 0;
-  std::thread([&] {  // affinity is per thread: the test's own stays as it was
+  // Affinity is per thread: the test's own stays as it was.
+  std::thread pinned([&] {
     if (sched_setaffinity(0, sizeof(one), &one) == 0) in_thread = UsableCores();
-  }).join();
+  });
+  pinned.join();
   EXPECT_EQ(in_thread, 1);
   EXPECT_EQ(UsableCores(), CPU_COUNT(&all));
 }
