@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -30,8 +29,7 @@ ClientOptions RaiseStreams(ClientOptions o) {
   const bool userspace_tls =
       o.data_plane && !o.plaintext && (!o.data_ktls || !KernelTlsAvailable());
   o.streams_per_server =
-      DataStreamsPerServer(o, userspace_tls, AllServersOnThisHost(o),
-                           static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+      DataStreamsPerServer(o, userspace_tls, AllServersOnThisHost(o), UsableCores());
   return o;
 }
 

@@ -3,10 +3,12 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <thread>
 
 namespace zerostate::client {
 namespace {
@@ -51,6 +53,13 @@ bool IsLocalAddress(const std::string& host) {
 }
 
 }  // namespace
+
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
 
 bool OnThisHost(const std::string& address) {
   const std::string host = HostOf(address);

@@ -29,6 +29,12 @@ namespace zerostate::client {
 // - else streams_per_server.
 int DataStreamsPerServer(const ClientOptions& o, bool userspace_tls, bool same_host, int cores);
 
+// The cores this process may run on (its CPU affinity: under `taskset`
+// or a container's cpuset, fewer than the host has); the host's count
+// where the affinity cannot be read. At least 1. The `cores` that
+// DataStreamsPerServer sizes the streams by.
+int UsableCores();
+
 // Whether `address` ("host:port", "[v6]:port") names this host without a
 // lookup: localhost, this host's name (gethostname), a loopback address
 // or an address of one of its interfaces (getifaddrs). A name that would

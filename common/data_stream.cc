@@ -39,12 +39,15 @@ short WantedEvents(int error) {
 
 }  // namespace
 
-DataStream::DataStream(int fd) : fd_(fd), ssl_(nullptr), records_per_key_(0) {
+DataStream::DataStream(int fd) : fd_(fd), ssl_(nullptr), records_per_key_(0), mask_sigpipe_(false) {
   MakeNonBlocking(fd_);
 }
 
 DataStream::DataStream(int fd, SSL* ssl, uint64_t records_per_key)
-    : fd_(fd), ssl_(ssl), records_per_key_(std::max<uint64_t>(1, records_per_key)) {
+    : fd_(fd),
+      ssl_(ssl),
+      records_per_key_(std::max<uint64_t>(1, records_per_key)),
+      mask_sigpipe_(!SigpipeIgnored()) {
   MakeNonBlocking(fd_);
 }
 
@@ -167,6 +170,7 @@ absl::Status DataStream::WriteTls(const char* p, size_t n) {
     TlsResult r;
     {
       absl::MutexLock lock(&mu_);
+      ScopedNoSigpipe no_sigpipe(mask_sigpipe_);  // one for the batch's write and flush
       r = written ? Flush() : WriteOnce(p, n);
       if (!written && r.error == 0) {
         written = true;
@@ -182,7 +186,6 @@ absl::Status DataStream::WriteTls(const char* p, size_t n) {
 
 DataStream::TlsResult DataStream::Flush() {
   TlsResult r;
-  ScopedNoSigpipe no_sigpipe;
   BIO* out = SSL_get_wbio(ssl_);
   if (BIO_flush(out) > 0) return r;
   if (BIO_should_retry(out)) {
@@ -207,7 +210,6 @@ DataStream::TlsResult DataStream::WriteOnce(const char* p, size_t n) {
     ++key_updates_sent_;
   }
   ERR_clear_error();
-  ScopedNoSigpipe no_sigpipe;
   const int ok = SSL_write_ex(ssl_, p, n, &r.bytes);
   if (ok == 1) {
     records_this_key_ += (n + kTlsRecordPlaintext - 1) / kTlsRecordPlaintext;
@@ -253,7 +255,7 @@ absl::StatusOr<size_t> DataStream::RecvTls(char* p, size_t n) {
 DataStream::TlsResult DataStream::ReadBatch(char* p, size_t n) {
   TlsResult r;
   ERR_clear_error();
-  ScopedNoSigpipe no_sigpipe;  // a failed read sends an alert
+  ScopedNoSigpipe no_sigpipe(mask_sigpipe_);  // a failed read sends an alert
   while (r.bytes < n) {
     size_t got = 0;
     const int ok = SSL_read_ex(ssl_, p + r.bytes, n - r.bytes, &got);
@@ -290,7 +292,7 @@ bool DataStream::WaitReadable(absl::Time deadline) {
 void DataStream::SendCloseNotify() {
   absl::MutexLock lock(&mu_);
   if (std::exchange(close_notify_sent_, true)) return;
-  ScopedNoSigpipe no_sigpipe;
+  ScopedNoSigpipe no_sigpipe(mask_sigpipe_);
   (void)SSL_shutdown(ssl_);  // sends close_notify; the peer's is not awaited
   ERR_clear_error();
 }

@@ -136,6 +136,7 @@ class DataStream {
   // TLS: SSL_write_ex of `p[0..n)` (n <= kTlsSendBatchBytes) until done.
   [[nodiscard]] absl::Status WriteTls(const char* p, size_t n) ABSL_LOCKS_EXCLUDED(mu_);
   // TLS: one SSL_write_ex, after a KeyUpdate when one is due.
+  // REQUIRES: a ScopedNoSigpipe(mask_sigpipe_) alive (also for Flush).
   TlsResult WriteOnce(const char* p, size_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // TLS: sends what the buffer under OpenSSL holds (data_tls.cc).
   TlsResult Flush() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -152,6 +153,11 @@ class DataStream {
   const int fd_;
   SSL* const ssl_ ABSL_PT_GUARDED_BY(mu_);
   const uint64_t records_per_key_;
+  // Whether OpenSSL's calls need ScopedNoSigpipe: TLS, in a process that
+  // did not ignore SIGPIPE when the stream was made (a process that does,
+  // as zerostate-server and CPython, must keep ignoring it while streams
+  // live; it saves four system calls per OpenSSL call).
+  const bool mask_sigpipe_;
   bool close_notify_sent_ ABSL_GUARDED_BY(mu_) = false;
   // Sending thread only: records under the current key, key updates, and
   // a frame's small pieces gathered into one record.

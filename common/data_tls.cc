@@ -210,13 +210,15 @@ bool SigpipePending() {
 
 }  // namespace
 
-ScopedNoSigpipe::ScopedNoSigpipe() {
+ScopedNoSigpipe::ScopedNoSigpipe(bool needed) : active_(needed) {
+  if (!active_) return;
   const sigset_t pipe = PipeSet();
   was_pending_ = SigpipePending();  // someone else's: left alone
   pthread_sigmask(SIG_BLOCK, &pipe, &old_);
 }
 
 ScopedNoSigpipe::~ScopedNoSigpipe() {
+  if (!active_) return;
   const int saved_errno = errno;  // what the OpenSSL call left, for its caller
   if (!was_pending_ && SigpipePending()) {
     const sigset_t pipe = PipeSet();
@@ -226,6 +228,12 @@ ScopedNoSigpipe::~ScopedNoSigpipe() {
   }
   pthread_sigmask(SIG_SETMASK, &old_, nullptr);
   errno = saved_errno;
+}
+
+bool SigpipeIgnored() {
+  struct sigaction now {};
+  return sigaction(SIGPIPE, nullptr, &now) == 0 && (now.sa_flags & SA_SIGINFO) == 0 &&
+         now.sa_handler == SIG_IGN;
 }
 
 std::string TakeOpenSslErrors() {

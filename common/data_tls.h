@@ -67,18 +67,26 @@ namespace zerostate {
 // change the process's signal handling). Around every OpenSSL call that
 // may write to a socket: the handshakes, and DataStream's writes, reads
 // (a failed read sends an alert) and close_notify. Blocks SIGPIPE for the
-// thread meanwhile; not reentrant.
+// thread meanwhile (four system calls); not reentrant. With `needed`
+// false it does nothing: for a process that ignores SIGPIPE
+// (SigpipeIgnored).
 class ScopedNoSigpipe {
  public:
-  ScopedNoSigpipe();
+  explicit ScopedNoSigpipe(bool needed = true);
   ~ScopedNoSigpipe();
   ScopedNoSigpipe(const ScopedNoSigpipe&) = delete;
   ScopedNoSigpipe& operator=(const ScopedNoSigpipe&) = delete;
 
  private:
+  const bool active_;
   sigset_t old_;
   bool was_pending_ = false;
 };
+
+// Whether this process ignores SIGPIPE now (SIG_IGN: zerostate-server and
+// CPython set it at start), so that a write to a socket whose peer went
+// away fails with EPIPE and raises no signal.
+bool SigpipeIgnored();
 
 // This thread's OpenSSL error queue as one line (e.g. the alert a peer
 // sent, a refused certificate), emptied; "" when empty.

@@ -6,7 +6,7 @@ plaintext in the same run, the client sized as a default client is
 core over all servers, at most 8 per server, at least 1; plaintext at
 --streams).
 
-    bench/transport/tls_target.py TLS_TCP_LOG [AES_LOG CORES]
+    bench/transport/tls_target.py TLS_TCP_LOG [AES_LOG CORES|CLIENT+SERVERS]
 
 prints per data plane figure (push|gather, dtype, servers) a --json figure
 `tls_vs_plain.<figure>`: TLS GB/s over plaintext GB/s against the target
@@ -16,7 +16,11 @@ and in plaintext; then the same as a table. With AES_LOG (the output of
 first prints the cipher's GB/s per core, and per figure the ratio the host
 allows if TLS costs plaintext's CPU s/GB plus one seal and one open of
 every byte with every core busy ("ceiling": min(1, CORES / (plain s/GB +
-2 / rate) / plain GB/s)). "-" where a figure is missing.
+2 / rate) / plain GB/s)). CORES may be CLIENT+SERVERS (e.g. 8+8) when the
+client and the servers ran on disjoint cores (device_tls.sh with
+ZS_TLS_SPLIT): each side then has its own cores for its own CPU s/GB and
+one pass of the cipher, and the ceiling is the slower side's. "-" where a
+figure is missing.
 """
 import json
 import re
@@ -48,10 +52,20 @@ def aes_rate(path):
 
 
 def ceiling(plain, rate, cores):
+    """`cores`: (all,) when client and servers share them, else (client, servers)."""
     if not plain or not rate or "client_cpu_s_per_gb" not in plain:
         return None
-    s_per_gb = plain["client_cpu_s_per_gb"] + plain["server_cpu_s_per_gb"] + 2 / rate
-    return min(1.0, cores / s_per_gb / plain["value"])
+    client, server = plain["client_cpu_s_per_gb"], plain["server_cpu_s_per_gb"]
+    if len(cores) == 1:
+        gbps = cores[0] / (client + server + 2 / rate)
+    else:
+        gbps = min(cores[0] / (client + 1 / rate), cores[1] / (server + 1 / rate))
+    return min(1.0, gbps / plain["value"])
+
+
+def parse_cores(text):
+    """"16" -> (16,); "8+8" -> (8, 8): client's and servers' cores."""
+    return tuple(int(c) for c in text.split("+"))
 
 
 def cpu(f):
@@ -60,7 +74,7 @@ def cpu(f):
 
 def main(log, aes_path=None, cores="0"):
     figs = figures(log)
-    rate, cores = (aes_rate(aes_path) if aes_path else None), int(cores)
+    rate, cores = (aes_rate(aes_path) if aes_path else None), parse_cores(cores)
     if rate:
         print(json.dumps({"figure": "aes128gcm.one_core", "value": round(rate, 3),
                           "unit": "GB/s", "cpu_s_per_gb": round(1 / rate, 4)}))

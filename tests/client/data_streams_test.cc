@@ -3,7 +3,10 @@
 // OnThisHost: which addresses name this host without a lookup.
 #include "client/data_streams.h"
 
+#include <sched.h>
 #include <unistd.h>
+
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -83,6 +86,27 @@ TEST(DataStreamsTest, AllServersOnThisHostNeedsEveryServerLocalAndTheSameHostPla
   ClientOptions proxied = Options(2);
   proxied.data_servers = {"127.0.0.1:9", "127.0.0.1:10"};
   EXPECT_FALSE(AllServersOnThisHost(proxied));
+}
+
+// Under taskset (or a cpuset) the client sizes its streams by the cores it
+// may use, not by the host's.
+TEST(DataStreamsTest, UsableCoresFollowsTheAffinity) {
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  EXPECT_EQ(UsableCores(), CPU_COUNT(&all));
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  int in_thread = 0;
+  // Affinity is per thread: the test's own stays as it was.
+  std::thread pinned([&] {
+    if (sched_setaffinity(0, sizeof(one), &one) == 0) in_thread = UsableCores();
+  });
+  pinned.join();
+  EXPECT_EQ(in_thread, 1);
+  EXPECT_EQ(UsableCores(), CPU_COUNT(&all));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 // tls_tamper_test.cc.)
 #include "common/data_stream.h"
 
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -151,6 +152,8 @@ class DataStreamTest : public ::testing::TestWithParam<bool> {
     EXPECT_TRUE(*down_got == down);
   }
 
+  void ExpectAPeerGoneMidBatchIsUnavailable();
+
   uint64_t records_per_key_ = kTlsRecordsPerKey;
   std::atomic<int> server_key_updates_{0};  // received
   std::atomic<int> client_key_updates_{0};
@@ -240,10 +243,9 @@ TEST_P(DataStreamTest, ARecordReadInPartsLeavesTheRestBuffered) {
 
 TEST_P(DataStreamTest, BothDirectionsAtOnceStayWhole) { SendBothWaysAndCheck(8 << 20); }
 
-TEST_P(DataStreamTest, APeerGoneMidBatchIsUnavailableNotASignal) {
-  // The reader takes a little, then goes away with unread bytes (a reset);
-  // the sender's next batches fail with UNAVAILABLE, and this process,
-  // which does not ignore SIGPIPE, lives on.
+// The reader takes a little, then goes away with unread bytes (a reset);
+// the sender's next batches fail with UNAVAILABLE, and the process lives on.
+void DataStreamTest::ExpectAPeerGoneMidBatchIsUnavailable() {
   const std::string data = Pattern(32 << 20, 9);
   char some[1024];
   auto sent = std::async(std::launch::async, [&] {
@@ -259,6 +261,38 @@ TEST_P(DataStreamTest, APeerGoneMidBatchIsUnavailableNotASignal) {
   absl::Status s = sent.get();
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   EXPECT_NE(s.message().find("send"), std::string::npos) << s;
+}
+
+// This process does not ignore SIGPIPE: the streams block it around
+// OpenSSL's calls.
+TEST_P(DataStreamTest, APeerGoneMidBatchIsUnavailableNotASignal) {
+  ASSERT_FALSE(SigpipeIgnored());
+  ExpectAPeerGoneMidBatchIsUnavailable();
+}
+
+// Streams made while the process ignores SIGPIPE (as zerostate-server and
+// CPython do) leave the signal mask alone: the write fails with EPIPE.
+class DataStreamSigpipeIgnoredTest : public DataStreamTest {
+ protected:
+  void SetUp() override {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ASSERT_EQ(sigaction(SIGPIPE, &ignore, &old_), 0);
+    DataStreamTest::SetUp();
+  }
+  void TearDown() override {
+    client_.reset();
+    server_.reset();
+    sigaction(SIGPIPE, &old_, nullptr);
+  }
+
+ private:
+  struct sigaction old_ {};
+};
+
+TEST_P(DataStreamSigpipeIgnoredTest, APeerGoneMidBatchIsUnavailable) {
+  ASSERT_TRUE(SigpipeIgnored());
+  ExpectAPeerGoneMidBatchIsUnavailable();
 }
 
 TEST_P(DataStreamTest, TheEndOfTheStreamReadsAsZero) {
@@ -293,6 +327,9 @@ TEST_P(DataStreamKeyUpdateTest, KeysMoveOnEveryFewRecordsAndTheBytesStayWhole) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Planes, DataStreamKeyUpdateTest, ::testing::Values(true),
+                         [](const ::testing::TestParamInfo<bool>&) { return "Tls"; });
+
+INSTANTIATE_TEST_SUITE_P(Planes, DataStreamSigpipeIgnoredTest, ::testing::Values(true),
                          [](const ::testing::TestParamInfo<bool>&) { return "Tls"; });
 
 INSTANTIATE_TEST_SUITE_P(Planes, DataStreamTest, ::testing::Bool(),
