@@ -1,7 +1,9 @@
 """The markdown tables of bench_gpt.py's --json output files (each one
 model's runs): tokens/s as a fraction of DDP (on the CPU: torch AdamW) per system and accumulation,
-delayed against FSDP2's offload, and per zerostate mode the step, the
-exposed waits, the compute, the floor and the bytes moved in place.
+delayed against FSDP2's offload, per zerostate mode the step, the
+exposed waits, the compute, the floor and the bytes moved in place, and
+where the step went (bench_gpt.py's breakdown; results without it print
+"-" there).
 
   python3 bench/torch/table.py RESULTS_DIR/*.json"""
 
@@ -9,8 +11,26 @@ import json
 import sys
 
 
+def ms(part, keys):
+    """The ms of `part`'s `keys` (a dict of seconds) as a / b / c, or "-"."""
+    if not part:
+        return "-"
+    return " / ".join(f"{1e3 * part[k]:.0f}" for k in keys)
+
+
+def breakdown_row(label, z):
+    e = z["exposed_s"]
+    # Results from before the breakdown: the step less compute and waits.
+    unaccounted = z.get("unaccounted_s", z["step_s"] - z["compute_s"] - sum(e.values()))
+    return (f"| {label} | {1e3 * z['step_s']:.0f} | {1e3 * z['compute_s']:.0f} | "
+            f"{ms(e, ('push', 'step', 'gather'))} | "
+            f"{ms(z.get('stall_s'), ('stall_grads', 'stall_weights'))} | "
+            f"{ms(z.get('host_s'), ('hooks', 'land', 'send_ahead', 'step_call'))} | "
+            f"{ms(z.get('copy_s'), ('copy_d2h', 'copy_h2d'))} | {1e3 * unaccounted:.0f} |")
+
+
 def main(paths):
-    rows, modes = [], []
+    rows, modes, parts = [], [], []
     for path in paths:
         with open(path) as f:
             result = json.load(f)
@@ -33,6 +53,7 @@ def main(paths):
                     f"{100 * z['exposed_fraction']:.1f}% | {1e3 * z['compute_s']:.0f} | "
                     f"{1e3 * z['floor_s']:.0f} | {z['step_over_max_compute_floor']:.2f} | "
                     f"{z.get('in_place_fraction', float('nan')):.3f} |")
+                parts.append(breakdown_row(f"{r['model']}, {r['accum']}, {mode}", z))
     print("| model, accumulation | DDP tokens/s | FSDP2 offload | sync | speculative | delayed "
           "| delayed / FSDP2 |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -42,6 +63,12 @@ def main(paths):
           "| compute ms | floor ms | step / max(compute, floor) | bytes in place |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(modes))
+    print()
+    print("| model, accumulation, mode | step ms | compute ms | waits push / step / gather ms | "
+          "stalls grads / weights ms | host hooks / land / send-ahead / step call ms | "
+          "copies d2h / h2d ms | unaccounted ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n".join(parts))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,10 @@ the engine's push thread (zerostate.pipeline.Pusher, C++), from a push
 buffer in the client's shared memory, which a server on this host reads in
 place (streams.Staging). On a GPU the share goes there on the side stream
 and the push thread waits for that copy before it pushes (streams.py): the
-backward never waits for it."""
+backward never waits for it. The accumulation is dropped at the step but
+zeroed only before the next step's first gradient goes in (or its push):
+the compute stream waits for the copy reading it there, in the next
+backward, not before the next forward."""
 
 import time
 
@@ -36,7 +39,7 @@ def wire_dtype(torch_dtype):
 
 class Bucket:
     def __init__(self, plan, entries, reduce_dtype, wire_dtype, device, local_world,
-                 staging=None):
+                 timeline, staging=None):
         self.begin, self.end = plan.begin, plan.end
         self.lo, self.hi = plan.share_begin, plan.share_end  # this rank's share
         self.chunk = plan.chunk
@@ -60,7 +63,9 @@ class Bucket:
                 self.wire = torch.empty(self.chunk, dtype=wire_dtype, device=device)
             if local_world > 1:
                 self.mine = torch.empty(self.chunk, dtype=reduce_dtype, device=device)
+        self.timeline = timeline  # the engine's (timeline.py): stalls and copies
         self.copied = None  # the event of the last device-to-host copy
+        self.stale = False  # the accumulation was dropped, not yet zeroed
         self.mark = 0  # the push thread's mark through this bucket's last push
         self.ready = 0
         self.pushed = False  # this step
@@ -71,9 +76,17 @@ class Bucket:
         self.pushed = False
 
     def zero(self):
-        """Drops the accumulated gradients (after the copy that reads them)."""
-        streams.compute_waits(self.copied)
-        self.buffer.zero_()
+        """Drops the accumulated gradients; the buffer is zeroed by the
+        next take() or push() (fresh())."""
+        self.stale = True
+
+    def fresh(self):
+        """Zeroes the buffer if its gradients were dropped, once the copy
+        that reads it is done (the compute stream waits for it)."""
+        if self.stale:
+            self.timeline.stall(self.copied, "stall_grads")
+            self.buffer.zero_()
+            self.stale = False
 
     def take(self, p, grad):
         """Adds `grad` (p's gradient, p one of this bucket's parameters)
@@ -81,6 +94,7 @@ class Bucket:
         dtype."""
         part, lo, hi = self._parts[id(p)]
         with torch.no_grad():
+            self.fresh()
             part.add_(grad.reshape(-1)[lo:hi])
 
     def push(self, job, step, topo, side, pusher, after=None):
@@ -96,11 +110,12 @@ class Bucket:
         the host. Returns the seconds that wait took."""
         self.pushed = True
         with torch.no_grad():
+            self.fresh()
             mine = self.buffer
             if topo.local_group is not None:
                 r = topo.local_rank
                 if dist.get_backend(topo.local_group) == "nccl":
-                    streams.compute_waits(self.copied)  # the last copy read self.mine
+                    self.timeline.stall(self.copied, "stall_grads")  # it read self.mine
                     mine = self.mine
                     dist.reduce_scatter_tensor(mine, self.buffer, group=topo.local_group)
                 else:
@@ -130,28 +145,32 @@ class Bucket:
         """src (on the device, n elements) into the pinned buffer, on the
         side stream after the compute stream's work (self.copied)."""
         if self.wire is not None:
-            streams.compute_waits(self.copied)  # the last copy read self.wire
+            self.timeline.stall(self.copied, "stall_grads")  # the last copy read self.wire
             self.wire[:n].copy_(src)
             src = self.wire[:n]
         with side.after_compute():
+            start = self.timeline.copy_start(side.stream)
             self.host[:n].copy_(src, non_blocking=True)
+            self.timeline.copy_end(side.stream, start, "copy_d2h")
         self.copied = side.done()
         return self.host[:n]
 
 
 def make_buckets(job, entries, bucket_elems, reduce_dtype, wire_dtype, device, topo,
-                 staging=None):
+                 timeline, staging=None):
     """The buckets of `entries` ([(param, begin, end)] in flat order, every
     tensor of `job`): the engine's bucket plan with ready points at each
     parameter's begin, parameters joined up to bucket_elems elements
     (rounded up to whole blocks) and longer ones cut to it, accumulating in reduce_dtype and pushing in wire_dtype,
     each from a host buffer of `staging` (streams.Staging; None: plain
-    memory, pinned on a GPU)."""
+    memory, pinned on a GPU); `timeline` (timeline.py) counts their stalls
+    and copies."""
     local = topo.local_world if topo.local_group is not None else 1
     rank = topo.local_rank if local > 1 else 0
     plans = bucket_plan(job, [b for _, b, _ in entries], bucket_elems, local, rank)
     out = []
     for plan in plans:
         mine = [ent for ent in entries if ent[1] < plan.end and plan.begin < ent[2]]
-        out.append(Bucket(plan, mine, reduce_dtype, wire_dtype, device, local, staging))
+        out.append(Bucket(plan, mine, reduce_dtype, wire_dtype, device, local, timeline,
+                          staging))
     return out

@@ -79,14 +79,16 @@ from zerostate.client import Client, ZerostateError
 from zerostate.pipeline import InFlight, Pusher, send_ahead
 from zerostate.policy import Policy
 from zerostate.torch import buckets as bk
+from zerostate.torch.ahead import Ahead
 from zerostate.torch import checkpoint as ckpt
 from zerostate.torch import optimizer as zopt
 from zerostate.torch import streams
 from zerostate.torch import verdict as verdicts
 from zerostate.torch.config import EngineConfig
 from zerostate.torch.surface import ModuleSurface, data_loader
+from zerostate.torch.timeline import Timeline
 from zerostate.torch.topology import Topology
-from zerostate.torch.weights import gather_into, holders, module_weights
+from zerostate.torch.weights import gather_into, holders, module_weights, ready_all
 
 _PRECISION_DTYPE = {"PRECISION_FP32": torch.float32, "PRECISION_BF16": torch.bfloat16,
                     "PRECISION_FP16": torch.float16}
@@ -126,17 +128,19 @@ class Engine(ModuleSurface):
         self.micro_steps = 0
         self._failed = None
         self._boundary = False
-        self._ahead_error = None  # a failed Step sent ahead (speculative_step)
+        self._ahead = Ahead()  # the Step sent ahead (speculative_step), on its thread
         # The delayed update's step in flight and its verdict (the C++ the
         # worker holds); the gathers it put out are the modules' slots'.
         self._in_flight = InFlight()
         self._no_sync = False  # inside no_sync()
         self._grad_norm = self._step_applied = None  # the last step's (surface.py)
         self.policy = Policy(self.config.train)
-        # Seconds spent waiting, summed since initialize (for benchmarks): for
-        # pushes after backward, for the coordinator's statistics and Step
-        # (and its verdict), for gathered weights.
-        self.timers = {"push_wait": 0.0, "server_step": 0.0, "gather_wait": 0.0}
+        # Where the loop's time goes, summed since initialize (for
+        # benchmarks): the waits for pushes, for the coordinator's Step and
+        # verdict and for gathered weights, the engine's own host work and,
+        # traced on a GPU, the compute stream's stalls (timeline.py).
+        self.timeline = Timeline(self.device)
+        self.timers = self.timeline.seconds
 
         groups = zopt.groups_of(model, model_parameters)
         c = self.config
@@ -180,7 +184,10 @@ class Engine(ModuleSurface):
         """Buckets and gradient hooks; gather buffers and (lazy) forward
         pre-hooks; on a GPU the side stream of the host copies and the push
         thread (zerostate.pipeline)."""
+        # Gradients leave on one side stream, weights come back on another:
+        # the host link carries both ways at once.
         self._side = streams.Side(self.device)
+        self._side_in = streams.Side(self.device)
         self._step_mark = None  # Side.mark() at the last step
         self._staging = streams.Staging(self.client, self.device)
         self._pusher = Pusher()
@@ -192,7 +199,7 @@ class Engine(ModuleSurface):
         self._early_push = self.topo.local_group is None
         self._buckets = bk.make_buckets(self.job, self._entries, bucket_elems,
                                         self.reduce_dtype, self.grad_dtype, self.device,
-                                        self.topo, self._staging)
+                                        self.topo, self.timeline, self._staging)
         self._buckets_of = {}  # id(param) -> the buckets it lies in
         for bucket in self._buckets:
             for p, _, _ in bucket.entries:
@@ -202,8 +209,8 @@ class Engine(ModuleSurface):
         for _, p in self._params:
             self._hook(p)
         self._weights = [w for _, w in module_weights(self.module, self._entries, self.dtype,
-                                                      self.device, self.topo, self._side,
-                                                      self.timers, self._staging)]
+                                                      self.device, self.topo, self._side_in,
+                                                      self.timeline, self._staging)]
         if not lazy_weights:
             return
         # Before a module's forward, and in its state_dict(): every module
@@ -215,10 +222,14 @@ class Engine(ModuleSurface):
                 lambda m, sd, prefix, meta, ws=ws: self._land_lazy(ws)))
 
     def _land_lazy(self, ws):
-        # Not while a delayed update is in flight: the module runs on the weights it has.
+        # Not while a delayed update is in flight: the module runs on the
+        # weights it has (landed at the step, the compute stream waiting
+        # for their copy only here).
         if not self._in_flight.active():
             for w in ws:
-                w.land(self._step_mark)
+                w.land(self._step_mark, defer=True)
+        for w in ws:
+            w.ready()
 
     def _connect(self, spec, token, plaintext, ca, cert, key, timeout, attempts, wait,
                  data_plane):
@@ -333,24 +344,29 @@ class Engine(ModuleSurface):
             for b in self._buckets:
                 b.reset()
             if self.config.speculative_step and self.topo.coordinator:
-                self._send_ahead()
+                with self.timeline.host("send_ahead"):
+                    self._send_ahead()
         (loss * self.loss_scale if self.dtype == torch.float16 else loss).backward()
         return loss
 
     def _send_ahead(self):
-        """The coordinator's Step parameters before the gradients leave, as
-        verdict.decide will send them if nothing is clipped (the policy's grad_scale):
-        the servers step each block as soon as it is complete. A failure is
-        taken up by the step (_service_step), where every rank hears of it."""
-        try:
-            send_ahead(self.job, self.policy, self.global_steps, self._average_over(),
-                       lr=self.optimizer.param_groups[0]["lr"])
-        except ZerostateError as e:
-            self._ahead_error = e
+        """The coordinator's Step parameters as the gradients begin to
+        leave, as verdict.decide will send them if nothing is clipped (the
+        policy's grad_scale): the servers step each block as soon as it is
+        complete. Sent on a thread (ahead.py), so the backward does not
+        wait for the servers; the step waits for it before its Step and
+        raises its failure, where every rank hears of it."""
+        step, over = self.global_steps, self._average_over()
+        lr = self.optimizer.param_groups[0]["lr"]
+        self._ahead.send(lambda: send_ahead(self.job, self.policy, step, over, lr=lr))
 
     def _grad_ready(self, p):
         """p's gradient into the buckets it lies in, then dropped; at the
         boundary each bucket it completes is pushed."""
+        with self.timeline.host("hooks"):
+            self._take(p)
+
+    def _take(self, p):
         buckets = self._buckets_of[id(p)]
         if p.grad is not None:
             for bucket in buckets:
@@ -410,6 +426,11 @@ class Engine(ModuleSurface):
         return self.policy.ends_delayed(step, checkpoint)
 
     def _service_step(self):
+        self.timeline.harvest()  # the traced spans of the last step that completed
+        with self.timeline.host("step_call"):
+            self._run_step()
+
+    def _run_step(self):
         # The compute stream's end at the step: the backward has read every
         # parameter; a lazy landing's copy waits for it alone (weights.py).
         self._step_mark = self._side.mark()
@@ -428,9 +449,10 @@ class Engine(ModuleSurface):
                 self._pusher.drain()
             t1 = time.perf_counter()
             self.timers["push_wait"] += t1 - t0
-            if self._ahead_error is not None:
-                e, self._ahead_error = self._ahead_error, None
-                raise e
+            with self.timeline.host("send_ahead"):
+                ahead_error = self._ahead.take()
+            if ahead_error is not None:
+                raise ahead_error
             groups = self.optimizer.param_groups
             lr, scales = groups[0]["lr"], zopt.lr_scales(groups)
             verdict = None
@@ -480,9 +502,12 @@ class Engine(ModuleSurface):
             verdicts.finish_delayed(self)
         self._land()
 
-    def _land(self):
-        for w in self._weights:
-            w.land()
+    def _land(self, defer=False):
+        """Lands every gather fetched; the compute stream waits for the
+        copies now, or (`defer`) in each module's forward pre-hook."""
+        landed = [w for w in self._weights if w.land(defer=True)]
+        if not defer:
+            ready_all(self._weights, landed)
 
     def zero_grad(self):
         """Drops the gradients accumulated since the last step."""
@@ -517,6 +542,7 @@ class Engine(ModuleSurface):
         failed Step the servers, alive, would keep them waiting for a
         version that does not come) and the push thread's pushes (their
         errors dropped): the C++ engine's order, as zerostate-worker's."""
+        self._ahead.take()  # its failure dropped too: no Step follows it
         self._in_flight.abandon(self._pusher, [w.slot for w in self._weights])
 
     def _check_alive(self):
