@@ -9,12 +9,17 @@ per step, the exposed wait (push, step, gather: host time the training loop
 waited), the compute (forward and backward of the same bf16 model alone,
 measured in the same run), the host's floor for our path (bytes of host
 memory traffic per parameter x parameters / the host bandwidth measured in
-the same run), the step's ratio to max(compute, floor), and the fraction
+the same run), the step's ratio to max(compute, floor), the fraction
 of pushed and gathered bytes a server read or wrote in place in the
-client's shared buffers (in_place_fraction).
+client's shared buffers (in_place_fraction), and where the rest of the
+step went (breakdown(): the engine's host work, the compute stream's
+stalls on the side streams' copies, the copies, and what no figure
+accounts for); with --profile_steps, a torch.profiler summary of a few
+steps (profile_summary.py).
 
 GPU machine: bash bench/torch/device_gpt.sh $OUT (GPT-2 759M, micro-batch 8, and
 the Llama 1.1B shape, micro-batch 4; bf16; gradient accumulation 1 and 4).
+The breakdown alone, in about 3 minutes: bash bench/torch/device_breakdown.sh $OUT.
 Here (CPU, tiny):
   python3 bench/torch/bench_gpt.py --device=cpu --model=tiny --json
 (FSDP2 needs CUDA and is skipped on the CPU; the CPU peer is torch AdamW,

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Where zerostate.torch's step goes, on the GPU machine, in about 3
+# minutes: bench/torch/bench_gpt.py, one round, int8 moments, 2 state
+# servers x 6 threads on this host, DDP rerun in each process for the
+# ratios, each zerostate run's breakdown (timeline.py: the exposed waits,
+# the engine's host work, the compute stream's stalls on the side streams,
+# the copies, what is left unaccounted) and PROFILE_STEPS steps of it
+# under torch.profiler:
+#   - the Llama 1.1B shape (micro-batch 4): DDP, synchronous and delayed,
+#     gradient accumulation 1 and 4;
+#   - GPT-2 759M (micro-batch 8), accumulation 4: DDP, synchronous,
+#     speculative and delayed.
+# Then the tables (bench/torch/table.py), from the JSON, or from the
+# per-run lines of the log where a process ran out of time.
+#
+# The bundle as device_gpt.sh's ($ZS_BUNDLE, default .device of this tree:
+# env.sh and bin/ with zerostate-server and libzerostate_client.so):
+#   there:  bash bench/torch/device_breakdown.sh OUT_DIR [bench_gpt.py args]
+# Here (the CPU, the tiny model; no bundle):
+#   BREAKDOWN_CPU=1 bash bench/torch/device_breakdown.sh /tmp/out
+# Environment: PROFILE_STEPS (default 1; 0: no profiler), BREAKDOWN_LIMIT_S
+# (per process, default 85).
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+out=${1:?usage: device_breakdown.sh OUT_DIR [bench_gpt.py args]}
+shift
+mkdir -p "$out"
+limit=${BREAKDOWN_LIMIT_S:-85}
+common=(--json --rounds=1 --moment_format=MOMENTS_INT8 --servers=2
+        --profile_steps="${PROFILE_STEPS:-1}")
+if [[ -n "${BREAKDOWN_CPU:-}" ]]; then
+  py=/usr/bin/python3
+  common+=(--device=cpu --server_threads=1 --steps=2)
+  runs=("tiny:1,4:ddp,sync,delayed" "tiny:4:ddp,sync,speculative,delayed")
+else
+  bundle=$(cd "${ZS_BUNDLE:-$root/.device}" && pwd)
+  source "$bundle/env.sh"
+  export ZEROSTATE_CLIENT_LIB=$bundle/bin/libzerostate_client.so
+  py=python3
+  common+=(--server_bin="$bundle/bin/zerostate-server" --server_threads=6)
+  runs=("llama-1.1b:1,4:ddp,sync,delayed" "gpt2-759m:4:ddp,sync,speculative,delayed")
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$out/gpus.txt"
+  nproc | tee -a "$out/gpus.txt"
+fi
+export PYTHONPATH=$root/python${PYTHONPATH:+:$PYTHONPATH}
+for run in "${runs[@]}"; do
+  IFS=: read -r model accum systems <<< "$run"
+  name=$model-accum${accum//,/-}
+  start=$SECONDS
+  timeout "$limit" "$py" "$root/bench/torch/bench_gpt.py" --model="$model" --accum="$accum" \
+    --systems="$systems" "${common[@]}" "$@" > "$out/$name.json" 2> "$out/$name.log"
+  echo "$name rc=$? $((SECONDS - start)) s"
+  grep "tokens/s\|failed" "$out/$name.log" | tail -n 12
+done
+"$py" "$root/bench/torch/table.py" "$out"/*.log
