@@ -444,13 +444,13 @@ class Engine(ModuleSurface):
             for b in self._buckets:  # a bucket whose parameters got no gradient (or held back)
                 if not b.pushed:
                     self._push_bucket(b, step)
+            with self.timeline.host("send_ahead"):  # before the Step (raised after the pushes)
+                ahead_error = self._ahead.take()
             t0 = time.perf_counter()
             if not delayed:  # else the step in flight waits for them, not this thread
                 self._pusher.drain()
             t1 = time.perf_counter()
             self.timers["push_wait"] += t1 - t0
-            with self.timeline.host("send_ahead"):
-                ahead_error = self._ahead.take()
             if ahead_error is not None:
                 raise ahead_error
             groups = self.optimizer.param_groups
