@@ -88,7 +88,7 @@ from zerostate.torch.config import EngineConfig
 from zerostate.torch.surface import ModuleSurface, data_loader
 from zerostate.torch.timeline import Timeline
 from zerostate.torch.topology import Topology
-from zerostate.torch.weights import gather_into, holders, module_weights, ready_all
+from zerostate.torch.weights import gather_into, holders, module_weights
 
 _PRECISION_DTYPE = {"PRECISION_FP32": torch.float32, "PRECISION_BF16": torch.bfloat16,
                     "PRECISION_FP16": torch.float16}
@@ -210,7 +210,7 @@ class Engine(ModuleSurface):
             self._hook(p)
         self._weights = [w for _, w in module_weights(self.module, self._entries, self.dtype,
                                                       self.device, self.topo, self._side_in,
-                                                      self.timeline, self._staging)]
+                                                      self.timers, self._staging)]
         if not lazy_weights:
             return
         # Before a module's forward, and in its state_dict(): every module
@@ -222,14 +222,10 @@ class Engine(ModuleSurface):
                 lambda m, sd, prefix, meta, ws=ws: self._land_lazy(ws)))
 
     def _land_lazy(self, ws):
-        # Not while a delayed update is in flight: the module runs on the
-        # weights it has (landed at the step, the compute stream waiting
-        # for their copy only here).
+        # Not while a delayed update is in flight: the module runs on the weights it has.
         if not self._in_flight.active():
             for w in ws:
-                w.land(self._step_mark, defer=True)
-        for w in ws:
-            w.ready()
+                w.land(self._step_mark)
 
     def _connect(self, spec, token, plaintext, ca, cert, key, timeout, attempts, wait,
                  data_plane):
@@ -426,11 +422,6 @@ class Engine(ModuleSurface):
         return self.policy.ends_delayed(step, checkpoint)
 
     def _service_step(self):
-        self.timeline.harvest()  # the traced spans of the last step that completed
-        with self.timeline.host("step_call"):
-            self._run_step()
-
-    def _run_step(self):
         # The compute stream's end at the step: the backward has read every
         # parameter; a lazy landing's copy waits for it alone (weights.py).
         self._step_mark = self._side.mark()
@@ -502,12 +493,9 @@ class Engine(ModuleSurface):
             verdicts.finish_delayed(self)
         self._land()
 
-    def _land(self, defer=False):
-        """Lands every gather fetched; the compute stream waits for the
-        copies now, or (`defer`) in each module's forward pre-hook."""
-        landed = [w for w in self._weights if w.land(defer=True)]
-        if not defer:
-            ready_all(self._weights, landed)
+    def _land(self):
+        for w in self._weights:
+            w.land()
 
     def zero_grad(self):
         """Drops the gradients accumulated since the last step."""

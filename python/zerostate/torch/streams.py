@@ -1,8 +1,8 @@
 """Host copies off the compute stream. On a GPU, gradients go
 device-to-host and weights host-to-device each on a side stream of their
-own, each copy ordered after the compute stream's work by an event, and
-the compute stream waits (an event, not the host: Timeline.stall) only
-where it reads what a copy wrote; a bucket's push, which needs its copy done, is made by the trainer
+own (the engine's two Sides), each copy ordered after the compute stream's
+work by an event, and the compute stream waits (an event, not the host)
+only where it reads what a copy wrote; a bucket's push, which needs its copy done, is made by the trainer
 engine's push thread (zerostate.pipeline.Pusher, C++), which waits for the
 copy (host_wait), so the autograd hook never waits. On the CPU there is no
 stream: the copies are plain copies, in the same order, with the same
@@ -137,6 +137,12 @@ class Staging:
             if registered:
                 torch.cuda.cudart().cudaHostUnregister(address)
         self.slabs = []
+
+
+def compute_waits(event):
+    """The compute stream waits (on the GPU, not the host) for `event`."""
+    if event is not None:
+        event.wait()  # the current stream
 
 
 def host_waits(event):

@@ -8,11 +8,10 @@ Host phases (seconds of the training loop's threads, time.perf_counter):
   gather_wait  waiting for a module's gathered weights
   hooks        the gradient hooks' own work (into the buckets, the pushes
                queued), less push_wait
-  land         landing's own work (the node's all-gather, the copies
-               queued), less gather_wait
   send_ahead   the speculative step's parameters sent ahead (a blocking
                call to every server before backward)
-  step_call    engine.step()'s own work, less every phase above
+  step_call    engine.step()'s own work, less every phase above (the
+               landing's own work, at the step, inside it)
 On a GPU, the host phases other than the waits overlap the GPU's compute
 unless the host is behind it.
 
@@ -20,11 +19,11 @@ GPU phases (seconds, from CUDA timing events, on a GPU only, once trace()
 turned them on; read once the events completed, never by a host sync):
   stall_grads    the compute stream waiting for a gradient copy off the
                  device (before the buffer it reads is written again)
-  stall_weights  the compute stream waiting for landed weights' copies
   copy_d2h       the side stream copying gradients to the host (busy time)
-  copy_h2d       the side stream copying weights to the device (busy time)
-The stalls add to the step; the copies overlap compute and show how long
-the host link takes."""
+The stall adds to the step; the copies overlap compute and show how long
+the host link takes. The weights' copies back and the compute stream's
+waits for them are not traced here yet (weights.py): torch.profiler shows
+them (bench/torch/profile_summary.py)."""
 
 import collections
 import contextlib
@@ -33,9 +32,9 @@ import time
 import torch
 
 WAITS = ("push_wait", "server_step", "gather_wait")
-HOST = WAITS + ("hooks", "land", "send_ahead", "step_call")
-STALLS = ("stall_grads", "stall_weights")
-COPIES = ("copy_d2h", "copy_h2d")
+HOST = WAITS + ("hooks", "send_ahead", "step_call")
+STALLS = ("stall_grads",)
+COPIES = ("copy_d2h",)
 PHASES = HOST + STALLS + COPIES
 
 

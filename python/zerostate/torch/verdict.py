@@ -74,9 +74,7 @@ def finish_delayed(engine):
     verdict = engine.topo.broadcast(verdict)
     engine.timers["server_step"] += time.perf_counter() - t0
     apply(engine, verdict, engine.global_steps - 1)
-    # Lazy: each module's forward waits for its own copy, so the copies of
-    # later modules overlap the forward of the earlier ones.
-    engine._land(defer=engine.lazy_weights)
+    engine._land()
 
 
 def of(engine, step, decision, error, refused):

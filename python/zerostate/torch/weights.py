@@ -7,12 +7,12 @@ per rank; the C++ engine's GatherSlot (zerostate.pipeline) keeps which
 version is in flight, its ticket, whether it landed and when the buffer
 may be written again. land() waits for it, all-gathers the shares inside the node
 (NCCL on GPUs, gloo on the CPU) and copies into the parameters in the
-training dtype on the weights' side stream (streams.py), the compute
-stream waiting for the copy by an event: at once, or, deferred, at ready()
-(the module's forward pre-hook), so that the copies of later modules
-overlap the forward of the earlier ones. The engine calls land() at the
-step, or in the module's forward pre-hook, so the gather of a later module
-overlaps the forward of the earlier ones."""
+training dtype on the side stream (streams.py), the compute stream waiting
+for the copy by an event. The engine calls it at the step, or in the
+module's forward pre-hook, so the gather of a later module overlaps the
+forward of the earlier ones."""
+
+import time
 
 import torch
 import torch.distributed as dist
@@ -23,8 +23,8 @@ from zerostate.torch.buckets import wire_dtype
 
 
 class ModuleWeights:
-    def __init__(self, entries, dtype, device, topo, side, timeline, staging=None):
-        self.timeline = timeline  # the engine's (timeline.py): waits, stalls, copies
+    def __init__(self, entries, dtype, device, topo, side, timers, staging=None):
+        self.timers = timers  # the engine's; land() adds its wait to "gather_wait"
         self.entries = entries  # [(param, begin, end)]
         self.begin = min(e[1] for e in entries)
         self.end = max(e[2] for e in entries)
@@ -45,7 +45,6 @@ class ModuleWeights:
         else:  # gloo: the gather writes straight into the rank's part
             self.buffer = self.full[r * self.chunk:(r + 1) * self.chunk]
         self.copied = None  # the event of the last host-to-device copy out of buffer
-        self.deferred = False  # the compute stream has not waited for that copy yet
         # The landing-once bookkeeping (trainer::GatherSlot): which version
         # is fetched, its ticket, the buffer's reuse after this copy.
         self.slot = GatherSlot(self.lo, self.hi, reuse=lambda: streams.host_waits(self.copied))
@@ -55,48 +54,34 @@ class ModuleWeights:
                         (self.hi - self.lo) * self.buffer.element_size(),
                         wire_dtype(self.buffer.dtype), keep=self.buffer)
 
-    def land(self, free=None, defer=False):
+    def land(self, free=None):
         """Waits for this rank's share, then (several local ranks) the
         node's all-gather, and copies into the parameters on the side
-        stream; the compute stream waits for the copy (the host does not):
-        at once, or with `defer` at ready(). The copy waits for everything
-        the compute stream was given, or, given `free` (an event of
-        Side.mark() after which the compute stream reads none of these
-        parameters before this landing, as at the step before a lazy
-        landing), for what it had been given then: so a lazy landing
-        overlaps the forward of the modules before.
+        stream; the compute stream waits for the copy, the host does not.
+        The copy waits for everything the compute stream was given, or,
+        given `free` (an event of Side.mark() after which the compute
+        stream reads none of these parameters before this landing, as at
+        the step before a lazy landing), for what it had been given then:
+        so a lazy landing overlaps the forward of the modules before.
         Collective among the local ranks: each takes part even after its
-        gather failed (the slot says so), then raises. Returns whether a
-        gather landed."""
-        with self.timeline.host("land"):
-            with self.timeline.host("gather_wait"):
-                taken = self.slot.land()
-            if not taken:
-                return False
+        gather failed (the slot says so), then raises."""
+        t0 = time.perf_counter()
+        if not self.slot.land():
+            return
+        self.timers["gather_wait"] += time.perf_counter() - t0
+        try:
+            self._copy_in(free)
+        except BaseException:
             try:
-                self._copy_in(free)
-            except BaseException:
-                try:
-                    self.slot.landed()
-                except Exception:  # noqa: BLE001 - the copy's error is raised
-                    pass
-                raise
-            self.slot.landed()
-        if not defer:
-            self.ready()
-        return True
-
-    def ready(self):
-        """The compute stream waits for the last landing's copy, if it did
-        not yet: before anything reads the parameters."""
-        if self.deferred:
-            self.deferred = False
-            self.timeline.stall(self.copied, "stall_weights")
+                self.slot.landed()
+            except Exception:  # noqa: BLE001 - the copy's error is raised
+                pass
+            raise
+        self.slot.landed()
 
     def _copy_in(self, free):
         n = self.hi - self.lo
         with torch.no_grad(), self.side.after_compute(free):
-            start = self.timeline.copy_start(self.side.stream)
             src = self.buffer
             if self.full is not None:
                 r = self.topo.local_rank
@@ -108,9 +93,8 @@ class ModuleWeights:
             for p, b, e in self.entries:
                 part = src[b - self.begin:e - self.begin].view(p.shape)
                 p.data.copy_(part, non_blocking=True)
-            self.timeline.copy_end(self.side.stream, start, "copy_h2d")
         self.copied = self.side.done()
-        self.deferred = True
+        streams.compute_waits(self.copied)
 
     def _all_gather(self, mine):
         group = self.topo.local_group
@@ -121,7 +105,7 @@ class ModuleWeights:
             dist.all_gather(parts, mine.clone(), group=group)
 
 
-def module_weights(model, entries, dtype, device, topo, side, timeline, staging=None):
+def module_weights(model, entries, dtype, device, topo, side, timers, staging=None):
     """[(module, ModuleWeights)] for every module owning trainable
     parameters; a tied parameter goes to the first module that holds it.
     `staging`: the streams.Staging the gather buffers come from (None:
@@ -136,20 +120,8 @@ def module_weights(model, entries, dtype, device, topo, side, timeline, staging=
                 mine.append(at[id(p)])
         if mine:
             out.append((module, ModuleWeights(sorted(mine, key=lambda x: x[1]), dtype, device,
-                                              topo, side, timeline, staging)))
+                                              topo, side, timers, staging)))
     return out
-
-
-def ready_all(weights, landed):
-    """The compute stream waits for every landing copy of `weights` (a
-    list of ModuleWeights) it has not waited for; `landed`: those just
-    landed, in order. The side stream copies in order, so the last copy's
-    event covers every earlier one: one wait."""
-    if landed:
-        for w in weights:
-            w.deferred = w.deferred and w is landed[-1]
-    for w in weights:
-        w.ready()
 
 
 def holders(model, weights):
