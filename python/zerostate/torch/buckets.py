@@ -45,11 +45,15 @@ class Bucket:
         self.chunk = plan.chunk
         self.entries = entries  # [(param, begin, end)] overlapping [begin, end), flat order
         self.buffer = torch.zeros(self.chunk * local_world, dtype=reduce_dtype, device=device)
-        # id(param) -> (its part of the buffer, that part's [from, to) in the parameter)
+        # id(param) -> (its part of the buffer, that part's [from, to) in the
+        # parameter, or None where the part is the whole parameter: then
+        # the part has the parameter's shape, and take() is one add)
         self._parts = {}
         for p, b, e in entries:
             lo, hi = max(b, self.begin), min(e, self.end)
-            self._parts[id(p)] = (self.buffer[lo - self.begin:hi - self.begin], lo - b, hi - b)
+            part = self.buffer[lo - self.begin:hi - self.begin]
+            whole = lo == b and hi == e
+            self._parts[id(p)] = (part.view(p.shape), None) if whole else (part, (lo - b, hi - b))
         self.wire_dtype = wire_dtype
         self.gpu = device.type != "cpu"
         # The push buffer: the share in the wire dtype, in the client's
@@ -92,10 +96,11 @@ class Bucket:
         """Adds `grad` (p's gradient, p one of this bucket's parameters)
         over this bucket's part of p into the accumulation, in the reduce
         dtype."""
-        part, lo, hi = self._parts[id(p)]
+        part, cut = self._parts[id(p)]
         with torch.no_grad():
-            self.fresh()
-            part.add_(grad.reshape(-1)[lo:hi])
+            if self.stale:
+                self.fresh()
+            part.add_(grad if cut is None else grad.reshape(-1)[cut[0]:cut[1]])
 
     def push(self, job, step, topo, side, pusher, after=None):
         """Reduces the accumulated gradients inside the node and queues the
