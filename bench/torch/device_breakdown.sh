@@ -17,7 +17,8 @@
 # The bundle as device_gpt.sh's ($ZS_BUNDLE, default .device of this tree:
 # env.sh and bin/ with zerostate-server and libzerostate_client.so):
 #   there:  bash bench/torch/device_breakdown.sh OUT_DIR [bench_gpt.py args]
-# Here (the CPU, the tiny model; no bundle):
+# Here (the CPU, the tiny model at accumulation 2 and 1, fewer systems; no
+# bundle):
 #   BREAKDOWN_CPU=1 bash bench/torch/device_breakdown.sh /tmp/out
 # Environment: PROFILE_STEPS (default 1; 0: no profiler), BREAKDOWN_LIMIT_S
 # (per process, default 88: the two stay within 3 minutes).
@@ -32,7 +33,7 @@ common=(--json --rounds=1 --moment_format=MOMENTS_INT8 --servers=2
 if [[ -n "${BREAKDOWN_CPU:-}" ]]; then
   py=/usr/bin/python3
   common+=(--device=cpu --server_threads=1 --steps=2)
-  runs=("tiny:4,1:ddp,sync,delayed" "tiny:4:ddp,sync,speculative,delayed")
+  runs=("tiny:2,1:ddp,sync,delayed" "tiny:2:ddp,speculative")
 else
   bundle=$(cd "${ZS_BUNDLE:-$root/.device}" && pwd)
   source "$bundle/env.sh"
