@@ -26,9 +26,9 @@ def breakdown_row(label, z):
     unaccounted = z.get("unaccounted_s", z["step_s"] - z["compute_s"] - sum(e.values()))
     return (f"| {label} | {1e3 * z['step_s']:.0f} | {1e3 * z['compute_s']:.0f} | "
             f"{ms(e, ('push', 'step', 'gather'))} | "
-            f"{ms(z.get('stall_s'), ('stall_grads',))} | "
+            f"{ms(z.get('stall_s'), ('stall_grads', 'stall_weights'))} | "
             f"{ms(z.get('host_s'), ('hooks', 'send_ahead', 'step_call'))} | "
-            f"{ms(z.get('copy_s'), ('copy_d2h',))} | {1e3 * unaccounted:.0f} |")
+            f"{ms(z.get('copy_s'), ('copy_d2h', 'copy_h2d'))} | {1e3 * unaccounted:.0f} |")
 
 
 def runs_of(path):
@@ -82,8 +82,8 @@ def main(paths):
     print("\n".join(modes))
     print()
     print("| model, accumulation, mode | step ms | compute ms | waits push / step / gather ms | "
-          "stall for gradient copies ms | host hooks / send-ahead / step call ms | "
-          "gradient copies ms | unaccounted ms |")
+          "stalls grads / weights ms | host hooks / send-ahead / step call ms | "
+          "copies d2h / h2d ms | unaccounted ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(parts))
     if profiles:

@@ -39,7 +39,7 @@ def wire_dtype(torch_dtype):
 
 class Bucket:
     def __init__(self, plan, entries, reduce_dtype, wire_dtype, device, local_world,
-                 timeline, staging=None):
+                 staging=None):
         self.begin, self.end = plan.begin, plan.end
         self.lo, self.hi = plan.share_begin, plan.share_end  # this rank's share
         self.chunk = plan.chunk
@@ -67,7 +67,6 @@ class Bucket:
                 self.wire = torch.empty(self.chunk, dtype=wire_dtype, device=device)
             if local_world > 1:
                 self.mine = torch.empty(self.chunk, dtype=reduce_dtype, device=device)
-        self.timeline = timeline  # the engine's (timeline.py): stalls and copies
         self.copied = None  # the event of the last device-to-host copy
         self.stale = False  # the accumulation was dropped, not yet zeroed
         self.mark = 0  # the push thread's mark through this bucket's last push
@@ -88,7 +87,7 @@ class Bucket:
         """Zeroes the buffer if its gradients were dropped, once the copy
         that reads it is done (the compute stream waits for it)."""
         if self.stale:
-            self.timeline.stall(self.copied, "stall_grads")
+            streams.compute_waits(self.copied)
             self.buffer.zero_()
             self.stale = False
 
@@ -120,7 +119,7 @@ class Bucket:
             if topo.local_group is not None:
                 r = topo.local_rank
                 if dist.get_backend(topo.local_group) == "nccl":
-                    self.timeline.stall(self.copied, "stall_grads")  # it read self.mine
+                    streams.compute_waits(self.copied)  # the last copy read self.mine
                     mine = self.mine
                     dist.reduce_scatter_tensor(mine, self.buffer, group=topo.local_group)
                 else:
@@ -150,32 +149,28 @@ class Bucket:
         """src (on the device, n elements) into the pinned buffer, on the
         side stream after the compute stream's work (self.copied)."""
         if self.wire is not None:
-            self.timeline.stall(self.copied, "stall_grads")  # the last copy read self.wire
+            streams.compute_waits(self.copied)  # the last copy read self.wire
             self.wire[:n].copy_(src)
             src = self.wire[:n]
         with side.after_compute():
-            start = self.timeline.copy_start(side.stream)
             self.host[:n].copy_(src, non_blocking=True)
-            self.timeline.copy_end(side.stream, start, "copy_d2h")
         self.copied = side.done()
         return self.host[:n]
 
 
 def make_buckets(job, entries, bucket_elems, reduce_dtype, wire_dtype, device, topo,
-                 timeline, staging=None):
+                 staging=None):
     """The buckets of `entries` ([(param, begin, end)] in flat order, every
     tensor of `job`): the engine's bucket plan with ready points at each
     parameter's begin, parameters joined up to bucket_elems elements
     (rounded up to whole blocks) and longer ones cut to it, accumulating in reduce_dtype and pushing in wire_dtype,
     each from a host buffer of `staging` (streams.Staging; None: plain
-    memory, pinned on a GPU); `timeline` (timeline.py) counts their stalls
-    and copies."""
+    memory, pinned on a GPU)."""
     local = topo.local_world if topo.local_group is not None else 1
     rank = topo.local_rank if local > 1 else 0
     plans = bucket_plan(job, [b for _, b, _ in entries], bucket_elems, local, rank)
     out = []
     for plan in plans:
         mine = [ent for ent in entries if ent[1] < plan.end and plan.begin < ent[2]]
-        out.append(Bucket(plan, mine, reduce_dtype, wire_dtype, device, local, timeline,
-                          staging))
+        out.append(Bucket(plan, mine, reduce_dtype, wire_dtype, device, local, staging))
     return out

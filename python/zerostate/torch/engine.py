@@ -186,8 +186,8 @@ class Engine(ModuleSurface):
         thread (zerostate.pipeline)."""
         # Gradients leave on one side stream, weights come back on another:
         # the host link carries both ways at once.
-        self._side = streams.Side(self.device)
-        self._side_in = streams.Side(self.device)
+        self._side = streams.Side(self.device, self.timeline, "stall_grads", "copy_d2h")
+        self._side_in = streams.Side(self.device, self.timeline, "stall_weights", "copy_h2d")
         self._step_mark = None  # Side.mark() at the last step
         self._staging = streams.Staging(self.client, self.device)
         self._pusher = Pusher()
@@ -199,7 +199,7 @@ class Engine(ModuleSurface):
         self._early_push = self.topo.local_group is None
         self._buckets = bk.make_buckets(self.job, self._entries, bucket_elems,
                                         self.reduce_dtype, self.grad_dtype, self.device,
-                                        self.topo, self.timeline, self._staging)
+                                        self.topo, self._staging)
         self._buckets_of = {}  # id(param) -> the buckets it lies in
         for bucket in self._buckets:
             for p, _, _ in bucket.entries:

@@ -19,11 +19,13 @@ GPU phases (seconds, from CUDA timing events, on a GPU only, once trace()
 turned them on; read once the events completed, never by a host sync):
   stall_grads    the compute stream waiting for a gradient copy off the
                  device (before the buffer it reads is written again)
-  copy_d2h       the side stream copying gradients to the host (busy time)
-The stall adds to the step; the copies overlap compute and show how long
-the host link takes. The weights' copies back and the compute stream's
-waits for them are not traced here yet (weights.py): torch.profiler shows
-them (bench/torch/profile_summary.py)."""
+  stall_weights  the compute stream waiting for landed weights' copies
+  copy_d2h       the gradients' side stream copying to the host (busy time)
+  copy_h2d       the weights' side stream copying to the device (and the
+                 node's all-gather; busy time)
+The stalls add to the step; the copies overlap compute and show how long
+the host link takes. The side streams report them (streams.Side: its
+events' compute_waits and its after_compute blocks)."""
 
 import collections
 import contextlib
@@ -33,8 +35,8 @@ import torch
 
 WAITS = ("push_wait", "server_step", "gather_wait")
 HOST = WAITS + ("hooks", "send_ahead", "step_call")
-STALLS = ("stall_grads",)
-COPIES = ("copy_d2h",)
+STALLS = ("stall_grads", "stall_weights")
+COPIES = ("copy_d2h", "copy_h2d")
 PHASES = HOST + STALLS + COPIES
 
 
