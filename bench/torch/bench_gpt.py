@@ -479,6 +479,10 @@ def main():
     ap.add_argument("--trace_streams", type=int, default=1,
                     help="1: CUDA timing events on the compute stream's stalls and the side "
                          "streams' copies (zerostate.torch.timeline); 0: none")
+    ap.add_argument("--switch_interval", type=float, default=0,
+                    help="sys.setswitchinterval in seconds (0: Python's 0.005): how long a "
+                         "thread waits for the GIL while another runs Python, e.g. the push "
+                         "thread's waits during the forward (a diagnosis, not a setting)")
     ap.add_argument("--profile_steps", type=int, default=0,
                     help="after each zerostate run, this many steps under torch.profiler, "
                          "summarized in its figures (profile_summary.py)")
@@ -490,6 +494,8 @@ def main():
         ap.error(f"--wires: {unknown} unknown; known: {sorted(ZS_WIRES)}")
     if args.tiny:
         args.model = "tiny"
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     spec = MODELS[args.model]
     if args.model == "tiny":
         args.steps, args.warmup, args.bucket_elems = min(args.steps, 4), 2, 1 << 14
@@ -533,7 +539,7 @@ def main():
         "moment_format": args.moment_format, "wires": args.wires,
         "link_gbit": args.link_gbit or None,
         "torch": torch.__version__, "python": sys.version.split()[0],
-        "host_bandwidth_bytes_per_s": bandwidth, "floor_bytes_per_param": FLOOR_BYTES_PER_PARAM,
+        "host_bandwidth_bytes_per_s": bandwidth, "switch_interval_s": sys.getswitchinterval(), "floor_bytes_per_param": FLOOR_BYTES_PER_PARAM,
         "precision": {"ddp": "fp32 weights and fused AdamW on the GPU, bf16 autocast",
                       "fsdp2_offload_fused": "fp32 weights and fused AdamW on the CPU, bf16 "
                       "params on the GPU, fp32 reduce (MixedPrecisionPolicy)",
