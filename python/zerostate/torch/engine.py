@@ -22,7 +22,7 @@ state servers.
   trainer/engine/pusher.h). On a GPU nothing on the compute stream waits
   for the host: a bucket goes device-to-host on a side stream into pinned
   memory, ordered by events, and the push thread pushes it once there;
-  gathered weights go host-to-device on the side stream and the compute
+  gathered weights go host-to-device on another side stream and the compute
   stream waits for them by an event (streams.py).
 - Shares inside the node: each local rank gathers its share of each
   module's weights and the node all-gathers them (NCCL on GPUs, gloo on
@@ -182,7 +182,7 @@ class Engine(ModuleSurface):
 
     def _install(self, bucket_elems, lazy_weights):
         """Buckets and gradient hooks; gather buffers and (lazy) forward
-        pre-hooks; on a GPU the side stream of the host copies and the push
+        pre-hooks; on a GPU the side streams of the host copies and the push
         thread (zerostate.pipeline)."""
         # Gradients leave on one side stream, weights come back on another:
         # the host link carries both ways at once.
