@@ -9,12 +9,17 @@ per step, the exposed wait (push, step, gather: host time the training loop
 waited), the compute (forward and backward of the same bf16 model alone,
 measured in the same run), the host's floor for our path (bytes of host
 memory traffic per parameter x parameters / the host bandwidth measured in
-the same run), the step's ratio to max(compute, floor), and the fraction
+the same run), the step's ratio to max(compute, floor), the fraction
 of pushed and gathered bytes a server read or wrote in place in the
-client's shared buffers (in_place_fraction).
+client's shared buffers (in_place_fraction), and where the rest of the
+step went (breakdown(): the engine's host work, the compute stream's
+stalls on the side streams' copies, the copies, and what no figure
+accounts for); with --profile_steps, a torch.profiler summary of a few
+steps (profile_summary.py).
 
 GPU machine: bash bench/torch/device_gpt.sh $OUT (GPT-2 759M, micro-batch 8, and
 the Llama 1.1B shape, micro-batch 4; bf16; gradient accumulation 1 and 4).
+The breakdown alone, in about 3 minutes: bash bench/torch/device_breakdown.sh $OUT.
 Here (CPU, tiny):
   python3 bench/torch/bench_gpt.py --device=cpu --model=tiny --json
 (FSDP2 needs CUDA and is skipped on the CPU; the CPU peer is torch AdamW,
@@ -44,6 +49,8 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
 
 from model import GPT, param_groups, synthetic_batch  # noqa: E402
+from profile_summary import profile_steps  # noqa: E402
+from zerostate.torch import timeline as tl  # noqa: E402
 
 # Host memory traffic per parameter of one zerostate step of one node at
 # the bf16 wire with fp32 state (bytes read + written on the host): the
@@ -248,6 +255,8 @@ class Run:
                                         plaintext=True, lazy_weights=True,
                                         bucket_elems=self.args.bucket_elems, token=BENCH_TOKEN)
 
+        engine.timeline.trace(self.args.trace_streams)
+
         def step(s):
             for x, y in self.batches(s):
                 engine.backward(loss_of(engine, x, y, self.spec))
@@ -255,8 +264,8 @@ class Run:
 
         before = {}
 
-        def counters():
-            return dict(engine.timers, moved=sum(engine.client.bytes()),
+        def counters():  # after a sync: every traced span is complete
+            return dict(engine.timeline.harvest(wait=True), moved=sum(engine.client.bytes()),
                         in_place=sum(engine.client.zero_copy_bytes()))
 
         def timed(s):
@@ -267,6 +276,10 @@ class Run:
         tps, step_s = self.loop(timed, f"zerostate_{mode}")
         after = counters()
         per_step = {k: (after[k] - before[k]) / self.steps for k in before}
+        profile = None
+        if self.args.profile_steps:
+            profile = profile_steps(step, self.warmup + self.steps, self.args.profile_steps,
+                                    self.device.type == "cuda")
         engine.sync_weights()
         engine.close()
         compute_s = self.compute(engine.module)
@@ -275,10 +288,14 @@ class Run:
         free_cuda(self.device)
         exposed = {"push": per_step["push_wait"], "step": per_step["server_step"],
                    "gather": per_step["gather_wait"]}
-        return tps, {"step_s": step_s, "exposed_s": exposed, "wire_bytes": per_step["moved"],
-                     "exposed_fraction": sum(exposed.values()) / step_s,
-                     "compute_s": compute_s, "params": params,
-                     "in_place_fraction": per_step["in_place"] / max(per_step["moved"], 1)}
+        figures = {"step_s": step_s, "exposed_s": exposed, "wire_bytes": per_step["moved"],
+                   "exposed_fraction": sum(exposed.values()) / step_s,
+                   "compute_s": compute_s, "params": params,
+                   "in_place_fraction": per_step["in_place"] / max(per_step["moved"], 1),
+                   **breakdown(step_s, compute_s, per_step)}
+        if profile is not None:
+            figures["profile"] = profile
+        return tps, figures
 
     def compute(self, module):
         """Seconds per step of forward and backward alone on `module` (the
@@ -297,6 +314,22 @@ class Run:
             step(1 + s)
         sync(self.device)
         return (time.perf_counter() - t0) / n
+
+
+def breakdown(step_s, compute_s, per_step):
+    """Where a step's seconds went (timeline.py's phases, per step):
+    host_s, the engine's own host work (the hooks, the send-ahead,
+    engine.step()); stall_s, the compute stream waiting for the side
+    streams' copies (gradients off, weights back); copy_s, those copies
+    (they overlap compute); unaccounted_s, the step less the compute, the
+    exposed waits and the stalls. On the CPU the host work is inside
+    unaccounted_s; on a GPU it overlaps the compute unless the host is
+    behind, so an unaccounted_s near host_s says the host is."""
+    host = {k: per_step[k] for k in tl.HOST if k not in tl.WAITS}
+    stalls = {k: per_step[k] for k in tl.STALLS}
+    rest = compute_s + sum(per_step[k] for k in tl.WAITS) + sum(stalls.values())
+    return {"host_s": host, "stall_s": stalls, "copy_s": {k: per_step[k] for k in tl.COPIES},
+            "unaccounted_s": step_s - rest}
 
 
 def start_servers(args, tmp):
@@ -392,13 +425,16 @@ def summary(args, spec, run, rounds, zs_rounds, errors, bandwidth):
         mean = {k: statistics.mean(f[k] for f in figs)
                 for k in ("step_s", "exposed_fraction", "compute_s", "in_place_fraction",
                           "wire_bytes")}
-        exposed = {k: statistics.mean(f["exposed_s"][k] for f in figs)
-                   for k in ("push", "step", "gather")}
+        parts = {part: {k: statistics.mean(f[part][k] for f in figs) for k in figs[0][part]}
+                 for part in ("exposed_s", "host_s", "stall_s", "copy_s")}
         params = figs[0]["params"]
         floor = params * FLOOR_BYTES_PER_PARAM / bandwidth
         result["zerostate"][mode] = dict(
-            mean, exposed_s=exposed, params=params, floor_s=floor,
+            mean, **parts, params=params, floor_s=floor,
+            unaccounted_s=statistics.mean(f["unaccounted_s"] for f in figs),
             step_over_max_compute_floor=mean["step_s"] / max(mean["compute_s"], floor))
+        if "profile" in figs[-1]:
+            result["zerostate"][mode]["profile"] = figs[-1]["profile"]
         if args.link_gbit:
             # The payload bytes over the link (bench/cluster/gpu_wire.py's
             # cap): a synchronous step pushes, then gathers (out + in); a
@@ -440,6 +476,16 @@ def main():
     ap.add_argument("--bucket_elems", type=int, default=1 << 25)
     ap.add_argument("--systems", default="ddp,fsdp2," + ",".join(ZS_MODES))
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--trace_streams", type=int, default=1,
+                    help="1: CUDA timing events on the compute stream's stalls and the side "
+                         "streams' copies (zerostate.torch.timeline); 0: none")
+    ap.add_argument("--switch_interval", type=float, default=0,
+                    help="sys.setswitchinterval in seconds (0: Python's 0.005): how long a "
+                         "thread waits for the GIL while another runs Python, e.g. the push "
+                         "thread's waits during the forward (a diagnosis, not a setting)")
+    ap.add_argument("--profile_steps", type=int, default=0,
+                    help="after each zerostate run, this many steps under torch.profiler, "
+                         "summarized in its figures (profile_summary.py)")
     ap.add_argument("--moment_format", default="MOMENTS_FP32",
                     help="zerostate's moment storage: MOMENTS_FP32, MOMENTS_BF16 or MOMENTS_INT8")
     args = ap.parse_args()
@@ -448,6 +494,8 @@ def main():
         ap.error(f"--wires: {unknown} unknown; known: {sorted(ZS_WIRES)}")
     if args.tiny:
         args.model = "tiny"
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     spec = MODELS[args.model]
     if args.model == "tiny":
         args.steps, args.warmup, args.bucket_elems = min(args.steps, 4), 2, 1 << 14
@@ -491,7 +539,7 @@ def main():
         "moment_format": args.moment_format, "wires": args.wires,
         "link_gbit": args.link_gbit or None,
         "torch": torch.__version__, "python": sys.version.split()[0],
-        "host_bandwidth_bytes_per_s": bandwidth, "floor_bytes_per_param": FLOOR_BYTES_PER_PARAM,
+        "host_bandwidth_bytes_per_s": bandwidth, "switch_interval_s": sys.getswitchinterval(), "floor_bytes_per_param": FLOOR_BYTES_PER_PARAM,
         "precision": {"ddp": "fp32 weights and fused AdamW on the GPU, bf16 autocast",
                       "fsdp2_offload_fused": "fp32 weights and fused AdamW on the CPU, bf16 "
                       "params on the GPU, fp32 reduce (MixedPrecisionPolicy)",

@@ -1,20 +1,55 @@
 """The markdown tables of bench_gpt.py's --json output files (each one
 model's runs): tokens/s as a fraction of DDP (on the CPU: torch AdamW) per system and accumulation,
-delayed against FSDP2's offload, and per zerostate mode the step, the
-exposed waits, the compute, the floor and the bytes moved in place.
+delayed against FSDP2's offload, per zerostate mode the step, the
+exposed waits, the compute, the floor and the bytes moved in place, and
+where the step went (bench_gpt.py's breakdown; results without it print
+"-" there), and the torch.profiler summaries it holds (--profile_steps).
+A .log file (bench_gpt.py's stderr) gives the runs it logged, so a
+process cut short still prints the runs it finished.
 
-  python3 bench/torch/table.py RESULTS_DIR/*.json"""
+  python3 bench/torch/table.py RESULTS_DIR/*.json (or *.log)"""
 
 import json
 import sys
 
 
+def ms(part, keys):
+    """The ms of `part`'s `keys` (a dict of seconds) as a / b / c, or "-"."""
+    if not part:
+        return "-"
+    return " / ".join(f"{1e3 * part[k]:.0f}" for k in keys)
+
+
+def breakdown_row(label, z):
+    e = z["exposed_s"]
+    # Results from before the breakdown: the step less compute and waits.
+    unaccounted = z.get("unaccounted_s", z["step_s"] - z["compute_s"] - sum(e.values()))
+    return (f"| {label} | {1e3 * z['step_s']:.0f} | {1e3 * z['compute_s']:.0f} | "
+            f"{ms(e, ('push', 'step', 'gather'))} | "
+            f"{ms(z.get('stall_s'), ('stall_grads', 'stall_weights'))} | "
+            f"{ms(z.get('host_s'), ('hooks', 'send_ahead', 'step_call'))} | "
+            f"{ms(z.get('copy_s'), ('copy_d2h', 'copy_h2d'))} | {1e3 * unaccounted:.0f} |")
+
+
+def runs_of(path):
+    """The runs of a bench_gpt.py --json output, or those its log names."""
+    with open(path) as f:
+        if not path.endswith(".log"):
+            return json.load(f)["runs"]
+        return [json.loads(line.split("] run: ", 1)[1]) for line in f if "] run: " in line]
+
+
+def profile_lines(label, p):
+    top = "; ".join(f"{name} {ms:.1f} ({calls:g})" for name, ms, calls in p["top_ms"][:8])
+    copies = ", ".join(f"{k} {v:.1f}" for k, v in p["memcpy_ms"].items()) or "none"
+    return [f"{label}: ops {p['kernels_ms']:.1f} ms/step, copies {copies}, "
+            f"{p['stream_waits']:g} stream waits/step", f"  top ms/step (calls): {top}"]
+
+
 def main(paths):
-    rows, modes = [], []
+    rows, modes, parts, profiles = [], [], [], []
     for path in paths:
-        with open(path) as f:
-            result = json.load(f)
-        for r in result["runs"]:
+        for r in runs_of(path):
             t = r["tokens_per_s"]
             ddp = t.get("ddp", t.get("torch_adamw"))  # the CPU's peer: torch AdamW
             frac = {k: f"{v / ddp:.2f}" for k, v in t.items()}
@@ -33,6 +68,9 @@ def main(paths):
                     f"{100 * z['exposed_fraction']:.1f}% | {1e3 * z['compute_s']:.0f} | "
                     f"{1e3 * z['floor_s']:.0f} | {z['step_over_max_compute_floor']:.2f} | "
                     f"{z.get('in_place_fraction', float('nan')):.3f} |")
+                parts.append(breakdown_row(f"{r['model']}, {r['accum']}, {mode}", z))
+                if "profile" in z:
+                    profiles += profile_lines(f"{r['model']}, {r['accum']}, {mode}", z["profile"])
     print("| model, accumulation | DDP tokens/s | FSDP2 offload | sync | speculative | delayed "
           "| delayed / FSDP2 |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
@@ -42,6 +80,15 @@ def main(paths):
           "| compute ms | floor ms | step / max(compute, floor) | bytes in place |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(modes))
+    print()
+    print("| model, accumulation, mode | step ms | compute ms | waits push / step / gather ms | "
+          "stalls grads / weights ms | host hooks / send-ahead / step call ms | "
+          "copies d2h / h2d ms | unaccounted ms |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n".join(parts))
+    if profiles:
+        print()
+        print("\n".join(profiles))
 
 
 if __name__ == "__main__":

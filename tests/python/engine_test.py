@@ -267,6 +267,23 @@ class EngineTest(zs_servers.ServersTestCase):
         self.assertLess(err, 1e-6)
         self.assertGreater(off, 1e-3)
 
+    def test_delayed_update_with_lazy_landing_is_adamw_one_step_late(self):
+        """The delayed update with lazy landing (as bench/torch runs it): the
+        version in flight lands at the step, each module's forward runs on
+        it; the result is AdamW applied one step late, as with eager
+        landing."""
+        warmup, steps = 2, 30
+        torch.manual_seed(0)
+        model = Net()
+        late = reference_delayed(copy.deepcopy(model), steps, warmup)
+        config = dict(CONFIG, zero_optimization={"delayed_update": {"enabled": True,
+                                                                    "warmup_steps": warmup}})
+        engine = train(self.engine(model, "delayed-lazy", config=config, lazy_weights=True),
+                       0, steps)
+        engine.sync_weights()
+        self.assertEqual(engine.job.version(), steps)
+        self.assertLess(max_relative(engine.module, late), 1e-6)
+
     def test_delayed_push_refused_fails_the_step_at_the_next_verdict(self):
         """The delayed update: step t's pushes finish behind the next forward,
         on the push thread, and its Step waits for them on its own thread, so
@@ -544,6 +561,36 @@ class EngineTest(zs_servers.ServersTestCase):
         spec.job.step_ahead(steps - 1, 0.0, 1.0)
         with self.assertRaisesRegex(ZerostateError, "without speculative_step"):
             plain.job.step_ahead(steps - 1, 0.0, 1.0)
+
+    def test_speculative_backward_does_not_wait_for_the_servers(self):
+        """The speculative step's parameters go to the servers on a thread
+        of their own: with every server stopped (SIGSTOP), the boundary's
+        backward returns (its pushes queued on the push thread); once the
+        servers go on, the step ends as the synchronous one does."""
+        config = copy.deepcopy(CONFIG)
+        config["zerostate"]["train"]["speculative_step"] = True
+        torch.manual_seed(0)
+        engine = train(self.engine(Net(), "ahead-off-path", config=config), 0, 2)
+        loss = loss_of(engine, 2)
+        returned = threading.Event()
+        worker = threading.Thread(target=lambda: (engine.backward(loss), returned.set()),
+                                  daemon=True)
+        for server in self.servers:
+            os.killpg(server.proc.pid, signal.SIGSTOP)
+        try:
+            worker.start()
+            returned.wait(60)
+        finally:
+            for server in self.servers:
+                os.killpg(server.proc.pid, signal.SIGCONT)
+        worker.join()
+        self.assertTrue(returned.is_set(), "backward waited for the stopped servers")
+        engine.step()
+        config["zerostate"]["train"]["speculative_step"] = False
+        torch.manual_seed(0)
+        plain = train(self.engine(Net(), "ahead-off-path-plain", config=config), 0, 3)
+        for (n, p), q in zip(engine.module.named_parameters(), plain.module.parameters()):
+            self.assertTrue(torch.equal(p, q), n)
 
     def test_resume_from_checkpoint_is_bit_identical(self):
         steps = 30

@@ -74,7 +74,7 @@ class BenchTinyTest(unittest.TestCase):
     def test_cpu_variant_prints_every_figure(self):
         out = run(["bench/torch/bench_gpt.py", "--device=cpu", "--model=tiny", "--json",
                    "--rounds=2", "--accum=2", "--steps=2", "--server_threads=1",
-                   "--wires=bf16,int8", "--link_gbit=25",
+                   "--wires=bf16,int8", "--link_gbit=25", "--profile_steps=1",
                    "--server_bin=" + zs_servers.server_binary()])
         print(out)
         self.assertEqual([r["accum"] for r in out["runs"]], [2])
@@ -97,11 +97,48 @@ class BenchTinyTest(unittest.TestCase):
                 self.assertGreater(plain["step_over_wire_floor"], 0)
             for z in r["zerostate"].values():
                 self.assertEqual(set(z["exposed_s"]), {"push", "step", "gather"})
+                # Where the step went: the engine's host work (in the
+                # hooks, the send-ahead, engine.step()), the stalls for and
+                # the time of the side streams' copies (none on the CPU),
+                # and what is left of the step after compute, waits, stalls.
+                self.assertEqual(set(z["host_s"]), {"hooks", "send_ahead", "step_call"})
+                self.assertEqual(z["stall_s"], {"stall_grads": 0.0, "stall_weights": 0.0})
+                self.assertEqual(z["copy_s"], {"copy_d2h": 0.0, "copy_h2d": 0.0})
+                self.assertGreater(z["host_s"]["hooks"], 0)
+                self.assertGreater(z["host_s"]["step_call"], 0)
+                rest = z["compute_s"] + sum(z["exposed_s"].values()) + sum(z["stall_s"].values())
+                self.assertAlmostEqual(z["unaccounted_s"], z["step_s"] - rest, places=9)
+                # One step under torch.profiler, summarized (the CPU's ops).
+                self.assertTrue(z["profile"]["top_ms"])
+                self.assertGreater(z["profile"]["kernels_ms"], 0)
+            for m in ("speculative", "speculative_int8"):
+                self.assertGreater(r["zerostate"][m]["host_s"]["send_ahead"], 0)
                 self.assertGreater(z["params"], 0)
                 self.assertGreater(z["compute_s"], 0)
                 self.assertGreater(z["floor_s"], 0)
                 self.assertGreater(z["step_over_max_compute_floor"], 0)
 
+
+class DeviceBreakdownTest(unittest.TestCase):
+    def test_cpu_variant_prints_the_breakdown(self):
+        """bench/torch/device_breakdown.sh as the GPU machine runs it, on
+        the CPU with the tiny model (accumulation 2 in place of 4, fewer
+        systems): both processes, then the breakdown table of every run."""
+        with tempfile.TemporaryDirectory() as tmp:
+            proc = subprocess.run(
+                ["bash", "bench/torch/device_breakdown.sh", tmp,
+                 "--server_bin=" + os.path.abspath(zs_servers.server_binary())],
+                cwd=ROOT, capture_output=True, text=True, timeout=240,
+                env=dict(os.environ, BREAKDOWN_CPU="1", PROFILE_STEPS="0"))
+        print(proc.stdout[-3000:])
+        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+        self.assertIn("tiny-accum2-1 rc=0", proc.stdout)
+        self.assertIn("tiny-accum2 rc=0", proc.stdout)
+        table = proc.stdout[proc.stdout.index("| unaccounted ms |"):].splitlines()
+        for mode in ("2, sync", "2, speculative", "2, delayed", "1, sync", "1, delayed"):
+            # its row in the breakdown table: 8 columns, unaccounted last
+            self.assertTrue(any(r.startswith(f"| tiny, {mode} |") and r.count("|") == 9
+                                for r in table), mode)
 
 if __name__ == "__main__":
     unittest.main()

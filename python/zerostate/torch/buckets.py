@@ -17,7 +17,10 @@ the engine's push thread (zerostate.pipeline.Pusher, C++), from a push
 buffer in the client's shared memory, which a server on this host reads in
 place (streams.Staging). On a GPU the share goes there on the side stream
 and the push thread waits for that copy before it pushes (streams.py): the
-backward never waits for it."""
+backward never waits for it. The accumulation is dropped at the step but
+zeroed only before the next step's first gradient goes in (or its push):
+the compute stream waits for the copy reading it there, in the next
+backward, not before the next forward."""
 
 import time
 
@@ -42,11 +45,15 @@ class Bucket:
         self.chunk = plan.chunk
         self.entries = entries  # [(param, begin, end)] overlapping [begin, end), flat order
         self.buffer = torch.zeros(self.chunk * local_world, dtype=reduce_dtype, device=device)
-        # id(param) -> (its part of the buffer, that part's [from, to) in the parameter)
+        # id(param) -> (its part of the buffer, that part's [from, to) in the
+        # parameter, or None where the part is the whole parameter: then
+        # the part has the parameter's shape, and take() is one add)
         self._parts = {}
         for p, b, e in entries:
             lo, hi = max(b, self.begin), min(e, self.end)
-            self._parts[id(p)] = (self.buffer[lo - self.begin:hi - self.begin], lo - b, hi - b)
+            part = self.buffer[lo - self.begin:hi - self.begin]
+            whole = lo == b and hi == e
+            self._parts[id(p)] = (part.view(p.shape), None) if whole else (part, (lo - b, hi - b))
         self.wire_dtype = wire_dtype
         self.gpu = device.type != "cpu"
         # The push buffer: the share in the wire dtype, in the client's
@@ -61,6 +68,7 @@ class Bucket:
             if local_world > 1:
                 self.mine = torch.empty(self.chunk, dtype=reduce_dtype, device=device)
         self.copied = None  # the event of the last device-to-host copy
+        self.stale = False  # the accumulation was dropped, not yet zeroed
         self.mark = 0  # the push thread's mark through this bucket's last push
         self.ready = 0
         self.pushed = False  # this step
@@ -71,17 +79,27 @@ class Bucket:
         self.pushed = False
 
     def zero(self):
-        """Drops the accumulated gradients (after the copy that reads them)."""
-        streams.compute_waits(self.copied)
-        self.buffer.zero_()
+        """Drops the accumulated gradients; the buffer is zeroed by the
+        next take() or push() (fresh())."""
+        self.stale = True
+
+    def fresh(self):
+        """Zeroes the buffer if its gradients were dropped, once the copy
+        that reads it is done (the compute stream waits for it)."""
+        if self.stale:
+            streams.compute_waits(self.copied)
+            self.buffer.zero_()
+            self.stale = False
 
     def take(self, p, grad):
         """Adds `grad` (p's gradient, p one of this bucket's parameters)
         over this bucket's part of p into the accumulation, in the reduce
         dtype."""
-        part, lo, hi = self._parts[id(p)]
+        part, cut = self._parts[id(p)]
         with torch.no_grad():
-            part.add_(grad.reshape(-1)[lo:hi])
+            if self.stale:
+                self.fresh()
+            part.add_(grad if cut is None else grad.reshape(-1)[cut[0]:cut[1]])
 
     def push(self, job, step, topo, side, pusher, after=None):
         """Reduces the accumulated gradients inside the node and queues the
@@ -96,6 +114,7 @@ class Bucket:
         the host. Returns the seconds that wait took."""
         self.pushed = True
         with torch.no_grad():
+            self.fresh()
             mine = self.buffer
             if topo.local_group is not None:
                 r = topo.local_rank

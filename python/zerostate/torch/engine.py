@@ -22,7 +22,7 @@ state servers.
   trainer/engine/pusher.h). On a GPU nothing on the compute stream waits
   for the host: a bucket goes device-to-host on a side stream into pinned
   memory, ordered by events, and the push thread pushes it once there;
-  gathered weights go host-to-device on the side stream and the compute
+  gathered weights go host-to-device on another side stream and the compute
   stream waits for them by an event (streams.py).
 - Shares inside the node: each local rank gathers its share of each
   module's weights and the node all-gathers them (NCCL on GPUs, gloo on
@@ -79,12 +79,14 @@ from zerostate.client import Client, ZerostateError
 from zerostate.pipeline import InFlight, Pusher, send_ahead
 from zerostate.policy import Policy
 from zerostate.torch import buckets as bk
+from zerostate.torch.ahead import Ahead
 from zerostate.torch import checkpoint as ckpt
 from zerostate.torch import optimizer as zopt
 from zerostate.torch import streams
 from zerostate.torch import verdict as verdicts
 from zerostate.torch.config import EngineConfig
 from zerostate.torch.surface import ModuleSurface, data_loader
+from zerostate.torch.timeline import Timeline
 from zerostate.torch.topology import Topology
 from zerostate.torch.weights import gather_into, holders, module_weights
 
@@ -126,17 +128,19 @@ class Engine(ModuleSurface):
         self.micro_steps = 0
         self._failed = None
         self._boundary = False
-        self._ahead_error = None  # a failed Step sent ahead (speculative_step)
+        self._ahead = Ahead()  # the Step sent ahead (speculative_step), on its thread
         # The delayed update's step in flight and its verdict (the C++ the
         # worker holds); the gathers it put out are the modules' slots'.
         self._in_flight = InFlight()
         self._no_sync = False  # inside no_sync()
         self._grad_norm = self._step_applied = None  # the last step's (surface.py)
         self.policy = Policy(self.config.train)
-        # Seconds spent waiting, summed since initialize (for benchmarks): for
-        # pushes after backward, for the coordinator's statistics and Step
-        # (and its verdict), for gathered weights.
-        self.timers = {"push_wait": 0.0, "server_step": 0.0, "gather_wait": 0.0}
+        # Where the loop's time goes, summed since initialize (for
+        # benchmarks): the waits for pushes, for the coordinator's Step and
+        # verdict and for gathered weights, the engine's own host work and,
+        # traced on a GPU, the compute stream's stalls (timeline.py).
+        self.timeline = Timeline(self.device)
+        self.timers = self.timeline.seconds
 
         groups = zopt.groups_of(model, model_parameters)
         c = self.config
@@ -178,9 +182,12 @@ class Engine(ModuleSurface):
 
     def _install(self, bucket_elems, lazy_weights):
         """Buckets and gradient hooks; gather buffers and (lazy) forward
-        pre-hooks; on a GPU the side stream of the host copies and the push
+        pre-hooks; on a GPU the side streams of the host copies and the push
         thread (zerostate.pipeline)."""
-        self._side = streams.Side(self.device)
+        # Gradients leave on one side stream, weights come back on another:
+        # the host link carries both ways at once.
+        self._side = streams.Side(self.device, self.timeline, "stall_grads", "copy_d2h")
+        self._side_in = streams.Side(self.device, self.timeline, "stall_weights", "copy_h2d")
         self._step_mark = None  # Side.mark() at the last step
         self._staging = streams.Staging(self.client, self.device)
         self._pusher = Pusher()
@@ -202,7 +209,7 @@ class Engine(ModuleSurface):
         for _, p in self._params:
             self._hook(p)
         self._weights = [w for _, w in module_weights(self.module, self._entries, self.dtype,
-                                                      self.device, self.topo, self._side,
+                                                      self.device, self.topo, self._side_in,
                                                       self.timers, self._staging)]
         if not lazy_weights:
             return
@@ -336,24 +343,32 @@ class Engine(ModuleSurface):
             for b in self._buckets:
                 b.reset()
             if self.config.speculative_step and self.topo.coordinator:
-                self._send_ahead()
+                with self.timeline.host("send_ahead"):
+                    self._send_ahead()
         (loss * self.loss_scale if self.dtype == torch.float16 else loss).backward()
         return loss
 
     def _send_ahead(self):
-        """The coordinator's Step parameters before the gradients leave, as
-        verdict.decide will send them if nothing is clipped (the policy's grad_scale):
-        the servers step each block as soon as it is complete. A failure is
-        taken up by the step (_service_step), where every rank hears of it."""
-        try:
-            send_ahead(self.job, self.policy, self.global_steps, self._average_over(),
-                       lr=self.optimizer.param_groups[0]["lr"])
-        except ZerostateError as e:
-            self._ahead_error = e
+        """The coordinator's Step parameters as the gradients begin to
+        leave, as verdict.decide will send them if nothing is clipped (the
+        policy's grad_scale): the servers step each block as soon as it is
+        complete. Sent on a thread (ahead.py), so the backward does not
+        wait for the servers; the step waits for it before its Step and
+        raises its failure, where every rank hears of it."""
+        step, over = self.global_steps, self._average_over()
+        lr = self.optimizer.param_groups[0]["lr"]
+        self._ahead.send(lambda: send_ahead(self.job, self.policy, step, over, lr=lr))
 
     def _grad_ready(self, p):
         """p's gradient into the buckets it lies in, then dropped; at the
         boundary each bucket it completes is pushed."""
+        # (timeline.host's sum, inline: a hook runs once per parameter)
+        timers = self.timers
+        t0, waited = time.perf_counter(), timers["push_wait"]
+        self._take(p)
+        timers["hooks"] += time.perf_counter() - t0 - (timers["push_wait"] - waited)
+
+    def _take(self, p):
         buckets = self._buckets_of[id(p)]
         if p.grad is not None:
             for bucket in buckets:
@@ -428,14 +443,15 @@ class Engine(ModuleSurface):
             for b in self._buckets:  # a bucket whose parameters got no gradient (or held back)
                 if not b.pushed:
                     self._push_bucket(b, step)
+            with self.timeline.host("send_ahead"):  # before the Step (raised after the pushes)
+                ahead_error = self._ahead.take()
             t0 = time.perf_counter()
             if not delayed:  # else the step in flight waits for them, not this thread
                 self._pusher.drain()
             t1 = time.perf_counter()
             self.timers["push_wait"] += t1 - t0
-            if self._ahead_error is not None:
-                e, self._ahead_error = self._ahead_error, None
-                raise e
+            if ahead_error is not None:
+                raise ahead_error
             groups = self.optimizer.param_groups
             lr, scales = groups[0]["lr"], zopt.lr_scales(groups)
             verdict = None
@@ -532,6 +548,7 @@ class Engine(ModuleSurface):
         failed Step the servers, alive, would keep them waiting for a
         version that does not come) and the push thread's pushes (their
         errors dropped): the C++ engine's order, as zerostate-worker's."""
+        self._ahead.take()  # its failure dropped too: no Step follows it
         self._in_flight.abandon(self._pusher, [w.slot for w in self._weights])
 
     def _check_alive(self):

@@ -1,8 +1,8 @@
 """Host copies off the compute stream. On a GPU, gradients go
-device-to-host and weights host-to-device on a side stream, each copy
-ordered after the compute stream's work by an event, and the compute
-stream waits (an event, not the host) only where it reads what a copy
-wrote; a bucket's push, which needs its copy done, is made by the trainer
+device-to-host and weights host-to-device each on a side stream of their
+own (the engine's two Sides), each copy ordered after the compute stream's
+work by an event, and the compute stream waits (an event, not the host)
+only where it reads what a copy wrote; a bucket's push, which needs its copy done, is made by the trainer
 engine's push thread (zerostate.pipeline.Pusher, C++), which waits for the
 copy (host_wait), so the autograd hook never waits. On the CPU there is no
 stream: the copies are plain copies, in the same order, with the same
@@ -19,16 +19,20 @@ from zerostate.client import ZerostateError
 
 
 class Side:
-    """The side stream of `device` (None on the CPU)."""
+    """The side stream of `device` (None on the CPU). Given `timeline`
+    (timeline.py), its copies count as phase `copy` and the compute
+    stream's waits for them (compute_waits on the events of done()) as
+    phase `stall`, when the timeline traces."""
 
-    def __init__(self, device):
+    def __init__(self, device, timeline=None, stall=None, copy=None):
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.timeline, self.stall, self.copy = timeline, stall, copy
 
     def after_compute(self, event=None):
         """A context in which work runs on the side stream after everything
         the compute stream has been given so far, or, given `event` (of
         mark()), after what it had been given then (on the CPU: nothing)."""
-        return _After(self.stream, event)
+        return _After(self, event)
 
     def mark(self):
         """An event at the compute stream's present end (None on the CPU):
@@ -46,26 +50,51 @@ class Side:
             return None
         event = torch.cuda.Event(blocking=True)
         event.record(self.stream)
-        return event
+        return event if self.timeline is None else _Traced(event, self.timeline, self.stall)
 
 
 class _After:
-    def __init__(self, stream, event):
-        self.stream, self.event, self._ctx = stream, event, None
+    def __init__(self, side, event):
+        self.side, self.event, self._ctx, self._start = side, event, None, None
 
     def __enter__(self):
-        if self.stream is not None:
+        stream = self.side.stream
+        if stream is not None:
             if self.event is not None:
-                self.stream.wait_event(self.event)
+                stream.wait_event(self.event)
             else:
-                self.stream.wait_stream(torch.cuda.current_stream(self.stream.device))
-            self._ctx = torch.cuda.stream(self.stream)
+                stream.wait_stream(torch.cuda.current_stream(stream.device))
+            self._ctx = torch.cuda.stream(stream)
             self._ctx.__enter__()
+            if self.side.timeline is not None:
+                self._start = self.side.timeline.copy_start(stream)
         return self
 
     def __exit__(self, *exc):
         if self._ctx is not None:
+            if self._start is not None:
+                self.side.timeline.copy_end(self.side.stream, self._start, self.side.copy)
             self._ctx.__exit__(*exc)
+
+
+class _Traced:
+    """A side stream's event (Side.done()) whose wait on the compute stream
+    counts in the timeline as the stall `phase` (Timeline.stall)."""
+
+    def __init__(self, event, timeline, phase):
+        self.event, self.timeline, self.phase = event, timeline, phase
+
+    def wait(self, stream=None):
+        if stream is None:
+            self.timeline.stall(self.event, self.phase)
+        else:
+            self.event.wait(stream)
+
+    def synchronize(self):
+        self.event.synchronize()
+
+    def query(self):
+        return self.event.query()
 
 
 class Staging:
