@@ -318,8 +318,8 @@ class Run:
 
 def breakdown(step_s, compute_s, per_step):
     """Where a step's seconds went (timeline.py's phases, per step):
-    host_s, the engine's own host work (the hooks, the send-ahead,
-    engine.step()); stall_s, the compute stream waiting for the side
+    host_s, the engine's own host work (the hooks, the lazy landing, the
+    send-ahead, engine.step()); stall_s, the compute stream waiting for the side
     streams' copies (gradients off, weights back); copy_s, those copies
     (they overlap compute); unaccounted_s, the step less the compute, the
     exposed waits and the stalls. On the CPU the host work is inside

@@ -27,7 +27,7 @@ def breakdown_row(label, z):
     return (f"| {label} | {1e3 * z['step_s']:.0f} | {1e3 * z['compute_s']:.0f} | "
             f"{ms(e, ('push', 'step', 'gather'))} | "
             f"{ms(z.get('stall_s'), ('stall_grads', 'stall_weights'))} | "
-            f"{ms(z.get('host_s'), ('hooks', 'send_ahead', 'step_call'))} | "
+            f"{ms(z.get('host_s'), ('hooks', 'land', 'send_ahead', 'step_call'))} | "
             f"{ms(z.get('copy_s'), ('copy_d2h', 'copy_h2d'))} | {1e3 * unaccounted:.0f} |")
 
 
@@ -82,7 +82,7 @@ def main(paths):
     print("\n".join(modes))
     print()
     print("| model, accumulation, mode | step ms | compute ms | waits push / step / gather ms | "
-          "stalls grads / weights ms | host hooks / send-ahead / step call ms | "
+          "stalls grads / weights ms | host hooks / land / send-ahead / step call ms | "
           "copies d2h / h2d ms | unaccounted ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(parts))

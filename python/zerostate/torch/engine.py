@@ -217,9 +217,13 @@ class Engine(ModuleSurface):
         # holding a parameter (tied: each of them) lands its weights.
         for module, ws in holders(self.module, self._weights):
             self._hooks.append(module.register_forward_pre_hook(
-                lambda m, i, ws=ws: self._land_lazy(ws)))
+                lambda m, i, ws=ws: self._land_timed(ws)))
             self._hooks.append(module._register_state_dict_hook(
                 lambda m, sd, prefix, meta, ws=ws: self._land_lazy(ws)))
+
+    def _land_timed(self, ws):
+        with self.timeline.host("land"):  # less the gather's wait
+            self._land_lazy(ws)
 
     def _land_lazy(self, ws):
         for w in ws:

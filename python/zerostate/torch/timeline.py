@@ -8,10 +8,12 @@ Host phases (seconds of the training loop's threads, time.perf_counter):
   gather_wait  waiting for a module's gathered weights
   hooks        the gradient hooks' own work (into the buckets, the pushes
                queued), less push_wait
+  land         a lazy landing's own work in the forward's pre-hooks (the
+               node's all-gather, the copies queued), less gather_wait
   send_ahead   the speculative step's parameters sent ahead (a blocking
                call to every server before backward)
-  step_call    engine.step()'s own work, less every phase above (the
-               landing's own work, at the step, inside it)
+  step_call    engine.step()'s own work, less every phase above (a
+               landing's own work at the step inside it)
 On a GPU, the host phases other than the waits overlap the GPU's compute
 unless the host is behind it.
 
@@ -34,7 +36,7 @@ import time
 import torch
 
 WAITS = ("push_wait", "server_step", "gather_wait")
-HOST = WAITS + ("hooks", "send_ahead", "step_call")
+HOST = WAITS + ("hooks", "land", "send_ahead", "step_call")
 STALLS = ("stall_grads", "stall_weights")
 COPIES = ("copy_d2h", "copy_h2d")
 PHASES = HOST + STALLS + COPIES
