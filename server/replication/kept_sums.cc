@@ -70,7 +70,8 @@ uint64_t KeptSums::Provide(const std::string& job, uint32_t shard,
   for (uint64_t bytes : sizes) step_bytes += bytes;
   {
     absl::MutexLock lock(&mu_);
-    auto [room, added] = room_.try_emplace(std::make_pair(job, shard), step_bytes * steps_per_shard_);
+    auto [room, added] =
+        room_.try_emplace(std::make_pair(job, shard), step_bytes * steps_per_shard_);
     if (!added) return 0;
     max_free_bytes_ += room->second;
   }

@@ -42,7 +42,8 @@ class KeptSums final : public SumBuffers, public LentRam {
   // lent its bytes.
   explicit KeptSums(ServerMetrics* metrics = nullptr, uint64_t steps_per_shard = 3,
                     RamLender* lender = nullptr)
-      : metrics_(metrics), steps_per_shard_(std::max<uint64_t>(1, steps_per_shard)),
+      : metrics_(metrics),
+        steps_per_shard_(std::max<uint64_t>(1, steps_per_shard)),
         lender_(lender) {}
 
   // Makes room for steps_per_shard steps of (job, shard)'s sums, `sizes`
