@@ -220,10 +220,11 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
           : std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 4);
   auto peer_data_tls = PeerDataTlsFor(opt.tls, opt.peer_tls_ca, opt.data_ktls);
   if (!peer_data_tls.ok()) return peer_data_tls.status();
-  // The sums a backup receives; applied ones recycled in the RAM budget's
-  // room the jobs leave, given back when a job needs it.
-  s->kept_sums_ =
-      std::make_unique<KeptSums>(s->metrics_.get(), uint64_t{256} << 20, s->jobs_.get());
+  // The sums a backup receives; applied ones recycled, up to the held
+  // steps' sums of each shard it backs (and the one it receives), in the
+  // RAM budget's room the jobs leave, given back when a job needs it.
+  s->kept_sums_ = std::make_unique<KeptSums>(
+      s->metrics_.get(), uint64_t{opt.replica_held.max_held} + 1, s->jobs_.get());
   s->jobs_->SetBorrower(s->kept_sums_.get());
   s->accepted_terms_ = std::make_unique<AcceptedTerms>();
   s->replicator_ = std::make_unique<Replicator>(Replicator::Options{

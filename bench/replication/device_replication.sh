@@ -19,8 +19,11 @@
 # (Mi parameters, default "16") and LANES (connections per backup, default
 # "0": the servers' own choice) other settings. BASE=another
 # zerostate-server (a baseline's, bundled under another name) runs the
-# same bench after each run of the bundle's, RUNS times (default 1): then
-# the files end in _run<R>.json and _base_run<R>.json. SETTINGS (default
+# same bench beside each run of the bundle's, RUNS times (default 1), the
+# order swapped every run (the baseline first in even runs): then the files
+# end in _run<R>.json and _base_run<R>.json, and the last lines printed are
+# each setting's k = 1 and k = 2 ratios of both servers, run by run, and
+# their medians. SETTINGS (default
 # "path,inside") is the bench's --settings: "path" alone skips the inside
 # setting, the failover and the catch-up. About 90 s per run of both
 # settings on the H100 host.
@@ -56,8 +59,24 @@ for size in ${SIZES:-16}; do  # Mi parameters
       continue
     fi
     for run in $(seq 1 "${RUNS:-1}"); do
+      if ((run % 2 == 0)); then bench "$BASE" "${name}_base_run$run"; fi
       bench "$bin/zerostate-server" "${name}_run$run"
-      bench "$BASE" "${name}_base_run$run"
+      if ((run % 2 == 1)); then bench "$BASE" "${name}_base_run$run"; fi
     done
+    # Each server's ratios run by run, and their medians.
+    python3 - "$out" "$name" <<'PY'
+import glob, json, statistics, sys
+out, name = sys.argv[1:]
+for server, pattern in (("this", f"{name}_run*.json"), ("base", f"{name}_base_run*.json")):
+    ratios = {}
+    for path in sorted(glob.glob(f"{out}/{pattern}")):
+        for line in open(path):
+            fig = json.loads(line)
+            if fig["figure"].endswith(("k1_ratio", "k2_ratio")):
+                ratios.setdefault(fig["figure"], []).append(fig["value"])
+    for figure, values in sorted(ratios.items()):
+        print(f"{server} {figure}: median {statistics.median(values):.3f} of "
+              + " ".join(f"{v:.3f}" for v in values))
+PY
   done
 done

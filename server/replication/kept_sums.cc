@@ -38,16 +38,55 @@ KeptSums::Sums KeptSums::Take(const std::string& job, uint32_t shard, uint64_t t
 }
 
 void KeptSums::Forget(const std::string& job) {
-  absl::MutexLock lock(&mu_);
-  for (auto it = kept_.begin(); it != kept_.end();) {
-    if (it->first.first != job) {
-      ++it;
-      continue;
+  std::vector<std::string> freed;  // freed once mu_ is let go
+  uint64_t returned = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = kept_.begin(); it != kept_.end();) {
+      if (it->first.first != job) {
+        ++it;
+        continue;
+      }
+      DropLocked(it->second);
+      kept_.erase(it++);
     }
-    DropLocked(it->second);
-    kept_.erase(it++);
+    for (auto it = room_.begin(); it != room_.end();) {
+      if (it->first.first != job) {
+        ++it;
+        continue;
+      }
+      max_free_bytes_ -= it->second;
+      room_.erase(it++);
+    }
+    returned = TrimLocked(freed);
+    PublishLocked();
   }
-  PublishLocked();
+  if (lender_ != nullptr && returned > 0) lender_->Return(returned);
+}
+
+uint64_t KeptSums::Provide(const std::string& job, uint32_t shard,
+                           const std::vector<uint64_t>& sizes) {
+  uint64_t step_bytes = 0;
+  for (uint64_t bytes : sizes) step_bytes += bytes;
+  {
+    absl::MutexLock lock(&mu_);
+    auto [room, added] =
+        room_.try_emplace(std::make_pair(job, shard), step_bytes * steps_per_shard_);
+    if (!added) return 0;
+    max_free_bytes_ += room->second;
+  }
+  // The step in hand is recycled once applied; the others' buffers are
+  // made here, outside the lock.
+  uint64_t made = 0;
+  for (uint64_t step = 1; step < steps_per_shard_; ++step) {
+    for (uint64_t bytes : sizes) {
+      if (bytes == 0) continue;
+      if (!ReserveFree(bytes)) return made;
+      AddFree(PopulatedString(bytes));
+      made += bytes;
+    }
+  }
+  return made;
 }
 
 std::string KeptSums::Buffer(uint64_t bytes) {
@@ -85,14 +124,31 @@ bool KeptSums::ReserveFree(uint64_t bytes) {
   return false;
 }
 
+void KeptSums::AddFree(std::string sum) {
+  absl::MutexLock lock(&mu_);
+  free_bytes_ += sum.size();
+  free_.push_back(std::move(sum));
+  PublishLocked();
+}
+
 void KeptSums::Recycle(Sums sums) {
   for (auto& [block, sum] : sums) {
     if (sum.empty() || !ReserveFree(sum.size())) continue;  // freed with `sums`
-    absl::MutexLock lock(&mu_);
-    free_bytes_ += sum.size();
-    free_.push_back(std::move(sum));
-    PublishLocked();
+    AddFree(std::move(sum));
   }
+}
+
+uint64_t KeptSums::TrimLocked(std::vector<std::string>& freed) {
+  uint64_t bytes = 0;
+  while (reserved_ > max_free_bytes_ && !free_.empty()) {
+    const uint64_t size = free_.back().size();
+    freed.push_back(std::move(free_.back()));
+    free_.pop_back();
+    free_bytes_ -= size;
+    reserved_ -= size;
+    bytes += size;
+  }
+  return bytes;
 }
 
 uint64_t KeptSums::DropIdle() {

@@ -131,8 +131,12 @@ grpc::Status ReplicaServiceImpl::ApplyStep(grpc::ServerContext* ctx,
   }
   // Acknowledged once held; applied behind the primary (HeldSteps).
   std::shared_ptr<Job> copy = *std::move(job);
+  std::vector<uint64_t> sizes;
+  for (const auto& [block, sum] : grads) sizes.push_back(sum.size());
   auto held = copy->held().Hold(*req, std::move(grads), pool_, held_.max_held, &kept_);
   if (!held.ok()) return ToGrpcStatus(held.status());
+  // The first step held makes the buffers of the next ones (KeptSums).
+  if (*held) kept_.Provide(first.job_id(), first.shard(), sizes);
   if (*held && !held_.lazy_apply) {
     pool_.Schedule([copy] { (void)copy->held().ApplyOne(); });  // an error deposes the copy
   }

@@ -243,15 +243,18 @@ void ShardReplicator::StreamStep(uint64_t step) {
     for (auto& st : calls) failed = failed || !st->status.ok();
   }
   if (failed && !give_up) FillWhole(*payload);  // the sums are still pinned
-  for (size_t c = 0; c < by_lane[0].size() && !give_up; ++c) {
+  // Every copy's ApplyStep at once, on the lanes: with two backups or more
+  // the Step waits for one round trip, not one per copy.
+  if (!give_up) results.resize(by_lane[0].size());
+  OnLanes(results.size(), [&](size_t c) {
     const Stream& main = *by_lane[0][c];
     bool whole = true;
     for (int lane = 0; lane < lanes; ++lane) whole = whole && by_lane[lane][c]->status.ok();
     // A lane that failed: the step goes whole on ApplyStep.
     absl::Status status =
         owner_.Send(main.address, token_, shard_, job_id_, *payload, whole ? transfer : 0);
-    results.push_back(Result{main.server, main.address, false, std::move(status), 0, nullptr});
-  }
+    results[c] = Result{main.server, main.address, false, std::move(status), 0, nullptr};
+  });
   for (auto& calls : by_lane) {
     for (auto& st : calls) {
       if (st->conn != nullptr && st->status.ok() && !give_up) {

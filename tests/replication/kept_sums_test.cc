@@ -65,8 +65,9 @@ TEST(KeptSumsTest, RecycledSumsLiveInTheRoomTheJobsLeaveAndAJobTakesItBack) {
   auto page = std::make_shared<prometheus::Registry>();
   ServerMetrics metrics(page);
   JobRegistry jobs(job + 3 * kBytes);
-  KeptSums kept(&metrics, /*max_free_bytes=*/8 * kBytes, &jobs);
+  KeptSums kept(&metrics, /*steps_per_shard=*/1, &jobs);
   jobs.SetBorrower(&kept);
+  EXPECT_EQ(kept.Provide("room", 0, std::vector<uint64_t>(8, kBytes)), 0u);  // the bound alone
   auto publish = [&] { metrics.SetRam(jobs.ram_used(), jobs.ram_budget(), jobs.size()); };
 
   // No job: the recycled sums take the room, up to their own bound.
@@ -117,7 +118,8 @@ TEST(KeptSumsTest, RecycledSumsLiveInTheRoomTheJobsLeaveAndAJobTakesItBack) {
 
 TEST(KeptSumsTest, AppliedSumsAreReceivedIntoAgainUpToTheirBound) {
   constexpr uint64_t kBytes = 4096;
-  KeptSums kept(nullptr, /*max_free_bytes=*/2 * kBytes);
+  KeptSums kept(nullptr, /*steps_per_shard=*/1);
+  EXPECT_EQ(kept.Provide("j", 0, {kBytes, kBytes}), 0u);  // room for two sums, none made
   std::string first = kept.Buffer(kBytes);
   ASSERT_EQ(first.size(), kBytes);
   const char* memory = first.data();
@@ -139,6 +141,54 @@ TEST(KeptSumsTest, AppliedSumsAreReceivedIntoAgainUpToTheirBound) {
   EXPECT_EQ(kept.free_bytes(), 0u);
   std::string fresh = kept.Buffer(kBytes);  // none left: a new one
   EXPECT_EQ(fresh.size(), kBytes);
+}
+
+// The first step a copy holds of a shard makes the buffers of the steps
+// after it (steps_per_shard in all, the held ones and the one received),
+// so no later step is received into fresh memory; a shard's room is made
+// once, adds to the others', and goes with its job.
+TEST(KeptSumsTest, TheFirstStepMakesTheHeldStepsBuffersAndTheJobsDeletionFreesThem) {
+  constexpr uint64_t kBytes = 4096;
+  JobRegistry jobs(uint64_t{1} << 30);
+  KeptSums kept(nullptr, /*steps_per_shard=*/3, &jobs);
+  jobs.SetBorrower(&kept);
+  const std::vector<uint64_t> step = {kBytes, kBytes / 2};  // a shard's blocks' sums
+
+  // Two more steps' buffers made at once, their bytes lent by the budget.
+  EXPECT_EQ(kept.Provide("a", 0, step), 3 * kBytes);
+  EXPECT_EQ(kept.free_bytes(), 3 * kBytes);
+  EXPECT_EQ(jobs.lent(), 3 * kBytes);
+  EXPECT_EQ(kept.Provide("a", 0, step), 0u);  // once per shard
+  EXPECT_EQ(kept.free_bytes(), 3 * kBytes);
+
+  // The next two steps are received into them.
+  KeptSums::Sums received;
+  for (int s = 0; s < 2; ++s) {
+    for (uint64_t bytes : step) received.emplace_back(received.size(), kept.Buffer(bytes));
+  }
+  EXPECT_EQ(kept.free_bytes(), 0u);
+  EXPECT_EQ(jobs.lent(), 0u);
+  for (const auto& [block, sum] : received) EXPECT_EQ(sum.size(), step[block % 2]);
+
+  // Three steps applied (the one in hand too): all kept for reuse.
+  received.emplace_back(4, std::string(kBytes, 'x'));
+  received.emplace_back(5, std::string(kBytes / 2, 'y'));
+  kept.Recycle(std::move(received));
+  EXPECT_EQ(kept.free_bytes(), 9 * kBytes / 2);
+  EXPECT_EQ(jobs.lent(), 9 * kBytes / 2);
+
+  // Another job's shard adds its room; deleting the first frees what is
+  // beyond the second's.
+  EXPECT_EQ(kept.Provide("b", 1, {kBytes}), 2 * kBytes);
+  EXPECT_EQ(kept.free_bytes(), 13 * kBytes / 2);
+  kept.Forget("a");
+  EXPECT_LE(kept.free_bytes(), 3 * kBytes);
+  EXPECT_EQ(jobs.lent(), kept.free_bytes());
+  kept.Forget("b");
+  EXPECT_EQ(kept.free_bytes(), 0u);
+  EXPECT_EQ(jobs.lent(), 0u);
+  // Its shard's room is made again for a job registered anew.
+  EXPECT_EQ(kept.Provide("a", 0, step), 3 * kBytes);
 }
 
 }  // namespace
