@@ -1,6 +1,5 @@
 // QuantVec (moment_codec.h) for AVX2: 8 elements at a time, the 8-bit
-// float map's integer arithmetic on the 16-bit top halves (encoding) and
-// the fp32 bits (decoding); the same operations as
+// float map's integer arithmetic on the fp32 bits; the same operations as
 // the plain version, so the same bits. Included only by kernels_avx2.cc
 // (ZEROSTATE_AVX2_FLAGS).
 #pragma once
@@ -12,49 +11,57 @@ namespace zerostate::server::kernels {
 
 template <>
 struct QuantVec<simd::Avx2Ops> {
-  using Words = __m128i;
-  static Words NoWords() { return _mm_setzero_si128(); }
-  static uint16_t Reduce(Words acc) {
-    alignas(16) uint16_t lanes[8];
-    _mm_store_si128(reinterpret_cast<__m128i*>(lanes), acc);
-    uint16_t top = 0;
-    for (uint16_t l : lanes) top = l > top ? l : top;
-    return top;
+  using Bits = __m256i;
+  static Bits NoBits() { return _mm256_setzero_si256(); }
+  static Bits MaxAbs(Bits acc, __m256 x) {
+    return _mm256_max_epu32(
+        acc, _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7fffffff)));
   }
-  // The unsigned map's tile keeps magnitudes, as in quant_avx512.h.
-  template <bool kSigned>
-  [[gnu::always_inline]] static void Tile(uint16_t* h, __m256 x, Words* acc) {
-    const __m256i w32 = _mm256_srli_epi32(_mm256_castps_si256(x), 16);
-    const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(w32), _mm256_extracti128_si256(w32, 1));
-    const __m128i a = _mm_and_si128(w, _mm_set1_epi16(kTopMagnitude));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(h), kSigned ? w : a);
-    *acc = _mm_max_epu16(*acc, a);
+  static uint32_t Reduce(Bits acc) {
+    alignas(32) uint32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
+    uint32_t top = 0;
+    for (uint32_t l : lanes) top = l > top ? l : top;
+    return top;
   }
 
   template <bool kSigned>
   struct Encoder {
-    explicit Encoder(int32_t off) : offset(_mm_set1_epi16(static_cast<int16_t>(off))) {}
-    [[gnu::always_inline]] void Store(uint8_t* codes, const uint16_t* h) const {
-      const __m128i w = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h));
-      const __m128i a = kSigned ? _mm_and_si128(w, _mm_set1_epi16(kTopMagnitude)) : w;
-      __m128i idx = _mm_srai_epi16(_mm_add_epi16(a, offset), 4);
-      idx = _mm_max_epi16(idx, _mm_set1_epi16(1));
-      idx = _mm_and_si128(idx, _mm_cmpgt_epi16(a, _mm_set1_epi16(kTopMinNormal - 1)));
+    explicit Encoder(float inv_scale)
+        : inv(_mm256_set1_ps(inv_scale)),
+          offset(_mm256_set1_epi32(static_cast<int>(kHalfStep - MapFor<kSigned>().base))),
+          max(_mm256_set1_epi32(MapFor<kSigned>().max)) {}
+    [[gnu::always_inline]] void Store(uint8_t* codes, const float* x) const {
+      const __m256i bits = _mm256_castps_si256(_mm256_mul_ps(_mm256_loadu_ps(x), inv));
+      const __m256i u = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
+      __m256i idx = _mm256_srai_epi32(_mm256_add_epi32(u, offset), kMantissaShift);
+      idx = _mm256_min_epi32(_mm256_max_epi32(idx, _mm256_set1_epi32(1)), max);
+      // 0 below 2^-126
+      idx = _mm256_and_si256(_mm256_cmpgt_epi32(u, _mm256_set1_epi32(kMinNormalBits - 1)), idx);
       if constexpr (kSigned) {
-        idx = _mm_or_si128(idx, _mm_and_si128(_mm_srli_epi16(w, 8), _mm_set1_epi16(0x80)));
+        idx = _mm256_or_si256(
+            idx, _mm256_and_si256(_mm256_srli_epi32(bits, 24), _mm256_set1_epi32(0x80)));
       }
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes), _mm_packus_epi16(idx, idx));
+      // Byte 0 of each dword to the front of its lane, then the two lanes.
+      const __m256i front = _mm256_shuffle_epi8(
+          idx, _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, 0, 4,
+                                8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes),
+                       _mm_unpacklo_epi32(_mm256_castsi256_si128(front),
+                                          _mm256_extracti128_si256(front, 1)));
     }
-    __m128i offset;
+    __m256 inv;
+    __m256i offset, max;
   };
 
   // bits = (idx << 20) + base where idx != 0, with the sign (signed: the
-  // code's bit 7 sign-extended lands on bit 31); Read: times the scale.
+  // code's bit 7 sign-extended lands on bit 31), times the scale.
   template <bool kSigned>
   struct Decoder {
-    Decoder(uint32_t b, float scale)
-        : base(_mm256_set1_epi32(static_cast<int>(b))), s(_mm256_set1_ps(scale)) {}
-    [[gnu::always_inline]] __m256 Exact(const uint8_t* codes) const {
+    explicit Decoder(float scale)
+        : base(_mm256_set1_epi32(static_cast<int>(MapFor<kSigned>().base))),
+          s(_mm256_set1_ps(scale)) {}
+    [[gnu::always_inline]] __m256 Read(const uint8_t* codes) const {
       const __m128i bytes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes));
       __m256i c = kSigned ? _mm256_cvtepi8_epi32(bytes) : _mm256_cvtepu8_epi32(bytes);
       __m256i t = _mm256_slli_epi32(c, kMantissaShift);
@@ -64,10 +71,8 @@ struct QuantVec<simd::Avx2Ops> {
         idx = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
       }
       const __m256i zero = _mm256_cmpeq_epi32(idx, _mm256_setzero_si256());
-      return _mm256_castsi256_ps(_mm256_add_epi32(t, _mm256_andnot_si256(zero, base)));
-    }
-    [[gnu::always_inline]] __m256 Read(const uint8_t* codes) const {
-      return _mm256_mul_ps(Exact(codes), s);
+      t = _mm256_add_epi32(t, _mm256_andnot_si256(zero, base));
+      return _mm256_mul_ps(_mm256_castsi256_ps(t), s);
     }
     __m256i base;
     __m256 s;

@@ -48,69 +48,57 @@ struct Avx512Bf16Ops : simd::Avx512Ops {
 
 // The int8 codec of the AVX-512 traits, with AVX512_VBMI's byte permutes
 // (every CPU with AVX512_BF16 and VBMI: Sapphire Rapids and later, Zen 4)
-// for two vectors at once: one vpermt2b gathers the top halves of 32
-// elements into a tile (where a narrowing of each vector takes two uops),
-// the encoder codes 32 top halves in 16-bit lanes and one vpermb gathers
-// their low bytes. The same operations per element as the plain codec.
+// coding two vectors at once in 16-bit lanes: one vpermt2b gathers the top
+// halves of 32 scaled values (all the index depends on: moment_codec.h),
+// the index arithmetic runs on 32 lanes a vector, and one vpermb gathers
+// the 32 codes. The same operations per element as QuantizeUnit, in the
+// vector path of BlockEncoder, where no index exceeds the map's max.
 template <>
 struct QuantVec<Avx512Bf16Ops> : QuantVec<simd::Avx512Ops> {
-  using Base = QuantVec<simd::Avx512Ops>;
-  using Words = __m512i;
-  static Words NoWords() { return _mm512_setzero_si512(); }
-  static uint16_t Reduce(Words acc) {
-    return Base::Reduce(_mm256_max_epu16(_mm512_castsi512_si256(acc),
-                                         _mm512_extracti64x4_epi64(acc, 1)));
-  }
   template <bool kSigned>
-  [[gnu::always_inline]] static void Tile(uint16_t* h, __m512 x, Words* acc) {
-    __m256i low = _mm512_castsi512_si256(*acc);
-    Base::Tile<kSigned>(h, x, &low);
-    *acc = _mm512_inserti64x4(*acc, low, 0);
-  }
-  // Tile of lo (elements 0..15) and hi (16..31).
-  template <bool kSigned>
-  [[gnu::always_inline]] static void Tile2(uint16_t* h, __m512 lo, __m512 hi, Words* acc) {
-    // Bytes 2 and 3 of each dword of lo, then of hi.
-    alignas(64) static constexpr auto kHigh = [] {
-      struct {
-        int8_t b[64];
-      } t{};
-      for (int i = 0; i < 32; ++i) {
-        t.b[2 * i] = static_cast<int8_t>((i < 16 ? 0 : 64) + 4 * (i % 16) + 2);
-        t.b[2 * i + 1] = static_cast<int8_t>(t.b[2 * i] + 1);
-      }
-      return t;
-    }();
-    const __m512i w = _mm512_permutex2var_epi8(_mm512_castps_si512(lo), _mm512_load_si512(kHigh.b),
-                                               _mm512_castps_si512(hi));
-    const __m512i a = _mm512_and_si512(w, _mm512_set1_epi16(kTopMagnitude));
-    _mm512_storeu_si512(h, kSigned ? w : a);
-    *acc = _mm512_max_epu16(*acc, a);
-  }
-
-  template <bool kSigned>
-  struct Encoder : Base::Encoder<kSigned> {
-    using Base::Encoder<kSigned>::Encoder;
-    // Codes of h[0, 32).
-    [[gnu::always_inline]] void Store2(uint8_t* codes, const uint16_t* h) const {
-      alignas(64) static constexpr auto kLowBytes = [] {
+  struct Encoder : QuantVec<simd::Avx512Ops>::Encoder<kSigned> {
+    explicit Encoder(float inv_scale)
+        : QuantVec<simd::Avx512Ops>::Encoder<kSigned>(inv_scale),
+          offset2(_mm512_set1_epi16(
+              static_cast<int16_t>(2 * ((kHalfStep >> 16) - (MapFor<kSigned>().base >> 16))))) {}
+    // Codes of x[0, 32). REQUIRES: |x * inv| <= 1 + 2^-23 (BlockEncoder's
+    // vector path).
+    [[gnu::always_inline]] void Store2(uint8_t* codes, const float* x) const {
+      // Bytes 2 and 3 of each dword of lo, then of hi: 32 top halves.
+      alignas(64) static constexpr auto kTop = [] {
+        struct {
+          int8_t b[64];
+        } t{};
+        for (int i = 0; i < 32; ++i) {
+          t.b[2 * i] = static_cast<int8_t>((i < 16 ? 0 : 64) + 4 * (i % 16) + 2);
+          t.b[2 * i + 1] = static_cast<int8_t>(t.b[2 * i] + 1);
+        }
+        return t;
+      }();
+      // The low byte of each 16-bit lane.
+      alignas(64) static constexpr auto kLow = [] {
         struct {
           int8_t b[64];
         } t{};
         for (int i = 0; i < 64; ++i) t.b[i] = static_cast<int8_t>(2 * (i % 32));
         return t;
       }();
-      const __m512i w = _mm512_loadu_si512(h);
-      const __m512i a = kSigned ? _mm512_and_si512(w, _mm512_set1_epi16(kTopMagnitude)) : w;
-      const __mmask32 normal = _mm512_test_epi16_mask(w, _mm512_set1_epi16(kTopExponent));
-      __m512i idx = _mm512_srai_epi16(_mm512_add_epi16(a, this->offset), 4);
+      const __m512i w = _mm512_permutex2var_epi8(this->Scaled(x), _mm512_load_si512(kTop.b),
+                                                 this->Scaled(x + 16));
+      // |top| * 2 (the sign shifted out: no mask constant), offset2 twice
+      // the offset, shifted by one more: the same index, no overflow.
+      const __m512i u2 = _mm512_slli_epi16(w, 1);
+      const __mmask32 normal = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x7f80));
+      __m512i idx = _mm512_srai_epi16(_mm512_add_epi16(u2, offset2), 5);
       idx = _mm512_maskz_max_epi16(normal, idx, _mm512_set1_epi16(1));
       if constexpr (kSigned) {
+        // idx | (w >> 8 & 0x80): the sign to bit 7
         idx = _mm512_ternarylogic_epi32(idx, _mm512_srli_epi16(w, 8), _mm512_set1_epi16(0x80), 0xF8);
       }
-      const __m512i bytes = _mm512_permutexvar_epi8(_mm512_load_si512(kLowBytes.b), idx);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), _mm512_castsi512_si256(bytes));
+      const __m512i out = _mm512_permutexvar_epi8(_mm512_load_si512(kLow.b), idx);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), _mm512_castsi512_si256(out));
     }
+    __m512i offset2;
   };
 };
 

@@ -217,8 +217,8 @@ struct MomentCodec {
 // The step with compact moments. bf16: one vector pass, the moments widened
 // as they are loaded and rounded as they are stored (Bf16Part). int8: for
 // each quantization block (kQuantBlock elements), each run's part is stepped
-// with its moments decoded as they are loaded, the new moments' top halves
-// kept in tiles that stay in L1 (Int8Part), and the tiles are encoded back. The
+// with its moments decoded as they are loaded, the new moments kept in fp32
+// tiles that stay in L1 (Int8Part), and the tiles are encoded back. The
 // master, the gradient and the low-precision copy are read and written
 // once, in place, as in the fp32 step; every ISA does the same fp32
 // operations, so the bits agree.
@@ -245,17 +245,16 @@ struct CompactLoop {
       if (stream) Ops::Fence();
       return;
     }
-    // Two pairs of tiles of 16-bit top halves (moment_codec.h: all the
-    // encoding reads): block t steps into one while the block before it is
-    // encoded from the other, two vectors of each moment per two vectors
-    // stepped (the encoding's integer work overlaps the rule's division and
-    // square root), and whatever is left once block t is stepped.
-    // The tiles are 4 KB each: kPad apart, the encoder's loads from one
-    // tile do not share their address's low 12 bits with the step's stores
-    // into another at the same offset (4K aliasing: a load waits on a store
-    // it only seems to depend on).
-    constexpr size_t kPad = 128;
-    alignas(64) uint16_t tile_mem[4 * (kQuantBlock + kPad)];
+    // Two pairs of tiles: block t steps into one while the block before it
+    // is encoded from the other, a vector of each moment per vector stepped
+    // (the encoding's integer work overlaps the rule's division and square
+    // root), and whatever is left once block t is stepped.
+    // The four tiles kPad apart: the encoder's loads from one do not share
+    // their address's low 12 bits with the step's stores into another at
+    // the same offset (4K aliasing: a load waits on a store it only seems
+    // to depend on).
+    constexpr size_t kPad = 64;
+    alignas(64) float tile_mem[4 * (kQuantBlock + kPad)];
     const auto tile = [&](int parity, int moment) {
       return tile_mem + (2 * parity + moment) * (kQuantBlock + kPad);
     };
@@ -265,9 +264,9 @@ struct CompactLoop {
     int parity = 0;
     for (size_t t = 0; t < b.n; t += kQuantBlock, parity ^= 1) {
       const size_t n = b.n - t < kQuantBlock ? b.n - t : kQuantBlock;
-      uint16_t* m = tile(parity, 0);
-      uint16_t* v = tile(parity, 1);
-      TopMaxAcc<Ops> am, av;
+      float* m = tile(parity, 0);
+      float* v = tile(parity, 1);
+      AbsMaxAcc<Ops> am, av;
       while (r < count && runs[r].end <= t) ++r;
       for (size_t j = r; j < count && runs[j].begin < t + n; ++j) {
         const size_t lo = runs[j].begin > t ? runs[j].begin : t;
@@ -278,12 +277,12 @@ struct CompactLoop {
       prev_v.Finish();
       const size_t q = t / kQuantBlock;
       if constexpr (kMoments >= 1) {
-        prev_m = BlockEncoder<Ops, true>(m, n, am.Value(), static_cast<uint8_t*>(b.m) + t);
-        b.m_scale[q] = prev_m.scale();
+        b.m_scale[q] = am.Value();
+        prev_m = BlockEncoder<Ops, true>(m, n, b.m_scale[q], static_cast<uint8_t*>(b.m) + t);
       }
       if constexpr (kMoments >= 2) {
-        prev_v = BlockEncoder<Ops, false>(v, n, av.Value(), static_cast<uint8_t*>(b.v) + t);
-        b.v_scale[q] = prev_v.scale();
+        b.v_scale[q] = av.Value();
+        prev_v = BlockEncoder<Ops, false>(v, n, b.v_scale[q], static_cast<uint8_t*>(b.v) + t);
       }
     }
     prev_m.Finish();
@@ -423,91 +422,52 @@ struct CompactLoop {
   }
 
   // Elements [lo, hi) of the quantization block from t: each vector's
-  // moments decoded as they are loaded (no pass of its own; by exponent
-  // addition, the block's scales being powers of two: ExactBase), stepped,
-  // their top halves stored into the block's tiles m and v and counted into
-  // their max (am, av), and a vector of each moment of the block before
-  // encoded (prev_m, prev_v); two vectors at a time (Int8Loop). The last
-  // partial vector, and a block whose scales are not powers of two (a
-  // checkpoint's, decoded by multiplying), step through fp32 scratch
-  // (Int8Rest). Where the traits convert two vectors of the copy at once
-  // (ToBf16Pair: one 64-byte store), the copy streams only from a 64-byte
-  // boundary.
+  // moments decoded as they are loaded (no pass of its own), stepped, stored
+  // into the block's fp32 tiles m and v and counted into their max |x| (am,
+  // av), and a vector of each moment of the block before encoded (prev_m,
+  // prev_v); two vectors at a time (Int8Loop), the last partial vector
+  // through the tiles and StepPart. Where the traits convert two vectors of
+  // the copy at once (ToBf16Pair: one 64-byte store), the copy streams only
+  // from a 64-byte boundary.
   static void Int8Part(const StepConsts& c, const CompactBuffers& b, size_t t, size_t lo,
-                       size_t hi, uint16_t* m, uint16_t* v, bool stream,
-                       BlockEncoder<Ops, true>* prev_m, BlockEncoder<Ops, false>* prev_v,
-                       TopMaxAcc<Ops>* am, TopMaxAcc<Ops>* av) {
+                       size_t hi, float* m, float* v, bool stream, BlockEncoder<Ops, true>* prev_m,
+                       BlockEncoder<Ops, false>* prev_v, AbsMaxAcc<Ops>* am, AbsMaxAcc<Ops>* av) {
     stream = StreamFrom(b, lo, stream);
-    const size_t q = t / kQuantBlock;
-    uint32_t mbase = 0, vbase = 0;
-    const bool exact = (kMoments < 1 || ExactBase(SignedMap(), b.from_m_scale[q], &mbase)) &&
-                       (kMoments < 2 || ExactBase(UnsignedMap(), b.from_v_scale[q], &vbase));
-    size_t i = lo;
-    if (exact) {
-      const Int8Block blk{t, m, v, mbase, vbase, prev_m, prev_v, am, av};
-      i = stream ? Int8Loop<true>(c, b, lo, hi, blk) : Int8Loop<false>(c, b, lo, hi, blk);
-    }
-    Int8Rest(c, b, t, i, hi, m, v, stream, am, av);
-  }
-
-  // Elements [lo, hi) of the block from t through fp32 scratch: decoded by
-  // multiplying (MomentCodec), stepped by StepLoop, their top halves into the
-  // tiles.
-  static void Int8Rest(const StepConsts& c, const CompactBuffers& b, size_t t, size_t lo,
-                       size_t hi, uint16_t* m, uint16_t* v, bool stream, TopMaxAcc<Ops>* am,
-                       TopMaxAcc<Ops>* av) {
-    constexpr size_t kScratch = 256;
-    alignas(64) float sm[kScratch], sv[kScratch];
-    for (size_t i = lo; i < hi; i += kScratch) {
-      const size_t k = hi - i < kScratch ? hi - i : kScratch;
-      if constexpr (kMoments >= 1) MCodec::Decode(b.from_m, b.from_m_scale, i, k, sm);
-      if constexpr (kMoments >= 2) VCodec::Decode(b.from_v, b.from_v_scale, i, k, sv);
-      StepPart(c, b, i, i + k, sm, sv, stream);
-      if constexpr (kMoments >= 1) am->rest = TopHalves(sm, k, m + (i - t), am->rest);
-      if constexpr (kMoments >= 2) {
-        av->rest = TopHalves(sv, k, v + (i - t), av->rest);
-        for (size_t j = 0; j < k; ++j) v[i - t + j] &= kTopMagnitude;  // as Tile<false>
-      }
+    const size_t i = stream ? Int8Loop<true>(c, b, t, lo, hi, m, v, prev_m, prev_v, am, av)
+                            : Int8Loop<false>(c, b, t, lo, hi, m, v, prev_m, prev_v, am, av);
+    if (i < hi) {
+      if constexpr (kMoments >= 1) MCodec::Decode(b.from_m, b.from_m_scale, i, hi - i, m + (i - t));
+      if constexpr (kMoments >= 2) VCodec::Decode(b.from_v, b.from_v_scale, i, hi - i, v + (i - t));
+      StepPart(c, b, i, hi, m + (i - t), v + (i - t), stream);
+      if constexpr (kMoments >= 1) am->rest = AbsMaxBits(m + (i - t), hi - i, am->rest);
+      if constexpr (kMoments >= 2) av->rest = AbsMaxBits(v + (i - t), hi - i, av->rest);
     }
   }
-
-  // What Int8Loop steps into: the block from t, its tiles, the bases of its
-  // exact decoders, the encoders of the block before and the running maxima.
-  struct Int8Block {
-    size_t t;
-    uint16_t* m;
-    uint16_t* v;
-    uint32_t mbase, vbase;
-    BlockEncoder<Ops, true>* prev_m;
-    BlockEncoder<Ops, false>* prev_v;
-    TopMaxAcc<Ops>* am;
-    TopMaxAcc<Ops>* av;
-  };
 
   // The whole vectors of Int8Part; returns where they end. kStream: the
   // copy's stores are non-temporal (decided once per part, not per vector).
   template <bool kStream>
-  static size_t Int8Loop(const StepConsts& c, const CompactBuffers& buffers, size_t lo, size_t hi,
-                         const Int8Block& blk) {
-    // A local copy, as in StepLoop::Run: the vector stores may alias
-    // anything a reference points at.
-    const CompactBuffers b = buffers;
+  static size_t Int8Loop(const StepConsts& c, const CompactBuffers& buffers, size_t t, size_t lo,
+                         size_t hi, float* m, float* v, BlockEncoder<Ops, true>* prev_m,
+                         BlockEncoder<Ops, false>* prev_v, AbsMaxAcc<Ops>* am,
+                         AbsMaxAcc<Ops>* av) {
     using Quant = QuantVec<Ops>;
     using F = typename Ops::F;
     constexpr size_t W = Ops::kWidth;
-    const size_t t = blk.t;
-    const typename Quant::template Decoder<true> dm(blk.mbase, 1.0f);
-    const typename Quant::template Decoder<false> dv(blk.vbase, 1.0f);
+    // A local copy, as in StepLoop::Run: the vector stores may alias
+    // anything a reference points at, which would reload every pointer.
+    const CompactBuffers b = buffers;
+    const size_t q = t / kQuantBlock;
+    const typename Quant::template Decoder<true> dm(kMoments >= 1 ? b.from_m_scale[q] : 0.0f);
+    const typename Quant::template Decoder<false> dv(kMoments >= 2 ? b.from_v_scale[q] : 0.0f);
     const Splat<Ops> k(c);
     // Locals, so that they stay in registers across the vector stores.
-    BlockEncoder<Ops, true> em = *blk.prev_m;
-    BlockEncoder<Ops, false> ev = *blk.prev_v;
-    typename Quant::Words mtop = blk.am->vec, vtop = blk.av->vec;
-    uint16_t* const mt = blk.m - t;
-    uint16_t* const vt = blk.v - t;
-    // Elements [i, i + W): decoded, stepped, the master stored; the new
-    // moments to *mi and *vi; returns the new master.
-    const auto step = [&](size_t i, F* mi, F* vi) __attribute__((always_inline)) {
+    BlockEncoder<Ops, true> em = *prev_m;
+    BlockEncoder<Ops, false> ev = *prev_v;
+    typename Quant::Bits mbits = am->vec, vbits = av->vec;
+    // Elements [i, i + W): decoded, stepped, the master stored, the moments
+    // into the tiles and their max |x|; returns the new master.
+    const auto step = [&](size_t i) __attribute__((always_inline)) {
       // Ahead into the next quantization block too (not bounded by hi): a
       // block whose first lines were not fetched ahead starts with misses.
       // Nor by b.n: a prefetch never faults.
@@ -523,52 +483,39 @@ struct CompactLoop {
           }
         }
       }
-      *mi = *vi = Ops::Set1(0);
-      if constexpr (kMoments >= 1) *mi = dm.Exact(static_cast<const uint8_t*>(b.from_m) + i);
-      if constexpr (kMoments >= 2) *vi = dv.Exact(static_cast<const uint8_t*>(b.from_v) + i);
-      const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Loop::LoadGrad(b, i), mi, vi);
+      F mi = Ops::Set1(0), vi = Ops::Set1(0);
+      if constexpr (kMoments >= 1) mi = dm.Read(static_cast<const uint8_t*>(b.from_m) + i);
+      if constexpr (kMoments >= 2) vi = dv.Read(static_cast<const uint8_t*>(b.from_v) + i);
+      const F p = RuleT::Apply(k, Ops::Load(b.from_param + i), Loop::LoadGrad(b, i), &mi, &vi);
       Ops::Store(b.param + i, p);
+      if constexpr (kMoments >= 1) {
+        Ops::Store(m + (i - t), mi);
+        mbits = Quant::MaxAbs(mbits, mi);
+      }
+      if constexpr (kMoments >= 2) {
+        Ops::Store(v + (i - t), vi);
+        vbits = Quant::MaxAbs(vbits, vi);
+      }
       return p;
-    };
-    // Whether the traits tile two vectors at once.
-    constexpr bool kTile2 = requires(uint16_t* h, F x, typename Quant::Words* a) {
-      Quant::template Tile2<true>(h, x, x, a);
     };
     size_t i = lo;
     for (; i + 2 * W <= hi; i += 2 * W) {
-      F m0, v0, m1, v1;
-      const F p0 = step(i, &m0, &v0);
-      const F p1 = step(i + W, &m1, &v1);
-      if constexpr (kTile2) {
-        if constexpr (kMoments >= 1) Quant::template Tile2<true>(mt + i, m0, m1, &mtop);
-        if constexpr (kMoments >= 2) Quant::template Tile2<false>(vt + i, v0, v1, &vtop);
-      } else {
-        if constexpr (kMoments >= 1) {
-          Quant::template Tile<true>(mt + i, m0, &mtop);
-          Quant::template Tile<true>(mt + i + W, m1, &mtop);
-        }
-        if constexpr (kMoments >= 2) {
-          Quant::template Tile<false>(vt + i, v0, &vtop);
-          Quant::template Tile<false>(vt + i + W, v1, &vtop);
-        }
-      }
+      const F p0 = step(i);
+      const F p1 = step(i + W);
       if constexpr (kMoments >= 1) em.Next2();
       if constexpr (kMoments >= 2) ev.Next2();
       StoreLowp2<kStream>(b.lowp, i, p0, p1);
     }
     for (; i + W <= hi; i += W) {
-      F mi, vi;
-      const F p = step(i, &mi, &vi);
-      if constexpr (kMoments >= 1) Quant::template Tile<true>(mt + i, mi, &mtop);
-      if constexpr (kMoments >= 2) Quant::template Tile<false>(vt + i, vi, &vtop);
+      const F p = step(i);
       if constexpr (kMoments >= 1) em.Next();
       if constexpr (kMoments >= 2) ev.Next();
       Loop::StoreLowp(b.lowp, i, p, kStream);
     }
-    *blk.prev_m = em;
-    *blk.prev_v = ev;
-    blk.am->vec = mtop;
-    blk.av->vec = vtop;
+    *prev_m = em;
+    *prev_v = ev;
+    am->vec = mbits;
+    av->vec = vbits;
     return i;
   }
 
