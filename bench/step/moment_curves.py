@@ -6,13 +6,16 @@ and prints each format's mean loss over the last 20 steps and its ratio to
 fp32's:
 
   /usr/bin/python3 bench/step/moment_curves.py [--build build] [--out docs/img]
-      [--logs bench/results] [--steps 2000] [--parallel]
+      [--logs bench/results] [--steps 2000] [--parallel] [--formats fp32,int8]
 
 --budget_s S: first 40 steps of each format (as a probe of the time a
 step takes here, startup apart), then as many steps as fit in what is
 left of S seconds, at most --steps (the figure says how many ran).
 
---parallel: the three formats at once, each with a server of its own
+--formats: only these formats (fp32, bf16, int8; all three by default); the
+ratios need fp32 among them.
+
+--parallel: the formats at once, each with a server of its own
 (--threads=4) and 4 OpenMP threads, for a host with 16 cores or more. The
 schedule (WarmupDecayLR) decays over max(--steps, 1000) steps, so a longer
 run does not train on at a learning rate of 0.
@@ -52,22 +55,28 @@ def main():
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--parallel", action="store_true")
     ap.add_argument("--budget_s", type=float, default=0)
+    ap.add_argument("--formats", default="fp32,bf16,int8")
     ap.add_argument("--timeout_s", type=float, default=900,
                     help="each format's run is killed after this many seconds")
     args = ap.parse_args()
+    wanted = args.formats.split(",")
+    unknown = [f for f in wanted if "MOMENTS_" + f.upper() not in [n for n, _, _ in FORMATS]]
+    if unknown:
+        ap.error(f"--formats: {','.join(unknown)} is not one of fp32, bf16, int8")
+    formats = [f for f in FORMATS if f[0] in ["MOMENTS_" + w.upper() for w in wanted]]
     os.makedirs(args.out, exist_ok=True)
     os.makedirs(args.logs, exist_ok=True)
     os.environ.setdefault("ZEROSTATE_SERVER",
                           os.path.join(args.build, "server", "zerostate-server"))
     threads = 4 if args.parallel else 2
     os.environ["OMP_NUM_THREADS"] = str(threads)
-    servers = zs_servers.start(len(FORMATS) if args.parallel else 1,
+    servers = zs_servers.start(len(formats) if args.parallel else 1,
                                args=[f"--threads={threads}", f"--ram_budget_bytes={1 << 30}"])
     curves = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
             def run(k, steps, job):
-                name = FORMATS[k][0]
+                name = formats[k][0]
                 server = servers[k % len(servers)]
                 curve = run_gpt(args.build, server, steps, -1, f"{job}-{name.lower()}",
                                 os.path.join(tmp, f"log-{name}.json"),
@@ -77,9 +86,9 @@ def main():
                 return name, curve
 
             def run_all(steps, job):
-                workers = len(FORMATS) if args.parallel else 1
+                workers = len(formats) if args.parallel else 1
                 with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-                    return dict(pool.map(lambda k: run(k, steps, job), range(len(FORMATS))))
+                    return dict(pool.map(lambda k: run(k, steps, job), range(len(formats))))
 
             if args.budget_s > 0:
                 probe = run_all(40, "probe")
@@ -102,8 +111,8 @@ def main():
     svg_plot(os.path.join(args.out, "moments_gpt.svg"),
              f"GPT of examples/gpt (2 layers, d=64) on the CPU, {args.steps} steps, loss",
              "step", "loss",
-             [(label, curves[n]["steps"], curves[n]["loss"], colour) for n, label, colour in FORMATS])
-    base = tail_mean(curves["MOMENTS_FP32"])
+             [(label, curves[n]["steps"], curves[n]["loss"], colour) for n, label, colour in formats])
+    base = tail_mean(curves["MOMENTS_FP32"]) if "MOMENTS_FP32" in curves else float("nan")
     print(json.dumps({"figure": "moments_gpt", "steps": args.steps,
                       "mean_loss_last_20": {n: round(tail_mean(c), 6) for n, c in curves.items()},
                       "ratio_to_fp32": {n: round(tail_mean(c) / base, 5) for n, c in curves.items()},

@@ -36,7 +36,8 @@ struct QuantVec<simd::Avx2Ops> {
       const __m256i u = _mm256_and_si256(bits, _mm256_set1_epi32(0x7fffffff));
       __m256i idx = _mm256_srai_epi32(_mm256_add_epi32(u, offset), kMantissaShift);
       idx = _mm256_min_epi32(_mm256_max_epi32(idx, _mm256_set1_epi32(1)), max);
-      idx = _mm256_andnot_si256(_mm256_cmpeq_epi32(u, _mm256_setzero_si256()), idx);
+      // 0 below 2^-126
+      idx = _mm256_and_si256(_mm256_cmpgt_epi32(u, _mm256_set1_epi32(kMinNormalBits - 1)), idx);
       if constexpr (kSigned) {
         idx = _mm256_or_si256(
             idx, _mm256_and_si256(_mm256_srli_epi32(bits, 24), _mm256_set1_epi32(0x80)));

@@ -12,13 +12,14 @@ namespace zerostate::server::kernels {
 
 template <>
 struct QuantVec<simd::Avx512Ops> {
+  // The running max of |x|'s bits shifted left by one (the sign shifted
+  // out: the same order, and no mask constant to keep in a register).
   using Bits = __m512i;
   static Bits NoBits() { return _mm512_setzero_si512(); }
   static Bits MaxAbs(Bits acc, __m512 x) {
-    return _mm512_max_epu32(
-        acc, _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff)));
+    return _mm512_max_epu32(acc, _mm512_slli_epi32(_mm512_castps_si512(x), 1));
   }
-  static uint32_t Reduce(Bits acc) { return _mm512_reduce_max_epu32(acc); }
+  static uint32_t Reduce(Bits acc) { return _mm512_reduce_max_epu32(acc) >> 1; }
 
   template <bool kSigned>
   struct Encoder {
@@ -30,13 +31,12 @@ struct QuantVec<simd::Avx512Ops> {
       return _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(x), inv));
     }
     // The magnitude index of each lane of `bits`, clamped from below only:
-    // 0 for +-0, else at least 1.
+    // 0 below 2^-126, else at least 1.
     [[gnu::always_inline]] __m512i Index(__m512i bits) const {
-      const __m512i magnitude = _mm512_set1_epi32(0x7fffffff);
-      const __m512i u = _mm512_and_si512(bits, magnitude);
-      const __mmask16 nonzero = _mm512_test_epi32_mask(bits, magnitude);
+      const __m512i u = _mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff));
+      const __mmask16 normal = _mm512_test_epi32_mask(bits, _mm512_set1_epi32(0x7f800000));
       const __m512i idx = _mm512_srai_epi32(_mm512_add_epi32(u, offset), kMantissaShift);
-      return _mm512_maskz_max_epi32(nonzero, idx, _mm512_set1_epi32(1));
+      return _mm512_maskz_max_epi32(normal, idx, _mm512_set1_epi32(1));
     }
     [[gnu::always_inline]] void Store(uint8_t* codes, const float* x) const {
       const __m512i bits = Scaled(x);

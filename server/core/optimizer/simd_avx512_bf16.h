@@ -46,45 +46,59 @@ struct Avx512Bf16Ops : simd::Avx512Ops {
   }
 };
 
-// The int8 codec of the AVX-512 traits, with AVX512_VBMI's byte permute
+// The int8 codec of the AVX-512 traits, with AVX512_VBMI's byte permutes
 // (every CPU with AVX512_BF16 and VBMI: Sapphire Rapids and later, Zen 4)
-// gathering the codes of two vectors at once: one vpermt2b where two
-// saturating narrowings take four uops. The same codes: in the vector path
-// (BlockEncoder) no index exceeds the map's max, so the narrowing's
-// saturation never acts, and a signed code's bit 7 is the sign bit of its
-// fp32 value, the top byte of each lane gathered by a second permute.
+// coding two vectors at once in 16-bit lanes: one vpermt2b gathers the top
+// halves of 32 scaled values (all the index depends on: moment_codec.h),
+// the index arithmetic runs on 32 lanes a vector, and one vpermb gathers
+// the 32 codes. The same operations per element as QuantizeUnit, in the
+// vector path of BlockEncoder, where no index exceeds the map's max.
 template <>
 struct QuantVec<Avx512Bf16Ops> : QuantVec<simd::Avx512Ops> {
   template <bool kSigned>
   struct Encoder : QuantVec<simd::Avx512Ops>::Encoder<kSigned> {
-    using QuantVec<simd::Avx512Ops>::Encoder<kSigned>::Encoder;
+    explicit Encoder(float inv_scale)
+        : QuantVec<simd::Avx512Ops>::Encoder<kSigned>(inv_scale),
+          offset2(_mm512_set1_epi16(
+              static_cast<int16_t>(2 * ((kHalfStep >> 16) - (MapFor<kSigned>().base >> 16))))) {}
     // Codes of x[0, 32). REQUIRES: |x * inv| <= 1 + 2^-23 (BlockEncoder's
     // vector path).
     [[gnu::always_inline]] void Store2(uint8_t* codes, const float* x) const {
-      const __m512i lo = this->Scaled(x), hi = this->Scaled(x + 16);
-      // Byte k of each dword of lo, then of hi.
-      const auto bytes = [](__m512i a, __m512i b, int k) {
-        alignas(64) static constexpr auto kPick = [] {
-          struct {
-            int8_t b[4][64];
-          } t{};
-          for (int j = 0; j < 4; ++j) {
-            for (int i = 0; i < 32; ++i) {
-              t.b[j][i] = static_cast<int8_t>((i < 16 ? 0 : 64) + 4 * (i % 16) + j);
-            }
-          }
-          return t;
-        }();
-        return _mm512_castsi512_si256(
-            _mm512_permutex2var_epi8(a, _mm512_load_si512(kPick.b[k]), b));
-      };
-      __m256i out = bytes(this->Index(lo), this->Index(hi), 0);
+      // Bytes 2 and 3 of each dword of lo, then of hi: 32 top halves.
+      alignas(64) static constexpr auto kTop = [] {
+        struct {
+          int8_t b[64];
+        } t{};
+        for (int i = 0; i < 32; ++i) {
+          t.b[2 * i] = static_cast<int8_t>((i < 16 ? 0 : 64) + 4 * (i % 16) + 2);
+          t.b[2 * i + 1] = static_cast<int8_t>(t.b[2 * i] + 1);
+        }
+        return t;
+      }();
+      // The low byte of each 16-bit lane.
+      alignas(64) static constexpr auto kLow = [] {
+        struct {
+          int8_t b[64];
+        } t{};
+        for (int i = 0; i < 64; ++i) t.b[i] = static_cast<int8_t>(2 * (i % 32));
+        return t;
+      }();
+      const __m512i w = _mm512_permutex2var_epi8(this->Scaled(x), _mm512_load_si512(kTop.b),
+                                                 this->Scaled(x + 16));
+      // |top| * 2 (the sign shifted out: no mask constant), offset2 twice
+      // the offset, shifted by one more: the same index, no overflow.
+      const __m512i u2 = _mm512_slli_epi16(w, 1);
+      const __mmask32 normal = _mm512_test_epi16_mask(w, _mm512_set1_epi16(0x7f80));
+      __m512i idx = _mm512_srai_epi16(_mm512_add_epi16(u2, offset2), 5);
+      idx = _mm512_maskz_max_epi16(normal, idx, _mm512_set1_epi16(1));
       if constexpr (kSigned) {
-        // out | (sign byte & 0x80)
-        out = _mm256_ternarylogic_epi32(out, bytes(lo, hi, 3), _mm256_set1_epi8(-128), 0xF8);
+        // idx | (w >> 8 & 0x80): the sign to bit 7
+        idx = _mm512_ternarylogic_epi32(idx, _mm512_srli_epi16(w, 8), _mm512_set1_epi16(0x80), 0xF8);
       }
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), out);
+      const __m512i out = _mm512_permutexvar_epi8(_mm512_load_si512(kLow.b), idx);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes), _mm512_castsi512_si256(out));
     }
+    __m512i offset2;
   };
 };
 

@@ -249,15 +249,23 @@ struct CompactLoop {
     // is encoded from the other, a vector of each moment per vector stepped
     // (the encoding's integer work overlaps the rule's division and square
     // root), and whatever is left once block t is stepped.
-    alignas(64) float tiles[2][2][kQuantBlock];
+    // The four tiles kPad apart: the encoder's loads from one do not share
+    // their address's low 12 bits with the step's stores into another at
+    // the same offset (4K aliasing: a load waits on a store it only seems
+    // to depend on).
+    constexpr size_t kPad = 64;
+    alignas(64) float tile_mem[4 * (kQuantBlock + kPad)];
+    const auto tile = [&](int parity, int moment) {
+      return tile_mem + (2 * parity + moment) * (kQuantBlock + kPad);
+    };
     BlockEncoder<Ops, true> prev_m;
     BlockEncoder<Ops, false> prev_v;
     size_t r = 0;
     int parity = 0;
     for (size_t t = 0; t < b.n; t += kQuantBlock, parity ^= 1) {
       const size_t n = b.n - t < kQuantBlock ? b.n - t : kQuantBlock;
-      float* m = tiles[parity][0];
-      float* v = tiles[parity][1];
+      float* m = tile(parity, 0);
+      float* v = tile(parity, 1);
       AbsMaxAcc<Ops> am, av;
       while (r < count && runs[r].end <= t) ++r;
       for (size_t j = r; j < count && runs[j].begin < t + n; ++j) {
@@ -439,13 +447,16 @@ struct CompactLoop {
   // The whole vectors of Int8Part; returns where they end. kStream: the
   // copy's stores are non-temporal (decided once per part, not per vector).
   template <bool kStream>
-  static size_t Int8Loop(const StepConsts& c, const CompactBuffers& b, size_t t, size_t lo,
+  static size_t Int8Loop(const StepConsts& c, const CompactBuffers& buffers, size_t t, size_t lo,
                          size_t hi, float* m, float* v, BlockEncoder<Ops, true>* prev_m,
                          BlockEncoder<Ops, false>* prev_v, AbsMaxAcc<Ops>* am,
                          AbsMaxAcc<Ops>* av) {
     using Quant = QuantVec<Ops>;
     using F = typename Ops::F;
     constexpr size_t W = Ops::kWidth;
+    // A local copy, as in StepLoop::Run: the vector stores may alias
+    // anything a reference points at, which would reload every pointer.
+    const CompactBuffers b = buffers;
     const size_t q = t / kQuantBlock;
     const typename Quant::template Decoder<true> dm(kMoments >= 1 ? b.from_m_scale[q] : 0.0f);
     const typename Quant::template Decoder<false> dv(kMoments >= 2 ? b.from_v_scale[q] : 0.0f);
@@ -457,9 +468,10 @@ struct CompactLoop {
     // Elements [i, i + W): decoded, stepped, the master stored, the moments
     // into the tiles and their max |x|; returns the new master.
     const auto step = [&](size_t i) __attribute__((always_inline)) {
-      // Ahead into the next quantization block too (b.n, not hi): a block
-      // whose first lines were not fetched ahead starts with misses.
-      if (i % Loop::kLine == 0 && i + Loop::kAhead < b.n) {
+      // Ahead into the next quantization block too (not bounded by hi): a
+      // block whose first lines were not fetched ahead starts with misses.
+      // Nor by b.n: a prefetch never faults.
+      if (i % Loop::kLine == 0) {
         __builtin_prefetch(b.from_param + i + Loop::kAhead);
         __builtin_prefetch(Loop::GradAt(b, i + Loop::kAhead));
         if (i % 64 == 0) {

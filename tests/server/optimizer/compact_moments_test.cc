@@ -44,14 +44,14 @@ std::vector<float> ReferenceMagnitudes(bool is_signed) {
 }
 
 // The code of x by its magnitude's nearest nonzero entry (exact distance in
-// double, ties to the larger), 0 only for +-0, NaN the largest; the signed
-// map adds x's sign as bit 7.
+// double, ties to the larger), 0 only below 2^-126 (+-0 and denormals),
+// NaN the largest; the signed map adds x's sign as bit 7.
 uint8_t ReferenceCode(const std::vector<float>& mags, bool is_signed, float x) {
   const float a = std::abs(x);
   size_t k = 0;
   if (std::isnan(a)) {
     k = mags.size() - 1;
-  } else if (a != 0) {
+  } else if (a >= std::numeric_limits<float>::min()) {
     k = std::lower_bound(mags.begin() + 1, mags.end(), a) - mags.begin();
     if (k == mags.size()) {
       k = mags.size() - 1;
@@ -195,7 +195,8 @@ TEST(QuantMapTest, BlockRoundTripWithinHalfAStep) {
                                std::ldexp(scale, -22);
           ASSERT_LE(std::abs(double{back[i]} - x[i]), bound)
               << "n=" << n << " magnitude " << magnitude << " [" << i << "] " << x[i];
-          ASSERT_EQ(back[i] == 0, x[i] == 0) << "[" << i << "] " << x[i];
+          ASSERT_EQ(back[i] == 0, x[i] == 0 || std::abs(x[i] / scale) < std::numeric_limits<float>::min())
+              << "[" << i << "] " << x[i];
         }
       }
     }
@@ -218,15 +219,16 @@ TEST(QuantMapTest, EveryIsaDequantizesAsMapValue) {
   }
 }
 
-// A block that holds a NaN (whatever its sign and payload) or an infinity
-// (its reciprocal 0: the vector path, where inf * 0 is a NaN) stores the
-// same scale and codes on every ISA as QuantizeBlock, the plain one.
+// A block that holds a NaN (whatever its sign and payload), an infinity
+// (its reciprocal 0: the vector path, where inf * 0 is a NaN) or a value
+// near the largest float (a denormal reciprocal) stores the same scale and
+// codes on every ISA as QuantizeBlock, the plain one.
 TEST(QuantMapTest, NonFiniteBlocksQuantizeAlikeOnEveryIsa) {
   const float nans[] = {std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
-                        kernels::BitsFloat(0x7f800001u), kernels::BitsFloat(0xffffffffu)};
+                        kernels::BitsFloat(0x7f800001u), kernels::BitsFloat(0xffffffffu), 3e38f};
   for (bool is_signed : {true, false}) {
     const QuantMap& map = MapOf(is_signed);
-    for (float odd : {nans[0], nans[1], nans[2], nans[3], std::numeric_limits<float>::infinity(),
+    for (float odd : {nans[0], nans[1], nans[2], nans[3], nans[4], std::numeric_limits<float>::infinity(),
                       -std::numeric_limits<float>::infinity()}) {
       for (size_t at : {size_t{0}, size_t{5}, size_t{37}, size_t{kQuantBlock - 1}}) {
         std::vector<float> x(kQuantBlock);
@@ -262,6 +264,28 @@ TEST(QuantMapTest, ZerosAndDenormals) {
   EXPECT_EQ(back[0], 3 * d);
   EXPECT_EQ(back[1], -3 * d);
   EXPECT_GT(back[2], 0.0f);
+  // Below 2^-126 of its block's scale a value stores 0 (with its sign), at
+  // 2^-126 the smallest entry, on every ISA (the vector encoders see top
+  // halves only); 32 elements take the two-vector path.
+  const float low = std::numeric_limits<float>::min();
+  std::vector<float> x(35, 0.5f);
+  x[0] = 1.0f;
+  x[3] = std::nextafter(low, 0.0f);
+  x[4] = -std::nextafter(low, 0.0f);
+  x[5] = low;
+  x[6] = -low;
+  x[33] = x[3];
+  x[34] = low;
+  for (Isa isa : SupportedIsas()) {
+    std::vector<uint8_t> c(x.size());
+    EXPECT_EQ(kernels::KernelsFor(isa).quantize(map, x.data(), x.size(), c.data()), 1.0f);
+    EXPECT_EQ(c[3], 0) << IsaName(isa);
+    EXPECT_EQ(c[4], 0x80) << IsaName(isa);
+    EXPECT_EQ(c[5], 1) << IsaName(isa);
+    EXPECT_EQ(c[6], 0x81) << IsaName(isa);
+    EXPECT_EQ(c[33], 0) << IsaName(isa);
+    EXPECT_EQ(c[34], 1) << IsaName(isa);
+  }
 }
 
 // --- 100 steps against a reference 8-bit AdamW ---
@@ -349,12 +373,26 @@ TEST(CompactMomentsTest, HundredStepsMatchReference8BitAdamOnEveryIsa) {
     std::vector<float> start(n), p(n);
     for (float& x : start) x = normal(rng);
     std::vector<std::vector<float>> grads(100, std::vector<float>(n));
+    // The second quantization block's gradients 1e-17 of the others' (its
+    // second moment's scale near the smallest normal float).
     for (auto& g : grads) {
-      for (size_t i = 0; i < n; ++i) g[i] = i % 13 == 5 ? 0.0f : normal(rng);
+      for (size_t i = 0; i < n; ++i) {
+        g[i] = i % 13 == 5 ? 0.0f : normal(rng) * (i / kQuantBlock == 1 ? 1e-17f : 1.0f);
+      }
     }
     p = start;
+    // Moments from random codes and scales (as a restored state).
     Codes c{std::vector<uint8_t>(n), std::vector<uint8_t>(n),
             std::vector<float>(layout.quant_blocks()), std::vector<float>(layout.quant_blocks())};
+    for (size_t i = 0; i < n; ++i) {
+      c.m[i] = static_cast<uint8_t>(rng());
+      c.v[i] = static_cast<uint8_t>(rng());
+    }
+    for (size_t q = 0; q < c.m_scale.size(); ++q) {
+      c.m_scale[q] = 0.01f * static_cast<float>(q + 3);
+      c.v_scale[q] = 1e-4f * static_cast<float>(q + 3);
+    }
+    const Codes start_codes = c;
     std::vector<uint16_t> want_lowp(n);
     for (uint64_t t = 1; t <= 100; ++t) {
       for (auto& [begin, sp] : ref_runs) sp.t = t;
@@ -367,6 +405,10 @@ TEST(CompactMomentsTest, HundredStepsMatchReference8BitAdamOnEveryIsa) {
       std::memset(state.data(), 0, state.size() * sizeof(float));
       std::memcpy(state.data(), start.data(), n * sizeof(float));
       BlockRefs refs = StateRefs(layout, state.data());
+      std::memcpy(refs.m, start_codes.m.data(), n);
+      std::memcpy(refs.v, start_codes.v.data(), n);
+      std::copy(start_codes.m_scale.begin(), start_codes.m_scale.end(), refs.m_scale);
+      std::copy(start_codes.v_scale.begin(), start_codes.v_scale.end(), refs.v_scale);
       refs.n = n;
       refs.grad = grad.data();
       refs.lowp = lowp.data();
