@@ -111,22 +111,10 @@ void Recovery::Prepare(client::JobClient* job) {
   if (topo_.rank() == 0 && !verdict_.has_value()) verdict_ = Decide(job);
 }
 
-void Recovery::EndWhereLost(client::JobClient* job) {
-  auto loss = job->EndIfLost(options_.server_wait);
-  if (!loss.ok()) {  // the coordinator's verdict names what failed; this is a hint
-    std::fprintf(stderr, "zerostate-worker rank %u: asking the servers for the job after a failed "
-                 "step: %s\n", topo_.rank(), loss.status().ToString().c_str());
-  }
-}
-
 absl::StatusOr<RolledBack> Recovery::RollBack(client::JobClient* job, const absl::Status& failure) {
   ++epoch_;
   const bool coordinator = topo_.rank() == 0;
-  if (coordinator) {
-    Prepare(job);
-  } else {
-    EndWhereLost(job);
-  }
+  if (coordinator) Prepare(job);
   std::string verdict = coordinator ? *std::exchange(verdict_, std::nullopt) : "";
   auto entered = Meet("enter", "");
   if (!entered.ok()) return NotRolledBack(failure, entered.status().ToString());

@@ -16,9 +16,7 @@
 // new incarnation or without the job restarted and lost its shard. Then it
 //   1. deletes the job on every server: a rank still waiting on a server
 //      (a gather of a version that will never come) gets NOT_FOUND and
-//      enters the rollback too. Every other rank does the same before it
-//      enters: its failed push may be all that shows the loss, while the
-//      coordinator waits on a survivor for that push's gradients;
+//      enters the rollback too;
 //   2. waits until every rank has entered (rendezvous "recover/<e>/enter"),
 //      so no call of the old epoch can reach the restored job;
 //   3. restores the last complete checkpoint on every server (RestoreJob);
@@ -115,13 +113,6 @@ class Recovery {
   // The coordinator's part before the fence: "" when the restore can go
   // ahead (the job is deleted everywhere), else "failed: <why>".
   std::string Decide(client::JobClient* job);
-  // Any other rank, before it enters: ends the job on the servers that
-  // answer if one lost its shard (JobClient::EndIfLost). This rank's failed
-  // call may be the only sign of the loss, while the coordinator waits on a
-  // surviving server for this rank's gradients, which never come: the
-  // deletion ends that wait, and the coordinator fails and decides too. The
-  // restore comes only after every rank entered, so this never reaches it.
-  void EndWhereLost(client::JobClient* job);
   // Deletes checkpoints older than the newest keep_checkpoints; logs.
   void Prune(const client::JobClient& job, const std::string& written, uint64_t version) const;
   [[nodiscard]] absl::StatusOr<std::vector<std::string>> Meet(const std::string& what,

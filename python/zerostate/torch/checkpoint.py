@@ -87,7 +87,6 @@ def load(engine, load_dir, tag=None):
     """Returns (the checkpoint's directory, its client_state)."""
     load_dir, meta, extra = _read(os.path.abspath(load_dir), tag, engine.job_id)
     verdict = None
-    engine.topo.barrier()  # no rank's end_where_lost of a failed step still runs
     if engine.topo.coordinator:
         try:
             try:

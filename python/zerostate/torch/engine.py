@@ -465,8 +465,6 @@ class Engine(ModuleSurface):
                 verdict = verdicts.decide(self, step, lr, scales)
         except ZerostateError as e:
             t1 = time.perf_counter()
-            if not self.topo.coordinator:
-                verdicts.end_where_lost(self)
             if delayed:  # every rank meets at the next step's verdict (rank 0's counts)
                 self._in_flight.fail(step, e, pusher=self._pusher)
             else:  # a server call failed: roll back to the last checkpoint if any

@@ -113,20 +113,6 @@ def failure(engine, step, e):
     return ("error", message, e.code)
 
 
-def end_where_lost(engine):
-    """Any rank but the coordinator, after a server call of its own failed:
-    ends the job on the servers that answer if one lost its shard
-    (end_if_lost). That call may be all that shows the loss while the
-    coordinator waits on a surviving server for this rank's gradients,
-    which never come: the deletion ends the wait, and the coordinator
-    fails and decides. load() meets every rank before it restores, so this
-    never reaches the restored job."""
-    try:
-        engine.job.end_if_lost(engine._unavailable_wait)
-    except ZerostateError:
-        pass  # the coordinator's verdict names what failed
-
-
 def apply(engine, verdict, step):
     """Every rank takes the coordinator's verdict on step `step`: rolls
     back (raising RolledBack), stops (raising the error), or takes the
