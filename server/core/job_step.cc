@@ -147,6 +147,9 @@ void JobStep::OnComplete(Block& b) {
       StatsOnComplete(b);
     }
   }
+  // Only once complete: a sum taken earlier could not be pinned and would
+  // go only after the Step was decided, on its path.
+  if (!b.acc.complete()) return;
   if (StepReplicator* r = replicator_.load(std::memory_order_acquire)) r->OnBlockComplete(b);
 }
 

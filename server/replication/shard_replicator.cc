@@ -313,7 +313,10 @@ void ShardReplicator::SendLane(uint64_t step, uint64_t transfer,
     const std::optional<std::string_view> bytes = PinFor(local, step, &scratch);
     mu_.Lock();
     --in_flight_;
-    if (!bytes.has_value()) continue;
+    if (!bytes.has_value()) {
+      taken_[local] = false;  // not complete (yet): its completion queues it again
+      continue;
+    }
     sent_[local] = true;
     // Sent off the lock, so that Decide does not wait for the network.
     mu_.Unlock();
