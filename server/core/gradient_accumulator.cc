@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/convert.h"
@@ -87,8 +88,8 @@ GradientAccumulator::~GradientAccumulator() {
 
 void GradientAccumulator::FreeStaging(NodeState& ns) {
   if (ns.staging.empty()) return;
+  if (staging_ != nullptr) staging_->Give(std::move(ns.staging));  // kept for reuse there
   ns.staging = AlignedBuffer<float>();
-  if (staging_ != nullptr) staging_->Give(staging_bytes());
 }
 
 bool GradientAccumulator::NodeState::Covers(uint32_t begin, uint32_t end) const {
@@ -158,8 +159,13 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::AddPiece(
   // anything changes so that a spent budget leaves no trace. (The head's
   // pieces are folded straight into the sum: they never get here.)
   if (NeedsStaging(node, offset, count)) {
-    if (staging_ != nullptr && !staging_->TryTake(staging_bytes())) return Outcome::kNoStaging;
-    ns.staging = AlignedBuffer<float>(block_elems_);
+    if (staging_ == nullptr) {
+      ns.staging = AlignedBuffer<float>(block_elems_);
+    } else if (std::optional<AlignedBuffer<float>> taken = staging_->TryTake(block_elems_)) {
+      ns.staging = *std::move(taken);
+    } else {
+      return Outcome::kNoStaging;
+    }
   }
   Insert(ns, begin, end);  // cannot fail: checked above
   fold(begin, end);

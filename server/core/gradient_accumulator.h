@@ -11,7 +11,9 @@
 // Staging buffers (block_elems floats each) are taken from the server's
 // StagingBudget (server/core/staging_budget.h) when an early node's first piece
 // arrives, and given back when that node is folded (its turn came), on
-// Reset and when the accumulator is destroyed. When the budget is spent an
+// Reset and when the accumulator is destroyed; the budget keeps them for
+// the next early piece, so a buffer may come with another step's numbers
+// in it (only what was decoded into it is ever read). When the budget is spent an
 // early piece is answered kNoStaging and nothing changes: the caller waits
 // without the block's mutex and tries again. The head node's pieces never
 // need staging, so every block always completes.

@@ -147,6 +147,9 @@ void JobStep::OnComplete(Block& b) {
       StatsOnComplete(b);
     }
   }
+  // Only once complete: a sum taken earlier could not be pinned and would
+  // go only after the Step was decided, on its path.
+  if (!b.acc.complete()) return;
   if (StepReplicator* r = replicator_.load(std::memory_order_acquire)) r->OnBlockComplete(b);
 }
 
@@ -482,7 +485,7 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
   if (auto s = CheckRequest(req); !s.ok()) return s;
   const uint64_t step = req.step();
   StepOutcome out;
-  Timeline::Record("step_begin", static_cast<int64_t>(step));
+  Timeline::Record("step_begin", static_cast<int64_t>(step), spec().replicas());
   // Phase 1: every block is in the window and complete, before anything changes.
   const auto start = Clock::now();
   bool pending = false;  // a block still to step (else a retry: already applied)
@@ -498,6 +501,7 @@ absl::StatusOr<StepOutcome> JobStep::Step(const v1::StepRequest& req, absl::Time
   std::function<absl::Status()> acked;  // the backups' acknowledgement, waited for unlocked
   const absl::Status ran =
       Decided(req, deadline, pool, cancelled, replicator, pending, &out, &acked);
+  Timeline::Record("pass_end", static_cast<int64_t>(step), spec().replicas());
   // The pass committed here and let the pass mutex go: checkpoints,
   // reseeds and the next step's decision do not queue behind the network.
   absl::Status backups = AwaitBackups(acked, step, &out);

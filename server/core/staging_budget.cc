@@ -1,5 +1,7 @@
 #include "server/core/staging_budget.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "server/core/metrics.h"
 
@@ -15,19 +17,58 @@ void StagingBudget::Publish() {
   if (metrics_ != nullptr) metrics_->SetStaging(used_, budget_);
 }
 
-bool StagingBudget::TryTake(uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
-  if (bytes > budget_ - used_) return false;
-  used_ += bytes;
-  Publish();
-  return true;
+namespace {
+
+uint64_t BytesOf(size_t floats) { return uint64_t{floats} * sizeof(float); }
+
+}  // namespace
+
+std::optional<AlignedBuffer<float>> StagingBudget::TryTake(size_t floats) {
+  const uint64_t bytes = BytesOf(floats);
+  std::vector<AlignedBuffer<float>> freed;  // freed once mu_ is let go
+  std::optional<AlignedBuffer<float>> reused;
+  {
+    absl::MutexLock lock(&mu_);
+    if (bytes > budget_ - used_) return std::nullopt;
+    used_ += bytes;
+    peak_ = std::max(peak_, used_);
+    for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+      if (it->size() != floats) continue;
+      reused = std::move(*it);
+      idle_.erase(it);
+      idle_bytes_ -= bytes;
+      break;
+    }
+    // A new buffer: the memory held stays within the budget.
+    if (!reused.has_value()) TrimIdleLocked(budget_ - used_, freed);
+    Publish();
+  }
+  if (reused.has_value()) return reused;
+  return AlignedBuffer<float>(floats);
 }
 
-void StagingBudget::Give(uint64_t bytes) {
+void StagingBudget::Give(AlignedBuffer<float> buffer) {
+  std::vector<AlignedBuffer<float>> freed;
   absl::MutexLock lock(&mu_);
-  used_ -= bytes;
+  used_ -= BytesOf(buffer.size());
+  idle_bytes_ += BytesOf(buffer.size());
+  idle_.push_back(std::move(buffer));
+  if (used_ == 0) {  // a period of staging ended: keep what it used at most
+    last_peak_ = peak_;
+    peak_ = 0;
+  }
+  TrimIdleLocked(std::max(peak_, last_peak_), freed);
   ++generation_;
   Publish();
+  // `freed` goes after the lock (declared before it).
+}
+
+void StagingBudget::TrimIdleLocked(uint64_t keep, std::vector<AlignedBuffer<float>>& freed) {
+  while (idle_bytes_ > keep) {
+    idle_bytes_ -= BytesOf(idle_.front().size());
+    freed.push_back(std::move(idle_.front()));
+    idle_.erase(idle_.begin());
+  }
 }
 
 void StagingBudget::Notify() {
@@ -67,6 +108,11 @@ absl::Status StagingBudget::Exhausted(const std::string& what, uint64_t bytes) c
 uint64_t StagingBudget::used() const {
   absl::MutexLock lock(&mu_);
   return used_;
+}
+
+uint64_t StagingBudget::idle() const {
+  absl::MutexLock lock(&mu_);
+  return idle_bytes_;
 }
 
 uint64_t StagingBudget::free() const {

@@ -15,16 +15,28 @@
 // never hold a block's mutex. The head node's pieces never need staging,
 // so waiting cannot stop a step from completing.
 //
+// The buffers themselves are pooled: one given back is kept idle for the
+// next early piece of the same size (no allocation, no zeroing, no page
+// faults: a fresh block-sized buffer costs its pages' faults on a push's
+// path, every step). The memory held, in use and idle together, stays
+// within the budget, and idle buffers beyond the most in use at once
+// during the last period in which staging was in use (from the first
+// buffer taken until every one came back: usually a step's pushes) are
+// freed when that period ends, so a server keeps what its steps stage.
+//
 // Thread-safe. Lock order: a block's mutex, then this budget's.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/core/aligned_buffer.h"
 
 namespace zerostate::server {
 
@@ -38,10 +50,15 @@ class StagingBudget {
   StagingBudget(const StagingBudget&) = delete;
   StagingBudget& operator=(const StagingBudget&) = delete;
 
-  // Takes `bytes` if that many are free; false (nothing taken) otherwise.
-  bool TryTake(uint64_t bytes);
-  // Gives back bytes taken before, and wakes waiters.
-  void Give(uint64_t bytes);
+  // A staging buffer of `floats` floats if its bytes are free: an idle one
+  // of that size (its contents arbitrary: the accumulator reads only what
+  // it decoded into it), else a new one (idle ones of other sizes freed
+  // first where memory held would exceed the budget); nullopt (nothing
+  // taken) otherwise. REQUIRES: floats > 0.
+  std::optional<AlignedBuffer<float>> TryTake(size_t floats);
+  // Gives back a buffer TryTake gave (kept idle for the next TryTake, or
+  // freed), and wakes waiters.
+  void Give(AlignedBuffer<float> buffer);
   // Wakes waiters without giving anything back: something they may be
   // waiting for changed (a block's head advanced, a job shut down).
   void Notify();
@@ -60,7 +77,10 @@ class StagingBudget {
   [[nodiscard]] absl::Status Exhausted(const std::string& what, uint64_t bytes) const;
 
   uint64_t budget() const { return budget_; }
+  // Bytes of the buffers taken and not given back.
   uint64_t used() const;
+  // Bytes of the idle buffers kept for reuse.
+  uint64_t idle() const;
   // Bytes a TryTake could take now.
   uint64_t free() const;
   // Pushes waiting in AwaitChange now (tests wait for a waiter to be there).
@@ -68,6 +88,10 @@ class StagingBudget {
 
  private:
   void Publish() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves idle buffers into `freed` (for the caller to free once mu_ is
+  // let go) until at most `keep` bytes of them are left.
+  void TrimIdleLocked(uint64_t keep, std::vector<AlignedBuffer<float>>& freed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Block::mu names mu_ in its declared lock order (block.h): a push
   // reads generation() under its block's mutex.
@@ -78,6 +102,12 @@ class StagingBudget {
   // Last in the lock order: taken under a Block::mu, never before one.
   mutable absl::Mutex mu_;
   uint64_t used_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<AlignedBuffer<float>> idle_ ABSL_GUARDED_BY(mu_);  // for reuse
+  uint64_t idle_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // The most bytes in use at once since staging was last all given back,
+  // and during the period before that one: idle buffers are kept up to it.
+  uint64_t peak_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_peak_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   int waiters_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/rpc_status.h"
+#include "common/timeline.h"
 #include "server/replication/catch_up.h"
 
 namespace zerostate::server {
@@ -232,6 +233,7 @@ void ShardReplicator::StreamStep(uint64_t step) {
   // Each lane sends blocks as they complete, then, once decided, its share
   // of the rest; the step goes on ApplyStep once every lane is answered.
   OnLanes(lanes, [&](size_t lane) { SendLane(step, transfer, by_lane[lane]); });
+  Timeline::Record("repl_lanes_done", static_cast<int64_t>(step));
   mu_.Lock();
   lane_fds_.clear();
   const bool give_up = stop_ || abandon_;
@@ -255,6 +257,7 @@ void ShardReplicator::StreamStep(uint64_t step) {
         owner_.Send(main.address, token_, shard_, job_id_, *payload, whole ? transfer : 0);
     results[c] = Result{main.server, main.address, false, std::move(status), 0, nullptr};
   });
+  Timeline::Record("repl_applied", static_cast<int64_t>(step));
   for (auto& calls : by_lane) {
     for (auto& st : calls) {
       if (st->conn != nullptr && st->status.ok() && !give_up) {
@@ -310,11 +313,16 @@ void ShardReplicator::SendLane(uint64_t step, uint64_t transfer,
     const std::optional<std::string_view> bytes = PinFor(local, step, &scratch);
     mu_.Lock();
     --in_flight_;
-    if (!bytes.has_value()) continue;
+    if (!bytes.has_value()) {
+      taken_[local] = false;  // not complete (yet): its completion queues it again
+      continue;
+    }
     sent_[local] = true;
     // Sent off the lock, so that Decide does not wait for the network.
     mu_.Unlock();
     send(job_.blocks().begin + local, *bytes);
+    Timeline::Record("repl_sum_ahead", static_cast<int64_t>(job_.blocks().begin + local),
+                     static_cast<int64_t>(step));
     Unpin(local);
     mu_.Lock();
   }
@@ -332,6 +340,8 @@ void ShardReplicator::SendLane(uint64_t step, uint64_t transfer,
     mu_.Unlock();
     send(job_.blocks().begin + local,
          copied ? std::string_view(payload->grads[local].second) : Pinned(local, &scratch));
+    Timeline::Record("repl_sum_after", static_cast<int64_t>(job_.blocks().begin + local),
+                     static_cast<int64_t>(step));
     mu_.Lock();
   }
   mu_.Unlock();
@@ -491,6 +501,7 @@ absl::Status ShardReplicator::Judge(uint64_t step, const std::vector<Result>& re
 std::function<absl::Status()> ShardReplicator::Decide(const v1::StepRequest& req,
                                                       std::shared_ptr<const Payload>* sent) {
   const uint64_t step = req.step();
+  Timeline::Record("repl_decide", static_cast<int64_t>(step));
   const Range range = job_.blocks();
   std::vector<bool> ahead(blocks_, false);  // sent by a lane already
   std::vector<uint32_t> whole;            // the copies that get the step whole

@@ -22,6 +22,7 @@ constexpr uint64_t kLostStep = 2;     // server 1 killed and restarted before it
 constexpr uint64_t kCatchupStep = 3;  // its copies' catch-ups start in it
 constexpr uint64_t kRestartStep = 5;  // the killed server back before it
 constexpr uint64_t kTakeOverStep = 6;
+constexpr uint64_t kMaxStepsToHold = 8;  // steps until a catch-up reaches its hold
 
 class EtcdCatchupFaultTest : public EtcdClusterFixture {
  protected:
@@ -63,6 +64,19 @@ class EtcdCatchupFaultTest : public EtcdClusterFixture {
     });
     Train(run_, *ref_, kCatchupStep, kCatchupStep + 1);  // the caller checks for failures
     watcher.join();
+  }
+
+  // Steps from *step on (each a chance for the primaries to probe server 1
+  // and start its catch-ups, off the steps' path) until shard 0's catch-up
+  // reached its hold, at most kMaxStepsToHold of them; *step is then the
+  // next step.
+  void StepUntilHeld(uint64_t* step) {
+    const uint64_t first = *step;
+    do {
+      ASSERT_LT(*step, first + kMaxStepsToHold) << "shard 0's catch-up never reached the hold";
+      ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, *step, *step + 1));
+      ++*step;
+    } while (!AwaitFile(hold_ + "/" + phase_marker_ + "-shard0", absl::Seconds(1)));
   }
 
   std::string hold_;
@@ -107,31 +121,41 @@ TEST_F(EtcdCatchupFaultTest, TheCatchingUpServerKilledMidSeedIsCaughtUpOnceBack)
 // The clients move shard 0 to server 1's copy when server 0's lease
 // expires, push the step again and step there, once. Server 0 restarted is
 // caught up by the primaries of its copies; the run ends bit-identical.
+//
+// A catch-up starts off the steps' path: a Step that finds the copy lost
+// has its server probed, and a probe that finds it not answering yet
+// (a loaded host) waits for a later Step. So the test steps until the
+// catch-up reached its hold, and, once server 0 is back, until its copies
+// are live again, instead of counting on a fixed number of steps.
 TEST_F(EtcdCatchupFaultTest, TheSeedingPrimaryKilledOnceItsCopyHoldsItsStepsFailsOverToIt) {
   constexpr uint64_t kHeldSteps = 2;
-  constexpr uint64_t kKillStep = kCatchupStep + kHeldSteps;
   phase_marker_ = "applied";
   Start(phase_marker_);
   if (HasFatalFailure() || IsSkipped()) return;
   ASSERT_NO_FATAL_FAILURE(LoseServer1());
-  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kCatchupStep, kKillStep));
-  EXPECT_TRUE(AwaitFile(hold_ + "/applied-shard0")) << "shard 0's catch-up never reached the hold";
-  EXPECT_NE(access((hold_ + "/release").c_str(), F_OK), 0);  // acknowledged while held
+  uint64_t step = kCatchupStep;
+  ASSERT_NO_FATAL_FAILURE(StepUntilHeld(&step));
+  // Acknowledged while the copy's seed is held: they cross in its backlog.
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, step, step + kHeldSteps));
+  const uint64_t kill_step = step + kHeldSteps;
+  EXPECT_NE(access((hold_ + "/release").c_str(), F_OK), 0);
   Touch(hold_ + "/release");
   // Server 1's copy reaches the acknowledged version through the backlog.
-  testing::ExpectSameCopies(addresses()[0], addresses()[1], spec_.job_id(), 0, kKillStep);
-  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kKillStep, kKillStep + 1,
+  testing::ExpectSameCopies(addresses()[0], addresses()[1], spec_.job_id(), 0, kill_step);
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kill_step, kill_step + 1,
                                 [&] { EXPECT_TRUE(server(0).Kill().ok()); }));
   EXPECT_FALSE(server(0).running());
   EXPECT_EQ(PrimaryOf(spec_.job_id(), 0), addresses()[1]);
   ASSERT_TRUE(server(0).Restart().ok());
   // Its copies caught up in the background, then live again.
-  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kKillStep + 1, kKillStep + 4));
-  testing::ExpectSameCopies(addresses()[1], addresses()[0], spec_.job_id(), 0, kKillStep + 4);
-  testing::ExpectSameCopies(addresses()[2], addresses()[0], spec_.job_id(), 2, kKillStep + 4);
-  testing::ExpectSameCopies(addresses()[2], addresses()[1], spec_.job_id(), 1, kKillStep + 4);
-  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, kKillStep + 4, kKillStep + 5));
-  testing::ExpectReferenceRun(run_.nodes, *ref_, kKillStep + 5);
+  step = kill_step + 1;
+  ASSERT_NO_FATAL_FAILURE(
+      testing::TrainUntilReplicated(run_.nodes, *ref_, &step, {&server(1), &server(2)}));
+  testing::ExpectSameCopies(addresses()[1], addresses()[0], spec_.job_id(), 0, step);
+  testing::ExpectSameCopies(addresses()[2], addresses()[0], spec_.job_id(), 2, step);
+  testing::ExpectSameCopies(addresses()[2], addresses()[1], spec_.job_id(), 1, step);
+  ASSERT_NO_FATAL_FAILURE(Train(run_, *ref_, step, step + 1));
+  testing::ExpectReferenceRun(run_.nodes, *ref_, step + 1);
 }
 
 // The seeding primary of shard 0 (server 0) SIGKILLed while its copy on
@@ -149,21 +173,18 @@ TEST_F(EtcdCatchupFaultTest, TheSeedingPrimaryKilledBeforeItsCopyHoldsTheShardEn
         [](client::ClientOptions& o) { o.unavailable_wait = std::chrono::seconds(5); });
   if (HasFatalFailure() || IsSkipped()) return;
   ASSERT_NO_FATAL_FAILURE(LoseServer1());
-  absl::Time killed;
-  std::thread watcher([&] {
-    EXPECT_TRUE(AwaitFile(hold_ + "/blocks-shard0")) << "shard 0's catch-up never reached the hold";
-    EXPECT_TRUE(server(0).Kill().ok());
-    killed = absl::Now();
-  });
-  absl::Status s;
+  // Killed between two steps once the seed is held: a kill during a step
+  // could find a node in a Gather of a version that never comes, which
+  // waits out its RPC deadline (60 s) before the step ends.
+  uint64_t step = kCatchupStep;
+  ASSERT_NO_FATAL_FAILURE(StepUntilHeld(&step));
+  ASSERT_TRUE(server(0).Kill().ok());
+  const absl::Time killed = absl::Now();
   std::vector<std::vector<float>> grads(run_.nodes.size());
-  for (uint64_t step = kCatchupStep; s.ok() && step < kSteps; ++step) {
-    s = testing::TrainerStep(run_.nodes, step, grads, nullptr);
-  }
-  watcher.join();
+  const absl::Status s = testing::TrainerStep(run_.nodes, step, grads, nullptr);
   const absl::Duration after = absl::Now() - killed;
-  std::cout << "seeding primary killed mid-seed: the step failed " << after << " after the kill: "
-            << s << std::endl;
+  std::cout << "seeding primary killed mid-seed: step " << step << " failed " << after
+            << " after the kill: " << s << std::endl;
   EXPECT_TRUE(absl::IsUnavailable(s)) << s;
   EXPECT_NE(s.message().find("shard 0 of job catchupfault"), std::string::npos) << s;
   EXPECT_NE(s.message().find("none of its copies answered for it"), std::string::npos) << s;

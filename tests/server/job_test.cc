@@ -370,6 +370,50 @@ TEST(JobStreamedSumTest, StatsAreTheSameAndKeptPastTheCommit) {
 // (zerostate_step_phase_seconds): Stats the wait and the statistics, Step
 // the wait and its pass; copy-on-write only when a checkpoint needed a
 // snapshot.
+// A primary's replicator hears of a block once its sum is complete, every
+// node's piece in, whatever order they come in (a block it heard of
+// earlier could not be pinned to be sent ahead of the Step).
+class CompletedBlocks final : public StepReplicator {
+ public:
+  void OnBlockComplete(const Block& b) override {
+    EXPECT_TRUE(b.acc.complete()) << "block " << b.index;
+    heard.push_back(b.index);
+  }
+  std::function<absl::Status()> Decide(const v1::StepRequest&,
+                                       std::shared_ptr<const Payload>*) override {
+    return [] { return absl::OkStatus(); };
+  }
+  std::function<absl::Status()> Resend(std::shared_ptr<const Payload>) override {
+    return [] { return absl::OkStatus(); };
+  }
+  std::vector<uint64_t> heard;
+};
+
+TEST_F(JobTest, TheReplicatorHearsOfABlockOnceItsSumIsComplete) {
+  CompletedBlocks* heard = nullptr;
+  job_->step().ReplicatorOrMake([&] {
+    auto r = std::make_unique<CompletedBlocks>();
+    heard = r.get();
+    return r;
+  });
+  const std::vector<float> g0 = Grad(0, 0), g1 = Grad(1, 0);
+  auto push = [&](uint32_t node, uint64_t b, uint32_t offset, uint32_t count) {
+    const std::vector<float>& g = node == 0 ? g0 : g1;
+    std::vector<float> piece(g.begin() + b * kBlock + offset,
+                             g.begin() + b * kBlock + offset + count);
+    auto r = job_->pushes().Push(GradChunk(0, node, b, offset, piece));
+    ASSERT_TRUE(r.ok()) << r.status();
+  };
+  push(0, 0, 0, kBlock);  // node 0 first
+  push(1, 1, 0, 100);     // node 1 early, in two pieces
+  push(1, 1, 100, kBlock - 100);
+  EXPECT_TRUE(heard->heard.empty());
+  push(1, 0, 0, kBlock);  // block 0 complete
+  EXPECT_EQ(heard->heard, (std::vector<uint64_t>{0}));
+  push(0, 1, 0, kBlock);  // block 1 complete: node 1's staged pieces folded
+  EXPECT_EQ(heard->heard, (std::vector<uint64_t>{0, 1}));
+}
+
 TEST_F(JobTest, StatsAndStepReportTheirPhases) {
   auto phases = [](const StepPhaseTimes& t) {
     std::vector<std::string> names;

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -266,6 +267,89 @@ TEST(StagingBudgetTest, AccumulatorGivesStagingBackOnResetAndDestruction) {
     EXPECT_EQ(budget.used(), kBuffer);
   }
   EXPECT_EQ(budget.used(), 0u);  // destroyed with a buffer
+}
+
+// The pool: a buffer given back is the next one taken, the same memory,
+// counted idle in between and never as in use.
+TEST(StagingBudgetTest, GivenBackBufferIsTakenAgainWithoutANewOne) {
+  StagingBudget budget(2 * kBuffer);
+  std::optional<AlignedBuffer<float>> first = budget.TryTake(kBlock);
+  ASSERT_TRUE(first.has_value());
+  const float* memory = first->data();
+  budget.Give(*std::move(first));
+  EXPECT_EQ(budget.used(), 0u);
+  EXPECT_EQ(budget.idle(), kBuffer);
+  std::optional<AlignedBuffer<float>> again = budget.TryTake(kBlock);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->data(), memory);
+  EXPECT_EQ(again->size(), kBlock);
+  EXPECT_EQ(budget.used(), kBuffer);
+  EXPECT_EQ(budget.idle(), 0u);
+  budget.Give(*std::move(again));
+}
+
+// Idle buffers and those in use together stay within the budget (idle ones
+// of another size are freed for a new one), and once a period of staging
+// ends, no more stay idle than it had in use at once.
+TEST(StagingBudgetTest, IdleBuffersStayWithinTheBudgetAndWhatTheLastPeriodUsed) {
+  StagingBudget budget(3 * kBuffer);
+  std::vector<AlignedBuffer<float>> taken;
+  for (int i = 0; i < 3; ++i) taken.push_back(*budget.TryTake(kBlock));
+  EXPECT_FALSE(budget.TryTake(kBlock).has_value());  // spent: nothing taken
+  EXPECT_EQ(budget.used(), 3 * kBuffer);
+  for (auto& b : taken) budget.Give(std::move(b));
+  taken.clear();
+  EXPECT_EQ(budget.idle(), 3 * kBuffer);  // the period used three at once
+
+  // A buffer of twice the size: two idle ones go so that the memory held
+  // stays within the budget.
+  std::optional<AlignedBuffer<float>> wide = budget.TryTake(2 * kBlock);
+  ASSERT_TRUE(wide.has_value());
+  EXPECT_EQ(budget.used(), 2 * kBuffer);
+  EXPECT_EQ(budget.idle(), kBuffer);
+  budget.Give(*std::move(wide));
+  // That period used one wide buffer at once: one wide buffer's bytes stay
+  // (the oldest idle ones go first: the narrow one).
+  EXPECT_EQ(budget.idle(), 2 * kBuffer);
+
+  std::optional<AlignedBuffer<float>> one = budget.TryTake(kBlock);  // new: the wide one fits
+  ASSERT_TRUE(one.has_value());
+  EXPECT_EQ(budget.idle(), 2 * kBuffer);
+  budget.Give(*std::move(one));
+  EXPECT_EQ(budget.idle(), kBuffer);  // the last period's one buffer
+}
+
+// A staged node's buffer comes back with the previous step's numbers in it
+// (and only part of it written this time): the sum is still the in-order
+// one, bit for bit.
+TEST(StagingBudgetTest, ReusedStagingBufferSumsBitIdentically) {
+  StagingBudget budget(2 * kBuffer);
+  GradientAccumulator acc(kNodes, kBlock, kBlock, &budget);
+  auto add = [&](GradientAccumulator& a, uint32_t node, uint32_t offset, uint32_t count,
+                 const std::vector<float>& g) {
+    auto r = a.Add(node, offset, count, g.data() + offset, v1::DTYPE_FP32);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_EQ(*r, GradientAccumulator::Outcome::kApplied) << "node " << node;
+  };
+  // Step A: nodes 2 and 1 early, whole blocks.
+  for (uint32_t n : {2u, 1u, 0u}) add(acc, n, 0, kBlock, Grad(n, 0));
+  ASSERT_TRUE(acc.complete());
+  acc.Reset();
+  EXPECT_EQ(budget.idle(), 2 * kBuffer);
+  // Step B: other numbers, node 2's in two pieces, into the reused buffers.
+  std::vector<std::vector<float>> g;
+  for (uint32_t n = 0; n < kNodes; ++n) g.push_back(Grad(n + 10, 7));
+  add(acc, 2, 100, kBlock - 100, g[2]);
+  add(acc, 1, 0, kBlock, g[1]);
+  EXPECT_EQ(budget.idle(), 0u);  // both reused
+  add(acc, 2, 0, 100, g[2]);
+  add(acc, 0, 0, kBlock, g[0]);
+  ASSERT_TRUE(acc.complete());
+
+  GradientAccumulator in_order(kNodes, kBlock, kBlock);  // no staging at all
+  for (uint32_t n = 0; n < kNodes; ++n) add(in_order, n, 0, kBlock, g[n]);
+  EXPECT_EQ(std::memcmp(acc.sum(), in_order.sum(), kBuffer), 0);
+  EXPECT_EQ(budget.used(), 0u);
 }
 
 TEST(StagingBudgetTest, DeletedJobGivesItsStagingBackWhileCallsStillHoldIt) {
