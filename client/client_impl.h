@@ -11,6 +11,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/notification.h"
+#include "client/call_cancel.h"
 #include "client/channel_watch.h"
 #include "client/client.h"
 #include "client/metrics.h"
@@ -67,19 +68,24 @@ class Client::Impl {
 
   // One unary RPC to server `shard` through the retrier, e.g.
   // Unary(Method::kStep, 0, &v1::StateService::Stub::Step, req, &resp).
-  // `unavailable_wait` as Retrier::Run's.
+  // `unavailable_wait` as Retrier::Run's. With `cancel`, its Cancel ends
+  // the call at once (CANCELLED with its reason, not retried).
   template <class Request, class Response>
   [[nodiscard]] absl::Status Unary(Method method, int shard,
                                    grpc::Status (v1::StateService::Stub::*rpc)(grpc::ClientContext*,
                                                                                const Request&,
                                                                                Response*),
                                    const Request& request, Response* response,
-                                   std::optional<absl::Duration> unavailable_wait = std::nullopt) {
+                                   std::optional<absl::Duration> unavailable_wait = std::nullopt,
+                                   CallCancel* cancel = nullptr) {
     ServerConn& conn = server(shard);
     return retrier_.Run(
         method, conn,
         [&](grpc::ClientContext& ctx) {
-          return FromGrpc((conn.NextStub()->*rpc)(&ctx, request, response));
+          if (cancel == nullptr) return FromGrpc((conn.NextStub()->*rpc)(&ctx, request, response));
+          if (absl::Status s = cancel->Check(); !s.ok()) return s;
+          CallCancel::Registration interrupt = cancel->OnCancel([&ctx] { ctx.TryCancel(); });
+          return cancel->Explain(FromGrpc((conn.NextStub()->*rpc)(&ctx, request, response)));
         },
         unavailable_wait);
   }

@@ -132,18 +132,32 @@ Ticket JobClient::Impl::GatherAsync(uint64_t min_version, Range elems, void* out
 
 absl::StatusOr<GradStatsResult> JobClient::Impl::GradStats(uint64_t step) {
   std::vector<v1::GradStatsResponse> answers(client_->num_servers());
+  std::vector<absl::Status> failures(client_->num_servers());
+  // The first shard that fails ends the others' calls: a server that lost
+  // the job (it restarted) answers at once, while a survivor would wait
+  // out the deadline for gradients that the ranks which failed on the lost
+  // one never push. The caller then gets the failure, not the cancel.
+  CallCancel cancel;
   absl::Status s = client_->ForEachServer([&](int shard) {
     v1::GradStatsRequest req;
     req.set_job_id(spec_.job_id());
     req.set_step(step);
     SetShard(req, shard);
-    return OnShard(shard, [&](int server) {
+    absl::Status st = OnShard(shard, [&](int server) {
       absl::Status st =
           client_->Unary(Method::kGradStats, server, &v1::StateService::Stub::GradStats, req,
-                         &answers[shard], job_.unavailable_wait);
+                         &answers[shard], job_.unavailable_wait, &cancel);
       return st.ok() ? CheckIncarnation(job_, server, answers[shard].incarnation()) : st;
     });
+    if (!st.ok() && !absl::IsCancelled(st)) {
+      failures[shard] = st;
+      cancel.Cancel(absl::StrCat("GradStats of step ", step, ": another shard failed"));
+    }
+    return st;
   });
+  for (const absl::Status& f : failures) {
+    if (!f.ok()) return f;
+  }
   if (!s.ok()) return s;
   GradStatsResult total;
   for (const v1::GradStatsResponse& a : answers) {  // shard order: deterministic sum

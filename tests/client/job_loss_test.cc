@@ -1,7 +1,8 @@
 // JobClient::Loss and EndIfLost against 2 real server processes: a job
 // every server holds is left as it is; one whose server restarted empty or
 // went silent is named, and deleted on the server that answers, which ends
-// a gather waiting there at once instead of after its rpc_timeouts.
+// a gather waiting there at once instead of after its rpc_timeouts; and a
+// GradStats that a restarted server fails ends without waiting on the other.
 #include "tests/client/cluster_fixture.h"
 
 namespace zerostate::testing {
@@ -65,6 +66,26 @@ TEST_F(JobLossTest, ARestartedServerIsNamedAndTheJobEndedOnTheOther) {
   EXPECT_NE(loss->account.find("server " + victim), std::string::npos) << loss->account;
   ASSERT_TRUE(gather_.WaitFor(kWoken));
   EXPECT_FALSE(gather_.Wait().ok());
+}
+
+// The coordinator's GradStats after a server restarted: the restarted one
+// answers at once that it has no job, and the survivor, which waits for
+// gradients no rank will push (the ranks that failed on the restarted
+// server are rolling back), is not waited out: the call ends with the lost
+// shard's error, not the cancel of the other.
+TEST_F(JobLossTest, GradStatsEndsOnALostShardWithoutWaitingOutTheOthers) {
+  auto job = client_->RegisterJob(TestSpec("stats", 1, v1::DTYPE_FP32, v1::DTYPE_FP32));
+  ASSERT_TRUE(job.ok()) << job.status();
+  ASSERT_TRUE(cluster_->server(1).Kill().ok());
+  ASSERT_TRUE(cluster_->server(1).Restart().ok());
+  const absl::Time start = absl::Now();
+  auto stats = (*job)->GradStats(0);  // nothing pushed: server 0 waits for the gradients
+  EXPECT_LT(absl::Now() - start, kWoken);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_FALSE(absl::IsCancelled(stats.status())) << stats.status();
+  EXPECT_TRUE(absl::IsNotFound(stats.status()) || absl::IsUnauthenticated(stats.status()) ||
+              absl::IsAborted(stats.status()))
+      << stats.status();
 }
 
 TEST_F(JobLossTest, ASilentServerIsNamedAfterTheWaitAndTheJobEndedOnTheOther) {
