@@ -1,17 +1,21 @@
 // capacity_bench: the largest job one state server admits with a given RAM
 // budget (--budget_gib, default 16), for each moment format, as the
 // server's admission computes it (Job::EstimateBytes: the tier's state, the
-// gradient's memory and the low-precision copy, the spec), for an AdamW job
-// of bf16 gradients and weights in blocks of the default size on one
-// server, in two shapes:
+// gradient's memory, the weight copies where kept, the spec), for an AdamW
+// job of bf16 gradients and weights in blocks of the default size on one
+// server, in three shapes:
 //   capacity.<format>: one node, whose bf16 gradient each block keeps where
-//     it lands (2 B per parameter; the single-gradient pass);
+//     it lands (2 B per parameter; the single-gradient pass), and no bf16
+//     weight copy: what the budget admits at most (JobRegistry::AdmitLocked
+//     drops the copies where they do not fit; gathers convert the master);
+//   capacity.<format>.weight_copy: the same with the copies (2 B per
+//     parameter), which a job keeps where the budget has room;
 //   capacity.<format>.gradient_sum: two nodes, whose gradients add up in an
-//     fp32 sum (4 B per parameter), as every job's did before.
+//     fp32 sum (4 B per parameter), no copies.
 // --json prints one object per figure:
-//   {"figure":"capacity.<format>[.gradient_sum]","value":params,"unit":"params",
+//   {"figure":"capacity.<format>[.<shape>]","value":params,"unit":"params",
 //    "limit":<fp32's params in the same shape>,"ratio":<over that>,
-//    "ratio_to_fp32_gradient_sum":<over fp32 with a gradient sum>,"bytes_per_param":...}
+//    "bytes_per_param":...,"budget_bytes":...}
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -41,12 +45,19 @@ v1::JobSpec SpecOf(uint64_t params, v1::MomentFormat format, uint32_t nodes) {
   return *NormalizeJobSpec(spec);
 }
 
+struct Shape {
+  const char* suffix;
+  uint32_t nodes;
+  bool weight_copy;
+};
+
 // The most whole blocks whose job fits `budget` bytes.
-uint64_t LargestBlocks(v1::MomentFormat format, uint32_t nodes, uint64_t budget) {
-  const uint64_t block = SpecOf(1, format, nodes).block_elems();
+uint64_t LargestBlocks(v1::MomentFormat format, Shape shape, uint64_t budget) {
+  const uint64_t block = SpecOf(1, format, shape.nodes).block_elems();
   uint64_t lo = 0, hi = budget / block + 1;  // fits(lo), !fits(hi): a block costs > 1 B/param
   auto fits = [&](uint64_t blocks) {
-    return Job::EstimateBytes(SpecOf(blocks * block, format, nodes), blocks) <= budget;
+    return Job::EstimateBytes(SpecOf(blocks * block, format, shape.nodes), blocks, TierOptions(),
+                              shape.weight_copy) <= budget;
   };
   while (hi - lo > 1) {
     const uint64_t mid = lo + (hi - lo) / 2;
@@ -60,10 +71,11 @@ struct Capacity {
   double bytes_per_param = 0;
 };
 
-Capacity CapacityOf(v1::MomentFormat format, uint32_t nodes, uint64_t budget) {
-  const uint64_t blocks = LargestBlocks(format, nodes, budget);
-  const uint64_t elems = blocks * SpecOf(1, format, nodes).block_elems();
-  const double bytes = static_cast<double>(Job::EstimateBytes(SpecOf(elems, format, nodes), blocks));
+Capacity CapacityOf(v1::MomentFormat format, Shape shape, uint64_t budget) {
+  const uint64_t blocks = LargestBlocks(format, shape, budget);
+  const uint64_t elems = blocks * SpecOf(1, format, shape.nodes).block_elems();
+  const double bytes = static_cast<double>(Job::EstimateBytes(
+      SpecOf(elems, format, shape.nodes), blocks, TierOptions(), shape.weight_copy));
   return {static_cast<double>(elems), bytes / static_cast<double>(elems)};
 }
 
@@ -71,24 +83,21 @@ int Main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const auto budget = static_cast<uint64_t>(absl::GetFlag(FLAGS_budget_gib) * (1ull << 30));
   const bool json = absl::GetFlag(FLAGS_json);
-  const double fp32_sum = CapacityOf(v1::MOMENTS_FP32, 2, budget).params;
-  for (uint32_t nodes : {1u, 2u}) {
-    const double fp32 = CapacityOf(v1::MOMENTS_FP32, nodes, budget).params;
+  for (Shape shape : {Shape{"", 1, false}, Shape{".weight_copy", 1, true},
+                      Shape{".gradient_sum", 2, false}}) {
+    const double fp32 = CapacityOf(v1::MOMENTS_FP32, shape, budget).params;
     for (auto format : {v1::MOMENTS_FP32, v1::MOMENTS_BF16, v1::MOMENTS_INT8}) {
-      const Capacity c = CapacityOf(format, nodes, budget);
-      const std::string name =
-          "capacity." + v1::MomentFormat_Name(format) + (nodes == 2 ? ".gradient_sum" : "");
+      const Capacity c = CapacityOf(format, shape, budget);
+      const std::string name = "capacity." + v1::MomentFormat_Name(format) + shape.suffix;
       if (json) {
         std::printf("{\"figure\":\"%s\",\"value\":%.0f,\"unit\":\"params\",\"limit\":%.0f,"
-                    "\"ratio\":%.4f,\"ratio_to_fp32_gradient_sum\":%.4f,"
-                    "\"bytes_per_param\":%.4f,\"budget_bytes\":%llu}\n",
-                    name.c_str(), c.params, fp32, c.params / fp32, c.params / fp32_sum,
-                    c.bytes_per_param, static_cast<unsigned long long>(budget));
+                    "\"ratio\":%.4f,\"bytes_per_param\":%.4f,\"budget_bytes\":%llu}\n",
+                    name.c_str(), c.params, fp32, c.params / fp32, c.bytes_per_param,
+                    static_cast<unsigned long long>(budget));
       } else {
-        std::printf("%-40s %14.0f params (%.3f x fp32's, %.3f x fp32's with a gradient sum), "
-                    "%.3f bytes/param of a %.1f GiB budget\n",
-                    name.c_str(), c.params, c.params / fp32, c.params / fp32_sum,
-                    c.bytes_per_param, budget / double(1ull << 30));
+        std::printf("%-40s %14.0f params (%.3f x fp32's), %.3f bytes/param of a %.1f GiB budget\n",
+                    name.c_str(), c.params, c.params / fp32, c.bytes_per_param,
+                    budget / double(1ull << 30));
       }
     }
   }

@@ -50,18 +50,20 @@ class Job {
   // MakeTier, the tier's I/O. With initialize=false the weights stay zero
   // for JobSnapshots::RestoreBlock. Early nodes' staging buffers come from
   // `staging` (null: unbounded; the server's --staging_budget_bytes
-  // otherwise).
+  // otherwise). `weight_copy`: whether a RAM-tier job keeps a weight_dtype
+  // copy for gathers (KeepsLowpCopy, core/job_shard.h).
   [[nodiscard]] static absl::StatusOr<std::unique_ptr<Job>> Create(
       v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index,
       bool initialize = true, const TierOptions& tiers = TierOptions(),
-      std::shared_ptr<StagingBudget> staging = nullptr);
+      std::shared_ptr<StagingBudget> staging = nullptr, bool weight_copy = true);
 
   // RAM a job with this spec and shard would hold, before any staging: on
   // TIER_NVME only the low-precision copy, the gradient accumulator and the
   // tier's cache budget. The spec counts too (3x its size: names are kept
   // thrice), so that long tensor names are charged to the budget.
   static uint64_t EstimateBytes(const v1::JobSpec& spec, uint64_t shard_blocks,
-                                const TierOptions& tiers = TierOptions());
+                                const TierOptions& tiers = TierOptions(),
+                                bool weight_copy = true);
 
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
@@ -88,7 +90,7 @@ class Job {
 
  private:
   Job(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index,
-      std::shared_ptr<StagingBudget> staging);
+      std::shared_ptr<StagingBudget> staging, bool weight_copy);
 
   // First: the other parts hold references to it and use it until they are
   // gone (the step's speculation tasks, which ~JobStep waits for, use its

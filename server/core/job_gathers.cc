@@ -47,8 +47,14 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
   // The int8 wire quantizes what a weight_dtype gather serves.
   const bool int8 = dtype == v1::DTYPE_INT8;
   const v1::DType source = int8 ? shard_.spec().weight_dtype() : dtype;
-  const bool from_master = source == v1::DTYPE_FP32;
+  // A weight_dtype piece comes from the block's copy where the job keeps
+  // one (KeepsLowpCopy), else from the master, converted as it is copied
+  // out: the bits the pass would have written to a copy.
+  const bool convert = source != v1::DTYPE_FP32 && !shard_.keeps_lowp_copy();
+  const bool from_master = source == v1::DTYPE_FP32 || convert;
   const size_t esize = DTypeSize(source);
+  AlignedBuffer<uint16_t> converted;  // an int8 piece's converted master
+  if (int8 && convert) converted = AlignedBuffer<uint16_t>(shard_.layout().block_elems);
   StateTier& tier = shard_.tier();
   // Only versions every backup holds (JobStep::visible_through); a
   // deposed copy serves none (its waiters end with the reason).
@@ -89,9 +95,16 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
       const char* src = from_master ? reinterpret_cast<const char*>(master)
                                     : reinterpret_cast<const char*>(b.lowp.data());
       if (int8) {
-        EncodeInt8(src + p.offset * esize, source, p.count, /*residual=*/nullptr,
+        const char* codes_of = src + p.offset * esize;
+        if (convert) {
+          EncodeFloats(master + p.offset, p.count, source, converted.data());
+          codes_of = reinterpret_cast<const char*>(converted.data());
+        }
+        EncodeInt8(codes_of, source, p.count, /*residual=*/nullptr,
                    static_cast<uint8_t*>(sink.Buffer(Int8ChunkBytes(p.count))));
         piece.elems = p.count;
+      } else if (convert) {
+        EncodeFloats(master + p.offset, p.count, source, sink.Buffer(p.count * esize));
       } else {
         void* into = sink.Buffer(p.count * esize);
         if (sink.BufferReadElsewhere()) {

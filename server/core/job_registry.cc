@@ -68,14 +68,14 @@ struct Copies {
 };
 
 Copies CopiesOf(const v1::JobSpec& spec, uint32_t num_servers, uint32_t shard,
-                const TierOptions& tiers) {
+                const TierOptions& tiers, bool weight_copy) {
   Copies c;
   c.shards.push_back(shard);
   for (uint32_t b : BackedUpShards(num_servers, shard, spec.replicas())) c.shards.push_back(b);
   const uint64_t num_blocks = LayoutOf(spec).num_blocks();
   for (uint32_t s : c.shards) {
     const uint64_t blocks = ShardBlocks(num_blocks, num_servers, s).size();
-    c.ram += Job::EstimateBytes(spec, blocks, tiers);
+    c.ram += Job::EstimateBytes(spec, blocks, tiers, weight_copy);
     c.disk += DiskBytes(spec, blocks);
   }
   return c;
@@ -165,9 +165,12 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
   if (auto s = CheckServers(req); !s.ok()) return s;
   if (auto s = CheckTier(spec->tier(), tiers_); !s.ok()) return s;
   if (auto s = CheckReplicas(*spec, req.servers_size()); !s.ok()) return s;
-  const Copies copies = CopiesOf(*spec, req.servers_size(), req.shard_index(), tiers_);
-  const uint64_t bytes = copies.ram;
+  const Copies copies = CopiesOf(*spec, req.servers_size(), req.shard_index(), tiers_, true);
+  const uint64_t without =
+      CopiesOf(*spec, req.servers_size(), req.shard_index(), tiers_, false).ram;
   const std::string id = spec->job_id();
+  uint64_t bytes = 0;
+  bool weight_copy = true;
   {
     absl::MutexLock lock(&mu_);
     AwaitUnreservedLocked(id);
@@ -177,10 +180,11 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
       if (auto s = CheckSameJob(*it->second, *spec, req); !s.ok()) return s;
       return Registered{it->second, false, ""};
     }
-    if (auto s = CheckQuotasLocked(id, bytes, copies.disk, false); !s.ok()) return s;
-    if (!MakeRoomLocked(bytes, id)) {
-      return NoRoomLocked(absl::StrCat("job '", id, "'"), bytes, id);
-    }
+    auto admitted =
+        AdmitLocked(absl::StrCat("job '", id, "'"), id, copies.ram, without, copies.disk, false);
+    if (!admitted.ok()) return admitted.status();
+    weight_copy = *admitted;
+    bytes = weight_copy ? copies.ram : without;
     // The id and the bytes are this call's until it publishes or gives up.
     reserved_.insert(id);
     ram_used_ += bytes;
@@ -188,7 +192,7 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
   // Creation (seeded initialisation, an NVMe shard's file) outside the lock.
   std::string generated;
   absl::StatusOr<std::vector<std::shared_ptr<Job>>> created =
-      CreateJob(req, *std::move(spec), copies.shards, token, &generated);
+      CreateJob(req, *std::move(spec), copies.shards, token, &generated, weight_copy);
   absl::MutexLock lock(&mu_);
   reserved_.erase(id);
   reserved_cv_.SignalAll();
@@ -209,13 +213,15 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Register(const v1::Register
 
 absl::StatusOr<std::vector<std::shared_ptr<Job>>> JobRegistry::CreateJob(
     const v1::RegisterJobRequest& req, const v1::JobSpec& spec,
-    const std::vector<uint32_t>& shards, const std::string& token, std::string* generated) {
+    const std::vector<uint32_t>& shards, const std::string& token, std::string* generated,
+    bool weight_copy) {
   auto job_token = TokenOrNew(token, generated);
   if (!job_token.ok()) return job_token.status();
   std::vector<std::string> servers(req.servers().begin(), req.servers().end());
   std::vector<std::shared_ptr<Job>> made;
   for (uint32_t shard : shards) {
-    auto created = Job::Create(spec, servers, shard, /*initialize=*/true, tiers_, staging_);
+    auto created =
+        Job::Create(spec, servers, shard, /*initialize=*/true, tiers_, staging_, weight_copy);
     if (!created.ok()) return created.status();
     made.push_back(*std::move(created));
   }
@@ -236,6 +242,23 @@ bool JobRegistry::MakeRoomLocked(uint64_t bytes, const std::string& job_id) {
   const uint64_t dropped = borrower_->DropIdle();
   lent_ -= std::min(dropped, lent_);
   return bytes <= FreeFor(job_id);
+}
+
+absl::StatusOr<bool> JobRegistry::AdmitLocked(const std::string& what, const std::string& job_id,
+                                              uint64_t ram, uint64_t ram_without, uint64_t disk,
+                                              bool replacing) {
+  if (CheckQuotasLocked(job_id, ram, disk, replacing).ok() && MakeRoomLocked(ram, job_id)) {
+    return true;
+  }
+  const uint64_t least = std::min(ram, ram_without);
+  if (auto s = CheckQuotasLocked(job_id, least, disk, replacing); !s.ok()) return s;
+  if (least < ram && MakeRoomLocked(least, job_id)) {
+    std::cerr << "zerostate-server: " << what << " admitted without weight copies (no room in "
+              << "the RAM budget for their " << ram - least
+              << " bytes): its gathers convert the master\n";
+    return false;
+  }
+  return NoRoomLocked(what, least, job_id);
 }
 
 absl::Status JobRegistry::NoRoomLocked(const std::string& what, uint64_t bytes,
@@ -340,36 +363,41 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRe
   auto spec = RestoredSpec(**reader, req);
   if (!spec.ok()) return spec.status();
   if (auto s = CheckReplicas(*spec, req.servers_size()); !s.ok()) return s;
-  const Copies copies = CopiesOf(*spec, req.servers_size(), req.shard_index(), tiers_);
-  const uint64_t bytes = copies.ram;
+  const Copies copies = CopiesOf(*spec, req.servers_size(), req.shard_index(), tiers_, true);
+  const uint64_t without =
+      CopiesOf(*spec, req.servers_size(), req.shard_index(), tiers_, false).ram;
   const uint64_t disk = copies.disk;
   const std::string& id = spec->job_id();
-  // Checked before loading and again before the swap: the job may have
-  // been registered or deleted meanwhile.
-  auto admit = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+  // Checked before loading and again before the swap (then without a
+  // choice of weight copies: the job is made): the job may have been
+  // registered or deleted meanwhile.
+  auto admit = [&](uint64_t ram, uint64_t ram_without)
+                   ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::StatusOr<bool> {
     AwaitUnreservedLocked(id);
     auto it = jobs_.find(id);
     if (it != jobs_.end()) {
       if (auto s = AuthorizeLocked(id, HashToken(token)); !s.ok()) return s;
       if (auto s = CheckSameLayout(it->second->spec(), *spec); !s.ok()) return s;
     }
-    if (auto s = CheckQuotasLocked(id, bytes, disk, it != jobs_.end()); !s.ok()) return s;
-    if (!MakeRoomLocked(bytes, id)) {
-      return NoRoomLocked(absl::StrCat("restoring job '", id, "'"), bytes, id);
-    }
-    return absl::OkStatus();
+    return AdmitLocked(absl::StrCat("restoring job '", id, "'"), id, ram, ram_without, disk,
+                       it != jobs_.end());
   };
+  bool weight_copy = true;
   {
     absl::MutexLock lock(&mu_);
-    if (auto s = admit(); !s.ok()) return s;
+    auto admitted = admit(copies.ram, without);
+    if (!admitted.ok()) return admitted.status();
+    weight_copy = *admitted;
   }
+  const uint64_t bytes = weight_copy ? copies.ram : without;
   std::string generated;
   auto job_token = TokenOrNew(token, &generated);
   if (!job_token.ok()) return job_token.status();
   std::vector<std::string> servers(req.servers().begin(), req.servers().end());
   std::vector<std::shared_ptr<Job>> made;  // the shard, then its backups' copies
   for (uint32_t shard : copies.shards) {
-    auto job = Job::Create(*spec, servers, shard, /*initialize=*/false, tiers_, staging_);
+    auto job =
+        Job::Create(*spec, servers, shard, /*initialize=*/false, tiers_, staging_, weight_copy);
     if (!job.ok()) return job.status();
     if (auto s = LoadShard(**reader, **job); !s.ok()) return s;
     made.push_back(*std::move(job));
@@ -379,7 +407,7 @@ absl::StatusOr<JobRegistry::Registered> JobRegistry::Restore(const v1::RestoreRe
   {
     absl::MutexLock lock(&mu_);
     if (shutting_down_) return absl::UnavailableError("server is shutting down");
-    if (auto s = admit(); !s.ok()) return s;
+    if (auto s = admit(bytes, bytes); !s.ok()) return s.status();
     ram_used_ -= BytesOfLocked(id);
     if (auto it = jobs_.find(id); it != jobs_.end()) replaced.push_back(it->second);
     if (auto it = backups_.find(id); it != backups_.end()) {

@@ -158,10 +158,11 @@ class JobRegistry final : public RamLender {
   // Register's creation of the job, outside mu_: the token (generated into
   // `generated` when `token` is "") and Job::Create of each copy in
   // `shards` (the own shard first, then the shards it backs up).
+  // `weight_copy`: AdmitLocked's choice (Job::Create).
   [[nodiscard]] absl::StatusOr<std::vector<std::shared_ptr<Job>>> CreateJob(
       const v1::RegisterJobRequest& req, const v1::JobSpec& spec,
-      const std::vector<uint32_t>& shards, const std::string& token, std::string* generated)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      const std::vector<uint32_t>& shards, const std::string& token, std::string* generated,
+      bool weight_copy) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits (releasing mu_) while a Register of `job_id` is creating it.
   void AwaitUnreservedLocked(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetTokenLocked(const std::string& job_id, TokenHash hash)
@@ -208,6 +209,16 @@ class JobRegistry final : public RamLender {
   // The refusal of a job of `bytes` (`what` names the call), with the figures.
   absl::Status NoRoomLocked(const std::string& what, uint64_t bytes,
                             const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Admits a job of `job_id` whose copies need `ram` bytes of the budget
+  // and `disk` of the disk with weight_dtype copies for its gathers, and
+  // `ram_without` without them (less only where the copies are optional,
+  // LowpCopyOptional): true where the quotas and the budget have room for
+  // the copies, false where they have room only without (its gathers then
+  // convert the master); else the refusal (a quota's, or NoRoomLocked's)
+  // of the smaller.
+  absl::StatusOr<bool> AdmitLocked(const std::string& what, const std::string& job_id,
+                                   uint64_t ram, uint64_t ram_without, uint64_t disk,
+                                   bool replacing) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -11,16 +11,25 @@
 
 namespace zerostate::server {
 
+bool LowpCopyOptional(const v1::JobSpec& spec) {
+  return spec.weight_dtype() != v1::DTYPE_FP32 && spec.tier() == v1::TIER_RAM;
+}
+
+bool KeepsLowpCopy(const v1::JobSpec& spec, bool weight_copy) {
+  return spec.weight_dtype() != v1::DTYPE_FP32 && (weight_copy || !LowpCopyOptional(spec));
+}
+
 JobShard::JobShard(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index,
-                   std::shared_ptr<StagingBudget> staging)
+                   std::shared_ptr<StagingBudget> staging, bool weight_copy)
     : spec_(std::move(spec)),
       layout_(LayoutOf(spec_)),
       servers_(std::move(servers)),
       shard_index_(shard_index),
       blocks_(ShardBlocks(layout_.num_blocks(), servers_.size(), shard_index)),
+      keeps_lowp_copy_(KeepsLowpCopy(spec_, weight_copy)),
       staging_(std::move(staging)) {
   const uint32_t be = layout_.block_elems;
-  const bool has_lowp = spec_.weight_dtype() != v1::DTYPE_FP32;
+  const bool has_lowp = keeps_lowp_copy_;
   for (uint64_t b = blocks_.begin; b < blocks_.end; ++b) {
     uint64_t begin = b * be;
     auto required = static_cast<uint32_t>(std::min<uint64_t>(be, layout_.used_elems - begin));

@@ -38,6 +38,18 @@ namespace zerostate::server {
 // The shard's progress, as JobStatus reports it: its blocks' lowest and
 // highest versions (0 on an empty shard), the blocks still waiting for a
 // node's gradient of their step, and those a speculative step computed.
+// Whether a job's blocks keep a copy of their weights in weight_dtype for
+// Gather to serve (Block::lowp), given whether the server would give it the
+// RAM (`weight_copy`, JobRegistry: where the budget has room for it). FP32
+// weights never need one; the NVMe tier always does (a gather must not read
+// the disk). A RAM-tier job without one converts the resident master as
+// its gathers copy it out (JobGathers::Gather): the same bits the copy
+// would hold, 2 B per parameter less of RAM and of the pass's writes, at
+// about a third more of the gather's memory traffic (4 B read, not 2).
+bool KeepsLowpCopy(const v1::JobSpec& spec, bool weight_copy);
+// Whether the copy is the server's choice: bf16 or fp16 weights on the RAM tier.
+bool LowpCopyOptional(const v1::JobSpec& spec);
+
 struct ShardProgress {
   uint64_t min_version = 0;
   uint64_t max_version = 0;
@@ -50,8 +62,9 @@ class JobShard {
   // Allocates the blocks of shard `shard_index` of `spec`'s layout over
   // `servers`. REQUIRES: spec normalized, shard_index < servers.size().
   // Early nodes' staging buffers come from `staging` (null: unbounded).
+  // `weight_copy`: KeepsLowpCopy's.
   JobShard(v1::JobSpec spec, std::vector<std::string> servers, uint32_t shard_index,
-           std::shared_ptr<StagingBudget> staging);
+           std::shared_ptr<StagingBudget> staging, bool weight_copy = true);
   JobShard(const JobShard&) = delete;
   JobShard& operator=(const JobShard&) = delete;
 
@@ -64,6 +77,8 @@ class JobShard {
 
   const v1::JobSpec& spec() const { return spec_; }
   const Layout& layout() const { return layout_; }
+  // The blocks keep a weight_dtype copy (KeepsLowpCopy).
+  bool keeps_lowp_copy() const { return keeps_lowp_copy_; }
   const std::vector<std::string>& servers() const { return servers_; }
   uint32_t shard_index() const { return shard_index_; }
   // The global indices of the shard's blocks.
@@ -146,6 +161,7 @@ class JobShard {
   const std::vector<std::string> servers_;
   const uint32_t shard_index_;
   const Range blocks_;
+  const bool keeps_lowp_copy_;
   // Before blocks_data_: their accumulators give staging back on destruction.
   const std::shared_ptr<StagingBudget> staging_;
   std::vector<std::unique_ptr<Block>> blocks_data_;

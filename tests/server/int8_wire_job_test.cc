@@ -73,11 +73,55 @@ std::vector<float> Decoded(const v1::Chunk& c) {
 
 class Int8WireJobTest : public ::testing::Test {
  protected:
-  explicit Int8WireJobTest(v1::WireFormat gradients = v1::WIRE_INT8, uint32_t nodes = 2)
-      : registry_(1 << 30), pool_(2) {
+  // `weight_copy_room`: a budget with room for the job's bf16 copy (else
+  // just without it).
+  explicit Int8WireJobTest(v1::WireFormat gradients = v1::WIRE_INT8, uint32_t nodes = 2,
+                           bool weight_copy_room = true)
+      : registry_(weight_copy_room ? 1 << 30 : LeastBytes(Int8Request(gradients, nodes))),
+        pool_(2) {
     auto reg = registry_.Register(Int8Request(gradients, nodes));
     EXPECT_TRUE(reg.ok()) << reg.status();
     job_ = reg->job;
+  }
+
+  static uint64_t LeastBytes(const v1::RegisterJobRequest& req) {
+    const v1::JobSpec spec = *NormalizeJobSpec(req.spec());
+    return Job::EstimateBytes(spec, LayoutOf(spec).num_blocks(), TierOptions(), false);
+  }
+
+  // The bf16 copy a weight_dtype gather serves (the block's copy, or the
+  // master converted), then its int8 pieces: quantized from that copy.
+  void ExpectGathersQuantizeTheServedCopyPieceByPiece() {
+    std::vector<uint16_t> copy;
+    v1::GatherRequest req;
+    req.set_dtype(v1::DTYPE_BF16);
+    ASSERT_TRUE(job_->gathers()
+                    .Gather(*job_->gathers().CheckGather(req), 0, v1::DTYPE_BF16, 300,
+                            absl::Now() + absl::Seconds(5),
+                            [&](const v1::Chunk& c) {
+                              const auto* h = reinterpret_cast<const uint16_t*>(c.data().data());
+                              copy.insert(copy.end(), h, h + c.data().size() / 2);
+                              return true;
+                            })
+                    .ok());
+    req.set_dtype(v1::DTYPE_INT8);
+    uint64_t at = 0;
+    ASSERT_TRUE(job_->gathers()
+                    .Gather(*job_->gathers().CheckGather(req), 0, v1::DTYPE_INT8, 300,
+                            absl::Now() + absl::Seconds(5),
+                            [&](const v1::Chunk& c) {
+                              EXPECT_EQ(c.block() * kBlock + c.offset(), at);
+                              std::string want(Int8ChunkBytes(c.elems()), '\0');
+                              EncodeInt8(copy.data() + at, v1::DTYPE_BF16, c.elems(), nullptr,
+                                         reinterpret_cast<uint8_t*>(want.data()));
+                              EXPECT_EQ(c.data(), want) << "piece at " << at;
+                              at += c.elems();
+                              return true;
+                            })
+                    .ok());
+    EXPECT_EQ(at, job_->layout().total_elems);
+    // The master stays exact: fp32 gathers serve it as before.
+    EXPECT_EQ(GatherWeights(*job_, 0).size(), job_->layout().total_elems);
   }
 
   std::vector<float> Grad(uint32_t node) {
@@ -144,37 +188,19 @@ TEST_F(Int8WireJobTest, ANaNReachesTheOverflowCheck) {
 }
 
 TEST_F(Int8WireJobTest, GathersQuantizeTheServedCopyPieceByPiece) {
-  // The bf16 copy a weight_dtype gather serves, then its int8 pieces.
-  std::vector<uint16_t> copy;
-  v1::GatherRequest req;
-  req.set_dtype(v1::DTYPE_BF16);
-  ASSERT_TRUE(job_->gathers()
-                  .Gather(*job_->gathers().CheckGather(req), 0, v1::DTYPE_BF16, 300,
-                          absl::Now() + absl::Seconds(5),
-                          [&](const v1::Chunk& c) {
-                            const auto* h = reinterpret_cast<const uint16_t*>(c.data().data());
-                            copy.insert(copy.end(), h, h + c.data().size() / 2);
-                            return true;
-                          })
-                  .ok());
-  req.set_dtype(v1::DTYPE_INT8);
-  uint64_t at = 0;
-  ASSERT_TRUE(job_->gathers()
-                  .Gather(*job_->gathers().CheckGather(req), 0, v1::DTYPE_INT8, 300,
-                          absl::Now() + absl::Seconds(5),
-                          [&](const v1::Chunk& c) {
-                            EXPECT_EQ(c.block() * kBlock + c.offset(), at);
-                            std::string want(Int8ChunkBytes(c.elems()), '\0');
-                            EncodeInt8(copy.data() + at, v1::DTYPE_BF16, c.elems(), nullptr,
-                                       reinterpret_cast<uint8_t*>(want.data()));
-                            EXPECT_EQ(c.data(), want) << "piece at " << at;
-                            at += c.elems();
-                            return true;
-                          })
-                  .ok());
-  EXPECT_EQ(at, job_->layout().total_elems);
-  // The master stays exact: fp32 gathers serve it as before.
-  EXPECT_EQ(GatherWeights(*job_, 0).size(), job_->layout().total_elems);
+  ExpectGathersQuantizeTheServedCopyPieceByPiece();
+}
+
+// A budget with room for the job only without its bf16 copy: the int8
+// pieces quantize the master converted to bf16, the same bits.
+class ConvertingInt8WireJobTest : public Int8WireJobTest {
+ protected:
+  ConvertingInt8WireJobTest() : Int8WireJobTest(v1::WIRE_INT8, 2, /*weight_copy_room=*/false) {}
+};
+
+TEST_F(ConvertingInt8WireJobTest, GathersQuantizeTheConvertedMasterPieceByPiece) {
+  EXPECT_FALSE(job_->shard().keeps_lowp_copy());
+  ExpectGathersQuantizeTheServedCopyPieceByPiece();
 }
 
 void ExpectRefused(const absl::Status& s, const std::string& what) {

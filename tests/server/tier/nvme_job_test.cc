@@ -1,6 +1,8 @@
 // A Job whose state lives on the NVMe tier against the same job on the RAM
 // tier, driven directly (no network): the same pushes and steps give
-// bit-identical fp32 weights and low-precision copies. And the wiring: a
+// bit-identical fp32 weights and low-precision copies, and so does a RAM
+// job admitted without room for its copy (its gathers convert the
+// master). And the wiring: a
 // server without --nvme_dir refuses NVMe jobs; RAM accounting counts only
 // what an NVMe job keeps in RAM.
 #include <gtest/gtest.h>
@@ -116,30 +118,45 @@ void ExpectNvmeBitIdenticalToRam(v1::MomentFormat format) {
   ScratchDir dir;
   const uint64_t block_bytes =
       StateLayoutOf(*NormalizeJobSpec(Request(v1::TIER_RAM, format).spec())).total_floats() * 4;
-  JobRegistry ram_registry(1ull << 30),
+  // A budget with room for the job without its bf16 copy, not with it.
+  const v1::JobSpec ram_spec = *NormalizeJobSpec(Request(v1::TIER_RAM, format).spec());
+  const uint64_t ram_blocks = ShardBlocks(LayoutOf(ram_spec).num_blocks(), 2, 1).size();
+  const uint64_t least = Job::EstimateBytes(ram_spec, ram_blocks, TierOptions(), false);
+  ASSERT_LT(least, Job::EstimateBytes(ram_spec, ram_blocks));
+  JobRegistry ram_registry(1ull << 30), tight_registry(least),
       nvme_registry(1ull << 30, NvmeOptions(dir.path(), block_bytes));
   auto ram = ram_registry.Register(Request(v1::TIER_RAM, format));
+  auto converting = tight_registry.Register(Request(v1::TIER_RAM, format));
   auto nvme = nvme_registry.Register(Request(v1::TIER_NVME, format));
   ASSERT_TRUE(ram.ok()) << ram.status();
+  ASSERT_TRUE(converting.ok()) << converting.status();
   ASSERT_TRUE(nvme.ok()) << nvme.status();
+  EXPECT_TRUE(ram->job->shard().keeps_lowp_copy());
+  EXPECT_FALSE(converting->job->shard().keeps_lowp_copy());
+  EXPECT_EQ(tight_registry.ram_used(), least);
+  EXPECT_TRUE(nvme->job->shard().keeps_lowp_copy());
   const uint64_t blocks = nvme->job->blocks().size();
   ASSERT_GE(blocks, 3u);  // more than the cache holds
   // The shard file is open but unlinked (scratch space, server/core/tier/nvme_tier.h).
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
   ThreadPool pool(2);
   for (uint64_t step = 0; step < 6; ++step) {
-    for (Job* job : {ram->job.get(), nvme->job.get()}) {
+    for (Job* job : {ram->job.get(), converting->job.get(), nvme->job.get()}) {
       PushStep(*job, step);
       v1::StepRequest req = StepReq(step);
       req.set_skip(step == 3);  // a skipped step too
       auto out = job->step().Step(req, absl::Now() + absl::Seconds(5), pool);
       ASSERT_TRUE(out.ok()) << job->spec().job_id() << ": " << out.status();
     }
+    // bf16: the converting job's gathers convert its master as they serve
+    // it; the others serve the copy their pass wrote.
     for (v1::DType dtype : {v1::DTYPE_FP32, v1::DTYPE_BF16}) {
       std::string want = GatherAll(*ram->job, dtype, step + 1);
       ASSERT_EQ(want.size(), blocks * kBlockElems * (dtype == v1::DTYPE_FP32 ? 4 : 2));
       ASSERT_TRUE(want == GatherAll(*nvme->job, dtype, step + 1))
           << "step " << step << " dtype " << v1::DType_Name(dtype);
+      ASSERT_TRUE(want == GatherAll(*converting->job, dtype, step + 1))
+          << "converting, step " << step << " dtype " << v1::DType_Name(dtype);
     }
   }
 }
@@ -291,6 +308,20 @@ TEST(NvmeJobTest, RamAccountingCountsOnlyWhatStaysInRam) {
   EXPECT_EQ(Job::EstimateBytes(spec, 4, o), elems * (2 + 4) + elems * 12 + spec_bytes);
   const v1::JobSpec ram = Request(v1::TIER_RAM).spec();
   EXPECT_EQ(Job::EstimateBytes(ram, 4), elems * (2 + 4 + 12) + 3 * ram.ByteSizeLong());
+  // Without its bf16 copy (a budget without room for it): 2 B less.
+  EXPECT_EQ(Job::EstimateBytes(ram, 4, TierOptions(), false),
+            elems * (4 + 12) + 3 * ram.ByteSizeLong());
+  // One byte short of that: refused, naming the least it needs.
+  const v1::JobSpec normalized = *NormalizeJobSpec(ram);
+  const uint64_t least = Job::EstimateBytes(
+      normalized, ShardBlocks(LayoutOf(normalized).num_blocks(), 2, 1).size(), TierOptions(), false);
+  JobRegistry short_registry(least - 1);
+  auto refused = short_registry.Register(Request(v1::TIER_RAM));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find(absl::StrCat("needs ", least, " bytes")),
+            std::string::npos)
+      << refused.status();
+  EXPECT_EQ(short_registry.ram_used(), 0u);
 
   JobRegistry registry(1ull << 30, NvmeOptions(dir.path()));
   auto r = registry.Register(Request(v1::TIER_NVME));
