@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -61,9 +62,9 @@ constexpr char kToken[] = "checkpoint-test-token-0123456789abcdef01";
 // A job sharded over n in-process "servers", each its own registry.
 struct Cluster {
   explicit Cluster(int n, const TierOptions& tiers = TierOptions(),
-                   v1::MomentFormat format = v1::MOMENTS_FP32)
+                   v1::MomentFormat format = v1::MOMENTS_FP32, uint64_t budget = 1 << 30)
       : pool(2), format(format) {
-    for (int i = 0; i < n; ++i) registries.push_back(std::make_unique<JobRegistry>(1 << 30, tiers));
+    for (int i = 0; i < n; ++i) registries.push_back(std::make_unique<JobRegistry>(budget, tiers));
   }
   void Register() {
     for (size_t i = 0; i < registries.size(); ++i) {
@@ -111,21 +112,27 @@ struct Cluster {
       ASSERT_TRUE(j.step().Step(req, absl::Now() + absl::Seconds(5), pool).ok());
     }
   }
-  // The fp32 master weights of the whole job, gathered shard by shard.
-  std::vector<float> Weights(uint64_t version) {
-    std::vector<float> out;
+  // The whole job's weights in `dtype`, gathered shard by shard, as bytes.
+  std::string Gathered(uint64_t version, v1::DType dtype) {
+    std::string out;
     for (size_t i = 0; i < registries.size(); ++i) {
       v1::GatherRequest req;
-      req.set_dtype(v1::DTYPE_FP32);
+      req.set_dtype(dtype);
       Job& j = job(i);
-      auto s = j.gathers().Gather(*j.gathers().CheckGather(req), version, v1::DTYPE_FP32, 1000,
+      auto s = j.gathers().Gather(*j.gathers().CheckGather(req), version, dtype, 1000,
                                   absl::Now() + absl::Seconds(5), [&](const v1::Chunk& c) {
-                                    auto* f = reinterpret_cast<const float*>(c.data().data());
-                                    out.insert(out.end(), f, f + c.data().size() / 4);
+                                    out += c.data();
                                     return true;
                                   });
       EXPECT_TRUE(s.ok()) << s;
     }
+    return out;
+  }
+  // The fp32 master weights of the whole job.
+  std::vector<float> Weights(uint64_t version) {
+    const std::string bytes = Gathered(version, v1::DTYPE_FP32);
+    std::vector<float> out(bytes.size() / 4);
+    std::memcpy(out.data(), bytes.data(), out.size() * 4);
     return out;
   }
   std::string Checkpoint(const std::string& root, uint64_t version) {
@@ -239,6 +246,31 @@ TEST_F(CheckpointTest, RestoresOntoAnyServerCountWithBitIdenticalContinuation) {
     b.Step(2);  // Adam's moments and step count came back too
     EXPECT_EQ(b.Weights(3), a.Weights(3)) << from << " -> " << to;
   }
+}
+
+// A restore onto a server whose budget has room for the job only without
+// its bf16 weight copy: admitted without it, its gathers serve the bits the
+// copy would hold, before and after the next step.
+TEST_F(CheckpointTest, RestoredWithoutRoomForTheWeightCopyServesTheSameBits) {
+  Cluster a(1);
+  a.Register();
+  a.Step(0);
+  a.Step(1);
+  const std::string dir = a.Checkpoint(root_ + "/tight", 2);
+  const v1::JobSpec spec = *NormalizeJobSpec(Spec());
+  const uint64_t blocks = LayoutOf(spec).num_blocks();
+  const uint64_t without = Job::EstimateBytes(spec, blocks, TierOptions(), false);
+  const uint64_t with = Job::EstimateBytes(spec, blocks);
+  ASSERT_LT(without, with);
+  Cluster b(1, TierOptions(), v1::MOMENTS_FP32, (without + with) / 2);
+  ASSERT_TRUE(b.Restore(dir).ok());
+  EXPECT_FALSE(b.job(0).shard().keeps_lowp_copy());
+  EXPECT_TRUE(a.job(0).shard().keeps_lowp_copy());
+  EXPECT_EQ(b.Gathered(2, v1::DTYPE_BF16), a.Gathered(2, v1::DTYPE_BF16));
+  a.Step(2);
+  b.Step(2);
+  EXPECT_EQ(b.Gathered(3, v1::DTYPE_BF16), a.Gathered(3, v1::DTYPE_BF16));
+  EXPECT_EQ(b.Weights(3), a.Weights(3));
 }
 
 // Compact moments are written as the tier holds them (the manifest's spec
