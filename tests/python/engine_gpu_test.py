@@ -58,6 +58,9 @@ CONFIG = {"optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 
 
 
 class DelayedLandingGpuTest(zs_servers.ServersTestCase):
+    # Both jobs stay registered: room for two of about 42 MiB a server.
+    server_args = (f"--ram_budget_bytes={256 << 20}",)
+
     def train(self, job, lazy):
         torch.manual_seed(0)
         model = Stack().cuda()

@@ -87,11 +87,14 @@ def start(n, args=(), plaintext=True):
 
 class ServersTestCase(unittest.TestCase):
     """Two servers for the test class (self.servers, self.addresses); the
-    engines a test puts in self.engines are closed after it."""
+    engines a test puts in self.engines are closed after it. server_args:
+    the servers' extra flags (last: they win)."""
+
+    server_args = ()
 
     @classmethod
     def setUpClass(cls):
-        cls.servers = start(2)
+        cls.servers = start(2, cls.server_args)
         cls.addresses = ",".join(s.address for s in cls.servers)
 
     @classmethod
