@@ -25,7 +25,8 @@
 # each setting's k = 1 and k = 2 ratios of both servers, run by run, and
 # their medians. SETTINGS (default
 # "path,inside") is the bench's --settings: "path" alone skips the inside
-# setting, the failover and the catch-up. About 90 s per run of both
+# setting, the failover and the catch-up. ZS_SERVER_FLAGS: more server
+# flags, comma-separated (the bench's --server_flags). About 90 s per run of both
 # settings on the H100 host.
 set -euo pipefail
 out=${1:?usage: bench/replication/device_replication.sh OUT}
@@ -47,7 +48,7 @@ grep -E "tcp_available_ulp|^Model name|^CPU\(s\)" "$out/machine.txt"
 # One bench run against server binary $1 into $out/$2.json (and .err).
 bench() {
   "$bin/replication_bench" --json --params=$((size << 20)) --steps=8 --replica_lanes="$lanes" \
-      --settings="${SETTINGS:-path,inside}" --server="$1" >"$out/$2.json" 2>"$out/$2.err"
+      --settings="${SETTINGS:-path,inside}" --server="$1" --server_flags="${ZS_SERVER_FLAGS:-}" >"$out/$2.json" 2>"$out/$2.err"
   echo "$2"
   grep -v '"replication.floor\.' "$out/$2.json"
 }

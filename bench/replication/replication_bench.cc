@@ -66,7 +66,7 @@
 //                            after each step)
 // A model of --params fp32 parameters (one tensor per 4 Mi).
 //   replication_bench [--json] [--params=16777216] [--steps=8] [--replica_lanes=0]
-//                     [--settings=path,inside] [--server=PATH]
+//                     [--settings=path,inside] [--server=PATH] [--server_flags=F,F]
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -92,6 +92,8 @@
 
 ABSL_FLAG(bool, json, false, "print one JSON object per figure");
 ABSL_FLAG(int64_t, params, 16 << 20, "model parameters");
+ABSL_FLAG(std::string, server_flags, "",
+          "more flags for every server, comma-separated (e.g. --replica_nice=10)");
 ABSL_FLAG(int, steps, 8, "timed rounds per setting (medians are printed)");
 ABSL_FLAG(int, replica_lanes, 0,
           "the servers' --replica_lanes (connections per backup for a step's sums; 0: theirs)");
@@ -367,6 +369,9 @@ Medians Measure(const std::string& setting, std::vector<std::string> server_args
   o.args = {"--metrics_listen=127.0.0.1:0", "--grace_seconds=1",
             absl::StrCat("--replica_lanes=", absl::GetFlag(FLAGS_replica_lanes))};
   for (std::string& a : server_args) o.args.push_back(std::move(a));
+  for (absl::string_view f : absl::StrSplit(absl::GetFlag(FLAGS_server_flags), ',', absl::SkipEmpty())) {
+    o.args.emplace_back(f);
+  }
   auto cluster = testing::ServerCluster::Start(3, o);
   if (!cluster.ok()) Fail(cluster.status().ToString());
   const auto servers = (*cluster)->addresses();

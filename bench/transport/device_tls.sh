@@ -69,11 +69,14 @@ if [ "${ZS_STREAM_MIB:-512}" != 0 ]; then
   timeout 120 "$bin/stream_bench" --connections=1,4,8 --mib="${ZS_STREAM_MIB:-512}" --reps=2 \
     --json 2>&1 | tee "$out/stream.log" >> "$out/all.log"
 fi
-# The data plane, plaintext / TLS (mutual), 1 and 4 servers.
-run tls-tcp 300 --server_binary=$s --planes=tcp --servers=1,4 --reps=3 --tls_dir=$certs \
-  --json "$@"
-python3 "$(dirname "$0")/tls_target.py" "$out/tls-tcp.log" "$out/aes.txt" "$(nproc)" |
-  tee "$out/target.txt"
+# The data plane, plaintext / TLS (mutual), 1 and 4 servers (ZS_TLS_SPLIT_ONLY
+# set: only the split run below).
+if [ -z "${ZS_TLS_SPLIT_ONLY:-}" ]; then
+  run tls-tcp 300 --server_binary=$s --planes=tcp --servers=1,4 --reps=3 --tls_dir=$certs \
+    --json "$@"
+  python3 "$(dirname "$0")/tls_target.py" "$out/tls-tcp.log" "$out/aes.txt" "$(nproc)" |
+    tee "$out/target.txt"
+fi
 [ -n "${ZS_TLS_SPLIT:-}" ] || exit 0
 # The same on disjoint cores: wrappers that pin the bench (the client) and
 # each server it starts (exec: the server keeps the pid the bench measures).
