@@ -12,13 +12,15 @@
 
 namespace zerostate::server {
 
+void LowerThisThread(int nice) {
+  if (nice > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
+}
+
 ThreadPool::ThreadPool(int threads, int nice, const char* name) {
   for (int i = 0; i < threads; ++i) {
     threads_.emplace_back([this, nice, name] {
       if (name != nullptr) pthread_setname_np(pthread_self(), name);
-      // This thread's own priority (Linux: a thread is a process to setpriority).
-      // Lowering it always succeeds.
-      if (nice > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
+      LowerThisThread(nice);
       Run();
     });
   }
