@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "tests/replication/replication_fixture.h"
@@ -27,11 +28,10 @@ std::vector<int> NiceOfThreads(pid_t pid, const std::string& name) {
     std::ifstream stat(entry.path() / "stat");
     std::string line;
     std::getline(stat, line);
-    std::istringstream fields(line.substr(line.rfind(')') + 2));  // from the state, field 3
-    std::string field;
-    for (int i = 3; i <= 19 && fields >> field; ++i) {
-    }
-    nice.push_back(std::stoi(field));
+    // The fields after the name, from the state (field 3) on.
+    std::istringstream after_name(line.substr(line.rfind(')') + 2));
+    std::vector<std::string> fields{std::istream_iterator<std::string>(after_name), {}};
+    nice.push_back(fields.size() > 16 ? std::stoi(fields[16]) : -100);  // field 19
   }
   return nice;
 }
