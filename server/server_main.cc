@@ -75,10 +75,6 @@ ABSL_FLAG(double, replica_timeout_seconds, 60,
 ABSL_FLAG(int, replica_lanes, 0,
           "connections each streamed step's gradient sums travel on to each backup "
           "(0: one per 4 hardware threads, 1 to 4)");
-ABSL_FLAG(int, replica_nice, 0,
-          "nice value, 0 to 19, of the threads that carry a step's gradient sums to a backup "
-          "(the primary's lanes, the backup's sessions that receive them): above 0 the pushes, "
-          "the pass and the gathers take a core ahead of them");
 ABSL_FLAG(uint64_t, replica_held_steps, 2,
           "steps a backup acknowledges to its primary before it applied them (>= 1): it holds "
           "them and applies them behind the primary; one more applies the oldest first");
@@ -287,7 +283,6 @@ int main(int argc, char** argv) {
   options.peer_tls_ca = absl::GetFlag(FLAGS_peer_tls_ca);
   options.replica_timeout = absl::Seconds(absl::GetFlag(FLAGS_replica_timeout_seconds));
   options.replica_lanes = absl::GetFlag(FLAGS_replica_lanes);
-  options.replica_nice = absl::GetFlag(FLAGS_replica_nice);
   options.catchup_backlog_bytes = absl::GetFlag(FLAGS_catchup_backlog_bytes);
   options.replica_held.max_held = absl::GetFlag(FLAGS_replica_held_steps);
   options.replica_held.lazy_apply = absl::GetFlag(FLAGS_replica_lazy_apply);

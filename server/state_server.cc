@@ -187,10 +187,6 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   // the steps' way to the backups.
   auto peer_credentials = PeerCredentialsFor(opt.tls, opt.peer_tls_ca);
   if (!peer_credentials.ok()) return peer_credentials.status();
-  if (opt.replica_nice < 0 || opt.replica_nice > 19) {
-    return absl::InvalidArgumentError(absl::StrCat("--replica_nice: ", opt.replica_nice,
-                                                   " is outside 0 to 19"));
-  }
   if (opt.replica_lanes < 0 || opt.replica_lanes > 16) {
     return absl::InvalidArgumentError(absl::StrCat("--replica_lanes: ", opt.replica_lanes,
                                                    " is not between 0 (automatic) and 16"));
@@ -234,8 +230,7 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
   s->replicator_ = std::make_unique<Replicator>(Replicator::Options{
       *std::move(peer_credentials), opt.replica_timeout, absl::Seconds(1), s->metrics_.get(),
       lanes, s->primaries_.get(), *std::move(peer_data_tls), s->kept_sums_.get(),
-      s->accepted_terms_.get(), opt.catchup_backlog_bytes, s->membership_.get(),
-      opt.replica_nice});
+      s->accepted_terms_.get(), opt.catchup_backlog_bytes, s->membership_.get()});
   // The core's push and gather paths, which both edges call.
   s->pushes_ = std::make_unique<PushHandler>(*s->jobs_, s->primaries_.get(), service.max_wait,
                                              s->metrics_.get());
@@ -246,7 +241,6 @@ absl::StatusOr<std::unique_ptr<StateServer>> StateServer::Start(const ServerOpti
       opt.test_seed_hook, opt.replica_held);
   DataSessionContext data;
   data.replica_sums = s->replica_service_.get();
-  data.replica_nice = opt.replica_nice;
   data.pushes = s->pushes_.get();
   data.gathers = s->gathers_.get();
   data.metrics = s->metrics_.get();

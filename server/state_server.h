@@ -101,11 +101,6 @@ struct ServerOptions {
   std::string peer_tls_ca;
   absl::Duration replica_timeout = absl::Seconds(60);
   int replica_lanes = 0;
-  // The nice value of the threads that carry a step's sums, on the primary
-  // (its lanes) and on the backup (their sessions), 0 to 19
-  // (--replica_nice): above 0 the pushes, the pass and the gathers take a
-  // core ahead of them.
-  int replica_nice = 0;
   uint64_t catchup_backlog_bytes = uint64_t{4} << 30;
   // A backup's steps acknowledged and not yet applied
   // (HeldSteps::Options; --replica_held_steps,

@@ -12,15 +12,13 @@
 
 namespace zerostate::server {
 
-void LowerThisThread(int nice) {
-  if (nice > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
-}
-
 ThreadPool::ThreadPool(int threads, int nice, const char* name) {
   for (int i = 0; i < threads; ++i) {
     threads_.emplace_back([this, nice, name] {
       if (name != nullptr) pthread_setname_np(pthread_self(), name);
-      LowerThisThread(nice);
+      // This thread's own priority (Linux: a thread is a process to setpriority).
+      // Lowering it always succeeds.
+      if (nice > 0) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
       Run();
     });
   }

@@ -14,11 +14,6 @@
 
 namespace zerostate::server {
 
-// Lowers the calling thread's priority to nice value `nice` (1 to 19; 0
-// or less leaves it as it is). Lowering always succeeds on Linux, where a
-// thread is a process to setpriority.
-void LowerThisThread(int nice);
-
 class ThreadPool {
  public:
   // REQUIRES: threads >= 1. `nice`: the threads' nice value (0 to 19;

@@ -14,7 +14,6 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "server/core/thread_pool.h"
 
 namespace zerostate::server {
 namespace {
@@ -469,8 +468,6 @@ class Session final : public GatherSink {
       return Refuse(f, checked, start, kReplicaSumMethod, FrameType::kReplicaSumAck);
     }
     authorized_ = true;
-    if (!lowered_) LowerThisThread(ctx_.replica_nice);  // a lane: the pushes go first
-    lowered_ = true;
     std::string sum = ctx_.replica_sums->buffers().Buffer(bytes);
     stream_.SetRecvDeadline(absl::Now() + ctx_.frame_timeout);
     absl::Status read = RecvExact(stream_, sum.data(), bytes);
@@ -550,7 +547,6 @@ class Session final : public GatherSink {
   bool authorized_ = false;  // a frame of this connection was authorized (session thread only)
   DataBufferPool::Lease piece_;  // the gather piece being filled
   size_t piece_bytes_ = 0;
-  bool lowered_ = false;  // this thread's priority lowered (a lane's)
   uint64_t gathered_ = 0;  // written during a gather: by tasks_ (TCP), by Emit (same host)
   TaskThread tasks_;       // last: stopped before the rest is destroyed
 };

@@ -64,9 +64,6 @@ struct DataSessionContext {
   // Where a backup keeps the sums of REPLICA_SUM frames; null:
   // such frames are refused (FAILED_PRECONDITION).
   ReplicaSums* replica_sums = nullptr;
-  // The nice value a session's thread takes at its first REPLICA_SUM
-  // frame, for the connection's life (a primary's lane; --replica_nice).
-  int replica_nice = 0;
   // Payload buffers of every session (required).
   DataBufferPool* buffers = nullptr;
   // The shared buffers every same-host session maps, each once for all of

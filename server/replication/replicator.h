@@ -143,10 +143,6 @@ class Replicator {
     // Where a peer named in a job's servers is dialled (Membership::Resolve:
     // a replacement's new address); null: at its name.
     Membership* names = nullptr;
-    // The nice value of the threads that send a step's sums (the lanes; 0
-    // to 19, --replica_nice): above 0 the pushes' folds and the pass take a
-    // core ahead of them.
-    int lane_nice = 0;
   };
   explicit Replicator(Options options) : options_(std::move(options)) {}
 
@@ -167,7 +163,6 @@ class Replicator {
   // first use on a channel to where it is dialled (Dial).
   std::shared_ptr<v1::ReplicaService::Stub> Peer(const std::string& address);
   int lanes() const { return options_.lanes; }
-  int lane_nice() const { return options_.lane_nice; }
 
   // A connection to the data plane of peer `address` (gRPC address) for a
   // step's sums: an idle one, or a new one. Errors: NOT_FOUND while the

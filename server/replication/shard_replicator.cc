@@ -37,13 +37,8 @@ ShardReplicator::ShardReplicator(Replicator& owner, Job& job,
     absl::MutexLock lock(&mu_);
     ResetLocked();
   }
-  if (owner_.lanes() > 1) {
-    lane_pool_ = std::make_unique<ThreadPool>(owner_.lanes() - 1, owner_.lane_nice(), "zs-lanes");
-  }
-  streamer_ = std::thread([this] {
-    LowerThisThread(owner_.lane_nice());  // it sends on the first lane
-    StreamLoop();
-  });
+  if (owner_.lanes() > 1) lane_pool_ = std::make_unique<ThreadPool>(owner_.lanes() - 1, 0, "zs-lanes");
+  streamer_ = std::thread([this] { StreamLoop(); });
   prober_ = std::thread([this] { ProbeLoop(); });
 }
 

@@ -4,47 +4,19 @@
 // backups than the cluster can place is refused naming the field.
 #include <unistd.h>
 
-#include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <sstream>
-
 #include "tests/replication/replication_fixture.h"
 #include "tests/testing/test_certificates.h"
 
 namespace zerostate::testing {
 namespace {
 
-// The nice values of process `pid`'s threads named `name` (/proc's comm
-// and the 19th field of stat).
-std::vector<int> NiceOfThreads(pid_t pid, const std::string& name) {
-  std::vector<int> nice;
-  const std::string task = absl::StrCat("/proc/", pid, "/task");
-  for (const auto& entry : std::filesystem::directory_iterator(task)) {
-    std::ifstream comm(entry.path() / "comm");
-    std::string thread;
-    std::getline(comm, thread);
-    if (thread != name) continue;
-    std::ifstream stat(entry.path() / "stat");
-    std::string line;
-    std::getline(stat, line);
-    // The fields after the name, from the state (field 3) on.
-    std::istringstream after_name(line.substr(line.rfind(')') + 2));
-    std::vector<std::string> fields{std::istream_iterator<std::string>(after_name), {}};
-    nice.push_back(fields.size() > 16 ? std::stoi(fields[16]) : -100);  // field 19
-  }
-  return nice;
-}
-
 class ReplicationTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // Each streamed step's sums on three connections to each backup's
-    // data plane (REPLICA_SUM frames), the step on ApplyStep; the lanes'
-    // threads at nice 5.
+    // data plane (REPLICA_SUM frames), the step on ApplyStep.
     ServerProcessOptions o = MeteredServerOptions();
     o.args.push_back("--replica_lanes=3");
-    o.args.push_back("--replica_nice=5");
     auto cluster = ServerCluster::Start(3, o);
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     cluster_ = *std::move(cluster);
@@ -88,13 +60,9 @@ TEST_F(ReplicationTest, EveryBackupIsBitIdenticalToItsPrimaryAtEveryStep) {
   std::vector<float> master(total);
   ASSERT_TRUE(nodes_[1]->GatherMaster(kSteps, {0, total}, master.data()).ok());
   ExpectBitIdentical(master.data(), ref.master(), total, "master weights with one backup");
-  // Steps 1 on were streamed: each backup took its sums on its data plane,
-  // from the primary's lanes, whose threads run at --replica_nice (the
-  // two of each shard's pool; the first lane is its streaming thread).
+  // Steps 1 on were streamed: each backup took its sums on its data plane.
   // Each primary's Steps observed the replication's phases.
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(NiceOfThreads(cluster_->server(i).pid(), "zs-lanes"), std::vector<int>({5, 5}))
-        << "server " << i;
     EXPECT_GT(ReplicaSumBytes(cluster_->server(i)), 0) << "server " << i;
     for (const char* phase : {"replicate", "backups"}) {
       EXPECT_EQ(ServerMetric(cluster_->server(i),
