@@ -32,13 +32,16 @@ run() {  # name limit args...
   log "$name rc=$?"; grep "tokens/s\|failed\|Error" "$p1/$name.log" | tail -n 8
   pack
 }
+budget=${CALL_BUDGET_S:-420}
+# ZS_TARGETS_OPTIONAL_ONLY=1: only the optional parts below, for each format
+# in ZS_TARGETS_MOMENTS (default MOMENTS_FP32; names end in -fp32, -int8, ...).
+if [ -z "${ZS_TARGETS_OPTIONAL_ONLY:-}" ]; then
 run gpt2-fp32 120 --model=gpt2-759m --systems=ddp,sync,speculative,delayed --moment_format=MOMENTS_FP32
 run llama-int8 75 --model=llama-1.1b --systems=ddp,delayed --moment_format=MOMENTS_INT8
 log replication
 SETTINGS=path timeout 80 bash bench/replication/device_replication.sh "$p2/repl" > "$p2/repl.log" 2>&1
 log "replication rc=$?"; tail -8 "$p2/repl.log"; pack
 run llama-fp32 90 --model=llama-1.1b --systems=ddp,delayed --moment_format=MOMENTS_FP32
-budget=${CALL_BUDGET_S:-420}
 if (( budget - (SECONDS - T0) > 90 )); then
   run gpt2-int8 75 --model=gpt2-759m --systems=ddp,sync,delayed --moment_format=MOMENTS_INT8
 fi
@@ -47,6 +50,7 @@ log engine_gpu_test
 log "engine_gpu_test rc=$?"; tail -3 "$p1/engine_gpu_test.log"
 python3 bench/torch/table.py "$p1"/*.log > "$p1/table.txt" 2>&1; tail -30 "$p1/table.txt"
 pack
+fi
 # The targets not rerun since 2026-12-06f: FSDP2's offload beside the
 # delayed update (GPT-2 >= 1.6x, Llama >= 1.5x) and accumulation 4
 # (GPT-2: sync >= 1.0 of DDP, speculative >= 1.15, delayed >= 1.25; Llama:
@@ -56,9 +60,12 @@ if [ -z "${ZS_TARGETS_TLS:-}" ]; then
       "gpt2-accum4 110 --model=gpt2-759m --systems=ddp,sync,speculative,delayed --accum=4" \
       "llama-fsdp2 110 --model=llama-1.1b --systems=ddp,fsdp2,delayed" \
       "llama-accum4 110 --model=llama-1.1b --systems=ddp,sync,delayed --accum=4"; do
-    set -- $part
-    (( budget - (SECONDS - T0) > $2 )) || { log "$1 skipped (budget)"; continue; }
-    run "$@" --moment_format=MOMENTS_FP32
+    for moments in ${ZS_TARGETS_MOMENTS:-MOMENTS_FP32}; do
+      set -- $part
+      (( budget - (SECONDS - T0) > $2 )) || { log "$1 $moments skipped (budget)"; continue; }
+      name="$1-$(echo "${moments#MOMENTS_}" | tr A-Z a-z)"; shift
+      run "$name" "$@" --moment_format="$moments"
+    done
   done
   python3 bench/torch/table.py "$p1"/*.log > "$p1/table.txt" 2>&1; tail -30 "$p1/table.txt"
 else
