@@ -7,8 +7,8 @@ parameter at a bucket's edge lies in two buckets. Each bucket's flat buffer, in 
 config's data_types.grad_accum_dtype names another), is where the step's
 gradients accumulate: after each backward, each parameter's gradient (in
 the training dtype) is added into the buckets it lies in and dropped
-(take()), so the micro-batches of a step sum in the reduce dtype, not in
-the parameters' dtype. At the accumulation boundary a bucket is pushed as
+(take(), added a bucket at a time), so the micro-batches of a step sum in
+the reduce dtype, not in the parameters' dtype. At the accumulation boundary a bucket is pushed as
 one range once every gradient in it is in (during backward): inside a node
 it is summed over the local ranks first (reduce-scatter on NCCL,
 all-reduce on gloo, in the reduce dtype), and each local rank pushes its
@@ -70,17 +70,23 @@ class Bucket:
         self.copied = None  # the event of the last device-to-host copy
         self.stale = False  # the accumulation was dropped, not yet zeroed
         self.mark = 0  # the push thread's mark through this bucket's last push
-        self.ready = 0
+        self.ready = 0  # parameters taken in this backward
         self.pushed = False  # this step
+        # This backward's gradients held until the bucket's last one is in,
+        # then added at once (flush()), and their parts of the buffer.
+        self._held, self._grads = [], []
 
     def reset(self):
-        """A new push (the accumulated gradients stay)."""
+        """A new backward (the accumulated gradients stay; those still
+        held, of parameters the last backward left without one, go in)."""
+        self.flush()
         self.ready = 0
         self.pushed = False
 
     def zero(self):
         """Drops the accumulated gradients; the buffer is zeroed by the
-        next take() or push() (fresh())."""
+        next flush() or push() (fresh())."""
+        self._held, self._grads = [], []
         self.stale = True
 
     def fresh(self):
@@ -92,14 +98,32 @@ class Bucket:
             self.stale = False
 
     def take(self, p, grad):
-        """Adds `grad` (p's gradient, p one of this bucket's parameters)
-        over this bucket's part of p into the accumulation, in the reduce
-        dtype."""
-        part, cut = self._parts[id(p)]
+        """Takes `grad` (p's gradient, p one of this bucket's parameters;
+        None: it got none) over this bucket's part of p. Once every
+        parameter of the bucket is in, adds them into the accumulation
+        (flush()) and returns True."""
+        if grad is not None:
+            part, cut = self._parts[id(p)]
+            self._held.append(part)
+            self._grads.append(grad if cut is None else grad.reshape(-1)[cut[0]:cut[1]])
+        self.ready += 1
+        if self.ready < len(self.entries):
+            return False
+        self.flush()
+        return True
+
+    def flush(self):
+        """Adds the held gradients into the accumulation, in the reduce
+        dtype: one call for the bucket (torch._foreach_add_), not one per
+        parameter from Python, whose cost per parameter made the backward
+        wait for the host. Each element still gets one addition per
+        micro-batch, in order: the same sums bit for bit."""
+        if not self._grads:
+            return
         with torch.no_grad():
-            if self.stale:
-                self.fresh()
-            part.add_(grad if cut is None else grad.reshape(-1)[cut[0]:cut[1]])
+            self.fresh()
+            torch._foreach_add_(self._held, self._grads)
+        self._held, self._grads = [], []
 
     def push(self, job, step, topo, side, pusher, after=None):
         """Reduces the accumulated gradients inside the node and queues the
@@ -113,6 +137,7 @@ class Bucket:
         (the step in flight may still be pushing it): waited for here, on
         the host. Returns the seconds that wait took."""
         self.pushed = True
+        self.flush()
         with torch.no_grad():
             self.fresh()
             mine = self.buffer

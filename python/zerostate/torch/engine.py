@@ -343,9 +343,9 @@ class Engine(ModuleSurface):
         self._check_alive()
         self._ready()  # before the backward reads a parameter its module's forward skipped
         self._boundary = not self._no_sync and self.is_gradient_accumulation_boundary()
+        for b in self._buckets:
+            b.reset()
         if self._boundary:
-            for b in self._buckets:
-                b.reset()
             if self.config.speculative_step and self.topo.coordinator:
                 with self.timeline.host("send_ahead"):
                     self._send_ahead()
@@ -373,16 +373,9 @@ class Engine(ModuleSurface):
         timers["hooks"] += time.perf_counter() - t0 - (timers["push_wait"] - waited)
 
     def _take(self, p):
-        buckets = self._buckets_of[id(p)]
-        if p.grad is not None:
-            for bucket in buckets:
-                bucket.take(p, p.grad)
-            p.grad = None
-        if not self._boundary:
-            return
-        for bucket in buckets:
-            bucket.ready += 1
-            if bucket.ready == len(bucket.entries):
+        grad, p.grad = p.grad, None
+        for bucket in self._buckets_of[id(p)]:
+            if bucket.take(p, grad) and self._boundary:
                 self._push(bucket)
 
     def _push(self, bucket):
@@ -540,6 +533,7 @@ class Engine(ModuleSurface):
             h.remove()
         self._hooks, self._grad_nodes = [], []
         for b in self._buckets:
+            b.zero()
             b.reset()
         self._staging.close()
         self.job.close()

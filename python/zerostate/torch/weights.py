@@ -104,9 +104,8 @@ class ModuleWeights:
                     mine[:n].copy_(self.buffer[:n], non_blocking=True)
                 self._all_gather(mine)
                 src = self.full
-            for p, b, e in self.entries:
-                part = src[b - self.begin:e - self.begin].view(p.shape)
-                p.data.copy_(part, non_blocking=True)
+            _copy_all([p.data for p, _, _ in self.entries],
+                      [src[b - self.begin:e - self.begin].view(p.shape) for p, b, e in self.entries])
         self.copied = self.side.done()
         # A later copy on the same side stream covers an earlier one.
         self.pending = self.copied if defer else None
@@ -120,6 +119,17 @@ class ModuleWeights:
         else:  # gloo gathers into a list
             parts = list(self.full.split(self.chunk))
             dist.all_gather(parts, mine.clone(), group=group)
+
+
+def _copy_all(dst, src):
+    """Each src into its dst, without waiting: one call from Python where
+    torch has torch._foreach_copy_ (2.1 and later), the per-parameter
+    Python calls being what held the host back at a landing."""
+    if hasattr(torch, "_foreach_copy_"):
+        torch._foreach_copy_(dst, src, non_blocking=True)
+        return
+    for d, s in zip(dst, src):
+        d.copy_(s, non_blocking=True)
 
 
 def module_weights(model, entries, dtype, device, topo, side, timers, staging=None):
