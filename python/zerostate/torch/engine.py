@@ -34,8 +34,9 @@ state servers.
   GradScaler do; fp16 also backs off the loss scale; without fp16 a
   warning says so), and orders the Step with the lr of param_groups[0]; its
   verdict goes to every rank; then every rank gathers the new version, per
-  module, into the parameters in the training dtype: at once (default), or
-  just before each module's forward (lazy_weights=True, forward pre-hooks;
+  landing unit (neighbouring modules up to landing_elems), into the
+  parameters in the training dtype: at once (default), or just before each
+  module's forward (lazy_weights=True, forward pre-hooks;
   every gather is in flight from the step on). The coordinator's gathers go
   out just before its Step, so blocks come back as the servers step them.
 - Delayed parameter update (ds_config zero_optimization.delayed_update,
@@ -98,6 +99,7 @@ class Engine(ModuleSurface):
     def __init__(self, model, config=None, servers=None, job=None, model_parameters=None,
                  lr_scheduler=None, token=None, plaintext=False, tls_ca_file=None,
                  tls_cert_file=None, tls_key_file=None, bucket_elems=1 << 24, lazy_weights=False,
+                 landing_elems=1 << 24,
                  rpc_timeout_ms=None, max_attempts=None, checkpoint_dir=None,
                  checkpoint_every=0, optimizer=None, unavailable_wait=None, data_plane=True):
         if not isinstance(model, torch.nn.Module):
@@ -175,12 +177,12 @@ class Engine(ModuleSurface):
         self._start()
         if self.dtype != torch.float32:
             model.to(self.dtype)
-        self._install(bucket_elems, lazy_weights)
+        self._install(bucket_elems, lazy_weights, landing_elems)
         self.lr_scheduler = self._scheduler(lr_scheduler)
 
     # ----- setup -----
 
-    def _install(self, bucket_elems, lazy_weights):
+    def _install(self, bucket_elems, lazy_weights, landing_elems):
         """Buckets and gradient hooks; gather buffers and (lazy) forward
         pre-hooks; on a GPU the side streams of the host copies and the push
         thread (zerostate.pipeline)."""
@@ -208,9 +210,9 @@ class Engine(ModuleSurface):
         self._grad_nodes = []
         for _, p in self._params:
             self._hook(p)
-        self._weights = [w for _, w in module_weights(self.module, self._entries, self.dtype,
-                                                      self.device, self.topo, self._side_in,
-                                                      self.timers, self._staging)]
+        self._weights = module_weights(self.module, self._entries, self.dtype, self.device,
+                                       self.topo, self._side_in, self.timers, self._staging,
+                                       landing_elems)
         if not lazy_weights:
             return
         # Before a module's forward, and in its state_dict(): every module
@@ -604,8 +606,9 @@ def initialize(model=None, config=None, servers=None, job=None, model_parameters
     training_data: a torch Dataset: the DataLoader returned gives each rank
       its share in micro-batches (collate_fn as DataLoader's).
     options: token (else $ZEROSTATE_JOB_TOKEN), plaintext, tls_ca_file,
-      tls_cert_file, tls_key_file, bucket_elems, lazy_weights,
-      rpc_timeout_ms, max_attempts; data_plane (False: pushes and gathers
+      tls_cert_file, tls_key_file, bucket_elems, lazy_weights, landing_elems
+      (modules next to each other land as one unit up to this many
+      elements; 0: each module alone), rpc_timeout_ms, max_attempts; data_plane (False: pushes and gathers
       over gRPC, not the servers' TCP or same-host plane); unavailable_wait (seconds a server may
       stay unreachable, every call retrying: default 300 with
       checkpoint_every, as zerostate-worker's --server_wait_seconds, else

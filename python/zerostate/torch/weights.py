@@ -1,6 +1,7 @@
 """Weights coming back from the servers into the module's parameters, per
-module: each module owning trainable parameters covers its parameters'
-flat range, split into one share per local rank of the node. fetch() puts
+landing unit (modules next to each other, joined up to a size:
+module_weights), each covering its parameters' flat range, split into one
+share per local rank of the node. fetch() puts
 this rank's gather of its share in flight (into a pinned buffer when the
 parameters are on a GPU), so a node pulls one copy of the weights, not one
 per rank; the C++ engine's GatherSlot (zerostate.pipeline) keeps which
@@ -132,23 +133,35 @@ def _copy_all(dst, src):
         d.copy_(s, non_blocking=True)
 
 
-def module_weights(model, entries, dtype, device, topo, side, timers, staging=None):
-    """[(module, ModuleWeights)] for every module owning trainable
-    parameters; a tied parameter goes to the first module that holds it.
-    `staging`: the streams.Staging the gather buffers come from (None:
-    plain memory, pinned on a GPU)."""
+def module_weights(model, entries, dtype, device, topo, side, timers, staging=None,
+                   unit_elems=0):
+    """[ModuleWeights]: the landing units. Modules owning trainable
+    parameters, in the model's order, join one unit while their parameters
+    lie next to each other in the flat space, until it holds unit_elems
+    elements or more (0: one unit per module): each gather and landing
+    costs the host a fixed amount, which one per module (GPT-2 759M: 147)
+    made the training loop wait for. A tied parameter goes to the first
+    module that holds it. `staging`: the streams.Staging the gather
+    buffers come from (None: plain memory, pinned on a GPU)."""
     at = {id(p): (p, b, e) for p, b, e in entries}
-    seen, out = set(), []
+    seen, units, unit = set(), [], []
     for module in model.modules():
         mine = []
         for p in module._parameters.values():
             if p is not None and id(p) in at and id(p) not in seen:
                 seen.add(id(p))
                 mine.append(at[id(p)])
-        if mine:
-            out.append((module, ModuleWeights(sorted(mine, key=lambda x: x[1]), dtype, device,
-                                              topo, side, timers, staging)))
-    return out
+        if not mine:
+            continue
+        if unit and (sum(e - b for _, b, e in unit) >= unit_elems or
+                     min(b for _, b, _ in mine) != max(e for _, _, e in unit)):
+            units.append(unit)
+            unit = []
+        unit.extend(mine)
+    if unit:
+        units.append(unit)
+    return [ModuleWeights(sorted(u, key=lambda x: x[1]), dtype, device, topo, side, timers,
+                          staging) for u in units]
 
 
 def holders(model, weights):
