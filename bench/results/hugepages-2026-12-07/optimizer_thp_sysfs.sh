@@ -1,0 +1,1 @@
+for i in 1 2 3 4 5 6; do for mode in madvise always; do echo $mode > /sys/kernel/mm/transparent_hugepage/enabled; build/bench/optimizer/optimizer_bench --formats_only --json --params=33554432 --reps=3 --threads=1 2>/dev/null | grep '"adamw_step.moments' | sed "s/^/$mode /"; done; done > /tmp/thp_ab.txt; echo madvise > /sys/kernel/mm/transparent_hugepage/enabled
