@@ -8,8 +8,9 @@ config's data_types.grad_accum_dtype names another), is where the step's
 gradients accumulate: after each backward, each parameter's gradient (in
 the training dtype) is added into the buckets it lies in and dropped
 (take(), added a bucket at a time), so the micro-batches of a step sum in
-the reduce dtype, not in the parameters' dtype. At the accumulation boundary a bucket is pushed as
-one range once every gradient in it is in (during backward): inside a node
+the reduce dtype, not in the parameters' dtype. At the accumulation
+boundary a bucket is pushed as one range once every gradient in it is in
+(during backward): inside a node
 it is summed over the local ranks first (reduce-scatter on NCCL,
 all-reduce on gloo, in the reduce dtype), and each local rank pushes its
 share, converted once to the wire dtype (the job's grad_dtype), through

@@ -105,8 +105,9 @@ class ModuleWeights:
                     mine[:n].copy_(self.buffer[:n], non_blocking=True)
                 self._all_gather(mine)
                 src = self.full
+            base = self.begin
             _copy_all([p.data for p, _, _ in self.entries],
-                      [src[b - self.begin:e - self.begin].view(p.shape) for p, b, e in self.entries])
+                      [src[b - base:e - base].view(p.shape) for p, b, e in self.entries])
         self.copied = self.side.done()
         # A later copy on the same side stream covers an earlier one.
         self.pending = self.copied if defer else None
