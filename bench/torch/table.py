@@ -43,7 +43,16 @@ def profile_lines(label, p):
     top = "; ".join(f"{name} {ms:.1f} ({calls:g})" for name, ms, calls in p["top_ms"][:8])
     copies = ", ".join(f"{k} {v:.1f}" for k, v in p["memcpy_ms"].items()) or "none"
     return [f"{label}: ops {p['kernels_ms']:.1f} ms/step, copies {copies}, "
-            f"{p['stream_waits']:g} stream waits/step", f"  top ms/step (calls): {top}"]
+            f"{p['stream_waits']:g} stream waits/step", f"  top ms/step (calls): {top}"] + \
+        idle_lines(p.get("idle"))
+
+
+def idle_lines(idle):
+    if not idle:
+        return []
+    gaps = "; ".join(f"{cause} {ms:.1f} ({n:g})" for cause, ms, n in idle["gaps_ms"])
+    return [f"  compute stream busy {idle['busy_ms']:.1f} / idle {idle['idle_ms']:.1f} ms/step; "
+            f"idle by cause, ms/step (gaps): {gaps}"]
 
 
 def main(paths):
