@@ -62,6 +62,7 @@ def profile_steps(step_fn, first, steps, gpu, top=12):
 
 
 DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 HOST_CATS = ("cpu_op", "user_annotation", "python_function")
 SCAN_BACK = 4000  # host ops looked at before a launch for those around it
 
@@ -85,7 +86,7 @@ def idle_gaps(events, steps, least_us=100, top=12):
     work = max(by_stream.values(), key=lambda es: sum(e["dur"] for e in es))
     work.sort(key=lambda e: e["ts"])
     launches = {e["args"]["correlation"]: e for e in events
-                if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+                if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {})}
     host = {}  # thread -> its host ops, by start
     for e in events:
         if e.get("ph") == "X" and e.get("cat") in HOST_CATS:

@@ -18,13 +18,14 @@ state servers.
   gradients live in the engine); before the boundary, where nothing leaves,
   the hooks do nothing and engine.backward() adds every gradient after the
   backward in one call (a Python call per parameter on the thread that
-  launches the backward's kernels held the GPU back); at the accumulation boundary a full bucket
-  is reduced inside the node and pushed (buckets.py) by the trainer
-  engine's push thread. The buckets and the push thread are the C++ that
+  launches the backward's kernels held the GPU back); at the accumulation
+  boundary a full bucket is reduced inside the node and pushed (buckets.py)
+  by the trainer engine's push thread. The buckets and the push thread are the C++ that
   zerostate-worker runs (zerostate.pipeline: trainer/bucket_plan.h,
   trainer/engine/pusher.h). On a GPU nothing on the compute stream waits
   for the host: a bucket goes device-to-host on a side stream into pinned
-  memory, ordered by events, and the push thread pushes it once there;
+  memory, ordered by events, and the push thread pushes it once there (it
+  waits for the copy's event in C, with no Python);
   gathered weights go host-to-device on another side stream and the compute
   stream waits for them by an event (streams.py).
 - Shares inside the node: each local rank gathers its share of each
