@@ -5,12 +5,11 @@ by --scale (32: d 64, k/v 8 wide, ffn 176, vocab 1000; 1024x fewer
 elements), block_elems and bucket_elems (bench_gpt.py's 2^25) divided by
 its square, so the bucket plan cuts it about as it cuts the full model.
 One token per micro-batch: what is left is the hooks' work per call,
-which does not shrink with the model. Prints the buckets, the
-gradients taken into a bucket (Bucket.hold) per micro-batch, the pushes
-(Bucket.push) per step, and per micro-batch the milliseconds of the
-gradients' intake (the engine's "hooks" timer: the hooks, and before the
-boundary engine._take_all after the backward; the adds, and at the
-boundary the pushes) and in forward + backward, medians over --rounds runs of --steps timed steps;
+which does not shrink with the model. Prints the buckets, the adds
+of a gradient into a bucket (Bucket.take) per micro-batch, the pushes
+(Bucket.push) per step, and per micro-batch the milliseconds in the hooks
+(engine._grad_ready: the adds, and at the boundary the pushes) and in
+forward + backward, medians over --rounds runs of --steps timed steps;
 per step the milliseconds of the whole step and of the engine's push wait
 (engine.timers: the waits for pushes on the training thread).
 
@@ -75,11 +74,11 @@ class Model(nn.Module):
 
 
 class Counted:
-    """Counts and times calls of Bucket.hold and Bucket.push."""
+    """Counts and times calls of Bucket.take and Bucket.push."""
 
     def __init__(self):
         self.calls, self.seconds = {}, {}
-        for name in ("hold", "push"):
+        for name in ("take", "push"):
             self._wrap(name, getattr(bk.Bucket, name))
 
     def _wrap(self, name, method):
@@ -106,6 +105,14 @@ def run(args, addresses, job, counted):
     engine, _, _, _ = zs.initialize(model=model, config=config, servers=addresses, job=job,
                                     plaintext=True, lazy_weights=True,
                                     bucket_elems=(1 << 25) // args.scale ** 2)
+    hooks = [0.0]
+    ready = engine._grad_ready
+
+    def timed_ready(*a):
+        t0 = time.perf_counter()
+        ready(*a)
+        hooks[0] += time.perf_counter() - t0
+    engine._grad_ready = timed_ready
     x = torch.randint(0, VOCAB, (1, 1))
     by_micro = [0.0] * ACCUM
     fwd_bwd = 0.0
@@ -115,14 +122,14 @@ def run(args, addresses, job, counted):
             by_micro, fwd_bwd = [0.0] * ACCUM, 0.0
             pushed, start = engine.timers["push_wait"], time.perf_counter()
         for m in range(ACCUM):
-            h0, t0 = engine.timers["hooks"], time.perf_counter()
+            h0, t0 = hooks[0], time.perf_counter()
             engine.backward(engine(x).float().logsumexp(-1).mean())
             fwd_bwd += time.perf_counter() - t0
-            by_micro[m] += engine.timers["hooks"] - h0
+            by_micro[m] += hooks[0] - h0
             engine.step()
     n = args.steps
     out = {"buckets": len(engine._buckets), "tensors": len(list(model.parameters())),
-           "holds_per_micro_batch": counted.calls.get("hold", 0) / (n * ACCUM),
+           "takes_per_micro_batch": counted.calls.get("take", 0) / (n * ACCUM),
            "pushes_per_step": counted.calls.get("push", 0) / n,
            "hooks_ms_by_micro_batch": [1e3 * v / n for v in by_micro],
            "fwd_bwd_ms_per_micro_batch": 1e3 * fwd_bwd / (n * ACCUM),
@@ -162,7 +169,7 @@ def main():
             for p in procs:
                 p.terminate()
                 p.wait()
-    result = {k: runs[0][k] for k in ("tensors", "buckets", "holds_per_micro_batch",
+    result = {k: runs[0][k] for k in ("tensors", "buckets", "takes_per_micro_batch",
                                       "pushes_per_step")}
     result["hooks_ms_by_micro_batch"] = [
         statistics.median(r["hooks_ms_by_micro_batch"][m] for r in runs) for m in range(ACCUM)]

@@ -136,23 +136,11 @@ def send_ahead(job, policy, step, average_over, lr=None):
           step, float(average_over), float(lr if lr is not None else 0), int(lr is not None))
 
 
-class NativeWait:
-    """A push's wait that the push thread makes with no Python (and no
-    GIL): C function `fn` (its address; int fn(void*), 0 when the wait
-    succeeded) called on `arg`, e.g. the CUDA driver's cuEventSynchronize
-    on an event (zerostate.torch.streams.host_wait). `keep` (the event)
-    lives as long as the push."""
-
-    def __init__(self, fn, arg, keep=None):
-        self.wait = _capi.Wait(_capi.WAIT_FN(fn), ctypes.c_void_p(arg))
-        self.keep = keep
-
-
 class Pusher:
     """A push thread (trainer::Pusher): push() queues a push behind the
     earlier ones and returns its mark (the number of pushes queued through
     it); on the thread its waits (Python callables, e.g. a CUDA event's
-    synchronize, or NativeWaits) run in order, then the push starts. drain(mark) waits for
+    synchronize) run in order, then the push starts. drain(mark) waits for
     the pushes before `mark` (default: every one queued) and raises the
     first error of those not drained before (a wait's own exception if a
     wait raised); later pushes go on. wait_through(mark) waits without
@@ -170,9 +158,8 @@ class Pusher:
 
     def push(self, job, step, node, begin, end, ptr, nbytes, dtype, keep=None, waits=()):
         caught = _Waits()  # this push's, so its error goes with its mark
-        fns = [w if isinstance(w, NativeWait) else caught.wrap(w) for w in waits]
-        array = (_capi.Wait * len(fns))(*[f.wait if isinstance(f, NativeWait) else
-                                          _capi.Wait(f, None) for f in fns])
+        fns = [caught.wrap(w) for w in waits]
+        array = (_capi.Wait * len(fns))(*[_capi.Wait(f, None) for f in fns])
         # With the GIL held (_capi.held): it only queues, and no other
         # Python thread queues between it and the mark.
         _call(f"job {job.job_id}: push of step {step} [{begin}, {end})", _capi.held.zs_pusher_push,

@@ -103,20 +103,15 @@ class Bucket:
         None: it got none) over this bucket's part of p. Once every
         parameter of the bucket is in, adds them into the accumulation
         (flush()) and returns True."""
-        if not self.hold(p, grad):
-            return False
-        self.flush()
-        return True
-
-    def hold(self, p, grad):
-        """take() without the add: `grad` is held for the next flush() (or
-        flush_all()). Returns whether every parameter is in."""
         if grad is not None:
             part, cut = self._parts[id(p)]
             self._held.append(part)
             self._grads.append(grad if cut is None else grad.reshape(-1)[cut[0]:cut[1]])
         self.ready += 1
-        return self.ready == len(self.entries)
+        if self.ready < len(self.entries):
+            return False
+        self.flush()
+        return True
 
     def flush(self):
         """Adds the held gradients into the accumulation, in the reduce
@@ -124,16 +119,12 @@ class Bucket:
         parameter from Python, whose cost per parameter made the backward
         wait for the host. Each element still gets one addition per
         micro-batch, in order: the same sums bit for bit."""
-        if self._grads:
-            flush_all([self])
-
-    def _release(self):
-        """The held gradients and their parts of the buffer, let go of,
-        the buffer zeroed first if due (fresh())."""
-        self.fresh()
-        held, grads = self._held, self._grads
+        if not self._grads:
+            return
+        with torch.no_grad():
+            self.fresh()
+            torch._foreach_add_(self._held, self._grads)
         self._held, self._grads = [], []
-        return held, grads
 
     def push(self, job, step, topo, side, pusher, after=None):
         """Reduces the accumulated gradients inside the node and queues the
@@ -191,22 +182,6 @@ class Bucket:
             self.host[:n].copy_(src, non_blocking=True)
         self.copied = side.done()
         return self.host[:n]
-
-
-def flush_all(buckets):
-    """Bucket.flush() of every bucket in one torch._foreach_add_: after a
-    backward before the accumulation boundary, whose gradients the engine
-    takes at once rather than one hook call per parameter (the hooks run
-    on the thread that launches the backward's kernels)."""
-    held, grads = [], []
-    with torch.no_grad():
-        for b in buckets:
-            if b._grads:
-                h, g = b._release()
-                held += h
-                grads += g
-        if grads:
-            torch._foreach_add_(held, grads)
 
 
 def make_buckets(job, entries, bucket_elems, reduce_dtype, wire_dtype, device, topo,

@@ -15,17 +15,13 @@ state servers.
   gradient is accumulated (register_post_accumulate_grad_hook, or a hook on
   its AccumulateGrad node before torch 2.1) adds it into its bucket's
   buffers and drops p.grad (as DeepSpeed's ZeRO-2 does: after backward the
-  gradients live in the engine); before the boundary, where nothing leaves,
-  the hooks do nothing and engine.backward() adds every gradient after the
-  backward in one call (a Python call per parameter on the thread that
-  launches the backward's kernels held the GPU back); at the accumulation
-  boundary a full bucket is reduced inside the node and pushed (buckets.py)
-  by the trainer engine's push thread. The buckets and the push thread are the C++ that
+  gradients live in the engine); at the accumulation boundary a full bucket
+  is reduced inside the node and pushed (buckets.py) by the trainer
+  engine's push thread. The buckets and the push thread are the C++ that
   zerostate-worker runs (zerostate.pipeline: trainer/bucket_plan.h,
   trainer/engine/pusher.h). On a GPU nothing on the compute stream waits
   for the host: a bucket goes device-to-host on a side stream into pinned
-  memory, ordered by events, and the push thread pushes it once there (it
-  waits for the copy's event in C, with no Python);
+  memory, ordered by events, and the push thread pushes it once there;
   gathered weights go host-to-device on another side stream and the compute
   stream waits for them by an event (streams.py).
 - Shares inside the node: each local rank gathers its share of each
@@ -134,7 +130,6 @@ class Engine(ModuleSurface):
         self.micro_steps = 0
         self._failed = None
         self._boundary = False
-        self._take_after = False  # this backward's gradients are taken after it (_take_all)
         self._ahead = Ahead()  # the Step sent ahead (speculative_step), on its thread
         # The delayed update's step in flight and its verdict (the C++ the
         # worker holds); the gathers it put out are the modules' slots'.
@@ -356,28 +351,8 @@ class Engine(ModuleSurface):
             if self.config.speculative_step and self.topo.coordinator:
                 with self.timeline.host("send_ahead"):
                     self._send_ahead()
-        # Before the boundary nothing leaves during the backward: its
-        # gradients go into the buckets after it, at once (_take_all).
-        self._take_after = not self._boundary
-        try:
-            (loss * self.loss_scale if self.dtype == torch.float16 else loss).backward()
-        finally:
-            take, self._take_after = self._take_after, False
-        if take:
-            self._take_all()
+        (loss * self.loss_scale if self.dtype == torch.float16 else loss).backward()
         return loss
-
-    def _take_all(self):
-        """Every parameter's gradient of this backward into its buckets in
-        one add (buckets.flush_all), each dropped: the same sums as the
-        hooks' (one add per element), without a Python call per parameter
-        on the backward's thread."""
-        with self.timeline.host("hooks"):
-            for _, p in self._params:
-                grad, p.grad = p.grad, None
-                for bucket in self._buckets_of[id(p)]:
-                    bucket.hold(p, grad)
-            bk.flush_all(self._buckets)
 
     def _send_ahead(self):
         """The coordinator's Step parameters as the gradients begin to
@@ -393,8 +368,6 @@ class Engine(ModuleSurface):
     def _grad_ready(self, p):
         """p's gradient into the buckets it lies in, then dropped; at the
         boundary each bucket it completes is pushed."""
-        if self._take_after:
-            return  # taken after the backward (_take_all)
         # (timeline.host's sum, inline: a hook runs once per parameter)
         timers = self.timers
         t0, waited = time.perf_counter(), timers["push_wait"]

@@ -4,21 +4,18 @@ own (the engine's two Sides), each copy ordered after the compute stream's
 work by an event, and the compute stream waits (an event, not the host)
 only where it reads what a copy wrote; a bucket's push, which needs its copy done, is made by the trainer
 engine's push thread (zerostate.pipeline.Pusher, C++), which waits for the
-copy (host_wait: the CUDA driver's event wait, with no Python), so the
-autograd hook never waits. On the CPU there is no
+copy (host_wait), so the autograd hook never waits. On the CPU there is no
 stream: the copies are plain copies, in the same order, with the same
 results. The host side of each copy lies in the client's shared buffers
 (Staging), so a server on this host reads the pushes from it and writes
 the gathers into it in place."""
 
 import ctypes
-import threading
 import warnings
 
 import torch
 
 from zerostate.client import ZerostateError
-from zerostate.pipeline import NativeWait
 
 
 class Side:
@@ -184,38 +181,5 @@ def host_waits(event):
 
 
 def host_wait(event):
-    """A push thread's wait for `event` (a copy into a push buffer): the
-    CUDA driver's cuEventSynchronize on it, which that thread calls with
-    neither Python nor the GIL (pipeline.NativeWait), so it never contends
-    with the backward's thread running the gradient hooks; a call of
-    host_waits where the driver's entry point cannot be had, or does not
-    wait from a thread with no CUDA context (_native_sync)."""
-    raw = getattr(event, "event", event)  # a _Traced event's own
-    handle = getattr(raw, "cuda_event", None)
-    sync = _native_sync(handle) if handle else None
-    if sync is None:
-        return lambda: host_waits(event)
-    return NativeWait(sync, handle, keep=raw)
-
-
-_DRIVER = []
-
-
-def _native_sync(handle):
-    """The address of libcuda's cuEventSynchronize (a runtime API event is
-    a driver event), once it waited for event `handle` from a new thread,
-    which has no CUDA context bound, as the push thread has none; else
-    None. Probed once."""
-    if not _DRIVER:
-        try:
-            fn = ctypes.CDLL("libcuda.so.1").cuEventSynchronize
-        except (OSError, AttributeError):
-            fn = None
-        rc = []
-        if fn is not None:
-            fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p]
-            probe = threading.Thread(target=lambda: rc.append(fn(handle)))
-            probe.start()
-            probe.join()
-        _DRIVER.append(ctypes.cast(fn, ctypes.c_void_p).value if rc == [0] else None)
-    return _DRIVER[0]
+    """A call that makes the host wait for `event` (a push thread's wait)."""
+    return lambda: host_waits(event)
