@@ -6,8 +6,9 @@
 //   replication.floor.k<K>.<stage>  the memory-traffic floor of the job
 //                            with K backups on one host: the bytes per
 //                            parameter each stage of its step reads and
-//                            writes (replication_floor.h), .total, and
+//                            writes (replication_floor.h), .total,
 //                            .primary_host (the backups' stages elsewhere)
+//                            and .path (less the backups' passes)
 //   replication.memory_bandwidth  this host's (optimizer_bench's
 //                            TrafficPass, best of a few passes before the
 //                            servers start)
@@ -32,6 +33,10 @@
 //                            backup copy, which applies them first, less a
 //                            second read): for `path` every timed step's
 //                            passes (their catch-up), for `inside` the lag
+//   replication.path.k<K>_floor_ratio  the floor's ratio of the same:
+//                            .path over k0's (the backups' passes out, the
+//                            sums' receive in: this one host), and
+//                            _primary_host_floor_ratio (backups elsewhere)
 //   replication.<setting>.k<K>_ratio  the median over the rounds (each
 //                            steps the three jobs back to back, in turns
 //                            first) of the round's step with K backups
@@ -434,6 +439,7 @@ void PrintFloor(double bandwidth) {
     Print(absl::StrCat("replication.floor.k", k, ".total"), Totals(k).all, "B/param", 0);
     Print(absl::StrCat("replication.floor.k", k, ".primary_host"), Totals(k).primary_host,
           "B/param", 0);
+    Print(absl::StrCat("replication.floor.k", k, ".path"), Totals(k).path, "B/param", 0);
   }
   Print("replication.memory_bandwidth", bandwidth / 1e9, "GB/s", 0);
   for (int k = 0; k <= 2; ++k) {
@@ -462,6 +468,15 @@ void MeasurePath() {
   const std::string held = absl::StrCat("--replica_held_steps=", absl::GetFlag(FLAGS_steps) + 2);
   const Medians path = Measure("path", {"--replica_lazy_apply", held}, nullptr, nullptr);
   PrintRatios("path", path, {0, big ? 1.15 : 1.4, big ? 1.3 : 0});
+  // What the floor alone would make of the path's cost: on this one host,
+  // where each backup's receive of the sums shares its memory, and with
+  // the backups on hosts of their own (the primary's host pays the sends).
+  for (int k = 1; k <= 2; ++k) {
+    Print(absl::StrCat("replication.path.k", k, "_floor_ratio"), Totals(k).path / Totals(0).path,
+          "x", 0);
+    Print(absl::StrCat("replication.path.k", k, "_primary_host_floor_ratio"),
+          Totals(k).primary_host / Totals(0).primary_host, "x", 0);
+  }
 }
 
 // Every pass inside the timed steps (the backups apply as steps come, at

@@ -23,6 +23,9 @@ struct FloorStage {
   // Whether the stage is paid once per backup (k = 2 pays it twice), else
   // once per step whatever the backups.
   bool per_backup = false;
+  // Whether it is the backup applying a step it holds: outside the step's
+  // path (replication_bench's `path` setting holds it out of the timed steps).
+  bool backup_pass = false;
   // B/param with `k` backups per shard (0, 1 or 2).
   constexpr double with(int k) const {
     if (k == 0) return k0;
@@ -56,18 +59,20 @@ inline constexpr FloorStage kFloorStages[] = {
     {"receive", 0, 8, true, true},
     // The backup's ApplyReplicatedStep copies each sum into its
     // accumulator (GradientAccumulator::SetSum): read 4, write 4.
-    {"backup_fold", 0, 8, true, true},
+    {"backup_fold", 0, 8, true, true, true},
     // The backup's statistics of each sum: squared by SetSum as it copies.
-    {"backup_grad_stats", 0, 0, true, true},
+    {"backup_grad_stats", 0, 0, true, true, true},
     // The backup's AdamW pass, as the primary's.
-    {"backup_optimizer", 0, 30, true, true},
+    {"backup_optimizer", 0, 30, true, true, true},
 };
 
 // Totals of kFloorStages: the job with `k` backups per shard on one host,
 // and its bytes on the primary's host only (the backups elsewhere; the
-// nodes' stay where the bench has them).
+// nodes' stay where the bench has them); `path`, the same less the
+// backups' passes (every stage the step's path pays on one host: the sums'
+// send and receive included).
 struct FloorTotals {
-  double all = 0, primary_host = 0;
+  double all = 0, primary_host = 0, path = 0;
 };
 
 constexpr FloorTotals Totals(int k) {
@@ -75,6 +80,7 @@ constexpr FloorTotals Totals(int k) {
   for (const FloorStage& s : kFloorStages) {
     t.all += s.with(k);
     if (!s.on_backup_host) t.primary_host += s.with(k);
+    if (!s.backup_pass) t.path += s.with(k);
   }
   return t;
 }
