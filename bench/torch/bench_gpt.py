@@ -336,9 +336,11 @@ def start_servers(args, tmp):
     procs, addresses = [], []
     for i in range(args.servers):
         log = open(os.path.join(tmp, f"server{i}.log"), "w")
+        cpus = cpu_list(getattr(args, "server_cpus", ""))
         p = subprocess.Popen([args.server_bin, "--listen=127.0.0.1:0", "--plaintext",
                               "--metrics_listen=", f"--threads={args.server_threads}"],
-                             stdout=subprocess.PIPE, stderr=log, text=True)
+                             stdout=subprocess.PIPE, stderr=log, text=True,
+                             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         for line in p.stdout:
             if "listening on" in line:
                 words = line.split()
@@ -348,6 +350,15 @@ def start_servers(args, tmp):
             raise RuntimeError(f"server {i} did not start; see {log.name}")
         procs.append(p)
     return procs, ",".join(addresses)
+
+
+def cpu_list(text):
+    """The CPUs of a list such as "0-3,8" (taskset's form); empty: none."""
+    cpus = set()
+    for part in filter(None, text.split(",")):
+        first, _, last = part.partition("-")
+        cpus.update(range(int(first), int(last or first) + 1))
+    return cpus
 
 
 def memory_bandwidth():
@@ -464,6 +475,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--servers", type=int, default=2)
     ap.add_argument("--server_threads", type=int, default=6)
+    ap.add_argument("--server_cpus", default="",
+                    help="the CPUs the servers started here run on, e.g. 4-15 (default: any)")
+    ap.add_argument("--trainer_cpus", default="",
+                    help="the CPUs this process runs on, e.g. 0-3 (default: any)")
     ap.add_argument("--server_addresses", default="",
                     help="servers already running (comma-separated host:port), in place of "
                          "--servers started here")
@@ -489,6 +504,8 @@ def main():
     ap.add_argument("--moment_format", default="MOMENTS_FP32",
                     help="zerostate's moment storage: MOMENTS_FP32, MOMENTS_BF16 or MOMENTS_INT8")
     args = ap.parse_args()
+    if args.trainer_cpus:
+        os.sched_setaffinity(0, cpu_list(args.trainer_cpus))
     unknown = [w for w in args.wires.split(",") if w not in ZS_WIRES]
     if unknown:
         ap.error(f"--wires: {unknown} unknown; known: {sorted(ZS_WIRES)}")
