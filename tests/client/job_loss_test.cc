@@ -83,8 +83,12 @@ TEST_F(JobLossTest, GradStatsEndsOnALostShardWithoutWaitingOutTheOthers) {
   EXPECT_LT(absl::Now() - start, kWoken);
   ASSERT_FALSE(stats.ok());
   EXPECT_FALSE(absl::IsCancelled(stats.status())) << stats.status();
+  // The restarted server says it lost the job; or, on a loaded machine,
+  // the client's channel to it is still in its reconnect backoff from the
+  // kill (UNAVAILABLE, "connection refused", after the retries): either
+  // way the call ended on server 1, not after server 0's wait.
   EXPECT_TRUE(absl::IsNotFound(stats.status()) || absl::IsUnauthenticated(stats.status()) ||
-              absl::IsAborted(stats.status()))
+              absl::IsAborted(stats.status()) || absl::IsUnavailable(stats.status()))
       << stats.status();
 }
 
