@@ -83,6 +83,26 @@ class Block {
   // `next_lowp_ready`. Freed then, unless the job is speculative.
   AlignedBuffer<uint16_t> next_lowp ABSL_GUARDED_BY(mu);
   bool next_lowp_ready ABSL_GUARDED_BY(mu) = false;
+  // A same-host gather waiting for this block's whole low-precision copy at
+  // `version`, into `to` (a client's shared buffer: JobGathers::Gather
+  // registers it while it waits and takes it back when it ends, under `mu`).
+  // The step that brings the block to `version` in place writes its copy
+  // there rather than into `lowp` (JobStep::RefsOf), which saves the
+  // gather's read and write of it; `written` once that step committed.
+  struct DirectCopy {
+    uint16_t* to = nullptr;
+    uint64_t version = 0;
+    bool written = false;
+  };
+  DirectCopy direct ABSL_GUARDED_BY(mu);
+  // What the step computed and not yet committed writes the copy to:
+  // direct.to (direct_pending), or lowp or next_lowp (lowp_pending).
+  bool direct_pending ABSL_GUARDED_BY(mu) = false;
+  bool lowp_pending ABSL_GUARDED_BY(mu) = false;
+  // Whether `lowp` holds the copy of this version: false once a step wrote
+  // it to a gather's memory instead; a gather then converts the master
+  // (the same bits), until a step or a restore writes `lowp` again.
+  bool lowp_current ABSL_GUARDED_BY(mu) = true;
   // The block's state before a step changed it in place, while a running
   // checkpoint of that version needs it (kept_state.h).
   KeptState kept ABSL_GUARDED_BY(mu);

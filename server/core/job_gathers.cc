@@ -1,7 +1,9 @@
 #include "server/core/job_gathers.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/convert.h"
@@ -42,6 +44,92 @@ uint64_t GatherBytes(Range range, uint32_t block_elems, v1::DType dtype, uint32_
   return bytes;
 }
 
+namespace {
+
+// A gather's registrations of client memory with its blocks (Block::direct).
+class DirectCopies {
+ public:
+  DirectCopies() = default;
+  DirectCopies(const DirectCopies&) = delete;
+  DirectCopies& operator=(const DirectCopies&) = delete;
+  ~DirectCopies() {
+    for (Block* b : blocks_) {
+      absl::MutexLock lock(&b->mu);
+      Release(*b);
+    }
+  }
+
+  // Registers `to` (null: nothing) for block b's whole copy (`count`
+  // elements from its first) at `version`, where b needs a step to get
+  // there and no other gather registered one.
+  void Register(Block& b, uint64_t count, uint64_t version, void* to) {
+    if (to == nullptr) return;
+    absl::MutexLock lock(&b.mu);
+    if (count != b.required || b.version >= version || b.direct.to != nullptr) return;
+    b.direct = {static_cast<uint16_t*>(to), version, false};
+    blocks_.push_back(&b);
+  }
+
+  // Takes back this gather's registration with `b` (if any): whether a
+  // step wrote b's copy of the version b is at into its memory.
+  bool Take(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
+    auto it = std::find(blocks_.begin(), blocks_.end(), &b);
+    if (it == blocks_.end()) return false;
+    blocks_.erase(it);
+    const bool written = b.direct.written && b.direct.version == b.version;
+    Release(b);
+    return written;
+  }
+
+ private:
+  static void Release(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) { b.direct = {}; }
+
+  std::vector<Block*> blocks_;
+};
+
+}  // namespace
+
+absl::Status JobGathers::CopyPiece(const BlockPiece& p, const Block& b, v1::DType source,
+                                   bool int8, bool convert, Loaded* loaded,
+                                   AlignedBuffer<float>* state, AlignedBuffer<uint16_t>* converted,
+                                   GatherSink& sink) {
+  StateTier& tier = shard_.tier();
+  const bool from_master = source == v1::DTYPE_FP32 || convert;
+  const size_t esize = DTypeSize(source);
+  const float* master = from_master ? tier.Resident(b.local) : nullptr;
+  if (from_master && master == nullptr) {
+    if (state->empty()) *state = AlignedBuffer<float>(tier.shape().block_floats());
+    if (loaded->block != &b || loaded->version != b.version || b.version == 0) {
+      if (auto s = tier.Load(b.local, state->data()); !s.ok()) return s;
+      loaded->block = &b;
+      loaded->version = b.version;
+    }
+    master = state->data();
+  }
+  const char* src = from_master ? reinterpret_cast<const char*>(master)
+                                : reinterpret_cast<const char*>(b.lowp.data());
+  if (int8) {
+    const char* codes_of = src + p.offset * esize;
+    if (convert) {
+      if (converted->empty()) *converted = AlignedBuffer<uint16_t>(shard_.layout().block_elems);
+      EncodeFloats(master + p.offset, p.count, source, converted->data());
+      codes_of = reinterpret_cast<const char*>(converted->data());
+    }
+    EncodeInt8(codes_of, source, p.count, /*residual=*/nullptr,
+               static_cast<uint8_t*>(sink.Buffer(Int8ChunkBytes(p.count))));
+  } else if (convert) {
+    EncodeFloats(master + p.offset, p.count, source, sink.Buffer(p.count * esize));
+  } else {
+    void* into = sink.Buffer(p.count * esize);
+    if (sink.BufferReadElsewhere()) {
+      CopyStreaming(src + p.offset * esize, p.count * esize, into);
+    } else {
+      std::memcpy(into, src + p.offset * esize, p.count * esize);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dtype,
                                 uint32_t max_piece, absl::Time deadline, GatherSink& sink) {
   // The int8 wire quantizes what a weight_dtype gather serves.
@@ -53,9 +141,7 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
   const bool convert = source != v1::DTYPE_FP32 && !shard_.keeps_lowp_copy();
   const bool from_master = source == v1::DTYPE_FP32 || convert;
   const size_t esize = DTypeSize(source);
-  AlignedBuffer<uint16_t> converted;  // an int8 piece's converted master
-  if (int8 && convert) converted = AlignedBuffer<uint16_t>(shard_.layout().block_elems);
-  StateTier& tier = shard_.tier();
+  AlignedBuffer<uint16_t> converted;  // an int8 piece's converted master, made at first use
   // Only versions every backup holds (JobStep::visible_through); a
   // deposed copy serves none (its waiters end with the reason).
   const std::function<bool(uint64_t)> visible = [this](uint64_t version) {
@@ -70,49 +156,41 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
   // allocating and zeroing a block's whole state.
   const std::function<bool()> cancelled = [&sink] { return sink.Cancelled(); };
   AlignedBuffer<float> state;
-  const Block* loaded = nullptr;
-  uint64_t loaded_version = 0;
+  Loaded loaded;
   ChunkFields piece;
   piece.dtype = dtype;
-  for (const BlockPiece& p : SplitByBlock(range, shard_.layout().block_elems, max_piece)) {
+  const std::vector<BlockPiece> pieces = SplitByBlock(range, shard_.layout().block_elems, max_piece);
+  // Each block whose whole copy a same-host client gathers, not yet at the
+  // version asked for, has the piece's memory in the client's buffer
+  // registered before the first wait, so that the step that brings the
+  // block there writes its copy into it (Block::direct) and the piece is
+  // not copied; every registration is taken back by the time this returns.
+  DirectCopies direct;
+  if (!int8 && !convert && !from_master) {
+    uint64_t at = 0;
+    for (const BlockPiece& p : pieces) {
+      const size_t bytes = p.count * esize;
+      Block& b = shard_.block(p.block);
+      if (p.offset == 0) direct.Register(b, p.count, min_version, sink.ClientBufferAt(at, bytes));
+      at += bytes;
+    }
+  }
+  for (const BlockPiece& p : pieces) {
     Block& b = shard_.block(p.block);
     {
       absl::MutexLock lock(&b.mu);
-      if (auto st = shard_.AwaitReadable(b, min_version, deadline, visible, cancelled); !st.ok()) {
-        return st;
+      absl::Status st = shard_.AwaitReadable(b, min_version, deadline, visible, cancelled);
+      if (st.ok()) st = step_.CheckNotDeposed();
+      const bool written = direct.Take(b);
+      if (!st.ok()) return st;
+      if (written) {
+        (void)sink.Buffer(p.count * esize);  // the memory the step wrote the piece into
+      } else if (auto s = CopyPiece(p, b, source, int8, convert || (!from_master && !b.lowp_current),
+                                    &loaded, &state, &converted, sink);
+                 !s.ok()) {
+        return s;
       }
-      if (auto st = step_.CheckNotDeposed(); !st.ok()) return st;
-      const float* master = from_master ? tier.Resident(b.local) : nullptr;
-      if (from_master && master == nullptr) {
-        if (state.empty()) state = AlignedBuffer<float>(tier.shape().block_floats());
-        if (loaded != &b || loaded_version != b.version || b.version == 0) {
-          if (auto s = tier.Load(b.local, state.data()); !s.ok()) return s;
-          loaded = &b;
-          loaded_version = b.version;
-        }
-        master = state.data();
-      }
-      const char* src = from_master ? reinterpret_cast<const char*>(master)
-                                    : reinterpret_cast<const char*>(b.lowp.data());
-      if (int8) {
-        const char* codes_of = src + p.offset * esize;
-        if (convert) {
-          EncodeFloats(master + p.offset, p.count, source, converted.data());
-          codes_of = reinterpret_cast<const char*>(converted.data());
-        }
-        EncodeInt8(codes_of, source, p.count, /*residual=*/nullptr,
-                   static_cast<uint8_t*>(sink.Buffer(Int8ChunkBytes(p.count))));
-        piece.elems = p.count;
-      } else if (convert) {
-        EncodeFloats(master + p.offset, p.count, source, sink.Buffer(p.count * esize));
-      } else {
-        void* into = sink.Buffer(p.count * esize);
-        if (sink.BufferReadElsewhere()) {
-          CopyStreaming(src + p.offset * esize, p.count * esize, into);
-        } else {
-          std::memcpy(into, src + p.offset * esize, p.count * esize);
-        }
-      }
+      if (int8) piece.elems = p.count;
       piece.block = p.block;
       piece.offset = p.offset;
       piece.version = b.version;

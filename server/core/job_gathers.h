@@ -11,10 +11,13 @@
 #include <cstdint>
 #include <functional>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/chunk_view.h"
 #include "common/shard_map.h"
+#include "server/core/aligned_buffer.h"
+#include "server/core/block.h"
 #include "server/core/job_shard.h"
 #include "server/core/job_step.h"
 #include "zerostate/v1/state_service.pb.h"
@@ -35,6 +38,13 @@ class GatherSink {
   // host reads it soon (a same-host client's shared buffer, which its
   // device copies out of): then it is filled with non-temporal stores.
   virtual bool BufferReadElsewhere() const { return false; }
+  // Where in a same-host client's own buffer (where nothing on this host
+  // reads it soon) a piece of `bytes` lies whose Buffer() comes once those
+  // of the `at` bytes before it did, asked for before the first Buffer():
+  // the step may write the piece there itself (Block::direct), and its
+  // Buffer() then returns the same memory. Null where the sink has no such
+  // memory (then the piece is copied as usual).
+  virtual void* ClientBufferAt(uint64_t /*at*/, size_t /*bytes*/) { return nullptr; }
   // Whether the caller went away (its connection hung up, its call was
   // cancelled): asked every kCancelPoll (block_wait.h), no lock held, while
   // the gather waits for a version, which then ends CANCELLED. Never true
@@ -88,6 +98,22 @@ class JobGathers {
   [[nodiscard]] absl::Status ReadBlockAt(uint64_t local, uint64_t version, float* out);
 
  private:
+  // Which block the state buffer of a Gather holds, at which version.
+  struct Loaded {
+    const Block* block = nullptr;
+    uint64_t version = 0;
+  };
+  // Piece `p` of block `b` into `sink`: from b's low-precision copy, or
+  // from its master (`source` fp32, or `convert`: encoded as the pass
+  // would have; the tier's resident state, else `state` as `loaded` says,
+  // loaded where it is not), quantized when `int8` (through `converted`
+  // where converted). Errors: the tier's I/O errors.
+  [[nodiscard]] absl::Status CopyPiece(const BlockPiece& p, const Block& b, v1::DType source,
+                                       bool int8, bool convert, Loaded* loaded,
+                                       AlignedBuffer<float>* state,
+                                       AlignedBuffer<uint16_t>* converted, GatherSink& sink)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
+
   JobShard& shard_;
   const JobStep& step_;
 };

@@ -356,12 +356,19 @@ BlockRefs JobStep::RefsOf(Block& b, float* to, const float* from) {
     b.next_lowp_ready = aside;
     refs.lowp = aside ? b.next_lowp.data() : b.lowp.data();
     refs.lowp_dtype = spec().weight_dtype();
+    // In place (the commit follows this compute under `mu`): the copy goes
+    // straight to the gather waiting for it, if one is.
+    b.direct_pending = !aside && b.direct.to != nullptr && !b.direct.written &&
+                       b.direct.version == b.version + 1;
+    b.lowp_pending = !b.direct_pending;
+    if (b.direct_pending) refs.lowp = b.direct.to;
   }
   return refs;
 }
 
 void JobStep::DropNextLowp(Block& b) {
   b.next_lowp_ready = false;
+  b.direct_pending = b.lowp_pending = false;
   if (!b.speculative) b.next_lowp = AlignedBuffer<uint16_t>();
 }
 
@@ -371,6 +378,14 @@ void JobStep::CommitBlock(Block& b) {
   // a block whose push left them to later (OnComplete) gets them now.
   StatsOnComplete(b);
   if (b.next_lowp_ready) std::swap(b.lowp, b.next_lowp);
+  // A copy written by this step (a skipped step writes none: the weights,
+  // and so the copy, stay the previous version's).
+  if (b.direct_pending) {
+    b.direct.written = true;
+    b.lowp_current = false;
+  } else if (b.lowp_pending) {
+    b.lowp_current = true;
+  }
   DropNextLowp(b);
   (void)b.Commit();  // not kRunning: awaited above
 }

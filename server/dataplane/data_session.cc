@@ -189,6 +189,12 @@ class Session final : public GatherSink {
   bool BufferReadElsewhere() const override {
     return shm_ != nullptr && region_buffer_ != 0 && !region_overflow_;
   }
+  void* ClientBufferAt(uint64_t at, size_t bytes) override {
+    if (shm_ == nullptr || region_buffer_ == 0 || region_used_ + at + bytes > region_bytes_) {
+      return nullptr;
+    }
+    return region_ + region_used_ + at;
+  }
   // The client hung up (Ticket::Cancel shuts its socket down, or it
   // closed or broke the connection): the raw socket, TLS or not, reports
   // the peer's shutdown or an error. Bytes waiting to be read (a next
