@@ -17,11 +17,13 @@ from zerostate import _capi
 N = int(os.environ.get("N", str(32 << 20)))
 SERVERS = {"old": os.environ["OLD"], "new": os.environ["NEW"]}
 ROUNDS, STEPS = int(os.environ.get("ROUNDS", "4")), int(os.environ.get("STEPS", "6"))
+MOMENTS = os.environ.get("MOMENTS", "MOMENTS_FP32")  # the job's moment_format
 
 def spec(n):
     return {"job_id": "j", "tensors": [{"name": "w", "shape": [n]}],
             "optimizer": {"kind": "OPTIMIZER_ADAMW"}, "num_nodes": 1,
-            "grad_dtype": "DTYPE_BF16", "weight_dtype": "DTYPE_BF16", "streamed_init": True}
+            "grad_dtype": "DTYPE_BF16", "weight_dtype": "DTYPE_BF16", "streamed_init": True,
+            "moment_format": MOMENTS}
 
 def run(server_bin):
     os.environ["ZEROSTATE_SERVER"] = server_bin
