@@ -56,20 +56,11 @@ from zerostate.torch import timeline as tl  # noqa: E402
 # the bf16 wire with fp32 state (bytes read + written on the host): the
 # gradient's device-to-host copy into the client's shared buffer 2, the
 # server landing it as bf16 (single-gradient pass) 2 + 2, AdamW reading
-# master/m/v and the gradient 12 + 2 and writing master/m/v and the bf16
-# copy 12 + 2, the gather from the bf16 copy into the shared buffer 2 + 2,
-# the host-to-device copy out of it 2. A gather put out before a Step that
-# is not speculative has the pass write the copy straight into the shared
-# buffer (server/core/block.h, Block::direct): no gather copy, 4 less.
-FLOOR_BYTES_PER_PARAM = 2 + 4 + 28 + 4 + 2
-DIRECT_GATHER_BYTES_PER_PARAM = 4
-
-
-def floor_bytes_per_param(mode):
-    """FLOOR_BYTES_PER_PARAM for zerostate mode `mode` (sync, delayed:
-    their gathers go out before the Step and are written by its pass)."""
-    speculative = mode.startswith("speculative")
-    return FLOOR_BYTES_PER_PARAM - (0 if speculative else DIRECT_GATHER_BYTES_PER_PARAM)
+# master/m/v and the gradient 12 + 2 and writing master/m/v 12 and the
+# bf16 copy 2 straight into the gather's shared buffer (the engine puts its
+# gathers out before the pass, speculative steps' before their first push:
+# server/core/block.h, Block::direct), the host-to-device copy out of it 2.
+FLOOR_BYTES_PER_PARAM = 2 + 4 + 28 + 2
 
 MODELS = {
     # GPT2LMHeadModel from config: 24 x 1536, 12 heads, tied head.
@@ -449,7 +440,7 @@ def summary(args, spec, run, rounds, zs_rounds, errors, bandwidth):
         parts = {part: {k: statistics.mean(f[part][k] for f in figs) for k in figs[0][part]}
                  for part in ("exposed_s", "host_s", "stall_s", "copy_s")}
         params = figs[0]["params"]
-        floor = params * floor_bytes_per_param(mode) / bandwidth
+        floor = params * FLOOR_BYTES_PER_PARAM / bandwidth
         result["zerostate"][mode] = dict(
             mean, **parts, params=params, floor_s=floor,
             unaccounted_s=statistics.mean(f["unaccounted_s"] for f in figs),

@@ -86,19 +86,24 @@ class Block {
   // A same-host gather waiting for this block's whole low-precision copy at
   // `version`, into `to` (a client's shared buffer: JobGathers::Gather
   // registers it while it waits and takes it back when it ends, under `mu`).
-  // The step that brings the block to `version` in place writes its copy
-  // there rather than into `lowp` (JobStep::RefsOf), which saves the
-  // gather's read and write of it; `written` once that step committed.
+  // The step that brings the block to `version` on a tier that updates in
+  // place (a speculation included) writes its copy there rather than into
+  // `lowp` (JobStep::RefsOf), which saves the gather's read and write of
+  // it; `written` once that step committed.
   struct DirectCopy {
     uint16_t* to = nullptr;
     uint64_t version = 0;
     bool written = false;
   };
   DirectCopy direct ABSL_GUARDED_BY(mu);
-  // What the step computed and not yet committed writes the copy to:
-  // direct.to (direct_pending), or lowp or next_lowp (lowp_pending).
-  bool direct_pending ABSL_GUARDED_BY(mu) = false;
-  bool lowp_pending ABSL_GUARDED_BY(mu) = false;
+  // Where the step computed and not yet committed wrote the copy: nowhere
+  // (kNone: no step computed one, or a skip), lowp or next_lowp (kOwn),
+  // the waiting gather's memory at direct.to (kClient), or the memory of a
+  // gather taken back since (kGone: not served; the block's own copy is
+  // not of the new version either). A speculation writes it without `mu`,
+  // so a gather taking kClient memory back waits for it first.
+  enum class PendingCopy { kNone, kOwn, kClient, kGone };
+  PendingCopy pending_copy ABSL_GUARDED_BY(mu) = PendingCopy::kNone;
   // Whether `lowp` holds the copy of this version: false once a step wrote
   // it to a gather's memory instead; a gather then converts the master
   // (the same bits), until a step or a restore writes `lowp` again.

@@ -28,12 +28,14 @@ absl::StatusOr<GatherHandler::Gather> GatherHandler::Begin(const v1::GatherReque
 absl::Status GatherHandler::Serve(const Gather& gather, GatherSink& sink) const {
   const v1::GatherRequest& req = gather.request;
   if (metrics_ != nullptr) metrics_->AddGathersInProgress(1);
+  uint64_t direct = 0;
   absl::Status s = gather.job->gathers().Gather(gather.range, req.min_version(), req.dtype(),
-                                                piece_elems_, gather.deadline, sink);
+                                                piece_elems_, gather.deadline, sink, &direct);
   if (metrics_ != nullptr) metrics_->AddGathersInProgress(-1);
   if (s.ok() && metrics_ != nullptr) {
     metrics_->RecordWire(req.job_id(), /*push=*/false, req.dtype(), gather.bytes,
                          gather.range.size());
+    metrics_->RecordDirectGather(req.job_id(), direct);
   }
   return s;
 }

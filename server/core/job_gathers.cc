@@ -76,13 +76,24 @@ class DirectCopies {
     auto it = std::find(blocks_.begin(), blocks_.end(), &b);
     if (it == blocks_.end()) return false;
     blocks_.erase(it);
+    AwaitWriter(b);
     const bool written = b.direct.written && b.direct.version == b.version;
     Release(b);
     return written;
   }
 
  private:
-  static void Release(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) { b.direct = {}; }
+  // A speculation writes the memory without b.mu: waits for it to end.
+  static void AwaitWriter(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
+    if (b.pending_copy == Block::PendingCopy::kClient) b.AwaitSpeculation();
+  }
+  // A copy computed into the memory and not yet committed is then not
+  // served (kGone: the block's own copy is not of that version either).
+  static void Release(Block& b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu) {
+    AwaitWriter(b);
+    if (b.pending_copy == Block::PendingCopy::kClient) b.pending_copy = Block::PendingCopy::kGone;
+    b.direct = {};
+  }
 
   std::vector<Block*> blocks_;
 };
@@ -131,7 +142,8 @@ absl::Status JobGathers::CopyPiece(const BlockPiece& p, const Block& b, v1::DTyp
 }
 
 absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dtype,
-                                uint32_t max_piece, absl::Time deadline, GatherSink& sink) {
+                                uint32_t max_piece, absl::Time deadline, GatherSink& sink,
+                                uint64_t* direct_elems) {
   // The int8 wire quantizes what a weight_dtype gather serves.
   const bool int8 = dtype == v1::DTYPE_INT8;
   const v1::DType source = int8 ? shard_.spec().weight_dtype() : dtype;
@@ -185,6 +197,7 @@ absl::Status JobGathers::Gather(Range range, uint64_t min_version, v1::DType dty
       if (!st.ok()) return st;
       if (written) {
         (void)sink.Buffer(p.count * esize);  // the memory the step wrote the piece into
+        if (direct_elems != nullptr) *direct_elems += p.count;
       } else if (auto s = CopyPiece(p, b, source, int8, convert || (!from_master && !b.lowp_current),
                                     &loaded, &state, &converted, sink);
                  !s.ok()) {

@@ -77,8 +77,11 @@ class JobGathers {
   // Errors: DEADLINE_EXCEEDED, UNAVAILABLE, NOT_FOUND (the job was
   // deleted), the tier's I/O errors, CANCELLED when the sink stopped it or
   // said the caller went away during a wait (naming the block and version).
+  // `direct_elems` (may be null) gets the elements a step wrote into the
+  // sink's client memory itself (Block::direct), which the gather did not copy.
   [[nodiscard]] absl::Status Gather(Range range, uint64_t min_version, v1::DType dtype,
-                                    uint32_t max_piece, absl::Time deadline, GatherSink& sink);
+                                    uint32_t max_piece, absl::Time deadline, GatherSink& sink,
+                                    uint64_t* direct_elems = nullptr);
   // The same, each piece as a Chunk message (tests, tools).
   [[nodiscard]] absl::Status Gather(Range range, uint64_t min_version, v1::DType dtype,
                                     uint32_t max_piece, absl::Time deadline,

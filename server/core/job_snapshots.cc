@@ -81,6 +81,7 @@ absl::Status JobSnapshots::RestoreBlock(uint64_t local, const float* state, uint
   if (auto s = shard_.tier().Store(local, state); !s.ok()) return s;
   if (!b.lowp.empty()) EncodeFloats(state, b.required, shard_.spec().weight_dtype(), b.lowp.data());
   b.lowp_current = true;
+  b.pending_copy = Block::PendingCopy::kNone;  // a dropped speculation's
   return b.Restore(version);  // not stepping (one writer), not kRunning: awaited above
 }
 

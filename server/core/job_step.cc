@@ -351,24 +351,30 @@ BlockRefs JobStep::RefsOf(Block& b, float* to, const float* from) {
   refs.grad_bf16 = b.acc.landed_sum();
   refs.n = b.required;
   if (!b.lowp.empty()) {
+    refs.lowp_dtype = spec().weight_dtype();
+    // On a tier that updates in place (no store that may fail follows) the
+    // copy goes straight to the gather waiting for it, if one is; a
+    // speculation's too (the gather is answered once a Step commits it,
+    // and one that ends first waits for a running speculation: DirectCopies).
+    if (tier().in_place() && b.direct.to != nullptr && !b.direct.written &&
+        b.direct.version == b.version + 1) {
+      b.next_lowp_ready = false;
+      b.pending_copy = Block::PendingCopy::kClient;
+      refs.lowp = b.direct.to;
+      return refs;
+    }
     const bool aside = !tier().in_place() || b.speculative;
     if (aside && b.next_lowp.empty()) b.next_lowp = AlignedBuffer<uint16_t>(be);
     b.next_lowp_ready = aside;
+    b.pending_copy = Block::PendingCopy::kOwn;
     refs.lowp = aside ? b.next_lowp.data() : b.lowp.data();
-    refs.lowp_dtype = spec().weight_dtype();
-    // In place (the commit follows this compute under `mu`): the copy goes
-    // straight to the gather waiting for it, if one is.
-    b.direct_pending = !aside && b.direct.to != nullptr && !b.direct.written &&
-                       b.direct.version == b.version + 1;
-    b.lowp_pending = !b.direct_pending;
-    if (b.direct_pending) refs.lowp = b.direct.to;
   }
   return refs;
 }
 
 void JobStep::DropNextLowp(Block& b) {
   b.next_lowp_ready = false;
-  b.direct_pending = b.lowp_pending = false;
+  b.pending_copy = Block::PendingCopy::kNone;
   if (!b.speculative) b.next_lowp = AlignedBuffer<uint16_t>();
 }
 
@@ -380,11 +386,19 @@ void JobStep::CommitBlock(Block& b) {
   if (b.next_lowp_ready) std::swap(b.lowp, b.next_lowp);
   // A copy written by this step (a skipped step writes none: the weights,
   // and so the copy, stay the previous version's).
-  if (b.direct_pending) {
-    b.direct.written = true;
-    b.lowp_current = false;
-  } else if (b.lowp_pending) {
-    b.lowp_current = true;
+  switch (b.pending_copy) {
+    case Block::PendingCopy::kClient:
+      b.direct.written = true;
+      b.lowp_current = false;
+      break;
+    case Block::PendingCopy::kGone:
+      b.lowp_current = false;
+      break;
+    case Block::PendingCopy::kOwn:
+      b.lowp_current = true;
+      break;
+    case Block::PendingCopy::kNone:
+      break;
   }
   DropNextLowp(b);
   (void)b.Commit();  // not kRunning: awaited above

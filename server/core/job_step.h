@@ -275,9 +275,11 @@ class JobStep {
   // with the tier's code, naming the block, and nothing is skipped.
   [[nodiscard]] absl::StatusOr<uint64_t> SkipPass(uint64_t step, StepOutcome* out);
   // Runs the fused kernel on b's state `from`, writing the new state to
-  // `to` (the same pointer: in place). The low-precision copy goes to
-  // b.next_lowp (next_lowp_ready) when the tier does not update in place or
-  // the job is speculative, else straight into b.lowp.
+  // `to` (the same pointer: in place). The low-precision copy goes to a
+  // gather's memory registered for it on a tier that updates in place
+  // (Block::direct, kClient), else to b.next_lowp (next_lowp_ready) when the
+  // tier does not update in place or the job is speculative, else straight
+  // into b.lowp (Block::pending_copy says which).
   void ComputeBlock(Block& b, float* to, const float* from, const std::vector<StepParams>& by_group)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(b.mu);
   // The memory ComputeBlock steps (allocating b.next_lowp where it is

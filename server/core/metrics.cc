@@ -110,6 +110,11 @@ ServerMetrics::ServerMetrics(std::shared_ptr<prometheus::Registry> r)
       wire_elems_(BuildCounter().Name("zerostate_wire_elements_total")
                       .Help("Parameters those payload bytes carried, by direction and wire")
                       .Register(*registry_)),
+      direct_gather_elems_(BuildCounter().Name("zerostate_gather_direct_elements_total")
+                               .Help("Gathered parameters whose copy the step wrote straight "
+                                     "into a same-host client's buffer (not copied by the "
+                                     "gather)")
+                               .Register(*registry_)),
       job_state_bytes_(BuildGauge().Name("zerostate_job_state_bytes")
                            .Help("RAM the job holds on this server").Register(*registry_)),
       state_bytes_per_param_(BuildGauge().Name("zerostate_state_bytes_per_param")
@@ -242,6 +247,10 @@ void ServerMetrics::RecordWire(const std::string& job, bool push, v1::DType dtyp
   wire_elems_.Add(labels).Increment(static_cast<double>(elems));
 }
 
+void ServerMetrics::RecordDirectGather(const std::string& job, uint64_t elems) {
+  if (elems > 0) direct_gather_elems_.Add(JobLabels(job)).Increment(static_cast<double>(elems));
+}
+
 void ServerMetrics::RecordSpeculation(const std::string& job, uint64_t confirmed,
                                       uint64_t redone) {
   if (confirmed > 0) {
@@ -275,6 +284,7 @@ void ServerMetrics::ForgetJob(const std::string& job) {
     state_bytes_per_param_.Remove(&gauge);
   }
   job_version_.Remove(&job_version_.Add(JobLabels(job)));
+  direct_gather_elems_.Remove(&direct_gather_elems_.Add(JobLabels(job)));
   for (bool push : {true, false}) {
     for (bool int8 : {true, false}) {
       wire_bytes_.Remove(&wire_bytes_.Add(WireLabels(job, push, int8)));

@@ -37,6 +37,10 @@ class ServerMetrics {
   void RecordWire(const std::string& job, bool push, v1::DType dtype, uint64_t bytes,
                   uint64_t elems);
 
+  // Of a gather's elements, `elems` a step wrote into the client's memory
+  // itself (server/core/block.h, Block::direct): no copy by the gather.
+  void RecordDirectGather(const std::string& job, uint64_t elems);
+
   // One Step RPC that ran the optimizer (or skipped) on `job`'s shard.
   void RecordStep(const std::string& job, double seconds, uint64_t params, bool skipped,
                   uint64_t version);
@@ -114,6 +118,7 @@ class ServerMetrics {
   prometheus::Family<prometheus::Counter>& speculative_blocks_;
   prometheus::Family<prometheus::Counter>& wire_bytes_;
   prometheus::Family<prometheus::Counter>& wire_elems_;
+  prometheus::Family<prometheus::Counter>& direct_gather_elems_;
   prometheus::Family<prometheus::Gauge>& job_state_bytes_;
   prometheus::Family<prometheus::Gauge>& state_bytes_per_param_;
   prometheus::Family<prometheus::Counter>& tier_bytes_read_;

@@ -183,6 +183,8 @@ def max_relative(a, b):
 
 
 class EngineTest(zs_servers.ServersTestCase):
+    server_args = ("--metrics_listen=127.0.0.1:0",)  # test_the_steps_write_the_gathers_copies
+
     def engine(self, model, job, **kw):
         kw.setdefault("token", f"token-of-job-{job}".ljust(40, "x"))
         kw.setdefault("lr_scheduler", lambda opt: torch.optim.lr_scheduler.LambdaLR(opt, schedule))
@@ -201,6 +203,30 @@ class EngineTest(zs_servers.ServersTestCase):
         err = max_relative(engine.module, ref)
         print(f"AdamW over {STEPS} steps: max relative difference {err:.2e}")
         self.assertLess(err, 1e-6)
+
+    def test_the_steps_write_the_gathers_copies(self):
+        """bf16 weights: the engine puts its gathers out before the pass
+        (synchronous steps: before the Step; speculative ones: before the
+        first push, so before the blocks' speculations), and the servers
+        write the new copies of the blocks those gathers take whole straight
+        into the client's buffers (zerostate_gather_direct_elements_total)."""
+        for job, speculative in (("direct-sync", False), ("direct-speculative", True)):
+            torch.manual_seed(0)
+            config = dict(CONFIG, bf16={"enabled": True}, gradient_clipping=0.0,
+                          zerostate={"train": {"block_elems": 256,
+                                               "speculative_step": speculative}})
+            engine = self.engine(Net(), job, config=config, lr_scheduler=None)
+            for s in range(3):
+                x, y = batch(s)
+                engine.backward(torch.nn.functional.mse_loss(engine(x.bfloat16()).float(), y))
+                engine.step()
+            engine.sync_weights()
+            direct = sum(zs_servers.metric(s, "zerostate_gather_direct_elements_total",
+                                           job_id=job) for s in self.servers)
+            gathered = sum(zs_servers.metric(s, "zerostate_wire_elements_total", job_id=job,
+                                             direction="gather") for s in self.servers)
+            print(f"{job}: {direct:.0f} of {gathered:.0f} gathered elements written by the step")
+            self.assertGreater(direct, 0, job)
 
     def test_pushes_and_gathers_go_in_place(self):
         """The push and gather buffers lie in the client's shared buffers

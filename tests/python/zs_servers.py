@@ -10,6 +10,7 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -29,7 +30,7 @@ class Server:
                                      stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      start_new_session=True)
         deadline = time.monotonic() + 30
-        self.address = None
+        self.address = self.metrics_address = None  # the latter with --metrics_listen
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if not line:
@@ -37,6 +38,8 @@ class Server:
             if "listening on" in line:
                 words = line.split()
                 self.address = words[words.index("on") + 1]
+                if "metrics" in words:
+                    self.metrics_address = words[words.index("metrics") + 2]
                 break
         if self.address is None:
             self.stop()
@@ -78,6 +81,20 @@ def server_binary():
         print(f"skipped: no zerostate-server at {path}")
         sys.exit(77)
     return path
+
+
+def metric(server, name, **labels):
+    """The sum of a server's series `name` whose labels include `labels`
+    (scraped from its --metrics_listen address); 0 when there is none."""
+    text = urllib.request.urlopen(f"http://{server.metrics_address}/metrics", timeout=10).read()
+    total = 0.0
+    for line in text.decode().splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        series, value = line.rsplit(" ", 1)
+        if all(f'{k}="{v}"' in series for k, v in labels.items()):
+            total += float(value)
+    return total
 
 
 def start(n, args=(), plaintext=True):

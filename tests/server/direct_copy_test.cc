@@ -4,10 +4,12 @@
 // the block's own copy is then not of that version, and a later gather
 // converts the master to the same bits; a block the gather does not take
 // whole, a gather that comes after the step, and one that gives up before
-// it, go the usual way.
+// it, go the usual way; a speculative job's speculations write it too.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -56,9 +58,12 @@ class ClientSink final : public GatherSink {
     return used_ + at + bytes <= region_.size() ? region_.data() + used_ + at : nullptr;
   }
   bool Emit(const ChunkFields&) override { return true; }
+  bool Cancelled() override { return cancelled_.load(); }
+  void Cancel() { cancelled_ = true; }
   const std::vector<char>& region() const { return region_; }
 
  private:
+  std::atomic<bool> cancelled_{false};
   std::vector<char> region_;
   size_t used_ = 0;
 };
@@ -118,6 +123,30 @@ class DirectCopyTest : public ::testing::Test {
     return out;
   }
 
+  // A whole-shard gather of `version` into client memory, on its thread.
+  struct WaitingGather {
+    explicit WaitingGather(size_t bytes) : sink(bytes) {}
+    ~WaitingGather() {
+      if (thread.joinable()) thread.join();
+    }
+    ClientSink sink;
+    absl::Status status;
+    uint64_t direct = 0;  // Gather's direct_elems
+    std::thread thread;
+  };
+  // Starts one, and returns once `registered` blocks have memory registered.
+  std::unique_ptr<WaitingGather> StartGather(uint64_t version, uint64_t registered) {
+    auto g = std::make_unique<WaitingGather>(blocks() * kBlock * 2);
+    WaitingGather* out = g.get();
+    g->thread = std::thread([this, out, version] {
+      out->status = direct_->gathers().Gather(Whole(), version, v1::DTYPE_BF16, kBlock,
+                                              absl::Now() + absl::Seconds(10), out->sink,
+                                              &out->direct);
+    });
+    AwaitRegistered(registered);
+    return g;
+  }
+
   // Until every block the gather takes whole has its memory registered.
   void AwaitRegistered(uint64_t n) {
     for (;;) {
@@ -166,19 +195,14 @@ TEST_F(DirectCopyTest, TheStepWritesTheWaitingGathersMemory) {
   for (uint64_t step = 0; step < 3; ++step) {
     SCOPED_TRACE(testing::Message() << "step " << step);
     PushBoth(step);
-    ClientSink sink(blocks() * kBlock * 2);
-    absl::Status gathered;
-    std::thread gather([&] {
-      gathered = direct_->gathers().Gather(Whole(), step + 1, v1::DTYPE_BF16, kBlock,
-                                           absl::Now() + absl::Seconds(10), sink);
-    });
-    AwaitRegistered(whole);
+    auto gather = StartGather(step + 1, whole);
     StepBoth(step);
-    gather.join();
-    ASSERT_TRUE(gathered.ok()) << gathered;
+    gather->thread.join();
+    ASSERT_TRUE(gather->status.ok()) << gather->status;
+    EXPECT_EQ(gather->direct, whole * kBlock);  // as reported (zerostate_gather_direct_elements_total)
     const std::string want = Served(*plain_, step + 1);
-    ASSERT_EQ(want.size(), sink.region().size());
-    EXPECT_EQ(std::memcmp(want.data(), sink.region().data(), want.size()), 0);
+    ASSERT_EQ(want.size(), gather->sink.region().size());
+    EXPECT_EQ(std::memcmp(want.data(), gather->sink.region().data(), want.size()), 0);
     EXPECT_EQ(NotCurrent(), whole);  // the step wrote those blocks' copies to the gather
     AwaitRegistered(0);              // every registration taken back
     // Anyone else converts the master: the same bits.
@@ -205,6 +229,64 @@ TEST_F(DirectCopyTest, AGatherAfterTheStepOrGivenUpBeforeItCopies) {
   const std::string want = Served(*plain_, 1);
   EXPECT_EQ(std::memcmp(want.data(), sink.region().data(), want.size()), 0);
   EXPECT_EQ(NotCurrent(), 0u);
+}
+
+// A speculative job: each block's speculation (a Step sent ahead, the
+// block complete) writes the copy into the waiting gather's memory without
+// the block's mutex; the Step that confirms it commits it there. Step 1's
+// Step carries another lr than sent ahead: redone, written again. Step 2's
+// gather is cancelled after the speculations, before the Step: the copy
+// computed into its memory is not served (and the block's own copy is not
+// of the new version either: a later gather converts the master).
+TEST_F(DirectCopyTest, ASpeculationWritesTheWaitingGathersMemory) {
+  v1::JobSpec spec = Spec("speculative");
+  spec.set_speculative_step(true);
+  direct_ = *Job::Create(spec, {"a:1"}, 0);
+  const uint64_t whole = Whole(*direct_);
+  ASSERT_GE(whole, 2u);
+  auto speculated = [&] {
+    for (;;) {
+      uint64_t done = 0;
+      for (uint64_t b = 0; b < blocks(); ++b) {
+        Block& block = direct_->shard().block(b);
+        absl::MutexLock lock(&block.mu);
+        done += block.speculation() == Block::Speculation::kDone;
+      }
+      if (done == blocks()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  };
+  for (uint64_t step = 0; step < 3; ++step) {
+    SCOPED_TRACE(testing::Message() << "step " << step);
+    const bool cancelled = step == 2;
+    auto gather = StartGather(step + 1, whole);
+    v1::StepRequest ahead;
+    ahead.set_step(step);
+    ahead.set_lr(step == 1 ? 2e-2f : 1e-2f);  // StepBoth's is 1e-2
+    ahead.set_grad_scale(1.0f);
+    ahead.set_ahead(true);
+    ASSERT_TRUE(direct_->step().Step(ahead, absl::Now() + absl::Seconds(10), pool_).ok());
+    PushBoth(step);
+    speculated();
+    if (cancelled) {
+      gather->sink.Cancel();
+      gather->thread.join();
+      EXPECT_EQ(gather->status.code(), absl::StatusCode::kCancelled) << gather->status;
+      AwaitRegistered(0);
+    }
+    StepBoth(step);
+    const std::string want = Served(*plain_, step + 1);
+    if (!cancelled) {
+      gather->thread.join();
+      ASSERT_TRUE(gather->status.ok()) << gather->status;
+      EXPECT_EQ(gather->direct, whole * kBlock);
+      ASSERT_EQ(want.size(), gather->sink.region().size());
+      EXPECT_EQ(std::memcmp(want.data(), gather->sink.region().data(), want.size()), 0);
+    }
+    EXPECT_EQ(NotCurrent(), whole);
+    AwaitRegistered(0);
+    EXPECT_EQ(Served(*direct_, step + 1), want);
+  }
 }
 
 }  // namespace

@@ -38,3 +38,57 @@ class Ahead:
             thread.join()
         error, self._error = self._error, None
         return error
+
+
+class EarlyGathers:
+    """A speculative step's gathers of the next version, put out on the
+    push thread ahead of the step's first push (a wait of that push, after
+    its device copy): the servers then hold each block's gather memory when
+    the block's speculation runs, and the speculation writes the block's
+    new copy straight into it (the server's direct copies), rather than
+    aside and again by the gather. arm() at the boundary's backward; the
+    first push take()s it and says pushed(); settle() waits for that push
+    (the driver's thread then knows which gathers are out); cancel() before
+    what is in flight is dropped (under the lock a queued fetch runs under:
+    none puts gathers out after the drop). A module whose gather is still
+    out (the forward skipped it) is left to the step's own fetch."""
+
+    def __init__(self, fetch):
+        self._fetch = fetch  # fetch(version, idle_only): the modules' gathers of it
+        self._lock = threading.Lock()
+        self._armed = None  # the version the next push puts out first
+        self._live = None  # the version a queued fetch may still put out
+        self._mark = None  # the push mark of the queued fetch
+
+    def arm(self, version):
+        self._armed = version
+
+    def take(self):
+        """The wait that puts the gathers out, for the first push after
+        arm(); None for any other."""
+        version, self._armed = self._armed, None
+        if version is None:
+            return None
+        with self._lock:
+            self._live = version
+
+        def fetch():
+            with self._lock:
+                if self._live == version:
+                    self._fetch(version, True)
+        return fetch
+
+    def pushed(self, mark):
+        """The push that took the wait was queued as `mark`."""
+        self._mark = mark
+
+    def settle(self, pusher):
+        """Returns once the queued fetch ran (its errors stay with its push)."""
+        mark, self._mark = self._mark, None
+        if mark is not None:
+            pusher.wait_through(mark)
+
+    def cancel(self):
+        self._armed = self._mark = None
+        with self._lock:
+            self._live = None

@@ -80,7 +80,7 @@ from zerostate.client import Client, ZerostateError
 from zerostate.pipeline import InFlight, Pusher, send_ahead
 from zerostate.policy import Policy
 from zerostate.torch import buckets as bk
-from zerostate.torch.ahead import Ahead
+from zerostate.torch.ahead import Ahead, EarlyGathers
 from zerostate.torch import checkpoint as ckpt
 from zerostate.torch import optimizer as zopt
 from zerostate.torch import streams
@@ -131,6 +131,7 @@ class Engine(ModuleSurface):
         self._failed = None
         self._boundary = False
         self._ahead = Ahead()  # the Step sent ahead (speculative_step), on its thread
+        self._early = EarlyGathers(self._fetch)  # its gathers, before its first push
         # The delayed update's step in flight and its verdict (the C++ the
         # worker holds); the gathers it put out are the modules' slots'.
         self._in_flight = InFlight()
@@ -351,6 +352,8 @@ class Engine(ModuleSurface):
             if self.config.speculative_step and self.topo.coordinator:
                 with self.timeline.host("send_ahead"):
                     self._send_ahead()
+            if self.config.speculative_step:
+                self._early.arm(self.global_steps + 1)
         (loss * self.loss_scale if self.dtype == torch.float16 else loss).backward()
         return loss
 
@@ -382,7 +385,10 @@ class Engine(ModuleSurface):
 
     def _push(self, bucket):
         if not self._in_flight.active():
-            self._push_bucket(bucket, self.global_steps)
+            fetch = self._early.take()  # the first push of a speculative step's
+            self._push_bucket(bucket, self.global_steps, after=fetch)
+            if fetch is not None:
+                self._early.pushed(bucket.mark)
         elif self._early_push:
             # A delayed update in flight: the servers take these gradients
             # once its blocks are at this step's version.
@@ -435,6 +441,7 @@ class Engine(ModuleSurface):
             # landing each module's forward waits for its own copy alone.
             verdicts.finish_delayed(self, defer=self.lazy_weights)
         elif self.lazy_weights:
+            self._early.settle(self._pusher)  # then no gather goes out meanwhile
             self._land()  # what the forward did not land (a module it skipped)
         step = self.global_steps
         delayed = self._ends_delayed(step)
@@ -447,6 +454,7 @@ class Engine(ModuleSurface):
             t0 = time.perf_counter()
             if not delayed:  # else the step in flight waits for them, not this thread
                 self._pusher.drain()
+                self._early.cancel()  # a boundary without pushes: decide's fetch
             t1 = time.perf_counter()
             self.timers["push_wait"] += t1 - t0
             if ahead_error is not None:
@@ -489,9 +497,14 @@ class Engine(ModuleSurface):
         """The (rank, micro-batch) terms the summed gradient averages over."""
         return self.topo.world * self.config.grad_accum
 
-    def _fetch(self, version):
+    def _fetch(self, version, idle_only=False):
+        """Every module's gather of `version` but those already out
+        (EarlyGathers); `idle_only`: none whose gather of another version
+        is still out either."""
         for w in self._weights:
-            w.fetch(self.job, version)
+            pending = w.slot.pending()
+            if pending != version and (pending is None or not idle_only):
+                w.fetch(self.job, version)
 
     def sync_weights(self):
         """Lands every gather still in flight into the parameters; a delayed
@@ -506,7 +519,8 @@ class Engine(ModuleSurface):
         start after the step's mark (the backward's end), and the compute
         stream waits for each at its module's forward (ModuleWeights.ready)."""
         for w in self._weights:
-            w.land(self._step_mark if defer else None, defer=defer)
+            if (w.slot.pending() or 0) <= self.global_steps:  # not a version still to come
+                w.land(self._step_mark if defer else None, defer=defer)
 
     def _ready(self):
         """The compute stream waits for every deferred copy still pending
@@ -549,6 +563,7 @@ class Engine(ModuleSurface):
         version that does not come) and the push thread's pushes (their
         errors dropped): the C++ engine's order, as zerostate-worker's."""
         self._ahead.take()  # its failure dropped too: no Step follows it
+        self._early.cancel()
         self._in_flight.abandon(self._pusher, [w.slot for w in self._weights])
 
     def _check_alive(self):
