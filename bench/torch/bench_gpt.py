@@ -57,8 +57,8 @@ from zerostate.torch import timeline as tl  # noqa: E402
 # gradient's device-to-host copy into the client's shared buffer 2, the
 # server landing it as bf16 (single-gradient pass) 2 + 2, AdamW reading
 # master/m/v and the gradient 12 + 2 and writing master/m/v 12 and the
-# bf16 copy 2 straight into the gather's shared buffer (the engine puts its
-# gathers out before the pass, speculative steps' before their first push:
+# bf16 copy 2 straight into the gather's shared buffer (the engine puts a
+# step's gathers out before its first push, a delayed update's at its step:
 # server/core/block.h, Block::direct), the host-to-device copy out of it 2.
 FLOOR_BYTES_PER_PARAM = 2 + 4 + 28 + 2
 

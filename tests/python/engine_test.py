@@ -205,11 +205,11 @@ class EngineTest(zs_servers.ServersTestCase):
         self.assertLess(err, 1e-6)
 
     def test_the_steps_write_the_gathers_copies(self):
-        """bf16 weights: the engine puts its gathers out before the pass
-        (synchronous steps: before the Step; speculative ones: before the
-        first push, so before the blocks' speculations), and the servers
-        write the new copies of the blocks those gathers take whole straight
-        into the client's buffers (zerostate_gather_direct_elements_total)."""
+        """bf16 weights: the engine puts a synchronous or speculative step's
+        gathers out before its first push, so before the blocks' passes and
+        speculations, and the servers write the new copies of the blocks
+        those gathers take whole straight into the client's buffers
+        (zerostate_gather_direct_elements_total)."""
         for job, speculative in (("direct-sync", False), ("direct-speculative", True)):
             torch.manual_seed(0)
             config = dict(CONFIG, bf16={"enabled": True}, gradient_clipping=0.0,

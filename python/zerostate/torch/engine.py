@@ -131,7 +131,7 @@ class Engine(ModuleSurface):
         self._failed = None
         self._boundary = False
         self._ahead = Ahead()  # the Step sent ahead (speculative_step), on its thread
-        self._early = EarlyGathers(self._fetch)  # its gathers, before its first push
+        self._early = EarlyGathers(self._fetch)  # a step's gathers, before its first push
         # The delayed update's step in flight and its verdict (the C++ the
         # worker holds); the gathers it put out are the modules' slots'.
         self._in_flight = InFlight()
@@ -352,7 +352,7 @@ class Engine(ModuleSurface):
             if self.config.speculative_step and self.topo.coordinator:
                 with self.timeline.host("send_ahead"):
                     self._send_ahead()
-            if self.config.speculative_step:
+            if not self.config.delayed:  # a delayed update puts them out at its step
                 self._early.arm(self.global_steps + 1)
         (loss * self.loss_scale if self.dtype == torch.float16 else loss).backward()
         return loss
