@@ -74,7 +74,7 @@ def run(server_bin):
     out = np.ctypeslib.as_array((ctypes.c_uint16 * N).from_address(oaddr))
     digest = hashlib.sha256(out.tobytes()).hexdigest()[:16]
     # The share of gathered elements the step wrote into the client's buffer.
-    direct = zs_servers.metric(srv, "zerostate_gather_direct_elements_total") / ((STEPS + 2) * N)
+    direct = zs_servers.metric(srv.metrics_address, "zerostate_gather_direct_elements_total") / ((STEPS + 2) * N)
     job.close(); c.close(); srv.stop()
     return statistics.median(times) * 1e3, digest, direct, cpu * 1e3
 

@@ -11,7 +11,10 @@ measured in the same run), the host's floor for our path (bytes of host
 memory traffic per parameter x parameters / the host bandwidth measured in
 the same run), the step's ratio to max(compute, floor), the fraction
 of pushed and gathered bytes a server read or wrote in place in the
-client's shared buffers (in_place_fraction), and where the rest of the
+client's shared buffers (in_place_fraction), the fraction of gathered
+parameters whose copy the servers' pass wrote into the client's buffer
+itself (direct_fraction; the servers' zerostate_gather_direct_elements_total),
+and where the rest of the
 step went (breakdown(): the engine's host work, the compute stream's
 stalls on the side streams' copies, the copies, and what no figure
 accounts for); with --profile_steps, a torch.profiler summary of a few
@@ -47,10 +50,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.join(ROOT, "examples", "gpt"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "python"))
 
 from model import GPT, param_groups, synthetic_batch  # noqa: E402
 from profile_summary import profile_steps  # noqa: E402
 from zerostate.torch import timeline as tl  # noqa: E402
+from zs_servers import metric  # noqa: E402
+
+# The metrics addresses of the servers this process started (rank 0's),
+# for direct_fraction: the share of gathered parameters whose copy the
+# servers' pass wrote into the client's buffer itself.
+SERVER_METRICS = []
 
 # Host memory traffic per parameter of one zerostate step of one node at
 # the bf16 wire with fp32 state (bytes read + written on the host): the
@@ -267,7 +277,11 @@ class Run:
 
         def counters():  # after a sync: every traced span is complete
             return dict(engine.timeline.harvest(wait=True), moved=sum(engine.client.bytes()),
-                        in_place=sum(engine.client.zero_copy_bytes()))
+                        in_place=sum(engine.client.zero_copy_bytes()),
+                        direct=sum(metric(a, "zerostate_gather_direct_elements_total", job_id=job)
+                                   for a in SERVER_METRICS),
+                        gathered=sum(metric(a, "zerostate_wire_elements_total", job_id=job,
+                                            direction="gather") for a in SERVER_METRICS))
 
         def timed(s):
             if s == self.warmup:
@@ -293,6 +307,8 @@ class Run:
                    "exposed_fraction": sum(exposed.values()) / step_s,
                    "compute_s": compute_s, "params": params,
                    "in_place_fraction": per_step["in_place"] / max(per_step["moved"], 1),
+                   "direct_fraction": (per_step["direct"] / per_step["gathered"]
+                                       if per_step["gathered"] else None),
                    **breakdown(step_s, compute_s, per_step)}
         if profile is not None:
             figures["profile"] = profile
@@ -339,13 +355,15 @@ def start_servers(args, tmp):
         log = open(os.path.join(tmp, f"server{i}.log"), "w")
         cpus = cpu_list(getattr(args, "server_cpus", ""))
         p = subprocess.Popen([args.server_bin, "--listen=127.0.0.1:0", "--plaintext",
-                              "--metrics_listen=", f"--threads={args.server_threads}"],
+                              "--metrics_listen=127.0.0.1:0", f"--threads={args.server_threads}"],
                              stdout=subprocess.PIPE, stderr=log, text=True,
                              preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None)
         for line in p.stdout:
             if "listening on" in line:
                 words = line.split()
                 addresses.append(words[words.index("on") + 1])
+                if "metrics" in words:
+                    SERVER_METRICS.append(words[words.index("metrics") + 2])
                 break
         else:
             raise RuntimeError(f"server {i} did not start; see {log.name}")
@@ -441,8 +459,10 @@ def summary(args, spec, run, rounds, zs_rounds, errors, bandwidth):
                  for part in ("exposed_s", "host_s", "stall_s", "copy_s")}
         params = figs[0]["params"]
         floor = params * FLOOR_BYTES_PER_PARAM / bandwidth
+        direct = [f["direct_fraction"] for f in figs if f["direct_fraction"] is not None]
         result["zerostate"][mode] = dict(
             mean, **parts, params=params, floor_s=floor,
+            direct_fraction=statistics.mean(direct) if direct else None,
             unaccounted_s=statistics.mean(f["unaccounted_s"] for f in figs),
             step_over_max_compute_floor=mean["step_s"] / max(mean["compute_s"], floor))
         if "profile" in figs[-1]:

@@ -76,7 +76,8 @@ def main(paths):
                     f"{1e3 * e['push']:.0f} / {1e3 * e['step']:.0f} / {1e3 * e['gather']:.0f} | "
                     f"{100 * z['exposed_fraction']:.1f}% | {1e3 * z['compute_s']:.0f} | "
                     f"{1e3 * z['floor_s']:.0f} | {z['step_over_max_compute_floor']:.2f} | "
-                    f"{z.get('in_place_fraction', float('nan')):.3f} |")
+                    f"{z.get('in_place_fraction', float('nan')):.3f} | "
+                    f"{z.get('direct_fraction') or float('nan'):.3f} |")
                 parts.append(breakdown_row(f"{r['model']}, {r['accum']}, {mode}", z))
                 if "profile" in z:
                     profiles += profile_lines(f"{r['model']}, {r['accum']}, {mode}", z["profile"])
@@ -86,8 +87,9 @@ def main(paths):
     print("\n".join(rows))
     print()
     print("| model, accumulation, mode | step ms | exposed push / step / gather ms | exposed "
-          "| compute ms | floor ms | step / max(compute, floor) | bytes in place |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| compute ms | floor ms | step / max(compute, floor) | bytes in place "
+          "| gathered by the pass |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     print("\n".join(modes))
     print()
     print("| model, accumulation, mode | step ms | compute ms | waits push / step / gather ms | "

@@ -221,10 +221,12 @@ class EngineTest(zs_servers.ServersTestCase):
                 engine.backward(torch.nn.functional.mse_loss(engine(x.bfloat16()).float(), y))
                 engine.step()
             engine.sync_weights()
-            direct = sum(zs_servers.metric(s, "zerostate_gather_direct_elements_total",
-                                           job_id=job) for s in self.servers)
-            gathered = sum(zs_servers.metric(s, "zerostate_wire_elements_total", job_id=job,
-                                             direction="gather") for s in self.servers)
+            direct = sum(zs_servers.metric(s.metrics_address,
+                                           "zerostate_gather_direct_elements_total", job_id=job)
+                         for s in self.servers)
+            gathered = sum(zs_servers.metric(s.metrics_address, "zerostate_wire_elements_total",
+                                             job_id=job, direction="gather")
+                           for s in self.servers)
             print(f"{job}: {direct:.0f} of {gathered:.0f} gathered elements written by the step")
             self.assertGreater(direct, 0, job)
 

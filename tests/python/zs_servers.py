@@ -83,10 +83,11 @@ def server_binary():
     return path
 
 
-def metric(server, name, **labels):
-    """The sum of a server's series `name` whose labels include `labels`
-    (scraped from its --metrics_listen address); 0 when there is none."""
-    text = urllib.request.urlopen(f"http://{server.metrics_address}/metrics", timeout=10).read()
+def metric(address, name, **labels):
+    """The sum of the series `name` whose labels include `labels`, scraped
+    from a server's --metrics_listen `address` ("host:port", a Server's
+    metrics_address); 0 when there is none."""
+    text = urllib.request.urlopen(f"http://{address}/metrics", timeout=10).read()
     total = 0.0
     for line in text.decode().splitlines():
         if not line.startswith(name + "{") and not line.startswith(name + " "):
