@@ -46,9 +46,10 @@ class EarlyGathers:
     push, after its device copy): the servers then hold each block's gather
     memory before its pass (or speculation) runs, and the pass writes the
     block's new copy straight into it (the server's direct copies), rather
-    than into the block's and again by the gather; a gather put out just
-    before the Step races the pass for the first blocks. arm() at the boundary's backward; the
-    first push take()s it and says pushed(); settle() waits for that push
+    than into the block's and again by the gather (a gather put out just
+    before the Step would race the pass for the first blocks). arm() at
+    the boundary's backward; the first push take()s it and says pushed();
+    settle() waits for that push
     (the driver's thread then knows which gathers are out); cancel() before
     what is in flight is dropped (under the lock a queued fetch runs under:
     none puts gathers out after the drop). A module whose gather is still

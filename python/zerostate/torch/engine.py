@@ -37,8 +37,10 @@ state servers.
   landing unit (neighbouring modules up to landing_elems), into the
   parameters in the training dtype: at once (default), or just before each
   module's forward (lazy_weights=True, forward pre-hooks;
-  every gather is in flight from the step on). The coordinator's gathers go
-  out just before its Step, so blocks come back as the servers step them.
+  every gather is in flight from the step on). Every rank's gathers go out
+  with the step's first push (before any block's pass, so the servers write
+  the new copies straight into the gather buffers), or else just before the
+  Step: blocks come back as the servers step them.
 - Delayed parameter update (ds_config zero_optimization.delayed_update,
   ZeRO-Offload's DPU; off by default): after max(warmup_steps, 1)
   synchronous steps, engine.step() returns with the update still in flight

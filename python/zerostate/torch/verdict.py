@@ -36,7 +36,8 @@ def decide(engine, step, lr, scales):
     ratio = ratio_error(engine, step, lr, scales)
     if ratio is not None:
         return ("error", ratio, "INVALID_ARGUMENT")
-    # The gathers go out first: blocks stream back as the servers step them.
+    # The gathers go out first, those the first push did not put out
+    # (EarlyGathers): blocks stream back as the servers step them.
     d = coordinate(engine.job, engine.policy, step, engine._average_over(), lr=lr,
                    before_step=lambda: engine._fetch(step + 1))
     return of(engine, step, d, None, False)
