@@ -4,7 +4,8 @@
 # development machine: for each side (base, new; two worktrees at their
 # commits, built in BASE_BUILD and NEW_BUILD, default TREE/build) its
 # zerostate-server and libzerostate_client.so, stripped, in BUNDLE/SIDE/bin
-# and its committed python/, bench/torch/ and examples/gpt/ in
+# and its committed python/, bench/torch/, examples/gpt/ and
+# tests/python/zs_servers.py (bench_gpt.py's metric scrape) in
 # BUNDLE/SIDE/tree; every library they need in BUNDLE/lib
 # (../shared/tools/device-bundle), and env.sh.
 #   bash bench/torch/ab_bundle.sh .device-ab /work/main /work/wt-engine
@@ -21,7 +22,8 @@ for i in 0 1; do
   rm -rf "$side" && mkdir -p "$side/tree"
   mv "$bundle/bin" "$side/bin"
   strip -s "$side"/bin/*
-  git -C "${trees[$i]}" archive HEAD python bench/torch examples/gpt | tar -x -C "$side/tree"
+  git -C "${trees[$i]}" archive HEAD python bench/torch examples/gpt \
+    $(git -C "${trees[$i]}" ls-files tests/python/zs_servers.py) | tar -x -C "$side/tree"
   git -C "${trees[$i]}" log --oneline -1 > "$side/commit.txt"
 done
 du -sh "$bundle"
