@@ -333,6 +333,8 @@ int zs_job_end_if_lost(zs_job* job, int64_t wait_ms, char** account, char** erro
 
 char* zs_job_token(const zs_job* job) { return CopyString(job->job->token()); }
 
+void zs_job_set_pushes_held(zs_job* job, int held) { job->job->SetPushesHeld(held != 0); }
+
 void zs_free_string(char* s) { std::free(s); }
 
 }  // extern "C"

@@ -322,6 +322,15 @@ class JobClient {
   // What this handle's pushes and gathers moved on the wire so far.
   WireStats wire_stats() const;
 
+  // Whether this handle's pushes from shared buffers (Client::AllocateShared)
+  // promise the servers that the buffer stays unchanged until the step the
+  // push is for is applied (DataFrameMeta.held): a server on this host may
+  // then read the gradient there at that step rather than copy it as it
+  // lands. Off by default: turn it on only where nothing writes a pushed
+  // buffer before its step is applied (zerostate.torch: synchronous and
+  // speculative steps, not a delayed update). Thread-safe.
+  void SetPushesHeld(bool held);
+
   // Applies step `step` on every server (in parallel). `trainer_state`
   // (at most kMaxTrainerStateBytes, opaque) is kept by every server as the
   // state of version step + 1 before any block is stepped, for

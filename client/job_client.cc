@@ -30,7 +30,8 @@ JobClient::Impl::Impl(std::shared_ptr<Client::Impl> client, v1::JobSpec spec,
            spec_.replicas() > 0 ? std::optional<absl::Duration>(
                                       absl::FromChrono(client_->options().failover_wait))
                                 : std::nullopt,
-           &tally_},
+           &tally_,
+           &pushes_held_},
       feedback_(layout_.block_elems),
       calls_(std::make_shared<Ticket::State>(1)) {}
 
@@ -323,6 +324,8 @@ absl::StatusOr<GradStatsResult> JobClient::GradStats(uint64_t step) {
 }
 
 WireStats JobClient::wire_stats() const { return impl_->wire_stats(); }
+
+void JobClient::SetPushesHeld(bool held) { impl_->SetPushesHeld(held); }
 
 absl::Status JobClient::Step(uint64_t step, float lr, float grad_scale, bool skip,
                              const std::string& trainer_state) {

@@ -4,6 +4,7 @@
 // Thread-safe; constant after construction but for the budget and counts.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -50,6 +51,7 @@ class JobClient::Impl {
   const Layout& layout() const { return layout_; }
   std::string token() const { return client_->job_token().Get(); }
   WireStats wire_stats() const { return tally_.Get(); }
+  void SetPushesHeld(bool held) { pushes_held_ = held; }
 
   Ticket PushAsync(uint64_t step, uint32_t node, Range elems, const void* data, v1::DType dtype);
   Ticket GatherAsync(uint64_t min_version, Range elems, void* out, v1::DType dtype,
@@ -109,6 +111,7 @@ class JobClient::Impl {
   const Layout layout_;
   ByteBudget budget_;
   WireTally tally_;
+  std::atomic<bool> pushes_held_{false};  // JobClient::SetPushesHeld
   const JobContext job_;
   ErrorFeedback feedback_;  // the int8 wire's (client/int8_push.h)
   // One part per call in flight, plus one held by this object until ~Impl.

@@ -432,7 +432,10 @@ absl::Status PushAttemptTcp(const JobContext& job, const PushCall& call, const S
   absl::StatusOr<const SharedBuffer*> shared = InPlace(
       job, c, SourceOf(call, plan.elems.begin), plan.elems.size() * DTypeSize(call.src), as_is);
   if (!shared.ok()) return Broken(pool, shared.status());
-  if (*shared != nullptr) meta.set_shm_buffer((*shared)->id());
+  if (*shared != nullptr) {
+    meta.set_shm_buffer((*shared)->id());
+    meta.set_held(job.pushes_held != nullptr && job.pushes_held->load());
+  }
   // An attempt that fails with frames in place not acknowledged: the
   // server may still read their payload from the caller's buffer, which is
   // the caller's again once the call returns; so the connection is let go

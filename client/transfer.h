@@ -8,6 +8,7 @@
 // the client's pool.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -48,6 +49,9 @@ struct JobContext {
   // Payload bytes and elements pushed and gathered (JobClient::wire_stats);
   // may be null.
   WireTally* tally = nullptr;
+  // Whether pushes from shared buffers are held (JobClient::SetPushesHeld);
+  // may be null (never).
+  const std::atomic<bool>* pushes_held = nullptr;
 };
 
 // The server that serves `shard` now (JobContext::routes).

@@ -231,6 +231,11 @@ int zs_parse_ds_config(const char* json, char** train_json, char** warnings, cha
  * release with zs_free_string). A secret: never log it. */
 char* zs_job_token(const zs_job* job);
 
+/* held != 0: pushes from shared buffers promise that the buffer stays
+ * unchanged until the step the push is for is applied (JobClient::
+ * SetPushesHeld); 0 (the default): no such promise. */
+void zs_job_set_pushes_held(zs_job* job, int held);
+
 void zs_free_string(char* s);
 
 #ifdef __cplusplus

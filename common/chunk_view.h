@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,10 @@ struct ChunkView {
   };
   std::vector<Segment> data;  // in order; together data_bytes long
   size_t data_bytes = 0;
+  // Set when the sender keeps `data` unchanged until the chunk's step is
+  // applied (a same-host client's shared buffer, DataFrameMeta.held): it
+  // keeps the memory mapped, and a receiver may keep pointing at it.
+  std::shared_ptr<const void> held;
 };
 
 // A view of a parsed message's fields and data (which must outlive it).

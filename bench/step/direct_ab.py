@@ -5,9 +5,10 @@ zerostate.torch's Staging); each step pushes, puts the gather of the next
 version out before the Step (as the engine does), steps, and waits for the
 gather. SPECULATIVE=1: a speculative job; each step puts the gather out,
 sends the Step ahead, pushes (the server speculates each block as it
-completes), then steps (as zerostate.torch's speculative steps). Prints
-per server the median milliseconds of step + gather (speculative: push +
-step + gather), the server's CPU milliseconds per step, and the share of
+completes), then steps (as zerostate.torch's speculative steps). HELD=1:
+the pushes promise their buffer until the step (Job.set_pushes_held; an
+older server ignores it). Prints per server the median milliseconds of
+step + gather (speculative or held: push + step + gather), the server's CPU milliseconds per step, and the share of
 gathered elements the step wrote into the client's buffer itself
 (zerostate_gather_direct_elements_total; 0 for a server without that
 metric), rounds alternated (the order swapped each round); and whether
@@ -30,6 +31,7 @@ SERVERS = {"old": os.environ["OLD"], "new": os.environ["NEW"]}
 ROUNDS, STEPS = int(os.environ.get("ROUNDS", "4")), int(os.environ.get("STEPS", "6"))
 MOMENTS = os.environ.get("MOMENTS", "MOMENTS_FP32")  # the job's moment_format
 SPECULATIVE = os.environ.get("SPECULATIVE") == "1"
+HELD = os.environ.get("HELD") == "1"  # pushes held until the step (Job.set_pushes_held)
 
 def spec(n):
     return {"job_id": "j", "tensors": [{"name": "w", "shape": [n]}],
@@ -48,6 +50,7 @@ def run(server_bin):
                                "--metrics_listen=127.0.0.1:0"])[0]
     c = Client([srv.address], plaintext=True)
     job = c.register_job(spec(N))
+    job.set_pushes_held(HELD)
     w = np.zeros(N, np.float32)
     job.init_weights(0, N, w.ctypes.data, w.nbytes)
     gaddr, _ = c.allocate_shared(N * 2)
@@ -69,7 +72,7 @@ def run(server_bin):
         job.step(s, 1e-4, 1.0)
         ticket.wait()
         if s >= 2:
-            times.append(time.perf_counter() - (t0 if SPECULATIVE else t1))
+            times.append(time.perf_counter() - (t0 if SPECULATIVE or HELD else t1))
     cpu = (cpu_seconds(srv.proc.pid) - cpu0) / STEPS
     out = np.ctypeslib.as_array((ctypes.c_uint16 * N).from_address(oaddr))
     digest = hashlib.sha256(out.tobytes()).hexdigest()[:16]

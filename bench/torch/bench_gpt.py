@@ -70,7 +70,18 @@ SERVER_METRICS = []
 # bf16 copy 2 straight into the gather's shared buffer (the engine puts a
 # step's gathers out before its first push, a delayed update's at its step:
 # server/core/block.h, Block::direct), the host-to-device copy out of it 2.
+# A synchronous or speculative step's pushes are held until the step
+# (Job.set_pushes_held): the server reads the gradient where it was pushed,
+# squaring it as it lands (2) without the landing's copy (2 less).
 FLOOR_BYTES_PER_PARAM = 2 + 4 + 28 + 2
+HELD_PUSH_BYTES_PER_PARAM = 2
+
+
+def floor_bytes_per_param(mode):
+    """FLOOR_BYTES_PER_PARAM for zerostate mode `mode` (all but the delayed
+    update hold their pushes)."""
+    return FLOOR_BYTES_PER_PARAM - (0 if mode.startswith("delayed") else HELD_PUSH_BYTES_PER_PARAM)
+
 
 MODELS = {
     # GPT2LMHeadModel from config: 24 x 1536, 12 heads, tied head.
@@ -458,7 +469,7 @@ def summary(args, spec, run, rounds, zs_rounds, errors, bandwidth):
         parts = {part: {k: statistics.mean(f[part][k] for f in figs) for k in figs[0][part]}
                  for part in ("exposed_s", "host_s", "stall_s", "copy_s")}
         params = figs[0]["params"]
-        floor = params * FLOOR_BYTES_PER_PARAM / bandwidth
+        floor = params * floor_bytes_per_param(mode) / bandwidth
         direct = [f["direct_fraction"] for f in figs if f["direct_fraction"] is not None]
         result["zerostate"][mode] = dict(
             mean, **parts, params=params, floor_s=floor,

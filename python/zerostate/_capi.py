@@ -149,6 +149,7 @@ _SIGNATURES = {
     "zs_recovery_verdict": (_int, [_p, ctypes.c_int64, _cp, _cp, _cp, ctypes.POINTER(_int),
                                    ctypes.POINTER(_int), ctypes.POINTER(_p), _err]),
     "zs_job_token": (_p, [_p]),
+    "zs_job_set_pushes_held": (None, [_p, _int]),
     "zs_free_string": (None, [_p]),
 }
 

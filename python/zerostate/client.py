@@ -90,6 +90,13 @@ class Job:
     def token(self):
         return _capi.take_string(lib.zs_job_token(self._h))
 
+    def set_pushes_held(self, held):
+        """Whether pushes from shared buffers promise the servers that the
+        buffer stays unchanged until the push's step is applied
+        (JobClient::SetPushesHeld): a server on this host then reads the
+        gradient there at the step instead of copying it as it lands."""
+        lib.zs_job_set_pushes_held(self._h, int(bool(held)))
+
     def tensor_range(self, name):
         b, e = ctypes.c_uint64(), ctypes.c_uint64()
         _call(f"job {self.job_id}: tensor '{name}'", lib.zs_job_tensor_range, self._h,

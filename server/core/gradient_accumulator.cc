@@ -125,9 +125,34 @@ absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
 
 absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(
     uint32_t node, uint32_t offset, uint32_t count, absl::Span<const ChunkView::Segment> data,
-    v1::DType dtype) {
+    v1::DType dtype, std::shared_ptr<const void> held) {
+  if (held != nullptr && MayHold(node, offset, count, data, dtype)) {
+    return AddPiece(node, offset, count, [&](uint32_t, uint32_t) {
+      held_data_ = reinterpret_cast<const uint16_t*>(data[0].data);
+      held_ = std::move(held);
+      // Node 0 is the only node and its first piece starts the statistics.
+      SquareLanes* lanes = &stats_lanes_;
+      alignas(64) float tile[kTileElems];
+      for (uint32_t at = 0; at < required_; at += kTileElems) {
+        const size_t k = std::min<size_t>(kTileElems, required_ - at);
+        DecodeFloatsSquared(held_data_ + at, k, v1::DTYPE_BF16, tile, lanes);
+      }
+    });
+  }
   return AddPiece(node, offset, count,
                   [&](uint32_t begin, uint32_t end) { Fold(node, begin, end, data, dtype); });
+}
+
+bool GradientAccumulator::MayHold(uint32_t node, uint32_t offset, uint32_t count,
+                                  absl::Span<const ChunkView::Segment> data,
+                                  v1::DType dtype) const {
+  const bool no_padding =
+      tensor_elems_.empty() ||
+      (tensor_elems_.size() == 1 && tensor_elems_[0] == std::make_pair(0u, required_));
+  return !landed_.empty() && node == 0 && dtype == v1::DTYPE_BF16 && offset == 0 &&
+         count >= required_ && data.size() == 1 &&
+         data[0].size >= size_t{required_} * sizeof(uint16_t) && no_padding &&
+         nodes_[0].received.empty() && stats_lanes_.elems == 0;
 }
 
 absl::StatusOr<GradientAccumulator::Outcome> GradientAccumulator::Add(uint32_t node,
@@ -287,7 +312,7 @@ void GradientAccumulator::AddSumSquares(uint32_t begin, uint32_t end, SquareLane
   alignas(64) float tile[kTileElems];
   for (uint32_t at = begin; at < end; at += kTileElems) {
     const size_t k = std::min<size_t>(kTileElems, end - at);
-    DecodeFloatsSquared(landed_.data() + at, k, v1::DTYPE_BF16, tile, lanes);
+    DecodeFloatsSquared(landed_sum() + at, k, v1::DTYPE_BF16, tile, lanes);
   }
 }
 
@@ -296,7 +321,7 @@ void GradientAccumulator::CopySum(std::string* out) const {
   if (landed_.empty()) {
     std::memcpy(out->data(), sum_.data(), out->size());
   } else {
-    DecodeFloats(landed_.data(), required_, v1::DTYPE_BF16, reinterpret_cast<float*>(out->data()));
+    DecodeFloats(landed_sum(), required_, v1::DTYPE_BF16, reinterpret_cast<float*>(out->data()));
   }
 }
 
@@ -413,6 +438,8 @@ void GradientAccumulator::Reset() {
   streamed_ = false;
   stats_lanes_ = SquareLanes();
   claimed_.clear();
+  held_data_ = nullptr;
+  held_.reset();
   ++epoch_;
   for (NodeState& ns : nodes_) {
     ns.received.clear();

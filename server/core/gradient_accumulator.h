@@ -42,11 +42,18 @@
 // by the step. A piece sent in another dtype is rounded to bf16 (to nearest
 // even) as it lands: the job declared bf16 gradients. The statistics are
 // those of the widened gradient, squared as pieces land, as above.
+// A piece whose memory its sender keeps unchanged until the step is applied
+// (`held`: a same-host client's shared buffer, DataFrameMeta.held) and that
+// covers the block whole (node 0's first, bf16, from element 0 through
+// required(), one segment, no padding inside the block) is not even copied:
+// the block keeps pointing at it, holding `held` (the mapping) until Reset,
+// and the step reads the gradient there. It is squared as it lands.
 //
 // Not thread-safe: the owning block's mutex guards it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,9 +108,13 @@ class GradientAccumulator {
   // The same with the elements spread over `data`'s segments (as received,
   // without copying them together first); an element may straddle two.
   // REQUIRES as above, and the segments hold count elements.
+  // `held` (may be null): the segments stay valid and unchanged while
+  // held lives and until Reset (single-gradient mode may keep pointing at
+  // them, above).
   [[nodiscard]] absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset, uint32_t count,
                                             absl::Span<const ChunkView::Segment> data,
-                                            v1::DType dtype);
+                                            v1::DType dtype,
+                                            std::shared_ptr<const void> held = nullptr);
   // The same for a compressed chunk (common/int8_wire.h) of chunk.elems
   // elements, dequantized as it is folded.
   [[nodiscard]] absl::StatusOr<Outcome> Add(uint32_t node, uint32_t offset,
@@ -144,7 +155,11 @@ class GradientAccumulator {
   const float* sum() const { return landed_.empty() ? sum_.data() : nullptr; }
   // Single-gradient mode: the gradient as bf16, valid in full once
   // complete(); else null.
-  const uint16_t* landed_sum() const { return landed_.empty() ? nullptr : landed_.data(); }
+  const uint16_t* landed_sum() const {
+    return landed_.empty() ? nullptr : held_data_ != nullptr ? held_data_ : landed_.data();
+  }
+  // Whether landed_sum() points at a sender's held memory (above).
+  bool landed_held() const { return held_data_ != nullptr; }
   // The gradient's first required() elements as fp32 bytes into *out
   // (either mode), for a replica. REQUIRES: complete().
   void CopySum(std::string* out) const;
@@ -226,6 +241,9 @@ class GradientAccumulator {
   void AddSumSquares(uint32_t begin, uint32_t end, SquareLanes* lanes) const;
   // Single-gradient mode: node 0's n elements at `begin` where they land.
   void Land(uint32_t begin, size_t n, const void* data, v1::DType dtype, SquareLanes* lanes);
+  // Whether a piece may be kept where it lies rather than landed (above).
+  bool MayHold(uint32_t node, uint32_t offset, uint32_t count,
+               absl::Span<const ChunkView::Segment> data, v1::DType dtype) const;
 
   const uint32_t num_nodes_;
   const uint32_t block_elems_;
@@ -234,6 +252,8 @@ class GradientAccumulator {
   const std::vector<std::pair<uint32_t, uint32_t>> tensor_elems_;  // sorted, within [0, required_)
   AlignedBuffer<float> sum_;         // empty in single-gradient mode
   AlignedBuffer<uint16_t> landed_;  // single-gradient mode only
+  const uint16_t* held_data_ = nullptr;  // the gradient in a sender's held memory, or null
+  std::shared_ptr<const void> held_;     // keeps that memory mapped
   std::vector<NodeState> nodes_;
   uint32_t head_ = 0;  // nodes [0, head_) are complete and folded
   bool streamed_ = false;  // see streamed()

@@ -101,7 +101,10 @@ absl::StatusOr<PushOutcome> JobPushes::Push(const ChunkView& c, absl::Time deadl
       if (staging != nullptr) seen = staging->generation();
       Timeline::Record("fold_begin", static_cast<int64_t>(b.index), static_cast<int64_t>(f.node));
       auto added = int8 ? b.acc.Add(f.node, ref->offset, *int8)
-                        : b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype);
+                        // (A replicated job's sums travel to its backups
+                        // after the step: it copies, keeping its own.)
+                        : b.acc.Add(f.node, ref->offset, ref->count, c.data, f.dtype,
+                                    shard_.spec().replicas() == 0 ? c.held : nullptr);
       Timeline::Record("fold_end", static_cast<int64_t>(b.index), static_cast<int64_t>(f.node));
       if (!added.ok()) return added.status();
       if (*added == GradientAccumulator::Outcome::kApplied) {

@@ -401,14 +401,22 @@ class Session final : public GatherSink {
       if (!read.ok()) return read;  // the claim, if any, is given back
     }
     const uint8_t* source = shm_payload != nullptr ? shm_payload : payload.data();
+    // A payload in a shared buffer its client holds until the step: the
+    // core may keep pointing at it (ChunkView::held), the mapping with it.
+    std::shared_ptr<const void> held;
+    if (f.meta.held() && f.meta.shm_buffer() != 0 && shm_payload != nullptr) {
+      held = shared_.at(f.meta.shm_buffer());  // ShmPayload found it
+    }
     // Applied and acknowledged on tasks_ while the next frame is read. A
     // push frame usually carries no timeout: it may wait for staging
     // memory (on this task thread, no lock held) as long as the server
     // lets any call wait, like a gather without one.
     const bool handed = tasks_.Run([this, start, meta = f.meta, payload = std::move(payload),
-                                    push = *std::move(push), source, bytes]() mutable {
-      absl::StatusOr<PushOutcome> outcome =
-          ctx_.pushes->Apply(push, FrameChunkView(meta.chunk(), source, bytes), /*may_wait=*/true);
+                                    push = *std::move(push), source, bytes,
+                                    held = std::move(held)]() mutable {
+      ChunkView view = FrameChunkView(meta.chunk(), source, bytes);
+      view.held = std::move(held);
+      absl::StatusOr<PushOutcome> outcome = ctx_.pushes->Apply(push, view, /*may_wait=*/true);
       payload = DataBufferPool::Lease();  // given back
       push = PushHandler::Push();  // the claim, then the job
       ctx_.metrics->RecordRpc(push_method_, outcome.status(),

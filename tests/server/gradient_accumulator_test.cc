@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -452,6 +453,71 @@ TEST(SingleGradientTest, OtherDtypesRoundAndReplicasLandTheSameBits) {
   ASSERT_TRUE(replica.complete());
   EXPECT_EQ(std::memcmp(replica.landed_sum(), primary.landed_sum(), kElems * 2), 0);
   EXPECT_EQ(replica.Stats().sum_squares, primary.Stats().sum_squares);
+}
+
+// A held piece (the sender keeps its memory until the step) that covers a
+// block without padding whole is not copied: landed_sum() is the sender's
+// memory, the statistics and CopySum are those of a copied landing, a retry
+// is a duplicate, and Reset lets the memory go. A piece that does not cover
+// it whole, one of another dtype, or a block with padding inside lands as
+// before, held or not.
+TEST(SingleGradientTest, AHeldPieceCoveringItsBlockIsNotCopied) {
+  constexpr uint32_t kElems = 5000;
+  const std::vector<uint16_t> h = Bf16Of(RandomGrad(kElems, 17));
+  auto mapped = std::make_shared<int>(0);  // stands for the sender's mapping
+  std::weak_ptr<int> alive = mapped;
+  auto segment = [&](uint32_t at) {
+    return ChunkView::Segment{reinterpret_cast<const uint8_t*>(h.data() + at),
+                              (kElems - at) * sizeof(uint16_t)};
+  };
+  GradientAccumulator copied(1, kElems, kElems, nullptr, {}, /*land_bf16=*/true);
+  ASSERT_EQ(*copied.Add(0, 0, kElems, h.data(), v1::DTYPE_BF16), Outcome::kApplied);
+  {
+    GradientAccumulator acc(1, kElems, kElems, nullptr, {}, /*land_bf16=*/true);
+    const ChunkView::Segment whole = segment(0);
+    ASSERT_EQ(*acc.Add(0, 0, kElems, absl::MakeConstSpan(&whole, 1), v1::DTYPE_BF16,
+                       std::move(mapped)),
+              Outcome::kApplied);
+    ASSERT_TRUE(acc.complete());
+    EXPECT_TRUE(acc.landed_held());
+    EXPECT_EQ(acc.landed_sum(), h.data());
+    EXPECT_FALSE(alive.expired());
+    EXPECT_EQ(acc.Stats().sum_squares, copied.Stats().sum_squares);
+    std::string a, b;
+    acc.CopySum(&a);
+    copied.CopySum(&b);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(*acc.Add(0, 0, kElems, h.data(), v1::DTYPE_BF16), Outcome::kDuplicate);
+    acc.Reset();
+    EXPECT_FALSE(acc.landed_held());
+    EXPECT_TRUE(alive.expired());  // the mapping is let go
+  }
+  // Landed as before: a piece from element 1, one that does not reach
+  // `required`, an fp32 piece, a block with padding between its tensors.
+  auto held = std::make_shared<int>(0);
+  const ChunkView::Segment from1 = segment(1);
+  GradientAccumulator late(1, kElems, kElems, nullptr, {}, /*land_bf16=*/true);
+  ASSERT_EQ(*late.Add(0, 1, kElems - 1, absl::MakeConstSpan(&from1, 1), v1::DTYPE_BF16, held),
+            Outcome::kApplied);
+  EXPECT_FALSE(late.landed_held());
+  const ChunkView::Segment whole = segment(0);
+  const ChunkView::Segment part{whole.data, 100 * sizeof(uint16_t)};
+  GradientAccumulator short_piece(1, kElems, kElems, nullptr, {}, /*land_bf16=*/true);
+  ASSERT_EQ(*short_piece.Add(0, 0, 100, absl::MakeConstSpan(&part, 1), v1::DTYPE_BF16, held),
+            Outcome::kApplied);
+  EXPECT_FALSE(short_piece.landed_held());
+  const std::vector<float> g = RandomGrad(kElems, 19);
+  const ChunkView::Segment fp32{reinterpret_cast<const uint8_t*>(g.data()), kElems * 4};
+  GradientAccumulator wide(1, kElems, kElems, nullptr, {}, /*land_bf16=*/true);
+  ASSERT_EQ(*wide.Add(0, 0, kElems, absl::MakeConstSpan(&fp32, 1), v1::DTYPE_FP32, held),
+            Outcome::kApplied);
+  EXPECT_FALSE(wide.landed_held());
+  GradientAccumulator padded(1, kElems, kElems, nullptr, {{0, 2000}, {2064, kElems}},
+                             /*land_bf16=*/true);
+  ASSERT_EQ(*padded.Add(0, 0, kElems, absl::MakeConstSpan(&whole, 1), v1::DTYPE_BF16, held),
+            Outcome::kApplied);
+  EXPECT_FALSE(padded.landed_held());
+  EXPECT_EQ(padded.landed_sum()[2010], 0);  // its padding, zero whatever was pushed there
 }
 
 }  // namespace

@@ -171,6 +171,10 @@ class Engine(ModuleSurface):
         self.client, self.job = self._connect(spec, token, plaintext, tls_ca_file, tls_cert_file,
                                               tls_key_file, rpc_timeout_ms, max_attempts,
                                               unavailable_wait, data_plane)
+        # Nothing writes a push buffer before its step is applied, but under a
+        # delayed update (the next backward's pushes, while the servers step):
+        # a server on this host may read the gradients where they were pushed.
+        self.job.set_pushes_held(not self.config.delayed)
         self._entries = []
         for n, p in self._params:
             b, e = self.job.tensor_range(n)
