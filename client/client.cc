@@ -74,8 +74,10 @@ Client::Impl::Impl(ClientOptions options, std::shared_ptr<grpc::ChannelCredentia
       metrics_(options_.metrics.get(), options_.servers),
       token_(options_.job_token),
       retrier_(options_, &metrics_, &shutdown_, &token_),
+      gathers_in_place_(AllServersOnThisHost(options_)),
       pool_(std::make_unique<ThreadPool>(PoolThreads(options_))),
-      gather_pool_(std::make_unique<ThreadPool>(PoolThreads(options_))),
+      gather_pool_(std::make_unique<ThreadPool>(
+          PoolThreads(options_), gathers_in_place_ ? kMaxSameHostGatherStreams : 0)),
       control_pool_(std::make_unique<ThreadPool>(ControlThreads(options_))) {
   for (int i = 0; i < static_cast<int>(options_.servers.size()); ++i) {
     servers_.push_back(std::make_unique<ServerConn>(options_, i, credentials));

@@ -56,6 +56,9 @@ class Client::Impl {
   // that brings it, which needs every push to get through first.
   ThreadPool& pool() { return *pool_; }
   ThreadPool& gather_pool() { return *gather_pool_; }
+  // Every server shares this host, over the same-host plane: gathers are
+  // planned and pooled for the servers' direct copies (data_streams.h).
+  bool gathers_in_place() const { return gathers_in_place_; }
 
   // Runs fn(shard) for every server at once and waits for all: shard 0 on
   // the calling thread, the others on the control pool, whose threads run
@@ -101,6 +104,7 @@ class Client::Impl {
   absl::Notification shutdown_;
   JobToken token_;
   Retrier retrier_;
+  const bool gathers_in_place_;
   std::unique_ptr<ThreadPool> pool_;         // last: joined first
   std::unique_ptr<ThreadPool> gather_pool_;
   std::unique_ptr<ThreadPool> control_pool_;  // ForEachServer's

@@ -29,6 +29,27 @@ namespace zerostate::client {
 // - else streams_per_server.
 int DataStreamsPerServer(const ClientOptions& o, bool userspace_tls, bool same_host, int cores);
 
+// Gathers where every server shares this host (AllServersOnThisHost). A
+// gather waiting for a version holds its stream's thread and connection
+// until the step that brings the version, and a server writes the new
+// copy of a block straight into the gather's memory only when the gather
+// reached it before the block's pass ran (server/core/block.h,
+// Block::direct): so every gather the trainer puts out ahead of a step
+// must be at the server by then. A trainer gathers each landing unit
+// apart (about 50 for GPT-2 759M, 70 for a Llama 1.1B shape), each cut
+// into streams; with a fixed pool of 2 * servers * streams threads the
+// streams queued behind the first ones reached the servers after the pass
+// had gone by, and on the H100 host only 0.44 of the blocks were written
+// in place. So:
+// - each stream spans kSameHostGatherStreamBlocks blocks at least (a
+//   landing unit's part on one server is one stream; a gather of a whole
+//   model still spreads over every stream, whose threads copy what is not
+//   written in place);
+// - the gather pool and the connections kept per server grow to as many
+//   as are in flight at once, up to kMaxSameHostGatherStreams.
+inline constexpr uint32_t kSameHostGatherStreamBlocks = 64;
+inline constexpr int kMaxSameHostGatherStreams = 512;
+
 // The cores this process may run on (its CPU affinity: under `taskset`
 // or a container's cpuset, fewer than the host has); the host's count
 // where the affinity cannot be read. At least 1. The `cores` that

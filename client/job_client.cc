@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "client/data_streams.h"
 #include "client/job_client_impl.h"
 #include "client/validate.h"
 #include "common/job_spec.h"
@@ -52,10 +53,16 @@ std::vector<StreamPlan> JobClient::Impl::Plans(Range elems, v1::DType wire) cons
   return PlanStreams(layout_, client_->num_servers(), elems, o.streams_per_server, chunk);
 }
 
+std::vector<StreamPlan> JobClient::Impl::GatherPlans(Range elems, v1::DType wire) const {
+  if (!client_->gathers_in_place()) return Plans(elems, wire);
+  return PlanStreams(layout_, client_->num_servers(), elems,
+                     client_->options().streams_per_server,
+                     uint64_t{kSameHostGatherStreamBlocks} * layout_.block_elems);
+}
+
 template <class RunStream>
-Ticket JobClient::Impl::StartStreams(ThreadPool& pool, Range elems, v1::DType wire,
+Ticket JobClient::Impl::StartStreams(ThreadPool& pool, std::vector<StreamPlan> plans,
                                      RunStream run) {
-  std::vector<StreamPlan> plans = Plans(elems, wire);
   if (plans.empty()) return CompletedTicket(absl::OkStatus());
   std::shared_ptr<Ticket::State> ticket = BeginCall(static_cast<int>(plans.size()));
   for (const StreamPlan& plan : plans) {
@@ -65,7 +72,7 @@ Ticket JobClient::Impl::StartStreams(ThreadPool& pool, Range elems, v1::DType wi
 }
 
 Ticket JobClient::Impl::StartPush(const PushCall& call) {
-  return StartStreams(client_->pool(), call.elems, PlanWire(call),
+  return StartStreams(client_->pool(), Plans(call.elems, PlanWire(call)),
                       [this, call](const StreamPlan& plan, const auto& ticket) {
                         return OnShard(plan.shard, [&](int) {
                           return RunPushStream(job_, call, plan, ticket);
@@ -74,7 +81,7 @@ Ticket JobClient::Impl::StartPush(const PushCall& call) {
 }
 
 Ticket JobClient::Impl::StartGather(const GatherCall& call) {
-  return StartStreams(client_->gather_pool(), call.elems, call.wire,
+  return StartStreams(client_->gather_pool(), GatherPlans(call.elems, call.wire),
                       [this, call](const StreamPlan& plan, const auto& ticket) {
     return OnShard(plan.shard,
                    [&](int) { return RunGatherStream(job_, call, plan, ticket->cancel()); });
@@ -112,7 +119,7 @@ absl::Status JobClient::Impl::InitWeights(Range elems, const float* data) {
     JobContext copy = job_;
     copy.routes = std::make_shared<ShardRoutes>(servers);
     for (int shard = 0; shard < servers; ++shard) copy.routes->Move(shard, shard, (shard + r) % servers);
-    Ticket done = StartStreams(client_->pool(), call.elems, call.wire,
+    Ticket done = StartStreams(client_->pool(), Plans(call.elems, call.wire),
                                [copy, call](const StreamPlan& plan, const auto& ticket) {
                                  return RunPushStream(copy, call, plan, ticket);
                                });

@@ -74,9 +74,13 @@ class JobClient::Impl {
   // Runs run(plan, ticket) -> absl::Status for each stream of `elems` on
   // the pool; the returned ticket completes when all have.
   template <class RunStream>
-  Ticket StartStreams(ThreadPool& pool, Range elems, v1::DType wire, RunStream run);
+  Ticket StartStreams(ThreadPool& pool, std::vector<StreamPlan> plans, RunStream run);
   // The streams of a call of `elems` on `wire` (chunks of the options' bytes).
   std::vector<StreamPlan> Plans(Range elems, v1::DType wire) const;
+  // The streams of a gather of `elems` on `wire`: Plans', but where every
+  // server shares this host, each spans kSameHostGatherStreamBlocks blocks
+  // at least (Client::Impl::gathers_in_place).
+  std::vector<StreamPlan> GatherPlans(Range elems, v1::DType wire) const;
   // The wire a push call's streams are planned for: int8 or its plain one.
   static v1::DType PlanWire(const PushCall& call) {
     return call.int8 != nullptr ? v1::DTYPE_INT8 : call.wire;

@@ -19,8 +19,10 @@ struct StreamPlan {
 
 // Splits `elems` by owning shard (common/shard_map.h), then each shard's
 // part into at most `streams_per_server` contiguous, non-empty ranges whose
-// inner boundaries lie a multiple of `align` elements past the part's begin
-// (so chunks of `align` elements are whole). Streams of one shard are adjacent, in order.
+// inner boundaries lie on multiples of `align` elements (of the element
+// space: with `align` a multiple of the block, no block is cut between two
+// streams, whose server then sees every piece of it in one call). Streams of
+// one shard are adjacent, in order.
 // REQUIRES: elems inside the layout, num_servers >= 1, streams_per_server >= 1, align >= 1.
 std::vector<StreamPlan> PlanStreams(const Layout& layout, uint32_t num_servers, Range elems,
                                     int streams_per_server, uint64_t align);

@@ -10,6 +10,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "client/channel_credentials.h"
+#include "client/data_streams.h"
 #include "client/shm_conn.h"
 #include "common/chunk_wire.h"
 #include "common/convert.h"
@@ -671,13 +672,18 @@ std::shared_ptr<DataConnPool> MakeDataPool(const ClientOptions& options,
   // With 2 (the push or the gather streams alone), the H200's delayed
   // update opened 16 connections a step, each mapping the job's shared
   // buffers anew: about 300 ms a step instead of 40.
+  // Gathers to servers that all share this host are as many at once as
+  // the trainer puts out (data_streams.h): as many are kept.
   SameHostPlane same_host;
   if (options.data_shm && options.data_servers.empty() && incarnation != 0) {
     same_host = {static_cast<int>(port), incarnation, ShmSegmentBytes(options)};
   }
-  return std::make_shared<DataConnPool>(std::move(address),
-                                        4 * static_cast<size_t>(options.streams_per_server), tls,
-                                        same_host, std::move(cutter));
+  size_t max_idle = 4 * static_cast<size_t>(options.streams_per_server);
+  if (AllServersOnThisHost(options)) {
+    max_idle = std::max<size_t>(max_idle, kMaxSameHostGatherStreams);
+  }
+  return std::make_shared<DataConnPool>(std::move(address), max_idle, tls, same_host,
+                                        std::move(cutter));
 }
 
 }  // namespace

@@ -67,6 +67,40 @@ TEST(ThreadPoolTest, WaitsOnTicketFromOtherThreads) {
   EXPECT_TRUE(Ticket(state).Wait().ok());
 }
 
+// A pool that may grow starts a thread for a task no thread is free for:
+// tasks that all wait for each other (as gathers wait for the step that
+// the last of them is queued ahead of) all run at once, and it grows no
+// further than its limit, reusing the threads it has.
+TEST(ThreadPoolTest, AGrowingPoolRunsTasksThatWaitForEachOther) {
+  ThreadPool pool(1, 8);
+  struct Meeting {
+    absl::Mutex mu;
+    int arrived ABSL_GUARDED_BY(mu) = 0;
+  };
+  for (int round = 0; round < 2; ++round) {
+    auto meeting = std::make_shared<Meeting>();
+    auto all = std::make_shared<Ticket::State>(8);
+    for (int i = 0; i < 8; ++i) {
+      pool.Schedule([meeting, all] {
+        absl::MutexLock lock(&meeting->mu);
+        ++meeting->arrived;
+        meeting->mu.Await(absl::Condition(
+            +[](Meeting* m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(m->mu) { return m->arrived == 8; },
+            meeting.get()));
+        all->Done(absl::OkStatus());
+      });
+    }
+    EXPECT_TRUE(Ticket(all).WaitFor(absl::Seconds(30)));
+    EXPECT_EQ(pool.size(), 8);
+  }
+  // A fixed pool (no limit given) never grows.
+  ThreadPool fixed(2);
+  auto two = std::make_shared<Ticket::State>(3);
+  for (int i = 0; i < 3; ++i) fixed.Schedule([two] { two->Done(absl::OkStatus()); });
+  EXPECT_TRUE(Ticket(two).Wait().ok());
+  EXPECT_EQ(fixed.size(), 2);
+}
+
 TEST(ByteBudgetTest, BlocksUntilReleased) {
   ByteBudget budget(100);
   budget.Acquire(60);

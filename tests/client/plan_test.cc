@@ -44,11 +44,33 @@ TEST(PlanTest, RangeSpanningThreeServers) {
   EXPECT_EQ(plans.front().shard, 0u);
   EXPECT_EQ(plans.back().shard, 2u);
   for (const StreamPlan& p : plans) {
-    // Inner edges sit a multiple of 64 past the shard part's begin.
+    // Inner edges sit on multiples of 64 of the element space.
     Range blocks = ShardBlocks(10, 3, p.shard);
     uint64_t part_begin = std::max<uint64_t>(r.begin, blocks.begin * 100);
-    if (p.elems.begin != part_begin) { EXPECT_EQ((p.elems.begin - part_begin) % 64, 0u); }
+    if (p.elems.begin != part_begin) { EXPECT_EQ(p.elems.begin % 64, 0u); }
   }
+}
+
+// A range that starts inside a block is cut only at block edges, so no
+// block is split between two streams (a server's direct copy and a held
+// push need the whole block in one call).
+TEST(PlanTest, StreamsOfARangeStartingInsideABlockCutAtBlockEdges) {
+  Layout l = FlatLayout(1024, 16);
+  Range r{1500, 9000};  // blocks 1 (from 476 in) to 8 (to 808 in)
+  auto plans = PlanStreams(l, 1, r, 4, 1024);
+  ExpectTiles(l, 1, r, plans);
+  ASSERT_EQ(plans.size(), 4u);
+  EXPECT_EQ(plans[0], (StreamPlan{0, {1500, 3072}}));
+  EXPECT_EQ(plans[1], (StreamPlan{0, {3072, 5120}}));
+  EXPECT_EQ(plans[2], (StreamPlan{0, {5120, 7168}}));
+  EXPECT_EQ(plans[3], (StreamPlan{0, {7168, 9000}}));
+  // Fewer edges inside the range than streams: one stream per piece
+  // between them; a range smaller than `align` stays whole.
+  auto two = PlanStreams(l, 1, {1000, 2100}, 4, 1024);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0], (StreamPlan{0, {1000, 1024}}));
+  EXPECT_EQ(two[1], (StreamPlan{0, {1024, 2100}}));
+  EXPECT_EQ(PlanStreams(l, 1, {1000, 1100}, 4, 1024).size(), 1u);
 }
 
 TEST(PlanTest, SmallRangeIsOneStream) {

@@ -47,7 +47,11 @@ class EarlyGathers:
     memory before its pass (or speculation) runs, and the pass writes the
     block's new copy straight into it (the server's direct copies), rather
     than into the block's and again by the gather (a gather put out just
-    before the Step would race the pass for the first blocks). arm() at
+    before the Step would race the pass for the first blocks). Last module
+    first: a speculation runs as each block's gradient lands, in the
+    backward's order, and a block's gather must reach its server before it
+    does (a race the first blocks may lose: nothing waits for the gathers
+    to arrive). arm() at
     the boundary's backward; the first push take()s it and says pushed();
     settle() waits for that push
     (the driver's thread then knows which gathers are out); cancel() before
@@ -77,7 +81,7 @@ class EarlyGathers:
         def fetch():
             with self._lock:
                 if self._live == version:
-                    self._fetch(version, True)
+                    self._fetch(version, True, backward=True)
         return fetch
 
     def pushed(self, mark):

@@ -503,11 +503,11 @@ class Engine(ModuleSurface):
         """The (rank, micro-batch) terms the summed gradient averages over."""
         return self.topo.world * self.config.grad_accum
 
-    def _fetch(self, version, idle_only=False):
+    def _fetch(self, version, idle_only=False, backward=False):
         """Every module's gather of `version` but those already out
         (EarlyGathers); `idle_only`: none whose gather of another version
-        is still out either."""
-        for w in self._weights:
+        is still out either; `backward`: last module first."""
+        for w in reversed(self._weights) if backward else self._weights:
             pending = w.slot.pending()
             if pending != version and (pending is None or not idle_only):
                 w.fetch(self.job, version)
